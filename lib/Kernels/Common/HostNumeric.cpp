@@ -1,0 +1,57 @@
+#include "kiln/Kernels/HostNumeric.h"
+
+#include <cmath>
+#include <cstring>
+
+extern "C" float kiln_bf16_to_float(uint16_t bits) {
+  uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+extern "C" uint16_t kiln_float_to_bf16(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof(word));
+  if (std::isnan(value))
+    return static_cast<uint16_t>((word >> 16) | 0x40);
+  uint32_t roundingBias = 0x7fff + ((word >> 16) & 1);
+  return static_cast<uint16_t>((word + roundingBias) >> 16);
+}
+
+extern "C" float kiln_f16_to_float(uint16_t bits) {
+  uint32_t sign = (bits >> 15) & 1, exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  float magnitude;
+  if (exponent == 0)
+    magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? NAN : INFINITY;
+  else
+    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
+  return sign ? -magnitude : magnitude;
+}
+
+extern "C" uint16_t kiln_float_to_f16(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof(word));
+  uint16_t sign = static_cast<uint16_t>((word >> 16) & 0x8000);
+  if (std::isnan(value))
+    return sign | 0x7e00;
+  float magnitude = std::fabs(value);
+  if (magnitude >= 65520.0f)
+    return sign | 0x7c00;
+  if (magnitude < std::ldexp(1.0f, -14)) {
+    // Subnormal: units of 2^-24, rounded to nearest even by nearbyint.
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(magnitude, 24)));
+  }
+  int exponent;
+  float fraction = std::frexp(magnitude, &exponent); // magnitude = fraction * 2^exponent
+  float scaled = std::nearbyint(std::ldexp(fraction, 11)); // 11 significant bits
+  if (scaled >= 2048.0f) {
+    scaled /= 2.0f;
+    ++exponent;
+  }
+  uint16_t biased = static_cast<uint16_t>(exponent - 1 + 15);
+  return sign | static_cast<uint16_t>(biased << 10) |
+         static_cast<uint16_t>(static_cast<uint32_t>(scaled) & 0x3ff);
+}
