@@ -1,0 +1,43 @@
+// Bench-only instantiations of other tile shapes (BM, BN, STAGES) of the dense bf16
+// kernel, to choose the library's defaults. Built with -DKILN_PREFILL_TUNING=ON.
+#include "PrefillArgs.cuh"
+
+#include <cstdio>
+
+using namespace kiln::kernels::prefill;
+
+namespace {
+template <int D, int BM, int BN, int STAGES>
+kiln_status_t run(const kiln_prefill_fmha_params_t &p) {
+  const FmhaArgs a = makeArgs(p);
+  return launchResult(launchPrefillFmha<__nv_bfloat16, D, BM, BN, STAGES, false>(
+                          a, p.batch, p.max_seqlen_q, p.q_heads,
+                          static_cast<cudaStream_t>(p.stream)),
+                      "tuned");
+}
+} // namespace
+
+// config >= 1 picks a shape for p.head_dim; returns KILN_ERROR_UNSUPPORTED past the last.
+extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params_t *p,
+                                                  int config, char *label, int labelSize) {
+  kiln_status_t st = validateDense(*p, "tuned");
+  if (st != KILN_OK)
+    return st;
+  if (p->dtype != KILN_DTYPE_BF16)
+    return KILN_ERROR_UNSUPPORTED;
+#define KILN_TUNE(D_, BM_, BN_, ST_)                                                           \
+  if (p->head_dim == D_ && --config == 0) {                                                    \
+    std::snprintf(label, labelSize, "BM%d_BN%d_S%d", BM_, BN_, ST_);                           \
+    return run<D_, BM_, BN_, ST_>(*p);                                                         \
+  }
+  KILN_TUNE(128, 128, 64, 3)
+  KILN_TUNE(128, 128, 128, 2)
+  KILN_TUNE(128, 64, 64, 2)
+  KILN_TUNE(128, 64, 64, 3)
+  KILN_TUNE(64, 128, 64, 2)
+  KILN_TUNE(64, 128, 128, 2)
+  KILN_TUNE(64, 128, 128, 3)
+  KILN_TUNE(64, 64, 64, 3)
+#undef KILN_TUNE
+  return KILN_ERROR_UNSUPPORTED;
+}

@@ -1,0 +1,119 @@
+// Host helpers turning validated params into kernel arguments (shared by the library and
+// the benchmark's tuning build).
+#ifndef KILN_LIB_KERNELS_PREFILL_PREFILLARGS_CUH
+#define KILN_LIB_KERNELS_PREFILL_PREFILLARGS_CUH
+
+#include "PrefillFmhaKernel.cuh"
+#include "PrefillInternal.h"
+#include "StatusInternal.h"
+
+#include <cuda_runtime.h>
+
+namespace kiln::kernels::prefill {
+
+inline FmhaArgs makeArgs(const kiln_prefill_fmha_params_t &p) {
+  const ResolvedStrides s = resolveStrides(p);
+  FmhaArgs a{};
+  a.q = p.q;
+  a.out = p.out;
+  a.k = p.k;
+  a.v = p.v;
+  a.cu_q = p.cu_seqlens_q;
+  a.cu_k = p.cu_seqlens_k;
+  a.q_tok = s.q_tok, a.q_head = s.q_head;
+  a.k_tok = s.k_tok, a.k_head = s.k_head;
+  a.v_tok = s.v_tok, a.v_head = s.v_head;
+  a.o_tok = s.o_tok, a.o_head = s.o_head;
+  a.group = p.q_heads / p.kv_heads;
+  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  a.causal = p.causal;
+  return a;
+}
+
+inline FmhaArgs makeArgs(const kiln_prefill_fmha_paged_params_t &p) {
+  const ResolvedStrides s = resolveStrides(p);
+  FmhaArgs a{};
+  a.q = p.q;
+  a.out = p.out;
+  a.k = p.kv_cache;
+  a.v = p.kv_cache;
+  a.cu_q = p.cu_seqlens_q;
+  a.seq_lens = p.seq_lens;
+  a.block_table = p.block_table;
+  a.q_tok = s.q_tok, a.q_head = s.q_head;
+  a.k_tok = s.k_tok, a.k_head = s.k_head;
+  a.v_tok = s.v_tok, a.v_head = s.v_head;
+  a.o_tok = s.o_tok, a.o_head = s.o_head;
+  a.page_size = p.page_size;
+  a.max_pages = p.max_pages_per_seq;
+  a.group = p.q_heads / p.kv_heads;
+  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  a.causal = p.causal;
+  return a;
+}
+
+// KILN_OK when the current device can run the mma.sync kernels (sm_80+).
+inline kiln_status_t checkDeviceSm80(const char *name) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_NO_DEVICE, "%s: cudaGetDevice: %s", name, cudaGetErrorString(err));
+  }
+  int major = 0;
+  err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: cudaDeviceGetAttribute: %s", name,
+                cudaGetErrorString(err));
+  if (major < 8)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: needs sm_80 or newer (device is sm_%d*)", name,
+                major);
+  return KILN_OK;
+}
+
+inline kiln_status_t launchResult(cudaError_t err, const char *name) {
+  if (err != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: kernel launch: %s", name, cudaGetErrorString(err));
+  return ok();
+}
+
+// Tile configuration per head dim: BM query rows (BM/16 warps), BN keys per tile,
+// STAGES-deep cp.async ring of K/V tiles.
+template <int D> struct DefaultConfig;
+template <> struct DefaultConfig<64> {
+  static constexpr int BM = 128, BN = 64, STAGES = 3;
+};
+template <> struct DefaultConfig<128> {
+  static constexpr int BM = 128, BN = 64, STAGES = 2;
+};
+
+template <bool PAGED, typename Params>
+inline kiln_status_t dispatch(const Params &p, const char *name) {
+  kiln_status_t st = checkDeviceSm80(name);
+  if (st != KILN_OK)
+    return st;
+  const FmhaArgs a = makeArgs(p);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  cudaError_t err = cudaErrorInvalidValue;
+#define KILN_PREFILL_CASE(T, D)                                                                \
+  err = launchPrefillFmha<T, D, DefaultConfig<D>::BM, DefaultConfig<D>::BN,                    \
+                          DefaultConfig<D>::STAGES, PAGED>(a, p.batch, p.max_seqlen_q,         \
+                                                           p.q_heads, stream)
+  if (p.dtype == KILN_DTYPE_BF16) {
+    if (p.head_dim == 64)
+      KILN_PREFILL_CASE(__nv_bfloat16, 64);
+    else
+      KILN_PREFILL_CASE(__nv_bfloat16, 128);
+  } else {
+    if (p.head_dim == 64)
+      KILN_PREFILL_CASE(__half, 64);
+    else
+      KILN_PREFILL_CASE(__half, 128);
+  }
+#undef KILN_PREFILL_CASE
+  return launchResult(err, name);
+}
+
+} // namespace kiln::kernels::prefill
+
+#endif

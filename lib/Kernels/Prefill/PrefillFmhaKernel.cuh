@@ -1,0 +1,395 @@
+// Prefill FMHA kernel (FlashAttention-2 style), sm_80+: mma.sync m16n8k16 (bf16/fp16 in,
+// fp32 accumulate), ldmatrix from XOR-swizzled shared memory, cp.async multi-stage
+// pipelining of K/V tiles, online softmax in registers.
+//
+// One thread block = BM query rows of one (sequence, q head); each warp owns 16 rows.
+// Q fragments stay in registers for the whole key loop; S = Q K^T and O += P V run on
+// tensor cores; P is re-packed from the S accumulators into A fragments without shared
+// memory. K/V tiles of BN keys are gathered either from a dense varlen tensor or from a
+// paged cache (PAGED), the only difference being the row address.
+#ifndef KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
+#define KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace kiln::kernels::prefill {
+
+// Arguments shared by the dense and paged kernels (element strides).
+struct FmhaArgs {
+  const void *q;
+  void *out;
+  const void *k;            // dense: k base; paged: kv_cache base
+  const void *v;            // dense: v base; paged: unused
+  const int32_t *cu_q;      // [batch + 1]
+  const int32_t *cu_k;      // dense: [batch + 1]
+  const int32_t *seq_lens;  // paged: [batch]
+  const int32_t *block_table; // paged: [batch, max_pages]
+  int64_t q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;
+  int32_t page_size, max_pages;
+  int32_t group;            // q_heads / kv_heads
+  float scale_log2;         // softmax_scale * log2(e)
+  int32_t causal;
+};
+
+template <typename T> struct MmaType;
+template <> struct MmaType<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct MmaType<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint32_t smemAddr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; bytes beyond src_bytes (0 or 16) are zero-filled.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Element offset of (row, col) in a [rows, D] tile whose 16-byte chunks are XOR-swizzled
+// by row % 8: ldmatrix (8 rows, same logical chunk) and the cp.async fills are
+// bank-conflict free. Needs D >= 64.
+template <int D> __device__ __forceinline__ int swz(int row, int col) {
+  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+template <int D, int BM, int BN, int STAGES>
+constexpr int fmhaSmemBytes() {
+  return (BM * D + 2 * STAGES * BN * D) * 2;
+}
+
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED>
+__global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
+  static_assert(D % 64 == 0 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2, "tile shape");
+  constexpr int NWARPS = BM / 16;
+  constexpr int NTHREADS = NWARPS * 32;
+  constexpr int CHUNKS = D / 8; // 16-byte chunks per row
+  const float NEG_INF = -INFINITY;
+
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  T *sQ = reinterpret_cast<T *>(smemRaw);
+  T *sK = sQ + BM * D;
+  T *sV = sK + STAGES * BN * D;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int head = blockIdx.x;
+  const int b = blockIdx.y;
+
+  const int qStart = a.cu_q[b];
+  const int qLen = a.cu_q[b + 1] - qStart;
+  const int numMBlocks = (qLen + BM - 1) / BM;
+  if (static_cast<int>(blockIdx.z) >= numMBlocks)
+    return;
+  // Longest (last) query blocks are launched first: blockIdx.z == 0 is the last block.
+  const int m0 = (numMBlocks - 1 - static_cast<int>(blockIdx.z)) * BM;
+
+  int kStart = 0, kLen;
+  if constexpr (PAGED) {
+    kLen = a.seq_lens[b];
+  } else {
+    kStart = a.cu_k[b];
+    kLen = a.cu_k[b + 1] - kStart;
+  }
+  const int diag = kLen - qLen; // bottom-right alignment: query t sees keys <= t + diag
+  int nEnd = kLen;
+  if (a.causal)
+    nEnd = min(kLen, m0 + BM + diag);
+  const int nTiles = nEnd > 0 ? (nEnd + BN - 1) / BN : 0;
+  const int kvHead = head / a.group;
+
+  const T *qBase = static_cast<const T *>(a.q) + static_cast<int64_t>(qStart) * a.q_tok +
+                   static_cast<int64_t>(head) * a.q_head;
+  const T *kBase;
+  const T *vBase;
+  const int32_t *pageRow = nullptr;
+  if constexpr (PAGED) {
+    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kvHead) * a.k_head;
+    vBase = kBase + static_cast<int64_t>(a.page_size) * a.k_tok;
+    pageRow = a.block_table + static_cast<int64_t>(b) * a.max_pages;
+  } else {
+    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kStart) * a.k_tok +
+            static_cast<int64_t>(kvHead) * a.k_head;
+    vBase = static_cast<const T *>(a.v) + static_cast<int64_t>(kStart) * a.v_tok +
+            static_cast<int64_t>(kvHead) * a.v_head;
+  }
+
+  // ---- async loads ----------------------------------------------------------------
+  {
+    const uint32_t dst = smemAddr(sQ);
+#pragma unroll
+    for (int it = 0; it < BM * CHUNKS / NTHREADS; ++it) {
+      const int i = tid + it * NTHREADS;
+      const int row = i / CHUNKS, ch = i % CHUNKS;
+      const bool valid = m0 + row < qLen;
+      const T *src = valid ? qBase + static_cast<int64_t>(m0 + row) * a.q_tok + ch * 8 : qBase;
+      cpAsync16(dst + swz<D>(row, ch * 8) * 2, src, valid ? 16 : 0);
+    }
+  }
+  auto loadKV = [&](int tile, int stage) {
+    const uint32_t dstK = smemAddr(sK + stage * BN * D);
+    const uint32_t dstV = smemAddr(sV + stage * BN * D);
+    const int n0 = tile * BN;
+#pragma unroll
+    for (int it = 0; it < BN * CHUNKS / NTHREADS; ++it) {
+      const int i = tid + it * NTHREADS;
+      const int row = i / CHUNKS, ch = i % CHUNKS;
+      const int key = n0 + row;
+      const bool valid = key < kLen;
+      const T *srcK = kBase;
+      const T *srcV = vBase;
+      if (valid) {
+        int64_t off;
+        if constexpr (PAGED) {
+          const int page = __ldg(pageRow + key / a.page_size);
+          const int slot = key % a.page_size;
+          off = (static_cast<int64_t>(page) * 2 * a.page_size + slot) * a.k_tok;
+          srcK = kBase + off + ch * 8;
+          srcV = vBase + off + ch * 8;
+        } else {
+          srcK = kBase + static_cast<int64_t>(key) * a.k_tok + ch * 8;
+          srcV = vBase + static_cast<int64_t>(key) * a.v_tok + ch * 8;
+        }
+      }
+      const int o = swz<D>(row, ch * 8) * 2;
+      cpAsync16(dstK + o, srcK, valid ? 16 : 0);
+      cpAsync16(dstV + o, srcV, valid ? 16 : 0);
+    }
+  };
+
+  // Prologue: group 0 = Q (+ tile 0), groups 1..STAGES-2 = tiles 1..STAGES-2.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nTiles)
+      loadKV(s, s);
+    cpAsyncCommit();
+  }
+
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float rowMax[2] = {NEG_INF, NEG_INF};
+  float rowSum[2] = {0.f, 0.f};
+
+  const int g = lane >> 2; // row within the 8-row group
+  const int t = lane & 3;  // column pair
+  const int warpRow0 = m0 + warp * 16; // first query row (within the sequence) of this warp
+  // Keys this warp can see: [0, warpNEnd).
+  const int warpNEnd = a.causal ? min(kLen, warpRow0 + 16 + diag) : kLen;
+
+  for (int j = 0; j < nTiles; ++j) {
+    cpAsyncWait<STAGES - 2>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int row = warp * 16 + (lane & 15);
+        const int col = kk * 16 + (lane >> 4) * 8;
+        ldmatrixX4(qf[kk], smemAddr(sQ + swz<D>(row, col)));
+      }
+    }
+    {
+      const int next = j + STAGES - 1;
+      if (next < nTiles)
+        loadKV(next, next % STAGES);
+      cpAsyncCommit();
+    }
+    const int n0 = j * BN;
+    if (n0 >= warpNEnd)
+      continue; // every key of this tile is masked for this warp's rows
+    const int stage = j % STAGES;
+    const T *tK = sK + stage * BN * D;
+    const T *tV = sV + stage * BN * D;
+
+    // S = Q K^T
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i)
+      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t bk[4];
+        const int row = np * 16 + (lane >> 4) * 8 + (lane & 7);
+        const int col = kk * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrixX4(bk, smemAddr(tK + swz<D>(row, col)));
+        MmaType<T>::mma(s[2 * np], qf[kk], bk[0], bk[1]);
+        MmaType<T>::mma(s[2 * np + 1], qf[kk], bk[2], bk[3]);
+      }
+    }
+
+    // Mask (tail of the key sequence, causal diagonal) only where needed.
+    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag);
+    if (needMask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * t + (e & 1);
+          const int qrow = warpRow0 + g + (e >> 1) * 8;
+          const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
+          if (!visible)
+            s[nt][e] = NEG_INF;
+        }
+      }
+    }
+
+    // Online softmax (scores kept unscaled; exp2 with the scale folded in).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = NEG_INF;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(rowMax[r], mx);
+      const float mUse = mNew == NEG_INF ? 0.f : mNew;
+      const float alpha = fastExp2((rowMax[r] - mUse) * a.scale_log2);
+      rowMax[r] = mNew;
+      rowSum[r] *= alpha;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][2 * r] *= alpha;
+        o[dn][2 * r + 1] *= alpha;
+      }
+      const float ms = mUse * a.scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const float p0 = fastExp2(fmaf(s[nt][2 * r], a.scale_log2, -ms));
+        const float p1 = fastExp2(fmaf(s[nt][2 * r + 1], a.scale_log2, -ms));
+        s[nt][2 * r] = p0;
+        s[nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      rowSum[r] += sum;
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      uint32_t pa[4];
+      pa[0] = MmaType<T>::pack(s[2 * kp][0], s[2 * kp][1]);
+      pa[1] = MmaType<T>::pack(s[2 * kp][2], s[2 * kp][3]);
+      pa[2] = MmaType<T>::pack(s[2 * kp + 1][0], s[2 * kp + 1][1]);
+      pa[3] = MmaType<T>::pack(s[2 * kp + 1][2], s[2 * kp + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bv[4];
+        const int row = kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        const int col = dp * 16 + (lane >> 4) * 8;
+        ldmatrixX4Trans(bv, smemAddr(tV + swz<D>(row, col)));
+        MmaType<T>::mma(o[2 * dp], pa, bv[0], bv[1]);
+        MmaType<T>::mma(o[2 * dp + 1], pa, bv[2], bv[3]);
+      }
+    }
+  }
+
+  // ---- epilogue: normalise, stage through this warp's rows of sQ, 16-byte stores ----
+  cpAsyncWait<0>();
+  __syncthreads();
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = rowSum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + 8 * r;
+      const uint32_t packed =
+          MmaType<T>::pack(o[dn][2 * r] * inv[r], o[dn][2 * r + 1] * inv[r]);
+      *reinterpret_cast<uint32_t *>(sQ + swz<D>(row, dn * 8 + 2 * t)) = packed;
+    }
+  }
+  __syncwarp();
+  T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
+             static_cast<int64_t>(head) * a.o_head;
+#pragma unroll
+  for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
+    const int i = lane + it * 32;
+    const int row = i / CHUNKS, ch = i % CHUNKS;
+    const int qrow = warpRow0 + row;
+    if (qrow < qLen) {
+      const uint4 val = *reinterpret_cast<const uint4 *>(sQ + swz<D>(warp * 16 + row, ch * 8));
+      *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
+    }
+  }
+}
+
+// Launches one instantiation; grid = (q_heads, batch, query blocks of the longest
+// sequence), blockIdx.z == 0 being the last (longest causal) block of each sequence.
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED>
+cudaError_t launchPrefillFmha(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
+                              cudaStream_t stream) {
+  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES>();
+  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess)
+    return err;
+  const dim3 grid(qHeads, batch, (maxSeqlenQ + BM - 1) / BM);
+  kernel<<<grid, BM / 16 * 32, smem, stream>>>(args);
+  return cudaGetLastError();
+}
+
+} // namespace kiln::kernels::prefill
+
+#endif

@@ -1,0 +1,29 @@
+// Internal interface between the host-side validation (PrefillFmha.cpp, plain C++) and
+// the CUDA launch code (PrefillFmha.cu), also used by the benchmark's tuning build.
+#ifndef KILN_LIB_KERNELS_PREFILL_PREFILLINTERNAL_H
+#define KILN_LIB_KERNELS_PREFILL_PREFILLINTERNAL_H
+
+#include "kiln/Kernels/Prefill.h"
+
+namespace kiln::kernels::prefill {
+
+// Argument checks only (no CUDA call); on failure records the message and returns the
+// status. `name` is the launcher named in messages.
+kiln_status_t validateDense(const kiln_prefill_fmha_params_t &p, const char *name);
+kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+
+// Launches after validation (PrefillFmha.cu): checks the device SM, picks the
+// instantiation for head_dim/dtype, launches on p.stream.
+kiln_status_t launchDenseSm80(const kiln_prefill_fmha_params_t &p, const char *name);
+kiln_status_t launchPagedSm80(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+
+// Packed default strides filled in where the caller passed 0.
+struct ResolvedStrides {
+  long long q_tok, q_head, k_tok, k_head, v_tok, v_head, o_tok, o_head;
+};
+ResolvedStrides resolveStrides(const kiln_prefill_fmha_params_t &p);
+ResolvedStrides resolveStrides(const kiln_prefill_fmha_paged_params_t &p);
+
+} // namespace kiln::kernels::prefill
+
+#endif

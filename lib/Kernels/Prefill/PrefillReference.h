@@ -1,0 +1,22 @@
+// fp64 CPU reference of the prefill attention math (plain C++, no CUDA), used by the
+// tests and available to other tools through KilnKernelReferencePrefill.
+#ifndef KILN_LIB_KERNELS_PREFILL_PREFILLREFERENCE_H
+#define KILN_LIB_KERNELS_PREFILL_PREFILLREFERENCE_H
+
+#include <cstdint>
+
+namespace kiln::reference {
+
+// Packed layouts: q/out [total_q, q_heads, head_dim], k/v [total_k, kv_heads, head_dim];
+// sequence b owns q rows cu_q[b]..cu_q[b+1] and k rows cu_k[b]..cu_k[b+1] (host arrays).
+// Causal masks are bottom-right aligned: query t sees keys <= t + (k_len - q_len); a
+// query seeing no key gets zeros. Inputs are the values the kernel sees (already rounded
+// to bf16/fp16); all math in double.
+void prefillAttentionReference(const float *q, const float *k, const float *v, double *out,
+                               const int32_t *cu_q, const int32_t *cu_k, int batch,
+                               int q_heads, int kv_heads, int head_dim, double softmax_scale,
+                               bool causal);
+
+} // namespace kiln::reference
+
+#endif

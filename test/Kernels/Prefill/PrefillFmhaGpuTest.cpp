@@ -1,0 +1,274 @@
+// GPU tests of the prefill kernels against the fp64 CPU reference on random data:
+// ragged varlen batches (lengths 1, not multiples of the tiles), GQA groups 1/4/8, head
+// dims 64/128, bf16/fp16, q_len < k_len (bottom-right causal) and q_len > k_len, the
+// non-causal mode and the paged-KV variant. Outputs are poisoned (NaN) before each run.
+//
+// Tolerance (inputs rounded to the dtype first, so only the kernel's own rounding counts:
+// P rounded to the dtype before the PV product, fp32 accumulation, output rounding):
+//   |out - ref| <= atol + rtol * |ref|, bf16: atol 1e-2, rtol 1e-2; fp16: atol 2e-3, rtol 2e-3.
+#include "GpuTest.h"
+#include "PrefillReference.h"
+#include "kiln/Kernels/HostNumeric.h"
+#include "kiln/Kernels/Prefill.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+uint16_t toBits(float x, kiln_dtype_t dt) {
+  return dt == KILN_DTYPE_BF16 ? kiln_float_to_bf16(x) : kiln_float_to_f16(x);
+}
+float fromBits(uint16_t b, kiln_dtype_t dt) {
+  return dt == KILN_DTYPE_BF16 ? kiln_bf16_to_float(b) : kiln_f16_to_float(b);
+}
+
+// Fills `bits` with uniform values in [-range, range] and `vals` with their rounded floats.
+void randomTensor(std::mt19937_64 &rng, size_t n, float range, kiln_dtype_t dt,
+                  std::vector<uint16_t> &bits, std::vector<float> &vals) {
+  std::uniform_real_distribution<float> dist(-range, range);
+  bits.resize(n);
+  vals.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = toBits(dist(rng), dt);
+    vals[i] = fromBits(bits[i], dt);
+  }
+}
+
+template <typename T> struct DeviceBuffer {
+  T *ptr = nullptr;
+  explicit DeviceBuffer(size_t n) { cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  void upload(const std::vector<T> &h) {
+    ASSERT_EQ(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+};
+
+struct Case {
+  std::vector<int> qLens, kLens;
+  int qHeads, kvHeads, headDim;
+  kiln_dtype_t dtype;
+  bool causal;
+  int pageSize = 0; // > 0: run the paged variant with this page size
+};
+
+std::vector<int32_t> prefix(const std::vector<int> &lens) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  for (size_t i = 0; i < lens.size(); ++i)
+    cu[i + 1] = cu[i] + lens[i];
+  return cu;
+}
+
+void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<double> &ref) {
+  const double atol = c.dtype == KILN_DTYPE_BF16 ? 1e-2 : 2e-3;
+  const double rtol = atol;
+  double maxErr = 0.0;
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = fromBits(got[i], c.dtype);
+    const double err = std::fabs(g - ref[i]);
+    if (!(err <= atol + rtol * std::fabs(ref[i]))) {
+      if (bad < 5)
+        ADD_FAILURE() << "element " << i << ": got " << g << ", expected " << ref[i];
+      ++bad;
+    }
+    if (err > maxErr || std::isnan(err))
+      maxErr = err;
+  }
+  EXPECT_EQ(bad, 0u) << "mismatches of " << ref.size();
+  std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d] max abs err %.3g over %zu values\n",
+              c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16", c.headDim, c.qHeads, c.kvHeads,
+              c.causal, c.pageSize, maxErr, ref.size());
+}
+
+void runCase(const Case &c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int batch = static_cast<int>(c.qLens.size());
+  const std::vector<int32_t> cuQ = prefix(c.qLens), cuK = prefix(c.kLens);
+  const int totalQ = cuQ.back(), totalK = cuK.back();
+  const int d = c.headDim;
+  const size_t qElems = static_cast<size_t>(totalQ) * c.qHeads * d;
+  const size_t kvElems = static_cast<size_t>(totalK) * c.kvHeads * d;
+
+  std::vector<uint16_t> qBits;
+  std::vector<float> qVals, kVals(kvElems), vVals(kvElems);
+  randomTensor(rng, qElems, 2.0f, c.dtype, qBits, qVals);
+
+  DeviceBuffer<uint16_t> dQ(qElems), dOut(qElems);
+  DeviceBuffer<int32_t> dCuQ(cuQ.size());
+  dQ.upload(qBits);
+  dCuQ.upload(cuQ);
+  CUDA_OK(cudaMemset(dOut.ptr, 0xff, qElems * 2)); // NaN poison in bf16 and fp16
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int maxQ = *std::max_element(c.qLens.begin(), c.qLens.end());
+
+  kiln_status_t st;
+  std::vector<uint16_t> cacheBits; // kept alive for the paged case
+  if (c.pageSize == 0) {
+    std::vector<uint16_t> kBits, vBits;
+    randomTensor(rng, kvElems, 2.0f, c.dtype, kBits, kVals);
+    randomTensor(rng, kvElems, 1.0f, c.dtype, vBits, vVals);
+    DeviceBuffer<uint16_t> dK(kvElems), dV(kvElems);
+    DeviceBuffer<int32_t> dCuK(cuK.size());
+    dK.upload(kBits);
+    dV.upload(vBits);
+    dCuK.upload(cuK);
+    kiln_prefill_fmha_params_t p{};
+    p.q = dQ.ptr;
+    p.k = dK.ptr;
+    p.v = dV.ptr;
+    p.out = dOut.ptr;
+    p.cu_seqlens_q = dCuQ.ptr;
+    p.cu_seqlens_k = dCuK.ptr;
+    p.batch = batch;
+    p.total_q = totalQ;
+    p.total_k = totalK;
+    p.max_seqlen_q = maxQ;
+    p.q_heads = c.qHeads;
+    p.kv_heads = c.kvHeads;
+    p.head_dim = d;
+    p.dtype = c.dtype;
+    p.softmax_scale = scale;
+    p.causal = c.causal;
+    st = kiln_prefill_fmha(&p);
+    ASSERT_EQ(st, KILN_OK) << kiln_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+  } else {
+    // Paged cache with shuffled pages and spare pages of garbage.
+    const int ps = c.pageSize;
+    std::vector<int> pagesOf(batch);
+    int maxPages = 1, needed = 0;
+    for (int b = 0; b < batch; ++b) {
+      pagesOf[b] = (c.kLens[b] + ps - 1) / ps;
+      maxPages = std::max(maxPages, pagesOf[b]);
+      needed += pagesOf[b];
+    }
+    const int numPages = needed + 3;
+    std::vector<int> perm(numPages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table(static_cast<size_t>(batch) * maxPages, -1);
+    int next = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < pagesOf[b]; ++i)
+        table[static_cast<size_t>(b) * maxPages + i] = perm[next++];
+    const size_t tok = static_cast<size_t>(c.kvHeads) * d;
+    std::vector<float> cacheVals;
+    randomTensor(rng, static_cast<size_t>(numPages) * 2 * ps * tok, 2.0f, c.dtype, cacheBits,
+                 cacheVals);
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < c.kLens[b]; ++j) {
+        const size_t page = table[static_cast<size_t>(b) * maxPages + j / ps];
+        const size_t kOff = ((page * 2 + 0) * ps + j % ps) * tok;
+        const size_t vOff = ((page * 2 + 1) * ps + j % ps) * tok;
+        std::copy_n(cacheVals.begin() + kOff, tok, kVals.begin() + (cuK[b] + j) * tok);
+        std::copy_n(cacheVals.begin() + vOff, tok, vVals.begin() + (cuK[b] + j) * tok);
+      }
+    DeviceBuffer<uint16_t> dCache(cacheBits.size());
+    DeviceBuffer<int32_t> dTable(table.size()), dSeq(batch);
+    dCache.upload(cacheBits);
+    dTable.upload(table);
+    dSeq.upload(std::vector<int32_t>(c.kLens.begin(), c.kLens.end()));
+    kiln_prefill_fmha_paged_params_t p{};
+    p.q = dQ.ptr;
+    p.kv_cache = dCache.ptr;
+    p.out = dOut.ptr;
+    p.cu_seqlens_q = dCuQ.ptr;
+    p.seq_lens = dSeq.ptr;
+    p.block_table = dTable.ptr;
+    p.batch = batch;
+    p.total_q = totalQ;
+    p.max_seqlen_q = maxQ;
+    p.num_pages = numPages;
+    p.page_size = ps;
+    p.max_pages_per_seq = maxPages;
+    p.q_heads = c.qHeads;
+    p.kv_heads = c.kvHeads;
+    p.head_dim = d;
+    p.dtype = c.dtype;
+    p.softmax_scale = scale;
+    p.causal = c.causal;
+    st = kiln_prefill_fmha_paged(&p);
+    ASSERT_EQ(st, KILN_OK) << kiln_last_error();
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+
+  std::vector<uint16_t> got(qElems);
+  CUDA_OK(cudaMemcpy(got.data(), dOut.ptr, qElems * 2, cudaMemcpyDeviceToHost));
+  std::vector<double> ref(qElems);
+  kiln::reference::prefillAttentionReference(qVals.data(), kVals.data(), vVals.data(),
+                                             ref.data(), cuQ.data(), cuK.data(), batch,
+                                             c.qHeads, c.kvHeads, d, scale, c.causal);
+  compare(c, got, ref);
+}
+
+const kiln_dtype_t kDtypes[] = {KILN_DTYPE_BF16, KILN_DTYPE_F16};
+const int kHeadDims[] = {64, 128};
+
+} // namespace
+
+// q_len == k_len, ragged lengths around the tile sizes (64, 128), length 1, GQA 1/4/8.
+TEST(PrefillFmhaGpu, CausalSelfAttention) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> lens = {1, 17, 64, 129, 300, 77};
+  const int groups[][2] = {{4, 4}, {8, 2}, {16, 2}};
+  uint64_t seed = 1;
+  for (kiln_dtype_t dt : kDtypes)
+    for (int d : kHeadDims)
+      for (auto &g : groups)
+        runCase({lens, lens, g[0], g[1], d, dt, true}, seed++);
+}
+
+// q_len < k_len (bottom-right causal: new tokens after a prefix), and q_len > k_len
+// (leading queries see no key and must be zero).
+TEST(PrefillFmhaGpu, CausalUnequalLengths) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {5, 100, 257, 1, 50, 130};
+  const std::vector<int> kLens = {5, 300, 1000, 700, 20, 129};
+  uint64_t seed = 100;
+  for (kiln_dtype_t dt : kDtypes)
+    for (int d : kHeadDims)
+      runCase({qLens, kLens, 8, 1, d, dt, true}, seed++);
+}
+
+TEST(PrefillFmhaGpu, NonCausal) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {3, 200, 65};
+  const std::vector<int> kLens = {190, 64, 1};
+  uint64_t seed = 200;
+  for (kiln_dtype_t dt : kDtypes)
+    for (int d : kHeadDims)
+      runCase({qLens, kLens, 4, 1, d, dt, false}, seed++);
+}
+
+// A longer sequence: many key tiles, pipeline wrap-around, load-balanced grid order.
+TEST(PrefillFmhaGpu, LongSequence) {
+  KILN_REQUIRE_GPU();
+  runCase({{2048, 33}, {2048, 33}, 8, 2, 128, KILN_DTYPE_BF16, true}, 300);
+  runCase({{1500}, {1500}, 4, 4, 64, KILN_DTYPE_F16, true}, 301);
+}
+
+// Extend context through the paged cache: a few new tokens after a long cached prefix,
+// page sizes 16 and 7 (not a power of two), shuffled pages.
+TEST(PrefillFmhaGpu, PagedExtend) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {1, 7, 20, 3};
+  const std::vector<int> kLens = {513, 900, 64, 3};
+  uint64_t seed = 400;
+  for (kiln_dtype_t dt : kDtypes)
+    for (int d : kHeadDims)
+      for (int ps : {16, 7})
+        runCase({qLens, kLens, 8, 2, d, dt, true, ps}, seed++);
+  // A full prefill through the cache (q_len == k_len), GQA 8.
+  runCase({{300, 129}, {300, 129}, 16, 2, 128, KILN_DTYPE_BF16, true, 16}, seed++);
+}
