@@ -1,0 +1,78 @@
+// Custom syntax, generic form and bytecode all round-trip.
+// RUN: kiln-opt %s | kiln-opt | FileCheck %s
+// RUN: kiln-opt %s --mlir-print-op-generic | kiln-opt | FileCheck %s
+// RUN: kiln-opt %s --emit-bytecode | kiln-opt | FileCheck %s
+
+// CHECK-LABEL: module attributes
+// CHECK-SAME: kiln.model = #kiln.model<name = "tiny-hybrid", model_type = "nemotron_h", num_layers = 4, dtype = bf16, weight_bytes = 1000>
+// CHECK-SAME: kiln.runtime = #kiln.runtime<max_batch = 64, max_seq_len = 8192, kv_dtype = bf16, tp = 2, state_dtype = f32>
+// CHECK-SAME: kiln.spec = #kiln.spec<mode = mtp, max_draft_len = 3, ssm = replay>
+// CHECK-SAME: kiln.target = #kiln.target<"h200", sm = 90, sms = 132, memory = 150109880320, smem_per_block = 232448, features = [tma, wgmma, fp8, clusters]>
+module attributes {
+  kiln.target = #kiln.target<"h200">,
+  kiln.runtime = #kiln.runtime<max_batch = 64, max_seq_len = 8192, page_size = 64, kv_dtype = bf16, tp = 2, state_dtype = f32>,
+  kiln.spec = #kiln.spec<mode = mtp, max_draft_len = 3, ssm = replay>,
+  kiln.model = #kiln.model<name = "tiny-hybrid", model_type = "nemotron_h", num_layers = 4, dtype = bf16, weight_bytes = 1000>
+} {
+  // CHECK-LABEL: func.func @model_ops
+  func.func @model_ops(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>,
+                       %mq: tensor<?x16x576xbf16>, %lat: tensor<?x576xbf16>,
+                       %x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>,
+                       %bc: tensor<?x8x128xbf16>, %cx: tensor<?x10240xbf16>) {
+    // CHECK: kiln.attention layer 0 %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 128 : i64, num_heads = 32 : i64, num_kv_heads = 8 : i64, sliding_window = 4096 : i64}
+    %0 = kiln.attention layer 0 %q, %k, %k {num_heads = 32, num_kv_heads = 8, head_dim = 128, sliding_window = 4096}
+      : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
+    // CHECK: kiln.attention layer 5 {{.*}}draft = #kiln<draft mtp>
+    %1 = kiln.attention layer 5 %q, %k, %k {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft mtp>}
+      : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
+    // CHECK: kiln.mla_attention layer 1 {{.*}}kv_lora_rank = 512 : i64, num_heads = 16 : i64, qk_rope_head_dim = 64 : i64
+    %2 = kiln.mla_attention layer 1 %mq, %lat {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64}
+      : tensor<?x16x576xbf16>, tensor<?x576xbf16> -> tensor<?x16x512xbf16>
+    // CHECK: kiln.ssm layer 2 {{.*}} gate %{{.*}} : tensor<?x128x64xbf16> {head_dim = 64 : i64, n_groups = 8 : i64, num_heads = 128 : i64, state_size = 128 : i64}
+    %3 = kiln.ssm layer 2 %x, %dt, %bc, %bc gate %x : tensor<?x128x64xbf16> {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
+      : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
+    // CHECK: kiln.causal_conv layer 2 %{{.*}} {conv_dim = 10240 : i64, kernel_size = 4 : i64, silu}
+    %4 = kiln.causal_conv layer 2 %cx {conv_dim = 10240, kernel_size = 4, silu} : tensor<?x10240xbf16> -> tensor<?x10240xbf16>
+    return
+  }
+
+  // CHECK-LABEL: func.func @cached_ops
+  func.func @cached_ops(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>,
+                        %x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>,
+                        %bc: tensor<?x8x128xbf16>, %cx: tensor<?x10240xbf16>) {
+    // CHECK: %[[KV:.*]] = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 4096 shard 1 {bytes = 10 : i64, offset = 0 : i64, pool = "kv.w4096.d128.bf16"} : !kiln.cache<kv>
+    %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 4096 shard 1 {pool = "kv.w4096.d128.bf16", offset = 0, bytes = 10} : !kiln.cache<kv>
+    // CHECK: kiln.cached_attention layer 0 {{.*}} kv(%[[KV]] : !kiln.cache<kv>) {{{.*}}decode_kernel = "gqa_decode"{{.*}}prefill_kernel = "prefill_fmha"{{.*}}spec_dec_mode = #kiln<spec_dec_mode multi_token>
+    %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>)
+      {num_heads = 32, num_kv_heads = 8, head_dim = 128, sliding_window = 4096,
+       decode_kernel = "gqa_decode", prefill_kernel = "prefill_fmha", spec_dec_mode = #kiln<spec_dec_mode multi_token>}
+      : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
+    // An empty slot: a draft layer whose draft_kv was dropped.
+    // CHECK: kiln.cached_attention layer 5 %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {draft = #kiln<draft mtp>
+    %1 = kiln.cached_attention layer 5 %q, %k, %k {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft mtp>}
+      : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
+    // CHECK: %[[S:.*]] = kiln.cache_resource layer 2 unit [128, 64, 128] of f32 shard 0 : !kiln.cache<ssm_state>
+    %s = kiln.cache_resource layer 2 unit [128, 64, 128] of f32 shard 0 : !kiln.cache<ssm_state>
+    // CHECK: %[[RX:.*]] = kiln.cache_resource layer 2 unit [2, 4, 128, 64] of bf16 shard 2 speculative_only : !kiln.cache<replay_x>
+    %rx = kiln.cache_resource layer 2 unit [2, 4, 128, 64] of bf16 shard 2 speculative_only : !kiln.cache<replay_x>
+    %rb = kiln.cache_resource layer 2 unit [2, 4, 8, 128] of bf16 shard 2 speculative_only : !kiln.cache<replay_b>
+    %rdt = kiln.cache_resource layer 2 unit [2, 128, 4] of f32 shard 1 speculative_only : !kiln.cache<replay_dt>
+    %rda = kiln.cache_resource layer 2 unit [2, 128, 4] of f32 shard 1 speculative_only : !kiln.cache<replay_dacs>
+    %ri = kiln.cache_resource layer 2 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
+    // CHECK: kiln.cached_ssm layer 2 {{.*}} state(%[[S]] : !kiln.cache<ssm_state>) replay_x(%[[RX]] : !kiln.cache<replay_x>) replay_b
+    %2 = kiln.cached_ssm layer 2 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>)
+      replay_x(%rx : !kiln.cache<replay_x>) replay_b(%rb : !kiln.cache<replay_b>)
+      replay_dt(%rdt : !kiln.cache<replay_dt>) replay_dacs(%rda : !kiln.cache<replay_dacs>)
+      replay_index(%ri : !kiln.cache<replay_index>)
+      {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
+      : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
+    // CHECK: %[[CS:.*]] = kiln.cache_resource layer 2 unit [10240, 3] of bf16 shard 0 unmanaged : !kiln.cache<conv_state>
+    %cs = kiln.cache_resource layer 2 unit [10240, 3] of bf16 shard 0 unmanaged : !kiln.cache<conv_state>
+    %ci = kiln.cache_resource layer 2 unit [4, 10240, 3] of bf16 shard 1 speculative_only : !kiln.cache<intermediate_conv_state>
+    // CHECK: kiln.cached_causal_conv layer 2 %{{.*}} state(%[[CS]] : !kiln.cache<conv_state>) intermediate(%{{.*}} : !kiln.cache<intermediate_conv_state>)
+    %3 = kiln.cached_causal_conv layer 2 %cx state(%cs : !kiln.cache<conv_state>) intermediate(%ci : !kiln.cache<intermediate_conv_state>)
+      {conv_dim = 10240, kernel_size = 4, silu} : tensor<?x10240xbf16> -> tensor<?x10240xbf16>
+    return
+  }
+}
+
