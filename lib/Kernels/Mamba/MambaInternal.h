@@ -1,0 +1,65 @@
+// Internal argument structs shared by the Mamba launchers (Launchers.cpp, plain C++) and
+// the CUDA dispatchers (*.cu). Strides here are resolved (no "0 = packed") and in
+// elements; token strides are 0 for the single-token kernels.
+#ifndef KILN_LIB_KERNELS_MAMBA_MAMBAINTERNAL_H
+#define KILN_LIB_KERNELS_MAMBA_MAMBAINTERNAL_H
+
+#include <stdint.h>
+
+#include "kiln/Kernels/Status.h"
+
+namespace kiln::kernels::mamba {
+
+struct SsmArgs {
+  const void *stateIn; // read from here (slot-indexed)
+  void *stateOut;      // single-token: == stateIn; spec: intermediate base
+  int64_t inSlot, inHead, inDim;       // strides of stateIn
+  int64_t outSlot, outToken, outHead, outDim; // strides of stateOut
+  int32_t numSlots;
+  const int32_t *indices;
+  int32_t batch, numTokens, heads, headDim, headsPerGroup;
+  const void *x;
+  int64_t xBatch, xToken, xHead;
+  const void *dt;
+  int64_t dtBatch, dtToken;
+  const float *dtBias, *A, *D;
+  const void *B;
+  int64_t bBatch, bToken, bGroup;
+  const void *C;
+  int64_t cBatch, cToken, cGroup;
+  const void *z;
+  int64_t zBatch, zToken, zHead;
+  void *out;
+  int64_t yBatch, yToken, yHead;
+  int32_t dtSoftplus;
+};
+
+struct ConvArgs {
+  const void *stateIn;
+  void *stateOut;
+  int64_t inSlot;
+  int64_t outSlot, outToken;
+  int32_t numSlots;
+  const int32_t *indices;
+  int32_t batch, numTokens, convDim;
+  const void *x;
+  int64_t xBatch, xToken;
+  const void *weight, *bias;
+  void *out;
+  int64_t yBatch, yToken;
+  int32_t silu;
+};
+
+// Launch helpers implemented in the .cu files. Arguments are already validated; they
+// return KILN_OK, KILN_ERROR_UNSUPPORTED (no instantiation) or KILN_ERROR_CUDA, with the
+// message set through fail().
+kiln_status_t launchSsmUpdate(const SsmArgs &args, kiln_dtype_t stateDtype,
+                              kiln_dtype_t dtype, int stateSize, void *stream);
+kiln_status_t launchSsmUpdateSpec(const SsmArgs &args, kiln_dtype_t stateDtype,
+                                  kiln_dtype_t dtype, int stateSize, void *stream);
+kiln_status_t launchConvUpdate(const ConvArgs &args, kiln_dtype_t stateDtype,
+                               kiln_dtype_t dtype, int width, bool spec, void *stream);
+
+} // namespace kiln::kernels::mamba
+
+#endif

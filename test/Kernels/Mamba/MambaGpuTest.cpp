@@ -1,0 +1,564 @@
+// GPU tests: every kernel against the fp64 CPU reference on random data (ragged batches,
+// padding slots, shuffled slot indices, outputs poisoned before each run), and the spec
+// variants step by step against the single-token kernel applied repeatedly.
+#include "GpuTest.h"
+#include "MambaReference.h"
+#include "MambaTestUtil.h"
+#include "kiln/Kernels/Mamba.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace kiln::test;
+using namespace kiln::reference;
+
+namespace {
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+#define KILN_OK_(expr) ASSERT_EQ((expr), KILN_OK) << kiln_last_error()
+
+struct DeviceBuffer {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (cudaMalloc(&ptr, n ? n : 16) != cudaSuccess)
+      ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  template <typename T> T *as() const { return static_cast<T *>(ptr); }
+};
+
+std::unique_ptr<DeviceBuffer> upload(const void *data, size_t bytes) {
+  auto buf = std::make_unique<DeviceBuffer>(bytes);
+  cudaMemcpy(buf->ptr, data, bytes, cudaMemcpyHostToDevice);
+  return buf;
+}
+std::unique_ptr<DeviceBuffer> upload(const HostTensor &t) {
+  return upload(t.bytes.data(), t.bytes.size());
+}
+template <typename T> std::unique_ptr<DeviceBuffer> upload(const std::vector<T> &v) {
+  return upload(v.data(), v.size() * sizeof(T));
+}
+std::unique_ptr<DeviceBuffer> poisoned(size_t bytes) {
+  auto buf = std::make_unique<DeviceBuffer>(bytes);
+  cudaMemset(buf->ptr, 0xFF, bytes);
+  return buf;
+}
+void download(HostTensor &t, const DeviceBuffer &buf) {
+  cudaMemcpy(t.bytes.data(), buf.ptr, t.bytes.size(), cudaMemcpyDeviceToHost);
+}
+
+bool allPoison(const HostTensor &t, size_t first, size_t n) {
+  const size_t e = t.elemBytes();
+  for (size_t i = first * e; i < (first + n) * e; ++i)
+    if (t.bytes[i] != 0xFF)
+      return false;
+  return true;
+}
+
+// |got - want| <= tol * (|want| + scale), scale = rms of the reference values.
+struct Compare {
+  double tol, scale;
+  int failures = 0;
+  double worst = 0.0;
+  void check(double got, double want, const char *what, size_t index) {
+    const double err = std::fabs(got - want);
+    const double allowed = tol * (std::fabs(want) + scale);
+    if (!(err <= allowed)) {
+      if (++failures <= 5)
+        ADD_FAILURE() << what << "[" << index << "]: got " << got << " want " << want
+                      << " (err " << err << ", allowed " << allowed << ")";
+    }
+    if (std::isfinite(err))
+      worst = std::max(worst, err / (std::fabs(want) + scale));
+  }
+};
+
+double rms(const std::vector<double> &v) {
+  double s = 0.0;
+  for (double x : v)
+    s += x * x;
+  return v.empty() ? 1.0 : std::sqrt(s / static_cast<double>(v.size())) + 1e-30;
+}
+
+// ---------------------------------------------------------------------------------------
+struct SsmCase {
+  kiln_dtype_t stateDtype, dtype;
+  int batch, slots, heads, headDim, stateSize, groups, tokens;
+  bool z, D, dtBias, softplus;
+  int padEvery;      // every padEvery-th sequence is padding (0: none)
+  bool nullIndices;  // state_indices = NULL (slot = b)
+};
+
+std::string name(const SsmCase &c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "state=%s act=%s B=%d slots=%d H=%d P=%d N=%d G=%d T=%d z=%d D=%d bias=%d sp=%d pad=%d null=%d",
+                c.stateDtype == KILN_DTYPE_F32 ? "f32" : "bf16",
+                c.dtype == KILN_DTYPE_BF16 ? "bf16" : "f16", c.batch, c.slots, c.heads,
+                c.headDim, c.stateSize, c.groups, c.tokens, c.z, c.D, c.dtBias, c.softplus,
+                c.padEvery, c.nullIndices);
+  return buf;
+}
+
+struct SsmData {
+  SsmCase c;
+  std::vector<int32_t> idx;
+  HostTensor state, x, dt, B, C, z; // x etc. [batch, T, ...]
+  std::vector<float> A, D, dtBias;
+
+  SsmData(const SsmCase &cc, uint64_t seed) : c(cc) {
+    Rng rng(seed);
+    const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
+    idx = c.nullIndices ? std::vector<int32_t>() : makeIndices(rng, c.batch, c.slots, c.padEvery);
+    state = HostTensor(c.stateDtype, c.slots * H * P * N);
+    rng.fill(state, -1.0, 1.0);
+    x = HostTensor(c.dtype, c.batch * T * H * P);
+    rng.fill(x, -1.0, 1.0);
+    dt = HostTensor(c.dtype, c.batch * T * H);
+    if (c.softplus)
+      rng.fill(dt, -3.0, 1.0);
+    else
+      rng.fill(dt, 0.01, 0.5);
+    B = HostTensor(c.dtype, c.batch * T * G * N);
+    C = HostTensor(c.dtype, c.batch * T * G * N);
+    rng.fill(B, -1.0, 1.0);
+    rng.fill(C, -1.0, 1.0);
+    z = HostTensor(c.dtype, c.batch * T * H * P);
+    rng.fill(z, -3.0, 3.0);
+    A.resize(H);
+    D.resize(H);
+    dtBias.resize(H);
+    rng.fill(A, -2.0, -0.1);
+    rng.fill(D, -1.0, 1.0);
+    if (c.softplus)
+      rng.fill(dtBias, -1.0, 1.0);
+    else
+      rng.fill(dtBias, 0.0, 0.2);
+  }
+  int slotOf(int b) const { return c.nullIndices ? b : idx[b]; }
+
+  // Reference: runs tokens 0..T-1 of every live sequence from the initial state;
+  // refState[b][t] is the state after token t, refOut[b][t] its output.
+  void reference(std::vector<std::vector<std::vector<double>>> &refState,
+                 std::vector<std::vector<std::vector<double>>> &refOut) const {
+    const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
+    refState.assign(c.batch, {});
+    refOut.assign(c.batch, {});
+    std::vector<double> Ad(A.begin(), A.end()), Dd(D.begin(), D.end()),
+        biasd(dtBias.begin(), dtBias.end());
+    for (int b = 0; b < c.batch; ++b) {
+      const int slot = slotOf(b);
+      if (slot < 0)
+        continue;
+      std::vector<double> st(H * P * N);
+      for (size_t i = 0; i < st.size(); ++i)
+        st[i] = state.get(slot * H * P * N + i);
+      for (size_t t = 0; t < T; ++t) {
+        auto slice = [&](const HostTensor &h, size_t n) {
+          std::vector<double> v(n);
+          for (size_t i = 0; i < n; ++i)
+            v[i] = h.get((b * T + t) * n + i);
+          return v;
+        };
+        auto xs = slice(x, H * P), dts = slice(dt, H), Bs = slice(B, G * N),
+             Cs = slice(C, G * N), zs = slice(z, H * P);
+        std::vector<double> out(H * P);
+        ssmUpdateReference(c.heads, c.headDim, c.stateSize, c.groups, st.data(), xs.data(),
+                           dts.data(), c.dtBias ? biasd.data() : nullptr, Ad.data(),
+                           Bs.data(), Cs.data(), c.D ? Dd.data() : nullptr,
+                           c.z ? zs.data() : nullptr, c.softplus, out.data());
+        refState[b].push_back(st);
+        refOut[b].push_back(out);
+      }
+    }
+  }
+};
+
+double stateTol(const SsmCase &c) { return c.stateDtype == KILN_DTYPE_F32 ? 2e-5 : 1e-2; }
+double outTol(const SsmCase &c) {
+  double t = c.dtype == KILN_DTYPE_BF16 ? 8e-3 : 2e-3;
+  return c.stateDtype == KILN_DTYPE_BF16 ? t + 1e-2 : t;
+}
+
+void runSsmSingle(const SsmCase &c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  ASSERT_EQ(c.tokens, 1);
+  SsmData d(c, seed);
+  const size_t H = c.heads, P = c.headDim, N = c.stateSize;
+  auto dState = upload(d.state);
+  auto dIdx = upload(d.idx);
+  auto dx = upload(d.x), ddt = upload(d.dt), dB = upload(d.B), dC = upload(d.C),
+       dz = upload(d.z);
+  auto dA = upload(d.A), dD = upload(d.D), dBias = upload(d.dtBias);
+  auto dOut = poisoned(c.batch * H * P * dtypeSize(c.dtype));
+
+  kiln_ssm_update_params_t p{};
+  p.state = dState->ptr;
+  p.state_dtype = c.stateDtype;
+  p.num_slots = c.slots;
+  p.state_indices = c.nullIndices ? nullptr : dIdx->as<int32_t>();
+  p.batch = c.batch;
+  p.heads = c.heads;
+  p.head_dim = c.headDim;
+  p.state_size = c.stateSize;
+  p.n_groups = c.groups;
+  p.dtype = c.dtype;
+  p.x = dx->ptr;
+  p.dt = ddt->ptr;
+  p.dt_bias = c.dtBias ? dBias->as<float>() : nullptr;
+  p.A = dA->as<float>();
+  p.B = dB->ptr;
+  p.C = dC->ptr;
+  p.D = c.D ? dD->as<float>() : nullptr;
+  p.z = c.z ? dz->ptr : nullptr;
+  p.out = dOut->ptr;
+  p.dt_softplus = c.softplus;
+  KILN_OK_(kiln_ssm_update(&p));
+  CUDA_OK(cudaDeviceSynchronize());
+
+  HostTensor gotState(c.stateDtype, d.state.count), gotOut(c.dtype, c.batch * H * P);
+  download(gotState, *dState);
+  download(gotOut, *dOut);
+  std::vector<std::vector<std::vector<double>>> refState, refOut;
+  d.reference(refState, refOut);
+
+  std::vector<bool> touched(c.slots, false);
+  for (int b = 0; b < c.batch; ++b) {
+    const int slot = d.slotOf(b);
+    if (slot < 0) {
+      EXPECT_TRUE(allPoison(gotOut, b * H * P, H * P)) << "padding sequence " << b << " written";
+      continue;
+    }
+    touched[slot] = true;
+    Compare cs{stateTol(c), rms(refState[b][0])}, co{outTol(c), rms(refOut[b][0])};
+    for (size_t i = 0; i < H * P * N; ++i)
+      cs.check(gotState.get(slot * H * P * N + i), refState[b][0][i], "state", i);
+    for (size_t i = 0; i < H * P; ++i)
+      co.check(gotOut.get(b * H * P + i), refOut[b][0][i], "out", i);
+    ASSERT_EQ(cs.failures + co.failures, 0) << "sequence " << b;
+  }
+  for (int s = 0; s < c.slots; ++s)
+    if (!touched[s])
+      EXPECT_TRUE(gotState.sameBytes(s * H * P * N, H * P * N, d.state)) << "slot " << s << " modified";
+}
+
+// Spec: checks intermediates/outputs against the reference after every token, the main
+// state untouched, and bit-equality with the single-token launcher applied T times
+// (fed through strided views of the [batch, T, ...] inputs).
+void runSsmSpec(const SsmCase &c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  SsmData d(c, seed);
+  const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
+  const size_t slotElems = H * P * N;
+  auto dState = upload(d.state);
+  auto dIdx = upload(d.idx);
+  auto dx = upload(d.x), ddt = upload(d.dt), dB = upload(d.B), dC = upload(d.C),
+       dz = upload(d.z);
+  auto dA = upload(d.A), dD = upload(d.D), dBias = upload(d.dtBias);
+  auto dOut = poisoned(c.batch * T * H * P * dtypeSize(c.dtype));
+  auto dInter = poisoned(c.slots * T * slotElems * dtypeSize(c.stateDtype));
+
+  kiln_ssm_update_spec_params_t p{};
+  p.state = dState->ptr;
+  p.state_dtype = c.stateDtype;
+  p.num_slots = c.slots;
+  p.state_indices = c.nullIndices ? nullptr : dIdx->as<int32_t>();
+  p.intermediate = dInter->ptr;
+  p.batch = c.batch;
+  p.num_tokens = c.tokens;
+  p.heads = c.heads;
+  p.head_dim = c.headDim;
+  p.state_size = c.stateSize;
+  p.n_groups = c.groups;
+  p.dtype = c.dtype;
+  p.x = dx->ptr;
+  p.dt = ddt->ptr;
+  p.dt_bias = c.dtBias ? dBias->as<float>() : nullptr;
+  p.A = dA->as<float>();
+  p.B = dB->ptr;
+  p.C = dC->ptr;
+  p.D = c.D ? dD->as<float>() : nullptr;
+  p.z = c.z ? dz->ptr : nullptr;
+  p.out = dOut->ptr;
+  p.dt_softplus = c.softplus;
+  KILN_OK_(kiln_ssm_update_spec(&p));
+  CUDA_OK(cudaDeviceSynchronize());
+
+  HostTensor gotState(c.stateDtype, d.state.count), gotOut(c.dtype, c.batch * T * H * P),
+      gotInter(c.stateDtype, c.slots * T * slotElems);
+  download(gotState, *dState);
+  download(gotOut, *dOut);
+  download(gotInter, *dInter);
+  EXPECT_EQ(std::memcmp(gotState.bytes.data(), d.state.bytes.data(), d.state.bytes.size()), 0)
+      << "spec kernel modified the main state";
+
+  std::vector<std::vector<std::vector<double>>> refState, refOut;
+  d.reference(refState, refOut);
+  std::vector<bool> touched(c.slots, false);
+  for (int b = 0; b < c.batch; ++b) {
+    const int slot = d.slotOf(b);
+    if (slot < 0) {
+      EXPECT_TRUE(allPoison(gotOut, b * T * H * P, T * H * P)) << "padding sequence " << b;
+      continue;
+    }
+    touched[slot] = true;
+    for (size_t t = 0; t < T; ++t) {
+      Compare cs{stateTol(c) * (t + 1), rms(refState[b][t])},
+          co{outTol(c) * (t + 1), rms(refOut[b][t])};
+      for (size_t i = 0; i < slotElems; ++i)
+        cs.check(gotInter.get((slot * T + t) * slotElems + i), refState[b][t][i], "inter", i);
+      for (size_t i = 0; i < H * P; ++i)
+        co.check(gotOut.get((b * T + t) * H * P + i), refOut[b][t][i], "out", i);
+      ASSERT_EQ(cs.failures + co.failures, 0) << "sequence " << b << " token " << t;
+    }
+  }
+  for (int s = 0; s < c.slots; ++s)
+    if (!touched[s])
+      EXPECT_TRUE(allPoison(gotInter, s * T * slotElems, T * slotElems)) << "slot " << s;
+
+  // Single-token launcher, T times, on a copy of the state.
+  auto dState2 = upload(d.state);
+  auto dOut2 = poisoned(c.batch * T * H * P * dtypeSize(c.dtype));
+  const size_t ae = dtypeSize(c.dtype);
+  HostTensor stepState(c.stateDtype, d.state.count);
+  for (size_t t = 0; t < T; ++t) {
+    kiln_ssm_update_params_t q{};
+    q.state = dState2->ptr;
+    q.state_dtype = c.stateDtype;
+    q.num_slots = c.slots;
+    q.state_indices = p.state_indices;
+    q.batch = c.batch;
+    q.heads = c.heads;
+    q.head_dim = c.headDim;
+    q.state_size = c.stateSize;
+    q.n_groups = c.groups;
+    q.dtype = c.dtype;
+    q.x = static_cast<char *>(dx->ptr) + t * H * P * ae;
+    q.x_stride_batch = T * H * P;
+    q.dt = static_cast<char *>(ddt->ptr) + t * H * ae;
+    q.dt_stride_batch = T * H;
+    q.dt_bias = p.dt_bias;
+    q.A = p.A;
+    q.B = static_cast<char *>(dB->ptr) + t * G * N * ae;
+    q.B_stride_batch = T * G * N;
+    q.C = static_cast<char *>(dC->ptr) + t * G * N * ae;
+    q.C_stride_batch = T * G * N;
+    q.D = p.D;
+    q.z = c.z ? static_cast<char *>(dz->ptr) + t * H * P * ae : nullptr;
+    q.z_stride_batch = T * H * P;
+    q.out = static_cast<char *>(dOut2->ptr) + t * H * P * ae;
+    q.out_stride_batch = T * H * P;
+    q.dt_softplus = c.softplus;
+    KILN_OK_(kiln_ssm_update(&q));
+    CUDA_OK(cudaDeviceSynchronize());
+    download(stepState, *dState2);
+    for (int b = 0; b < c.batch; ++b) {
+      const int slot = d.slotOf(b);
+      if (slot < 0)
+        continue;
+      EXPECT_EQ(std::memcmp(&stepState.bytes[slot * slotElems * stepState.elemBytes()],
+                            &gotInter.bytes[(slot * T + t) * slotElems * gotInter.elemBytes()],
+                            slotElems * stepState.elemBytes()),
+                0)
+          << "intermediate[slot " << slot << ", token " << t << "] != single-token state";
+    }
+  }
+  HostTensor gotOut2(c.dtype, c.batch * T * H * P);
+  download(gotOut2, *dOut2);
+  EXPECT_EQ(std::memcmp(gotOut2.bytes.data(), gotOut.bytes.data(), gotOut.bytes.size()), 0)
+      << "spec outputs != single-token outputs";
+}
+
+const kiln_dtype_t F32 = KILN_DTYPE_F32, BF16 = KILN_DTYPE_BF16, F16 = KILN_DTYPE_F16;
+
+TEST(MambaGpu, SsmUpdate) {
+  KILN_REQUIRE_GPU();
+  const SsmCase cases[] = {
+      // state act  B  slots H  P   N   G  T  z     D     bias  sp   pad null
+      {F32, BF16, 7, 11, 8, 64, 128, 2, 1, true, true, true, true, 3, false},
+      {F32, BF16, 5, 9, 4, 80, 128, 4, 1, false, false, false, false, 2, false},
+      {F32, F16, 6, 6, 4, 64, 64, 1, 1, true, true, false, true, 0, true},
+      {F32, BF16, 3, 5, 2, 40, 256, 2, 1, true, false, true, true, 0, false},
+      {BF16, BF16, 7, 11, 8, 64, 128, 2, 1, true, true, true, true, 3, false},
+      {BF16, F16, 4, 8, 6, 24, 64, 3, 1, false, true, true, false, 4, false},
+      {BF16, BF16, 3, 4, 2, 72, 256, 1, 1, true, true, true, true, 0, false},
+      {F32, BF16, 1, 3, 16, 64, 128, 8, 1, true, true, true, true, 0, false},
+  };
+  uint64_t seed = 1;
+  for (const SsmCase &c : cases)
+    runSsmSingle(c, seed++);
+}
+
+TEST(MambaGpu, SsmUpdateSpec) {
+  KILN_REQUIRE_GPU();
+  const SsmCase cases[] = {
+      {F32, BF16, 7, 11, 8, 64, 128, 2, 4, true, true, true, true, 3, false},
+      {F32, F16, 5, 9, 4, 80, 64, 4, 2, false, false, false, false, 2, false},
+      {F32, BF16, 3, 3, 2, 40, 256, 2, 3, true, true, true, true, 0, true},
+      {BF16, BF16, 7, 11, 8, 64, 128, 2, 4, true, true, true, true, 3, false},
+      {BF16, BF16, 4, 6, 4, 24, 256, 1, 1, false, true, false, true, 0, false},
+      {BF16, F16, 3, 5, 6, 64, 64, 3, 5, true, false, true, false, 2, false},
+  };
+  uint64_t seed = 100;
+  for (const SsmCase &c : cases)
+    runSsmSpec(c, seed++);
+}
+
+// ---------------------------------------------------------------------------------------
+struct ConvCase {
+  kiln_dtype_t stateDtype, dtype;
+  int batch, slots, convDim, width, tokens;
+  bool bias, silu;
+  int padEvery;
+  bool nullIndices;
+};
+
+std::string name(const ConvCase &c) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "state=%d act=%d B=%d slots=%d dim=%d W=%d T=%d bias=%d silu=%d pad=%d null=%d",
+                c.stateDtype, c.dtype, c.batch, c.slots, c.convDim, c.width, c.tokens, c.bias,
+                c.silu, c.padEvery, c.nullIndices);
+  return buf;
+}
+
+void runConv(const ConvCase &c, uint64_t seed, bool spec) {
+  SCOPED_TRACE(name(c) + (spec ? " spec" : " single"));
+  Rng rng(seed);
+  const size_t Dm = c.convDim, K = c.width - 1, T = c.tokens;
+  std::vector<int32_t> idx =
+      c.nullIndices ? std::vector<int32_t>() : makeIndices(rng, c.batch, c.slots, c.padEvery);
+  auto slotOf = [&](int b) { return c.nullIndices ? b : idx[b]; };
+  HostTensor state(c.stateDtype, c.slots * Dm * K), x(c.dtype, c.batch * T * Dm),
+      w(c.dtype, Dm * c.width), bias(c.dtype, Dm);
+  rng.fill(state, -1.0, 1.0);
+  rng.fill(x, -1.0, 1.0);
+  rng.fill(w, -1.0, 1.0);
+  rng.fill(bias, -0.5, 0.5);
+  auto dState = upload(state), dIdx = upload(idx), dx = upload(x), dw = upload(w),
+       dBias = upload(bias);
+  const size_t ae = dtypeSize(c.dtype), se = dtypeSize(c.stateDtype);
+  auto dOut = poisoned(c.batch * T * Dm * ae);
+  auto dInter = poisoned(c.slots * T * Dm * K * se);
+
+  if (spec) {
+    kiln_conv_update_spec_params_t p{};
+    p.state = dState->ptr;
+    p.state_dtype = c.stateDtype;
+    p.num_slots = c.slots;
+    p.state_indices = c.nullIndices ? nullptr : dIdx->as<int32_t>();
+    p.intermediate = dInter->ptr;
+    p.batch = c.batch;
+    p.num_tokens = c.tokens;
+    p.conv_dim = c.convDim;
+    p.width = c.width;
+    p.dtype = c.dtype;
+    p.x = dx->ptr;
+    p.weight = dw->ptr;
+    p.bias = c.bias ? dBias->ptr : nullptr;
+    p.out = dOut->ptr;
+    p.silu = c.silu;
+    KILN_OK_(kiln_conv_update_spec(&p));
+  } else {
+    kiln_conv_update_params_t p{};
+    p.state = dState->ptr;
+    p.state_dtype = c.stateDtype;
+    p.num_slots = c.slots;
+    p.state_indices = c.nullIndices ? nullptr : dIdx->as<int32_t>();
+    p.batch = c.batch;
+    p.conv_dim = c.convDim;
+    p.width = c.width;
+    p.dtype = c.dtype;
+    p.x = dx->ptr;
+    p.weight = dw->ptr;
+    p.bias = c.bias ? dBias->ptr : nullptr;
+    p.out = dOut->ptr;
+    p.silu = c.silu;
+    KILN_OK_(kiln_conv_update(&p));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  HostTensor gotState(c.stateDtype, state.count), gotOut(c.dtype, c.batch * T * Dm),
+      gotInter(c.stateDtype, c.slots * T * Dm * K);
+  download(gotState, *dState);
+  download(gotOut, *dOut);
+  download(gotInter, *dInter);
+
+  auto wd = w.toDouble(), bd = bias.toDouble();
+  std::vector<bool> touched(c.slots, false);
+  const double tol = c.dtype == KILN_DTYPE_BF16 ? 8e-3 : 2e-3;
+  for (int b = 0; b < c.batch; ++b) {
+    const int slot = slotOf(b);
+    if (slot < 0) {
+      EXPECT_TRUE(allPoison(gotOut, b * T * Dm, T * Dm)) << "padding sequence " << b;
+      continue;
+    }
+    touched[slot] = true;
+    std::vector<double> st(Dm * K);
+    for (size_t i = 0; i < st.size(); ++i)
+      st[i] = state.get(slot * Dm * K + i);
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> xs(Dm), out(Dm);
+      for (size_t i = 0; i < Dm; ++i)
+        xs[i] = x.get((b * T + t) * Dm + i);
+      convUpdateReference(c.convDim, c.width, st.data(), xs.data(), wd.data(),
+                          c.bias ? bd.data() : nullptr, c.silu, out.data());
+      Compare co{tol, rms(out)};
+      for (size_t i = 0; i < Dm; ++i)
+        co.check(gotOut.get((b * T + t) * Dm + i), out[i], "out", i);
+      // The window holds input values only: exact in any state dtype.
+      const HostTensor &g = spec ? gotInter : gotState;
+      const size_t base = spec ? (slot * T + t) * Dm * K : slot * Dm * K;
+      int bad = 0;
+      for (size_t i = 0; i < Dm * K; ++i)
+        bad += g.get(base + i) != st[i];
+      ASSERT_EQ(co.failures + bad, 0) << "sequence " << b << " token " << t;
+    }
+  }
+  for (int s = 0; s < c.slots; ++s) {
+    if (spec) {
+      if (!touched[s])
+        EXPECT_TRUE(allPoison(gotInter, s * T * Dm * K, T * Dm * K)) << "slot " << s;
+    } else if (!touched[s]) {
+      EXPECT_TRUE(gotState.sameBytes(s * Dm * K, Dm * K, state)) << "slot " << s;
+    }
+  }
+  if (spec)
+    EXPECT_EQ(std::memcmp(gotState.bytes.data(), state.bytes.data(), state.bytes.size()), 0)
+        << "spec kernel modified the main state";
+}
+
+TEST(MambaGpu, ConvUpdate) {
+  KILN_REQUIRE_GPU();
+  const ConvCase cases[] = {
+      // state act   B  slots dim  W  T  bias  silu  pad null
+      {BF16, BF16, 7, 11, 1040, 4, 1, true, true, 3, false},
+      {F32, BF16, 5, 9, 264, 3, 1, false, true, 2, false},
+      {F16, F16, 4, 4, 64, 2, 1, true, false, 0, true},
+      {F32, F16, 3, 6, 2056, 4, 1, true, true, 0, false},
+      {BF16, BF16, 2, 3, 8, 2, 1, false, false, 0, false},
+  };
+  uint64_t seed = 200;
+  for (const ConvCase &c : cases)
+    runConv(c, seed++, false);
+}
+
+TEST(MambaGpu, ConvUpdateSpec) {
+  KILN_REQUIRE_GPU();
+  const ConvCase cases[] = {
+      {BF16, BF16, 7, 11, 1040, 4, 4, true, true, 3, false},
+      {F32, BF16, 5, 9, 264, 3, 3, false, true, 2, false},
+      {F16, F16, 4, 4, 64, 2, 2, true, false, 0, true},
+      {BF16, BF16, 3, 5, 1024, 4, 6, false, true, 0, false},
+  };
+  uint64_t seed = 300;
+  for (const ConvCase &c : cases)
+    runConv(c, seed++, true);
+}
+
+} // namespace
