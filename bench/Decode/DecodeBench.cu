@@ -1,0 +1,315 @@
+// Decode benchmark: measures the read-bandwidth ceiling with a streaming kernel over
+// 4 GiB, then gqa_decode (q_len 1 and 4) and mla_decode on the issue's grid. Prints one
+// JSON object per line (stdout); bench/Decode/peers.py adds PyTorch peers and merges.
+// Timing: CUDA graphs of K launches (K chosen for >= ~2 ms per graph), 3 warm-up graph
+// runs, median of 15; page tables rotate over >= 2 GiB of pages so no case runs from L2.
+#include "kiln/Kernels/Decode.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CHECK(x)                                                                           \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define KCHECK(x)                                                                          \
+  do {                                                                                     \
+    kiln_status_t s_ = (x);                                                                \
+    if (s_ != KILN_OK) {                                                                   \
+      std::fprintf(stderr, "%s: %s\n", #x, kiln_last_error());                             \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace {
+
+__global__ void streamRead(const uint4 *__restrict__ data, size_t n, unsigned *sink) {
+  unsigned acc = 0;
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a = __ldcs(data + i), b = __ldcs(data + i + stride);
+    uint4 c = __ldcs(data + i + 2 * stride), d = __ldcs(data + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+           d.z ^ d.w;
+  }
+  for (; i < n; i += stride) {
+    uint4 a = __ldcs(data + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9e3779b9u)
+    *sink = acc;
+}
+
+// Random bf16 in about [-2, 2) from a hash (no NaN/Inf).
+__global__ void fillRandom(uint16_t *data, size_t n, unsigned seed) {
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    unsigned short mant = h & 0x7f, sign = (h >> 7) & 1;
+    unsigned short exp = 120 + ((h >> 8) % 8); // 2^-7 .. 2^0
+    data[i] = static_cast<uint16_t>((sign << 15) | (exp << 7) | mant);
+  }
+}
+
+int numSms() {
+  int dev = 0, sms = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+template <typename Fn> float timeEager(Fn fn, int iters) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  fn(0);
+  CHECK(cudaEventRecord(a));
+  for (int i = 0; i < iters; ++i)
+    fn(i);
+  CHECK(cudaEventRecord(b));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+// Median seconds per call of fn(i) (i selects the rotated buffer), via CUDA graphs.
+template <typename Fn> double timeGraph(Fn fn, cudaStream_t stream) {
+  double est = timeEager(fn, 3) * 1e-3;
+  int k = static_cast<int>(std::min(200.0, std::max(1.0, 2e-3 / std::max(est, 1e-7))));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < k; ++i)
+    fn(i);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i)
+    CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<float> times;
+  for (int i = 0; i < 15; ++i) {
+    CHECK(cudaEventRecord(a, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return times[times.size() / 2] * 1e-3 / k;
+}
+
+// Pool of pages >= max(needed, 2 GiB) and `rot` block tables over disjoint pages.
+struct Paged {
+  uint16_t *pool = nullptr;
+  std::vector<int32_t *> tables;
+  int32_t *seqLens = nullptr;
+  int numPages = 0;
+};
+
+Paged makePaged(int batch, int len, int pageSize, size_t pageBytes) {
+  Paged p;
+  int pagesPerSeq = (len + pageSize - 1) / pageSize;
+  size_t needed = static_cast<size_t>(batch) * pagesPerSeq;
+  size_t minPages = (2ull << 30) / pageBytes;
+  int rot = static_cast<int>(std::min<size_t>(16, std::max<size_t>(1, (minPages + needed - 1) / needed)));
+  p.numPages = static_cast<int>(needed * rot);
+  CHECK(cudaMalloc(&p.pool, p.numPages * pageBytes));
+  fillRandom<<<1024, 256>>>(p.pool, p.numPages * pageBytes / 2, 1234u);
+  std::vector<int32_t> perm(p.numPages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 gen(7);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  for (int r = 0; r < rot; ++r) {
+    int32_t *t;
+    CHECK(cudaMalloc(&t, needed * sizeof(int32_t)));
+    CHECK(cudaMemcpy(t, perm.data() + r * needed, needed * sizeof(int32_t), cudaMemcpyHostToDevice));
+    p.tables.push_back(t);
+  }
+  std::vector<int32_t> lens(batch, len);
+  CHECK(cudaMalloc(&p.seqLens, batch * sizeof(int32_t)));
+  CHECK(cudaMemcpy(p.seqLens, lens.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return p;
+}
+
+void freePaged(Paged &p) {
+  cudaFree(p.pool);
+  for (auto t : p.tables)
+    cudaFree(t);
+  cudaFree(p.seqLens);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("{\"kind\":\"device\",\"name\":\"%s\",\"sms\":%d}\n", prop.name, prop.multiProcessorCount);
+
+  // Read ceiling: 4 GiB streamed once per call.
+  {
+    size_t bytes = 4ull << 30;
+    uint4 *data;
+    unsigned *sink;
+    CHECK(cudaMalloc(&data, bytes));
+    CHECK(cudaMalloc(&sink, 4));
+    CHECK(cudaMemset(data, 1, bytes));
+    int blocks = numSms() * 4;
+    double best = 0;
+    for (int threads : {512, 1024}) {
+      double t = timeGraph([&](int) { streamRead<<<blocks, threads, 0, stream>>>(data, bytes / 16, sink); }, stream);
+      best = std::max(best, bytes / t / 1e12);
+    }
+    std::printf("{\"kind\":\"ceiling\",\"TBps\":%.4f}\n", best);
+    std::fflush(stdout);
+    cudaFree(data);
+    cudaFree(sink);
+  }
+
+  // gqa_decode: 32 q / 8 kv heads, d=128, page 64, bf16.
+  const int Hq = 32, Hkv = 8, D = 128, page = 64;
+  std::vector<int> Bs = {1, 16, 64, 128}, Ls = {1024, 4096, 8192, 32768};
+  if (quick) {
+    Bs = {1, 128};
+    Ls = {8192};
+  }
+  for (int qLen : {1, 4})
+    for (int B : Bs)
+      for (int L : Ls) {
+        double kvBytes = 2.0 * B * L * Hkv * D * 2;
+        if (kvBytes > 60e9)
+          continue;
+        Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * 2);
+        uint16_t *q, *out;
+        CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
+        CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
+        fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
+        kiln_gqa_decode_params_t prm{};
+        prm.q = q;
+        prm.kv_cache = p.pool;
+        prm.seq_lens = p.seqLens;
+        prm.out = out;
+        prm.batch = B;
+        prm.q_len = qLen;
+        prm.q_heads = Hq;
+        prm.kv_heads = Hkv;
+        prm.head_dim = D;
+        prm.page_size = page;
+        prm.num_pages = p.numPages;
+        prm.max_pages_per_seq = L / page;
+        prm.max_seq_len = L;
+        prm.softmax_scale = 0.0883883f;
+        prm.dtype = KILN_DTYPE_BF16;
+        prm.stream = stream;
+        prm.block_table = p.tables[0];
+        size_t ws = 0;
+        KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+        void *wsPtr = nullptr;
+        if (ws)
+          CHECK(cudaMalloc(&wsPtr, ws));
+        prm.workspace = wsPtr;
+        prm.workspace_bytes = ws;
+        double t = timeGraph(
+            [&](int i) {
+              prm.block_table = p.tables[i % p.tables.size()];
+              KCHECK(kiln_gqa_decode(&prm));
+            },
+            stream);
+        int splits = ws ? static_cast<int>(ws / (static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4)) : 1;
+        std::printf("{\"kind\":\"gqa\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    B, L, qLen, t * 1e6, kvBytes / t / 1e12, splits);
+        std::fflush(stdout);
+        cudaFree(q);
+        cudaFree(out);
+        cudaFree(wsPtr);
+        freePaged(p);
+      }
+
+  // mla_decode: page 64, 576 = 512 + 64, bf16.
+  std::vector<int> mBs = {64, 128}, mLs = {4096, 16384};
+  if (quick) {
+    mBs = {128};
+    mLs = {4096};
+  }
+  for (int heads : {16, 128})
+    for (int qLen : {1, 2})
+      for (int B : mBs)
+        for (int L : mLs) {
+          double bytes = static_cast<double>(B) * L * 576 * 2;
+          double flops = 2.0 * B * qLen * heads * static_cast<double>(L) * (576 + 512);
+          Paged p = makePaged(B, L, 64, 64 * 576 * 2);
+          uint16_t *q, *out;
+          CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * heads * 576 * 2));
+          CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * heads * 512 * 2));
+          fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * heads * 576, 77u);
+          kiln_mla_decode_params_t prm{};
+          prm.q = q;
+          prm.latent_cache = p.pool;
+          prm.seq_lens = p.seqLens;
+          prm.out = out;
+          prm.batch = B;
+          prm.q_len = qLen;
+          prm.num_heads = heads;
+          prm.num_pages = p.numPages;
+          prm.max_pages_per_seq = L / 64;
+          prm.max_seq_len = L;
+          prm.softmax_scale = 0.0721688f;
+          prm.dtype = KILN_DTYPE_BF16;
+          prm.stream = stream;
+          prm.block_table = p.tables[0];
+          size_t ws = 0;
+          KCHECK(kiln_mla_decode_workspace_bytes(&prm, &ws));
+          void *wsPtr = nullptr;
+          if (ws)
+            CHECK(cudaMalloc(&wsPtr, ws));
+          prm.workspace = wsPtr;
+          prm.workspace_bytes = ws;
+          for (int small = 0; small < (qLen == 1 ? 2 : 1); ++small) {
+            double t = timeGraph(
+                [&](int i) {
+                  prm.block_table = p.tables[i % p.tables.size()];
+                  KCHECK(small ? kiln_mla_decode_small_smem(&prm) : kiln_mla_decode(&prm));
+                },
+                stream);
+            std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"heads\":%d,\"q_len\":%d,\"us\":%.3f,"
+                        "\"TBps\":%.4f,\"TFLOPs\":%.2f}\n",
+                        small ? "mla_small" : "mla", B, L, heads, qLen, t * 1e6, bytes / t / 1e12,
+                        flops / t / 1e12);
+            std::fflush(stdout);
+          }
+          cudaFree(q);
+          cudaFree(out);
+          cudaFree(wsPtr);
+          freePaged(p);
+        }
+  CHECK(cudaGetLastError());
+  return 0;
+}

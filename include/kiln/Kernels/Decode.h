@@ -1,0 +1,160 @@
+/* Kiln decode kernels: paged GQA decode (single- and multi-token), KV-cache append,
+ * DeepSeek-style absorbed MLA decode. C ABI; see docs/kernels-decode.md.
+ *
+ * Layouts (all tensors dense, row-major, innermost dimension last):
+ *   KV pool       [num_pages, 2, page_size, kv_heads, head_dim]   (K then V per page)
+ *   MLA pool      [num_pages, 64, 576]  (512 latent values then 64 rope values per token)
+ *   block table   [batch, max_pages_per_seq] int32 (page ids into the pool)
+ *   seq_lens      [batch] int32: tokens in the cache for each sequence, INCLUDING the
+ *                 q_len new tokens of this step (their K/V must already be appended).
+ *   q / out       [batch, q_len, q_heads, head_dim] (GQA); MLA: q [batch, q_len, heads, 576],
+ *                 out [batch, q_len, heads, 512].
+ * Token i (0-based) of the q_len new tokens of sequence b attends to cache positions
+ * p < seq_lens[b] - q_len + 1 + i (causal among the new tokens).
+ *
+ * Every launcher validates its arguments before touching CUDA and returns
+ * KILN_ERROR_INVALID_ARGUMENT / KILN_ERROR_UNSUPPORTED with a message (kiln_last_error())
+ * naming the kernel and the argument. Launches are asynchronous on `stream`
+ * (a cudaStream_t, NULL = default stream); nothing is allocated inside. */
+#ifndef KILN_KERNELS_DECODE_H
+#define KILN_KERNELS_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/Kernels/Status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MLA_KV_LORA_RANK 512
+#define KILN_MLA_ROPE_DIM 64
+#define KILN_MLA_HEAD_DIM 576 /* KILN_MLA_KV_LORA_RANK + KILN_MLA_ROPE_DIM */
+#define KILN_MLA_PAGE_SIZE 64
+#define KILN_DECODE_MAX_SPLITS 128
+
+/* ---- gqa_decode ------------------------------------------------------------------
+ * head_dim 64/128/256; page_size 16/32/64/128; group = q_heads / kv_heads in 1..16;
+ * q_len 1..8; dtype BF16 or F16 (q, kv, out share it); sm_80 or newer.
+ * Split-KV: the launcher splits each sequence's keys into num_splits chunks (0 = choose
+ * from batch, kv heads, max_seq_len and the SM count) and combines the partial results
+ * in a second kernel. Partials live in the caller's workspace: query its size with
+ * kiln_gqa_decode_workspace_bytes(); with a smaller workspace the launcher uses fewer
+ * splits (workspace NULL/0 = no split-KV). */
+typedef struct kiln_gqa_decode_params {
+  const void *q;              /* [batch, q_len, q_heads, head_dim] */
+  const void *kv_cache;       /* [num_pages, 2, page_size, kv_heads, head_dim] */
+  const int32_t *block_table; /* [batch, max_pages_per_seq] */
+  const int32_t *seq_lens;    /* [batch], each in [q_len, max_seq_len] */
+  void *out;                  /* [batch, q_len, q_heads, head_dim] */
+  void *workspace;            /* device memory, 16-byte aligned, or NULL */
+  size_t workspace_bytes;
+  int batch;
+  int q_len;
+  int q_heads;
+  int kv_heads;
+  int head_dim;
+  int page_size;
+  int num_pages;         /* pages in the pool */
+  int max_pages_per_seq; /* columns of the block table */
+  int max_seq_len;       /* host-known upper bound of seq_lens (<= max_pages_per_seq*page_size) */
+  float softmax_scale;   /* e.g. 1/sqrt(head_dim) */
+  kiln_dtype_t dtype;
+  int num_splits;        /* 0 = automatic; else 1..KILN_DECODE_MAX_SPLITS */
+  void *stream;          /* cudaStream_t */
+} kiln_gqa_decode_params_t;
+
+/* Workspace bytes kiln_gqa_decode needs for these params on the current device (0 when
+ * no split is chosen). Validates like the launcher. */
+kiln_status_t kiln_gqa_decode_workspace_bytes(const kiln_gqa_decode_params_t *params,
+                                              size_t *bytes);
+kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *params);
+
+/* ---- kv_append --------------------------------------------------------------------
+ * Writes token t's K and V ([kv_heads, head_dim] each) into the pool at position
+ * token_pos[t] of sequence token_batch[t]: page block_table[b][pos / page_size], slot
+ * pos % page_size. Ragged: tokens of different sequences in any order. 16-bit dtypes
+ * (BF16/F16; the bytes are copied). Token strides in elements, multiples of 8 (0 =
+ * kv_heads*head_dim). Entries whose batch/position/page fall outside the tables are
+ * skipped by the kernel (the host cannot see device-side indices). */
+typedef struct kiln_kv_append_params {
+  const void *k; /* [num_tokens, kv_heads, head_dim] (token stride k_token_stride) */
+  const void *v;
+  long long k_token_stride;
+  long long v_token_stride;
+  void *kv_cache; /* [num_pages, 2, page_size, kv_heads, head_dim] */
+  const int32_t *block_table; /* [batch, max_pages_per_seq] */
+  const int32_t *token_batch; /* [num_tokens] */
+  const int32_t *token_pos;   /* [num_tokens] */
+  int num_tokens;
+  int batch;
+  int kv_heads;
+  int head_dim; /* 64, 128, 256 */
+  int page_size; /* 16, 32, 64, 128 */
+  int num_pages;
+  int max_pages_per_seq;
+  kiln_dtype_t dtype;
+  void *stream;
+} kiln_kv_append_params_t;
+
+kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *params);
+
+/* MLA variant: token t's latent (512 values of kv_c) and rope key (64 values of k_pe)
+ * go to latent_cache[page][slot][0:512] and [512:576]. Page size 64. */
+typedef struct kiln_mla_kv_append_params {
+  const void *kv_c; /* [num_tokens, 512] (token stride kv_c_token_stride, 0 = 512) */
+  const void *k_pe; /* [num_tokens, 64] (token stride k_pe_token_stride, 0 = 64) */
+  long long kv_c_token_stride;
+  long long k_pe_token_stride;
+  void *latent_cache; /* [num_pages, 64, 576] */
+  const int32_t *block_table;
+  const int32_t *token_batch;
+  const int32_t *token_pos;
+  int num_tokens;
+  int batch;
+  int num_pages;
+  int max_pages_per_seq;
+  kiln_dtype_t dtype;
+  void *stream;
+} kiln_mla_kv_append_params_t;
+
+kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *params);
+
+/* ---- mla_decode -------------------------------------------------------------------
+ * Absorbed MLA (DeepSeek-V2/V3): K = the 576 cached values, V = their first 512.
+ * BF16 only, page size 64, num_heads 1..128.
+ *  kiln_mla_decode:            q_len 1..4, 225.5 KiB shared memory per block when
+ *                              q_len*num_heads > 16 (sm_90 / sm_100 class).
+ *  kiln_mla_decode_small_smem: q_len 1 only, 91.5 KiB shared memory (sm_80..sm_120).
+ * Split-KV + combine as for gqa_decode; workspace from kiln_mla_decode_workspace_bytes
+ * (enough for either variant). */
+typedef struct kiln_mla_decode_params {
+  const void *q;              /* [batch, q_len, num_heads, 576] */
+  const void *latent_cache;   /* [num_pages, 64, 576] */
+  const int32_t *block_table; /* [batch, max_pages_per_seq] */
+  const int32_t *seq_lens;    /* [batch] */
+  void *out;                  /* [batch, q_len, num_heads, 512] */
+  void *workspace;
+  size_t workspace_bytes;
+  int batch;
+  int q_len;
+  int num_heads;
+  int num_pages;
+  int max_pages_per_seq;
+  int max_seq_len;
+  float softmax_scale; /* DeepSeek-V3: 1/sqrt(192) (times its yarn mscale^2) */
+  kiln_dtype_t dtype;  /* BF16 */
+  int num_splits;      /* 0 = automatic */
+  void *stream;
+} kiln_mla_decode_params_t;
+
+kiln_status_t kiln_mla_decode_workspace_bytes(const kiln_mla_decode_params_t *params,
+                                              size_t *bytes);
+kiln_status_t kiln_mla_decode(const kiln_mla_decode_params_t *params);
+kiln_status_t kiln_mla_decode_small_smem(const kiln_mla_decode_params_t *params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KERNELS_DECODE_H */

@@ -1,0 +1,583 @@
+// C ABI launchers of the decode family: argument validation (before any CUDA call),
+// split-KV planning, launches. Kernels themselves live in the .cu files.
+#include "kiln/Kernels/Decode.h"
+
+#include "DecodeArgs.h"
+#include "DecodeKernels.h"
+#include "StatusInternal.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+using namespace kiln::kernels;
+using namespace kiln::decode;
+
+namespace {
+
+bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+bool isPow2In(int value, int lo, int hi) {
+  return value >= lo && value <= hi && (value & (value - 1)) == 0;
+}
+int log2i(int value) {
+  int shift = 0;
+  while ((1 << shift) < value)
+    ++shift;
+  return shift;
+}
+
+struct DeviceProps {
+  int sms = 0;
+  int smemOptin = 0;
+};
+
+kiln_status_t deviceProps(const char *kernel, DeviceProps *props) {
+  static std::mutex mutex;
+  static std::unordered_map<int, DeviceProps> cache;
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_NO_DEVICE, "%s: cudaGetDevice: %s", kernel, cudaGetErrorString(error));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) {
+    *props = it->second;
+    return KILN_OK;
+  }
+  DeviceProps fresh;
+  error = cudaDeviceGetAttribute(&fresh.sms, cudaDevAttrMultiProcessorCount, device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&fresh.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   device);
+  if (error != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: cudaDeviceGetAttribute: %s", kernel,
+                cudaGetErrorString(error));
+  cache[device] = fresh;
+  *props = fresh;
+  return KILN_OK;
+}
+
+// Sets the kernel's dynamic-smem limit once and returns resident blocks per SM.
+kiln_status_t prepareKernel(const char *kernel, const KernelInfo &info, int *blocksPerSm) {
+  static std::mutex mutex;
+  static std::unordered_map<const void *, int> cache;
+  int device = 0;
+  cudaGetDevice(&device);
+  const void *key = reinterpret_cast<const char *>(info.fn) + device; // per device
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    *blocksPerSm = it->second;
+    return KILN_OK;
+  }
+  cudaError_t error =
+      cudaFuncSetAttribute(info.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, info.smemBytes);
+  int blocks = 0;
+  if (error == cudaSuccess)
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, info.fn, info.threads,
+                                                          info.smemBytes);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_CUDA, "%s: preparing the kernel: %s", kernel,
+                cudaGetErrorString(error));
+  }
+  blocks = std::max(blocks, 1);
+  cache[key] = blocks;
+  *blocksPerSm = blocks;
+  return KILN_OK;
+}
+
+struct SplitPlan {
+  int numSplits = 1;
+  int splitTiles = 1;
+  size_t workspaceBytes = 0;
+};
+
+size_t partialBytes(long long outRows, int splits, int dv) {
+  return static_cast<size_t>(outRows) * splits * (dv + 1) * sizeof(float);
+}
+
+// Splits so that batch x heads x splits blocks fill the GPU: FlashAttention's wave
+// efficiency rule (smallest split count within 85% of the best wave efficiency).
+int autoSplits(long long baseBlocks, int slots, int maxTiles) {
+  int limit = std::min(maxTiles, KILN_DECODE_MAX_SPLITS);
+  if (limit <= 1 || baseBlocks >= 0.8 * slots)
+    return 1;
+  auto efficiency = [&](int splits) {
+    double blocks = static_cast<double>(baseBlocks) * splits;
+    double waves = std::ceil(blocks / slots);
+    return blocks / (waves * slots);
+  };
+  double best = 0;
+  for (int s = 1; s <= limit; ++s)
+    best = std::max(best, efficiency(s));
+  for (int s = 1; s <= limit; ++s)
+    if (efficiency(s) >= 0.85 * best)
+      return s;
+  return 1;
+}
+
+// `requested` 0 = automatic; a workspace of `workspaceBytes` (when planning the launch)
+// caps the split count; for the workspace query pass SIZE_MAX.
+kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks, int slots,
+                         int maxSeqLen, int tileN, long long outRows, int dv,
+                         size_t workspaceBytes, const void *workspace, bool forQuery,
+                         SplitPlan *plan) {
+  int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
+  int splits = requested > 0 ? std::min(requested, maxTiles) : autoSplits(baseBlocks, slots, maxTiles);
+  if (!forQuery && splits > 1) {
+    size_t have = workspace ? workspaceBytes : 0;
+    if (have < partialBytes(outRows, splits, dv)) {
+      if (requested > 0)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: workspace_bytes %zu too small for num_splits %d (needs %zu)", kernel,
+                    have, splits, partialBytes(outRows, splits, dv));
+      splits = static_cast<int>(have / partialBytes(outRows, 1, dv));
+      splits = std::max(1, std::min(splits, maxTiles));
+    }
+  }
+  plan->splitTiles = (maxTiles + splits - 1) / splits;
+  plan->numSplits = (maxTiles + plan->splitTiles - 1) / plan->splitTiles;
+  plan->workspaceBytes = plan->numSplits > 1 ? partialBytes(outRows, plan->numSplits, dv) : 0;
+  return KILN_OK;
+}
+
+kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, void *args,
+                     size_t smem, void *stream) {
+  void *argv[] = {args};
+  cudaError_t error =
+      cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
+  if (error == cudaSuccess)
+    error = cudaGetLastError();
+  if (error != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: kernel launch: %s", kernel, cudaGetErrorString(error));
+  return KILN_OK;
+}
+
+kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO,
+                            float *partLse, void *out, long long outRows, int numSplits, int dv,
+                            void *stream) {
+  const void *fn = dtype == KILN_DTYPE_BF16 ? splitCombineKernelBf16() : splitCombineKernelF16();
+  void *argv[] = {&partO, &partLse, &out, &numSplits, &dv};
+  dim3 grid(static_cast<unsigned>(outRows));
+  dim3 block(std::min(128, dv / 4));
+  cudaError_t error = cudaLaunchKernel(fn, grid, block, argv, numSplits * sizeof(float),
+                                       static_cast<cudaStream_t>(stream));
+  if (error == cudaSuccess)
+    error = cudaGetLastError();
+  if (error != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: combine launch: %s", kernel, cudaGetErrorString(error));
+  return KILN_OK;
+}
+
+#define KILN_REQUIRE(cond, status, ...)                                                    \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
+      return fail(status, __VA_ARGS__);                                                    \
+  } while (0)
+
+// ---- gqa_decode ------------------------------------------------------------------------
+
+constexpr const char *kGqa = "gqa_decode";
+
+kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kGqa);
+  KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kGqa);
+  KILN_REQUIRE(p->kv_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is null", kGqa);
+  KILN_REQUIRE(p->block_table, KILN_ERROR_INVALID_ARGUMENT, "%s: block_table is null", kGqa);
+  KILN_REQUIRE(p->seq_lens, KILN_ERROR_INVALID_ARGUMENT, "%s: seq_lens is null", kGqa);
+  KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kGqa);
+  KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
+               "%s: dtype %d unsupported (BF16 or F16)", kGqa, static_cast<int>(p->dtype));
+  KILN_REQUIRE(p->batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kGqa, p->batch);
+  KILN_REQUIRE(p->q_len >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: q_len %d < 1", kGqa, p->q_len);
+  KILN_REQUIRE(p->q_len <= 8, KILN_ERROR_UNSUPPORTED, "%s: q_len %d unsupported (1..8)", kGqa,
+               p->q_len);
+  KILN_REQUIRE(p->kv_heads >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_heads %d < 1", kGqa,
+               p->kv_heads);
+  KILN_REQUIRE(p->q_heads >= 1 && p->q_heads % p->kv_heads == 0, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: q_heads %d is not a positive multiple of kv_heads %d", kGqa, p->q_heads,
+               p->kv_heads);
+  KILN_REQUIRE(p->q_heads / p->kv_heads <= 16, KILN_ERROR_UNSUPPORTED,
+               "%s: group size q_heads/kv_heads = %d unsupported (1..16)", kGqa,
+               p->q_heads / p->kv_heads);
+  KILN_REQUIRE(p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256,
+               KILN_ERROR_UNSUPPORTED, "%s: head_dim %d unsupported (64, 128, 256)", kGqa,
+               p->head_dim);
+  KILN_REQUIRE(isPow2In(p->page_size, 16, 128), KILN_ERROR_UNSUPPORTED,
+               "%s: page_size %d unsupported (16, 32, 64, 128)", kGqa, p->page_size);
+  KILN_REQUIRE(p->num_pages >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: num_pages %d < 1", kGqa,
+               p->num_pages);
+  KILN_REQUIRE(p->max_pages_per_seq >= 1, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: max_pages_per_seq %d < 1", kGqa, p->max_pages_per_seq);
+  KILN_REQUIRE(p->max_seq_len >= p->q_len &&
+                   static_cast<long long>(p->max_seq_len) <=
+                       static_cast<long long>(p->max_pages_per_seq) * p->page_size,
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: max_seq_len %d outside [q_len %d, max_pages_per_seq*page_size %lld]", kGqa,
+               p->max_seq_len, p->q_len,
+               static_cast<long long>(p->max_pages_per_seq) * p->page_size);
+  KILN_REQUIRE(std::isfinite(p->softmax_scale) && p->softmax_scale > 0.f,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: softmax_scale %g must be finite and > 0", kGqa,
+               p->softmax_scale);
+  KILN_REQUIRE(p->num_splits >= 0 && p->num_splits <= KILN_DECODE_MAX_SPLITS,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: num_splits %d outside [0, %d]", kGqa,
+               p->num_splits, KILN_DECODE_MAX_SPLITS);
+  KILN_REQUIRE(aligned16(p->q) && aligned16(p->kv_cache) && aligned16(p->out) &&
+                   aligned16(p->workspace),
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: q, kv_cache, out and workspace must be 16-byte aligned", kGqa);
+  return KILN_OK;
+}
+
+int gqaMTiles(const kiln_gqa_decode_params_t *p) {
+  int rows = p->q_len * (p->q_heads / p->kv_heads);
+  int tiles = (rows + 15) / 16;
+  int pow2 = 1;
+  while (pow2 < tiles)
+    pow2 *= 2;
+  return pow2;
+}
+
+kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
+                      SplitPlan *plan) {
+  kiln_status_t status = validateGqa(p);
+  if (status != KILN_OK)
+    return status;
+  int mTiles = gqaMTiles(p);
+  *info = p->dtype == KILN_DTYPE_BF16 ? gqaKernelInfoBf16(p->head_dim, mTiles)
+                                      : gqaKernelInfoF16(p->head_dim, mTiles);
+  KILN_REQUIRE(info->fn, KILN_ERROR_UNSUPPORTED, "%s: no kernel for head_dim %d, %d row tiles",
+               kGqa, p->head_dim, mTiles);
+  DeviceProps props;
+  if ((status = deviceProps(kGqa, &props)) != KILN_OK)
+    return status;
+  KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
+               "%s: head_dim %d with q_len*group %d needs %d bytes of shared memory per "
+               "block, the device allows %d",
+               kGqa, p->head_dim, p->q_len * (p->q_heads / p->kv_heads), info->smemBytes,
+               props.smemOptin);
+  int blocksPerSm = 1;
+  if ((status = prepareKernel(kGqa, *info, &blocksPerSm)) != KILN_OK)
+    return status;
+  long long outRows = static_cast<long long>(p->batch) * p->q_len * p->q_heads;
+  return planSplits(kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads,
+                    props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
+                    p->workspace_bytes, p->workspace, forQuery, plan);
+}
+
+// ---- mla_decode ------------------------------------------------------------------------
+
+kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p, int maxQLen) {
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
+  KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kernel);
+  KILN_REQUIRE(p->latent_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: latent_cache is null", kernel);
+  KILN_REQUIRE(p->block_table, KILN_ERROR_INVALID_ARGUMENT, "%s: block_table is null", kernel);
+  KILN_REQUIRE(p->seq_lens, KILN_ERROR_INVALID_ARGUMENT, "%s: seq_lens is null", kernel);
+  KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kernel);
+  KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16, KILN_ERROR_UNSUPPORTED,
+               "%s: dtype %d unsupported (BF16 only)", kernel, static_cast<int>(p->dtype));
+  KILN_REQUIRE(p->batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kernel, p->batch);
+  KILN_REQUIRE(p->q_len >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: q_len %d < 1", kernel, p->q_len);
+  KILN_REQUIRE(p->q_len <= maxQLen, KILN_ERROR_UNSUPPORTED, "%s: q_len %d unsupported (1..%d)",
+               kernel, p->q_len, maxQLen);
+  KILN_REQUIRE(p->num_heads >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: num_heads %d < 1", kernel,
+               p->num_heads);
+  KILN_REQUIRE(p->num_heads <= 128, KILN_ERROR_UNSUPPORTED,
+               "%s: num_heads %d unsupported (1..128)", kernel, p->num_heads);
+  KILN_REQUIRE(p->num_pages >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: num_pages %d < 1", kernel,
+               p->num_pages);
+  KILN_REQUIRE(p->max_pages_per_seq >= 1, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: max_pages_per_seq %d < 1", kernel, p->max_pages_per_seq);
+  KILN_REQUIRE(p->max_seq_len >= p->q_len &&
+                   static_cast<long long>(p->max_seq_len) <=
+                       static_cast<long long>(p->max_pages_per_seq) * KILN_MLA_PAGE_SIZE,
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: max_seq_len %d outside [q_len %d, max_pages_per_seq*64 %lld]", kernel,
+               p->max_seq_len, p->q_len,
+               static_cast<long long>(p->max_pages_per_seq) * KILN_MLA_PAGE_SIZE);
+  KILN_REQUIRE(std::isfinite(p->softmax_scale) && p->softmax_scale > 0.f,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: softmax_scale %g must be finite and > 0",
+               kernel, p->softmax_scale);
+  KILN_REQUIRE(p->num_splits >= 0 && p->num_splits <= KILN_DECODE_MAX_SPLITS,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: num_splits %d outside [0, %d]", kernel,
+               p->num_splits, KILN_DECODE_MAX_SPLITS);
+  KILN_REQUIRE(aligned16(p->q) && aligned16(p->latent_cache) && aligned16(p->out) &&
+                   aligned16(p->workspace),
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: q, latent_cache, out and workspace must be 16-byte aligned", kernel);
+  return KILN_OK;
+}
+
+constexpr int kMlaBigRows = 64, kMlaSmallRows = 16;
+
+kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big,
+                      bool forQuery, KernelInfo *info, SplitPlan *plan) {
+  *info = mlaKernelInfo(big);
+  DeviceProps props;
+  kiln_status_t status = deviceProps(kernel, &props);
+  if (status != KILN_OK)
+    return status;
+  KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
+               "%s: q_len*num_heads %d needs %d bytes of shared memory per block, the device "
+               "allows %d (use mla_decode_small_smem, q_len 1)",
+               kernel, p->q_len * p->num_heads, info->smemBytes, props.smemOptin);
+  int blocksPerSm = 1;
+  if ((status = prepareKernel(kernel, *info, &blocksPerSm)) != KILN_OK)
+    return status;
+  int rowsPerBlock = big ? kMlaBigRows : kMlaSmallRows;
+  long long rowBlocks = (p->q_len * p->num_heads + rowsPerBlock - 1) / rowsPerBlock;
+  long long outRows = static_cast<long long>(p->batch) * p->q_len * p->num_heads;
+  return planSplits(kernel, p->num_splits, p->batch * rowBlocks, props.sms * blocksPerSm,
+                    p->max_seq_len, info->tileN, outRows, KILN_MLA_KV_LORA_RANK,
+                    p->workspace_bytes, p->workspace, forQuery, plan);
+}
+
+kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big) {
+  KernelInfo info;
+  SplitPlan plan;
+  kiln_status_t status = planMla(kernel, p, big, false, &info, &plan);
+  if (status != KILN_OK)
+    return status;
+  int rowsPerBlock = big ? kMlaBigRows : kMlaSmallRows;
+  int rows = p->q_len * p->num_heads;
+  long long outRows = static_cast<long long>(p->batch) * rows;
+  MlaArgs args{};
+  args.q = p->q;
+  args.cache = p->latent_cache;
+  args.blockTable = p->block_table;
+  args.seqLens = p->seq_lens;
+  args.out = p->out;
+  args.partO = static_cast<float *>(p->workspace);
+  args.partLse = args.partO ? args.partO + outRows * plan.numSplits * KILN_MLA_KV_LORA_RANK : nullptr;
+  args.qLen = p->q_len;
+  args.heads = p->num_heads;
+  args.maxPages = p->max_pages_per_seq;
+  args.numSplits = plan.numSplits;
+  args.splitTiles = plan.splitTiles;
+  args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
+  dim3 grid((rows + rowsPerBlock - 1) / rowsPerBlock, plan.numSplits, p->batch);
+  if ((status = launch(kernel, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
+                       p->stream)) != KILN_OK)
+    return status;
+  if (plan.numSplits > 1 &&
+      (status = launchCombine(kernel, p->dtype, args.partO, args.partLse, p->out, outRows,
+                              plan.numSplits, KILN_MLA_KV_LORA_RANK, p->stream)) != KILN_OK)
+    return status;
+  return ok();
+}
+
+// ---- kv_append -------------------------------------------------------------------------
+
+kiln_status_t validateTokenTables(const char *kernel, const int32_t *blockTable,
+                                  const int32_t *tokenBatch, const int32_t *tokenPos,
+                                  int numTokens, int batch, int numPages, int maxPages) {
+  KILN_REQUIRE(blockTable, KILN_ERROR_INVALID_ARGUMENT, "%s: block_table is null", kernel);
+  KILN_REQUIRE(tokenBatch, KILN_ERROR_INVALID_ARGUMENT, "%s: token_batch is null", kernel);
+  KILN_REQUIRE(tokenPos, KILN_ERROR_INVALID_ARGUMENT, "%s: token_pos is null", kernel);
+  KILN_REQUIRE(numTokens >= 0, KILN_ERROR_INVALID_ARGUMENT, "%s: num_tokens %d < 0", kernel,
+               numTokens);
+  KILN_REQUIRE(batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kernel, batch);
+  KILN_REQUIRE(numPages >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: num_pages %d < 1", kernel,
+               numPages);
+  KILN_REQUIRE(maxPages >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: max_pages_per_seq %d < 1",
+               kernel, maxPages);
+  return KILN_OK;
+}
+
+kiln_status_t checkStride(const char *kernel, const char *name, long long stride,
+                          long long minimum) {
+  KILN_REQUIRE(stride >= minimum && stride % 8 == 0, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: %s %lld must be a multiple of 8 and >= %lld", kernel, name, stride, minimum);
+  return KILN_OK;
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_gqa_decode_workspace_bytes(const kiln_gqa_decode_params_t *params,
+                                                         size_t *bytes) {
+  KILN_REQUIRE(bytes, KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is null", kGqa);
+  KernelInfo info;
+  SplitPlan plan;
+  kiln_status_t status = planGqa(params, true, &info, &plan);
+  if (status != KILN_OK)
+    return status;
+  *bytes = plan.workspaceBytes;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
+  KernelInfo info;
+  SplitPlan plan;
+  kiln_status_t status = planGqa(p, false, &info, &plan);
+  if (status != KILN_OK)
+    return status;
+  long long outRows = static_cast<long long>(p->batch) * p->q_len * p->q_heads;
+  GqaArgs args{};
+  args.q = p->q;
+  args.kv = p->kv_cache;
+  args.blockTable = p->block_table;
+  args.seqLens = p->seq_lens;
+  args.out = p->out;
+  args.partO = static_cast<float *>(p->workspace);
+  args.partLse = args.partO ? args.partO + outRows * plan.numSplits * p->head_dim : nullptr;
+  args.qLen = p->q_len;
+  args.qHeads = p->q_heads;
+  args.kvHeads = p->kv_heads;
+  args.group = p->q_heads / p->kv_heads;
+  args.pageSize = p->page_size;
+  args.pageShift = log2i(p->page_size);
+  args.maxPages = p->max_pages_per_seq;
+  args.numSplits = plan.numSplits;
+  args.splitTiles = plan.splitTiles;
+  args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
+  dim3 grid(plan.numSplits, p->kv_heads, p->batch);
+  if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
+                       p->stream)) != KILN_OK)
+    return status;
+  if (plan.numSplits > 1 &&
+      (status = launchCombine(kGqa, p->dtype, args.partO, args.partLse, p->out, outRows,
+                              plan.numSplits, p->head_dim, p->stream)) != KILN_OK)
+    return status;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_mla_decode_workspace_bytes(const kiln_mla_decode_params_t *p,
+                                                         size_t *bytes) {
+  constexpr const char *kernel = "mla_decode";
+  KILN_REQUIRE(bytes, KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is null", kernel);
+  kiln_status_t status = validateMla(kernel, p, 4);
+  if (status != KILN_OK)
+    return status;
+  // Enough for either variant: the small-smem one may be the one launched.
+  size_t most = 0;
+  for (bool big : {false, true}) {
+    KernelInfo info;
+    SplitPlan plan;
+    if (planMla(kernel, p, big, true, &info, &plan) == KILN_OK)
+      most = std::max(most, plan.workspaceBytes);
+  }
+  *bytes = most;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_mla_decode(const kiln_mla_decode_params_t *p) {
+  constexpr const char *kernel = "mla_decode";
+  kiln_status_t status = validateMla(kernel, p, 4);
+  if (status != KILN_OK)
+    return status;
+  return runMla(kernel, p, p->q_len * p->num_heads > kMlaSmallRows);
+}
+
+extern "C" kiln_status_t kiln_mla_decode_small_smem(const kiln_mla_decode_params_t *p) {
+  constexpr const char *kernel = "mla_decode_small_smem";
+  kiln_status_t status = validateMla(kernel, p, 1);
+  if (status != KILN_OK)
+    return status;
+  return runMla(kernel, p, false);
+}
+
+extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
+  constexpr const char *kernel = "kv_append";
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
+  KILN_REQUIRE(p->k, KILN_ERROR_INVALID_ARGUMENT, "%s: k is null", kernel);
+  KILN_REQUIRE(p->v, KILN_ERROR_INVALID_ARGUMENT, "%s: v is null", kernel);
+  KILN_REQUIRE(p->kv_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is null", kernel);
+  kiln_status_t status = validateTokenTables(kernel, p->block_table, p->token_batch, p->token_pos,
+                                             p->num_tokens, p->batch, p->num_pages,
+                                             p->max_pages_per_seq);
+  if (status != KILN_OK)
+    return status;
+  KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
+               "%s: dtype %d unsupported (BF16 or F16)", kernel, static_cast<int>(p->dtype));
+  KILN_REQUIRE(p->kv_heads >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_heads %d < 1", kernel,
+               p->kv_heads);
+  KILN_REQUIRE(p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256,
+               KILN_ERROR_UNSUPPORTED, "%s: head_dim %d unsupported (64, 128, 256)", kernel,
+               p->head_dim);
+  KILN_REQUIRE(isPow2In(p->page_size, 16, 128), KILN_ERROR_UNSUPPORTED,
+               "%s: page_size %d unsupported (16, 32, 64, 128)", kernel, p->page_size);
+  long long row = static_cast<long long>(p->kv_heads) * p->head_dim;
+  long long kStride = p->k_token_stride ? p->k_token_stride : row;
+  long long vStride = p->v_token_stride ? p->v_token_stride : row;
+  if ((status = checkStride(kernel, "k_token_stride", kStride, row)) != KILN_OK ||
+      (status = checkStride(kernel, "v_token_stride", vStride, row)) != KILN_OK)
+    return status;
+  KILN_REQUIRE(aligned16(p->k) && aligned16(p->v) && aligned16(p->kv_cache),
+               KILN_ERROR_INVALID_ARGUMENT, "%s: k, v and kv_cache must be 16-byte aligned",
+               kernel);
+  if (p->num_tokens == 0)
+    return ok();
+  KvAppendArgs args{};
+  args.k = static_cast<const uint16_t *>(p->k);
+  args.v = static_cast<const uint16_t *>(p->v);
+  args.kStride = kStride;
+  args.vStride = vStride;
+  args.cache = static_cast<uint16_t *>(p->kv_cache);
+  args.blockTable = p->block_table;
+  args.tokenBatch = p->token_batch;
+  args.tokenPos = p->token_pos;
+  args.numTokens = p->num_tokens;
+  args.batch = p->batch;
+  args.kvHeads = p->kv_heads;
+  args.headDim = p->head_dim;
+  args.pageSize = p->page_size;
+  args.numPages = p->num_pages;
+  args.maxPages = p->max_pages_per_seq;
+  long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
+  if ((status = launch(kernel, kvAppendKernel(), dim3(static_cast<unsigned>((chunks + 255) / 256)),
+                       dim3(256), &args, 0, p->stream)) != KILN_OK)
+    return status;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p) {
+  constexpr const char *kernel = "mla_kv_append";
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
+  KILN_REQUIRE(p->kv_c, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_c is null", kernel);
+  KILN_REQUIRE(p->k_pe, KILN_ERROR_INVALID_ARGUMENT, "%s: k_pe is null", kernel);
+  KILN_REQUIRE(p->latent_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: latent_cache is null", kernel);
+  kiln_status_t status = validateTokenTables(kernel, p->block_table, p->token_batch, p->token_pos,
+                                             p->num_tokens, p->batch, p->num_pages,
+                                             p->max_pages_per_seq);
+  if (status != KILN_OK)
+    return status;
+  KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
+               "%s: dtype %d unsupported (BF16 or F16)", kernel, static_cast<int>(p->dtype));
+  long long kvCStride = p->kv_c_token_stride ? p->kv_c_token_stride : KILN_MLA_KV_LORA_RANK;
+  long long kPeStride = p->k_pe_token_stride ? p->k_pe_token_stride : KILN_MLA_ROPE_DIM;
+  if ((status = checkStride(kernel, "kv_c_token_stride", kvCStride, KILN_MLA_KV_LORA_RANK)) !=
+          KILN_OK ||
+      (status = checkStride(kernel, "k_pe_token_stride", kPeStride, KILN_MLA_ROPE_DIM)) != KILN_OK)
+    return status;
+  KILN_REQUIRE(aligned16(p->kv_c) && aligned16(p->k_pe) && aligned16(p->latent_cache),
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: kv_c, k_pe and latent_cache must be 16-byte aligned", kernel);
+  if (p->num_tokens == 0)
+    return ok();
+  MlaKvAppendArgs args{};
+  args.kvC = static_cast<const uint16_t *>(p->kv_c);
+  args.kPe = static_cast<const uint16_t *>(p->k_pe);
+  args.kvCStride = kvCStride;
+  args.kPeStride = kPeStride;
+  args.cache = static_cast<uint16_t *>(p->latent_cache);
+  args.blockTable = p->block_table;
+  args.tokenBatch = p->token_batch;
+  args.tokenPos = p->token_pos;
+  args.numTokens = p->num_tokens;
+  args.batch = p->batch;
+  args.numPages = p->num_pages;
+  args.maxPages = p->max_pages_per_seq;
+  long long chunks = static_cast<long long>(p->num_tokens) * (KILN_MLA_HEAD_DIM / 8);
+  if ((status = launch(kernel, mlaKvAppendKernel(),
+                       dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,
+                       p->stream)) != KILN_OK)
+    return status;
+  return ok();
+}

@@ -1,0 +1,56 @@
+// Argument structs of the decode kernels (built by DecodeApi.cpp, read by the .cu files).
+#ifndef KILN_LIB_KERNELS_DECODE_DECODEARGS_H
+#define KILN_LIB_KERNELS_DECODE_DECODEARGS_H
+
+#include <stdint.h>
+
+namespace kiln::decode {
+
+struct GqaArgs {
+  const void *q;
+  const void *kv;
+  const int32_t *blockTable;
+  const int32_t *seqLens;
+  void *out;
+  float *partO;
+  float *partLse;
+  int qLen, qHeads, kvHeads, group;
+  int pageSize, pageShift, maxPages;
+  int numSplits, splitTiles; // keys per split = splitTiles * tileN
+  float scaleLog2;
+};
+
+struct MlaArgs {
+  const void *q;
+  const void *cache;
+  const int32_t *blockTable;
+  const int32_t *seqLens;
+  void *out;
+  float *partO;
+  float *partLse;
+  int qLen, heads, maxPages;
+  int numSplits, splitTiles;
+  float scaleLog2;
+};
+
+struct KvAppendArgs {
+  const uint16_t *k;
+  const uint16_t *v;
+  long long kStride, vStride; // elements per token
+  uint16_t *cache;
+  const int32_t *blockTable, *tokenBatch, *tokenPos;
+  int numTokens, batch, kvHeads, headDim, pageSize, numPages, maxPages;
+};
+
+struct MlaKvAppendArgs {
+  const uint16_t *kvC;
+  const uint16_t *kPe;
+  long long kvCStride, kPeStride;
+  uint16_t *cache;
+  const int32_t *blockTable, *tokenBatch, *tokenPos;
+  int numTokens, batch, numPages, maxPages;
+};
+
+} // namespace kiln::decode
+
+#endif

@@ -1,0 +1,138 @@
+// Device primitives shared by the decode kernels: cp.async, ldmatrix, mma.sync
+// m16n8k16 (bf16/fp16 in, fp32 accumulate), 16-bit packing, XOR-swizzled smem rows.
+// Everything here needs sm_80+ (the library's lowest target).
+#ifndef KILN_LIB_KERNELS_DECODE_DECODEDEVICE_CUH
+#define KILN_LIB_KERNELS_DECODE_DECODEDEVICE_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace kiln::decode {
+
+__device__ __forceinline__ uint32_t smemAddr(const void *ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// 16-byte async copy global -> shared; zero-fills the destination when !valid.
+__device__ __forceinline__ void cpAsync16(void *smem, const void *gmem, bool valid) {
+  int srcBytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)),
+               "l"(gmem), "r"(srcBytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsmX4(uint32_t (&r)[4], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(smem)));
+}
+__device__ __forceinline__ void ldsmX2(uint32_t (&r)[2], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smemAddr(smem)));
+}
+__device__ __forceinline__ void ldsmX4T(uint32_t (&r)[4], const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(smem)));
+}
+
+template <typename T> struct MmaOp;
+template <> struct MmaOp<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct MmaOp<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  MmaOp<T>::run(c, a, b0, b1);
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled tile whose rows
+// hold `rowChunks` chunks (a multiple of 8). Chunks are permuted within each group of
+// 8 by XOR with the row, so ldmatrix over 8 consecutive rows hits 8 distinct banks.
+__device__ __forceinline__ int swz(int row, int chunk, int rowChunks) {
+  return (row * rowChunks + ((chunk & ~7) | ((chunk ^ row) & 7))) * 8;
+}
+
+__device__ __forceinline__ float quadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Split-KV partials: o[row][split][dv] fp32 (already divided by the split's sum) and
+// lse[row][split] = log2(sum) + max (log2 domain, -inf for an empty split).
+template <typename T>
+__global__ void splitCombineKernel(const float *__restrict__ partO,
+                                   const float *__restrict__ partLse, T *__restrict__ out,
+                                   int numSplits, int dv) {
+  const int row = blockIdx.x;
+  const float *lse = partLse + static_cast<size_t>(row) * numSplits;
+  float maxLse = -INFINITY;
+  for (int s = 0; s < numSplits; ++s)
+    maxLse = fmaxf(maxLse, lse[s]);
+  extern __shared__ float weights[];
+  float total = 0.f;
+  for (int s = 0; s < numSplits; ++s) {
+    float w = maxLse == -INFINITY ? 0.f : exp2f(lse[s] - maxLse);
+    total += w;
+    if (threadIdx.x == 0)
+      weights[s] = w;
+  }
+  __syncthreads();
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  const float *o = partO + static_cast<size_t>(row) * numSplits * dv;
+  for (int d = threadIdx.x * 4; d < dv; d += blockDim.x * 4) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < numSplits; ++s) {
+      float w = weights[s];
+      if (w == 0.f)
+        continue;
+      float4 v = *reinterpret_cast<const float4 *>(o + static_cast<size_t>(s) * dv + d);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    uint2 packed;
+    packed.x = pack2<T>(acc.x * inv, acc.y * inv);
+    packed.y = pack2<T>(acc.z * inv, acc.w * inv);
+    *reinterpret_cast<uint2 *>(out + static_cast<size_t>(row) * dv + d) = packed;
+  }
+}
+
+} // namespace kiln::decode
+
+#endif

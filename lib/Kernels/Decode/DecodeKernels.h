@@ -1,0 +1,32 @@
+// Host-side handles of the compiled decode kernels (defined in the .cu files), so the
+// launcher logic in DecodeApi.cpp stays plain C++ over the CUDA runtime API.
+#ifndef KILN_LIB_KERNELS_DECODE_DECODEKERNELS_H
+#define KILN_LIB_KERNELS_DECODE_DECODEKERNELS_H
+
+#include "kiln/Kernels/Status.h"
+
+namespace kiln::decode {
+
+struct KernelInfo {
+  const void *fn = nullptr; // __global__ function, launched with one args struct
+  int threads = 0;
+  int smemBytes = 0; // dynamic shared memory
+  int tileN = 0;     // keys per pipeline tile (split granularity)
+};
+
+// gqa_decode for `headDim` (64/128/256) and `mTiles` (1/2/4/8 m16 row tiles); an
+// empty KernelInfo for anything else.
+KernelInfo gqaKernelInfoBf16(int headDim, int mTiles);
+KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
+// mla_decode: big = 64 rows x 64-key tiles (225.5 KiB smem), else 16 rows x 32 keys.
+KernelInfo mlaKernelInfo(bool big);
+// splitCombineKernel<T>(partO, partLse, out, numSplits, dv), smem = numSplits floats.
+const void *splitCombineKernelBf16();
+const void *splitCombineKernelF16();
+// kv append kernels (args structs in DecodeArgs.h).
+const void *kvAppendKernel();
+const void *mlaKvAppendKernel();
+
+} // namespace kiln::decode
+
+#endif

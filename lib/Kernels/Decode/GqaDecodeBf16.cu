@@ -1,0 +1,3 @@
+#include "GqaDecodeKernel.cuh"
+#include "GqaDecodeInstances.inc"
+KILN_GQA_INSTANCES(__nv_bfloat16, Bf16)

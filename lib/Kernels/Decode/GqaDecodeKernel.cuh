@@ -1,0 +1,265 @@
+// gqa_decode kernel: one block = (split, kv head, sequence). All q_len*group query rows
+// of the kv head are processed together (padded to MT m16 tiles), so each K/V byte is
+// read from HBM once. K/V tiles of TILE_N keys stream through a STAGES-deep cp.async
+// pipeline into swizzled smem; S = Q K^T and O += P V run on mma.sync m16n8k16 with an
+// online (flash) softmax in fp32. Warps split rows (MT) x keys (WARPS_N); key-split
+// warps are merged in smem at the end. With num_splits > 1 the block writes a
+// normalized fp32 partial + log2-sum-exp to the workspace for splitCombineKernel.
+#ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
+#define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
+
+#include "DecodeArgs.h"
+#include "DecodeDevice.cuh"
+
+namespace kiln::decode {
+
+template <int D, int MT> struct GqaConfig {
+  static constexpr int TILE_N = D == 256 ? 32 : 64;
+  static constexpr int WARPS_N_WANT = MT >= 4 ? 1 : 4 / MT;
+  static constexpr int WARPS_N = WARPS_N_WANT < TILE_N / 16 ? WARPS_N_WANT : TILE_N / 16;
+  static constexpr int WARPS = MT * WARPS_N;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
+  static constexpr int STAGES = D == 64 ? 4 : 3;
+  static constexpr int ROWS = MT * 16;
+  static constexpr int CH = D / 8; // 16-byte chunks per row
+  static constexpr int Q_ELEMS = ROWS * D;
+  static constexpr int STAGE_ELEMS = 2 * TILE_N * D;
+  static constexpr int SMEM_BYTES = (Q_ELEMS + STAGES * STAGE_ELEMS) * 2;
+  static_assert(KW % 16 == 0, "keys per warp must be a multiple of 16");
+  static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= STAGES * STAGE_ELEMS * 2,
+                "merge buffer must fit in the K/V stages");
+};
+
+template <typename T, int D, int MT>
+__global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
+    gqaDecodeKernel(const GqaArgs args) {
+  using C = GqaConfig<D, MT>;
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  T *sQ = reinterpret_cast<T *>(smemRaw);
+  T *sKV = sQ + C::Q_ELEMS;
+
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int seqLen = args.seqLens[b];
+  const int rows = args.qLen * args.group;
+  const int start = split * args.splitTiles * C::TILE_N;
+  const int end = min(seqLen, start + args.splitTiles * C::TILE_N);
+  const int numTiles = end > start ? (end - start + C::TILE_N - 1) / C::TILE_N : 0;
+  const T *q = static_cast<const T *>(args.q);
+  const T *kv = static_cast<const T *>(args.kv);
+  const int32_t *table = args.blockTable + static_cast<size_t>(b) * args.maxPages;
+
+  // Query rows r = token * group + g  ->  q[b][token][kvh * group + g][:]
+  for (int c = tid; c < C::ROWS * C::CH; c += C::THREADS) {
+    int r = c / C::CH, ch = c % C::CH;
+    bool valid = r < rows;
+    int token = r / args.group, head = kvh * args.group + r % args.group;
+    const T *src = valid ? q + ((static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head) * D + ch * 8 : q;
+    cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
+  }
+  cpAsyncCommit();
+
+  const size_t tokenStride = static_cast<size_t>(args.kvHeads) * D;
+  auto loadTile = [&](int tile) {
+    T *dst = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
+    const int base = start + tile * C::TILE_N;
+    for (int c = tid; c < 2 * C::TILE_N * C::CH; c += C::THREADS) {
+      int half = c / (C::TILE_N * C::CH), rem = c % (C::TILE_N * C::CH);
+      int key = rem / C::CH, ch = rem % C::CH;
+      int pos = base + key;
+      bool valid = pos < end;
+      const T *src = kv;
+      if (valid) {
+        size_t page = static_cast<size_t>(table[pos >> args.pageShift]);
+        int slot = pos & (args.pageSize - 1);
+        src = kv + ((page * 2 + half) * args.pageSize + slot) * tokenStride +
+              static_cast<size_t>(kvh) * D + ch * 8;
+      }
+      cpAsync16(dst + half * C::TILE_N * D + swz(key, ch, C::CH), src, valid);
+    }
+  };
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < numTiles)
+      loadTile(s);
+    cpAsyncCommit();
+  }
+
+  const int mt = warp % MT, wn = warp / MT;
+  const int g = lane / 4, t4 = lane % 4;
+  const int row0 = mt * 16 + g, row1 = row0 + 8;
+  // Key limit per row: causal among the q_len new tokens.
+  const int lim0 = row0 < rows ? min(end, seqLen - args.qLen + 1 + row0 / args.group) : end;
+  const int lim1 = row1 < rows ? min(end, seqLen - args.qLen + 1 + row1 / args.group) : end;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -1e30f, m1 = -1e30f, l0 = 0.f, l1 = 0.f;
+
+  for (int tile = 0; tile < numTiles; ++tile) {
+    cpAsyncWait<C::STAGES - 2>();
+    __syncthreads();
+    if (tile + C::STAGES - 1 < numTiles)
+      loadTile(tile + C::STAGES - 1);
+    cpAsyncCommit();
+
+    const T *sK = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
+    const T *sV = sK + C::TILE_N * D;
+    const int kBase = wn * C::KW;
+
+    float s[C::KW / 8][4];
+#pragma unroll
+    for (int j = 0; j < C::KW / 8; ++j)
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+#pragma unroll
+      for (int j = 0; j < C::KW / 16; ++j) {
+        uint32_t bf[4];
+        int key = kBase + j * 16 + (lane % 8) + (lane / 16) * 8;
+        ldsmX4(bf, sK + swz(key, kk * 2 + (lane / 8) % 2, C::CH));
+        mma16816<T>(s[2 * j], a, bf[0], bf[1]);
+        mma16816<T>(s[2 * j + 1], a, bf[2], bf[3]);
+      }
+    }
+
+    const int posBase = start + tile * C::TILE_N + kBase + 2 * t4;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < C::KW / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        int pos = posBase + j * 8 + e;
+        s[j][e] = pos < lim0 ? s[j][e] * args.scaleLog2 : -INFINITY;
+        s[j][2 + e] = pos < lim1 ? s[j][2 + e] * args.scaleLog2 : -INFINITY;
+        mx0 = fmaxf(mx0, s[j][e]);
+        mx1 = fmaxf(mx1, s[j][2 + e]);
+      }
+    }
+    mx0 = quadMax(mx0);
+    mx1 = quadMax(mx1);
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < C::KW / 8; ++j) {
+      s[j][0] = exp2f(s[j][0] - mn0);
+      s[j][1] = exp2f(s[j][1] - mn0);
+      s[j][2] = exp2f(s[j][2] - mn1);
+      s[j][3] = exp2f(s[j][3] - mn1);
+      sum0 += s[j][0] + s[j][1];
+      sum1 += s[j][2] + s[j][3];
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= alpha0;
+      o[i][1] *= alpha0;
+      o[i][2] *= alpha1;
+      o[i][3] *= alpha1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < C::KW / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      int key = kBase + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t bf[4];
+        ldsmX4T(bf, sV + swz(key, np * 2 + lane / 16, C::CH));
+        mma16816<T>(o[2 * np], a, bf[0], bf[1]);
+        mma16816<T>(o[2 * np + 1], a, bf[2], bf[3]);
+      }
+    }
+  }
+  cpAsyncWait<0>();
+
+  l0 = quadSum(l0);
+  l1 = quadSum(l1);
+
+  // Output row r -> flat row index ((b*qLen + token)*qHeads + head).
+  auto flatRow = [&](int r) {
+    int token = r / args.group, head = kvh * args.group + r % args.group;
+    return (static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head;
+  };
+  auto store = [&](int r, int col, float v0, float v1, float rowMax, float rowSum) {
+    if (r >= rows)
+      return;
+    float inv = rowSum > 0.f ? 1.f / rowSum : 0.f;
+    size_t fr = flatRow(r);
+    if (args.numSplits == 1) {
+      *reinterpret_cast<uint32_t *>(static_cast<T *>(args.out) + fr * D + col) =
+          pack2<T>(v0 * inv, v1 * inv);
+    } else {
+      size_t idx = fr * args.numSplits + split;
+      *reinterpret_cast<float2 *>(args.partO + idx * D + col) = make_float2(v0 * inv, v1 * inv);
+      if (col == 0)
+        args.partLse[idx] = rowSum > 0.f ? rowMax + log2f(rowSum) : -INFINITY;
+    }
+  };
+
+  if constexpr (C::WARPS_N == 1) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      store(row0, i * 8 + 2 * t4, o[i][0], o[i][1], m0, l0);
+      store(row1, i * 8 + 2 * t4, o[i][2], o[i][3], m1, l1);
+    }
+  } else {
+    // Merge key-split warps: stats then rescaled O through smem (K/V stages reused).
+    __syncthreads();
+    float *sO = reinterpret_cast<float *>(sKV);         // [WARPS_N][ROWS][D]
+    __shared__ float sM[C::WARPS_N][C::ROWS], sL[C::WARPS_N][C::ROWS];
+    if (t4 == 0) {
+      sM[wn][row0] = m0;
+      sM[wn][row1] = m1;
+      sL[wn][row0] = l0;
+      sL[wn][row1] = l1;
+    }
+    __syncthreads();
+    float gm0 = -1e30f, gm1 = -1e30f;
+#pragma unroll
+    for (int w = 0; w < C::WARPS_N; ++w) {
+      gm0 = fmaxf(gm0, sM[w][row0]);
+      gm1 = fmaxf(gm1, sM[w][row1]);
+    }
+    float f0 = exp2f(m0 - gm0), f1 = exp2f(m1 - gm1);
+    float *dst = sO + wn * C::ROWS * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      int col = i * 8 + 2 * t4;
+      *reinterpret_cast<float2 *>(dst + row0 * D + col) = make_float2(o[i][0] * f0, o[i][1] * f0);
+      *reinterpret_cast<float2 *>(dst + row1 * D + col) = make_float2(o[i][2] * f1, o[i][3] * f1);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < rows * (D / 2); idx += C::THREADS) {
+      int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
+      float gm = -1e30f;
+#pragma unroll
+      for (int w = 0; w < C::WARPS_N; ++w)
+        gm = fmaxf(gm, sM[w][r]);
+      float sum = 0.f, v0 = 0.f, v1 = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::WARPS_N; ++w) {
+        sum += sL[w][r] * exp2f(sM[w][r] - gm);
+        float2 v = *reinterpret_cast<const float2 *>(sO + (w * C::ROWS + r) * D + col);
+        v0 += v.x;
+        v1 += v.y;
+      }
+      store(r, col, v0, v1, gm, sum);
+    }
+  }
+}
+
+} // namespace kiln::decode
+
+#endif

@@ -1,0 +1,57 @@
+// kv_append: scatter the step's new K/V (or MLA latents) into their cache pages.
+// One thread copies one 16-byte chunk; tokens may belong to any sequence and position.
+#include "DecodeKernels.h"
+#include "DecodeArgs.h"
+
+#include <stdint.h>
+
+namespace kiln::decode {
+
+__global__ void kvAppendDevice(const KvAppendArgs args) {
+  const int chunksPerRow = args.headDim / 8;
+  const long long perToken = 2LL * args.kvHeads * chunksPerRow;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= perToken * args.numTokens)
+    return;
+  const int token = static_cast<int>(idx / perToken);
+  const int rem = static_cast<int>(idx % perToken);
+  const int half = rem / (args.kvHeads * chunksPerRow); // 0 = K, 1 = V
+  const int within = rem % (args.kvHeads * chunksPerRow); // head * chunksPerRow + chunk
+  const int b = args.tokenBatch[token], pos = args.tokenPos[token];
+  if (b < 0 || b >= args.batch || pos < 0 || pos >= args.maxPages * args.pageSize)
+    return;
+  const int page = args.blockTable[static_cast<size_t>(b) * args.maxPages + pos / args.pageSize];
+  if (page < 0 || page >= args.numPages)
+    return;
+  const uint16_t *src = (half ? args.v : args.k) +
+                        token * (half ? args.vStride : args.kStride) + within * 8;
+  uint16_t *dst = args.cache +
+                  ((static_cast<size_t>(page) * 2 + half) * args.pageSize + pos % args.pageSize) *
+                      args.kvHeads * args.headDim +
+                  within * 8;
+  *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+}
+
+__global__ void mlaKvAppendDevice(const MlaKvAppendArgs args) {
+  constexpr int kChunks = 576 / 8, kLatentChunks = 512 / 8, kPage = 64;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<long long>(kChunks) * args.numTokens)
+    return;
+  const int token = static_cast<int>(idx / kChunks), ch = static_cast<int>(idx % kChunks);
+  const int b = args.tokenBatch[token], pos = args.tokenPos[token];
+  if (b < 0 || b >= args.batch || pos < 0 || pos >= args.maxPages * kPage)
+    return;
+  const int page = args.blockTable[static_cast<size_t>(b) * args.maxPages + pos / kPage];
+  if (page < 0 || page >= args.numPages)
+    return;
+  const uint16_t *src = ch < kLatentChunks
+                            ? args.kvC + token * args.kvCStride + ch * 8
+                            : args.kPe + token * args.kPeStride + (ch - kLatentChunks) * 8;
+  uint16_t *dst = args.cache + (static_cast<size_t>(page) * kPage + pos % kPage) * 576 + ch * 8;
+  *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+}
+
+const void *kvAppendKernel() { return reinterpret_cast<const void *>(&kvAppendDevice); }
+const void *mlaKvAppendKernel() { return reinterpret_cast<const void *>(&mlaKvAppendDevice); }
+
+} // namespace kiln::decode

@@ -1,0 +1,251 @@
+// Launcher argument validation: every check runs before any CUDA call, so these run in
+// CI without a GPU. Pointers are fake (never dereferenced on failure paths).
+#include "kiln/Kernels/Decode.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace {
+
+void *fakePtr(uintptr_t offset = 0) { return reinterpret_cast<void *>(0x100000 + offset); }
+const int32_t *fakeInts() { return static_cast<const int32_t *>(fakePtr(0x1000)); }
+
+kiln_gqa_decode_params_t validGqa() {
+  kiln_gqa_decode_params_t p{};
+  p.q = fakePtr();
+  p.kv_cache = fakePtr(0x10000);
+  p.block_table = fakeInts();
+  p.seq_lens = fakeInts();
+  p.out = fakePtr(0x20000);
+  p.batch = 2;
+  p.q_len = 1;
+  p.q_heads = 32;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.page_size = 64;
+  p.num_pages = 16;
+  p.max_pages_per_seq = 8;
+  p.max_seq_len = 512;
+  p.softmax_scale = 0.088f;
+  p.dtype = KILN_DTYPE_BF16;
+  return p;
+}
+
+void expectError(kiln_status_t status, kiln_status_t expected, const char *kernel,
+                 const char *argument) {
+  EXPECT_EQ(status, expected) << kiln_last_error();
+  std::string message = kiln_last_error();
+  EXPECT_NE(message.find(kernel), std::string::npos) << message;
+  EXPECT_NE(message.find(argument), std::string::npos) << message;
+}
+
+TEST(GqaDecodeApi, NullParams) {
+  expectError(kiln_gqa_decode(nullptr), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "params");
+  size_t bytes = 0;
+  expectError(kiln_gqa_decode_workspace_bytes(nullptr, &bytes), KILN_ERROR_INVALID_ARGUMENT,
+              "gqa_decode", "params");
+  auto p = validGqa();
+  expectError(kiln_gqa_decode_workspace_bytes(&p, nullptr), KILN_ERROR_INVALID_ARGUMENT,
+              "gqa_decode", "bytes");
+}
+
+TEST(GqaDecodeApi, NullPointers) {
+  struct Case {
+    const char *name;
+    void (*clear)(kiln_gqa_decode_params_t &);
+  } cases[] = {
+      {"q", [](kiln_gqa_decode_params_t &p) { p.q = nullptr; }},
+      {"kv_cache", [](kiln_gqa_decode_params_t &p) { p.kv_cache = nullptr; }},
+      {"block_table", [](kiln_gqa_decode_params_t &p) { p.block_table = nullptr; }},
+      {"seq_lens", [](kiln_gqa_decode_params_t &p) { p.seq_lens = nullptr; }},
+      {"out", [](kiln_gqa_decode_params_t &p) { p.out = nullptr; }},
+  };
+  for (const Case &c : cases) {
+    auto p = validGqa();
+    c.clear(p);
+    expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", c.name);
+  }
+}
+
+TEST(GqaDecodeApi, UnsupportedShapes) {
+  auto p = validGqa();
+  p.head_dim = 96;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "head_dim");
+  p = validGqa();
+  p.page_size = 8;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "page_size");
+  p = validGqa();
+  p.page_size = 48;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "page_size");
+  p = validGqa();
+  p.q_heads = 64;
+  p.kv_heads = 2; // group 32
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "group");
+  p = validGqa();
+  p.q_len = 9;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "q_len");
+  p = validGqa();
+  p.dtype = KILN_DTYPE_F32;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "dtype");
+}
+
+TEST(GqaDecodeApi, InvalidSizes) {
+  auto p = validGqa();
+  p.batch = 0;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "batch");
+  p = validGqa();
+  p.q_len = 0;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "q_len");
+  p = validGqa();
+  p.q_heads = 30; // not a multiple of kv_heads 8
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "q_heads");
+  p = validGqa();
+  p.kv_heads = 0;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "kv_heads");
+  p = validGqa();
+  p.max_seq_len = 513; // > 8 pages * 64
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "max_seq_len");
+  p = validGqa();
+  p.num_pages = 0;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "num_pages");
+  p = validGqa();
+  p.max_pages_per_seq = 0;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode",
+              "max_pages_per_seq");
+  p = validGqa();
+  p.softmax_scale = 0.f;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "softmax_scale");
+  p = validGqa();
+  p.num_splits = KILN_DECODE_MAX_SPLITS + 1;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "num_splits");
+  p = validGqa();
+  p.q = fakePtr(2);
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "aligned");
+}
+
+kiln_kv_append_params_t validAppend() {
+  kiln_kv_append_params_t p{};
+  p.k = fakePtr();
+  p.v = fakePtr(0x1000);
+  p.kv_cache = fakePtr(0x2000);
+  p.block_table = fakeInts();
+  p.token_batch = fakeInts();
+  p.token_pos = fakeInts();
+  p.num_tokens = 4;
+  p.batch = 2;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.page_size = 16;
+  p.num_pages = 4;
+  p.max_pages_per_seq = 2;
+  p.dtype = KILN_DTYPE_F16;
+  return p;
+}
+
+TEST(KvAppendApi, Validation) {
+  expectError(kiln_kv_append(nullptr), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "params");
+  auto p = validAppend();
+  p.v = nullptr;
+  expectError(kiln_kv_append(&p), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "v");
+  p = validAppend();
+  p.token_pos = nullptr;
+  expectError(kiln_kv_append(&p), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "token_pos");
+  p = validAppend();
+  p.head_dim = 80;
+  expectError(kiln_kv_append(&p), KILN_ERROR_UNSUPPORTED, "kv_append", "head_dim");
+  p = validAppend();
+  p.page_size = 256;
+  expectError(kiln_kv_append(&p), KILN_ERROR_UNSUPPORTED, "kv_append", "page_size");
+  p = validAppend();
+  p.dtype = KILN_DTYPE_F32;
+  expectError(kiln_kv_append(&p), KILN_ERROR_UNSUPPORTED, "kv_append", "dtype");
+  p = validAppend();
+  p.k_token_stride = 1020; // < kv_heads * head_dim
+  expectError(kiln_kv_append(&p), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "k_token_stride");
+  p = validAppend();
+  p.v_token_stride = 1028; // not a multiple of 8
+  expectError(kiln_kv_append(&p), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "v_token_stride");
+  p = validAppend();
+  p.num_tokens = -1;
+  expectError(kiln_kv_append(&p), KILN_ERROR_INVALID_ARGUMENT, "kv_append", "num_tokens");
+  p = validAppend();
+  p.num_tokens = 0; // valid no-op, touches nothing
+  EXPECT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
+}
+
+TEST(MlaKvAppendApi, Validation) {
+  kiln_mla_kv_append_params_t p{};
+  p.kv_c = fakePtr();
+  p.k_pe = fakePtr(0x1000);
+  p.latent_cache = fakePtr(0x2000);
+  p.block_table = fakeInts();
+  p.token_batch = fakeInts();
+  p.token_pos = fakeInts();
+  p.num_tokens = 1;
+  p.batch = 1;
+  p.num_pages = 1;
+  p.max_pages_per_seq = 1;
+  p.dtype = KILN_DTYPE_BF16;
+  auto q = p;
+  q.k_pe = nullptr;
+  expectError(kiln_mla_kv_append(&q), KILN_ERROR_INVALID_ARGUMENT, "mla_kv_append", "k_pe");
+  q = p;
+  q.kv_c_token_stride = 100;
+  expectError(kiln_mla_kv_append(&q), KILN_ERROR_INVALID_ARGUMENT, "mla_kv_append",
+              "kv_c_token_stride");
+  q = p;
+  q.batch = 0;
+  expectError(kiln_mla_kv_append(&q), KILN_ERROR_INVALID_ARGUMENT, "mla_kv_append", "batch");
+}
+
+kiln_mla_decode_params_t validMla() {
+  kiln_mla_decode_params_t p{};
+  p.q = fakePtr();
+  p.latent_cache = fakePtr(0x10000);
+  p.block_table = fakeInts();
+  p.seq_lens = fakeInts();
+  p.out = fakePtr(0x20000);
+  p.batch = 2;
+  p.q_len = 1;
+  p.num_heads = 128;
+  p.num_pages = 8;
+  p.max_pages_per_seq = 4;
+  p.max_seq_len = 256;
+  p.softmax_scale = 0.07f;
+  p.dtype = KILN_DTYPE_BF16;
+  return p;
+}
+
+TEST(MlaDecodeApi, Validation) {
+  expectError(kiln_mla_decode(nullptr), KILN_ERROR_INVALID_ARGUMENT, "mla_decode", "params");
+  auto p = validMla();
+  p.latent_cache = nullptr;
+  expectError(kiln_mla_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "mla_decode", "latent_cache");
+  p = validMla();
+  p.dtype = KILN_DTYPE_F16;
+  expectError(kiln_mla_decode(&p), KILN_ERROR_UNSUPPORTED, "mla_decode", "dtype");
+  p = validMla();
+  p.q_len = 5;
+  expectError(kiln_mla_decode(&p), KILN_ERROR_UNSUPPORTED, "mla_decode", "q_len");
+  p = validMla();
+  p.q_len = 2;
+  expectError(kiln_mla_decode_small_smem(&p), KILN_ERROR_UNSUPPORTED, "mla_decode_small_smem",
+              "q_len");
+  p = validMla();
+  p.num_heads = 129;
+  expectError(kiln_mla_decode(&p), KILN_ERROR_UNSUPPORTED, "mla_decode", "num_heads");
+  p = validMla();
+  p.max_seq_len = 257; // > 4 pages * 64
+  expectError(kiln_mla_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "mla_decode", "max_seq_len");
+  p = validMla();
+  p.out = fakePtr(8);
+  expectError(kiln_mla_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "mla_decode", "aligned");
+  size_t bytes = 0;
+  p = validMla();
+  p.seq_lens = nullptr;
+  expectError(kiln_mla_decode_workspace_bytes(&p, &bytes), KILN_ERROR_INVALID_ARGUMENT,
+              "mla_decode", "seq_lens");
+}
+
+} // namespace

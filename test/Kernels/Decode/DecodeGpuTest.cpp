@@ -1,0 +1,464 @@
+// GPU tests of the decode family against the fp64 CPU reference: fresh random inputs per
+// case, ragged sequence lengths, shuffled page tables, NaN-poisoned unused pages/slots
+// and outputs. Tolerance (documented in docs/kernels-decode.md):
+//   |out - ref| <= atol + rtol * |ref|; bf16: 2e-2 + 2e-2|ref|, fp16: 4e-3 + 4e-3|ref|.
+#include "DecodeReference.h"
+#include "GpuTest.h"
+#include "kiln/Kernels/Decode.h"
+#include "kiln/Kernels/HostNumeric.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr uint16_t kNanBits = 0x7fff; // NaN in both bf16 and fp16
+
+uint16_t toBits(float v, kiln_dtype_t dtype) {
+  return dtype == KILN_DTYPE_BF16 ? kiln_float_to_bf16(v) : kiln_float_to_f16(v);
+}
+float fromBits(uint16_t b, kiln_dtype_t dtype) {
+  return dtype == KILN_DTYPE_BF16 ? kiln_bf16_to_float(b) : kiln_f16_to_float(b);
+}
+
+template <typename T> struct DeviceBuffer {
+  T *ptr = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    if (n)
+      EXPECT_EQ(cudaMalloc(&ptr, n * sizeof(T)), cudaSuccess);
+  }
+  explicit DeviceBuffer(const std::vector<T> &host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  void upload(const std::vector<T> &host) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return host;
+  }
+};
+
+std::mt19937 &rng() {
+  static std::mt19937 generator(12345);
+  return generator;
+}
+
+// Random values in storage precision: bits for the device, floats for the reference.
+void randomValues(size_t n, kiln_dtype_t dtype, std::vector<uint16_t> &bits,
+                  std::vector<float> &values, float sigma = 1.f) {
+  std::normal_distribution<float> dist(0.f, sigma);
+  bits.resize(n);
+  values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = toBits(dist(rng()), dtype);
+    values[i] = fromBits(bits[i], dtype);
+  }
+}
+
+struct PagedLayout {
+  std::vector<int32_t> seqLens, blockTable;
+  int numPages = 0, maxPages = 0, maxSeqLen = 0;
+  std::vector<char> pageUsed; // per page
+};
+
+// Ragged lengths in [minLen, maxLen]; pages of all sequences shuffled over a pool with a
+// few extra (unused, NaN) pages; unused table entries point to an unused page.
+PagedLayout makeLayout(int batch, int minLen, int maxLen, int pageSize) {
+  PagedLayout layout;
+  std::uniform_int_distribution<int> lenDist(minLen, maxLen);
+  int totalPages = 0;
+  for (int b = 0; b < batch; ++b) {
+    layout.seqLens.push_back(b == 0 ? maxLen : lenDist(rng()));
+    layout.maxSeqLen = std::max(layout.maxSeqLen, layout.seqLens.back());
+    totalPages += (layout.seqLens.back() + pageSize - 1) / pageSize;
+  }
+  layout.maxPages = (layout.maxSeqLen + pageSize - 1) / pageSize + 1;
+  layout.numPages = totalPages + 3;
+  std::vector<int32_t> perm(layout.numPages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  int spare = perm[layout.numPages - 1]; // never used by any sequence
+  layout.blockTable.assign(static_cast<size_t>(batch) * layout.maxPages, spare);
+  layout.pageUsed.assign(layout.numPages, 0);
+  int next = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < (layout.seqLens[b] + pageSize - 1) / pageSize; ++i) {
+      layout.blockTable[static_cast<size_t>(b) * layout.maxPages + i] = perm[next];
+      layout.pageUsed[perm[next++]] = 1;
+    }
+  return layout;
+}
+
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance toleranceFor(kiln_dtype_t dtype) {
+  return dtype == KILN_DTYPE_BF16 ? Tolerance{2e-2, 2e-2} : Tolerance{4e-3, 4e-3};
+}
+
+// Compares and reports the first few mismatches; returns the number of bad elements.
+size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref,
+               kiln_dtype_t dtype, const std::string &what) {
+  Tolerance tol = toleranceFor(dtype);
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double v = fromBits(got[i], dtype);
+    double err = std::fabs(v - ref[i]);
+    worst = std::isnan(v) ? INFINITY : std::max(worst, err);
+    if (!(err <= tol.atol + tol.rtol * std::fabs(ref[i]))) {
+      if (bad < 5)
+        ADD_FAILURE() << what << ": element " << i << " got " << v << " want " << ref[i];
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << " (" << bad << " of " << ref.size() << " bad, worst " << worst
+                     << ")";
+  return bad;
+}
+
+struct GqaCase {
+  kiln_dtype_t dtype;
+  int headDim, pageSize, group, qLen;
+  int batch = 3, kvHeads = 2, minLen = 1, maxLen = 300;
+  int numSplits = 0; // 0 = automatic
+};
+
+std::string describe(const GqaCase &c) {
+  return std::string(c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16") + " D=" +
+         std::to_string(c.headDim) + " page=" + std::to_string(c.pageSize) +
+         " group=" + std::to_string(c.group) + " q_len=" + std::to_string(c.qLen) +
+         " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
+         " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
+}
+
+void runGqaCase(const GqaCase &c) {
+  SCOPED_TRACE(describe(c));
+  const int qHeads = c.kvHeads * c.group, D = c.headDim;
+  PagedLayout layout = makeLayout(c.batch, std::max(c.minLen, c.qLen), c.maxLen, c.pageSize);
+  kiln::reference::PagedShape shape;
+  shape.batch = c.batch;
+  shape.qLen = c.qLen;
+  shape.qHeads = qHeads;
+  shape.kvHeads = c.kvHeads;
+  shape.headDim = D;
+  shape.pageSize = c.pageSize;
+  shape.maxPages = layout.maxPages;
+
+  std::vector<uint16_t> qBits, kvBits;
+  std::vector<float> qVals, kvVals;
+  randomValues(static_cast<size_t>(c.batch) * c.qLen * qHeads * D, c.dtype, qBits, qVals);
+  const size_t pageElems = 2ull * c.pageSize * c.kvHeads * D;
+  randomValues(pageElems * layout.numPages, c.dtype, kvBits, kvVals);
+  // Poison what no sequence owns: unused pages, and slots past each sequence's end.
+  for (int p = 0; p < layout.numPages; ++p)
+    if (!layout.pageUsed[p])
+      std::fill(kvBits.begin() + p * pageElems, kvBits.begin() + (p + 1) * pageElems, kNanBits);
+  for (int b = 0; b < c.batch; ++b) {
+    int len = layout.seqLens[b];
+    if (len % c.pageSize == 0)
+      continue;
+    size_t page = layout.blockTable[static_cast<size_t>(b) * layout.maxPages + len / c.pageSize];
+    for (int half = 0; half < 2; ++half)
+      for (int slot = len % c.pageSize; slot < c.pageSize; ++slot) {
+        size_t at = ((page * 2 + half) * c.pageSize + slot) * c.kvHeads * D;
+        std::fill(kvBits.begin() + at, kvBits.begin() + at + c.kvHeads * D, kNanBits);
+      }
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> ref =
+      kiln::reference::gqaDecode(shape, qVals, kvVals, layout.blockTable, layout.seqLens, scale);
+
+  DeviceBuffer<uint16_t> dQ(qBits), dKv(kvBits), dOut(qBits.size());
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
+
+  kiln_gqa_decode_params_t p{};
+  p.q = dQ.ptr;
+  p.kv_cache = dKv.ptr;
+  p.block_table = dTable.ptr;
+  p.seq_lens = dLens.ptr;
+  p.out = dOut.ptr;
+  p.batch = c.batch;
+  p.q_len = c.qLen;
+  p.q_heads = qHeads;
+  p.kv_heads = c.kvHeads;
+  p.head_dim = D;
+  p.page_size = c.pageSize;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.max_seq_len = layout.maxSeqLen;
+  p.softmax_scale = static_cast<float>(scale);
+  p.dtype = c.dtype;
+  p.num_splits = c.numSplits;
+  size_t wsBytes = 0;
+  ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+  if (c.numSplits > 1) // the query covers the automatic choice; forced splits need this much
+    wsBytes = std::max(wsBytes, static_cast<size_t>(c.batch) * c.qLen * qHeads * c.numSplits *
+                                    (D + 1) * sizeof(float));
+  DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+  p.workspace = dWs.ptr;
+  p.workspace_bytes = wsBytes;
+  ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  compare(dOut.download(), ref, c.dtype, "gqa_decode " + describe(c));
+}
+
+TEST(GqaDecodeGpu, HeadDimPageGroupCrossProduct) {
+  KILN_REQUIRE_GPU();
+  const int groups[] = {1, 4, 16, 5};
+  const int qLens[] = {1, 4, 2, 3};
+  int n = 0;
+  for (kiln_dtype_t dtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16})
+    for (int headDim : {64, 128, 256})
+      for (int pageSize : {16, 32, 64, 128})
+        for (int gi = 0; gi < 4; ++gi, ++n)
+          runGqaCase({dtype, headDim, pageSize, groups[gi], qLens[(gi + n) % 4]});
+}
+
+TEST(GqaDecodeGpu, EveryQLenAndLargeRowCounts) {
+  KILN_REQUIRE_GPU();
+  for (int qLen = 1; qLen <= 8; ++qLen)
+    for (int group : {1, 4, 8})
+      runGqaCase({KILN_DTYPE_BF16, 128, 64, group, qLen});
+  // q_len * group = 128 rows (8 row tiles) at every head dim.
+  for (int headDim : {64, 128, 256})
+    runGqaCase({KILN_DTYPE_F16, headDim, 32, 16, 8});
+  // Every group size 1..16 once.
+  for (int group = 1; group <= 16; ++group)
+    runGqaCase({KILN_DTYPE_BF16, 64, 16, group, 1 + group % 3});
+}
+
+TEST(GqaDecodeGpu, SplitKv) {
+  KILN_REQUIRE_GPU();
+  for (int splits : {1, 2, 3, 7, 40}) {
+    GqaCase c{KILN_DTYPE_BF16, 128, 64, 4, 1};
+    c.numSplits = splits;
+    c.maxLen = 1500;
+    runGqaCase(c);
+  }
+  // Automatic splits: one long sequence, few heads -> many splits.
+  GqaCase c{KILN_DTYPE_F16, 128, 16, 8, 4};
+  c.batch = 1;
+  c.kvHeads = 1;
+  c.maxLen = 6000;
+  runGqaCase(c);
+  GqaCase d{KILN_DTYPE_BF16, 256, 128, 2, 2};
+  d.batch = 2;
+  d.maxLen = 4000;
+  runGqaCase(d);
+  // Short sequences with many splits: empty splits must not disturb the result.
+  GqaCase e{KILN_DTYPE_BF16, 64, 16, 4, 3};
+  e.minLen = 3;
+  e.maxLen = 70;
+  e.numSplits = 16;
+  runGqaCase(e);
+}
+
+struct MlaCase {
+  int batch, qLen, heads, maxLen;
+  bool small;
+  int numSplits = 0;
+};
+
+void runMlaCase(const MlaCase &c) {
+  std::string what = std::string(c.small ? "mla_decode_small_smem" : "mla_decode") +
+                     " batch=" + std::to_string(c.batch) + " q_len=" + std::to_string(c.qLen) +
+                     " heads=" + std::to_string(c.heads) + " len<=" + std::to_string(c.maxLen) +
+                     " splits=" + std::to_string(c.numSplits);
+  SCOPED_TRACE(what);
+  constexpr int Dqk = 576, Dv = 512, Page = 64;
+  const kiln_dtype_t dtype = KILN_DTYPE_BF16;
+  PagedLayout layout = makeLayout(c.batch, c.qLen, c.maxLen, Page);
+  std::vector<uint16_t> qBits, poolBits;
+  std::vector<float> qVals, poolVals;
+  randomValues(static_cast<size_t>(c.batch) * c.qLen * c.heads * Dqk, dtype, qBits, qVals);
+  randomValues(static_cast<size_t>(layout.numPages) * Page * Dqk, dtype, poolBits, poolVals);
+  for (int p = 0; p < layout.numPages; ++p)
+    if (!layout.pageUsed[p])
+      std::fill(poolBits.begin() + static_cast<size_t>(p) * Page * Dqk,
+                poolBits.begin() + static_cast<size_t>(p + 1) * Page * Dqk, kNanBits);
+  for (int b = 0; b < c.batch; ++b) {
+    int len = layout.seqLens[b];
+    if (len % Page == 0)
+      continue;
+    size_t page = layout.blockTable[static_cast<size_t>(b) * layout.maxPages + len / Page];
+    std::fill(poolBits.begin() + (page * Page + len % Page) * Dqk,
+              poolBits.begin() + (page + 1) * Page * Dqk, kNanBits);
+  }
+  const double scale = 1.0 / std::sqrt(192.0);
+  std::vector<double> ref = kiln::reference::mlaDecode(c.batch, c.qLen, c.heads, layout.maxPages,
+                                                       qVals, poolVals, layout.blockTable,
+                                                       layout.seqLens, scale);
+  const size_t outElems = static_cast<size_t>(c.batch) * c.qLen * c.heads * Dv;
+  DeviceBuffer<uint16_t> dQ(qBits), dPool(poolBits), dOut(outElems);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  dOut.upload(std::vector<uint16_t>(outElems, kNanBits));
+  kiln_mla_decode_params_t p{};
+  p.q = dQ.ptr;
+  p.latent_cache = dPool.ptr;
+  p.block_table = dTable.ptr;
+  p.seq_lens = dLens.ptr;
+  p.out = dOut.ptr;
+  p.batch = c.batch;
+  p.q_len = c.qLen;
+  p.num_heads = c.heads;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.max_seq_len = layout.maxSeqLen;
+  p.softmax_scale = static_cast<float>(scale);
+  p.dtype = dtype;
+  p.num_splits = c.numSplits;
+  size_t wsBytes = 0;
+  ASSERT_EQ(kiln_mla_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+  if (c.numSplits > 1)
+    wsBytes = std::max(wsBytes, outElems / Dv * c.numSplits * (Dv + 1) * sizeof(float));
+  DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+  p.workspace = dWs.ptr;
+  p.workspace_bytes = wsBytes;
+  kiln_status_t status = c.small ? kiln_mla_decode_small_smem(&p) : kiln_mla_decode(&p);
+  ASSERT_EQ(status, KILN_OK) << kiln_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  compare(dOut.download(), ref, dtype, what);
+}
+
+TEST(MlaDecodeGpu, MultiTokenVariant) {
+  KILN_REQUIRE_GPU();
+  for (int heads : {1, 16, 128, 40})
+    for (int qLen : {1, 2, 4})
+      runMlaCase({2, qLen, heads, 400, false});
+  runMlaCase({1, 1, 128, 3000, false});    // automatic splits
+  runMlaCase({3, 2, 16, 700, false, 5});   // forced splits
+  runMlaCase({2, 3, 64, 300, false, 64});  // more splits than tiles
+}
+
+TEST(MlaDecodeGpu, SmallSmemVariant) {
+  KILN_REQUIRE_GPU();
+  for (int heads : {1, 16, 128, 24})
+    runMlaCase({2, 1, heads, 500, true});
+  runMlaCase({1, 1, 16, 3000, true});
+  runMlaCase({3, 1, 128, 600, true, 3});
+}
+
+TEST(KvAppendGpu, RaggedTokensLandInTheirPages) {
+  KILN_REQUIRE_GPU();
+  for (kiln_dtype_t dtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16})
+    for (int headDim : {64, 128, 256})
+      for (int pageSize : {16, 32, 64, 128}) {
+        SCOPED_TRACE("D=" + std::to_string(headDim) + " page=" + std::to_string(pageSize));
+        const int batch = 3, kvHeads = 2;
+        PagedLayout layout = makeLayout(batch, 1, 200, pageSize);
+        // Tokens: a ragged set of (sequence, position) pairs, shuffled.
+        std::vector<int32_t> tokBatch, tokPos;
+        for (int b = 0; b < batch; ++b) {
+          int count = 1 + b * 3; // 1, 4, 7 tokens
+          for (int i = 0; i < count && i < layout.seqLens[b]; ++i) {
+            tokBatch.push_back(b);
+            tokPos.push_back(layout.seqLens[b] - 1 - i);
+          }
+        }
+        std::vector<int> order(tokBatch.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng());
+        std::vector<int32_t> sb, sp;
+        for (int i : order) {
+          sb.push_back(tokBatch[i]);
+          sp.push_back(tokPos[i]);
+        }
+        const int numTokens = static_cast<int>(sb.size());
+        const long long stride = kvHeads * headDim + 8; // padded token stride
+        std::vector<uint16_t> kBits, vBits;
+        std::vector<float> unused;
+        randomValues(numTokens * stride, dtype, kBits, unused);
+        randomValues(numTokens * stride, dtype, vBits, unused);
+        const size_t poolElems = 2ull * layout.numPages * pageSize * kvHeads * headDim;
+        std::vector<uint16_t> pool(poolElems, 0x1234);
+        DeviceBuffer<uint16_t> dK(kBits), dV(vBits), dPool(pool);
+        DeviceBuffer<int32_t> dTable(layout.blockTable), dB(sb), dP(sp);
+        kiln_kv_append_params_t p{};
+        p.k = dK.ptr;
+        p.v = dV.ptr;
+        p.k_token_stride = stride;
+        p.v_token_stride = stride;
+        p.kv_cache = dPool.ptr;
+        p.block_table = dTable.ptr;
+        p.token_batch = dB.ptr;
+        p.token_pos = dP.ptr;
+        p.num_tokens = numTokens;
+        p.batch = batch;
+        p.kv_heads = kvHeads;
+        p.head_dim = headDim;
+        p.page_size = pageSize;
+        p.num_pages = layout.numPages;
+        p.max_pages_per_seq = layout.maxPages;
+        p.dtype = dtype;
+        ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<uint16_t> want = pool;
+        for (int t = 0; t < numTokens; ++t) {
+          size_t page = layout.blockTable[static_cast<size_t>(sb[t]) * layout.maxPages +
+                                          sp[t] / pageSize];
+          for (int half = 0; half < 2; ++half) {
+            size_t at = ((page * 2 + half) * pageSize + sp[t] % pageSize) * kvHeads * headDim;
+            const std::vector<uint16_t> &src = half ? vBits : kBits;
+            std::copy(src.begin() + t * stride, src.begin() + t * stride + kvHeads * headDim,
+                      want.begin() + at);
+          }
+        }
+        EXPECT_TRUE(dPool.download() == want);
+      }
+}
+
+TEST(KvAppendGpu, MlaLatents) {
+  KILN_REQUIRE_GPU();
+  const int batch = 4, Page = 64;
+  PagedLayout layout = makeLayout(batch, 1, 300, Page);
+  std::vector<int32_t> tb, tp;
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < std::min(b + 1, layout.seqLens[b]); ++i) {
+      tb.push_back(b);
+      tp.push_back(layout.seqLens[b] - 1 - i);
+    }
+  const int numTokens = static_cast<int>(tb.size());
+  std::vector<uint16_t> kvc, kpe;
+  std::vector<float> unused;
+  randomValues(numTokens * 576, KILN_DTYPE_BF16, kvc, unused); // fused [kv_c | k_pe] rows
+  randomValues(numTokens * 64, KILN_DTYPE_BF16, kpe, unused);
+  std::vector<uint16_t> pool(static_cast<size_t>(layout.numPages) * Page * 576, 0x4321);
+  DeviceBuffer<uint16_t> dC(kvc), dPe(kpe), dPool(pool);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dB(tb), dP(tp);
+  kiln_mla_kv_append_params_t p{};
+  p.kv_c = dC.ptr;
+  p.kv_c_token_stride = 576;
+  p.k_pe = dPe.ptr;
+  p.latent_cache = dPool.ptr;
+  p.block_table = dTable.ptr;
+  p.token_batch = dB.ptr;
+  p.token_pos = dP.ptr;
+  p.num_tokens = numTokens;
+  p.batch = batch;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.dtype = KILN_DTYPE_BF16;
+  ASSERT_EQ(kiln_mla_kv_append(&p), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> want = pool;
+  for (int t = 0; t < numTokens; ++t) {
+    size_t page = layout.blockTable[static_cast<size_t>(tb[t]) * layout.maxPages + tp[t] / Page];
+    size_t at = (page * Page + tp[t] % Page) * 576;
+    std::copy(kvc.begin() + t * 576, kvc.begin() + t * 576 + 512, want.begin() + at);
+    std::copy(kpe.begin() + t * 64, kpe.begin() + t * 64 + 64, want.begin() + at + 512);
+  }
+  EXPECT_TRUE(dPool.download() == want);
+}
+
+} // namespace
