@@ -1,0 +1,340 @@
+// Benchmark of the Mamba2 decode kernels (ssm_update, ssm_update_spec, conv_update,
+// conv_update_spec) with Nemotron-H shapes, against the copy (read+write) bandwidth
+// ceiling measured in the same run. Prints one line per case and writes JSON (argv[1])
+// that peer_torch.py merges with its peers (ratios).
+//
+// Timing: CUDA graph of `launches` launches, each on a different part of a state pool
+// (pool >= 1 GiB so state traffic never sits in the 60 MB L2), replayed after warm-up;
+// per-launch time = median over replays / launches.
+#include "kiln/Kernels/Mamba.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CHECK(expr)                                                                       \
+  do {                                                                                    \
+    cudaError_t e_ = (expr);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
+                   cudaGetErrorString(e_));                                               \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define KCHECK(expr)                                                                      \
+  do {                                                                                    \
+    kiln_status_t s_ = (expr);                                                            \
+    if (s_ != KILN_OK) {                                                                  \
+      std::fprintf(stderr, "%s: %s\n", #expr, kiln_last_error());                        \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+__global__ void copyKernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+__global__ void fillKernel(float *p, size_t n, float scale, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    p[i] = scale * ((h & 0xffffff) / 16777216.0f - 0.5f);
+  }
+}
+
+void *alloc(size_t bytes, float scale = 1.0f, bool isFloat = false) {
+  void *p;
+  CHECK(cudaMalloc(&p, bytes));
+  if (isFloat)
+    fillKernel<<<1024, 256>>>(static_cast<float *>(p), bytes / 4, scale, (uint32_t)bytes);
+  else
+    CHECK(cudaMemset(p, 0x3c, bytes)); // bf16 0x3c3c ~ 0.0115
+  return p;
+}
+
+template <typename F> double timeGraph(F &&enqueue, int launches, int replays = 30) {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < launches; ++i) // warm-up, also checks the status
+    enqueue(i, s);
+  CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i)
+    enqueue(i, s);
+  CHECK(cudaStreamEndCapture(s, &g));
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i)
+    CHECK(cudaGraphLaunch(ge, s));
+  std::vector<double> ms;
+  for (int r = 0; r < replays; ++r) {
+    CHECK(cudaEventRecord(a, s));
+    CHECK(cudaGraphLaunch(ge, s));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  return ms[ms.size() / 2] * 1e-3 / launches; // seconds per launch
+}
+
+struct Result {
+  std::string kernel;
+  int batch, tokens;
+  double seconds, stateBytes, totalBytes;
+};
+std::vector<Result> results;
+double ceilingTBps = 0.0;
+
+void report(const Result &r) {
+  const double st = r.stateBytes / r.seconds / 1e12, tot = r.totalBytes / r.seconds / 1e12;
+  std::printf("%-18s B=%-4d T=%d  %9.2f us  state %5.2f TB/s  total %5.2f TB/s  %5.1f%% of ceiling\n",
+              r.kernel.c_str(), r.batch, r.tokens, r.seconds * 1e6, st, tot,
+              100.0 * tot / ceilingTBps);
+  std::fflush(stdout);
+  results.push_back(r);
+}
+
+// Pool of `groups` * batch slots; group i uses indices[i*batch .. (i+1)*batch) (a shuffled
+// partition of the pool), so consecutive launches touch disjoint state.
+int32_t *makeIndices(int batch, int groups) {
+  std::vector<int32_t> idx(static_cast<size_t>(batch) * groups);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(idx.begin(), idx.end(), rng);
+  int32_t *d;
+  CHECK(cudaMalloc(&d, idx.size() * 4));
+  CHECK(cudaMemcpy(d, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+const int H = 128, P = 64, N = 128, G = 8;
+
+void benchSsm(int batch, int T) {
+  const bool spec = T > 1;
+  const double slotBytes = double(H) * P * N * 4;
+  const double perLaunch = batch * slotBytes * (spec ? 1 + T : 2);
+  int groups = std::max(2, (int)std::ceil(2.0e9 / perLaunch));
+  groups = std::min(groups, 256);
+  const int slots = batch * groups;
+  int32_t *idx = makeIndices(batch, groups);
+  void *state = alloc(size_t(slots * slotBytes), 1.0f, true);
+  void *inter = spec ? alloc(size_t(slots * slotBytes * T), 1.0f, true) : nullptr;
+  void *x = alloc(size_t(batch) * T * H * P * 2), *z = alloc(size_t(batch) * T * H * P * 2);
+  void *out = alloc(size_t(batch) * T * H * P * 2);
+  void *dt = alloc(size_t(batch) * T * H * 2);
+  void *B = alloc(size_t(batch) * T * G * N * 2), *C = alloc(size_t(batch) * T * G * N * 2);
+  float *A = static_cast<float *>(alloc(H * 4));
+  CHECK(cudaMemset(A, 0xbf, H * 4)); // -1.498f: A < 0
+  float *D = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  float *bias = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  const double inputs = double(batch) * T * (3.0 * H * P * 2 + 2.0 * G * N * 2 + H * 2);
+  double sec;
+  if (!spec) {
+    sec = timeGraph(
+        [&](int i, cudaStream_t s) {
+          kiln_ssm_update_params_t p{};
+          p.state = state;
+          p.state_dtype = KILN_DTYPE_F32;
+          p.num_slots = slots;
+          p.state_indices = idx + size_t(i) * batch;
+          p.batch = batch;
+          p.heads = H;
+          p.head_dim = P;
+          p.state_size = N;
+          p.n_groups = G;
+          p.dtype = KILN_DTYPE_BF16;
+          p.x = x;
+          p.dt = dt;
+          p.dt_bias = bias;
+          p.A = A;
+          p.B = B;
+          p.C = C;
+          p.D = D;
+          p.z = z;
+          p.out = out;
+          p.dt_softplus = 1;
+          p.stream = s;
+          KCHECK(kiln_ssm_update(&p));
+        },
+        groups);
+  } else {
+    sec = timeGraph(
+        [&](int i, cudaStream_t s) {
+          kiln_ssm_update_spec_params_t p{};
+          p.state = state;
+          p.state_dtype = KILN_DTYPE_F32;
+          p.num_slots = slots;
+          p.state_indices = idx + size_t(i) * batch;
+          p.intermediate = inter;
+          p.batch = batch;
+          p.num_tokens = T;
+          p.heads = H;
+          p.head_dim = P;
+          p.state_size = N;
+          p.n_groups = G;
+          p.dtype = KILN_DTYPE_BF16;
+          p.x = x;
+          p.dt = dt;
+          p.dt_bias = bias;
+          p.A = A;
+          p.B = B;
+          p.C = C;
+          p.D = D;
+          p.z = z;
+          p.out = out;
+          p.dt_softplus = 1;
+          p.stream = s;
+          KCHECK(kiln_ssm_update_spec(&p));
+        },
+        groups);
+  }
+  const double stateBytes = batch * slotBytes * (spec ? 1 + T : 2);
+  report({spec ? "ssm_update_spec" : "ssm_update", batch, T, sec, stateBytes,
+          stateBytes + inputs});
+  for (void *p : {(void *)idx, state, inter, x, z, out, dt, B, C, (void *)A, (void *)D,
+                  (void *)bias})
+    if (p)
+      CHECK(cudaFree(p));
+}
+
+void benchConv(int batch, int T) {
+  const bool spec = T > 1;
+  const int Dm = 10240, W = 4, K = W - 1;
+  const double slotBytes = double(Dm) * K * 2;
+  const double perLaunch = batch * slotBytes * (spec ? 1 + T : 2);
+  int groups = std::min(256, std::max(2, (int)std::ceil(1.0e9 / perLaunch)));
+  const int slots = batch * groups;
+  int32_t *idx = makeIndices(batch, groups);
+  void *state = alloc(size_t(slots * slotBytes));
+  void *inter = spec ? alloc(size_t(slots * slotBytes * T)) : nullptr;
+  void *x = alloc(size_t(batch) * T * Dm * 2), *out = alloc(size_t(batch) * T * Dm * 2);
+  void *w = alloc(size_t(Dm) * W * 2), *bias = alloc(size_t(Dm) * 2);
+  double sec = timeGraph(
+      [&](int i, cudaStream_t s) {
+        if (!spec) {
+          kiln_conv_update_params_t p{};
+          p.state = state;
+          p.state_dtype = KILN_DTYPE_BF16;
+          p.num_slots = slots;
+          p.state_indices = idx + size_t(i) * batch;
+          p.batch = batch;
+          p.conv_dim = Dm;
+          p.width = W;
+          p.dtype = KILN_DTYPE_BF16;
+          p.x = x;
+          p.weight = w;
+          p.bias = bias;
+          p.out = out;
+          p.silu = 1;
+          p.stream = s;
+          KCHECK(kiln_conv_update(&p));
+        } else {
+          kiln_conv_update_spec_params_t p{};
+          p.state = state;
+          p.state_dtype = KILN_DTYPE_BF16;
+          p.num_slots = slots;
+          p.state_indices = idx + size_t(i) * batch;
+          p.intermediate = inter;
+          p.batch = batch;
+          p.num_tokens = T;
+          p.conv_dim = Dm;
+          p.width = W;
+          p.dtype = KILN_DTYPE_BF16;
+          p.x = x;
+          p.weight = w;
+          p.bias = bias;
+          p.out = out;
+          p.silu = 1;
+          p.stream = s;
+          KCHECK(kiln_conv_update_spec(&p));
+        }
+      },
+      groups);
+  const double stateBytes = batch * slotBytes * (spec ? 1 + T : 2);
+  const double inputs = double(batch) * T * Dm * 2 * 2 + double(Dm) * (W + 1) * 2;
+  report({spec ? "conv_update_spec" : "conv_update", batch, T, sec, stateBytes,
+          stateBytes + inputs});
+  for (void *p : {(void *)idx, state, inter, x, out, w, bias})
+    if (p)
+      CHECK(cudaFree(p));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const char *jsonPath = argc > 1 ? argv[1] : "mamba_kiln.json";
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  { // copy ceiling: 2 GiB read + 2 GiB written
+    const size_t bytes = size_t(2) << 30, n = bytes / 16;
+    void *src = alloc(bytes), *dst = alloc(bytes);
+    double best = 0.0;
+    for (int blocks : {prop.multiProcessorCount * 4, prop.multiProcessorCount * 8,
+                       prop.multiProcessorCount * 16}) {
+      double sec = timeGraph(
+          [&](int, cudaStream_t s) {
+            copyKernel<<<blocks, 512, 0, s>>>(static_cast<uint4 *>(src),
+                                              static_cast<uint4 *>(dst), n);
+          },
+          1, 20);
+      best = std::max(best, 2.0 * bytes / sec / 1e12);
+    }
+    ceilingTBps = best;
+    std::printf("copy ceiling (read+write, 2 GiB each way): %.2f TB/s\n", ceilingTBps);
+    CHECK(cudaFree(src));
+    CHECK(cudaFree(dst));
+  }
+  const char *only = std::getenv("KILN_BENCH_ONLY"); // "ssm" to skip the conv cases
+  for (int b : {1, 64, 256})
+    benchSsm(b, 1);
+  for (int b : {64, 256})
+    benchSsm(b, 4);
+  if (!only || std::string(only) != "ssm") {
+    for (int b : {64, 512})
+      benchConv(b, 1);
+    for (int b : {64, 512})
+      benchConv(b, 4);
+  }
+  FILE *f = std::fopen(jsonPath, "w");
+  if (f) {
+    std::fprintf(f, "{\"device\": \"%s\", \"ceiling_TBps\": %.4f, \"cases\": [\n", prop.name,
+                 ceilingTBps);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result &r = results[i];
+      std::fprintf(f,
+                   "  {\"kernel\": \"%s\", \"B\": %d, \"T\": %d, \"us\": %.4f, "
+                   "\"state_bytes\": %.0f, \"total_bytes\": %.0f}%s\n",
+                   r.kernel.c_str(), r.batch, r.tokens, r.seconds * 1e6, r.stateBytes,
+                   r.totalBytes, i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
