@@ -1,5 +1,6 @@
 //===- kiln-opt.cpp - the kiln dialect and passes in an opt-style driver --===//
 #include "kiln/Dialect/Kiln.h"
+#include "kiln/Transforms/Pipeline.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -20,6 +21,7 @@ int main(int argc, char **argv) {
                   mlir::linalg::LinalgDialect, mlir::memref::MemRefDialect,
                   mlir::scf::SCFDialect, mlir::gpu::GPUDialect, mlir::NVVM::NVVMDialect,
                   mlir::LLVM::LLVMDialect>();
+  kiln::registerAllPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "Kiln optimizer driver\n", registry));
 }

@@ -1,0 +1,130 @@
+//===- Passes.td - Kiln passes ------------------------------*- tablegen -*-===//
+#ifndef KILN_TRANSFORMS_PASSES_TD
+#define KILN_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
+  let summary = "Set the module's kiln.target/spec/runtime from options";
+  let description = [{
+    Overrides the module configuration attributes with the options given (the ones
+    left out keep what the module says). `spec=none` removes `kiln.spec`.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", "\"\"", "Preset (h200, l40s, ...) or sm_XY">,
+    Option<"spec", "spec", "std::string", "\"\"",
+           "none, mtp:N, eagle3:N, draft:N or ngram:N">,
+    Option<"ssmMode", "ssm-mode", "std::string", "\"\"", "rewind or replay">,
+    Option<"maxBatch", "max-batch", "unsigned", "0", "Sequences (state slots); 0: keep">,
+    Option<"maxSeqLen", "max-seq-len", "unsigned", "0", "Tokens per sequence; 0: keep">,
+    Option<"pageSize", "page-size", "unsigned", "0", "KV page size; 0: keep">,
+    Option<"tp", "tp", "unsigned", "0", "Tensor-parallel ranks; 0: keep">,
+    Option<"kvDtype", "kv-dtype", "std::string", "\"\"", "bf16, f16, f32, fp8">
+  ];
+}
+
+def KilnInsertCaches : Pass<"kiln-insert-caches", "mlir::ModuleOp"> {
+  let summary = "Create the cache resources every model op needs and rewrite it to its cached form";
+  let description = [{
+    For every op implementing `ModelOpInterface`, asks it for its resources under the
+    module's `kiln.spec` and `kiln.runtime`, declares them with `kiln.cache_resource`
+    at the start of the function and replaces the op with its cached form. With no
+    `kiln.spec` no speculative-only resource is created: the speculative slots stay
+    empty.
+  }];
+  let statistics = [
+    Statistic<"numResources", "resources", "Cache resources created">,
+    Statistic<"numSpeculative", "speculative-resources",
+              "Speculative-only resources created">,
+    Statistic<"numOpsCached", "ops-cached", "Model ops rewritten to their cached form">
+  ];
+}
+
+def KilnDropSpeculativeResources
+    : Pass<"kiln-drop-speculative-resources", "mlir::ModuleOp"> {
+  let summary = "Without kiln.spec, erase speculative-only resources and empty their slots";
+  let description = [{
+    For IR that already carries resources (from another producer or an older
+    pipeline). With no `kiln.spec` on the module, every resource whose
+    `CacheResourceInterface::isSpeculativeOnly()` holds is detached from its users
+    (their slot becomes empty) and erased, with a remark naming layer, kind and bytes.
+    With a spec config nothing changes. Idempotent.
+  }];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", "true", "Emit a remark per dropped resource">
+  ];
+  let statistics = [
+    Statistic<"numDropped", "dropped", "Speculative-only resources dropped">,
+    Statistic<"bytesDropped", "bytes-dropped",
+              "Bytes the dropped resources would have taken (0 without kiln.runtime)">
+  ];
+}
+
+def KilnVerifyConfig : Pass<"kiln-verify-config", "mlir::ModuleOp"> {
+  let summary = "Check that the configuration and the model agree";
+  let description = [{
+    Cross-attribute and model-dependent checks the attribute verifiers cannot make:
+    speculative-only resources or replay buffers without `kiln.spec`; SSM replay needs
+    sm_80 or newer; MTP/Eagle3 one-model speculation needs draft layers of that kind;
+    `max_draft_len` within what Kiln's multi-token decode kernels verify in one step.
+  }];
+}
+
+def KilnPlanMemory : Pass<"kiln-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Size every resource, group them into pools, lay out the arena, check the budget";
+  let description = [{
+    Bytes per resource from its unit shape, element type and `kiln.runtime` (state
+    kinds: one unit per slot, `max_batch` slots; KV kinds: one unit per token, pages
+    of `page_size` tokens for `max_batch` sequences of `max_seq_len` tokens, or with
+    `fill-kv` as many pages as the budget leaves). Pools: one KV pool per (window,
+    head dim, dtype), one state pool, and `unmanaged` for resources allocated outside
+    the pools (each one warned about). Heads are divided by `tp`. Each resource gets
+    `pool`, `offset` (in one arena, 256-byte aligned) and `bytes`; the module gets
+    `kiln.plan`. A plan larger than the budget (target memory x usable fraction minus
+    weights) is an error naming the budget, the total and the largest consumers; the
+    `kiln.plan` attribute (`fits = false`) is still set so drivers can report it.
+  }];
+  let options = [
+    Option<"usableFraction", "usable-fraction", "double", "0.9",
+           "Share of the target's memory the plan may use">,
+    Option<"fillKv", "fill-kv", "bool", "false",
+           "Give the KV pools all memory the budget leaves">,
+    Option<"reserveBytes", "reserve-bytes", "uint64_t", "0",
+           "Bytes kept free for activations and workspaces">
+  ];
+  let statistics = [
+    Statistic<"totalBytes", "total-bytes", "Bytes planned">,
+    Statistic<"kvBytes", "kv-bytes", "Bytes in KV pools">,
+    Statistic<"stateBytes", "state-bytes", "Bytes in the state pool">,
+    Statistic<"speculativeBytes", "speculative-bytes", "Bytes of speculative-only resources">,
+    Statistic<"unmanagedBytes", "unmanaged-bytes", "Bytes outside Kiln's pools">
+  ];
+}
+
+def KilnSelectKernels : Pass<"kiln-select-kernels", "mlir::ModuleOp"> {
+  let summary = "Pick the decode and prefill kernel of every cached op and its spec-dec mode";
+  let description = [{
+    Queries the kernel registry with each cached op's shapes, the target and the
+    speculation setup; picks the highest-priority implemented variant whose
+    requirements hold; sets `decode_kernel`, `prefill_kernel` and, for attention,
+    `spec_dec_mode` (`multi_token` when a decode variant verifies all draft tokens,
+    `extend_context` when none does, `single_token` without speculation and for draft
+    layers). With `remarks`, every rejected candidate is explained. No fitting
+    variant is an error naming op, layer and the unmet requirements.
+  }];
+  let options = [
+    ListOption<"force", "force", "std::string",
+               "Kernel overrides: `variant` or `family=variant` (family: attention, "
+               "mla_attention, ssm, causal_conv)">,
+    Option<"emitRemarks", "remarks", "bool", "false",
+           "Explain each rejected candidate with a remark">
+  ];
+  let statistics = [
+    Statistic<"numSelected", "selected", "Kernel choices made">,
+    Statistic<"numMultiToken", "multi-token", "Decode attention ops in multi-token mode">,
+    Statistic<"numExtendContext", "extend-context",
+              "Decode attention ops whose draft tokens go through the context path">
+  ];
+}
+
+#endif

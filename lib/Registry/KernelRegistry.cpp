@@ -1,0 +1,204 @@
+//===- KernelRegistry.cpp - Kiln's kernel table and the matching rules ----===//
+#include "kiln/Registry/KernelRegistry.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+
+using namespace kiln;
+
+uint32_t kiln::dtypeBitOf(mlir::Type type) {
+  if (!type)
+    return 0;
+  if (type.isBF16())
+    return static_cast<uint32_t>(DtypeBit::bf16);
+  if (type.isF16())
+    return static_cast<uint32_t>(DtypeBit::f16);
+  if (type.isF32())
+    return static_cast<uint32_t>(DtypeBit::f32);
+  if (mlir::isa<mlir::Float8E4M3FNType, mlir::Float8E5M2Type>(type))
+    return static_cast<uint32_t>(DtypeBit::fp8);
+  return 0;
+}
+
+namespace {
+constexpr uint32_t kBf16 = static_cast<uint32_t>(DtypeBit::bf16);
+constexpr uint32_t kF16 = static_cast<uint32_t>(DtypeBit::f16);
+constexpr uint32_t kF32 = static_cast<uint32_t>(DtypeBit::f32);
+constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
+
+// The table. Shared-memory figures are what each kernel's launcher requests per block
+// (docs/kernels-*.md); SM ranges are where the kernel is compiled and tested.
+std::vector<KernelVariant> builtinVariants() {
+  std::vector<KernelVariant> table;
+  auto add = [&](KernelVariant v) { table.push_back(std::move(v)); };
+
+  // Attention, decode. Paged KV [pages, 2, page, kv_heads, head_dim].
+  add({.name = "gqa_decode", .family = OpFamily::attention, .phase = Phase::decode,
+       .minSm = 80, .maxSm = 121, .smemBytes = 48 * 1024, .headDims = {64, 128, 256},
+       .dtypes = kBf16 | kF16, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
+       .maxQueryLen = 8, .priority = 10,
+       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts"});
+  // Attention, prefill (and the extend-context path for draft tokens).
+  add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
+       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128},
+       .dtypes = kBf16 | kF16, .priority = 10,
+       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend"});
+  add({.name = "prefill_fmha_sm90", .family = OpFamily::attention,
+       .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
+       .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
+       .smemBytes = 192 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
+       .implemented = false, .priority = 20,
+       .note = "Hopper wgmma/TMA prefill (planned)"});
+  // MLA, decode. Latent pool [pages, 64, 576].
+  add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
+       .minSm = 80, .maxSm = 121, .smemBytes = 160 * 1024, .headDims = {576},
+       .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
+       .priority = 10,
+       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles"});
+  add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
+       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {576},
+       .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
+       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory"});
+  add({.name = "mla_prefill", .family = OpFamily::mla, .phase = Phase::prefill,
+       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16,
+       .implemented = false, .priority = 10, .note = "MLA prefill (planned)"});
+  // Mamba2 SSM.
+  add({.name = "ssm_update", .family = OpFamily::ssm, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .priority = 10,
+       .note = "selective state update, one token, state in place"});
+  add({.name = "ssm_update_spec", .family = OpFamily::ssm, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
+       .priority = 10, .note = "1 + draft tokens, state after each into intermediates"});
+  add({.name = "ssm_update_replay", .family = OpFamily::ssm, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
+       .priority = 10, .note = "replay-mode update (planned)"});
+  add({.name = "ssm_chunk_scan", .family = OpFamily::ssm, .phase = Phase::prefill,
+       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
+       .note = "Mamba2 chunked scan for prefill (planned)"});
+  // Causal conv1d.
+  add({.name = "conv_update", .family = OpFamily::conv, .phase = Phase::decode,
+       .dtypes = kBf16 | kF16 | kF32, .priority = 10,
+       .note = "causal conv1d update, width <= 4, state in place"});
+  add({.name = "conv_update_spec", .family = OpFamily::conv, .phase = Phase::decode,
+       .dtypes = kBf16 | kF16 | kF32, .maxQueryLen = 8, .writesIntermediates = true,
+       .priority = 10, .note = "1 + draft tokens, window after each into intermediates"});
+  add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
+       .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
+       .note = "causal conv1d over a prompt (planned)"});
+  return table;
+}
+
+std::string featureList(uint32_t bits) {
+  std::string text;
+  for (TargetFeature f : allTargetFeatures())
+    if (bits & static_cast<uint32_t>(f))
+      text += (text.empty() ? "" : ", ") + stringifyTargetFeature(f).str();
+  return text;
+}
+
+std::string dtypeList(uint32_t bits) {
+  static const std::pair<uint32_t, const char *> names[] = {
+      {kBf16, "bf16"}, {kF16, "f16"}, {kF32, "f32"},
+      {static_cast<uint32_t>(DtypeBit::fp8), "fp8"}};
+  std::string text;
+  for (auto [bit, name] : names)
+    if (bits & bit)
+      text += (text.empty() ? "" : ", ") + std::string(name);
+  return text;
+}
+
+std::string join(llvm::ArrayRef<int64_t> values) {
+  std::string text;
+  for (int64_t value : values)
+    text += (text.empty() ? "" : ", ") + std::to_string(value);
+  return text;
+}
+} // namespace
+
+KernelRegistry KernelRegistry::builtin() {
+  KernelRegistry registry;
+  registry.variants = builtinVariants();
+  return registry;
+}
+
+KernelRegistry &KernelRegistry::global() {
+  static KernelRegistry registry = builtin();
+  return registry;
+}
+
+const KernelVariant *KernelRegistry::lookup(llvm::StringRef name) const {
+  for (const KernelVariant &variant : variants)
+    if (variant.name == name)
+      return &variant;
+  return nullptr;
+}
+
+std::string KernelRegistry::whyRejected(const KernelVariant &v, const KernelQuery &q,
+                                        TargetAttr target) {
+  std::string reason;
+  llvm::raw_string_ostream os(reason);
+  unsigned sm = target.getSm();
+  if (sm < v.minSm || sm > v.maxSm)
+    os << "needs sm_" << v.minSm << "..sm_" << v.maxSm << ", target is sm_" << sm;
+  else if ((v.requiredFeatures & target.getFeatureBits()) != v.requiredFeatures)
+    os << "needs " << featureList(v.requiredFeatures & ~target.getFeatureBits())
+       << ", which sm_" << sm << " lacks";
+  else if (v.smemBytes > target.getSmemPerBlock())
+    os << "needs " << v.smemBytes << " B shared memory per block, sm_" << sm
+       << " allows " << target.getSmemPerBlock();
+  else if (!v.headDims.empty() && !llvm::is_contained(v.headDims, q.headDim))
+    os << "head dim " << q.headDim << " not in {" << join(v.headDims) << "}";
+  else if (v.dtypes && !(v.dtypes & dtypeBitOf(q.dtype)))
+    os << "dtype " << q.dtype << " not in {" << dtypeList(v.dtypes) << "}";
+  else if (q.pageSize && !v.pageSizes.empty() && !llvm::is_contained(v.pageSizes, q.pageSize))
+    os << "page size " << q.pageSize << " not in {" << join(v.pageSizes) << "}";
+  else if (v.maxGroupSize && q.groupSize > v.maxGroupSize)
+    os << "GQA group " << q.groupSize << " exceeds " << v.maxGroupSize;
+  else if (v.maxHeads && q.numHeads > v.maxHeads)
+    os << q.numHeads << " query heads exceed " << v.maxHeads;
+  else if (q.queryLen > v.maxQueryLen)
+    os << "verifies at most " << v.maxQueryLen << " query token"
+       << (v.maxQueryLen == 1 ? "" : "s") << " per sequence, step needs " << q.queryLen;
+  else if (q.needsIntermediates != v.writesIntermediates)
+    os << (v.writesIntermediates ? "writes intermediate states, which only rewind-mode "
+                                   "speculation keeps"
+                                 : "does not write the intermediate states rewind mode needs");
+  else if (q.needsReplay != v.replay)
+    os << (v.replay ? "is the replay-mode variant" : "does not keep replay inputs");
+  return reason;
+}
+
+std::vector<const KernelVariant *> KernelRegistry::candidates(
+    const KernelQuery &query, TargetAttr target,
+    std::vector<std::pair<const KernelVariant *, std::string>> *rejections) const {
+  std::vector<const KernelVariant *> fitting;
+  for (const KernelVariant &variant : variants) {
+    if (variant.family != query.family || variant.phase != query.phase)
+      continue;
+    std::string reason = whyRejected(variant, query, target);
+    if (reason.empty())
+      fitting.push_back(&variant);
+    else if (rejections)
+      rejections->emplace_back(&variant, std::move(reason));
+  }
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const KernelVariant *a, const KernelVariant *b) {
+                     if (a->implemented != b->implemented)
+                       return a->implemented;
+                     if (a->priority != b->priority)
+                       return a->priority > b->priority;
+                     return a->name < b->name;
+                   });
+  return fitting;
+}
+
+unsigned KernelRegistry::maxQueryLen(OpFamily family) const {
+  unsigned most = 1;
+  for (const KernelVariant &variant : variants)
+    if (variant.family == family && variant.phase == Phase::decode && variant.implemented)
+      most = std::max(most, variant.maxQueryLen);
+  return most;
+}

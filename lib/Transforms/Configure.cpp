@@ -1,0 +1,115 @@
+//===- Configure.cpp - kiln-configure: module config from options ---------===//
+#include "PassDetail.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNCONFIGURE
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+std::optional<Type> parseDtype(MLIRContext *context, StringRef name) {
+  Builder builder(context);
+  if (name == "bf16")
+    return builder.getBF16Type();
+  if (name == "f16" || name == "fp16")
+    return builder.getF16Type();
+  if (name == "f32" || name == "fp32")
+    return builder.getF32Type();
+  if (name == "fp8" || name == "f8E4M3FN")
+    return Float8E4M3FNType::get(context);
+  return std::nullopt;
+}
+
+struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (failed(applyTarget(module)) || failed(applyRuntime(module)) ||
+        failed(applySpec(module)))
+      signalPassFailure();
+  }
+
+  LogicalResult applyTarget(ModuleOp module) {
+    if (target.empty())
+      return success();
+    TargetAttr attr = TargetAttr::getPreset(module.getContext(), target);
+    if (!attr) {
+      std::string presets;
+      for (const TargetPreset &preset : targetPresets())
+        presets += (presets.empty() ? "" : ", ") + preset.name.str();
+      return module.emitError() << "unknown target '" << target << "'; expected one of "
+                                << presets << ", or sm_XY with XY a supported SM";
+    }
+    module->setAttr(KilnDialect::kTargetAttrName, attr);
+    return success();
+  }
+
+  LogicalResult applyRuntime(ModuleOp module) {
+    RuntimeAttr old = getModuleConfig(module).runtime;
+    MLIRContext *context = module.getContext();
+    Type kv = old ? old.getKvDtype() : Builder(context).getBF16Type();
+    if (!kvDtype.empty()) {
+      std::optional<Type> parsed = parseDtype(context, kvDtype);
+      if (!parsed)
+        return module.emitError() << "unknown kv dtype '" << kvDtype
+                                  << "'; expected bf16, f16, f32 or fp8";
+      kv = *parsed;
+    }
+    auto pick = [](unsigned option, unsigned current) { return option ? option : current; };
+    auto attr = RuntimeAttr::getChecked(
+        [&] { return module.emitError(); }, context,
+        pick(maxBatch, old ? old.getMaxBatch() : 64),
+        pick(maxSeqLen, old ? old.getMaxSeqLen() : 8192),
+        pick(pageSize, old ? old.getPageSize() : 64), kv, pick(tp, old ? old.getTp() : 1),
+        old ? old.getStateDtype() : Type());
+    if (!attr)
+      return failure();
+    module->setAttr(KilnDialect::kRuntimeAttrName, attr);
+    return success();
+  }
+
+  LogicalResult applySpec(ModuleOp module) {
+    SpecAttr old = getModuleConfig(module).spec;
+    if (spec.empty() && ssmMode.empty())
+      return success();
+    std::optional<SsmSpecMode> ssm =
+        ssmMode.empty() ? std::optional<SsmSpecMode>(old ? old.getSsm() : SsmSpecMode::rewind)
+                        : symbolizeSsmSpecMode(ssmMode);
+    if (!ssm)
+      return module.emitError() << "unknown SSM spec mode '" << ssmMode
+                                << "'; expected rewind or replay";
+    if (spec == "none" || (spec.empty() && !old)) {
+      if (*ssm == SsmSpecMode::replay)
+        return module.emitError() << "SSM replay mode requires speculation: ssm-mode = "
+                                     "replay needs a spec setup (e.g. spec = mtp:3)";
+      module->removeAttr(KilnDialect::kSpecAttrName);
+      return success();
+    }
+    SpecMode mode = old ? old.getMode() : SpecMode::mtp;
+    unsigned drafts = old ? old.getMaxDraftLen() : 1;
+    if (!spec.empty()) {
+      auto [modeName, count] = StringRef(spec).split(':');
+      std::optional<SpecMode> parsedMode =
+          modeName == "draft" ? std::optional<SpecMode>(SpecMode::draft_target)
+                              : symbolizeSpecMode(modeName);
+      if (!parsedMode || count.empty() || count.getAsInteger(10, drafts))
+        return module.emitError() << "bad spec '" << spec
+                                  << "'; expected none, mtp:N, eagle3:N, draft:N or ngram:N";
+      mode = *parsedMode;
+    }
+    auto attr = SpecAttr::getChecked([&] { return module.emitError(); },
+                                     module.getContext(), mode, drafts, *ssm);
+    if (!attr)
+      return failure();
+    module->setAttr(KilnDialect::kSpecAttrName, attr);
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,24 @@
+//===- PassDetail.h - shared helpers of Kiln's passes ---------------------===//
+#ifndef KILN_LIB_TRANSFORMS_PASSDETAIL_H
+#define KILN_LIB_TRANSFORMS_PASSDETAIL_H
+
+#include "kiln/Dialect/Kiln.h"
+#include "llvm/ADT/Twine.h"
+
+#include <string>
+
+namespace kiln {
+
+/// "640.0 MiB", "1.50 GiB": sizes as people read them in diagnostics and reports.
+std::string formatBytes(uint64_t bytes);
+
+/// Emits "<pass> needs a '<attr>' module attribute (<example>)" on `module`.
+mlir::LogicalResult emitMissingConfig(mlir::ModuleOp module, llvm::StringRef pass,
+                                      llvm::StringRef attribute, llvm::StringRef example);
+
+/// "layer 3 intermediate_ssm_state": how diagnostics name a resource.
+std::string describeResource(CacheResourceInterface resource);
+
+} // namespace kiln
+
+#endif

@@ -1,0 +1,254 @@
+//===- PlanMemory.cpp - kiln-plan-memory ----------------------------------===//
+#include "PassDetail.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNPLANMEMORY
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+constexpr uint64_t kAlignment = 256;
+constexpr unsigned kLargestConsumersShown = 5;
+
+/// A resource with its size, as the planner sees it.
+struct PlannedResource {
+  mutable CacheResourceOp op; // op handles are cheap values; accessors are non-const
+  PoolCategory category;
+  std::string pool;
+  uint64_t unitBytes = 0; // bytes per token (KV) or per slot (state)
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+
+/// "kv.w4096.d128.bf16" / "kv.full.d576.bf16": KV pools are keyed by window, the
+/// innermost dimension (head dim or latent width) and the element type.
+std::string kvPoolName(CacheResourceOp op) {
+  std::string type;
+  llvm::raw_string_ostream os(type);
+  os << op.getElementType();
+  int64_t window = op.getWindowTokens();
+  return "kv." + (window ? "w" + std::to_string(window) : std::string("full")) + ".d" +
+         std::to_string(op.getUnit().back()) + "." + type;
+}
+
+struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    ModuleConfig config = getModuleConfig(module);
+    if (!config.runtime) {
+      (void)emitMissingConfig(module, "kiln-plan-memory", "kiln.runtime",
+                              "#kiln.runtime<max_batch = 64, max_seq_len = 8192, "
+                              "kv_dtype = bf16>");
+      return signalPassFailure();
+    }
+    if (usableFraction <= 0.0 || usableFraction > 1.0) {
+      module.emitError() << "kiln-plan-memory: usable-fraction = " << usableFraction
+                         << " must be in (0, 1]";
+      return signalPassFailure();
+    }
+    SmallVector<PlannedResource> resources = collect(module, config.runtime);
+    if (failed(checkShards(resources, config.runtime)))
+      return signalPassFailure();
+
+    uint64_t budget = computeBudget(module, config);
+    std::optional<uint64_t> kvPages;
+    if (fillKv) {
+      kvPages = fillPages(module, resources, config.runtime, budget);
+      if (!kvPages)
+        return signalPassFailure();
+    }
+    size(resources, config.runtime, kvPages);
+    layOut(module, resources, config, budget, kvPages);
+  }
+
+  SmallVector<PlannedResource> collect(ModuleOp module, RuntimeAttr runtime) {
+    SmallVector<PlannedResource> resources;
+    module.walk([&](CacheResourceOp op) {
+      PlannedResource planned{op, op.getPoolCategory(), "", 0, 0, 0};
+      planned.pool = planned.category == PoolCategory::kv ? kvPoolName(op)
+                                                          : stringifyPoolCategory(planned.category).str();
+      uint64_t elements = 1;
+      for (int64_t dim : op.getUnitShape(runtime))
+        elements *= static_cast<uint64_t>(dim);
+      planned.unitBytes = elements * getElementBytes(op.getElementType());
+      resources.push_back(planned);
+    });
+    return resources;
+  }
+
+  /// With tp > 1 the shard dimension must split evenly (KV heads below tp replicate).
+  LogicalResult checkShards(ArrayRef<PlannedResource> resources, RuntimeAttr runtime) {
+    unsigned tp = runtime.getTp();
+    if (tp == 1)
+      return success();
+    for (const PlannedResource &planned : resources) {
+      std::optional<int64_t> shard = planned.op.getShard();
+      if (!shard)
+        continue;
+      int64_t dim = planned.op.getUnit()[*shard];
+      bool replicated = isPerTokenKind(planned.op.getKind()) && dim < tp;
+      if (!replicated && dim % tp != 0)
+        return planned.op.emitError()
+               << "tp = " << tp << " does not divide dimension " << *shard << " (" << dim
+               << ") of " << describeResource(planned.op) << "; choose a tp that divides it";
+    }
+    return success();
+  }
+
+  /// Target memory x usable fraction - weights per rank - reserve; 0 when unknown.
+  uint64_t computeBudget(ModuleOp module, const ModuleConfig &config) {
+    if (!config.target || config.target.getMemoryBytes() == 0) {
+      module.emitWarning() << "kiln-plan-memory: the target's memory size is unknown; "
+                              "the plan is not checked against a budget";
+      return 0;
+    }
+    uint64_t usable =
+        static_cast<uint64_t>(config.target.getMemoryBytes() * usableFraction.getValue());
+    uint64_t weights = config.model ? config.model.getWeightBytes() / config.runtime.getTp() : 0;
+    uint64_t taken = weights + reserveBytes;
+    return usable > taken ? usable - taken : 1; // 1: nothing fits, but a budget exists
+  }
+
+  /// Pages per KV resource so that KV fills what the budget leaves after states.
+  std::optional<uint64_t> fillPages(ModuleOp module, ArrayRef<PlannedResource> resources,
+                                    RuntimeAttr runtime, uint64_t budget) {
+    if (budget == 0) {
+      module.emitError() << "kiln-plan-memory: fill-kv needs a target with a known memory "
+                            "size";
+      return std::nullopt;
+    }
+    uint64_t fixed = 0, bytesPerPage = 0;
+    for (const PlannedResource &planned : resources) {
+      if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
+        bytesPerPage += planned.unitBytes * runtime.getPageSize();
+      else
+        fixed += llvm::alignTo(planned.unitBytes * runtime.getMaxBatch(), kAlignment);
+    }
+    if (bytesPerPage == 0)
+      return 0;
+    if (fixed >= budget) {
+      module.emitError() << "kiln-plan-memory: fill-kv leaves no memory for KV pages: "
+                            "states take "
+                         << formatBytes(fixed) << " of a " << formatBytes(budget)
+                         << " budget";
+      return std::nullopt;
+    }
+    return (budget - fixed) / (bytesPerPage + kAlignment);
+  }
+
+  void size(MutableArrayRef<PlannedResource> resources, RuntimeAttr runtime,
+            std::optional<uint64_t> kvPages) {
+    for (PlannedResource &planned : resources)
+      planned.bytes = computeResourceBytes(planned.op, runtime, kvPages);
+  }
+
+  void layOut(ModuleOp module, MutableArrayRef<PlannedResource> resources,
+              const ModuleConfig &config, uint64_t budget,
+              std::optional<uint64_t> kvPages) {
+    // Pools in a fixed order: KV pools by name, then state, then unmanaged.
+    std::vector<std::pair<std::string, SmallVector<PlannedResource *>>> pools;
+    auto rank = [](PoolCategory category) { return static_cast<int>(category); };
+    SmallVector<PlannedResource *> order;
+    for (PlannedResource &planned : resources)
+      order.push_back(&planned);
+    std::stable_sort(order.begin(), order.end(), [&](auto *a, auto *b) {
+      if (a->category != b->category)
+        return rank(a->category) < rank(b->category);
+      return a->pool < b->pool;
+    });
+    for (PlannedResource *planned : order) {
+      if (pools.empty() || pools.back().first != planned->pool)
+        pools.emplace_back(planned->pool, SmallVector<PlannedResource *>());
+      pools.back().second.push_back(planned);
+    }
+
+    Builder builder(module.getContext());
+    SmallVector<PoolAttr> poolAttrs;
+    uint64_t offset = 0, kv = 0, state = 0, speculative = 0, unmanaged = 0;
+    for (auto &[name, members] : pools) {
+      uint64_t poolOffset = offset;
+      PoolCategory category = members.front()->category;
+      for (PlannedResource *planned : members) {
+        planned->offset = offset;
+        offset += llvm::alignTo(planned->bytes, kAlignment);
+        CacheResourceOp op = planned->op;
+        op.setPoolAttr(builder.getStringAttr(name));
+        op.setOffsetAttr(builder.getI64IntegerAttr(planned->offset));
+        op.setBytesAttr(builder.getI64IntegerAttr(planned->bytes));
+        if (op.isSpeculativeOnly())
+          speculative += planned->bytes;
+        if (category == PoolCategory::kv)
+          kv += planned->bytes;
+        else if (category == PoolCategory::state)
+          state += planned->bytes;
+        else {
+          unmanaged += planned->bytes;
+          op.emitWarning() << describeResource(op) << " (" << formatBytes(planned->bytes)
+                           << ") is unmanaged: it is allocated outside Kiln's pools, "
+                              "per layer, and no cache manager accounts for it";
+        }
+      }
+      poolAttrs.push_back(PoolAttr::get(module.getContext(), name,
+                                        stringifyPoolCategory(category), poolOffset,
+                                        offset - poolOffset, members.size()));
+    }
+    uint64_t total = offset;
+    uint64_t pages = kvPages ? *kvPages : pagesPlanned(config.runtime, resources);
+    bool fits = budget == 0 || total <= budget;
+    module->setAttr(KilnDialect::kPlanAttrName,
+                    PlanAttr::get(module.getContext(), total, kv, state, speculative,
+                                  unmanaged, budget, pages, fits, poolAttrs));
+    totalBytes = total;
+    kvBytes = kv;
+    stateBytes = state;
+    speculativeBytes = speculative;
+    unmanagedBytes = unmanaged;
+    if (!fits) {
+      reportOverBudget(module, resources, config, total, budget);
+      signalPassFailure();
+    }
+  }
+
+  /// Pages of the largest per-token resource (all KV pools share the page count).
+  uint64_t pagesPlanned(RuntimeAttr runtime, ArrayRef<PlannedResource> resources) {
+    uint64_t pages = 0;
+    for (const PlannedResource &planned : resources)
+      if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
+        pages = std::max(pages, tokensPerSequence(runtime, planned.op.getWindowTokens()) /
+                                    runtime.getPageSize() * runtime.getMaxBatch());
+    return pages;
+  }
+
+  void reportOverBudget(ModuleOp module, ArrayRef<PlannedResource> resources,
+                        const ModuleConfig &config, uint64_t total, uint64_t budget) {
+    SmallVector<const PlannedResource *> largest;
+    for (const PlannedResource &planned : resources)
+      largest.push_back(&planned);
+    std::stable_sort(largest.begin(), largest.end(),
+                     [](auto *a, auto *b) { return a->bytes > b->bytes; });
+    InFlightDiagnostic diag = module.emitError();
+    diag << "memory plan does not fit on '" << config.target.getName() << "': needs "
+         << formatBytes(total) << ", budget " << formatBytes(budget) << " ("
+         << formatBytes(config.target.getMemoryBytes()) << " x " << usableFraction.getValue();
+    if (config.model && config.model.getWeightBytes())
+      diag << " - " << formatBytes(config.model.getWeightBytes() / config.runtime.getTp())
+           << " weights";
+    diag << "); largest consumers:";
+    for (unsigned i = 0; i < std::min<size_t>(kLargestConsumersShown, largest.size()); ++i)
+      diag << (i ? ", " : " ") << describeResource(largest[i]->op)
+           << (largest[i]->op.isSpeculativeOnly() ? " (speculative-only)" : "") << " "
+           << formatBytes(largest[i]->bytes);
+  }
+};
+} // namespace
