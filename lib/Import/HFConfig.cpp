@@ -1,0 +1,709 @@
+//===- HFConfig.cpp - Hugging Face config.json -> kiln IR --------------===//
+//
+// See include/kiln/Import/HFConfig.h and docs/kiln-compile.md ("Importer").
+//
+// Weight estimate (`#kiln.model<weight_bytes>`), in parameters times bytes:
+//   embedding      vocab * hidden                      (model dtype)
+//   lm_head        vocab * hidden unless tied          (model dtype)
+//   norms          hidden per norm                     (model dtype)
+//   attention      hidden*H*D (q) + 2*hidden*KV*D (k,v) + H*D*hidden (o)
+//   MLA            q: hidden*q_lora + q_lora*H*(nope+rope)  (or hidden*H*(nope+rope)),
+//                  kv_a: hidden*(kv_lora+rope), kv_b: kv_lora*H*(nope+v), o: H*v*hidden
+//   gated MLP      3*hidden*intermediate (llama, mistral, qwen, DeepSeek dense layers)
+//   Nemotron MLP   2*hidden*intermediate (relu2, not gated)
+//   MoE            experts * 3*hidden*moe_intermediate + shared experts likewise
+//                  + router hidden*experts (Nemotron "E": 2*... per expert, not gated)
+//   Mamba2         in_proj hidden*(2*d_inner + 2*G*N + heads), conv conv_dim*(K+1),
+//                  out_proj d_inner*hidden, A/D/dt_bias 3*heads, norm d_inner
+// Linear layers count 1 byte per parameter under `quantization_config.quant_method ==
+// "fp8"`, else the model dtype's size. Draft layers (MTP modules, an Eagle3 head) are
+// not counted: they are loaded only when speculation uses them.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Import/HFConfig.h"
+#include "kiln/Dialect/Kiln.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cstdio>
+
+using namespace mlir;
+using namespace kiln;
+namespace json = llvm::json;
+
+llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
+  static const llvm::StringRef types[] = {"llama",       "mistral",     "qwen2",
+                                          "qwen3",       "deepseek_v2", "deepseek_v3",
+                                          "nemotron_h"};
+  return types;
+}
+
+namespace {
+
+enum class LayerKind { attention, mla, mamba, mlp, moe };
+
+struct LayerSpec {
+  LayerKind kind;
+  int64_t index;
+  std::optional<int64_t> window;
+  std::optional<DraftKind> draft;
+};
+
+/// Reads fields of the top-level object, reporting errors at the key's position.
+class Reader {
+public:
+  Reader(StringRef text, StringRef file, MLIRContext *ctx, const json::Object &root)
+      : text(text), file(file), ctx(ctx), root(root) {}
+
+  Location fileLoc(unsigned line = 1, unsigned col = 1) const {
+    return FileLineColLoc::get(ctx, file, line, col);
+  }
+  /// Position of `"key"` in the text (first occurrence), else the file start.
+  Location keyLoc(StringRef key) const {
+    std::string quoted = ("\"" + key + "\"").str();
+    size_t pos = text.find(quoted);
+    if (pos == StringRef::npos)
+      return fileLoc();
+    return locAt(pos);
+  }
+  Location locAt(size_t pos) const {
+    unsigned line = 1, col = 1;
+    for (size_t i = 0; i < pos && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    return fileLoc(line, col);
+  }
+
+  bool failedAny() const { return failed; }
+  void fail() { failed = true; }
+
+  /// Present and not null.
+  bool has(StringRef key) const {
+    const json::Value *v = root.get(key);
+    return v && v->kind() != json::Value::Null;
+  }
+
+  InFlightDiagnostic error(StringRef key) {
+    failed = true;
+    return emitError(keyLoc(key));
+  }
+
+  std::optional<int64_t> getInt(StringRef key, bool required = true, int64_t minValue = 1) {
+    const json::Value *v = root.get(key);
+    if (!v || v->kind() == json::Value::Null) {
+      if (required)
+        missing(key);
+      return std::nullopt;
+    }
+    std::optional<int64_t> i = v->getAsInteger();
+    if (!i) {
+      error(key) << "field '" << key << "' must be an integer, got "
+                 << describe(*v);
+      return std::nullopt;
+    }
+    if (*i < minValue) {
+      error(key) << "field '" << key << "' must be >= " << minValue << ", got "
+                 << *i;
+      return std::nullopt;
+    }
+    return i;
+  }
+  int64_t getIntOr(StringRef key, int64_t fallback, int64_t minValue = 0) {
+    if (!has(key))
+      return fallback;
+    return getInt(key, true, minValue).value_or(fallback);
+  }
+  /// The first of `keys` that is present (for keys spelled differently by model).
+  std::optional<int64_t> getIntAny(ArrayRef<StringRef> keys, bool required = true) {
+    for (StringRef key : keys)
+      if (has(key))
+        return getInt(key);
+    if (required) {
+      failed = true;
+      std::string names;
+      for (StringRef key : keys)
+        names += (names.empty() ? "'" : ", '") + key.str() + "'";
+      emitError(fileLoc()) << "missing field " << names
+                           << " (one of these is required for model_type '" << modelType
+                           << "')";
+    }
+    return std::nullopt;
+  }
+  std::optional<StringRef> getString(StringRef key, bool required = true) {
+    const json::Value *v = root.get(key);
+    if (!v || v->kind() == json::Value::Null) {
+      if (required)
+        missing(key);
+      return std::nullopt;
+    }
+    std::optional<StringRef> s = v->getAsString();
+    if (!s)
+      error(key) << "field '" << key << "' must be a string, got " << describe(*v);
+    return s;
+  }
+  std::optional<bool> getBool(StringRef key) {
+    const json::Value *v = root.get(key);
+    if (!v || v->kind() == json::Value::Null)
+      return std::nullopt;
+    std::optional<bool> b = v->getAsBoolean();
+    if (!b)
+      error(key) << "field '" << key << "' must be a boolean, got " << describe(*v);
+    return b;
+  }
+
+  void missing(StringRef key) {
+    failed = true;
+    emitError(fileLoc()) << "missing field '" << key
+                         << "' (required for model_type '" << modelType << "')";
+  }
+
+  static StringRef describe(const json::Value &v) {
+    switch (v.kind()) {
+    case json::Value::Null: return "null";
+    case json::Value::Boolean: return "a boolean";
+    case json::Value::Number: return "a non-integer number";
+    case json::Value::String: return "a string";
+    case json::Value::Array: return "an array";
+    case json::Value::Object: return "an object";
+    }
+    return "a value";
+  }
+
+  StringRef text, file;
+  MLIRContext *ctx;
+  const json::Object &root;
+  std::string modelType;
+
+private:
+  bool failed = false;
+};
+
+/// Everything the IR and the weight estimate need, read from the config.
+struct ModelSpec {
+  std::string name, modelType;
+  Type dtype;
+  Type stateDtype; // null: runtime default (f32)
+  int64_t hidden = 0, vocab = 0, numLayers = 0, maxPositions = 0;
+  bool tied = false;
+  unsigned linearBytes = 2, dtypeBytes = 2;
+  // attention
+  int64_t heads = 0, kvHeads = 0, headDim = 0;
+  // MLA
+  int64_t kvLoraRank = 0, qkRope = 0, qkNope = 0, vHeadDim = 0, qLoraRank = 0;
+  // Mamba2
+  int64_t mHeads = 0, mHeadDim = 0, stateSize = 0, nGroups = 0, convKernel = 0;
+  bool silu = true;
+  // MLP / MoE
+  int64_t intermediate = 0, moeIntermediate = 0, experts = 0, sharedExperts = 0,
+          sharedIntermediate = 0;
+  SmallVector<LayerSpec> layers;
+
+  int64_t convDim() const { return mHeads * mHeadDim + 2 * nGroups * stateSize; }
+};
+
+std::optional<Type> parseDtype(Reader &r, StringRef key, Type fallback) {
+  std::optional<StringRef> s = r.getString(key, /*required=*/false);
+  if (!s)
+    return r.failedAny() ? std::nullopt : std::optional<Type>(fallback);
+  MLIRContext *ctx = r.ctx;
+  if (*s == "bfloat16")
+    return BFloat16Type::get(ctx);
+  if (*s == "float16")
+    return Float16Type::get(ctx);
+  if (*s == "float32")
+    return Float32Type::get(ctx);
+  r.error(key) << "field '" << key << "' = \"" << *s
+               << "\" is not a supported dtype (bfloat16, float16, float32)";
+  return std::nullopt;
+}
+
+/// Window of attention layer `i` (of `n`), from `layer_types`, `use_sliding_window`,
+/// `sliding_window` and Qwen's `max_window_layers`.
+LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
+  std::optional<int64_t> window;
+  if (r.has("sliding_window"))
+    window = r.getInt("sliding_window");
+  if (r.failedAny())
+    return failure();
+  std::optional<bool> use = r.getBool("use_sliding_window");
+  if (r.failedAny())
+    return failure();
+  if (const json::Array *types = r.root.getArray("layer_types")) {
+    if (static_cast<int64_t>(types->size()) != m.numLayers) {
+      r.error("layer_types") << "field 'layer_types' has " << types->size()
+                             << " entries but num_hidden_layers is " << m.numLayers;
+      return failure();
+    }
+    for (LayerSpec &layer : m.layers) {
+      std::optional<StringRef> t = (*types)[layer.index].getAsString();
+      if (!t) {
+        r.error("layer_types") << "field 'layer_types' must hold strings";
+        return failure();
+      }
+      if (*t == "sliding_attention") {
+        if (!window) {
+          r.error("layer_types") << "'layer_types' names sliding_attention "
+                                              "layers but 'sliding_window' is not set";
+          return failure();
+        }
+        layer.window = window;
+      }
+    }
+    return success();
+  }
+  if (!window || (use && !*use))
+    return success();
+  // Qwen2/Qwen3: with use_sliding_window, layers from max_window_layers on slide.
+  int64_t first = 0;
+  if (m.modelType == "qwen2" || m.modelType == "qwen3") {
+    if (!use)
+      return success(); // Qwen defaults use_sliding_window to false
+    first = r.getIntOr("max_window_layers", 0);
+  }
+  for (LayerSpec &layer : m.layers)
+    if (layer.kind == LayerKind::attention && layer.index >= first)
+      layer.window = window;
+  return r.failedAny() ? failure() : success();
+}
+
+LogicalResult readCommon(Reader &r, ModelSpec &m) {
+  std::optional<int64_t> hidden = r.getInt("hidden_size");
+  std::optional<int64_t> layers = r.getInt("num_hidden_layers");
+  std::optional<int64_t> vocab = r.getInt("vocab_size");
+  if (!hidden || !layers || !vocab)
+    return failure();
+  m.hidden = *hidden;
+  m.numLayers = *layers;
+  m.vocab = *vocab;
+  if (m.numLayers > 100000) {
+    r.error("num_hidden_layers") << "field 'num_hidden_layers' = " << m.numLayers
+                                 << " is implausibly large";
+    return failure();
+  }
+  m.maxPositions = r.getIntOr("max_position_embeddings", 0);
+  m.tied = r.getBool("tie_word_embeddings").value_or(false);
+  std::optional<Type> dtype = parseDtype(r, r.has("torch_dtype") ? "torch_dtype" : "dtype",
+                                         BFloat16Type::get(r.ctx));
+  if (!dtype)
+    return failure();
+  m.dtype = *dtype;
+  m.dtypeBytes = m.dtype.getIntOrFloatBitWidth() / 8;
+  m.linearBytes = m.dtypeBytes;
+  if (const json::Object *q = r.root.getObject("quantization_config"))
+    if (std::optional<StringRef> method = q->getString("quant_method"))
+      if (*method == "fp8")
+        m.linearBytes = 1;
+  return r.failedAny() ? failure() : success();
+}
+
+LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDimKeys) {
+  std::optional<int64_t> heads = r.getInt("num_attention_heads");
+  if (!heads)
+    return failure();
+  m.heads = *heads;
+  m.kvHeads = r.getIntOr("num_key_value_heads", m.heads, 1);
+  m.headDim = 0;
+  for (StringRef key : headDimKeys)
+    if (r.has(key)) {
+      m.headDim = r.getInt(key).value_or(0);
+      break;
+    }
+  if (r.failedAny())
+    return failure();
+  if (m.headDim == 0) {
+    if (m.hidden % m.heads != 0) {
+      r.error("num_attention_heads")
+          << "no head_dim given and hidden_size (" << m.hidden
+          << ") is not a multiple of num_attention_heads (" << m.heads << ")";
+      return failure();
+    }
+    m.headDim = m.hidden / m.heads;
+  }
+  if (m.heads % m.kvHeads != 0) {
+    r.error("num_key_value_heads") << "num_attention_heads (" << m.heads
+                                   << ") must be a multiple of num_key_value_heads ("
+                                   << m.kvHeads << ")";
+    return failure();
+  }
+  return success();
+}
+
+LogicalResult readDense(Reader &r, ModelSpec &m) {
+  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
+    return failure();
+  std::optional<int64_t> inter = r.getInt("intermediate_size");
+  if (!inter)
+    return failure();
+  m.intermediate = *inter;
+  for (int64_t i = 0; i < m.numLayers; ++i)
+    m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
+  return readSlidingWindows(r, m);
+}
+
+LogicalResult readDeepSeek(Reader &r, ModelSpec &m) {
+  if (failed(readCommon(r, m)))
+    return failure();
+  std::optional<int64_t> heads = r.getInt("num_attention_heads");
+  std::optional<int64_t> rank = r.getInt("kv_lora_rank");
+  std::optional<int64_t> rope = r.getInt("qk_rope_head_dim");
+  std::optional<int64_t> inter = r.getInt("intermediate_size");
+  if (!heads || !rank || !rope || !inter)
+    return failure();
+  m.heads = *heads;
+  m.kvLoraRank = *rank;
+  m.qkRope = *rope;
+  m.intermediate = *inter;
+  m.qkNope = r.getIntOr("qk_nope_head_dim", 128, 0);
+  m.vHeadDim = r.getIntOr("v_head_dim", 128, 1);
+  m.qLoraRank = r.getIntOr("q_lora_rank", 0, 0);
+  m.experts = r.getIntOr("n_routed_experts", 0, 0);
+  m.sharedExperts = r.getIntOr("n_shared_experts", 0, 0);
+  if (m.experts > 0) {
+    std::optional<int64_t> moe = r.getInt("moe_intermediate_size");
+    if (!moe)
+      return failure();
+    m.moeIntermediate = *moe;
+  }
+  int64_t firstDense = r.getIntOr("first_k_dense_replace", 0, 0);
+  int64_t freq = r.getIntOr("moe_layer_freq", 1, 1);
+  int64_t mtp = r.getIntOr("num_nextn_predict_layers", 0, 0);
+  if (r.failedAny())
+    return failure();
+  if (mtp > 64) {
+    r.error("num_nextn_predict_layers") << "num_nextn_predict_layers = " << mtp
+                                        << " is implausibly large";
+    return failure();
+  }
+  for (int64_t i = 0; i < m.numLayers; ++i) {
+    m.layers.push_back({LayerKind::mla, i, std::nullopt, std::nullopt});
+    bool moe = m.experts > 0 && i >= firstDense && i % freq == 0;
+    m.layers.push_back({moe ? LayerKind::moe : LayerKind::mlp, i, std::nullopt,
+                        std::nullopt});
+  }
+  for (int64_t i = 0; i < mtp; ++i)
+    m.layers.push_back({LayerKind::mla, m.numLayers + i, std::nullopt, DraftKind::mtp});
+  return success();
+}
+
+LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
+  if (failed(readCommon(r, m)))
+    return failure();
+  std::optional<StringRef> pattern = r.getString("hybrid_override_pattern");
+  if (!pattern)
+    return failure();
+  if (static_cast<int64_t>(pattern->size()) != m.numLayers) {
+    r.error("hybrid_override_pattern")
+        << "'hybrid_override_pattern' has " << pattern->size()
+        << " layers but num_hidden_layers is " << m.numLayers;
+    return failure();
+  }
+  bool anyAttention = false, anyMamba = false, anyMlp = false, anyMoe = false;
+  for (auto [i, c] : llvm::enumerate(*pattern)) {
+    LayerKind kind;
+    switch (c) {
+    case 'M': kind = LayerKind::mamba; anyMamba = true; break;
+    case '*': kind = LayerKind::attention; anyAttention = true; break;
+    case '-': kind = LayerKind::mlp; anyMlp = true; break;
+    case 'E': kind = LayerKind::moe; anyMoe = true; break;
+    default:
+      r.error("hybrid_override_pattern")
+          << "'hybrid_override_pattern' has '" << std::string(1, c)
+          << "' at layer " << i
+          << "; expected M (Mamba2), * (attention), - (MLP) or E (MoE)";
+      return failure();
+    }
+    m.layers.push_back({kind, static_cast<int64_t>(i), std::nullopt, std::nullopt});
+  }
+  // The attention head size is `attention_head_dim` in Nemotron-H 8B/56B and
+  // `head_dim` in Nemotron Nano v2 / Nemotron 3 Nano (SOURCES.md).
+  if (anyAttention && failed(readAttention(r, m, {"attention_head_dim", "head_dim"})))
+    return failure();
+  if (anyMamba) {
+    std::optional<int64_t> h = r.getInt("mamba_num_heads");
+    std::optional<int64_t> p = r.getInt("mamba_head_dim");
+    std::optional<int64_t> n = r.getIntAny({"ssm_state_size", "mamba_state_dim"});
+    std::optional<int64_t> g = r.getIntAny({"n_groups", "mamba_num_groups"});
+    std::optional<int64_t> k = r.getInt("conv_kernel");
+    if (!h || !p || !n || !g || !k)
+      return failure();
+    m.mHeads = *h;
+    m.mHeadDim = *p;
+    m.stateSize = *n;
+    m.nGroups = *g;
+    m.convKernel = *k;
+    if (m.mHeads % m.nGroups != 0) {
+      r.error("mamba_num_heads") << "mamba_num_heads (" << m.mHeads
+                                 << ") must be a multiple of n_groups (" << m.nGroups << ")";
+      return failure();
+    }
+    if (m.convKernel < 2 || m.convKernel > 4) {
+      r.error("conv_kernel") << "conv_kernel = " << m.convKernel
+                             << " is not supported (the conv kernels take 2 to 4)";
+      return failure();
+    }
+    if (std::optional<StringRef> act = r.getString("mamba_hidden_act", false))
+      m.silu = *act == "silu" || *act == "swish";
+    if (r.has("mamba_ssm_cache_dtype")) {
+      std::optional<Type> t = parseDtype(r, "mamba_ssm_cache_dtype", Type());
+      if (!t)
+        return failure();
+      m.stateDtype = *t;
+    }
+  }
+  if (anyMlp) {
+    std::optional<int64_t> inter = r.getInt("intermediate_size");
+    if (!inter)
+      return failure();
+    m.intermediate = *inter;
+  }
+  if (anyMoe) {
+    std::optional<int64_t> e = r.getInt("n_routed_experts");
+    std::optional<int64_t> mi = r.getInt("moe_intermediate_size");
+    if (!e || !mi)
+      return failure();
+    m.experts = *e;
+    m.moeIntermediate = *mi;
+    m.sharedExperts = r.getIntOr("n_shared_experts", 0, 0);
+    m.sharedIntermediate = r.getIntOr("moe_shared_expert_intermediate_size", 0, 0);
+  }
+  if (r.failedAny())
+    return failure();
+  return readSlidingWindows(r, m);
+}
+
+uint64_t estimateWeightBytes(const ModelSpec &m) {
+  // Parameters in double: sums stay exact below 2^53 and never overflow.
+  double embed = double(m.vocab) * m.hidden * (m.tied ? 1 : 2);
+  double norms = m.hidden; // final norm
+  double linear = 0;
+  bool nemotron = m.modelType == "nemotron_h";
+  for (const LayerSpec &layer : m.layers) {
+    if (layer.draft)
+      continue;
+    norms += m.hidden;
+    switch (layer.kind) {
+    case LayerKind::attention:
+      linear += double(m.hidden) * m.heads * m.headDim * 2 +
+                2.0 * m.hidden * m.kvHeads * m.headDim;
+      break;
+    case LayerKind::mla: {
+      double qk = double(m.qkNope + m.qkRope);
+      linear += m.qLoraRank ? double(m.hidden) * m.qLoraRank + double(m.qLoraRank) * m.heads * qk
+                            : double(m.hidden) * m.heads * qk;
+      linear += double(m.hidden) * (m.kvLoraRank + m.qkRope) +
+                double(m.kvLoraRank) * m.heads * (m.qkNope + m.vHeadDim) +
+                double(m.heads) * m.vHeadDim * m.hidden;
+      norms += m.kvLoraRank + m.qLoraRank + m.hidden; // latent norms + the MLP norm
+      break;
+    }
+    case LayerKind::mamba: {
+      double inner = double(m.mHeads) * m.mHeadDim;
+      linear += double(m.hidden) * (2 * inner + 2.0 * m.nGroups * m.stateSize + m.mHeads) +
+                inner * m.hidden;
+      norms += double(m.convDim()) * (m.convKernel + 1) + 3.0 * m.mHeads + inner;
+      break;
+    }
+    case LayerKind::mlp:
+      linear += (nemotron ? 2.0 : 3.0) * m.hidden * m.intermediate;
+      break;
+    case LayerKind::moe: {
+      double perExpert = (nemotron ? 2.0 : 3.0) * m.hidden * m.moeIntermediate;
+      double shared = m.sharedIntermediate
+                          ? (nemotron ? 2.0 : 3.0) * m.hidden * m.sharedIntermediate
+                          : perExpert;
+      linear += m.experts * perExpert + m.sharedExperts * shared + double(m.hidden) * m.experts;
+      break;
+    }
+    }
+  }
+  return static_cast<uint64_t>((embed + norms) * m.dtypeBytes + linear * m.linearBytes);
+}
+
+std::string defaultName(StringRef file) {
+  StringRef stem = llvm::sys::path::filename(file);
+  stem.consume_back(".json");
+  stem.consume_back(".config");
+  return stem.str();
+}
+
+/// Emits the module for a read model.
+OwningOpRef<ModuleOp> buildModule(const ModelSpec &m, StringRef file, MLIRContext *ctx,
+                                  const ImportOptions &options) {
+  Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  OpBuilder b(ctx);
+  unsigned maxSeq = options.maxSeqLen;
+  if (m.maxPositions > 0 && m.maxPositions < maxSeq)
+    maxSeq = static_cast<unsigned>(m.maxPositions);
+  unsigned numLayers = static_cast<unsigned>(m.numLayers);
+  (*module)->setAttr(KilnDialect::kModelAttrName,
+                     ModelAttr::get(ctx, m.name, m.modelType, numLayers, m.dtype,
+                                    estimateWeightBytes(m)));
+  (*module)->setAttr(KilnDialect::kRuntimeAttrName,
+                     RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize,
+                                      m.dtype, 1, m.stateDtype));
+
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, fileLoc, "forward", b.getFunctionType({}, {}));
+  Block *entry = func.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+
+  // Inputs are block arguments, one per distinct type.
+  llvm::DenseMap<Type, Value> args;
+  auto arg = [&](ArrayRef<int64_t> dims) -> Value {
+    SmallVector<int64_t> shape = {ShapedType::kDynamic};
+    shape.append(dims.begin(), dims.end());
+    Type type = RankedTensorType::get(shape, m.dtype);
+    Value &v = args[type];
+    if (!v)
+      v = entry->addArgument(type, fileLoc);
+    return v;
+  };
+  auto tensor = [&](ArrayRef<int64_t> dims) -> Type {
+    SmallVector<int64_t> shape = {ShapedType::kDynamic};
+    shape.append(dims.begin(), dims.end());
+    return RankedTensorType::get(shape, m.dtype);
+  };
+  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+  SmallVector<Value> results;
+  for (const LayerSpec &layer : m.layers) {
+    std::string prefix = layer.draft ? (layer.draft == DraftKind::mtp ? "mtp" : "eagle3")
+                                     : "model";
+    Location loc = NameLoc::get(
+        b.getStringAttr(prefix + ".layers." + std::to_string(layer.index)), fileLoc);
+    DraftKindAttr draft = layer.draft ? DraftKindAttr::get(ctx, *layer.draft) : nullptr;
+    switch (layer.kind) {
+    case LayerKind::attention: {
+      Value q = arg({m.heads, m.headDim}), kv = arg({m.kvHeads, m.headDim});
+      auto op = AttentionOp::create(b, loc, tensor({m.heads, m.headDim}), q, kv, kv,
+                                    i64(layer.index), i64(m.heads), i64(m.kvHeads),
+                                    i64(m.headDim),
+                                    layer.window ? i64(*layer.window) : IntegerAttr(), draft);
+      results.push_back(op.getOut());
+      break;
+    }
+    case LayerKind::mla: {
+      int64_t width = m.kvLoraRank + m.qkRope;
+      auto op = MlaAttentionOp::create(b, loc, tensor({m.heads, m.kvLoraRank}),
+                                       arg({m.heads, width}), arg({width}), i64(layer.index),
+                                       i64(m.heads), i64(m.kvLoraRank), i64(m.qkRope), draft);
+      results.push_back(op.getOut());
+      break;
+    }
+    case LayerKind::mamba: {
+      Value conv = arg({m.convDim()});
+      auto convOp = CausalConvOp::create(b, loc, tensor({m.convDim()}), conv,
+                                         i64(layer.index), i64(m.convDim()),
+                                         i64(m.convKernel),
+                                         m.silu ? b.getUnitAttr() : UnitAttr(), draft);
+      Value x = arg({m.mHeads, m.mHeadDim});
+      Value bc = arg({m.nGroups, m.stateSize});
+      auto ssmOp = SsmOp::create(b, loc, tensor({m.mHeads, m.mHeadDim}), x, arg({m.mHeads}),
+                                 bc, bc, /*z=*/x, i64(layer.index), i64(m.mHeads),
+                                 i64(m.mHeadDim), i64(m.stateSize), i64(m.nGroups), draft);
+      results.push_back(convOp.getOut());
+      results.push_back(ssmOp.getOut());
+      break;
+    }
+    case LayerKind::mlp:
+    case LayerKind::moe:
+      break;
+    }
+  }
+  func::ReturnOp::create(b, fileLoc, results);
+  func.setFunctionType(b.getFunctionType(entry->getArgumentTypes(), ValueRange(results).getTypes()));
+  if (failed(mlir::verify(*module)))
+    return nullptr;
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
+                                          MLIRContext *ctx, const ImportOptions &options) {
+  ctx->loadDialect<KilnDialect, func::FuncDialect>();
+  Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed) {
+    // json::ParseError logs as "[line:col, byte=N]: message".
+    std::string message = llvm::toString(parsed.takeError());
+    unsigned line = 1, col = 1, byte = 0;
+    char rest[256] = {0};
+    Location loc = fileLoc;
+    if (std::sscanf(message.c_str(), "[%u:%u, byte=%u]: %255[^\n]", &line, &col, &byte,
+                    rest) == 4) {
+      loc = FileLineColLoc::get(ctx, file, line, col);
+      message = rest;
+    }
+    emitError(loc) << "malformed JSON: " << message;
+    return nullptr;
+  }
+  const json::Object *root = parsed->getAsObject();
+  if (!root) {
+    emitError(fileLoc) << "a config.json must hold a JSON object at top level";
+    return nullptr;
+  }
+  Reader r(text, file, ctx, *root);
+  std::optional<StringRef> modelType = r.getString("model_type");
+  if (!modelType)
+    return nullptr;
+  r.modelType = modelType->str();
+  ModelSpec m;
+  m.modelType = r.modelType;
+  m.name = options.modelName.empty() ? defaultName(file) : options.modelName;
+  LogicalResult read = failure();
+  if (*modelType == "llama" || *modelType == "mistral" || *modelType == "qwen2" ||
+      *modelType == "qwen3") {
+    read = readDense(r, m);
+  } else if (*modelType == "deepseek_v2" || *modelType == "deepseek_v3") {
+    read = readDeepSeek(r, m);
+  } else if (*modelType == "nemotron_h") {
+    read = readNemotronH(r, m);
+  } else {
+    r.error("model_type") << "unsupported model_type '" << *modelType
+                          << "'; supported: " << llvm::join(supportedModelTypes(), ", ");
+    return nullptr;
+  }
+  if (failed(read) || r.failedAny())
+    return nullptr;
+  if (options.eagle3Head) {
+    bool mla = m.modelType == "deepseek_v2" || m.modelType == "deepseek_v3";
+    if (!mla && m.heads == 0) {
+      emitError(fileLoc) << "an Eagle3 head needs the target's attention shapes, "
+                                    "but the model has no attention layer";
+      return nullptr;
+    }
+    int64_t index = m.numLayers;
+    for (const LayerSpec &layer : m.layers)
+      index = std::max(index, layer.index + 1);
+    m.layers.push_back({mla ? LayerKind::mla : LayerKind::attention, index, std::nullopt,
+                        DraftKind::eagle3});
+  }
+  return buildModule(m, file, ctx, options);
+}
+
+OwningOpRef<ModuleOp> kiln::importHFConfigFile(StringRef path, MLIRContext *ctx,
+                                              const ImportOptions &options) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    emitError(UnknownLoc::get(ctx)) << "cannot read '" << path
+                                    << "': " << buffer.getError().message();
+    return nullptr;
+  }
+  return importHFConfig((*buffer)->getBuffer(), path, ctx, options);
+}

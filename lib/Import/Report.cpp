@@ -1,0 +1,441 @@
+//===- Report.cpp - text, JSON and HTML reports of a compiled module ---===//
+//
+// The JSON schema is documented (and kept stable) in docs/report-schema.md.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Report/Report.h"
+#include "kiln/Dialect/Kiln.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace kiln;
+
+//===----------------------------------------------------------------------===//
+// Collection
+//===----------------------------------------------------------------------===//
+
+static std::string opNameOf(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  if (name == "kiln.cached_attention" || name == "kiln.attention")
+    return "attention";
+  if (name == "kiln.cached_mla_attention" || name == "kiln.mla_attention")
+    return "mla_attention";
+  if (name == "kiln.cached_ssm" || name == "kiln.ssm")
+    return "ssm";
+  if (name == "kiln.cached_causal_conv" || name == "kiln.causal_conv")
+    return "causal_conv";
+  return "";
+}
+
+ReportData kiln::collectReport(ModuleOp module) {
+  ReportData d;
+  ModuleConfig config = getModuleConfig(module);
+  if (config.model) {
+    d.modelName = config.model.getName().str();
+    d.modelType = config.model.getModelType().str();
+    d.numLayers = config.model.getNumLayers();
+    d.weightBytes = config.model.getWeightBytes();
+  }
+  if (config.target) {
+    d.targetName = config.target.getName().str();
+    d.sm = config.target.getSm();
+    d.memoryBytes = config.target.getMemoryBytes();
+  }
+  if (config.spec) {
+    d.hasSpec = true;
+    d.specMode = stringifySpecMode(config.spec.getMode()).str();
+    d.maxDraftLen = config.spec.getMaxDraftLen();
+    d.ssmMode = stringifySsmSpecMode(config.spec.getSsm()).str();
+  }
+  std::map<std::string, std::string> poolCategory;
+  if (auto plan = module->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName)) {
+    d.hasPlan = true;
+    d.totalBytes = plan.getTotalBytes();
+    d.kvBytes = plan.getKvBytes();
+    d.stateBytes = plan.getStateBytes();
+    d.speculativeBytes = plan.getSpeculativeBytes();
+    d.unmanagedBytes = plan.getUnmanagedBytes();
+    d.budgetBytes = plan.getBudgetBytes();
+    d.kvPages = plan.getKvPages();
+    d.fits = plan.getFits();
+    for (PoolAttr pool : plan.getPools()) {
+      d.pools.push_back({pool.getName().str(), pool.getCategory().str(), pool.getBytes(),
+                         pool.getResources()});
+      poolCategory[pool.getName().str()] = pool.getCategory().str();
+    }
+  }
+
+  module.walk([&](Operation *op) {
+    if (auto res = dyn_cast<CacheResourceOp>(op)) {
+      ReportResource r;
+      r.layer = res.getLayer();
+      r.kind = stringifyResourceKind(res.getKind()).str();
+      r.name = "layer" + std::to_string(r.layer) + "." + r.kind;
+      r.speculativeOnly = res.getSpeculativeOnly();
+      if (std::optional<int64_t> bytes = res.getBytes())
+        r.bytes = static_cast<uint64_t>(*bytes);
+      else if (config.runtime)
+        r.bytes = computeResourceBytes(cast<CacheResourceInterface>(op), config.runtime);
+      if (std::optional<StringRef> pool = res.getPool())
+        r.poolName = pool->str();
+      if (res.getUnmanaged()) {
+        r.pool = "unmanaged";
+      } else if (!r.poolName.empty()) {
+        auto it = poolCategory.find(r.poolName);
+        r.pool = it != poolCategory.end() ? it->second
+                                          : StringRef(r.poolName).split('.').first.str();
+      } else {
+        r.pool = isPerTokenKind(res.getKind()) ? "kv" : "state";
+      }
+      d.resources.push_back(std::move(r));
+      return;
+    }
+    std::string opName = opNameOf(op);
+    if (opName.empty() || !op->getName().getStringRef().starts_with("kiln.cached_"))
+      return;
+    auto layer = op->getAttrOfType<IntegerAttr>("layer");
+    std::optional<std::string> mode;
+    if (auto m = op->getAttrOfType<SpecDecModeAttr>("spec_dec_mode"))
+      mode = stringifySpecDecMode(m.getValue()).str();
+    std::optional<std::string> draft;
+    if (auto k = op->getAttrOfType<DraftKindAttr>("draft"))
+      draft = stringifyDraftKind(k.getValue()).str();
+    for (StringRef phase : {"decode", "prefill"}) {
+      auto kernel = op->getAttrOfType<StringAttr>((phase + "_kernel").str());
+      if (!kernel)
+        continue;
+      d.kernels.push_back({layer ? layer.getInt() : -1, opName, phase.str(),
+                           kernel.getValue().str(), mode, draft});
+    }
+  });
+  std::stable_sort(d.resources.begin(), d.resources.end(),
+                   [](const ReportResource &a, const ReportResource &b) {
+                     return a.layer < b.layer;
+                   });
+  return d;
+}
+
+std::vector<ReportResource> kiln::largestConsumers(const ReportData &data, size_t count) {
+  std::vector<ReportResource> sorted = data.resources;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const ReportResource &a, const ReportResource &b) {
+                     return a.bytes > b.bytes;
+                   });
+  if (sorted.size() > count)
+    sorted.resize(count);
+  return sorted;
+}
+
+//===----------------------------------------------------------------------===//
+// Formatting helpers
+//===----------------------------------------------------------------------===//
+
+static std::string formatBytes(uint64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  if (unit == 0)
+    os << bytes << " B";
+  else
+    os << llvm::format("%.2f %s", value, units[unit]);
+  return out;
+}
+
+static std::string pad(StringRef s, size_t width) {
+  std::string out = s.str();
+  if (out.size() < width)
+    out.append(width - out.size(), ' ');
+  return out;
+}
+static std::string padLeft(StringRef s, size_t width) {
+  std::string out;
+  if (s.size() < width)
+    out.append(width - s.size(), ' ');
+  return out + s.str();
+}
+
+static std::string escapeHtml(StringRef s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+    case '&': out += "&amp;"; break;
+    case '<': out += "&lt;"; break;
+    case '>': out += "&gt;"; break;
+    case '"': out += "&quot;"; break;
+    case '\'': out += "&#39;"; break;
+    default: out += c;
+    }
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Text
+//===----------------------------------------------------------------------===//
+
+static void printText(const ReportData &d, llvm::raw_ostream &os) {
+  os << "Kiln deploy report\n";
+  os << "  model   " << (d.modelName.empty() ? "(unnamed)" : d.modelName);
+  if (!d.modelType.empty())
+    os << " (" << d.modelType << ", " << d.numLayers << " layers, weights ~"
+       << formatBytes(d.weightBytes) << ")";
+  os << "\n  target  " << (d.targetName.empty() ? "(none)" : d.targetName) << " (sm_"
+     << d.sm << ", " << formatBytes(d.memoryBytes) << ")\n";
+  os << "  spec    ";
+  if (d.hasSpec)
+    os << d.specMode << ", max_draft_len " << d.maxDraftLen << ", ssm " << d.ssmMode << "\n";
+  else
+    os << "none (speculative-only resources dropped)\n";
+
+  os << "\nMemory";
+  if (!d.hasPlan) {
+    os << ": no plan (module not compiled)\n";
+  } else {
+    os << " (budget " << formatBytes(d.budgetBytes) << "): "
+       << (d.fits ? "FITS" : "DOES NOT FIT") << "\n";
+    auto row = [&](StringRef label, uint64_t bytes) {
+      os << "  " << pad(label, 20) << padLeft(formatBytes(bytes), 12) << padLeft(std::to_string(bytes), 18) << "\n";
+    };
+    row("weights (estimate)", d.weightBytes);
+    row("kv", d.kvBytes);
+    row("state", d.stateBytes);
+    row("speculative-only", d.speculativeBytes);
+    row("unmanaged", d.unmanagedBytes);
+    row("total", d.totalBytes);
+    os << "  kv pages: " << d.kvPages << "\n";
+    if (d.unmanagedBytes > 0)
+      os << "  WARNING: " << formatBytes(d.unmanagedBytes)
+         << " are UNMANAGED allocations outside Kiln's pools\n";
+  }
+
+  if (!d.pools.empty()) {
+    os << "\nPools\n  " << pad("name", 28) << pad("category", 11) << padLeft("resources", 10)
+       << padLeft("bytes", 14) << "\n";
+    for (const ReportPool &p : d.pools)
+      os << "  " << pad(p.name, 28) << pad(p.category, 11)
+         << padLeft(std::to_string(p.resources), 10) << padLeft(formatBytes(p.bytes), 14)
+         << "\n";
+  }
+
+  os << "\nResources (" << d.resources.size() << ")\n  " << pad("name", 34) << pad("pool", 11)
+     << pad("spec-only", 10) << padLeft("bytes", 14) << "\n";
+  for (const ReportResource &r : d.resources)
+    os << "  " << pad(r.name, 34) << pad(r.pool, 11) << pad(r.speculativeOnly ? "yes" : "", 10)
+       << padLeft(formatBytes(r.bytes), 14) << "\n";
+
+  os << "\nKernels\n  " << pad("layer", 7) << pad("op", 15) << pad("phase", 9) << pad("kernel", 28)
+     << "spec_dec_mode\n";
+  for (const ReportKernel &k : d.kernels)
+    os << "  " << pad(std::to_string(k.layer), 7) << pad(k.op, 15) << pad(k.phase, 9)
+       << pad(k.kernel, 28) << k.specDecMode.value_or("-")
+       << (k.draft ? "  (draft " + *k.draft + ")" : std::string()) << "\n";
+  if (d.kernels.empty())
+    os << "  (none selected)\n";
+
+  os << "\nLargest consumers\n";
+  for (const ReportResource &r : largestConsumers(d))
+    os << "  " << pad(r.name, 34) << padLeft(formatBytes(r.bytes), 14) << "  (" << r.pool
+       << (r.speculativeOnly ? ", speculative-only" : "") << ")\n";
+}
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+static void printJson(const ReportData &d, llvm::raw_ostream &os) {
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attributeObject("model", [&] {
+      j.attribute("name", d.modelName);
+      j.attribute("model_type", d.modelType);
+      j.attribute("num_layers", static_cast<int64_t>(d.numLayers));
+    });
+    j.attributeObject("target", [&] {
+      j.attribute("name", d.targetName);
+      j.attribute("sm", static_cast<int64_t>(d.sm));
+      j.attribute("memory_bytes", d.memoryBytes);
+    });
+    if (d.hasSpec)
+      j.attributeObject("spec", [&] {
+        j.attribute("mode", d.specMode);
+        j.attribute("max_draft_len", static_cast<int64_t>(d.maxDraftLen));
+        j.attribute("ssm_mode", d.ssmMode);
+      });
+    else
+      j.attribute("spec", nullptr);
+    j.attributeArray("resources", [&] {
+      for (const ReportResource &r : d.resources)
+        j.object([&] {
+          j.attribute("name", r.name);
+          j.attribute("layer", r.layer);
+          j.attribute("kind", r.kind);
+          j.attribute("speculative_only", r.speculativeOnly);
+          j.attribute("bytes", r.bytes);
+          j.attribute("pool", r.pool);
+        });
+    });
+    j.attributeArray("kernels", [&] {
+      for (const ReportKernel &k : d.kernels)
+        j.object([&] {
+          j.attribute("layer", k.layer);
+          j.attribute("op", k.op);
+          j.attribute("phase", k.phase);
+          j.attribute("kernel", k.kernel);
+          if (k.specDecMode)
+            j.attribute("spec_dec_mode", *k.specDecMode);
+          else
+            j.attribute("spec_dec_mode", nullptr);
+        });
+    });
+    j.attributeObject("memory", [&] {
+      j.attribute("total_bytes", d.totalBytes);
+      j.attribute("kv_bytes", d.kvBytes);
+      j.attribute("state_bytes", d.stateBytes);
+      j.attribute("speculative_bytes", d.speculativeBytes);
+      j.attribute("unmanaged_bytes", d.unmanagedBytes);
+      j.attribute("budget_bytes", d.budgetBytes);
+      j.attribute("fits", d.fits);
+    });
+  });
+  os << "\n";
+}
+
+//===----------------------------------------------------------------------===//
+// HTML
+//===----------------------------------------------------------------------===//
+
+static void printHtml(const ReportData &d, llvm::raw_ostream &os) {
+  std::string title = "Kiln report: " + d.modelName + " on " + d.targetName;
+  os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
+     << escapeHtml(title) << "</title>\n<style>\n"
+     << "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
+     << "table{border-collapse:collapse;margin:1em 0}\n"
+     << "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}\n"
+     << "td.n{text-align:right;font-variant-numeric:tabular-nums}\n"
+     << ".bad{color:#b00;font-weight:bold}.ok{color:#070;font-weight:bold}\n"
+     << "</style>\n</head>\n<body>\n";
+  os << "<h1>" << escapeHtml(title) << "</h1>\n<p>Model <b>" << escapeHtml(d.modelName)
+     << "</b> (" << escapeHtml(d.modelType) << ", " << d.numLayers << " layers, weights ~"
+     << escapeHtml(formatBytes(d.weightBytes)) << "); target <b>" << escapeHtml(d.targetName)
+     << "</b> (sm_" << d.sm << ", " << escapeHtml(formatBytes(d.memoryBytes))
+     << "); speculation: ";
+  if (d.hasSpec)
+    os << escapeHtml(d.specMode) << ", max_draft_len " << d.maxDraftLen << ", ssm "
+       << escapeHtml(d.ssmMode);
+  else
+    os << "none";
+  os << ".</p>\n";
+  if (d.hasPlan)
+    os << "<p>Budget " << escapeHtml(formatBytes(d.budgetBytes)) << ": "
+       << (d.fits ? "<span class=\"ok\">fits</span>" : "<span class=\"bad\">does not fit</span>")
+       << "</p>\n";
+  if (d.unmanagedBytes > 0)
+    os << "<p class=\"bad\">" << escapeHtml(formatBytes(d.unmanagedBytes))
+       << " are unmanaged allocations outside Kiln's pools.</p>\n";
+
+  // Bars: categories, then pools.
+  struct Bar {
+    std::string label;
+    uint64_t bytes;
+    const char *color;
+  };
+  std::vector<Bar> bars = {{"weights (estimate)", d.weightBytes, "#888"},
+                           {"kv", d.kvBytes, "#3a7bd5"},
+                           {"state", d.stateBytes, "#2e9e5b"},
+                           {"speculative-only", d.speculativeBytes, "#d58a3a"},
+                           {"unmanaged", d.unmanagedBytes, "#c0392b"},
+                           {"total (caches)", d.totalBytes, "#555"}};
+  for (const ReportPool &p : d.pools)
+    bars.push_back({"pool " + p.name + " (" + p.category + ")", p.bytes,
+                    p.category == "kv" ? "#6fa0e8" : p.category == "state" ? "#66c08a" : "#e07060"});
+  uint64_t scale = std::max<uint64_t>(d.budgetBytes, 1);
+  for (const Bar &b : bars)
+    scale = std::max(scale, b.bytes);
+  const unsigned labelWidth = 300, barWidth = 500, rowHeight = 22;
+  unsigned height = rowHeight * (bars.size() + 1) + 10;
+  os << "<h2>Memory by category and pool</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+     << labelWidth + barWidth + 120 << "\" height=\"" << height
+     << "\" role=\"img\" aria-label=\"memory by category and pool\">\n";
+  for (auto [i, b] : llvm::enumerate(bars)) {
+    unsigned y = 5 + i * rowHeight;
+    unsigned w = static_cast<unsigned>(double(b.bytes) / double(scale) * barWidth);
+    os << "<text x=\"0\" y=\"" << y + 15 << "\" font-size=\"13\">" << escapeHtml(b.label)
+       << "</text>\n<rect x=\"" << labelWidth << "\" y=\"" << y << "\" width=\"" << w
+       << "\" height=\"" << rowHeight - 4 << "\" fill=\"" << b.color << "\"/>\n<text x=\""
+       << labelWidth + w + 5 << "\" y=\"" << y + 15 << "\" font-size=\"12\">"
+       << escapeHtml(formatBytes(b.bytes)) << "</text>\n";
+  }
+  if (d.budgetBytes > 0) {
+    unsigned x = labelWidth + static_cast<unsigned>(double(d.budgetBytes) / double(scale) * barWidth);
+    os << "<line x1=\"" << x << "\" y1=\"0\" x2=\"" << x << "\" y2=\"" << height
+       << "\" stroke=\"#b00\" stroke-dasharray=\"4 3\"/>\n<text x=\"" << x + 3 << "\" y=\""
+       << height - 4 << "\" font-size=\"11\" fill=\"#b00\">budget</text>\n";
+  }
+  os << "</svg>\n";
+
+  // Per-layer table.
+  std::set<int64_t> layers;
+  for (const ReportResource &r : d.resources)
+    layers.insert(r.layer);
+  for (const ReportKernel &k : d.kernels)
+    layers.insert(k.layer);
+  os << "<h2>Layers</h2>\n<table>\n<thead><tr><th>layer</th><th>ops and kernels</th>"
+     << "<th>resources</th><th>bytes</th></tr></thead>\n<tbody>\n";
+  for (int64_t layer : layers) {
+    uint64_t bytes = 0;
+    os << "<tr><td class=\"n\">" << layer << "</td><td>";
+    bool first = true;
+    for (const ReportKernel &k : d.kernels) {
+      if (k.layer != layer)
+        continue;
+      os << (first ? "" : "<br>") << escapeHtml(k.op) << " " << escapeHtml(k.phase) << ": "
+         << escapeHtml(k.kernel);
+      if (k.specDecMode)
+        os << " (" << escapeHtml(*k.specDecMode) << ")";
+      if (k.draft)
+        os << " [draft " << escapeHtml(*k.draft) << "]";
+      first = false;
+    }
+    os << "</td><td>";
+    first = true;
+    for (const ReportResource &r : d.resources) {
+      if (r.layer != layer)
+        continue;
+      bytes += r.bytes;
+      os << (first ? "" : "<br>") << escapeHtml(r.kind) << " (" << escapeHtml(r.pool)
+         << (r.speculativeOnly ? ", speculative-only" : "") << "): "
+         << escapeHtml(formatBytes(r.bytes));
+      first = false;
+    }
+    os << "</td><td class=\"n\">" << bytes << "</td></tr>\n";
+  }
+  os << "</tbody>\n</table>\n</body>\n</html>\n";
+}
+
+void kiln::printReport(const ReportData &data, ReportFormat format, llvm::raw_ostream &os) {
+  switch (format) {
+  case ReportFormat::text:
+    printText(data, os);
+    return;
+  case ReportFormat::json:
+    printJson(data, os);
+    return;
+  case ReportFormat::html:
+    printHtml(data, os);
+    return;
+  }
+}

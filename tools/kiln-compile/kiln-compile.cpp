@@ -1,0 +1,260 @@
+//===- kiln-compile.cpp - import a model, deploy it, report --------------===//
+//
+//   kiln-compile [MODEL] [options]
+//
+// MODEL is a Hugging Face config.json or a .mlir file (default: the bundled
+// NVIDIA-Nemotron-Nano-9B-v2 config, on h200, without speculation). Runs the import,
+// the deploy pipeline (`buildDeployPipeline`) and prints the report.
+//
+// Exit codes: 0 compiled and fits; 1 bad input or unsupported configuration (message
+// on stderr, no report); 2 compiled but does not fit (report printed).
+// See docs/kiln-compile.md.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Dialect/Kiln.h"
+#include "kiln/Import/HFConfig.h"
+#include "kiln/Report/Report.h"
+#ifdef KILN_HAVE_TRANSFORMS
+#include "kiln/Transforms/Pipeline.h"
+#endif
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+enum class EmitKind { report, mlir };
+
+cl::OptionCategory category("kiln-compile options");
+
+cl::opt<std::string> modelPath(cl::Positional, cl::desc("[MODEL: config.json or .mlir]"),
+                               cl::init(""), cl::cat(category));
+cl::opt<std::string> targetName("target",
+                                cl::desc("GPU preset (h200, l40s, rtx5090, b200, ...) or sm_XY "
+                                         "(default: h200, or what a .mlir input says)"),
+                                cl::init(""), cl::cat(category));
+cl::opt<std::string> specName("spec",
+                              cl::desc("speculation: none, mtp:N, eagle3:N, draft:N, ngram:N "
+                                       "(default: none, or what a .mlir input says)"),
+                              cl::init(""), cl::cat(category));
+cl::opt<std::string> ssmMode("ssm-mode", cl::desc("SSM state recovery: rewind or replay"),
+                             cl::init(""), cl::cat(category));
+cl::opt<unsigned> maxBatch("max-batch", cl::desc("sequences / state slots"), cl::cat(category));
+cl::opt<unsigned> maxSeqLen("max-seq-len", cl::desc("tokens per sequence"), cl::cat(category));
+cl::opt<unsigned> pageSize("page-size", cl::desc("tokens per KV page"), cl::cat(category));
+cl::opt<std::string> kvDtype("kv-dtype", cl::desc("KV cache dtype: bf16, f16, f32, fp8"),
+                             cl::init(""), cl::cat(category));
+cl::opt<unsigned> tp("tp", cl::desc("tensor parallel ranks"), cl::cat(category));
+cl::opt<double> usableFraction("usable-fraction",
+                               cl::desc("share of device memory the plan may use"),
+                               cl::init(0.9), cl::cat(category));
+cl::opt<bool> fillKv("fill-kv", cl::desc("give the KV pools all memory left over"),
+                     cl::init(false), cl::cat(category));
+cl::list<std::string> forceKernels("force-kernel",
+                                   cl::desc("kernel override: variant or family=variant"),
+                                   cl::cat(category));
+cl::opt<bool> remarks("kernel-remarks", cl::desc("explain rejected kernel candidates"),
+                      cl::init(false), cl::cat(category));
+cl::opt<kiln::ReportFormat> reportFormat(
+    "report", cl::desc("report format"), cl::init(kiln::ReportFormat::text),
+    cl::values(clEnumValN(kiln::ReportFormat::text, "text", "readable tables"),
+               clEnumValN(kiln::ReportFormat::json, "json", "JSON (docs/report-schema.md)"),
+               clEnumValN(kiln::ReportFormat::html, "html", "self-contained HTML page")),
+    cl::cat(category));
+cl::opt<EmitKind> emitKind(
+    "emit", cl::desc("what to write"), cl::init(EmitKind::report),
+    cl::values(clEnumValN(EmitKind::report, "report", "the deploy report"),
+               clEnumValN(EmitKind::mlir, "mlir", "the compiled module")),
+    cl::cat(category));
+cl::opt<bool> importOnly("import-only",
+                         cl::desc("skip the deploy pipeline (emit/report the imported module)"),
+                         cl::init(false), cl::cat(category));
+cl::opt<std::string> outputFile("o", cl::desc("output file"), cl::value_desc("filename"),
+                                cl::init("-"), cl::cat(category));
+
+std::string defaultModel() {
+  return std::string(KILN_SOURCE_DIR) + "/examples/models/nvidia-nemotron-nano-9b-v2.json";
+}
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "kiln-compile: error: " << message << "\n";
+  return 1;
+}
+
+/// "none" or "<mode>:<N>" with N >= 1.
+bool validSpec(llvm::StringRef spec, std::string &mode) {
+  if (spec == "none") {
+    mode = "none";
+    return true;
+  }
+  auto [name, count] = spec.split(':');
+  unsigned n = 0;
+  if (count.empty() || count.getAsInteger(10, n) || n == 0)
+    return false;
+  mode = name.str();
+  return name == "mtp" || name == "eagle3" || name == "draft" || name == "ngram";
+}
+
+bool hasDraftLayers(ModuleOp module, kiln::DraftKind kind) {
+  bool found = false;
+  module.walk([&](Operation *op) {
+    if (auto draft = op->getAttrOfType<kiln::DraftKindAttr>("draft"))
+      if (draft.getValue() == kind)
+        found = true;
+  });
+  return found;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerAsmPrinterCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "kiln-compile: plan caches and kernels of an LLM for a GPU\n\n"
+      "Exit codes: 0 compiled and fits; 1 bad input or unsupported configuration;\n"
+      "2 compiled but does not fit (report printed).\n");
+
+  DialectRegistry registry;
+#ifdef KILN_HAVE_TRANSFORMS
+  kiln::registerAllDialects(registry);
+#endif
+  registry.insert<kiln::KilnDialect, func::FuncDialect>();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  // Validate options before doing any work.
+  std::string specMode;
+  if (!specName.empty() && !validSpec(specName, specMode))
+    return fail("invalid --spec '" + specName +
+                "'; expected none, mtp:N, eagle3:N, draft:N or ngram:N (N >= 1)");
+  if (!ssmMode.empty() && ssmMode != "rewind" && ssmMode != "replay")
+    return fail("invalid --ssm-mode '" + ssmMode + "'; expected rewind or replay");
+  if (!kvDtype.empty() && !llvm::is_contained({"bf16", "f16", "f32", "fp8"}, kvDtype))
+    return fail("invalid --kv-dtype '" + kvDtype + "'; expected bf16, f16, f32 or fp8");
+  if (!targetName.empty() && !kiln::TargetAttr::getPreset(&context, targetName)) {
+    std::string presets;
+    for (const kiln::TargetPreset &preset : kiln::targetPresets())
+      presets += (presets.empty() ? "" : ", ") + preset.name.str();
+    return fail("unknown target '" + targetName + "'; expected a preset (" + presets +
+                ") or sm_XY with a supported SM");
+  }
+  if (!(usableFraction > 0.0 && usableFraction <= 1.0))
+    return fail("--usable-fraction must be in (0, 1]");
+
+  std::string path = modelPath.empty() ? defaultModel() : modelPath.getValue();
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  if (!buffer)
+    return fail("cannot read '" + path + "': " + buffer.getError().message());
+
+  // Diagnostics go to stderr, with the source line where the location is known.
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context, llvm::errs());
+  llvm::StringRef text = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer();
+
+  OwningOpRef<ModuleOp> module;
+  bool isMlir = llvm::StringRef(path).ends_with(".mlir");
+  if (isMlir) {
+    module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+  } else {
+    kiln::ImportOptions importOptions;
+    importOptions.eagle3Head = specMode == "eagle3";
+    module = kiln::importHFConfig(text, path, &context, importOptions);
+  }
+  if (!module)
+    return 1;
+
+  if (specMode == "mtp" && !hasDraftLayers(*module, kiln::DraftKind::mtp)) {
+    emitError(module->getLoc())
+        << "--spec " << specName
+        << " asks for MTP, but the model has no MTP layers (num_nextn_predict_layers)";
+    return 1;
+  }
+
+  bool ranPipeline = false;
+  if (!importOnly) {
+#ifdef KILN_HAVE_TRANSFORMS
+    kiln::DeployOptions options;
+    options.target = targetName;
+    if (options.target.empty() && !(*module)->hasAttr(kiln::KilnDialect::kTargetAttrName))
+      options.target = "h200";
+    options.spec = specName;
+    if (options.spec.empty() && !isMlir)
+      options.spec = "none";
+    options.ssmMode = ssmMode;
+    if (maxBatch.getNumOccurrences())
+      options.maxBatch = maxBatch;
+    if (maxSeqLen.getNumOccurrences())
+      options.maxSeqLen = maxSeqLen;
+    if (pageSize.getNumOccurrences())
+      options.pageSize = pageSize;
+    if (tp.getNumOccurrences())
+      options.tp = tp;
+    options.kvDtype = kvDtype;
+    options.usableFraction = usableFraction;
+    options.fillKv = fillKv;
+    options.emitRemarks = remarks;
+    options.force.assign(forceKernels.begin(), forceKernels.end());
+
+    PassManager pm(&context, ModuleOp::getOperationName());
+    if (failed(applyPassManagerCLOptions(pm)))
+      return fail("invalid pass manager options");
+    applyDefaultTimingPassManagerCLOptions(pm);
+    kiln::buildDeployPipeline(pm, options);
+    LogicalResult result = pm.run(*module);
+    auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
+    bool doesNotFit = plan && !plan.getFits();
+    if (failed(result) && !doesNotFit)
+      return 1;
+    ranPipeline = true;
+#else
+    return fail("this build has no deploy pipeline (KilnTransforms); use --import-only");
+#endif
+  }
+
+  std::string errorMessage;
+  std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);
+  if (!output)
+    return fail(errorMessage);
+  if (emitKind == EmitKind::mlir) {
+    module->print(output->os());
+    output->os() << "\n";
+  } else {
+    kiln::printReport(*module, reportFormat, output->os());
+  }
+  output->keep();
+
+  auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
+  if (plan && !plan.getFits()) {
+    kiln::ReportData data = kiln::collectReport(*module);
+    llvm::errs() << "kiln-compile: the plan does not fit: " << data.totalBytes
+                 << " bytes of caches + " << data.weightBytes << " bytes of weights, budget "
+                 << data.budgetBytes << " bytes; largest consumers:\n";
+    for (const kiln::ReportResource &r : kiln::largestConsumers(data))
+      llvm::errs() << "  " << r.name << ": " << r.bytes << " bytes (" << r.pool
+                   << (r.speculativeOnly ? ", speculative-only" : "") << ")\n";
+    return 2;
+  }
+  (void)ranPipeline;
+  return 0;
+}
