@@ -121,6 +121,8 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
     query.phase = Phase::decode;
     query.queryLen = decodeQueryLen(op, config.spec);
     const KernelVariant *decode = choose(op, query, config, /*required=*/query.queryLen == 1);
+    if (!decode && query.queryLen == 1)
+      return failure();
     if (!decode) {
       query.queryLen = 1;
       decode = choose(op, query, config, /*required=*/true);
