@@ -349,8 +349,10 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
   if (!inter)
     return failure();
   m.intermediate = *inter;
-  for (int64_t i = 0; i < m.numLayers; ++i)
+  for (int64_t i = 0; i < m.numLayers; ++i) {
     m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
+    m.layers.push_back({LayerKind::mlp, i, std::nullopt, std::nullopt});
+  }
   return readSlidingWindows(r, m);
 }
 
@@ -507,7 +509,7 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
       linear += double(m.hidden) * (m.kvLoraRank + m.qkRope) +
                 double(m.kvLoraRank) * m.heads * (m.qkNope + m.vHeadDim) +
                 double(m.heads) * m.vHeadDim * m.hidden;
-      norms += m.kvLoraRank + m.qLoraRank + m.hidden; // latent norms + the MLP norm
+      norms += m.kvLoraRank + m.qLoraRank; // q/kv latent norms
       break;
     }
     case LayerKind::mamba: {

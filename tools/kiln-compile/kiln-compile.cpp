@@ -110,6 +110,19 @@ bool validSpec(llvm::StringRef spec, std::string &mode) {
   return name == "mtp" || name == "eagle3" || name == "draft" || name == "ngram";
 }
 
+/// "file:line:col" (or "name (file:line:col)") instead of the loc(...) syntax.
+void printLocation(Location loc, llvm::raw_ostream &os) {
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    os << name.getName().getValue() << " ";
+    loc = name.getChildLoc();
+  }
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    os << file.getFilename().getValue() << ":" << file.getLine() << ":" << file.getColumn()
+       << ": ";
+  else if (!isa<UnknownLoc>(loc))
+    os << loc << ": ";
+}
+
 bool hasDraftLayers(ModuleOp module, kiln::DraftKind kind) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -169,20 +182,44 @@ int main(int argc, char **argv) {
   // Diagnostics go to stderr, with the source line where the location is known.
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context, llvm::errs());
   llvm::StringRef text = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer();
+  // Dumping the whole module with every pass error buries the message; keep it opt-in.
+  if (auto *flag = cl::getRegisteredOptions().lookup("mlir-print-op-on-diagnostic");
+      !flag || !flag->getNumOccurrences())
+    context.printOpOnDiagnostic(false);
 
   OwningOpRef<ModuleOp> module;
   bool isMlir = llvm::StringRef(path).ends_with(".mlir");
-  if (isMlir) {
-    module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
-  } else {
-    kiln::ImportOptions importOptions;
-    importOptions.eagle3Head = specMode == "eagle3";
-    module = kiln::importHFConfig(text, path, &context, importOptions);
+  {
+    // Input errors show the offending source line.
+    SourceMgrDiagnosticHandler inputHandler(sourceMgr, &context, llvm::errs());
+    if (isMlir) {
+      module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+    } else {
+      kiln::ImportOptions importOptions;
+      importOptions.eagle3Head = specMode == "eagle3";
+      module = kiln::importHFConfig(text, path, &context, importOptions);
+    }
   }
   if (!module)
     return 1;
+  // Later diagnostics (passes) are about the model, not a line of the input.
+  ScopedDiagnosticHandler passHandler(&context, [](Diagnostic &diag) {
+    auto print = [](Diagnostic &d) {
+      printLocation(d.getLocation(), llvm::errs());
+      switch (d.getSeverity()) {
+      case DiagnosticSeverity::Error: llvm::errs() << "error: "; break;
+      case DiagnosticSeverity::Warning: llvm::errs() << "warning: "; break;
+      case DiagnosticSeverity::Remark: llvm::errs() << "remark: "; break;
+      case DiagnosticSeverity::Note: llvm::errs() << "note: "; break;
+      }
+      llvm::errs() << d << "\n";
+    };
+    print(diag);
+    for (Diagnostic &note : diag.getNotes())
+      print(note);
+    return success();
+  });
 
   if (specMode == "mtp" && !hasDraftLayers(*module, kiln::DraftKind::mtp)) {
     emitError(module->getLoc())
@@ -246,13 +283,8 @@ int main(int argc, char **argv) {
 
   auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
   if (plan && !plan.getFits()) {
-    kiln::ReportData data = kiln::collectReport(*module);
-    llvm::errs() << "kiln-compile: the plan does not fit: " << data.totalBytes
-                 << " bytes of caches + " << data.weightBytes << " bytes of weights, budget "
-                 << data.budgetBytes << " bytes; largest consumers:\n";
-    for (const kiln::ReportResource &r : kiln::largestConsumers(data))
-      llvm::errs() << "  " << r.name << ": " << r.bytes << " bytes (" << r.pool
-                   << (r.speculativeOnly ? ", speculative-only" : "") << ")\n";
+    llvm::errs() << "kiln-compile: compiled, but the plan does not fit the budget (exit "
+                    "code 2); the report lists the largest consumers\n";
     return 2;
   }
   (void)ranPipeline;
