@@ -1,0 +1,107 @@
+// Registry queries, the feature table, and a variant added by an embedder.
+#include "kiln/Registry/KernelRegistry.h"
+#include "kiln/Transforms/Pipeline.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+class RegistryTest : public ::testing::Test {
+protected:
+  RegistryTest() {
+    DialectRegistry registry;
+    registerAllDialects(registry);
+    context.appendDialectRegistry(registry);
+    context.loadAllAvailableDialects();
+  }
+  KernelQuery gqaDecode(unsigned queryLen) {
+    KernelQuery q;
+    q.family = OpFamily::attention;
+    q.phase = Phase::decode;
+    q.headDim = 128;
+    q.dtype = Builder(&context).getBF16Type();
+    q.pageSize = 64;
+    q.groupSize = 4;
+    q.numHeads = 32;
+    q.queryLen = queryLen;
+    return q;
+  }
+  KernelQuery mlaDecode(unsigned queryLen) {
+    KernelQuery q = gqaDecode(queryLen);
+    q.family = OpFamily::mla;
+    q.headDim = 576;
+    q.groupSize = 128;
+    q.numHeads = 128;
+    return q;
+  }
+  MLIRContext context;
+};
+
+TEST_F(RegistryTest, GqaMultiTokenOnEverySm) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  for (const SmTraits &traits : supportedSms()) {
+    TargetAttr target = TargetAttr::getPreset(&context, "sm_" + std::to_string(traits.sm));
+    auto fitting = registry.candidates(gqaDecode(4), target);
+    ASSERT_FALSE(fitting.empty()) << traits.sm;
+    EXPECT_EQ(fitting.front()->name, "gqa_decode");
+  }
+}
+
+TEST_F(RegistryTest, MlaMultiTokenNeedsLargeSharedMemory) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  TargetAttr h200 = TargetAttr::getPreset(&context, "h200");
+  TargetAttr rtx = TargetAttr::getPreset(&context, "rtx5090");
+  EXPECT_FALSE(registry.candidates(mlaDecode(4), h200).empty());
+  std::vector<std::pair<const KernelVariant *, std::string>> rejections;
+  EXPECT_TRUE(registry.candidates(mlaDecode(4), rtx, &rejections).empty());
+  ASSERT_FALSE(rejections.empty());
+  EXPECT_NE(rejections.front().second.find("shared memory"), std::string::npos);
+  auto single = registry.candidates(mlaDecode(1), rtx);
+  ASSERT_FALSE(single.empty());
+  EXPECT_EQ(single.front()->name, "mla_decode_small_smem");
+}
+
+TEST_F(RegistryTest, HopperOnlyVariantRejectedElsewhere) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  const KernelVariant *hopper = registry.lookup("prefill_fmha_sm90");
+  ASSERT_TRUE(hopper);
+  KernelQuery q = gqaDecode(1);
+  q.phase = Phase::prefill;
+  for (StringRef name : {"a100", "l40s", "rtx5090"})
+    EXPECT_FALSE(
+        KernelRegistry::whyRejected(*hopper, q, TargetAttr::getPreset(&context, name)).empty())
+        << name.str();
+  EXPECT_EQ(KernelRegistry::whyRejected(*hopper, q, TargetAttr::getPreset(&context, "h200")),
+            "");
+}
+
+TEST_F(RegistryTest, EmbedderAddsAVariant) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  KernelVariant custom;
+  custom.name = "my_fp8_decode";
+  custom.family = OpFamily::attention;
+  custom.phase = Phase::decode;
+  custom.minSm = 89;
+  custom.requiredFeatures = static_cast<uint32_t>(TargetFeature::fp8);
+  custom.headDims = {128};
+  custom.dtypes = static_cast<uint32_t>(DtypeBit::fp8);
+  custom.maxQueryLen = 4;
+  custom.priority = 50;
+  registry.add(custom);
+  KernelQuery q = gqaDecode(4);
+  q.dtype = Float8E4M3FNType::get(&context);
+  auto fitting = registry.candidates(q, TargetAttr::getPreset(&context, "l40s"));
+  ASSERT_EQ(fitting.size(), 1u);
+  EXPECT_EQ(fitting.front()->name, "my_fp8_decode");
+  EXPECT_TRUE(registry.candidates(q, TargetAttr::getPreset(&context, "a100")).empty());
+}
+
+TEST_F(RegistryTest, MaxQueryLenComesFromImplementedVariants) {
+  EXPECT_EQ(KernelRegistry::builtin().maxQueryLen(OpFamily::attention), 8u);
+  EXPECT_EQ(KernelRegistry::builtin().maxQueryLen(OpFamily::mla), 4u);
+}
+} // namespace
