@@ -532,7 +532,9 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
     }
     }
   }
-  return static_cast<uint64_t>((embed + norms) * m.dtypeBytes + linear * m.linearBytes);
+  double bytes = (embed + norms) * m.dtypeBytes + linear * m.linearBytes;
+  // Absurd configs must not overflow the conversion.
+  return bytes >= 9.0e18 ? 9000000000000000000ull : static_cast<uint64_t>(bytes);
 }
 
 std::string defaultName(StringRef file) {

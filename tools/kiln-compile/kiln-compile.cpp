@@ -110,17 +110,21 @@ bool validSpec(llvm::StringRef spec, std::string &mode) {
   return name == "mtp" || name == "eagle3" || name == "draft" || name == "ngram";
 }
 
-/// "file:line:col" (or "name (file:line:col)") instead of the loc(...) syntax.
-void printLocation(Location loc, llvm::raw_ostream &os) {
+/// "file:line:col: " instead of the loc(...) syntax; the layer name of a NameLoc goes
+/// after the severity.
+std::string describeLocation(Location loc, std::string &layerName) {
   if (auto name = dyn_cast<NameLoc>(loc)) {
-    os << name.getName().getValue() << " ";
+    layerName = name.getName().getValue().str();
     loc = name.getChildLoc();
   }
+  std::string out;
+  llvm::raw_string_ostream os(out);
   if (auto file = dyn_cast<FileLineColLoc>(loc))
     os << file.getFilename().getValue() << ":" << file.getLine() << ":" << file.getColumn()
        << ": ";
   else if (!isa<UnknownLoc>(loc))
     os << loc << ": ";
+  return out;
 }
 
 bool hasDraftLayers(ModuleOp module, kiln::DraftKind kind) {
@@ -170,6 +174,10 @@ int main(int argc, char **argv) {
     return fail("unknown target '" + targetName + "'; expected a preset (" + presets +
                 ") or sm_XY with a supported SM");
   }
+  if (maxBatch.getNumOccurrences() && maxBatch == 0)
+    return fail("--max-batch must be >= 1");
+  if (maxSeqLen.getNumOccurrences() && maxSeqLen == 0)
+    return fail("--max-seq-len must be >= 1");
   if (!(usableFraction > 0.0 && usableFraction <= 1.0))
     return fail("--usable-fraction must be in (0, 1]");
 
@@ -206,13 +214,16 @@ int main(int argc, char **argv) {
   // Later diagnostics (passes) are about the model, not a line of the input.
   ScopedDiagnosticHandler passHandler(&context, [](Diagnostic &diag) {
     auto print = [](Diagnostic &d) {
-      printLocation(d.getLocation(), llvm::errs());
+      std::string layerName;
+      llvm::errs() << describeLocation(d.getLocation(), layerName);
       switch (d.getSeverity()) {
       case DiagnosticSeverity::Error: llvm::errs() << "error: "; break;
       case DiagnosticSeverity::Warning: llvm::errs() << "warning: "; break;
       case DiagnosticSeverity::Remark: llvm::errs() << "remark: "; break;
       case DiagnosticSeverity::Note: llvm::errs() << "note: "; break;
       }
+      if (!layerName.empty())
+        llvm::errs() << layerName << ": ";
       llvm::errs() << d << "\n";
     };
     print(diag);
