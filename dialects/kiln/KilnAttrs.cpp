@@ -94,6 +94,9 @@ Attribute TargetAttr::parse(AsmParser &parser, Type) {
   // Start from the preset (or the SM's defaults), then apply explicit keys.
   std::optional<TargetPreset> preset = lookupTargetPreset(name);
   std::optional<unsigned> sm = preset ? std::optional<unsigned>(preset->sm) : std::nullopt;
+  // "sm_90" names a target by its compute capability alone.
+  if (!preset && StringRef(name).starts_with("sm"))
+    sm = parseSmName(name);
   unsigned numSms = preset ? preset->numSms : 0;
   uint64_t memory = preset ? preset->memoryBytes : 0;
   std::optional<uint64_t> smem;
@@ -149,7 +152,7 @@ Attribute TargetAttr::parse(AsmParser &parser, Type) {
     return {};
   if (!sm) {
     parser.emitError(loc) << "unknown target preset '" << name << "' (known: "
-                          << presetList() << "); a custom target needs 'sm = N'";
+                          << presetList() << ", or sm_XY); a custom target needs 'sm = N'";
     return {};
   }
   std::optional<SmTraits> traits = lookupSmTraits(*sm);

@@ -6,6 +6,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNPLANMEMORY
@@ -117,15 +118,28 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         static_cast<uint64_t>(config.target.getMemoryBytes() * usableFraction.getValue());
     uint64_t weights = config.model ? config.model.getWeightBytes() / config.runtime.getTp() : 0;
     uint64_t taken = weights + reserveBytes;
-    return usable > taken ? usable - taken : 1; // 1: nothing fits, but a budget exists
+    if (taken >= usable) {
+      weightsExceedBudget = true;
+      module.emitError() << "model weights (" << formatBytes(weights) << " per rank"
+                         << (reserveBytes ? " + reserve" : "") << ") exceed the usable "
+                         << formatBytes(usable) << " of '" << config.target.getName()
+                         << "' (" << formatBytes(config.target.getMemoryBytes()) << " x "
+                         << fractionText() << "); use more tensor-parallel ranks or a "
+                            "larger target";
+      return 0;
+    }
+    return usable - taken;
   }
+
+  bool weightsExceedBudget = false;
 
   /// Pages per KV resource so that KV fills what the budget leaves after states.
   std::optional<uint64_t> fillPages(ModuleOp module, ArrayRef<PlannedResource> resources,
                                     RuntimeAttr runtime, uint64_t budget) {
     if (budget == 0) {
-      module.emitError() << "kiln-plan-memory: fill-kv needs a target with a known memory "
-                            "size";
+      if (!weightsExceedBudget)
+        module.emitError() << "kiln-plan-memory: fill-kv needs a target with a known "
+                              "memory size";
       return std::nullopt;
     }
     uint64_t fixed = 0, bytesPerPage = 0;
@@ -205,7 +219,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     }
     uint64_t total = offset;
     uint64_t pages = kvPages ? *kvPages : pagesPlanned(config.runtime, resources);
-    bool fits = budget == 0 || total <= budget;
+    bool fits = !weightsExceedBudget && (budget == 0 || total <= budget);
     module->setAttr(KilnDialect::kPlanAttrName,
                     PlanAttr::get(module.getContext(), total, kv, state, speculative,
                                   unmanaged, budget, pages, fits, poolAttrs));
@@ -214,10 +228,18 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     stateBytes = state;
     speculativeBytes = speculative;
     unmanagedBytes = unmanaged;
+    if (weightsExceedBudget)
+      return signalPassFailure();
     if (!fits) {
       reportOverBudget(module, resources, config, total, budget);
       signalPassFailure();
     }
+  }
+
+  std::string fractionText() const {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", usableFraction.getValue());
+    return text;
   }
 
   /// Pages of the largest per-token resource (all KV pools share the page count).
@@ -240,7 +262,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     InFlightDiagnostic diag = module.emitError();
     diag << "memory plan does not fit on '" << config.target.getName() << "': needs "
          << formatBytes(total) << ", budget " << formatBytes(budget) << " ("
-         << formatBytes(config.target.getMemoryBytes()) << " x " << usableFraction.getValue();
+         << formatBytes(config.target.getMemoryBytes()) << " x " << fractionText();
     if (config.model && config.model.getWeightBytes())
       diag << " - " << formatBytes(config.model.getWeightBytes() / config.runtime.getTp())
            << " weights";

@@ -5,7 +5,7 @@
 module attributes {kiln.target = #kiln.target<"t4", sm = 75>} {}
 
 // -----
-// expected-error @below {{unknown target preset 'h300' (known: a100, a10g, l4, l40s, h100, h200, b200, b300, rtx5090, rtx-pro-6000, dgx-spark); a custom target needs 'sm = N'}}
+// expected-error @below {{unknown target preset 'h300' (known: a100, a10g, l4, l40s, h100, h200, b200, b300, rtx5090, rtx-pro-6000, dgx-spark, or sm_XY); a custom target needs 'sm = N'}}
 module attributes {kiln.target = #kiln.target<"h300">} {}
 
 // -----
