@@ -5,6 +5,7 @@
 include "mlir/Pass/PassBase.td"
 
 def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Set the module's kiln.target/spec/runtime from options";
   let description = [{
     Overrides the module configuration attributes with the options given (the ones
@@ -24,6 +25,7 @@ def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
 }
 
 def KilnInsertCaches : Pass<"kiln-insert-caches", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Create the cache resources every model op needs and rewrite it to its cached form";
   let description = [{
     For every op implementing `ModelOpInterface`, asks it for its resources under the
@@ -42,6 +44,7 @@ def KilnInsertCaches : Pass<"kiln-insert-caches", "mlir::ModuleOp"> {
 
 def KilnDropSpeculativeResources
     : Pass<"kiln-drop-speculative-resources", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Without kiln.spec, erase speculative-only resources and empty their slots";
   let description = [{
     For IR that already carries resources (from another producer or an older
@@ -61,6 +64,7 @@ def KilnDropSpeculativeResources
 }
 
 def KilnVerifyConfig : Pass<"kiln-verify-config", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Check that the configuration and the model agree";
   let description = [{
     Cross-attribute and model-dependent checks the attribute verifiers cannot make:
@@ -71,6 +75,7 @@ def KilnVerifyConfig : Pass<"kiln-verify-config", "mlir::ModuleOp"> {
 }
 
 def KilnPlanMemory : Pass<"kiln-plan-memory", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Size every resource, group them into pools, lay out the arena, check the budget";
   let description = [{
     Bytes per resource from its unit shape, element type and `kiln.runtime` (state
@@ -102,6 +107,7 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "mlir::ModuleOp"> {
 }
 
 def KilnSelectKernels : Pass<"kiln-select-kernels", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
   let summary = "Pick the decode and prefill kernel of every cached op and its spec-dec mode";
   let description = [{
     Queries the kernel registry with each cached op's shapes, the target and the
