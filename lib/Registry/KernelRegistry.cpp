@@ -40,12 +40,12 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .smemBytes = 48 * 1024, .headDims = {64, 128, 256},
        .dtypes = kBf16 | kF16, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
        .maxQueryLen = 8, .priority = 10,
-       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts"});
+       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts", .runtimeKernel = 1});
   // Attention, prefill (and the extend-context path for draft tokens).
   add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128},
        .dtypes = kBf16 | kF16, .priority = 10,
-       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend"});
+       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend", .runtimeKernel = 2});
   add({.name = "prefill_fmha_sm90", .family = OpFamily::attention,
        .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
@@ -57,34 +57,46 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .smemBytes = 160 * 1024, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
        .priority = 10,
-       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles"});
+       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles", .runtimeKernel = 3});
   add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
-       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory"});
+       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory", .runtimeKernel = 4});
+  add({.name = "mla_prefill_decode", .family = OpFamily::mla, .phase = Phase::prefill,
+       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
+       .maxHeads = 128, .priority = 1,
+       .note = "MLA prefill through the decode kernel (append, then causal extend)",
+       .runtimeKernel = 11});
   add({.name = "mla_prefill", .family = OpFamily::mla, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16,
        .implemented = false, .priority = 10, .note = "MLA prefill (planned)"});
   // Mamba2 SSM.
   add({.name = "ssm_update", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .priority = 10,
-       .note = "selective state update, one token, state in place"});
+       .note = "selective state update, one token, state in place", .runtimeKernel = 5});
   add({.name = "ssm_update_spec", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
-       .priority = 10, .note = "1 + draft tokens, state after each into intermediates"});
+       .priority = 10, .note = "1 + draft tokens, state after each into intermediates", .runtimeKernel = 6});
   add({.name = "ssm_update_replay", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
        .priority = 10, .note = "replay-mode update (planned)"});
+  add({.name = "ssm_prefill_sequential", .family = OpFamily::ssm, .phase = Phase::prefill,
+       .dtypes = kF32 | kBf16, .priority = 1,
+       .note = "prefill as token-by-token state updates (exact, slow for long prompts)",
+       .runtimeKernel = 9});
   add({.name = "ssm_chunk_scan", .family = OpFamily::ssm, .phase = Phase::prefill,
        .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
        .note = "Mamba2 chunked scan for prefill (planned)"});
   // Causal conv1d.
   add({.name = "conv_update", .family = OpFamily::conv, .phase = Phase::decode,
        .dtypes = kBf16 | kF16 | kF32, .priority = 10,
-       .note = "causal conv1d update, width <= 4, state in place"});
+       .note = "causal conv1d update, width <= 4, state in place", .runtimeKernel = 7});
   add({.name = "conv_update_spec", .family = OpFamily::conv, .phase = Phase::decode,
        .dtypes = kBf16 | kF16 | kF32, .maxQueryLen = 8, .writesIntermediates = true,
-       .priority = 10, .note = "1 + draft tokens, window after each into intermediates"});
+       .priority = 10, .note = "1 + draft tokens, window after each into intermediates", .runtimeKernel = 8});
+  add({.name = "conv_prefill_sequential", .family = OpFamily::conv, .phase = Phase::prefill,
+       .dtypes = kBf16 | kF16 | kF32, .priority = 1,
+       .note = "prefill as token-by-token conv updates", .runtimeKernel = 10});
   add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
        .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
        .note = "causal conv1d over a prompt (planned)"});

@@ -42,6 +42,7 @@ struct KernelVariant {
   bool implemented = true;                 // false: planned, never lowered
   int priority = 0;                        // higher wins among fitting variants
   std::string note;                        // one line for docs and reports
+  int runtimeKernel = 0;                   // kiln_rt_kernel_t the lowering emits (0: none)
 };
 
 /// What one op needs from a kernel.
