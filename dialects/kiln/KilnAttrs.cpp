@@ -219,3 +219,11 @@ Type RuntimeAttr::getSsmStateType() const {
     return type;
   return Float32Type::get(getContext());
 }
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, uint64_t,
+                               uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                               bool, ArrayAttr pools) {
+  if (!pools || !llvm::all_of(pools, [](Attribute a) { return isa<PoolAttr>(a); }))
+    return emitError() << "#kiln.plan: 'pools' must be a list of #kiln.pool";
+  return success();
+}

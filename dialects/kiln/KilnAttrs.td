@@ -141,7 +141,12 @@ def Kiln_PlanAttr : Kiln_Attr<"Plan", "plan"> {
   let summary = "memory plan summary of a module (set by kiln-plan-memory)";
   let description = [{
     Totals by category in bytes, the budget it was checked against (0: no budget),
-    the KV pages planned per pool, and the pools with their arena offsets.
+    the KV pages planned per pool, and the pools (`#kiln.pool`) with their arena
+    offsets.
+  }];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    auto getPoolList() const { return getPools().getAsRange<::kiln::PoolAttr>(); }
   }];
   let parameters = (ins
     "uint64_t":$total_bytes,
@@ -152,7 +157,7 @@ def Kiln_PlanAttr : Kiln_Attr<"Plan", "plan"> {
     "uint64_t":$budget_bytes,
     "uint64_t":$kv_pages,
     "bool":$fits,
-    ArrayRefParameter<"::kiln::PoolAttr", "pools">:$pools
+    "::mlir::ArrayAttr":$pools
   );
   let assemblyFormat = "`<` struct(params) `>`";
 }

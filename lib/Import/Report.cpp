@@ -66,7 +66,7 @@ ReportData kiln::collectReport(ModuleOp module) {
     d.budgetBytes = plan.getBudgetBytes();
     d.kvPages = plan.getKvPages();
     d.fits = plan.getFits();
-    for (PoolAttr pool : plan.getPools()) {
+    for (PoolAttr pool : plan.getPoolList()) {
       d.pools.push_back({pool.getName().str(), pool.getCategory().str(), pool.getBytes(),
                          pool.getResources()});
       poolCategory[pool.getName().str()] = pool.getCategory().str();

@@ -1,6 +1,7 @@
 //===- Pipeline.cpp - kiln-deploy and registration for embedders ----------===//
 #include "kiln/Transforms/Pipeline.h"
 #include "kiln/Transforms/Passes.h"
+#include "kiln/Conversion/KilnToCuda.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -78,11 +79,13 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
 
 void kiln::registerAllDialects(DialectRegistry &registry) {
   registry.insert<KilnDialect, func::FuncDialect, arith::ArithDialect, math::MathDialect,
-                  tensor::TensorDialect>();
+                  tensor::TensorDialect, cf::ControlFlowDialect, LLVM::LLVMDialect,
+                  ub::UBDialect>();
 }
 
 void kiln::registerAllPasses() {
   registerKilnPasses();
+  registerKilnConversionPasses();
   PassPipelineRegistration<DeployPipelineOptions>(
       "kiln-deploy",
       "Configure, insert caches, drop speculative-only resources without speculation, "

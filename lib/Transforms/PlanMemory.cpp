@@ -188,7 +188,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     }
 
     Builder builder(module.getContext());
-    SmallVector<PoolAttr> poolAttrs;
+    SmallVector<Attribute> poolAttrs;
     uint64_t offset = 0, kv = 0, state = 0, speculative = 0, unmanaged = 0;
     for (auto &[name, members] : pools) {
       uint64_t poolOffset = offset;
@@ -222,7 +222,8 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     bool fits = !weightsExceedBudget && (budget == 0 || total <= budget);
     module->setAttr(KilnDialect::kPlanAttrName,
                     PlanAttr::get(module.getContext(), total, kv, state, speculative,
-                                  unmanaged, budget, pages, fits, poolAttrs));
+                                  unmanaged, budget, pages, fits,
+                                  builder.getArrayAttr(poolAttrs)));
     totalBytes = total;
     kvBytes = kv;
     stateBytes = state;

@@ -18,3 +18,7 @@ module attributes {kiln.target = #kiln.target<"rtx5090">, kiln.runtime = #kiln.r
 // CHECK: #kiln.spec<mode = eagle3, max_draft_len = 1>
 // CHECK-SAME: #kiln.target<"b300", sm = 103, sms = 148, memory = 288400343040, smem_per_block = 232448, features = [tma, tcgen05, fp8, clusters]>
 module attributes {kiln.target = #kiln.target<"b300">, kiln.spec = #kiln.spec<mode = eagle3, max_draft_len = 1, ssm = rewind>} {}
+// -----
+// A plan with no pools (a model without cache resources) round-trips.
+// CHECK: kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>
+module attributes {kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>} {}
