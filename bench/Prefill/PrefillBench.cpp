@@ -119,15 +119,47 @@ int main(int argc, char **argv) {
                   s.name, s.B, s.L, s.Hq, s.Hkv, s.D, config, ms, flops / (ms * 1e-3) / 1e12);
       std::fflush(stdout);
     };
+    // Every configuration after the first is checked against the sm80 variant's output
+    // (first and last 2M values, poisoned before each run).
+    const size_t n = static_cast<size_t>(s.B) * s.L * s.Hq * s.D, part = 2u << 20;
+    auto sample = [&]() {
+      std::vector<uint16_t> h(2 * part);
+      CHECK_CUDA(cudaDeviceSynchronize());
+      CHECK_CUDA(cudaMemcpy(h.data(), out, part * 2, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(h.data() + part, static_cast<uint16_t *>(out) + n - part, part * 2,
+                            cudaMemcpyDeviceToHost));
+      return h;
+    };
+    report("sm80", medianMs([&] {
+             return kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_MMA_SM80);
+           }, iters));
+    const std::vector<uint16_t> baseline = sample();
+    auto check = [&](const char *label) {
+      const std::vector<uint16_t> got = sample();
+      double maxDiff = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double d = std::fabs(kiln_bf16_to_float(got[i]) - kiln_bf16_to_float(baseline[i]));
+        if (!(d <= maxDiff))
+          maxDiff = std::isnan(d) ? INFINITY : d;
+      }
+      std::printf("CHECK case=%s config=%s max_abs_diff_vs_sm80=%.3g\n", s.name, label, maxDiff);
+    };
+    CHECK_CUDA(cudaMemset(out, 0xff, n * 2));
+    report("sm90", medianMs([&] {
+             return kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_SM90);
+           }, iters));
+    check("sm90");
     report("default", medianMs([&] { return kiln_prefill_fmha(&p); }, iters));
 #ifdef KILN_PREFILL_TUNING
     for (int config = 1;; ++config) {
       char label[64] = "";
       if (kiln_prefill_bench_tuned(&p, config, label, sizeof(label)) != KILN_OK)
         break;
+      CHECK_CUDA(cudaMemset(out, 0xff, n * 2));
       report(label, medianMs([&] { return kiln_prefill_bench_tuned(&p, config, label,
                                                                    sizeof(label)); },
                              iters));
+      check(label);
     }
 #endif
     CHECK_CUDA(cudaGetLastError());

@@ -1,16 +1,28 @@
 // Bench-only instantiations of other tile shapes (BM, BN, STAGES) of the dense bf16
 // kernel, to choose the library's defaults. Built with -DKILN_PREFILL_TUNING=ON.
 #include "PrefillArgs.cuh"
+#include "PrefillFmhaSm90.cuh"
 
 #include <cstdio>
 
 using namespace kiln::kernels::prefill;
 
 namespace {
-template <int D, int BM, int BN, int STAGES>
+template <int D, int BM, int BN, int STAGES, int MT, bool QREG>
 kiln_status_t run(const kiln_prefill_fmha_params_t &p) {
   const FmhaArgs a = makeArgs(p);
-  return launchResult(launchPrefillFmha<__nv_bfloat16, D, BM, BN, STAGES, false>(
+  return launchResult(launchPrefillFmha<__nv_bfloat16, D, BM, BN, STAGES, false, MT, QREG>(
+                          a, p.batch, p.max_seqlen_q, p.q_heads,
+                          static_cast<cudaStream_t>(p.stream)),
+                      "tuned");
+}
+template <int D, int BN, int STAGES>
+kiln_status_t run90(const kiln_prefill_fmha_params_t &p) {
+  kiln_status_t st = checkDeviceSm90("tuned");
+  if (st != KILN_OK)
+    return st;
+  const FmhaArgs a = makeArgs(p);
+  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false>(
                           a, p.batch, p.max_seqlen_q, p.q_heads,
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
@@ -25,19 +37,34 @@ extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params
     return st;
   if (p->dtype != KILN_DTYPE_BF16)
     return KILN_ERROR_UNSUPPORTED;
-#define KILN_TUNE(D_, BM_, BN_, ST_)                                                           \
+#define KILN_TUNE(D_, BM_, BN_, ST_, MT_, QREG_)                                               \
   if (p->head_dim == D_ && --config == 0) {                                                    \
-    std::snprintf(label, labelSize, "BM%d_BN%d_S%d", BM_, BN_, ST_);                           \
-    return run<D_, BM_, BN_, ST_>(*p);                                                         \
+    std::snprintf(label, labelSize, "BM%d_BN%d_S%d_MT%d%s", BM_, BN_, ST_, MT_,                \
+                  QREG_ ? "" : "_Qsmem");                                                      \
+    return run<D_, BM_, BN_, ST_, MT_, QREG_>(*p);                                             \
   }
-  KILN_TUNE(128, 128, 64, 3)
-  KILN_TUNE(128, 128, 128, 2)
-  KILN_TUNE(128, 64, 64, 2)
-  KILN_TUNE(128, 64, 64, 3)
-  KILN_TUNE(64, 128, 64, 2)
-  KILN_TUNE(64, 128, 128, 2)
-  KILN_TUNE(64, 128, 128, 3)
-  KILN_TUNE(64, 64, 64, 3)
+  KILN_TUNE(128, 128, 64, 3, 1, true)
+  KILN_TUNE(128, 128, 128, 2, 1, true)
+  KILN_TUNE(128, 64, 64, 2, 1, true)
+  KILN_TUNE(128, 128, 64, 2, 2, false)
+  KILN_TUNE(128, 128, 64, 3, 2, false)
+  KILN_TUNE(128, 64, 64, 3, 2, false)
+  KILN_TUNE(64, 128, 64, 2, 1, true)
+  KILN_TUNE(64, 128, 128, 2, 1, true)
+  KILN_TUNE(64, 128, 64, 2, 2, true)
+  KILN_TUNE(64, 128, 64, 3, 2, true)
+  KILN_TUNE(64, 128, 128, 2, 2, false)
 #undef KILN_TUNE
+#define KILN_TUNE90(D_, BN_, ST_)                                                              \
+  if (p->head_dim == D_ && --config == 0) {                                                    \
+    std::snprintf(label, labelSize, "sm90_BN%d_S%d", BN_, ST_);                                \
+    return run90<D_, BN_, ST_>(*p);                                                            \
+  }
+  KILN_TUNE90(128, 64, 2)
+  KILN_TUNE90(128, 64, 3)
+  KILN_TUNE90(128, 128, 3)
+  KILN_TUNE90(64, 64, 2)
+  KILN_TUNE90(64, 128, 3)
+#undef KILN_TUNE90
   return KILN_ERROR_UNSUPPORTED;
 }

@@ -87,7 +87,7 @@ typedef struct kiln_prefill_fmha_paged_params {
 typedef enum kiln_prefill_variant {
   KILN_PREFILL_VARIANT_AUTO = 0,
   KILN_PREFILL_VARIANT_MMA_SM80 = 1, /* mma.sync + ldmatrix + cp.async, sm_80+ */
-  KILN_PREFILL_VARIANT_SM90 = 2      /* wgmma/TMA (sm_90a): not implemented yet */
+  KILN_PREFILL_VARIANT_SM90 = 2      /* wgmma (sm_90a build, sm_90 device) */
 } kiln_prefill_variant_t;
 
 kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params);
@@ -97,6 +97,8 @@ kiln_status_t kiln_prefill_fmha_paged(const kiln_prefill_fmha_paged_params_t *pa
  * variant cannot run (not built, or the device's SM is too old). */
 kiln_status_t kiln_prefill_fmha_variant(const kiln_prefill_fmha_params_t *params,
                                         kiln_prefill_variant_t variant);
+kiln_status_t kiln_prefill_fmha_paged_variant(const kiln_prefill_fmha_paged_params_t *params,
+                                              kiln_prefill_variant_t variant);
 
 #ifdef __cplusplus
 }

@@ -71,6 +71,28 @@ inline kiln_status_t checkDeviceSm80(const char *name) {
   return KILN_OK;
 }
 
+// KILN_OK when the sm_90a kernels are in this build and the current device is sm_90.
+inline kiln_status_t checkDeviceSm90(const char *name) {
+#ifndef KILN_PREFILL_SM90A_BUILT
+  return fail(KILN_ERROR_UNSUPPORTED,
+              "%s: variant sm90 needs a build with sm_90a in KILN_CUDA_ARCHITECTURES", name);
+#else
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_NO_DEVICE, "%s: cudaGetDevice: %s", name, cudaGetErrorString(err));
+  }
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: variant sm90 needs an sm_90 device (found sm_%d%d)",
+                name, major, minor);
+  return KILN_OK;
+#endif
+}
+
 inline kiln_status_t launchResult(cudaError_t err, const char *name) {
   if (err != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "%s: kernel launch: %s", name, cudaGetErrorString(err));

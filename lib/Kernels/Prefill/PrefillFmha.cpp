@@ -178,6 +178,34 @@ kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const cha
 
 using namespace kiln::kernels::prefill;
 
+namespace {
+// AUTO picks the wgmma variant where it can run (sm_90a build on an sm_90 device).
+constexpr bool kAutoPrefersSm90 = false;
+
+template <typename Params, typename Sm80, typename Sm90>
+kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, const char *name,
+                            Sm80 sm80, Sm90 sm90) {
+  switch (variant) {
+  case KILN_PREFILL_VARIANT_AUTO: {
+    if (p.total_q == 0)
+      return ok();
+    if (kAutoPrefersSm90) {
+      kiln_status_t st = sm90(p, name);
+      if (st != KILN_ERROR_UNSUPPORTED)
+        return st;
+    }
+    return sm80(p, name);
+  }
+  case KILN_PREFILL_VARIANT_MMA_SM80:
+    return p.total_q == 0 ? ok() : sm80(p, name);
+  case KILN_PREFILL_VARIANT_SM90:
+    return p.total_q == 0 ? ok() : sm90(p, name);
+  }
+  return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: variant = %d unknown", name,
+              static_cast<int>(variant));
+}
+} // namespace
+
 extern "C" kiln_status_t kiln_prefill_fmha_variant(const kiln_prefill_fmha_params_t *params,
                                                    kiln_prefill_variant_t variant) {
   const char *name = "kiln_prefill_fmha";
@@ -186,32 +214,25 @@ extern "C" kiln_status_t kiln_prefill_fmha_variant(const kiln_prefill_fmha_param
   kiln_status_t st = validateDense(*params, name);
   if (st != KILN_OK)
     return st;
-  switch (variant) {
-  case KILN_PREFILL_VARIANT_AUTO:
-  case KILN_PREFILL_VARIANT_MMA_SM80:
-    if (params->total_q == 0)
-      return ok();
-    return launchDenseSm80(*params, name);
-  case KILN_PREFILL_VARIANT_SM90:
-    return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: variant sm90 (wgmma/TMA) is not implemented in this build", name);
-  }
-  return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: variant = %d unknown", name,
-              static_cast<int>(variant));
+  return launchVariant(*params, variant, name, launchDenseSm80, launchDenseSm90);
 }
 
 extern "C" kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params) {
   return kiln_prefill_fmha_variant(params, KILN_PREFILL_VARIANT_AUTO);
 }
 
-extern "C" kiln_status_t kiln_prefill_fmha_paged(const kiln_prefill_fmha_paged_params_t *params) {
+extern "C" kiln_status_t
+kiln_prefill_fmha_paged_variant(const kiln_prefill_fmha_paged_params_t *params,
+                                kiln_prefill_variant_t variant) {
   const char *name = "kiln_prefill_fmha_paged";
   if (!params)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", name);
   kiln_status_t st = validatePaged(*params, name);
   if (st != KILN_OK)
     return st;
-  if (params->total_q == 0)
-    return ok();
-  return launchPagedSm80(*params, name);
+  return launchVariant(*params, variant, name, launchPagedSm80, launchPagedSm90);
+}
+
+extern "C" kiln_status_t kiln_prefill_fmha_paged(const kiln_prefill_fmha_paged_params_t *params) {
+  return kiln_prefill_fmha_paged_variant(params, KILN_PREFILL_VARIANT_AUTO);
 }

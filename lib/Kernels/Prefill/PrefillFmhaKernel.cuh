@@ -106,12 +106,16 @@ constexpr int fmhaSmemBytes() {
   return (BM * D + 2 * STAGES * BN * D) * 2;
 }
 
-template <typename T, int D, int BM, int BN, int STAGES, bool PAGED>
-__global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
-  static_assert(D % 64 == 0 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2, "tile shape");
-  constexpr int NWARPS = BM / 16;
+// MT: 16-row m-tiles per warp (1: Q fragments in registers; 2: K/V fragments shared by
+// two m-tiles, halving shared-memory reads per FLOP, Q re-read from shared memory).
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT, bool QREG>
+__global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
+  static_assert(D % 64 == 0 && BN % 16 == 0 && BM % (16 * MT) == 0 && STAGES >= 2, "tile");
+  constexpr int WROWS = 16 * MT;
+  constexpr int NWARPS = BM / WROWS;
   constexpr int NTHREADS = NWARPS * 32;
   constexpr int CHUNKS = D / 8; // 16-byte chunks per row
+  static_assert((BM * CHUNKS) % NTHREADS == 0 && (BN * CHUNKS) % NTHREADS == 0, "loads");
   const float NEG_INF = -INFINITY;
 
   extern __shared__ __align__(128) unsigned char smemRaw[];
@@ -188,11 +192,10 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
       const T *srcK = kBase;
       const T *srcV = vBase;
       if (valid) {
-        int64_t off;
         if constexpr (PAGED) {
           const int page = __ldg(pageRow + key / a.page_size);
           const int slot = key % a.page_size;
-          off = (static_cast<int64_t>(page) * 2 * a.page_size + slot) * a.k_tok;
+          const int64_t off = (static_cast<int64_t>(page) * 2 * a.page_size + slot) * a.k_tok;
           srcK = kBase + off + ch * 8;
           srcV = vBase + off + ch * 8;
         } else {
@@ -206,7 +209,8 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
     }
   };
 
-  // Prologue: group 0 = Q (+ tile 0), groups 1..STAGES-2 = tiles 1..STAGES-2.
+  // Prologue: group 0 = Q (+ tile 0), groups 1..STAGES-2 = tiles 1..STAGES-2; iteration j
+  // commits the group of tile j + STAGES - 1, so tile j is always group j.
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nTiles)
@@ -214,29 +218,36 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
     cpAsyncCommit();
   }
 
-  uint32_t qf[D / 16][4];
-  float o[D / 8][4];
+  uint32_t qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+  float o[MT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
-    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float rowMax[2] = {NEG_INF, NEG_INF};
-  float rowSum[2] = {0.f, 0.f};
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  float rowMax[MT][2], rowSum[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    rowMax[mt][0] = rowMax[mt][1] = NEG_INF, rowSum[mt][0] = rowSum[mt][1] = 0.f;
 
   const int g = lane >> 2; // row within the 8-row group
   const int t = lane & 3;  // column pair
-  const int warpRow0 = m0 + warp * 16; // first query row (within the sequence) of this warp
+  const int warpRow0 = m0 + warp * WROWS; // first query row (in the sequence) of this warp
   // Keys this warp can see: [0, warpNEnd).
-  const int warpNEnd = a.causal ? min(kLen, warpRow0 + 16 + diag) : kLen;
+  const int warpNEnd = a.causal ? min(kLen, warpRow0 + WROWS + diag) : kLen;
+  // ldmatrix address of this lane's Q A-fragment row/col (add mt * 16 rows, kk * 16 cols).
+  const int qRowL = warp * WROWS + (lane & 15), qColL = (lane >> 4) * 8;
 
   for (int j = 0; j < nTiles; ++j) {
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
-    if (j == 0) {
+    if constexpr (QREG) {
+      if (j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const int row = warp * 16 + (lane & 15);
-        const int col = kk * 16 + (lane >> 4) * 8;
-        ldmatrixX4(qf[kk], smemAddr(sQ + swz<D>(row, col)));
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk)
+            ldmatrixX4(qf[mt][kk], smemAddr(sQ + swz<D>(qRowL + mt * 16, kk * 16 + qColL)));
       }
     }
     {
@@ -253,20 +264,32 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
     const T *tV = sV + stage * BN * D;
 
     // S = Q K^T
-    float s[BN / 8][4];
+    float s[MT][BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i)
-      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i)
+        s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[QREG ? 1 : MT][4];
+      if constexpr (!QREG) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrixX4(qa[mt], smemAddr(sQ + swz<D>(qRowL + mt * 16, kk * 16 + qColL)));
+      }
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
         uint32_t bk[4];
         const int row = np * 16 + (lane >> 4) * 8 + (lane & 7);
         const int col = kk * 16 + ((lane >> 3) & 1) * 8;
         ldmatrixX4(bk, smemAddr(tK + swz<D>(row, col)));
-        MmaType<T>::mma(s[2 * np], qf[kk], bk[0], bk[1]);
-        MmaType<T>::mma(s[2 * np + 1], qf[kk], bk[2], bk[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t(&af)[4] = QREG ? qf[QREG ? mt : 0][QREG ? kk : 0] : qa[QREG ? 0 : mt];
+          MmaType<T>::mma(s[mt][2 * np], af, bk[0], bk[1]);
+          MmaType<T>::mma(s[mt][2 * np + 1], af, bk[2], bk[3]);
+        }
       }
     }
 
@@ -274,66 +297,75 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
     const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag);
     if (needMask) {
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + nt * 8 + 2 * t + (e & 1);
-          const int qrow = warpRow0 + g + (e >> 1) * 8;
-          const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
-          if (!visible)
-            s[nt][e] = NEG_INF;
-        }
-      }
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + nt * 8 + 2 * t + (e & 1);
+            const int qrow = warpRow0 + mt * 16 + g + (e >> 1) * 8;
+            const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
+            if (!visible)
+              s[mt][nt][e] = NEG_INF;
+          }
     }
 
     // Online softmax (scores kept unscaled; exp2 with the scale folded in).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = NEG_INF;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mNew = fmaxf(rowMax[r], mx);
-      const float mUse = mNew == NEG_INF ? 0.f : mNew;
-      const float alpha = fastExp2((rowMax[r] - mUse) * a.scale_log2);
-      rowMax[r] = mNew;
-      rowSum[r] *= alpha;
+      for (int r = 0; r < 2; ++r) {
+        float mx = NEG_INF;
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][2 * r] *= alpha;
-        o[dn][2 * r + 1] *= alpha;
+        for (int nt = 0; nt < BN / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mNew = fmaxf(rowMax[mt][r], mx);
+        const float mUse = mNew == NEG_INF ? 0.f : mNew;
+        const float alpha = fastExp2((rowMax[mt][r] - mUse) * a.scale_log2);
+        rowMax[mt][r] = mNew;
+        rowSum[mt][r] *= alpha;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[mt][dn][2 * r] *= alpha;
+          o[mt][dn][2 * r + 1] *= alpha;
+        }
+        const float ms = mUse * a.scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          const float p0 = fastExp2(fmaf(s[mt][nt][2 * r], a.scale_log2, -ms));
+          const float p1 = fastExp2(fmaf(s[mt][nt][2 * r + 1], a.scale_log2, -ms));
+          s[mt][nt][2 * r] = p0;
+          s[mt][nt][2 * r + 1] = p1;
+          sum += p0 + p1;
+        }
+        rowSum[mt][r] += sum;
       }
-      const float ms = mUse * a.scale_log2;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        const float p0 = fastExp2(fmaf(s[nt][2 * r], a.scale_log2, -ms));
-        const float p1 = fastExp2(fmaf(s[nt][2 * r + 1], a.scale_log2, -ms));
-        s[nt][2 * r] = p0;
-        s[nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      rowSum[r] += sum;
-    }
 
     // O += P V
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) {
-      uint32_t pa[4];
-      pa[0] = MmaType<T>::pack(s[2 * kp][0], s[2 * kp][1]);
-      pa[1] = MmaType<T>::pack(s[2 * kp][2], s[2 * kp][3]);
-      pa[2] = MmaType<T>::pack(s[2 * kp + 1][0], s[2 * kp + 1][1]);
-      pa[3] = MmaType<T>::pack(s[2 * kp + 1][2], s[2 * kp + 1][3]);
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = MmaType<T>::pack(s[mt][2 * kp][0], s[mt][2 * kp][1]);
+        pa[mt][1] = MmaType<T>::pack(s[mt][2 * kp][2], s[mt][2 * kp][3]);
+        pa[mt][2] = MmaType<T>::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
+        pa[mt][3] = MmaType<T>::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t bv[4];
         const int row = kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
         const int col = dp * 16 + (lane >> 4) * 8;
         ldmatrixX4Trans(bv, smemAddr(tV + swz<D>(row, col)));
-        MmaType<T>::mma(o[2 * dp], pa, bv[0], bv[1]);
-        MmaType<T>::mma(o[2 * dp + 1], pa, bv[2], bv[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          MmaType<T>::mma(o[mt][2 * dp], pa[mt], bv[0], bv[1]);
+          MmaType<T>::mma(o[mt][2 * dp + 1], pa[mt], bv[2], bv[3]);
+        }
       }
     }
   }
@@ -341,34 +373,38 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
   // ---- epilogue: normalise, stage through this warp's rows of sQ, 16-byte stores ----
   cpAsyncWait<0>();
   __syncthreads();
-  float inv[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = rowSum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = warp * 16 + g + 8 * r;
-      const uint32_t packed =
-          MmaType<T>::pack(o[dn][2 * r] * inv[r], o[dn][2 * r + 1] * inv[r]);
-      *reinterpret_cast<uint32_t *>(sQ + swz<D>(row, dn * 8 + 2 * t)) = packed;
+      float sum = rowSum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * WROWS + mt * 16 + g + 8 * r;
+        const uint32_t packed =
+            MmaType<T>::pack(o[mt][dn][2 * r] * inv[r], o[mt][dn][2 * r + 1] * inv[r]);
+        *reinterpret_cast<uint32_t *>(sQ + swz<D>(row, dn * 8 + 2 * t)) = packed;
+      }
     }
   }
   __syncwarp();
   T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
              static_cast<int64_t>(head) * a.o_head;
 #pragma unroll
-  for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
+  for (int it = 0; it < WROWS * CHUNKS / 32; ++it) {
     const int i = lane + it * 32;
     const int row = i / CHUNKS, ch = i % CHUNKS;
     const int qrow = warpRow0 + row;
     if (qrow < qLen) {
-      const uint4 val = *reinterpret_cast<const uint4 *>(sQ + swz<D>(warp * 16 + row, ch * 8));
+      const uint4 val =
+          *reinterpret_cast<const uint4 *>(sQ + swz<D>(warp * WROWS + row, ch * 8));
       *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
     }
   }
@@ -376,17 +412,18 @@ __global__ void __launch_bounds__(BM / 16 * 32, 1) prefillFmhaKernel(const FmhaA
 
 // Launches one instantiation; grid = (q_heads, batch, query blocks of the longest
 // sequence), blockIdx.z == 0 being the last (longest causal) block of each sequence.
-template <typename T, int D, int BM, int BN, int STAGES, bool PAGED>
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT = 1,
+          bool QREG = true>
 cudaError_t launchPrefillFmha(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                               cudaStream_t stream) {
   constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES>();
-  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED>;
+  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return err;
   const dim3 grid(qHeads, batch, (maxSeqlenQ + BM - 1) / BM);
-  kernel<<<grid, BM / 16 * 32, smem, stream>>>(args);
+  kernel<<<grid, BM / (16 * MT) * 32, smem, stream>>>(args);
   return cudaGetLastError();
 }
 

@@ -91,7 +91,7 @@ void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<
               c.causal, c.pageSize, maxErr, ref.size());
 }
 
-void runCase(const Case &c, uint64_t seed) {
+void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant) {
   std::mt19937_64 rng(seed);
   const int batch = static_cast<int>(c.qLens.size());
   const std::vector<int32_t> cuQ = prefix(c.qLens), cuK = prefix(c.kLens);
@@ -140,7 +140,9 @@ void runCase(const Case &c, uint64_t seed) {
     p.dtype = c.dtype;
     p.softmax_scale = scale;
     p.causal = c.causal;
-    st = kiln_prefill_fmha(&p);
+    st = kiln_prefill_fmha_variant(&p, variant);
+    if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
+      return; // this variant cannot run here
     ASSERT_EQ(st, KILN_OK) << kiln_last_error();
     CUDA_OK(cudaDeviceSynchronize());
   } else {
@@ -198,7 +200,9 @@ void runCase(const Case &c, uint64_t seed) {
     p.dtype = c.dtype;
     p.softmax_scale = scale;
     p.causal = c.causal;
-    st = kiln_prefill_fmha_paged(&p);
+    st = kiln_prefill_fmha_paged_variant(&p, variant);
+    if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
+      return;
     ASSERT_EQ(st, KILN_OK) << kiln_last_error();
     CUDA_OK(cudaDeviceSynchronize());
   }
@@ -209,7 +213,16 @@ void runCase(const Case &c, uint64_t seed) {
   kiln::reference::prefillAttentionReference(qVals.data(), kVals.data(), vVals.data(),
                                              ref.data(), cuQ.data(), cuK.data(), batch,
                                              c.qHeads, c.kvHeads, d, scale, c.causal);
+  std::printf("  variant %s:", variant == KILN_PREFILL_VARIANT_SM90 ? "sm90" : "sm80");
   compare(c, got, ref);
+}
+
+// Every case runs on both variants (sm90 only where the device and build allow it).
+void runCase(const Case &c, uint64_t seed) {
+  for (kiln_prefill_variant_t v : {KILN_PREFILL_VARIANT_MMA_SM80, KILN_PREFILL_VARIANT_SM90}) {
+    SCOPED_TRACE(v == KILN_PREFILL_VARIANT_SM90 ? "variant sm90" : "variant sm80");
+    runCaseVariant(c, seed, v);
+  }
 }
 
 const kiln_dtype_t kDtypes[] = {KILN_DTYPE_BF16, KILN_DTYPE_F16};

@@ -166,12 +166,17 @@ TEST(PrefillValidation, DenseStridesAndAlignment) {
   expectDense(p, KILN_ERROR_INVALID_ARGUMENT, "v is not 16-byte aligned");
 }
 
-TEST(PrefillValidation, Sm90VariantUnsupported) {
+TEST(PrefillValidation, UnknownVariant) {
   auto p = validDense();
-  EXPECT_EQ(kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_SM90), KILN_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(kiln_last_error()).find("sm90"), std::string::npos);
   EXPECT_EQ(kiln_prefill_fmha_variant(&p, static_cast<kiln_prefill_variant_t>(9)),
             KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln_last_error()).find("variant"), std::string::npos);
+  auto pp = validPaged();
+  EXPECT_EQ(kiln_prefill_fmha_paged_variant(&pp, static_cast<kiln_prefill_variant_t>(9)),
+            KILN_ERROR_INVALID_ARGUMENT);
+  // Validation still runs first whatever the variant.
+  p.q = nullptr;
+  EXPECT_EQ(kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_SM90), KILN_ERROR_INVALID_ARGUMENT);
 }
 
 TEST(PrefillValidation, Paged) {

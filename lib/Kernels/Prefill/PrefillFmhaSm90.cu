@@ -1,0 +1,50 @@
+// Instantiations of the Hopper wgmma prefill kernel (dense and paged, head_dim 64/128,
+// bf16/fp16). On targets other than sm_90a the kernel bodies are empty, and the launcher
+// refuses to run them (checkDeviceSm90).
+#include "PrefillArgs.cuh"
+#include "PrefillFmhaSm90.cuh"
+
+namespace kiln::kernels::prefill {
+namespace {
+
+template <int D> struct Sm90Config {
+  static constexpr int BN = 128, STAGES = 2;
+};
+
+template <bool PAGED, typename Params>
+kiln_status_t dispatchSm90(const Params &p, const char *name) {
+  kiln_status_t st = checkDeviceSm90(name);
+  if (st != KILN_OK)
+    return st;
+  const FmhaArgs a = makeArgs(p);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  cudaError_t err;
+#define KILN_PREFILL_CASE(T, D)                                                                \
+  err = launchPrefillFmhaSm90<T, D, Sm90Config<D>::BN, Sm90Config<D>::STAGES, PAGED>(         \
+      a, p.batch, p.max_seqlen_q, p.q_heads, stream)
+  if (p.dtype == KILN_DTYPE_BF16) {
+    if (p.head_dim == 64)
+      KILN_PREFILL_CASE(__nv_bfloat16, 64);
+    else
+      KILN_PREFILL_CASE(__nv_bfloat16, 128);
+  } else {
+    if (p.head_dim == 64)
+      KILN_PREFILL_CASE(__half, 64);
+    else
+      KILN_PREFILL_CASE(__half, 128);
+  }
+#undef KILN_PREFILL_CASE
+  return launchResult(err, name);
+}
+
+} // namespace
+
+kiln_status_t launchDenseSm90(const kiln_prefill_fmha_params_t &p, const char *name) {
+  return dispatchSm90<false>(p, name);
+}
+
+kiln_status_t launchPagedSm90(const kiln_prefill_fmha_paged_params_t &p, const char *name) {
+  return dispatchSm90<true>(p, name);
+}
+
+} // namespace kiln::kernels::prefill

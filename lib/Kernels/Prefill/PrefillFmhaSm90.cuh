@@ -1,0 +1,324 @@
+// Hopper (sm_90a) variant of the prefill kernel: the two matrix products run on wgmma
+// (warpgroup MMA) instead of mma.sync. A block = 2 warpgroups x 64 query rows. Q and the
+// K/V tiles sit in shared memory in the 128-byte-swizzled GMMA layout (filled by cp.async
+// through the same multi-stage ring as the sm_80 kernel); S = Q K^T is an SS wgmma
+// (both operands K-major in shared memory), O += P V an RS wgmma (P from the S
+// accumulators in registers, V MN-major in shared memory). The softmax code is the same
+// as the sm_80 kernel's: the wgmma accumulator layout of each warp equals the mma.sync
+// m16n8 C layout. Everything that needs sm_90a is compiled only for that target; on
+// other targets the kernel body is empty and the launcher never selects it.
+#ifndef KILN_LIB_KERNELS_PREFILL_PREFILLFMHASM90_CUH
+#define KILN_LIB_KERNELS_PREFILL_PREFILLFMHASM90_CUH
+
+#include "PrefillFmhaKernel.cuh"
+#include "PrefillWgmma.cuh"
+
+#include <type_traits>
+
+namespace kiln::kernels::prefill {
+
+// Element offset of (row, col) in a [ROWS, D] tile stored as D/64 column blocks of
+// [ROWS][64], each 128-byte row swizzled (16-byte chunk c of row r at c ^ (r % 8)):
+// the GMMA SWIZZLE_128B canonical layout (blocks 1024-byte aligned).
+template <int ROWS> __device__ __forceinline__ int gmmaOff(int row, int col) {
+  return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// GMMA shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ uint64_t gmmaDesc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+template <int N> __device__ __forceinline__ void fenceOperands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void fenceProxyAsync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+template <int D, int BN, int STAGES> constexpr int fmhaSm90SmemBytes() {
+  return (128 * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
+}
+
+template <typename T, int D, int BN, int STAGES, bool PAGED>
+__global__ void __launch_bounds__(256, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
+#ifdef KILN_PREFILL_HAS_WGMMA
+  constexpr int BM = 128;
+  constexpr int NTHREADS = 256;
+  constexpr int CHUNKS = D / 8;
+  constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
+  using MmaS = wgmma::Mma<BN, BF16>;
+  using MmaO = wgmma::Mma<D, BF16>;
+  const float NEG_INF = -INFINITY;
+
+  extern __shared__ unsigned char smemRaw[];
+  const uint32_t rawAddr = smemAddr(smemRaw);
+  unsigned char *smemAligned = smemRaw + (((rawAddr + 1023u) & ~1023u) - rawAddr);
+  T *sQ = reinterpret_cast<T *>(smemAligned);
+  T *sK = sQ + BM * D;
+  T *sV = sK + STAGES * BN * D;
+  const uint32_t sQAddr = smemAddr(sQ), sKAddr = smemAddr(sK), sVAddr = smemAddr(sV);
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int wg = warp >> 2;
+  const int head = blockIdx.x;
+  const int b = blockIdx.y;
+
+  const int qStart = a.cu_q[b];
+  const int qLen = a.cu_q[b + 1] - qStart;
+  const int numMBlocks = (qLen + BM - 1) / BM;
+  if (static_cast<int>(blockIdx.z) >= numMBlocks)
+    return;
+  const int m0 = (numMBlocks - 1 - static_cast<int>(blockIdx.z)) * BM;
+
+  int kStart = 0, kLen;
+  if constexpr (PAGED) {
+    kLen = a.seq_lens[b];
+  } else {
+    kStart = a.cu_k[b];
+    kLen = a.cu_k[b + 1] - kStart;
+  }
+  const int diag = kLen - qLen;
+  int nEnd = kLen;
+  if (a.causal)
+    nEnd = min(kLen, m0 + BM + diag);
+  const int nTiles = nEnd > 0 ? (nEnd + BN - 1) / BN : 0;
+  const int kvHead = head / a.group;
+
+  const T *qBase = static_cast<const T *>(a.q) + static_cast<int64_t>(qStart) * a.q_tok +
+                   static_cast<int64_t>(head) * a.q_head;
+  const T *kBase;
+  const T *vBase;
+  const int32_t *pageRow = nullptr;
+  if constexpr (PAGED) {
+    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kvHead) * a.k_head;
+    vBase = kBase + static_cast<int64_t>(a.page_size) * a.k_tok;
+    pageRow = a.block_table + static_cast<int64_t>(b) * a.max_pages;
+  } else {
+    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kStart) * a.k_tok +
+            static_cast<int64_t>(kvHead) * a.k_head;
+    vBase = static_cast<const T *>(a.v) + static_cast<int64_t>(kStart) * a.v_tok +
+            static_cast<int64_t>(kvHead) * a.v_head;
+  }
+
+#pragma unroll
+  for (int it = 0; it < BM * CHUNKS / NTHREADS; ++it) {
+    const int i = tid + it * NTHREADS;
+    const int row = i / CHUNKS, ch = i % CHUNKS;
+    const bool valid = m0 + row < qLen;
+    const T *src = valid ? qBase + static_cast<int64_t>(m0 + row) * a.q_tok + ch * 8 : qBase;
+    cpAsync16(sQAddr + gmmaOff<BM>(row, ch * 8) * 2, src, valid ? 16 : 0);
+  }
+  auto loadKV = [&](int tile, int stage) {
+    const uint32_t dstK = sKAddr + stage * BN * D * 2;
+    const uint32_t dstV = sVAddr + stage * BN * D * 2;
+    const int n0 = tile * BN;
+#pragma unroll
+    for (int it = 0; it < BN * CHUNKS / NTHREADS; ++it) {
+      const int i = tid + it * NTHREADS;
+      const int row = i / CHUNKS, ch = i % CHUNKS;
+      const int key = n0 + row;
+      const bool valid = key < kLen;
+      const T *srcK = kBase;
+      const T *srcV = vBase;
+      if (valid) {
+        if constexpr (PAGED) {
+          const int page = __ldg(pageRow + key / a.page_size);
+          const int slot = key % a.page_size;
+          const int64_t off = (static_cast<int64_t>(page) * 2 * a.page_size + slot) * a.k_tok;
+          srcK = kBase + off + ch * 8;
+          srcV = vBase + off + ch * 8;
+        } else {
+          srcK = kBase + static_cast<int64_t>(key) * a.k_tok + ch * 8;
+          srcV = vBase + static_cast<int64_t>(key) * a.v_tok + ch * 8;
+        }
+      }
+      const int o = gmmaOff<BN>(row, ch * 8) * 2;
+      cpAsync16(dstK + o, srcK, valid ? 16 : 0);
+      cpAsync16(dstV + o, srcV, valid ? 16 : 0);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nTiles)
+      loadKV(s, s);
+    cpAsyncCommit();
+  }
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i)
+    o[i] = 0.f;
+  float s[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i)
+    s[i] = 0.f;
+  float rowMax[2] = {NEG_INF, NEG_INF};
+  float rowSum[2] = {0.f, 0.f};
+
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int wgRow0 = m0 + wg * 64;
+  const int warpRow0 = wgRow0 + (warp & 3) * 16;
+  const int wgNEnd = a.causal ? min(kLen, wgRow0 + 64 + diag) : kLen;
+
+  for (int j = 0; j < nTiles; ++j) {
+    cpAsyncWait<STAGES - 2>();
+    fenceProxyAsync(); // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+    __syncthreads();
+    {
+      const int next = j + STAGES - 1;
+      if (next < nTiles)
+        loadKV(next, next % STAGES);
+      cpAsyncCommit();
+    }
+    const int n0 = j * BN;
+    if (n0 >= wgNEnd)
+      continue; // warpgroup-uniform: no key of this tile is visible to its 64 rows
+    const int stage = j % STAGES;
+    const uint32_t tK = sKAddr + stage * BN * D * 2;
+    const uint32_t tV = sVAddr + stage * BN * D * 2;
+
+    // S = Q K^T: A = Q rows of this warpgroup (K-major), B = K tile (K-major).
+    wgmma::fence();
+    fenceOperands(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t da =
+          gmmaDesc(sQAddr + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t db = gmmaDesc(tK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+      MmaS::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    fenceOperands(s);
+
+    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag);
+    if (needMask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * t + (e & 1);
+          const int qrow = warpRow0 + g + (e >> 1) * 8;
+          const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
+          if (!visible)
+            s[nt * 4 + e] = NEG_INF;
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = NEG_INF;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(rowMax[r], mx);
+      const float mUse = mNew == NEG_INF ? 0.f : mNew;
+      const float alpha = fastExp2((rowMax[r] - mUse) * a.scale_log2);
+      rowMax[r] = mNew;
+      rowSum[r] *= alpha;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn * 4 + 2 * r] *= alpha;
+        o[dn * 4 + 2 * r + 1] *= alpha;
+      }
+      const float ms = mUse * a.scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const float p0 = fastExp2(fmaf(s[nt * 4 + 2 * r], a.scale_log2, -ms));
+        const float p1 = fastExp2(fmaf(s[nt * 4 + 2 * r + 1], a.scale_log2, -ms));
+        s[nt * 4 + 2 * r] = p0;
+        s[nt * 4 + 2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      rowSum[r] += sum;
+    }
+
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      pa[kp][0] = MmaType<T>::pack(s[8 * kp + 0], s[8 * kp + 1]);
+      pa[kp][1] = MmaType<T>::pack(s[8 * kp + 2], s[8 * kp + 3]);
+      pa[kp][2] = MmaType<T>::pack(s[8 * kp + 4], s[8 * kp + 5]);
+      pa[kp][3] = MmaType<T>::pack(s[8 * kp + 6], s[8 * kp + 7]);
+    }
+    // O += P V: B = V tile, MN-major (d contiguous): LBO = next 64-column block,
+    // SBO = next 8 keys.
+    wgmma::fence();
+    fenceOperands(o);
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      const uint64_t db = gmmaDesc(tV + kp * (16 * 128), BN * 128, 1024);
+      MmaO::template rs<1>(o, pa[kp], db, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    fenceOperands(o);
+  }
+
+  cpAsyncWait<0>();
+  __syncthreads();
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = rowSum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+  const int rowBase = warp * 16; // this warp's rows within the block
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t packed =
+          MmaType<T>::pack(o[dn * 4 + 2 * r] * inv[r], o[dn * 4 + 2 * r + 1] * inv[r]);
+      *reinterpret_cast<uint32_t *>(sQ + gmmaOff<BM>(rowBase + g + 8 * r, dn * 8 + 2 * t)) =
+          packed;
+    }
+  __syncwarp();
+  T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
+             static_cast<int64_t>(head) * a.o_head;
+#pragma unroll
+  for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
+    const int i = lane + it * 32;
+    const int row = i / CHUNKS, ch = i % CHUNKS;
+    const int qrow = m0 + rowBase + row;
+    if (qrow < qLen) {
+      const uint4 val = *reinterpret_cast<const uint4 *>(sQ + gmmaOff<BM>(rowBase + row, ch * 8));
+      *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
+    }
+  }
+#endif // KILN_PREFILL_HAS_WGMMA
+}
+
+template <typename T, int D, int BN, int STAGES, bool PAGED>
+cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
+                                  cudaStream_t stream) {
+  constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES>();
+  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess)
+    return err;
+  const dim3 grid(qHeads, batch, (maxSeqlenQ + 127) / 128);
+  kernel<<<grid, 256, smem, stream>>>(args);
+  return cudaGetLastError();
+}
+
+} // namespace kiln::kernels::prefill
+
+#endif
