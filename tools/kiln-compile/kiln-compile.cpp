@@ -28,6 +28,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "kiln/Target/AOT.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -38,7 +39,7 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 namespace {
-enum class EmitKind { report, mlir };
+enum class EmitKind { report, mlir, llvm, so };
 
 cl::OptionCategory category("kiln-compile options");
 
@@ -68,6 +69,14 @@ cl::opt<bool> fillKv("fill-kv", cl::desc("give the KV pools all memory left over
 cl::list<std::string> forceKernels("force-kernel",
                                    cl::desc("kernel override: variant or family=variant"),
                                    cl::cat(category));
+cl::opt<std::string> runtimeLibrary(
+    "runtime-lib", cl::desc("libkiln_runtime.so to link a shared object against"),
+#ifdef KILN_RUNTIME_LIBRARY
+    cl::init(KILN_RUNTIME_LIBRARY),
+#else
+    cl::init(""),
+#endif
+    cl::cat(category));
 cl::opt<bool> remarks("kernel-remarks", cl::desc("explain rejected kernel candidates"),
                       cl::init(false), cl::cat(category));
 cl::opt<kiln::ReportFormat> reportFormat(
@@ -79,7 +88,10 @@ cl::opt<kiln::ReportFormat> reportFormat(
 cl::opt<EmitKind> emitKind(
     "emit", cl::desc("what to write"), cl::init(EmitKind::report),
     cl::values(clEnumValN(EmitKind::report, "report", "the deploy report"),
-               clEnumValN(EmitKind::mlir, "mlir", "the compiled module")),
+               clEnumValN(EmitKind::mlir, "mlir", "the compiled module"),
+               clEnumValN(EmitKind::llvm, "llvm", "LLVM IR of the lowered model"),
+               clEnumValN(EmitKind::so, "so", "a shared object (needs -o) linked against "
+                                              "libkiln_runtime.so")),
     cl::cat(category));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
@@ -280,6 +292,21 @@ int main(int argc, char **argv) {
 #endif
   }
 
+  if (emitKind == EmitKind::llvm || emitKind == EmitKind::so) {
+    auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
+    if (!ranPipeline || !plan || !plan.getFits())
+      return fail("--emit=" + std::string(emitKind == EmitKind::so ? "so" : "llvm") +
+                  " needs a compiled model that fits; see the report (--emit=report)");
+    if (failed(kiln::lowerToLLVMDialect(*module)))
+      return 1;
+    if (emitKind == EmitKind::so) {
+      kiln::SharedObjectOptions soOptions;
+      soOptions.outputPath = outputFile;
+      soOptions.runtimeLibrary = runtimeLibrary;
+      return failed(kiln::emitSharedObject(*module, soOptions)) ? 1 : 0;
+    }
+  }
+
   std::string errorMessage;
   std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);
   if (!output)
@@ -287,6 +314,9 @@ int main(int argc, char **argv) {
   if (emitKind == EmitKind::mlir) {
     module->print(output->os());
     output->os() << "\n";
+  } else if (emitKind == EmitKind::llvm) {
+    if (failed(kiln::emitLLVMIR(*module, output->os())))
+      return 1;
   } else {
     kiln::printReport(*module, reportFormat, output->os());
   }
