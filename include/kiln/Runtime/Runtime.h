@@ -25,7 +25,13 @@
  *   conv       x [tokens, conv_dim], out [tokens, conv_dim];
  *              parameters weight [conv_dim, width], bias (optional) [conv_dim]
  * "tokens" is batch * q_len in decode, total_tokens in prefill (packed by cu_seqlens).
- * Activations are bf16.
+ * Activations are bf16, and so are the KV/MLA caches, the conv state and the conv
+ * weight and bias (the ABI carries no cache dtype); the SSM state dtype is the
+ * state_dtype argument of kiln_rt_ssm (F32 or BF16).
+ * A layer holding both a conv and an ssm op (a Mamba2 mixer) binds the conv's tensors
+ * as "conv.x", "conv.out", "conv.weight", "conv.bias": kiln_rt_conv looks up "conv.<name>"
+ * first and falls back to "<name>" (fine for a layer without an ssm).
+ * Details, the prefill semantics and the limits: docs/runtime.md.
  */
 #ifndef KILN_RUNTIME_RUNTIME_H
 #define KILN_RUNTIME_RUNTIME_H
@@ -123,6 +129,34 @@ kiln_status_t kiln_rt_conv(kiln_rt_context_t *ctx, int32_t phase, int32_t layer,
                            uint64_t state_offset, int64_t intermediate_offset,
                            int32_t conv_dim, int32_t kernel_size, int32_t silu,
                            int32_t kernel);
+
+/* ---- additions for serving stacks, tests and tools ---------------------------------- */
+/* A validation-only context (no device needed): every kiln_rt_* call validates its
+ * arguments, bindings and arena bounds and records the resources exactly as on a real
+ * context, but nothing is allocated or launched (kiln_rt_arena() is NULL; any non-null
+ * pointer is accepted as a binding). Lets CI run a compiled model's steps without a GPU. */
+kiln_status_t kiln_rt_create_dry(uint64_t arena_bytes, kiln_rt_context_t **out);
+
+/* The cache resource a launch call of `layer` used, as recorded by the runtime: kind is
+ * "kv", "mla_latent", "ssm_state", "conv_state", "intermediate_ssm_state" or
+ * "intermediate_conv_state"; offset into the arena and bytes (from the call's shapes and
+ * the batch's num_pages / num_slots / q_len). KILN_ERROR_INVALID_ARGUMENT if no call of
+ * that layer used that kind yet. The runtime also rejects a call whose resource overlaps
+ * a different recorded resource or leaves the arena. */
+kiln_status_t kiln_rt_resource(const kiln_rt_context_t *ctx, int32_t layer, const char *kind,
+                               uint64_t *offset, uint64_t *bytes);
+
+/* Rewind-mode commit after a multi-token (speculative) decode step: for every layer
+ * whose last decode call wrote intermediate SSM/conv states, copies intermediate[slot,
+ * accepted[b] - 1] into the main state of sequence b's slot (slots from the current
+ * batch). accepted: host array [batch] with values in 1..q_len (0 leaves the slot
+ * untouched). Asynchronous on the context's stream. */
+kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx, const int32_t *accepted);
+
+/* Launches the context has issued so far: kernel launcher calls (a split-KV decode adds
+ * a combine kernel, not counted separately) and the runtime's own index/zero/commit
+ * kernels; for measuring the per-step overhead. */
+uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);
 
 #ifdef __cplusplus
 }
