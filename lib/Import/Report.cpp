@@ -112,8 +112,11 @@ ReportData kiln::collectReport(ModuleOp module) {
       auto kernel = op->getAttrOfType<StringAttr>((phase + "_kernel").str());
       if (!kernel)
         continue;
+      // The spec-dec mode describes how decode handles draft tokens; prefill has none.
+      std::optional<std::string> phaseMode =
+          phase == "decode" ? mode : (mode ? std::optional<std::string>("single_token") : mode);
       d.kernels.push_back({layer ? layer.getInt() : -1, opName, phase.str(),
-                           kernel.getValue().str(), mode, draft});
+                           kernel.getValue().str(), phaseMode, draft});
     }
   });
   std::stable_sort(d.resources.begin(), d.resources.end(),

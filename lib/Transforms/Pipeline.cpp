@@ -28,14 +28,16 @@ void kiln::buildDeployPipeline(OpPassManager &pm, const DeployOptions &options) 
   drop.emitRemarks = options.emitRemarks;
   pm.addPass(createKilnDropSpeculativeResources(drop));
   pm.addPass(createKilnVerifyConfig());
-  KilnPlanMemoryOptions plan;
-  plan.usableFraction = options.usableFraction;
-  plan.fillKv = options.fillKv;
-  pm.addPass(createKilnPlanMemory(plan));
+  // Kernel choice does not depend on the plan; selecting first keeps the kernels in
+  // the report of a model that does not fit.
   KilnSelectKernelsOptions select;
   select.force.assign(options.force.begin(), options.force.end());
   select.emitRemarks = options.emitRemarks;
   pm.addPass(createKilnSelectKernels(select));
+  KilnPlanMemoryOptions plan;
+  plan.usableFraction = options.usableFraction;
+  plan.fillKv = options.fillKv;
+  pm.addPass(createKilnPlanMemory(plan));
 }
 
 namespace {
@@ -89,7 +91,7 @@ void kiln::registerAllPasses() {
   PassPipelineRegistration<DeployPipelineOptions>(
       "kiln-deploy",
       "Configure, insert caches, drop speculative-only resources without speculation, "
-      "verify the configuration, plan memory and select kernels",
+      "verify the configuration, select kernels and plan memory",
       [](OpPassManager &pm, const DeployPipelineOptions &options) {
         buildDeployPipeline(pm, options.toDeployOptions());
       });

@@ -10,6 +10,7 @@
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNSELECTKERNELS
@@ -113,6 +114,7 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
         }))
       return success();
     KernelQuery query = describeOp(op, config);
+    explained.clear();
     Builder builder(op->getContext());
     SpecDecMode mode = SpecDecMode::single_token;
 
@@ -153,6 +155,9 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
 
   /// The best variant for `query`, or null. Remarks explain rejections; when
   /// `required`, no fitting variant is an error listing every reason.
+  /// Remarks already emitted for the current op (the fallback query repeats some).
+  llvm::StringSet<> explained;
+
   const KernelVariant *choose(CachedOpInterface op, const KernelQuery &query,
                               const ModuleConfig &config, bool required) {
     const KernelRegistry &registry = KernelRegistry::global();
@@ -174,9 +179,14 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
     std::vector<const KernelVariant *> fitting =
         registry.candidates(query, config.target, &rejections);
     if (emitRemarks)
-      for (auto &[variant, reason] : rejections)
-        op->emitRemark() << phase << " kernel '" << variant->name << "' rejected for "
-                         << family << " layer " << op.getLayerIndex() << ": " << reason;
+      for (auto &[variant, reason] : rejections) {
+        std::string text = (phase + " kernel '" + variant->name + "' rejected for " +
+                            family + " layer " + llvm::Twine(op.getLayerIndex()) + ": " +
+                            reason)
+                               .str();
+        if (explained.insert(text).second)
+          op->emitRemark() << text;
+      }
     if (!fitting.empty()) {
       const KernelVariant *best = fitting.front();
       if (!best->implemented && emitRemarks)

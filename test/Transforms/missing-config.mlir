@@ -10,7 +10,6 @@
 // SELECT: error: kiln-select-kernels needs a 'kiln.target' module attribute
 // OK: kiln.attention layer 0
 // The pipeline's configure step supplies a default runtime; the target stays missing.
-// DEPLOY: warning: kiln-plan-memory: the target's memory size is unknown
 // DEPLOY: error: kiln-select-kernels needs a 'kiln.target' module attribute
 module {
   func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) -> tensor<?x32x128xbf16> {

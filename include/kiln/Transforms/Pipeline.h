@@ -2,7 +2,7 @@
 //
 // The deploy pipeline for embedders: configure the module from options, insert
 // caches, drop speculative-only resources when speculation is off, validate the
-// configuration, plan memory, select kernels.
+// configuration, select kernels, plan memory.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_TRANSFORMS_PIPELINE_H
