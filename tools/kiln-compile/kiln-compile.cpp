@@ -69,6 +69,11 @@ cl::opt<bool> fillKv("fill-kv", cl::desc("give the KV pools all memory left over
 cl::list<std::string> forceKernels("force-kernel",
                                    cl::desc("kernel override: variant or family=variant"),
                                    cl::cat(category));
+cl::opt<std::string> draftModelPath(
+    "draft-model",
+    cl::desc("config.json of the draft model of a two-model setup (--spec draft:N); its "
+             "layers become draft layers of the compiled module"),
+    cl::init(""), cl::cat(category));
 cl::opt<std::string> runtimeLibrary(
     "runtime-lib", cl::desc("libkiln_runtime.so to link a shared object against"),
 #ifdef KILN_RUNTIME_LIBRARY
@@ -223,6 +228,21 @@ int main(int argc, char **argv) {
   }
   if (!module)
     return 1;
+  if (!draftModelPath.empty()) {
+    if (specMode != "draft")
+      return fail("--draft-model needs a two-model spec, --spec draft:N");
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> draftBuffer =
+        llvm::MemoryBuffer::getFile(draftModelPath, /*IsText=*/true);
+    if (!draftBuffer)
+      return fail("cannot read '" + draftModelPath + "': " +
+                  draftBuffer.getError().message());
+    unsigned draftId = sourceMgr.AddNewSourceBuffer(std::move(*draftBuffer), llvm::SMLoc());
+    SourceMgrDiagnosticHandler draftHandler(sourceMgr, &context, llvm::errs());
+    OwningOpRef<ModuleOp> draft = kiln::importHFConfig(
+        sourceMgr.getMemoryBuffer(draftId)->getBuffer(), draftModelPath, &context);
+    if (!draft || failed(kiln::attachDraftModel(*module, std::move(draft))))
+      return 1;
+  }
   // Later diagnostics (passes) are about the model, not a line of the input.
   ScopedDiagnosticHandler passHandler(&context, [](Diagnostic &diag) {
     auto print = [](Diagnostic &d) {

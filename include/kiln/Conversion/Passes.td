@@ -7,7 +7,8 @@ include "mlir/Pass/PassBase.td"
 def ConvertKilnToCuda : Pass<"convert-kiln-to-cuda", "mlir::ModuleOp"> {
   let summary = "Lower cached ops with selected kernels to calls into the Kiln runtime";
   let description = [{
-    Turns the model function into step functions that a serving process calls:
+    Turns the model function (and an attached draft model's) into step functions that
+    a serving process calls:
     `kiln_model_prefill_step`, `kiln_model_decode_step` and, when draft layers hold
     resources, `kiln_model_draft_step`, each `(!llvm.ptr ctx) -> i32`. Every cached op
     becomes a call of `kiln_rt_attention`, `kiln_rt_mla`, `kiln_rt_ssm` or

@@ -51,6 +51,13 @@ mlir::OwningOpRef<mlir::ModuleOp> importHFConfigFile(llvm::StringRef path,
                                                      mlir::MLIRContext *context,
                                                      const ImportOptions &options = {});
 
+/// Merges a draft model (two-model speculation, `--spec draft:N`) into the target's
+/// module: its ops become draft layers (`draft = #kiln<draft draft_model>`) numbered
+/// after the target's layers, its functions move over as `draft_<name>`, and its
+/// weights are added to the target's `weight_bytes`.
+mlir::LogicalResult attachDraftModel(mlir::ModuleOp target,
+                                     mlir::OwningOpRef<mlir::ModuleOp> draft);
+
 } // namespace kiln
 
 #endif

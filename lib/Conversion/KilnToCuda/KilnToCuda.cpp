@@ -216,14 +216,16 @@ struct ConvertKilnToCudaPass
       module.emitError() << "convert-kiln-to-cuda needs a 'kiln.runtime' module attribute";
       return signalPassFailure();
     }
-    func::FuncOp model;
-    if (failed(findModel(module, model)) || failed(checkLowerable(model)))
+    SmallVector<func::FuncOp> models;
+    if (failed(findModels(module, models)) ||
+        llvm::any_of(models, [&](func::FuncOp fn) { return failed(checkLowerable(fn)); }))
       return signalPassFailure();
 
     declareRuntime(module);
     for (Step step : {Step::prefill, Step::decode, Step::draft})
-      buildStep(module, model, step);
-    model.erase();
+      buildStep(module, models, step);
+    for (func::FuncOp model : models)
+      model.erase();
 
     RewritePatternSet patterns(&getContext());
     populateKilnToCudaPatterns(patterns);
@@ -234,19 +236,16 @@ struct ConvertKilnToCudaPass
     addConstantFunction(module, "kiln_model_speculative_bytes", plan.getSpeculativeBytes());
   }
 
-  LogicalResult findModel(ModuleOp module, func::FuncOp &model) {
+  /// The functions holding cached ops: the model, and a draft model's when one was
+  /// attached (`draft_<name>`, all of whose layers are draft layers).
+  LogicalResult findModels(ModuleOp module, SmallVectorImpl<func::FuncOp> &models) {
     for (auto fn : module.getOps<func::FuncOp>()) {
       bool hasCached = false;
       fn.walk([&](CachedOpInterface) { hasCached = true; });
-      if (!hasCached)
-        continue;
-      if (model)
-        return fn.emitError() << "convert-kiln-to-cuda lowers one model function; '"
-                              << model.getSymName() << "' and '" << fn.getSymName()
-                              << "' both hold cached ops";
-      model = fn;
+      if (hasCached)
+        models.push_back(fn);
     }
-    if (!model)
+    if (models.empty())
       return module.emitError() << "convert-kiln-to-cuda found no cached op; run "
                                    "kiln-insert-caches (or kiln-deploy) first";
     return success();
@@ -298,12 +297,14 @@ struct ConvertKilnToCudaPass
 
   /// `func @kiln_model_<step>_step(%ctx) -> i32` holding clones of the step's cached
   /// ops (tensor inputs replaced by placeholders) before the patterns run.
-  void buildStep(ModuleOp module, func::FuncOp model, Step step) {
+  void buildStep(ModuleOp module, ArrayRef<func::FuncOp> models, Step step) {
     SmallVector<CachedOpInterface> ops;
-    model.walk([&](CachedOpInterface op) {
-      if (belongsTo(op, step))
-        ops.push_back(op);
-    });
+    for (func::FuncOp model : models)
+      model.walk([&](CachedOpInterface op) {
+        if (belongsTo(op, step))
+          ops.push_back(op);
+      });
+    Location loc = func::FuncOp(models.front()).getLoc();
     if (step == Step::draft && ops.empty())
       return;
     MLIRContext *context = &getContext();
@@ -313,14 +314,14 @@ struct ConvertKilnToCudaPass
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
     Type i32 = builder.getI32Type();
     auto fn = func::FuncOp::create(
-        builder, model.getLoc(), name,
+        builder, loc, name,
         builder.getFunctionType({LLVM::LLVMPointerType::get(context)}, {i32}));
     fn->setAttr(kStepPhaseAttrName,
                 builder.getStringAttr(step == Step::prefill ? "prefill" : "decode"));
     Block *entry = fn.addEntryBlock();
     Block *exit = builder.createBlock(&fn.getBody(), fn.getBody().end(), {i32},
-                                      {model.getLoc()});
-    func::ReturnOp::create(builder, model.getLoc(), exit->getArgument(0));
+                                      {loc});
+    func::ReturnOp::create(builder, loc, exit->getArgument(0));
 
     builder.setInsertionPointToStart(entry);
     IRMapping mapping;
@@ -335,8 +336,8 @@ struct ConvertKilnToCudaPass
       }
       builder.clone(*op, mapping);
     }
-    Value ok = arith::ConstantOp::create(builder, model.getLoc(), builder.getI32IntegerAttr(0));
-    cf::BranchOp::create(builder, model.getLoc(), exit, ValueRange{ok});
+    Value ok = arith::ConstantOp::create(builder, loc, builder.getI32IntegerAttr(0));
+    cf::BranchOp::create(builder, loc, exit, ValueRange{ok});
     numLaunches += ops.size();
   }
 
