@@ -37,6 +37,15 @@
 namespace {
 
 int gFailures = 0;
+bool gDry = false; // --dry: validation-only context, no device memory (CI)
+uintptr_t gFakeNext = 0x100000;
+
+// A fake device pointer for --dry (never dereferenced: a dry context only checks it is bound).
+void *fakePointer(size_t bytes) {
+  void *p = reinterpret_cast<void *>(gFakeNext);
+  gFakeNext += (bytes + 4095) / 4096 * 4096 + 4096;
+  return p;
+}
 
 void report(bool ok, const char *format, ...) __attribute__((format(printf, 2, 3)));
 void report(bool ok, const char *format, ...) {
@@ -87,6 +96,10 @@ struct Tensor {
     elems = n;
     f32 = isF32;
     host.assign(n, 0.f);
+    if (gDry) {
+      dev = fakePointer(n * (f32 ? 4 : 2));
+      return;
+    }
     CUDA_OK(cudaMalloc(&dev, n * (f32 ? 4 : 2)));
     CUDA_OK(cudaMemset(dev, 0, n * (f32 ? 4 : 2)));
   }
@@ -98,6 +111,8 @@ struct Tensor {
     upload(n);
   }
   void upload(size_t n) {
+    if (gDry)
+      return;
     if (f32) {
       CUDA_OK(cudaMemcpy(dev, host.data(), n * 4, cudaMemcpyHostToDevice));
       return;
@@ -108,7 +123,10 @@ struct Tensor {
     CUDA_OK(cudaMemcpy(dev, bits.data(), n * 2, cudaMemcpyHostToDevice));
   }
   // Poisons the device tensor (outputs): a kernel that skips a row is caught.
-  void poison(size_t n) { CUDA_OK(cudaMemset(dev, 0xff, std::min(n, elems) * (f32 ? 4 : 2))); }
+  void poison(size_t n) {
+    if (!gDry)
+      CUDA_OK(cudaMemset(dev, 0xff, std::min(n, elems) * (f32 ? 4 : 2)));
+  }
   std::vector<float> download(size_t n) const {
     std::vector<float> out(n);
     if (f32) {
@@ -458,7 +476,9 @@ void checkStep(Model &m, const StepInfo &s, const std::string &tag, void *arena,
 bool runModel(const std::string &path, const std::string &kind, bool spec, uint32_t seed) {
   std::printf("== %s (%s, %s)\n", path.c_str(), kind.c_str(), spec ? "spec mtp:3" : "no spec");
   int failuresBefore = gFailures;
-  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // A bare file name would make dlopen search the library path, not the directory.
+  std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     report(false, "dlopen %s: %s", path.c_str(), dlerror());
     return false;
@@ -554,6 +574,12 @@ bool runModel(const std::string &path, const std::string &kind, bool spec, uint3
     blockTable[i] = pages[i % pages.size()];
   const std::vector<int32_t> slots = {2, 0, 3, 1};
   DeviceBatch db;
+  if (gDry) {
+    db.seqLens = static_cast<int32_t *>(fakePointer(64));
+    db.slots = static_cast<int32_t *>(fakePointer(64));
+    db.cuQ = static_cast<int32_t *>(fakePointer(64));
+    db.blockTable = static_cast<int32_t *>(fakePointer(blockTable.size() * 4));
+  } else {
   CUDA_OK(cudaMalloc(&db.seqLens, kSlots * sizeof(int32_t)));
   CUDA_OK(cudaMalloc(&db.slots, kSlots * sizeof(int32_t)));
   CUDA_OK(cudaMalloc(&db.cuQ, (kSlots + 1) * sizeof(int32_t)));
@@ -561,6 +587,7 @@ bool runModel(const std::string &path, const std::string &kind, bool spec, uint3
   CUDA_OK(cudaMemcpy(db.blockTable, blockTable.data(), blockTable.size() * 4,
                      cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(db.slots, slots.data(), kSlots * 4, cudaMemcpyHostToDevice));
+  }
 
   StepInfo pre;
   pre.prefill = true;
@@ -571,8 +598,10 @@ bool runModel(const std::string &path, const std::string &kind, bool spec, uint3
     pre.cu.push_back(pre.cu.back() + prompt[b]);
   }
   pre.tokens = totalPrompt;
-  CUDA_OK(cudaMemcpy(db.cuQ, pre.cu.data(), pre.cu.size() * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(db.seqLens, prompt.data(), kSlots * 4, cudaMemcpyHostToDevice));
+  if (!gDry) {
+    CUDA_OK(cudaMemcpy(db.cuQ, pre.cu.data(), pre.cu.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db.seqLens, prompt.data(), kSlots * 4, cudaMemcpyHostToDevice));
+  }
 
   auto makeBatch = [&](const StepInfo &s) {
     kiln_rt_batch_t b{};
@@ -642,6 +671,12 @@ bool runModel(const std::string &path, const std::string &kind, bool spec, uint3
     kiln_rt_destroy(dry);
     if (!ok)
       return false;
+  }
+  if (gDry) {
+    bool ok = gFailures == failuresBefore;
+    std::printf("%s: %s (%s, %s), dry run only\n", ok ? "PASS" : "FAIL", path.c_str(),
+                kind.c_str(), spec ? "spec" : "nospec");
+    return ok;
   }
 
   // -- the GPU run -----------------------------------------------------------------------
@@ -775,18 +810,24 @@ bool runModel(const std::string &path, const std::string &kind, bool spec, uint3
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc < 4 || (argc - 1) % 3 != 0) {
+  int first = 1;
+  if (argc > 1 && std::string(argv[1]) == "--dry") {
+    gDry = true;
+    first = 2;
+  }
+  if (argc - first < 3 || (argc - first) % 3 != 0) {
     std::fprintf(stderr,
-                 "usage: %s <model.so> <hybrid|mla> <spec|nospec> [<model.so> <kind> <spec>...]\n",
+                 "usage: %s [--dry] <model.so> <hybrid|mla> <spec|nospec> [<model.so> <kind> "
+                 "<spec>...]\n  --dry: only the validation-only (no GPU) part\n",
                  argv[0]);
     return 2;
   }
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (!gDry && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
     std::printf("skipped: no CUDA device\n");
     return 0;
   }
-  for (int i = 1; i + 2 < argc; i += 3) {
+  for (int i = first; i + 2 < argc; i += 3) {
     std::string kind = argv[i + 1], spec = argv[i + 2];
     if ((kind != "hybrid" && kind != "mla") || (spec != "spec" && spec != "nospec")) {
       std::fprintf(stderr, "kiln_e2e: bad model kind '%s' or spec '%s'\n", kind.c_str(),
