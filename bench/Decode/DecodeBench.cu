@@ -292,7 +292,14 @@ int main(int argc, char **argv) {
             CHECK(cudaMalloc(&wsPtr, ws));
           prm.workspace = wsPtr;
           prm.workspace_bytes = ws;
-          for (int small = 0; small < (qLen == 1 ? 2 : 1); ++small) {
+          // variant 0: mla_decode, 1: mla_decode_small_smem (q_len 1), 2: mla_decode with
+          // the 16-row PV tiling (KILN_MLA_PV16, only where the big config runs).
+          for (int variant = 0; variant < 3; ++variant) {
+            bool small = variant == 1;
+            if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16))
+              continue;
+            if (variant == 2)
+              setenv("KILN_MLA_PV16", "1", 1);
             double t = timeGraph(
                 [&](int i) {
                   prm.block_table = p.tables[i % p.tables.size()];
@@ -301,9 +308,10 @@ int main(int argc, char **argv) {
                 stream);
             std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"heads\":%d,\"q_len\":%d,\"us\":%.3f,"
                         "\"TBps\":%.4f,\"TFLOPs\":%.2f}\n",
-                        small ? "mla_small" : "mla", B, L, heads, qLen, t * 1e6, bytes / t / 1e12,
-                        flops / t / 1e12);
+                        variant == 0 ? "mla" : variant == 1 ? "mla_small" : "mla_pv16", B, L,
+                        heads, qLen, t * 1e6, bytes / t / 1e12, flops / t / 1e12);
             std::fflush(stdout);
+            unsetenv("KILN_MLA_PV16");
           }
           cudaFree(q);
           cudaFree(out);

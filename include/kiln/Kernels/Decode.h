@@ -124,7 +124,7 @@ kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *params);
 /* ---- mla_decode -------------------------------------------------------------------
  * Absorbed MLA (DeepSeek-V2/V3): K = the 576 cached values, V = their first 512.
  * BF16 only, page size 64, num_heads 1..128.
- *  kiln_mla_decode:            q_len 1..4, 225.5 KiB shared memory per block when
+ *  kiln_mla_decode:            q_len 1..4, 226.5 KiB shared memory per block when
  *                              q_len*num_heads > 16 (sm_90 / sm_100 class).
  *  kiln_mla_decode_small_smem: q_len 1 only, 91.5 KiB shared memory (sm_80..sm_120).
  * Split-KV + combine as for gqa_decode; workspace from kiln_mla_decode_workspace_bytes

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -319,7 +320,8 @@ constexpr int kMlaBigRows = 64, kMlaSmallRows = 16;
 
 kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big,
                       bool forQuery, KernelInfo *info, SplitPlan *plan) {
-  *info = mlaKernelInfo(big);
+  // KILN_MLA_PV16 (experiment knob, read per call): the 16-row PV warp tiling.
+  *info = mlaKernelInfo(!big ? 0 : std::getenv("KILN_MLA_PV16") ? 2 : 1);
   DeviceProps props;
   kiln_status_t status = deviceProps(kernel, &props);
   if (status != KILN_OK)

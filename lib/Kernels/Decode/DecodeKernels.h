@@ -18,8 +18,9 @@ struct KernelInfo {
 // empty KernelInfo for anything else.
 KernelInfo gqaKernelInfoBf16(int headDim, int mTiles);
 KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
-// mla_decode: big = 64 rows x 64-key tiles (225.5 KiB smem), else 16 rows x 32 keys.
-KernelInfo mlaKernelInfo(bool big);
+// mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
+// tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
+KernelInfo mlaKernelInfo(int config);
 // splitCombineKernel<T>(partO, partLse, out, numSplits, dv), smem = numSplits floats.
 const void *splitCombineKernelBf16();
 const void *splitCombineKernelF16();

@@ -20,12 +20,17 @@ template <int D, int MT> struct GqaConfig {
   static constexpr int WARPS = MT * WARPS_N;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
-  static constexpr int STAGES = D == 64 ? 4 : 3;
+  static constexpr int STAGES = D == 64 ? 4 : D == 128 ? 3 : 2;
+  // d <= 128: each warp keeps its Q fragments in registers (staged through the last
+  // K/V slot), so the block fits 99 KiB parts; d = 256 keeps Q in smem.
+  static constexpr bool Q_IN_REGS = D <= 128;
   static constexpr int ROWS = MT * 16;
   static constexpr int CH = D / 8; // 16-byte chunks per row
   static constexpr int Q_ELEMS = ROWS * D;
   static constexpr int STAGE_ELEMS = 2 * TILE_N * D;
-  static constexpr int SMEM_BYTES = (Q_ELEMS + STAGES * STAGE_ELEMS) * 2;
+  static constexpr int Q_SMEM_ELEMS = Q_IN_REGS ? 0 : Q_ELEMS;
+  static constexpr int SMEM_BYTES = (Q_SMEM_ELEMS + STAGES * STAGE_ELEMS) * 2;
+  static_assert(!Q_IN_REGS || Q_ELEMS <= STAGE_ELEMS, "Q staging must fit one K/V slot");
   static_assert(KW % 16 == 0, "keys per warp must be a multiple of 16");
   static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= STAGES * STAGE_ELEMS * 2,
                 "merge buffer must fit in the K/V stages");
@@ -36,8 +41,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
     gqaDecodeKernel(const GqaArgs args) {
   using C = GqaConfig<D, MT>;
   extern __shared__ __align__(16) unsigned char smemRaw[];
-  T *sQ = reinterpret_cast<T *>(smemRaw);
-  T *sKV = sQ + C::Q_ELEMS;
+  T *sKV = reinterpret_cast<T *>(smemRaw) + C::Q_SMEM_ELEMS;
+  T *sQ = C::Q_IN_REGS ? sKV + (C::STAGES - 1) * C::STAGE_ELEMS : reinterpret_cast<T *>(smemRaw);
 
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -98,6 +103,17 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
     o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -1e30f, m1 = -1e30f, l0 = 0.f, l1 = 0.f;
 
+  // Q fragments (row tile mt, k16 step kk); in registers when C::Q_IN_REGS.
+  uint32_t qFrag[C::Q_IN_REGS ? D / 16 : 1][4];
+  if constexpr (C::Q_IN_REGS) {
+    cpAsyncWait<C::STAGES - 2>(); // the Q group (committed first) has landed
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      ldsmX4(qFrag[kk], sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+    __syncthreads(); // the slot is reused by tile STAGES-1
+  }
+
   for (int tile = 0; tile < numTiles; ++tile) {
     cpAsyncWait<C::STAGES - 2>();
     __syncthreads();
@@ -116,7 +132,14 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+      if constexpr (C::Q_IN_REGS) {
+        a[0] = qFrag[kk][0];
+        a[1] = qFrag[kk][1];
+        a[2] = qFrag[kk][2];
+        a[3] = qFrag[kk][3];
+      } else {
+        ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+      }
 #pragma unroll
       for (int j = 0; j < C::KW / 16; ++j) {
         uint32_t bf[4];

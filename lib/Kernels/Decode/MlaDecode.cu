@@ -14,26 +14,30 @@ namespace kiln::decode {
 
 constexpr int kMlaDqk = 576, kMlaDv = 512, kMlaCh = kMlaDqk / 8, kMlaPage = 64;
 
-template <int ROWS, int TILE_N, int WARPS_C, int STAGES> struct MlaConfig {
+// PV_MT: m16 row tiles per warp in the PV product (2 halves the V fragments read from
+// smem per mma; the warps then split the 512 columns four ways instead of two).
+template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT> struct MlaConfig {
   static constexpr int RT = ROWS / 16;
   static constexpr int WARPS = RT * WARPS_C;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int KW = TILE_N / WARPS_C;
-  static constexpr int DVW = kMlaDv / WARPS_C;
+  static constexpr int PV_RG = RT / PV_MT;        // row groups in PV
+  static constexpr int PV_CG = WARPS / PV_RG;     // column groups in PV
+  static constexpr int DVW = kMlaDv / PV_CG;      // output columns per warp
   static constexpr int Q_ELEMS = ROWS * kMlaDqk;
   static constexpr int STAGE_ELEMS = TILE_N * kMlaDqk;
   static constexpr int P_STRIDE = TILE_N + 8;
   static constexpr int P_ELEMS = ROWS * P_STRIDE;
   static constexpr int SMEM_BYTES =
-      (Q_ELEMS + STAGES * STAGE_ELEMS + P_ELEMS) * 2 + 2 * ROWS * WARPS_C * 4;
+      (Q_ELEMS + STAGES * STAGE_ELEMS + P_ELEMS) * 2 + (2 * WARPS_C + 2) * ROWS * 4;
   static_assert(KW == 8 || KW % 16 == 0, "keys per column warp");
   static_assert(DVW % 16 == 0, "columns per warp");
 };
 
-template <int ROWS, int TILE_N, int WARPS_C, int STAGES>
-__global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THREADS, 1)
+template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT>
+__global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT>::THREADS, 1)
     mlaDecodeKernel(const MlaArgs args) {
-  using C = MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>;
+  using C = MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT>;
   using T = __nv_bfloat16;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   T *sQ = reinterpret_cast<T *>(smemRaw);
@@ -41,6 +45,8 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THRE
   T *sP = sK + STAGES * C::STAGE_ELEMS;
   float *sRed = reinterpret_cast<float *>(sP + C::P_ELEMS); // [ROWS][WARPS_C]
   float *sRedL = sRed + ROWS * WARPS_C;
+  float *sAlpha = sRedL + ROWS * WARPS_C; // [ROWS] rescale of this tile
+  float *sRowMax = sAlpha + ROWS;         // [ROWS] final running max
 
   const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -91,10 +97,14 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THRE
   const int lim0 = grow0 < rows ? min(end, seqLen - args.qLen + 1 + grow0 / args.heads) : end;
   const int lim1 = grow1 < rows ? min(end, seqLen - args.qLen + 1 + grow1 / args.heads) : end;
 
-  float o[C::DVW / 8][4];
+  // PV ownership: rows (pr*PV_MT + pm)*16 + {g, g+8}, columns pc*DVW + [0, DVW).
+  const int pr = warp % C::PV_RG, pc = warp / C::PV_RG;
+  float o[PV_MT][C::DVW / 8][4];
 #pragma unroll
-  for (int i = 0; i < C::DVW / 8; ++i)
-    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int pm = 0; pm < PV_MT; ++pm)
+#pragma unroll
+    for (int i = 0; i < C::DVW / 8; ++i)
+      o[pm][i][0] = o[pm][i][1] = o[pm][i][2] = o[pm][i][3] = 0.f;
   float m0 = -1e30f, m1 = -1e30f, l0 = 0.f, l1 = 0.f;
 
   for (int tile = 0; tile < numTiles; ++tile) {
@@ -172,25 +182,39 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THRE
     }
     l0 = l0 * alpha0 + sum0;
     l1 = l1 * alpha1 + sum1;
-#pragma unroll
-    for (int i = 0; i < C::DVW / 8; ++i) {
-      o[i][0] *= alpha0;
-      o[i][1] *= alpha0;
-      o[i][2] *= alpha1;
-      o[i][3] *= alpha1;
+    if (wc == 0 && t4 == 0) {
+      sAlpha[row0] = alpha0;
+      sAlpha[row1] = alpha1;
     }
     __syncthreads();
 #pragma unroll
+    for (int pm = 0; pm < PV_MT; ++pm) {
+      const float a0 = sAlpha[(pr * PV_MT + pm) * 16 + g], a1 = sAlpha[(pr * PV_MT + pm) * 16 + g + 8];
+#pragma unroll
+      for (int i = 0; i < C::DVW / 8; ++i) {
+        o[pm][i][0] *= a0;
+        o[pm][i][1] *= a0;
+        o[pm][i][2] *= a1;
+        o[pm][i][3] *= a1;
+      }
+    }
+#pragma unroll
     for (int kk = 0; kk < TILE_N / 16; ++kk) {
-      uint32_t a[4];
-      ldsmX4(a, sP + (rt * 16 + (lane % 16)) * C::P_STRIDE + kk * 16 + (lane / 16) * 8);
+      uint32_t a[PV_MT][4];
+#pragma unroll
+      for (int pm = 0; pm < PV_MT; ++pm)
+        ldsmX4(a[pm], sP + ((pr * PV_MT + pm) * 16 + (lane % 16)) * C::P_STRIDE + kk * 16 +
+                          (lane / 16) * 8);
       int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int np = 0; np < C::DVW / 16; ++np) {
         uint32_t bf[4];
-        ldsmX4T(bf, sKt + swz(key, wc * (C::DVW / 8) + np * 2 + lane / 16, kMlaCh));
-        mma16816<T>(o[2 * np], a, bf[0], bf[1]);
-        mma16816<T>(o[2 * np + 1], a, bf[2], bf[3]);
+        ldsmX4T(bf, sKt + swz(key, pc * (C::DVW / 8) + np * 2 + lane / 16, kMlaCh));
+#pragma unroll
+        for (int pm = 0; pm < PV_MT; ++pm) {
+          mma16816<T>(o[pm][2 * np], a[pm], bf[0], bf[1]);
+          mma16816<T>(o[pm][2 * np + 1], a[pm], bf[2], bf[3]);
+        }
       }
     }
   }
@@ -201,14 +225,12 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THRE
   if (t4 == 0) {
     sRedL[row0 * WARPS_C + wc] = l0;
     sRedL[row1 * WARPS_C + wc] = l1;
+    if (wc == 0) {
+      sRowMax[row0] = m0;
+      sRowMax[row1] = m1;
+    }
   }
   __syncthreads();
-  float L0 = 0.f, L1 = 0.f;
-#pragma unroll
-  for (int w = 0; w < WARPS_C; ++w) {
-    L0 += sRedL[row0 * WARPS_C + w];
-    L1 += sRedL[row1 * WARPS_C + w];
-  }
 
   auto store = [&](int grow, int col, float v0, float v1, float rowMax, float rowSum) {
     if (grow >= rows)
@@ -227,22 +249,36 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES>::THRE
     }
   };
 #pragma unroll
-  for (int i = 0; i < C::DVW / 8; ++i) {
-    int col = wc * C::DVW + i * 8 + 2 * t4;
-    store(grow0, col, o[i][0], o[i][1], m0, L0);
-    store(grow1, col, o[i][2], o[i][3], m1, L1);
+  for (int pm = 0; pm < PV_MT; ++pm) {
+    const int r0 = (pr * PV_MT + pm) * 16 + g, r1 = r0 + 8;
+    float L0 = 0.f, L1 = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS_C; ++w) {
+      L0 += sRedL[r0 * WARPS_C + w];
+      L1 += sRedL[r1 * WARPS_C + w];
+    }
+#pragma unroll
+    for (int i = 0; i < C::DVW / 8; ++i) {
+      int col = pc * C::DVW + i * 8 + 2 * t4;
+      store(rowBase + r0, col, o[pm][i][0], o[pm][i][1], sRowMax[r0], L0);
+      store(rowBase + r1, col, o[pm][i][2], o[pm][i][3], sRowMax[r1], L1);
+    }
   }
 }
 
-using MlaBig = MlaConfig<64, 64, 2, 2>;
-using MlaSmall = MlaConfig<16, 32, 4, 2>;
+#define KILN_MLA_INFO(R, N, W, S, P)                                                       \
+  KernelInfo{reinterpret_cast<const void *>(&mlaDecodeKernel<R, N, W, S, P>),              \
+             MlaConfig<R, N, W, S, P>::THREADS, MlaConfig<R, N, W, S, P>::SMEM_BYTES, N}
 
-KernelInfo mlaKernelInfo(bool big) {
-  if (big)
-    return KernelInfo{reinterpret_cast<const void *>(&mlaDecodeKernel<64, 64, 2, 2>),
-                      MlaBig::THREADS, MlaBig::SMEM_BYTES, 64};
-  return KernelInfo{reinterpret_cast<const void *>(&mlaDecodeKernel<16, 32, 4, 2>),
-                    MlaSmall::THREADS, MlaSmall::SMEM_BYTES, 32};
+KernelInfo mlaKernelInfo(int config) {
+  switch (config) {
+  case 0:
+    return KILN_MLA_INFO(16, 32, 4, 2, 1);
+  case 1:
+    return KILN_MLA_INFO(64, 64, 2, 2, 2);
+  default:
+    return KILN_MLA_INFO(64, 64, 2, 2, 1);
+  }
 }
 
 } // namespace kiln::decode
