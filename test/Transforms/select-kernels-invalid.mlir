@@ -41,7 +41,7 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
 module attributes {kiln.target = #kiln.target<"rtx5090">, kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>} {
   func.func @f(%mq: tensor<?x128x576xbf16>, %l: tensor<?x576xbf16>) {
     %lat = kiln.cache_resource layer 1 unit [576] of bf16 : !kiln.cache<mla_latent>
-    // expected-error @below {{forced kernel 'mla_decode' cannot run mla_attention layer 1 on 'rtx5090': needs 163840 B shared memory per block, sm_120 allows 101376}}
+    // expected-error @below {{forced kernel 'mla_decode' cannot run mla_attention layer 1 on 'rtx5090': needs 231936 B shared memory per block, sm_120 allows 101376}}
     %1 = kiln.cached_mla_attention layer 1 %mq, %l cache(%lat : !kiln.cache<mla_latent>) {num_heads = 128, kv_lora_rank = 512, qk_rope_head_dim = 64}
       : tensor<?x128x576xbf16>, tensor<?x576xbf16> -> tensor<?x128x512xbf16>
     return
