@@ -15,7 +15,7 @@ date -u > "$out/date.txt"
 {
   cmake -G Ninja -S "$root" -B "$build" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$root/.carry/googletest" &&
-  ninja -C "$build" -j16
+  ninja -C "$build" -j${KILN_GPU_JOBS:-16}
 } > "$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 echo "build done ($(elapsed))"
 (cd "$build" && timeout 300 ctest -L GPU --output-on-failure) > "$out/gpu-tests.log" 2>&1
@@ -32,11 +32,18 @@ if ((${#models[@]})); then
     "$build/bin/kiln_e2e" "${models[@]}" > "$out/e2e-compiled.log" 2>&1
   echo "compiled models e2e rc=$? ($(elapsed))"; grep -E "FAIL|PASS: kiln_e2e|step" "$out/e2e-compiled.log" | head -20
 fi
+# --bench [families...]: decode, mamba, prefill (default: all three).
 if [ "${1:-}" = "--bench" ]; then
-  OUT="$out" timeout 240 bash "$root/bench/Decode/run_device.sh" "$out/decode" > "$out/bench-decode.log" 2>&1
-  echo "decode bench rc=$? ($(elapsed))"
-  timeout 120 bash "$root/bench/Mamba/run.sh" "$build" "$out" > "$out/bench-mamba.log" 2>&1
-  echo "mamba bench rc=$? ($(elapsed))"
-  OUT="$out/prefill" timeout 200 bash "$root/bench/Prefill/device_run.sh" > "$out/bench-prefill.log" 2>&1
-  echo "prefill bench rc=$? ($(elapsed))"
+  shift
+  families=${*:-decode mamba prefill}
+  for family in $families; do
+    case $family in
+    decode) KILN_DECODE_BUILD="$build" timeout 240 bash "$root/bench/Decode/run_device.sh" \
+              "$out/decode" > "$out/bench-decode.log" 2>&1 ;;
+    mamba) timeout 120 bash "$root/bench/Mamba/run.sh" "$build" "$out" > "$out/bench-mamba.log" 2>&1 ;;
+    prefill) OUT="$out/prefill" timeout 200 bash "$root/bench/Prefill/device_run.sh" \
+               > "$out/bench-prefill.log" 2>&1 ;;
+    esac
+    echo "$family bench rc=$? ($(elapsed))"
+  done
 fi
