@@ -16,13 +16,13 @@ kiln_status_t run(const kiln_prefill_fmha_params_t &p) {
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
 }
-template <int D, int BN, int STAGES>
+template <int D, int BN, int STAGES, int NWG>
 kiln_status_t run90(const kiln_prefill_fmha_params_t &p) {
   kiln_status_t st = checkDeviceSm90("tuned");
   if (st != KILN_OK)
     return st;
   const FmhaArgs a = makeArgs(p);
-  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false>(
+  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false, NWG>(
                           a, p.batch, p.max_seqlen_q, p.q_heads,
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
@@ -55,16 +55,19 @@ extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params
   KILN_TUNE(64, 128, 64, 3, 2, true)
   KILN_TUNE(64, 128, 128, 2, 2, false)
 #undef KILN_TUNE
-#define KILN_TUNE90(D_, BN_, ST_)                                                              \
+#define KILN_TUNE90(D_, BN_, ST_, NWG_)                                                        \
   if (p->head_dim == D_ && --config == 0) {                                                    \
-    std::snprintf(label, labelSize, "sm90_BN%d_S%d", BN_, ST_);                                \
-    return run90<D_, BN_, ST_>(*p);                                                            \
+    std::snprintf(label, labelSize, "sm90_BM%d_BN%d_S%d", 64 * NWG_, BN_, ST_);                \
+    return run90<D_, BN_, ST_, NWG_>(*p);                                                      \
   }
-  KILN_TUNE90(128, 64, 2)
-  KILN_TUNE90(128, 64, 3)
-  KILN_TUNE90(128, 128, 3)
-  KILN_TUNE90(64, 64, 2)
-  KILN_TUNE90(64, 128, 3)
+  KILN_TUNE90(128, 64, 2, 2)
+  KILN_TUNE90(128, 64, 3, 2)
+  KILN_TUNE90(128, 128, 3, 2)
+  KILN_TUNE90(128, 64, 2, 1)
+  KILN_TUNE90(128, 64, 3, 1)
+  KILN_TUNE90(64, 64, 2, 2)
+  KILN_TUNE90(64, 128, 3, 2)
+  KILN_TUNE90(64, 128, 2, 1)
 #undef KILN_TUNE90
   return KILN_ERROR_UNSUPPORTED;
 }

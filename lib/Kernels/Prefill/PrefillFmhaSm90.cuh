@@ -43,15 +43,16 @@ __device__ __forceinline__ void fenceProxyAsync() {
 #endif
 }
 
-template <int D, int BN, int STAGES> constexpr int fmhaSm90SmemBytes() {
-  return (128 * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
+template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() {
+  return (64 * NWG * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED>
-__global__ void __launch_bounds__(256, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
+// NWG warpgroups per block, 64 query rows each.
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
-  constexpr int BM = 128;
-  constexpr int NTHREADS = 256;
+  constexpr int BM = 64 * NWG;
+  constexpr int NTHREADS = 128 * NWG;
   constexpr int CHUNKS = D / 8;
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   using MmaS = wgmma::Mma<BN, BF16>;
@@ -305,17 +306,17 @@ __global__ void __launch_bounds__(256, 1) prefillFmhaSm90Kernel(const FmhaArgs a
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED>
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
-  constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES>();
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED>;
+  constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
+  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return err;
-  const dim3 grid(qHeads, batch, (maxSeqlenQ + 127) / 128);
-  kernel<<<grid, 256, smem, stream>>>(args);
+  const dim3 grid(qHeads, batch, (maxSeqlenQ + 64 * NWG - 1) / (64 * NWG));
+  kernel<<<grid, 128 * NWG, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
