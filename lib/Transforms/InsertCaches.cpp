@@ -19,9 +19,7 @@ struct InsertCachesPass : public kiln::impl::KilnInsertCachesBase<InsertCachesPa
     ModuleOp module = getOperation();
     ModuleConfig config = getModuleConfig(module);
     if (!config.runtime) {
-      (void)emitMissingConfig(module, "kiln-insert-caches", "kiln.runtime",
-                              "#kiln.runtime<max_batch = 64, max_seq_len = 8192, "
-                              "kv_dtype = bf16>");
+      (void)emitMissingRuntime(module, "kiln-insert-caches");
       return signalPassFailure();
     }
     SmallVector<ModelOpInterface> modelOps;

@@ -48,9 +48,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     ModuleOp module = getOperation();
     ModuleConfig config = getModuleConfig(module);
     if (!config.runtime) {
-      (void)emitMissingConfig(module, "kiln-plan-memory", "kiln.runtime",
-                              "#kiln.runtime<max_batch = 64, max_seq_len = 8192, "
-                              "kv_dtype = bf16>");
+      (void)emitMissingRuntime(module, "kiln-plan-memory");
       return signalPassFailure();
     }
     if (usableFraction <= 0.0 || usableFraction > 1.0) {

@@ -65,14 +65,11 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
     ModuleOp module = getOperation();
     ModuleConfig config = getModuleConfig(module);
     if (!config.target) {
-      (void)emitMissingConfig(module, "kiln-select-kernels", "kiln.target",
-                              "#kiln.target<\"h200\">");
+      (void)emitMissingTarget(module, "kiln-select-kernels");
       return signalPassFailure();
     }
     if (!config.runtime) {
-      (void)emitMissingConfig(module, "kiln-select-kernels", "kiln.runtime",
-                              "#kiln.runtime<max_batch = 64, max_seq_len = 8192, "
-                              "kv_dtype = bf16>");
+      (void)emitMissingRuntime(module, "kiln-select-kernels");
       return signalPassFailure();
     }
     if (failed(parseOverrides(module)))
