@@ -137,7 +137,7 @@ Paged makePaged(int batch, int len, int pageSize, size_t pageBytes) {
   int pagesPerSeq = (len + pageSize - 1) / pageSize;
   size_t needed = static_cast<size_t>(batch) * pagesPerSeq;
   size_t minPages = (2ull << 30) / pageBytes;
-  int rot = static_cast<int>(std::min<size_t>(16, std::max<size_t>(1, (minPages + needed - 1) / needed)));
+  int rot = static_cast<int>(std::min<size_t>(256, std::max<size_t>(1, (minPages + needed - 1) / needed)));
   p.numPages = static_cast<int>(needed * rot);
   CHECK(cudaMalloc(&p.pool, p.numPages * pageBytes));
   fillRandom<<<1024, 256>>>(p.pool, p.numPages * pageBytes / 2, 1234u);

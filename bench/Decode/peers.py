@@ -48,7 +48,7 @@ def timed(fns):
 
 
 def rotations(nbytes):
-    return max(1, min(16, math.ceil((2 << 30) / nbytes)))
+    return max(1, min(256, math.ceil((2 << 30) / nbytes)))
 
 
 def gqa_peers(B, L, q_len):
