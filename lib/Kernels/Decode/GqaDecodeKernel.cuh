@@ -66,22 +66,26 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   cpAsyncCommit();
 
   const size_t tokenStride = static_cast<size_t>(args.kvHeads) * D;
+  // One block-table lookup and address per (key, chunk) serves both K and V.
+  const size_t vOffset = static_cast<size_t>(args.pageSize) * tokenStride;
   auto loadTile = [&](int tile) {
     T *dst = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
     const int base = start + tile * C::TILE_N;
-    for (int c = tid; c < 2 * C::TILE_N * C::CH; c += C::THREADS) {
-      int half = c / (C::TILE_N * C::CH), rem = c % (C::TILE_N * C::CH);
-      int key = rem / C::CH, ch = rem % C::CH;
+#pragma unroll
+    for (int c = tid; c < C::TILE_N * C::CH; c += C::THREADS) {
+      int key = c / C::CH, ch = c % C::CH;
       int pos = base + key;
       bool valid = pos < end;
       const T *src = kv;
       if (valid) {
         size_t page = static_cast<size_t>(table[pos >> args.pageShift]);
         int slot = pos & (args.pageSize - 1);
-        src = kv + ((page * 2 + half) * args.pageSize + slot) * tokenStride +
-              static_cast<size_t>(kvh) * D + ch * 8;
+        src = kv + (page * 2 * args.pageSize + slot) * tokenStride + static_cast<size_t>(kvh) * D +
+              ch * 8;
       }
-      cpAsync16(dst + half * C::TILE_N * D + swz(key, ch, C::CH), src, valid);
+      int at = swz(key, ch, C::CH);
+      cpAsync16(dst + at, src, valid);
+      cpAsync16(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
     }
   };
   for (int s = 0; s < C::STAGES - 1; ++s) {
