@@ -17,7 +17,7 @@ GTEST=${GTEST:-$PWD/.carry/googletest}
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv
   cmake -G Ninja -S "$SRC" -B "$BUILD" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$GTEST" \
-    -DKILN_PREFILL_TUNING=ON "$@"
+    -DKILN_PREFILL_TUNING=${TUNING:-ON} "$@"
   time ninja -C "$BUILD" -j16 PrefillReferenceTest PrefillValidationTest PrefillFmhaGpuTest \
     kiln_prefill_bench
 } > "$OUT/build.log" 2>&1

@@ -102,11 +102,15 @@ inline kiln_status_t launchResult(cudaError_t err, const char *name) {
 // Tile configuration per head dim: BM query rows (BM/16 warps), BN keys per tile,
 // STAGES-deep cp.async ring of K/V tiles.
 template <int D> struct DefaultConfig;
+// Chosen on the H200 (bench/Prefill/NOTES.md): d64 with 2 m-tiles per warp (4 warps),
+// d128 with 1 m-tile per warp (8 warps, Q fragments in registers).
 template <> struct DefaultConfig<64> {
-  static constexpr int BM = 128, BN = 64, STAGES = 3;
+  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 2;
+  static constexpr bool QREG = true;
 };
 template <> struct DefaultConfig<128> {
-  static constexpr int BM = 128, BN = 64, STAGES = 2;
+  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 1;
+  static constexpr bool QREG = true;
 };
 
 template <bool PAGED, typename Params>
@@ -119,8 +123,8 @@ inline kiln_status_t dispatch(const Params &p, const char *name) {
   cudaError_t err = cudaErrorInvalidValue;
 #define KILN_PREFILL_CASE(T, D)                                                                \
   err = launchPrefillFmha<T, D, DefaultConfig<D>::BM, DefaultConfig<D>::BN,                    \
-                          DefaultConfig<D>::STAGES, PAGED>(a, p.batch, p.max_seqlen_q,         \
-                                                           p.q_heads, stream)
+                          DefaultConfig<D>::STAGES, PAGED, DefaultConfig<D>::MT,               \
+                          DefaultConfig<D>::QREG>(a, p.batch, p.max_seqlen_q, p.q_heads, stream)
   if (p.dtype == KILN_DTYPE_BF16) {
     if (p.head_dim == 64)
       KILN_PREFILL_CASE(__nv_bfloat16, 64);

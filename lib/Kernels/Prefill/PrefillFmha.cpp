@@ -180,7 +180,7 @@ using namespace kiln::kernels::prefill;
 
 namespace {
 // AUTO picks the wgmma variant where it can run (sm_90a build on an sm_90 device).
-constexpr bool kAutoPrefersSm90 = false;
+constexpr bool kAutoPrefersSm90 = true;
 
 template <typename Params, typename Sm80, typename Sm90>
 kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, const char *name,

@@ -7,7 +7,12 @@
 namespace kiln::kernels::prefill {
 namespace {
 
-template <int D> struct Sm90Config {
+// Chosen on the H200 (bench/Prefill/NOTES.md); 2 warpgroups (128 query rows) per block.
+template <int D> struct Sm90Config;
+template <> struct Sm90Config<64> {
+  static constexpr int BN = 64, STAGES = 2;
+};
+template <> struct Sm90Config<128> {
   static constexpr int BN = 128, STAGES = 2;
 };
 
