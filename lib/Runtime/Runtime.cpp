@@ -842,7 +842,7 @@ extern "C" kiln_status_t kiln_rt_mla(kiln_rt_context_t *ctx, int32_t phase, int3
   int32_t tokens = phase == KILN_RT_DECODE ? b.batch * b.q_len : b.total_tokens;
   bool small = kernel == KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM;
   if (phase == KILN_RT_PREFILL)
-    small = ctx->smemOptin < 230912; // mla_decode needs 225.5 KiB only for > 16 rows
+    small = ctx->smemOptin < 231936; // mla_decode needs 226.5 KiB (231,936 B) for > 16 rows
   const char *decodeName = small ? "kiln_mla_decode_small_smem" : "kiln_mla_decode";
 
   if (ctx->dry)

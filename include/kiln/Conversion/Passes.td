@@ -15,7 +15,8 @@ def ConvertKilnToCuda : Pass<"convert-kiln-to-cuda", "mlir::ModuleOp"> {
     `kiln_rt_conv` (include/kiln/Runtime/Runtime.h) with its planned arena offsets,
     shapes, runtime kernel id and spec-dec mode as constants, followed by a status
     check that returns the first failure. `kiln_model_arena_bytes` and
-    `kiln_model_speculative_bytes` return the plan's totals. An op whose draft slot is
+    `kiln_model_speculative_bytes` return the plan's totals, `kiln_model_kv_pages` its
+    pages per KV pool (the runtime batch's `num_pages`). An op whose draft slot is
     empty launches nothing. Needs `kiln-plan-memory` and `kiln-select-kernels` first;
     a kernel that is planned but not implemented is an error. The output holds only
     func, arith, cf and llvm types.

@@ -4,6 +4,7 @@
  * A compiled model (a shared object made by `kiln-compile --emit=so`) exports
  *     uint64_t    kiln_model_arena_bytes(void);        planned cache bytes (kiln.plan)
  *     uint64_t    kiln_model_speculative_bytes(void);  of which speculative-only
+ *     int32_t     kiln_model_kv_pages(void);           pages per KV pool (batch.num_pages)
  *     int32_t     kiln_model_decode_step(kiln_rt_context_t *ctx);
  *     int32_t     kiln_model_prefill_step(kiln_rt_context_t *ctx);
  * Each step is a fixed sequence of kiln_rt_<family>() calls, one per cached layer op,

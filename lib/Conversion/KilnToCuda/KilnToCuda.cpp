@@ -232,8 +232,12 @@ struct ConvertKilnToCudaPass
     if (failed(applyPatternsGreedily(module, std::move(patterns))))
       return signalPassFailure();
     eraseLeftovers(module);
-    addConstantFunction(module, "kiln_model_arena_bytes", plan.getTotalBytes());
-    addConstantFunction(module, "kiln_model_speculative_bytes", plan.getSpeculativeBytes());
+    Builder b(&getContext());
+    addConstantFunction(module, "kiln_model_arena_bytes", b.getI64IntegerAttr(plan.getTotalBytes()));
+    addConstantFunction(module, "kiln_model_speculative_bytes",
+                        b.getI64IntegerAttr(plan.getSpeculativeBytes()));
+    addConstantFunction(module, "kiln_model_kv_pages",
+                        b.getI32IntegerAttr(static_cast<int32_t>(plan.getKvPages())));
   }
 
   /// The functions holding cached ops: the model, and a draft model's when one was
@@ -353,14 +357,13 @@ struct ConvertKilnToCudaPass
     module.walk([](func::FuncOp fn) { fn->removeAttr(kStepPhaseAttrName); });
   }
 
-  void addConstantFunction(ModuleOp module, StringRef name, uint64_t value) {
+  /// `func @name() -> type { return value }`: the plan's numbers for the serving side.
+  void addConstantFunction(ModuleOp module, StringRef name, IntegerAttr value) {
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
-    Type i64 = builder.getI64Type();
     auto fn = func::FuncOp::create(builder, module.getLoc(), name,
-                                   builder.getFunctionType({}, {i64}));
+                                   builder.getFunctionType({}, {value.getType()}));
     builder.setInsertionPointToStart(fn.addEntryBlock());
-    Value constant = arith::ConstantOp::create(
-        builder, module.getLoc(), builder.getI64IntegerAttr(static_cast<int64_t>(value)));
+    Value constant = arith::ConstantOp::create(builder, module.getLoc(), value);
     func::ReturnOp::create(builder, module.getLoc(), constant);
   }
 };
