@@ -31,7 +31,9 @@ constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 
 // The table. Shared-memory figures are what each kernel's launcher requests per block
 // for its largest supported configuration of the common shapes (docs/kernels-*.md:
-// gqa_decode 96 KiB at d=128, mla_decode 226.5 KiB, mla_decode_small_smem 91.8 KiB,
+// gqa_decode 96 KiB at d<=128 (d=256 with > 64 query rows needs up to 128 KiB and
+// reports UNSUPPORTED where that does not fit), mla_decode 226.5 KiB,
+// mla_decode_small_smem 93,952 B,
 // prefill_fmha 96 KiB, the wgmma prefill 161 KiB); SM ranges are where the kernel is
 // compiled.
 std::vector<KernelVariant> builtinVariants() {
@@ -62,7 +64,7 @@ std::vector<KernelVariant> builtinVariants() {
        .priority = 10,
        .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles", .runtimeKernel = 3});
   add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
-       .minSm = 80, .maxSm = 121, .smemBytes = 94003, .headDims = {576},
+       .minSm = 80, .maxSm = 121, .smemBytes = 93952, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
        .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory", .runtimeKernel = 4});
   add({.name = "mla_prefill_decode", .family = OpFamily::mla, .phase = Phase::prefill,
