@@ -12,6 +12,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 config.substitutions.append(("%examples", os.path.join(config.kiln_src_root, "examples")))
+config.substitutions.append(("%kiln_src", config.kiln_src_root))
 
 llvm_config.use_default_substitutions()
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
