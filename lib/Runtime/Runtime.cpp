@@ -394,6 +394,38 @@ kiln_status_t zeroSlots(const Call &c, kiln_rt_context *ctx, uint64_t offset,
   return KILN_OK;
 }
 
+
+// Sequential prefill of a per-slot state (SSM, conv): the step's slots start from zeros
+// (new prompts), then one single-sequence, single-token launch per prompt token, in
+// order. Exact (the decode kernel's math) but total_tokens launches per layer.
+// `pointAtRow(p, row)` points the params' activations at token `row` of the packed batch.
+template <typename Params, typename PointAtRow>
+kiln_status_t runSequentialPrefill(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                                   uint64_t slotBytes, Params &p,
+                                   kiln_status_t (*launch)(const Params *),
+                                   const char *launchName, PointAtRow pointAtRow) {
+  if (kiln_status_t s = zeroSlots(c, ctx, stateOffset, slotBytes); s != KILN_OK)
+    return s;
+  char *stateBase = at(ctx->arena, stateOffset);
+  for (int seq = 0; seq < ctx->batch.batch; ++seq) {
+    void *state;
+    const int32_t *indices;
+    int32_t numSlots;
+    slotFor(ctx, stateBase, slotBytes, seq, &state, &indices, &numSlots);
+    p.state = state;
+    p.state_indices = indices;
+    p.num_slots = numSlots;
+    p.batch = 1;
+    for (int row = ctx->cuHost[seq]; row < ctx->cuHost[seq + 1]; ++row) {
+      pointAtRow(p, row);
+      kiln_status_t s = launch(&p);
+      ++ctx->launches;
+      if (s != KILN_OK)
+        return c.launcher(s, launchName);
+    }
+  }
+  return kiln::kernels::ok();
+}
 } // namespace
 
 // ---- context -----------------------------------------------------------------------------
@@ -1076,37 +1108,18 @@ extern "C" kiln_status_t kiln_rt_ssm(kiln_rt_context_t *ctx, int32_t phase, int3
     return kiln::kernels::ok();
   }
 
-  // Prefill, sequential: the slot starts from zeros (a new prompt), then one
-  // single-sequence, single-token update per prompt token, in order. Exact (the decode
-  // kernel's math) but total_tokens launches per layer.
   if (ctx->dry)
     return kiln::kernels::ok();
-  if (kiln_status_t s = zeroSlots(c, ctx, state_offset, slotBytes); s != KILN_OK)
-    return s;
-  char *stateBase = at(ctx->arena, state_offset);
-  for (int seq = 0; seq < b.batch; ++seq) {
-    void *state;
-    const int32_t *indices;
-    int32_t numSlots;
-    slotFor(ctx, stateBase, slotBytes, seq, &state, &indices, &numSlots);
-    p.state = state;
-    p.state_indices = indices;
-    p.num_slots = numSlots;
-    p.batch = 1;
-    for (int row = ctx->cuHost[seq]; row < ctx->cuHost[seq + 1]; ++row) {
-      p.x = static_cast<const char *>(x) + row * HP * kBf16;
-      p.dt = static_cast<const char *>(dt) + static_cast<int64_t>(row) * num_heads * kBf16;
-      p.B = static_cast<const char *>(B) + row * GN * kBf16;
-      p.C = static_cast<const char *>(C) + row * GN * kBf16;
-      p.z = z ? static_cast<const char *>(z) + row * HP * kBf16 : nullptr;
-      p.out = static_cast<char *>(out) + row * HP * kBf16;
-      kiln_status_t s = kiln_ssm_update(&p);
-      ++ctx->launches;
-      if (s != KILN_OK)
-        return c.launcher(s, "kiln_ssm_update (sequential prefill)");
-    }
-  }
-  return kiln::kernels::ok();
+  return runSequentialPrefill(
+      c, ctx, state_offset, slotBytes, p, kiln_ssm_update,
+      "kiln_ssm_update (sequential prefill)", [&](kiln_ssm_update_params_t &q, int row) {
+        q.x = static_cast<const char *>(x) + row * HP * kBf16;
+        q.dt = static_cast<const char *>(dt) + static_cast<int64_t>(row) * num_heads * kBf16;
+        q.B = static_cast<const char *>(B) + row * GN * kBf16;
+        q.C = static_cast<const char *>(C) + row * GN * kBf16;
+        q.z = z ? static_cast<const char *>(z) + row * HP * kBf16 : nullptr;
+        q.out = static_cast<char *>(out) + row * HP * kBf16;
+      });
 }
 
 // ---- causal conv1d -----------------------------------------------------------------------
@@ -1227,31 +1240,14 @@ extern "C" kiln_status_t kiln_rt_conv(kiln_rt_context_t *ctx, int32_t phase, int
     return kiln::kernels::ok();
   }
 
-  // Prefill, sequential: zeroed window, then one single-token update per prompt token.
   if (ctx->dry)
     return kiln::kernels::ok();
-  if (kiln_status_t s = zeroSlots(c, ctx, state_offset, slotBytes); s != KILN_OK)
-    return s;
-  char *stateBase = at(ctx->arena, state_offset);
-  for (int seq = 0; seq < b.batch; ++seq) {
-    void *state;
-    const int32_t *indices;
-    int32_t numSlots;
-    slotFor(ctx, stateBase, slotBytes, seq, &state, &indices, &numSlots);
-    p.state = state;
-    p.state_indices = indices;
-    p.num_slots = numSlots;
-    p.batch = 1;
-    for (int row = ctx->cuHost[seq]; row < ctx->cuHost[seq + 1]; ++row) {
-      p.x = static_cast<const char *>(x) + static_cast<int64_t>(row) * conv_dim * kBf16;
-      p.out = static_cast<char *>(out) + static_cast<int64_t>(row) * conv_dim * kBf16;
-      kiln_status_t s = kiln_conv_update(&p);
-      ++ctx->launches;
-      if (s != KILN_OK)
-        return c.launcher(s, "kiln_conv_update (sequential prefill)");
-    }
-  }
-  return kiln::kernels::ok();
+  return runSequentialPrefill(
+      c, ctx, state_offset, slotBytes, p, kiln_conv_update,
+      "kiln_conv_update (sequential prefill)", [&](kiln_conv_update_params_t &q, int row) {
+        q.x = static_cast<const char *>(x) + static_cast<int64_t>(row) * conv_dim * kBf16;
+        q.out = static_cast<char *>(out) + static_cast<int64_t>(row) * conv_dim * kBf16;
+      });
 }
 
 // ---- speculative commit ------------------------------------------------------------------
