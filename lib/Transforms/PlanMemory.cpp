@@ -52,7 +52,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       return signalPassFailure();
     }
     if (usableFraction <= 0.0 || usableFraction > 1.0) {
-      module.emitError() << "kiln-plan-memory: usable-fraction = " << usableFraction
+      module.emitError() << "kiln-plan-memory: usable-fraction = " << fractionText()
                          << " must be in (0, 1]";
       return signalPassFailure();
     }

@@ -32,3 +32,20 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
 // expected-error @below {{convert-kiln-to-cuda found no cached op; run kiln-insert-caches (or kiln-deploy) first}}
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
                    kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>} {}
+
+// -----
+// expected-error @below {{convert-kiln-to-cuda needs a 'kiln.runtime' module attribute}}
+module attributes {kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>} {}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>} {
+  func.func @f(%x: tensor<?x1024xbf16>) {
+    %s = kiln.cache_resource layer 0 unit [1024, 3] of bf16 : !kiln.cache<conv_state>
+    // expected-error @below {{resource in slot 'state' of layer 0 has no planned offset; run kiln-plan-memory first}}
+    %0 = kiln.cached_causal_conv layer 0 %x state(%s : !kiln.cache<conv_state>)
+      {conv_dim = 1024, kernel_size = 4, decode_kernel = "conv_update", prefill_kernel = "conv_prefill_sequential"}
+      : tensor<?x1024xbf16> -> tensor<?x1024xbf16>
+    return
+  }
+}

@@ -11,3 +11,5 @@
 
 // expected-error @below {{unknown target 't4'; expected one of a100, a10g, l4, l40s, h100, h200, b200, b300, rtx5090, rtx-pro-6000, dgx-spark, or sm_XY with XY a supported SM}}
 module {}
+// RUN: not kiln-opt %s -kiln-configure="ssm-mode=rewinds" 2>&1 | FileCheck %s --check-prefix=SSM
+// SSM: error: unknown SSM spec mode 'rewinds'; expected rewind or replay
