@@ -12,4 +12,21 @@ for kind in hybrid mla; do
   "$build/bin/kiln-compile" "$root/examples/e2e/$kind.mlir" --spec mtp:3 --emit=so \
     -o "$root/.carry/models/$kind-spec.so"
 done
+# The parity test's tiny dense models (test/Parity; scripts/gpu-parity.sh runs them):
+# per family the target without speculation, with n-gram drafts, as the verifier of a
+# two-model setup (--spec draft:4 alone: the draft model is a .so of its own, loaded
+# by kiln-run --draft-model), and the 1-layer draft model. A failure is reported and
+# the loop goes on; the script exits 1 at the end.
+parity_failed=0
+tiny() { "$build/bin/kiln-compile" "$1" --target h200 --max-batch 8 --max-seq-len 512 \
+           --spec "$2" --emit=so -o "$root/.carry/models/$3.so" ||
+         { echo "kiln-compile failed: $1 --spec $2"; parity_failed=1; }; }
+for config in "$root"/test/Parity/configs/*-tiny.json; do
+  family=$(basename "$config" -tiny.json)
+  tiny "$config" none "$family-nospec"
+  tiny "$config" ngram:4 "$family-ngram"
+  tiny "$config" draft:4 "$family-draft"
+  tiny "${config%.json}-draft.json" none "$family-draftmodel"
+done
 ls -la "$root/.carry/models"
+exit "$parity_failed"

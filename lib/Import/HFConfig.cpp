@@ -2,7 +2,12 @@
 //
 // See include/kiln/Import/HFConfig.h and docs/kiln-compile.md ("Importer").
 //
-// Weight estimate (`#kiln.model<weight_bytes>`), in parameters times bytes:
+// This file reads a config into a `ModelSpec` and builds the module: the dense
+// families (llama, mistral, qwen2, qwen3) through DenseDecoder.cpp (the whole decoder
+// graph, RoPE from Rope.cpp), DeepSeek and Nemotron-H as a skeleton of their cached
+// ops here.
+//
+// Weight estimate of the skeleton models (`#kiln.model<weight_bytes>`), in parameters times bytes:
 //   embedding      vocab * hidden                      (model dtype)
 //   lm_head        vocab * hidden unless tied          (model dtype)
 //   norms          hidden per norm                     (model dtype)
@@ -17,13 +22,17 @@
 //                  out_proj d_inner*hidden, A/D/dt_bias 3*heads, norm d_inner
 // Linear layers count 1 byte per parameter under `quantization_config.quant_method ==
 // "fp8"`, else the model dtype's size. Draft layers (MTP modules, an Eagle3 head) are
-// not counted: they are loaded only when speculation uses them.
+// not counted: they are loaded only when speculation uses them. The dense models'
+// `weight_bytes` is instead the exact sum of their `kiln.weight`s.
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Import/HFConfig.h"
-#include "kiln/Dialect/Kiln.h"
+#include "ImportDetail.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -34,10 +43,13 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 using namespace mlir;
 using namespace kiln;
+using namespace kiln::import_detail;
 namespace json = llvm::json;
 
 llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
@@ -47,173 +59,196 @@ llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
   return types;
 }
 
-namespace {
+//===----------------------------------------------------------------------===//
+// Reader
+//===----------------------------------------------------------------------===//
 
-enum class LayerKind { attention, mla, mamba, mlp, moe };
+Reader::Reader(StringRef text, StringRef file, MLIRContext *ctx, const json::Object &object)
+    : text(text), file(file), ctx(ctx), object(object) {}
 
-struct LayerSpec {
-  LayerKind kind;
-  int64_t index;
-  std::optional<int64_t> window;
-  std::optional<DraftKind> draft;
-};
-
-/// Reads fields of the top-level object, reporting errors at the key's position.
-class Reader {
-public:
-  Reader(StringRef text, StringRef file, MLIRContext *ctx, const json::Object &root)
-      : text(text), file(file), ctx(ctx), root(root) {}
-
-  Location fileLoc(unsigned line = 1, unsigned col = 1) const {
-    return FileLineColLoc::get(ctx, file, line, col);
+Reader Reader::nested(StringRef key, const json::Object &child, StringRef childRequiredFor) {
+  Reader r(text, file, ctx, child);
+  r.parent = this;
+  r.prefix = fieldName(key) + ".";
+  r.requiredFor = childRequiredFor.str();
+  std::string quoted = ("\"" + key + "\"").str();
+  size_t pos = text.find(quoted, searchFrom);
+  if (pos != StringRef::npos) {
+    r.searchFrom = pos + quoted.size();
+    r.ownPos = pos;
+  } else {
+    r.searchFrom = searchFrom;
+    r.ownPos = ownPos;
   }
-  /// Position of `"key"` in the text (first occurrence), else the file start.
-  Location keyLoc(StringRef key) const {
-    std::string quoted = ("\"" + key + "\"").str();
-    size_t pos = text.find(quoted);
-    if (pos == StringRef::npos)
-      return fileLoc();
+  return r;
+}
+
+Location Reader::fileLoc(unsigned line, unsigned col) const {
+  return FileLineColLoc::get(ctx, file, line, col);
+}
+
+Location Reader::locAt(size_t pos) const {
+  unsigned line = 1, col = 1;
+  for (size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return fileLoc(line, col);
+}
+
+Location Reader::keyLoc(StringRef key) const {
+  std::string quoted = ("\"" + key + "\"").str();
+  size_t pos = text.find(quoted, searchFrom);
+  if (pos != StringRef::npos)
     return locAt(pos);
-  }
-  Location locAt(size_t pos) const {
-    unsigned line = 1, col = 1;
-    for (size_t i = 0; i < pos && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    return fileLoc(line, col);
-  }
+  return ownPos ? locAt(*ownPos) : fileLoc();
+}
 
-  bool failedAny() const { return failed; }
-  void fail() { failed = true; }
+void Reader::fail() {
+  failed = true;
+  if (parent)
+    parent->fail();
+}
 
-  /// Present and not null.
-  bool has(StringRef key) const {
-    const json::Value *v = root.get(key);
-    return v && v->kind() != json::Value::Null;
-  }
+bool Reader::has(StringRef key) const {
+  const json::Value *v = object.get(key);
+  return v && v->kind() != json::Value::Null;
+}
 
-  InFlightDiagnostic error(StringRef key) {
-    failed = true;
-    return emitError(keyLoc(key));
-  }
+InFlightDiagnostic Reader::error(StringRef key) {
+  fail();
+  return emitError(keyLoc(key));
+}
 
-  std::optional<int64_t> getInt(StringRef key, bool required = true, int64_t minValue = 1) {
-    const json::Value *v = root.get(key);
-    if (!v || v->kind() == json::Value::Null) {
-      if (required)
-        missing(key);
-      return std::nullopt;
-    }
-    std::optional<int64_t> i = v->getAsInteger();
-    if (!i) {
-      error(key) << "field '" << key << "' must be an integer, got "
-                 << describe(*v);
-      return std::nullopt;
-    }
-    if (*i < minValue) {
-      error(key) << "field '" << key << "' must be >= " << minValue << ", got "
-                 << *i;
-      return std::nullopt;
-    }
-    return i;
-  }
-  int64_t getIntOr(StringRef key, int64_t fallback, int64_t minValue = 0) {
-    if (!has(key))
-      return fallback;
-    return getInt(key, true, minValue).value_or(fallback);
-  }
-  /// The first of `keys` that is present (for keys spelled differently by model).
-  std::optional<int64_t> getIntAny(ArrayRef<StringRef> keys, bool required = true) {
-    for (StringRef key : keys)
-      if (has(key))
-        return getInt(key);
-    if (required) {
-      failed = true;
-      std::string names;
-      for (StringRef key : keys)
-        names += (names.empty() ? "'" : ", '") + key.str() + "'";
-      emitError(fileLoc()) << "missing field " << names
-                           << " (one of these is required for model_type '" << modelType
-                           << "')";
-    }
+void Reader::missing(StringRef key) {
+  fail();
+  emitError(ownPos ? locAt(*ownPos) : fileLoc())
+      << "missing field '" << fieldName(key) << "' (required for " << requiredFor << ")";
+}
+
+std::optional<int64_t> Reader::getInt(StringRef key, bool required, int64_t minValue) {
+  const json::Value *v = object.get(key);
+  if (!v || v->kind() == json::Value::Null) {
+    if (required)
+      missing(key);
     return std::nullopt;
   }
-  std::optional<StringRef> getString(StringRef key, bool required = true) {
-    const json::Value *v = root.get(key);
-    if (!v || v->kind() == json::Value::Null) {
-      if (required)
-        missing(key);
-      return std::nullopt;
-    }
-    std::optional<StringRef> s = v->getAsString();
-    if (!s)
-      error(key) << "field '" << key << "' must be a string, got " << describe(*v);
-    return s;
+  std::optional<int64_t> i = v->getAsInteger();
+  if (!i) {
+    error(key) << "field '" << fieldName(key) << "' must be an integer, got " << describe(*v);
+    return std::nullopt;
   }
-  std::optional<bool> getBool(StringRef key) {
-    const json::Value *v = root.get(key);
-    if (!v || v->kind() == json::Value::Null)
-      return std::nullopt;
-    std::optional<bool> b = v->getAsBoolean();
-    if (!b)
-      error(key) << "field '" << key << "' must be a boolean, got " << describe(*v);
-    return b;
+  if (*i < minValue) {
+    error(key) << "field '" << fieldName(key) << "' must be >= " << minValue << ", got " << *i;
+    return std::nullopt;
   }
+  return i;
+}
 
-  void missing(StringRef key) {
-    failed = true;
-    emitError(fileLoc()) << "missing field '" << key
-                         << "' (required for model_type '" << modelType << "')";
+int64_t Reader::getIntOr(StringRef key, int64_t fallback, int64_t minValue) {
+  if (!has(key))
+    return fallback;
+  return getInt(key, true, minValue).value_or(fallback);
+}
+
+std::optional<int64_t> Reader::getIntAny(ArrayRef<StringRef> keys, bool required) {
+  for (StringRef key : keys)
+    if (has(key))
+      return getInt(key);
+  if (required) {
+    fail();
+    std::string names;
+    for (StringRef key : keys)
+      names += (names.empty() ? "'" : ", '") + fieldName(key) + "'";
+    emitError(ownPos ? locAt(*ownPos) : fileLoc())
+        << "missing field " << names << " (one of these is required for " << requiredFor
+        << ")";
   }
+  return std::nullopt;
+}
 
-  static StringRef describe(const json::Value &v) {
-    switch (v.kind()) {
-    case json::Value::Null: return "null";
-    case json::Value::Boolean: return "a boolean";
-    case json::Value::Number: return "a non-integer number";
-    case json::Value::String: return "a string";
-    case json::Value::Array: return "an array";
-    case json::Value::Object: return "an object";
-    }
-    return "a value";
+std::optional<double> Reader::getNumber(StringRef key, bool required, bool positive) {
+  const json::Value *v = object.get(key);
+  if (!v || v->kind() == json::Value::Null) {
+    if (required)
+      missing(key);
+    return std::nullopt;
   }
+  std::optional<double> d = v->getAsNumber();
+  if (!d) {
+    error(key) << "field '" << fieldName(key) << "' must be a number, got " << describe(*v);
+    return std::nullopt;
+  }
+  if (positive && !(std::isfinite(*d) && *d > 0)) {
+    error(key) << "field '" << fieldName(key) << "' must be a positive number, got "
+               << formatNumber(*d);
+    return std::nullopt;
+  }
+  return d;
+}
 
-  StringRef text, file;
-  MLIRContext *ctx;
-  const json::Object &root;
-  std::string modelType;
+std::optional<StringRef> Reader::getString(StringRef key, bool required) {
+  const json::Value *v = object.get(key);
+  if (!v || v->kind() == json::Value::Null) {
+    if (required)
+      missing(key);
+    return std::nullopt;
+  }
+  std::optional<StringRef> s = v->getAsString();
+  if (!s)
+    error(key) << "field '" << fieldName(key) << "' must be a string, got " << describe(*v);
+  return s;
+}
 
-private:
-  bool failed = false;
-};
+std::optional<bool> Reader::getBool(StringRef key) {
+  const json::Value *v = object.get(key);
+  if (!v || v->kind() == json::Value::Null)
+    return std::nullopt;
+  std::optional<bool> b = v->getAsBoolean();
+  if (!b)
+    error(key) << "field '" << fieldName(key) << "' must be a boolean, got " << describe(*v);
+  return b;
+}
 
-/// Everything the IR and the weight estimate need, read from the config.
-struct ModelSpec {
-  std::string name, modelType;
-  Type dtype;
-  Type stateDtype; // null: runtime default (f32)
-  int64_t hidden = 0, vocab = 0, numLayers = 0, maxPositions = 0;
-  bool tied = false;
-  unsigned linearBytes = 2, dtypeBytes = 2;
-  // attention
-  int64_t heads = 0, kvHeads = 0, headDim = 0;
-  // MLA
-  int64_t kvLoraRank = 0, qkRope = 0, qkNope = 0, vHeadDim = 0, qLoraRank = 0;
-  // Mamba2
-  int64_t mHeads = 0, mHeadDim = 0, stateSize = 0, nGroups = 0, convKernel = 0;
-  bool silu = true;
-  // MLP / MoE
-  int64_t intermediate = 0, moeIntermediate = 0, experts = 0, sharedExperts = 0,
-          sharedIntermediate = 0;
-  SmallVector<LayerSpec> layers;
+const json::Object *Reader::getObject(StringRef key) {
+  const json::Value *v = object.get(key);
+  if (!v || v->kind() == json::Value::Null)
+    return nullptr;
+  const json::Object *o = v->getAsObject();
+  if (!o)
+    error(key) << "field '" << fieldName(key) << "' must be an object, got " << describe(*v);
+  return o;
+}
 
-  int64_t convDim() const { return mHeads * mHeadDim + 2 * nGroups * stateSize; }
-};
+std::string Reader::formatNumber(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  // The shortest of %g's precisions that reads back as the same double.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value)
+      break;
+  }
+  return buffer;
+}
+
+StringRef Reader::describe(const json::Value &v) {
+  switch (v.kind()) {
+  case json::Value::Null: return "null";
+  case json::Value::Boolean: return "a boolean";
+  case json::Value::Number: return "a non-integer number";
+  case json::Value::String: return "a string";
+  case json::Value::Array: return "an array";
+  case json::Value::Object: return "an object";
+  }
+  return "a value";
+}
+
+namespace {
 
 std::optional<Type> parseDtype(Reader &r, StringRef key, Type fallback) {
   std::optional<StringRef> s = r.getString(key, /*required=*/false);
@@ -242,7 +277,7 @@ LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
   std::optional<bool> use = r.getBool("use_sliding_window");
   if (r.failedAny())
     return failure();
-  if (const json::Array *types = r.root.getArray("layer_types")) {
+  if (const json::Array *types = r.object.getArray("layer_types")) {
     if (static_cast<int64_t>(types->size()) != m.numLayers) {
       r.error("layer_types") << "field 'layer_types' has " << types->size()
                              << " entries but num_hidden_layers is " << m.numLayers;
@@ -303,14 +338,16 @@ LogicalResult readCommon(Reader &r, ModelSpec &m) {
   m.dtype = *dtype;
   m.dtypeBytes = m.dtype.getIntOrFloatBitWidth() / 8;
   m.linearBytes = m.dtypeBytes;
-  if (const json::Object *q = r.root.getObject("quantization_config"))
+  if (const json::Object *q = r.object.getObject("quantization_config"))
     if (std::optional<StringRef> method = q->getString("quant_method"))
       if (*method == "fp8")
         m.linearBytes = 1;
   return r.failedAny() ? failure() : success();
 }
 
-LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDimKeys) {
+/// `defaultHeadDim` 0: hidden_size / num_attention_heads when no key gives it.
+LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDimKeys,
+                            int64_t defaultHeadDim = 0) {
   std::optional<int64_t> heads = r.getInt("num_attention_heads");
   if (!heads)
     return failure();
@@ -324,6 +361,8 @@ LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDim
     }
   if (r.failedAny())
     return failure();
+  if (m.headDim == 0)
+    m.headDim = defaultHeadDim;
   if (m.headDim == 0) {
     if (m.hidden % m.heads != 0) {
       r.error("num_attention_heads")
@@ -342,13 +381,62 @@ LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDim
   return success();
 }
 
+/// Llama, Mistral, Qwen2, Qwen3: pre-norm decoder layers of GQA attention with RoPE
+/// and a SwiGLU MLP, as transformers builds them:
+///   - head_dim: the `head_dim` key, else hidden_size / num_attention_heads (Qwen3:
+///     128, Qwen3Config's default);
+///   - biases: Qwen2 always has q/k/v biases (never o); Llama and Qwen3 have q/k/v/o
+///     biases under `attention_bias`; Mistral has none (`attention_bias` is ignored,
+///     as transformers ignores it); `mlp_bias` is not supported;
+///   - Qwen3 normalizes q and k per head (self_attn.q_norm / k_norm);
+///   - the MLP activation must be SiLU (`hidden_act`), the gate of SwiGLU.
 LogicalResult readDense(Reader &r, ModelSpec &m) {
-  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
+  if (failed(readCommon(r, m)) ||
+      failed(readAttention(r, m, {"head_dim"}, m.modelType == "qwen3" ? 128 : 0)))
     return failure();
   std::optional<int64_t> inter = r.getInt("intermediate_size");
   if (!inter)
     return failure();
   m.intermediate = *inter;
+  if (m.headDim % 2 != 0) {
+    r.error(r.has("head_dim") ? "head_dim" : "num_attention_heads")
+        << "head_dim = " << m.headDim << " is odd; RoPE rotates pairs of dimensions";
+    return failure();
+  }
+  if (r.has("quantization_config")) {
+    r.error("quantization_config")
+        << "field 'quantization_config': quantized checkpoints are not supported for "
+           "model_type '"
+        << m.modelType << "' (the graph reads unquantized weights of the model dtype)";
+    return failure();
+  }
+  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false))
+    m.rmsNormEps = *eps;
+  if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
+      act && *act != "silu" && *act != "swish") {
+    r.error("hidden_act") << "field 'hidden_act' = \"" << *act
+                          << "\" is not supported; the MLP is SwiGLU (silu)";
+    return failure();
+  }
+  if (r.getBool("mlp_bias").value_or(false)) {
+    r.error("mlp_bias") << "field 'mlp_bias' is true: MLP biases (gate/up/down_proj) are "
+                           "not supported";
+    return failure();
+  }
+  bool attentionBias = r.getBool("attention_bias").value_or(false);
+  if (r.failedAny())
+    return failure();
+  if (m.modelType == "qwen2") {
+    m.qkvBias = true;
+  } else if (m.modelType == "llama" || m.modelType == "qwen3") {
+    m.qkvBias = attentionBias;
+    m.oBias = attentionBias;
+  }
+  m.qkNorm = m.modelType == "qwen3";
+  FailureOr<RopeAttr> rope = readRope(r, m);
+  if (failed(rope))
+    return failure();
+  m.rope = *rope;
   for (int64_t i = 0; i < m.numLayers; ++i) {
     m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
     m.layers.push_back({LayerKind::mlp, i, std::nullopt, std::nullopt});
@@ -544,22 +632,15 @@ std::string defaultName(StringRef file) {
   return stem.str();
 }
 
-/// Emits the module for a read model.
-OwningOpRef<ModuleOp> buildModule(const ModelSpec &m, StringRef file, MLIRContext *ctx,
-                                  const ImportOptions &options) {
+/// Emits the cache skeleton of a model without a whole-graph builder (DeepSeek,
+/// Nemotron-H): one `@forward` holding each layer's cached op, fed by function
+/// arguments, with no graph between them.
+OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRContext *ctx,
+                                    const ImportOptions &options) {
   Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
   OpBuilder b(ctx);
-  unsigned maxSeq = options.maxSeqLen;
-  if (m.maxPositions > 0 && m.maxPositions < maxSeq)
-    maxSeq = static_cast<unsigned>(m.maxPositions);
-  unsigned numLayers = static_cast<unsigned>(m.numLayers);
-  (*module)->setAttr(KilnDialect::kModelAttrName,
-                     ModelAttr::get(ctx, m.name, m.modelType, numLayers, m.dtype,
-                                    estimateWeightBytes(m)));
-  (*module)->setAttr(KilnDialect::kRuntimeAttrName,
-                     RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize,
-                                      m.dtype, 1, m.stateDtype));
+  setModuleConfig(*module, m, options, estimateWeightBytes(m));
 
   b.setInsertionPointToEnd(module->getBody());
   auto func = func::FuncOp::create(b, fileLoc, "forward", b.getFunctionType({}, {}));
@@ -637,9 +718,24 @@ OwningOpRef<ModuleOp> buildModule(const ModelSpec &m, StringRef file, MLIRContex
 
 } // namespace
 
+void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
+                                          const ImportOptions &options, uint64_t weightBytes) {
+  MLIRContext *ctx = module.getContext();
+  unsigned maxSeq = options.maxSeqLen;
+  if (m.maxPositions > 0 && m.maxPositions < maxSeq)
+    maxSeq = static_cast<unsigned>(m.maxPositions);
+  module->setAttr(KilnDialect::kModelAttrName,
+                  ModelAttr::get(ctx, m.name, m.modelType, static_cast<unsigned>(m.numLayers),
+                                 m.dtype, weightBytes));
+  module->setAttr(KilnDialect::kRuntimeAttrName,
+                  RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize, m.dtype, 1,
+                                   m.stateDtype, /*max_step_tokens=*/0));
+}
+
 OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
                                           MLIRContext *ctx, const ImportOptions &options) {
-  ctx->loadDialect<KilnDialect, func::FuncDialect>();
+  ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
+                   tensor::TensorDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed) {
@@ -662,12 +758,13 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
     return nullptr;
   }
   Reader r(text, file, ctx, *root);
+  r.requiredFor = "every config";
   std::optional<StringRef> modelType = r.getString("model_type");
   if (!modelType)
     return nullptr;
-  r.modelType = modelType->str();
+  r.requiredFor = ("model_type '" + *modelType + "'").str();
   ModelSpec m;
-  m.modelType = r.modelType;
+  m.modelType = modelType->str();
   m.name = options.modelName.empty() ? defaultName(file) : options.modelName;
   LogicalResult read = failure();
   if (*modelType == "llama" || *modelType == "mistral" || *modelType == "qwen2" ||
@@ -697,7 +794,9 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
     m.layers.push_back({mla ? LayerKind::mla : LayerKind::attention, index, std::nullopt,
                         DraftKind::eagle3});
   }
-  return buildModule(m, file, ctx, options);
+  if (m.isDense())
+    return buildDenseDecoder(m, file, ctx, options);
+  return buildSkeleton(m, file, ctx, options);
 }
 
 OwningOpRef<ModuleOp> kiln::importHFConfigFile(StringRef path, MLIRContext *ctx,

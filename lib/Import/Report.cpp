@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Report/Report.h"
-#include "kiln/Dialect/Kiln.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -54,6 +54,19 @@ ReportData kiln::collectReport(ModuleOp module) {
     d.specMode = stringifySpecMode(config.spec.getMode()).str();
     d.maxDraftLen = config.spec.getMaxDraftLen();
     d.ssmMode = stringifySsmSpecMode(config.spec.getSsm()).str();
+  }
+  if (auto memory = module->getAttrOfType<DeviceMemoryAttr>(KilnDialect::kDeviceMemoryAttrName)) {
+    ReportData::DeviceMemory device;
+    device.weights = memory.getWeights();
+    device.caches = memory.getCaches();
+    device.activations = memory.getActivations();
+    device.workspace = memory.getWorkspace();
+    device.io = memory.getIo();
+    device.total = memory.getTotal().value_or(UINT64_MAX);
+    device.maxStepTokens = memory.getMaxStepTokens();
+    device.maxLogitRows = memory.getMaxLogitRows();
+    device.activationBuffers = memory.getActivationBuffers();
+    d.device = device;
   }
   std::map<std::string, std::string> poolCategory;
   if (auto plan = module->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName)) {
@@ -225,6 +238,23 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
          << " are UNMANAGED allocations outside Kiln's pools\n";
   }
 
+  if (d.device) {
+    const ReportData::DeviceMemory &m = *d.device;
+    os << "\nDevice memory (what the runtime allocates)\n";
+    auto row = [&](StringRef label, uint64_t bytes) {
+      os << "  " << pad(label, 20) << padLeft(formatBytes(bytes), 12)
+         << padLeft(std::to_string(bytes), 18) << "\n";
+    };
+    row("weights", m.weights);
+    row("caches", m.caches);
+    row("activations", m.activations);
+    row("workspace", m.workspace);
+    row("io", m.io);
+    row("device total", m.total);
+    os << "  activations: " << m.activationBuffers << " buffers, step of up to "
+       << m.maxStepTokens << " tokens and " << m.maxLogitRows << " logit rows\n";
+  }
+
   if (!d.pools.empty()) {
     os << "\nPools\n  " << pad("name", 28) << pad("category", 11) << padLeft("resources", 10)
        << padLeft("bytes", 14) << "\n";
@@ -313,6 +343,18 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
       j.attribute("budget_bytes", d.budgetBytes);
       j.attribute("fits", d.fits);
     });
+    if (d.device)
+      j.attributeObject("device_memory", [&] {
+        j.attribute("weights_bytes", d.device->weights);
+        j.attribute("caches_bytes", d.device->caches);
+        j.attribute("activations_bytes", d.device->activations);
+        j.attribute("workspace_bytes", d.device->workspace);
+        j.attribute("io_bytes", d.device->io);
+        j.attribute("total_bytes", d.device->total);
+        j.attribute("max_step_tokens", d.device->maxStepTokens);
+        j.attribute("max_logit_rows", d.device->maxLogitRows);
+        j.attribute("activation_buffers", d.device->activationBuffers);
+      });
   });
   os << "\n";
 }

@@ -23,6 +23,14 @@ uint32_t kiln::dtypeBitOf(mlir::Type type) {
   return 0;
 }
 
+int kiln::runtimeKernelId(llvm::StringRef name) {
+#define KILN_RT_KERNEL(ENUM, VALUE, NAME)                                                   \
+  if (name == NAME)                                                                        \
+    return VALUE;
+#include "kiln/Runtime/ABI.def"
+  return 0;
+}
+
 namespace {
 constexpr uint32_t kBf16 = static_cast<uint32_t>(DtypeBit::bf16);
 constexpr uint32_t kF16 = static_cast<uint32_t>(DtypeBit::f16);
@@ -45,12 +53,12 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128, 256},
        .dtypes = kBf16 | kF16, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
        .maxQueryLen = 8, .priority = 10,
-       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts", .runtimeKernel = 1});
+       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts"});
   // Attention, prefill (and the extend-context path for draft tokens).
   add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128},
        .dtypes = kBf16 | kF16, .priority = 10,
-       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend", .runtimeKernel = 2});
+       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend"});
   add({.name = "prefill_fmha_sm90", .family = OpFamily::attention,
        .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
@@ -62,49 +70,51 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
        .priority = 10,
-       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles", .runtimeKernel = 3});
+       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles"});
   add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 93952, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
-       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory", .runtimeKernel = 4});
+       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory"});
   add({.name = "mla_prefill_decode", .family = OpFamily::mla, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
        .maxHeads = 128, .priority = 1,
-       .note = "MLA prefill through the decode kernel (append, then causal extend)",
-       .runtimeKernel = 11});
+       .note = "MLA prefill through the decode kernel (append, then causal extend)"});
   add({.name = "mla_prefill", .family = OpFamily::mla, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16,
        .implemented = false, .priority = 10, .note = "MLA prefill (planned)"});
   // Mamba2 SSM.
   add({.name = "ssm_update", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .priority = 10,
-       .note = "selective state update, one token, state in place", .runtimeKernel = 5});
+       .note = "selective state update, one token, state in place"});
   add({.name = "ssm_update_spec", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
-       .priority = 10, .note = "1 + draft tokens, state after each into intermediates", .runtimeKernel = 6});
+       .priority = 10, .note = "1 + draft tokens, state after each into intermediates"});
   add({.name = "ssm_update_replay", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
        .priority = 10, .note = "replay-mode update (planned)"});
   add({.name = "ssm_prefill_sequential", .family = OpFamily::ssm, .phase = Phase::prefill,
        .dtypes = kF32 | kBf16, .priority = 1,
-       .note = "prefill as token-by-token state updates (exact, slow for long prompts)",
-       .runtimeKernel = 9});
+       .note = "prefill as token-by-token state updates (exact, slow for long prompts)"});
   add({.name = "ssm_chunk_scan", .family = OpFamily::ssm, .phase = Phase::prefill,
        .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
        .note = "Mamba2 chunked scan for prefill (planned)"});
   // Causal conv1d.
   add({.name = "conv_update", .family = OpFamily::conv, .phase = Phase::decode,
        .dtypes = kBf16 | kF16 | kF32, .priority = 10,
-       .note = "causal conv1d update, width <= 4, state in place", .runtimeKernel = 7});
+       .note = "causal conv1d update, width <= 4, state in place"});
   add({.name = "conv_update_spec", .family = OpFamily::conv, .phase = Phase::decode,
        .dtypes = kBf16 | kF16 | kF32, .maxQueryLen = 8, .writesIntermediates = true,
-       .priority = 10, .note = "1 + draft tokens, window after each into intermediates", .runtimeKernel = 8});
+       .priority = 10, .note = "1 + draft tokens, window after each into intermediates"});
   add({.name = "conv_prefill_sequential", .family = OpFamily::conv, .phase = Phase::prefill,
        .dtypes = kBf16 | kF16 | kF32, .priority = 1,
-       .note = "prefill as token-by-token conv updates", .runtimeKernel = 10});
+       .note = "prefill as token-by-token conv updates"});
   add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
        .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
        .note = "causal conv1d over a prompt (planned)"});
+  // The runtime id of every implemented variant comes from the ABI table by name.
+  for (KernelVariant &variant : table)
+    if (variant.implemented)
+      variant.runtimeKernel = runtimeKernelId(variant.name);
   return table;
 }
 

@@ -1,12 +1,6 @@
 //===- AOT.cpp - LLVM IR, native objects and shared objects ---------------===//
 #include "kiln/Target/AOT.h"
-#include "kiln/Conversion/KilnToCuda.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
@@ -23,16 +17,6 @@
 #include "llvm/TargetParser/Host.h"
 
 using namespace mlir;
-
-LogicalResult kiln::lowerToLLVMDialect(ModuleOp module) {
-  PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  pm.addPass(createConvertKilnToCuda());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  pm.addPass(createConvertFuncToLLVMPass());
-  pm.addPass(createReconcileUnrealizedCastsPass());
-  return pm.run(module);
-}
 
 namespace {
 std::unique_ptr<llvm::Module> translate(ModuleOp module, llvm::LLVMContext &context) {

@@ -68,7 +68,8 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
         pick(maxBatch, old ? old.getMaxBatch() : 64),
         pick(maxSeqLen, old ? old.getMaxSeqLen() : 8192),
         pick(pageSize, old ? old.getPageSize() : 64), kv, pick(tp, old ? old.getTp() : 1),
-        old ? old.getStateDtype() : Type());
+        old ? old.getStateDtype() : Type(),
+        pick(maxStepTokens, old ? old.getMaxStepTokens() : 0));
     if (!attr)
       return failure();
     module->setAttr(KilnDialect::kRuntimeAttrName, attr);

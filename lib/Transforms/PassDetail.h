@@ -2,7 +2,7 @@
 #ifndef KILN_LIB_TRANSFORMS_PASSDETAIL_H
 #define KILN_LIB_TRANSFORMS_PASSDETAIL_H
 
-#include "kiln/Dialect/Kiln.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 #include "llvm/ADT/Twine.h"
 
 #include <string>

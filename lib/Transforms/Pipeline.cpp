@@ -1,7 +1,6 @@
 //===- Pipeline.cpp - kiln-deploy and registration for embedders ----------===//
 #include "kiln/Transforms/Pipeline.h"
 #include "kiln/Transforms/Passes.h"
-#include "kiln/Conversion/KilnToCuda.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -21,6 +20,7 @@ void kiln::buildDeployPipeline(OpPassManager &pm, const DeployOptions &options) 
   configure.maxSeqLen = options.maxSeqLen.value_or(0);
   configure.pageSize = options.pageSize.value_or(0);
   configure.tp = options.tp.value_or(0);
+  configure.maxStepTokens = options.maxStepTokens.value_or(0);
   configure.kvDtype = options.kvDtype;
   pm.addPass(createKilnConfigure(configure));
   pm.addPass(createKilnInsertCaches());
@@ -51,6 +51,7 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
   Option<unsigned> maxSeqLen{*this, "max-seq-len", llvm::cl::init(0)};
   Option<unsigned> pageSize{*this, "page-size", llvm::cl::init(0)};
   Option<unsigned> tp{*this, "tp", llvm::cl::init(0)};
+  Option<unsigned> maxStepTokens{*this, "max-step-tokens", llvm::cl::init(0)};
   Option<std::string> kvDtype{*this, "kv-dtype", llvm::cl::desc("bf16, f16, f32, fp8")};
   Option<double> usableFraction{*this, "usable-fraction", llvm::cl::init(0.9)};
   Option<bool> fillKv{*this, "fill-kv", llvm::cl::init(false)};
@@ -69,6 +70,7 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
     options.maxSeqLen = set(maxSeqLen);
     options.pageSize = set(pageSize);
     options.tp = set(tp);
+    options.maxStepTokens = set(maxStepTokens);
     options.kvDtype = kvDtype;
     options.usableFraction = usableFraction;
     options.fillKv = fillKv;
@@ -79,15 +81,7 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
 };
 } // namespace
 
-void kiln::registerAllDialects(DialectRegistry &registry) {
-  registry.insert<KilnDialect, func::FuncDialect, arith::ArithDialect, math::MathDialect,
-                  tensor::TensorDialect, cf::ControlFlowDialect, LLVM::LLVMDialect,
-                  ub::UBDialect>();
-}
-
-void kiln::registerAllPasses() {
-  registerKilnPasses();
-  registerKilnConversionPasses();
+void kiln::registerDeployPipeline() {
   PassPipelineRegistration<DeployPipelineOptions>(
       "kiln-deploy",
       "Configure, insert caches, drop speculative-only resources without speculation, "

@@ -56,6 +56,11 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
                          << " must be in (0, 1]";
       return signalPassFailure();
     }
+    weightsExceedBudget = false; // per run: one pass manager may plan several modules
+    std::optional<uint64_t> weightBytes = planWeights(module);
+    if (!weightBytes)
+      return signalPassFailure();
+    exactWeightBytes = *weightBytes;
     SmallVector<PlannedResource> resources = collect(module, config.runtime);
     if (failed(checkShards(resources, config.runtime)))
       return signalPassFailure();
@@ -114,7 +119,10 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     }
     uint64_t usable =
         static_cast<uint64_t>(config.target.getMemoryBytes() * usableFraction.getValue());
-    uint64_t weights = config.model ? config.model.getWeightBytes() / config.runtime.getTp() : 0;
+    // The declared weights when the module has them; the importer's estimate otherwise.
+    uint64_t declared = exactWeightBytes ? exactWeightBytes
+                                         : (config.model ? config.model.getWeightBytes() : 0);
+    uint64_t weights = declared / config.runtime.getTp();
     uint64_t taken = weights + reserveBytes;
     if (taken >= usable) {
       weightsExceedBudget = true;
@@ -130,6 +138,27 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
   }
 
   bool weightsExceedBudget = false;
+  uint64_t exactWeightBytes = 0;
+
+  /// Lays the module's `kiln.weight`s out in one allocation (256-byte aligned, in
+  /// declaration order) and returns its size; nullopt on overflow (diagnosed).
+  std::optional<uint64_t> planWeights(ModuleOp module) {
+    uint64_t offset = 0;
+    Builder builder(module.getContext());
+    for (WeightOp weight : module.getOps<WeightOp>()) {
+      std::optional<uint64_t> bytes = weight.getBytes();
+      uint64_t aligned = 0;
+      if (!bytes || __builtin_add_overflow(offset, *bytes, &aligned) ||
+          aligned > static_cast<uint64_t>(INT64_MAX) - kAlignment) {
+        weight.emitError() << "the weights' total size overflows 64 bits at '"
+                           << weight.getSymName() << "'";
+        return std::nullopt;
+      }
+      weight.setOffsetAttr(builder.getI64IntegerAttr(static_cast<int64_t>(offset)));
+      offset = llvm::alignTo(aligned, kAlignment);
+    }
+    return offset;
+  }
 
   /// Pages per KV resource so that KV fills what the budget leaves after states.
   std::optional<uint64_t> fillPages(ModuleOp module, ArrayRef<PlannedResource> resources,

@@ -1,97 +1,94 @@
-// Runtime checks that need no GPU: errors without a device, null contexts, and the
-// hand-written models' steps on a validation-only ("dry") context, where every argument,
-// binding, arena bound and kernel/phase rule is checked exactly as on a GPU context.
+// Runtime checks that need no GPU: context creation, the step (kiln_rt_set_batch), every
+// compiled-code entry point's validation on a validation-only ("dry") context (pointers
+// inside the regions, sizes, kernels per phase, spec-dec modes), the sticky status, and
+// the legacy bind-based MLA/SSM/conv rules.
 #include "kiln/Runtime/Runtime.h"
 
 #include "GpuTest.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace {
 
-using ArenaFn = uint64_t (*)();
-using StepFn = int32_t (*)(kiln_rt_context_t *);
+std::string lastError() { return kiln_last_error(); }
 
-struct HandModel {
-  void *handle = nullptr;
-  ArenaFn arena = nullptr, spec = nullptr;
-  StepFn decode = nullptr, prefill = nullptr;
+// The plan of a small model: vocab 512, hidden 256, 4 heads x 64 (2 KV heads).
+kiln_rt_config_t tinyConfig() {
+  kiln_rt_config_t c{};
+  c.vocab_size = 512;
+  c.max_batch = 4;
+  c.max_seq_len = 256;
+  c.page_size = 16;
+  c.kv_pages = 64;
+  c.max_step_tokens = 256;
+  c.max_logit_rows = 16;
+  c.max_draft_len = 3;
+  c.weight_bytes = 4 << 20;
+  c.cache_bytes = 2 * (64ull * 2 * 16 * 2 * 64 * 2);
+  c.activation_bytes = 4 << 20;
+  c.workspace_bytes = kiln_rt_workspace_bytes(16, 4, 64);
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 16);
+  return c;
+}
 
-  explicit HandModel(const char *path) {
-    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!handle)
-      return;
-    arena = reinterpret_cast<ArenaFn>(dlsym(handle, "kiln_model_arena_bytes"));
-    spec = reinterpret_cast<ArenaFn>(dlsym(handle, "kiln_model_speculative_bytes"));
-    decode = reinterpret_cast<StepFn>(dlsym(handle, "kiln_model_decode_step"));
-    prefill = reinterpret_cast<StepFn>(dlsym(handle, "kiln_model_prefill_step"));
+const uint64_t kPool = 64ull * 2 * 16 * 2 * 64 * 2; // one layer's KV pool
+
+struct Dry {
+  kiln_rt_context_t *ctx = nullptr;
+  explicit Dry(const kiln_rt_config_t &c = tinyConfig()) {
+    EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_OK) << lastError();
   }
-  ~HandModel() {
-    if (handle)
-      dlclose(handle);
-  }
-  bool ok() const { return handle && arena && spec && decode && prefill; }
+  ~Dry() { kiln_rt_destroy(ctx); }
+  char *w(uint64_t off = 0) { return static_cast<char *>(kiln_rt_weights(ctx)) + off; }
+  char *a(uint64_t off = 0) { return static_cast<char *>(kiln_rt_activations(ctx)) + off; }
 };
 
-// Fake device pointers: a dry context checks only that they are bound (non-null).
-void *fake(int i) { return reinterpret_cast<void *>(static_cast<uintptr_t>(0x1000 * (i + 1))); }
-
-void bindHybrid(kiln_rt_context_t *ctx) {
-  int i = 0;
-  for (int layer : {0, 2}) {
-    for (const char *name : {"x", "dt", "b", "c", "z", "out", "A", "D", "dt_bias", "conv.x",
-                             "conv.out", "conv.weight", "conv.bias"})
-      ASSERT_EQ(kiln_rt_bind(ctx, layer, name, fake(i++)), KILN_OK);
-  }
-  for (int layer : {1, 3})
-    for (const char *name : {"q", "k", "v", "out"})
-      ASSERT_EQ(kiln_rt_bind(ctx, layer, name, fake(i++)), KILN_OK);
-}
-
-void bindMla(kiln_rt_context_t *ctx) {
-  int i = 0;
-  for (int layer : {0, 1})
-    for (const char *name : {"q", "latent", "out"})
-      ASSERT_EQ(kiln_rt_bind(ctx, layer, name, fake(i++)), KILN_OK);
-}
-
-const int32_t kCu[5] = {0, 37, 101, 106, 206};
-
-kiln_rt_batch_t decodeBatch(int qLen, int numPages, int maxPages) {
+// A step: batch sequences, q tokens each (seq_lens = cached + q), pages 0.. in order.
+struct Step {
+  std::vector<int32_t> q, lens, table, slots, ids, rows;
   kiln_rt_batch_t b{};
-  b.batch = 4;
-  b.q_len = qLen;
-  b.seq_lens = static_cast<const int32_t *>(fake(100));
-  b.block_table = static_cast<const int32_t *>(fake(101));
-  b.max_pages = maxPages;
-  b.num_pages = numPages;
-  b.slot_indices = static_cast<const int32_t *>(fake(102));
-  b.num_slots = 4;
-  return b;
-}
-
-kiln_rt_batch_t prefillBatch(int numPages, int maxPages) {
-  kiln_rt_batch_t b = decodeBatch(1, numPages, maxPages);
-  b.cu_seqlens_q = static_cast<const int32_t *>(fake(103));
-  b.cu_seqlens_q_host = kCu;
-  b.total_tokens = 206;
-  b.max_q_len = 100;
-  return b;
-}
-
-std::string lastError() { return kiln_last_error(); }
+  Step(int32_t phase, std::vector<int32_t> qLens, std::vector<int32_t> seqLens,
+       int rowsPerSeq = 1) {
+    q = qLens;
+    lens = seqLens;
+    int n = static_cast<int>(q.size());
+    table.assign(static_cast<size_t>(n) * 16, 0);
+    int page = 0;
+    for (int i = 0; i < n; ++i)
+      for (int p = 0; p < (lens[i] + 15) / 16 && p < 16; ++p)
+        table[i * 16 + p] = page++;
+    int tokens = 0;
+    for (int i = 0; i < n; ++i) {
+      for (int r = 0; r < rowsPerSeq; ++r)
+        rows.push_back(tokens + q[i] - rowsPerSeq + r);
+      tokens += q[i];
+      slots.push_back(n - 1 - i);
+    }
+    ids.assign(tokens, 7);
+    b.phase = phase;
+    b.batch = n;
+    b.q_lens = q.data();
+    b.seq_lens = lens.data();
+    b.block_table = table.data();
+    b.slots = slots.data();
+    b.token_ids = ids.data();
+    b.logit_rows = rows.data();
+    b.num_logit_rows = static_cast<int32_t>(rows.size());
+  }
+  int tokens() const { return static_cast<int>(ids.size()); }
+};
 
 TEST(RuntimeCpu, CreateWithoutDevice) {
   kiln_rt_context_t *ctx = nullptr;
-  kiln_status_t s = kiln_rt_create(0, 1 << 20, &ctx);
+  kiln_rt_config_t c = tinyConfig();
+  kiln_status_t s = kiln_rt_create(0, &c, &ctx);
   if (kiln::test::hasCudaDevice()) {
     ASSERT_EQ(s, KILN_OK) << lastError();
-    EXPECT_EQ(kiln_rt_arena_bytes(ctx), 1u << 20);
-    EXPECT_NE(kiln_rt_arena(ctx), nullptr);
+    EXPECT_NE(kiln_rt_weights(ctx), nullptr);
     kiln_rt_destroy(ctx);
     return;
   }
@@ -100,235 +97,499 @@ TEST(RuntimeCpu, CreateWithoutDevice) {
   EXPECT_NE(lastError().find("kiln_rt_create: no CUDA device"), std::string::npos) << lastError();
 }
 
+TEST(RuntimeCpu, ConfigValidation) {
+  kiln_rt_context_t *ctx = nullptr;
+  kiln_rt_config_t c = tinyConfig();
+  c.io_bytes += 256;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("io_bytes"), std::string::npos) << lastError();
+  c = tinyConfig();
+  c.workspace_bytes = 1 << 20;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("KILN_GEMM_WORKSPACE_BYTES"), std::string::npos) << lastError();
+  c = tinyConfig();
+  c.max_batch = 0;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("max_batch 0"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_create_dry(nullptr, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+}
+
+TEST(RuntimeCpu, LayoutFormulas) {
+  // Every array rounded up to 256 bytes; block table before argmax.
+  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16);
+  EXPECT_EQ(l.token_ids, 0u);
+  EXPECT_EQ(l.positions, 1024u);
+  EXPECT_EQ(l.token_batch, 2048u);
+  EXPECT_EQ(l.logit_rows, 3072u);
+  EXPECT_EQ(l.block_table + 256u, l.argmax);
+  EXPECT_EQ(l.bytes, 3072u + 256 * 6);
+  EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
+  EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
+  // Split partials: 16 splits x min(tokens, 32) x heads x (d + 1) x 4.
+  EXPECT_EQ(kiln_rt_workspace_bytes(8, 4, 64),
+            KILN_GEMM_WORKSPACE_BYTES + kiln_rt_align(16ull * 8 * 4 * 65 * 4));
+  EXPECT_EQ(kiln_rt_workspace_bytes(1000, 4, 64), kiln_rt_workspace_bytes(32, 4, 64));
+  EXPECT_STREQ(kiln_rt_kernel_name(KILN_RT_KERNEL_GQA_DECODE), "gqa_decode");
+  EXPECT_STREQ(kiln_rt_phase_name(KILN_RT_PHASE_EXTEND), "extend");
+  EXPECT_STREQ(kiln_rt_rope_name(KILN_RT_ROPE_YARN), "yarn");
+  EXPECT_STREQ(kiln_rt_input_name(KILN_RT_INPUT_LOGIT_ROWS), "logit_rows");
+  EXPECT_STREQ(kiln_rt_kernel_name(999), "unknown kernel");
+}
+
 TEST(RuntimeCpu, NullContext) {
-  EXPECT_EQ(kiln_rt_bind(nullptr, 0, "q", fake(0)), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("context is null"), std::string::npos) << lastError();
-  kiln_rt_batch_t b = decodeBatch(1, 64, 16);
-  EXPECT_EQ(kiln_rt_set_batch(nullptr, &b), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_attention(nullptr, 0, 1, 0, 8, 2, 128, 16, 0, KILN_RT_KERNEL_GQA_DECODE, 0),
+  EXPECT_EQ(kiln_rt_linear(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 1),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_linear: context is null"), std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_attention(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 64, 16,
+                              0, KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, 0, 0.f),
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("layer 1: context is null"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_set_batch(nullptr, nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_status(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_input(nullptr, 0), nullptr);
   EXPECT_EQ(kiln_rt_synchronize(nullptr), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_create(0, 0, nullptr), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_arena_bytes(nullptr), 0u);
+  EXPECT_EQ(kiln_rt_bind(nullptr, 0, "q", nullptr), KILN_ERROR_INVALID_ARGUMENT);
   kiln_rt_destroy(nullptr);
 }
 
-TEST(RuntimeCpu, BindAndBatchValidation) {
-  kiln_rt_context_t *ctx = nullptr;
-  ASSERT_EQ(kiln_rt_create_dry(1 << 20, &ctx), KILN_OK);
-  EXPECT_EQ(kiln_rt_bind(ctx, 0, nullptr, fake(0)), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_bind(ctx, -1, "q", fake(0)), KILN_ERROR_INVALID_ARGUMENT);
-  kiln_rt_batch_t b = decodeBatch(0, 64, 16);
-  EXPECT_EQ(kiln_rt_set_batch(ctx, &b), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("q_len 0"), std::string::npos) << lastError();
-  const int32_t badCu[5] = {0, 37, 30, 106, 206};
-  b = prefillBatch(64, 16);
-  b.cu_seqlens_q_host = badCu;
-  EXPECT_EQ(kiln_rt_set_batch(ctx, &b), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("decreases"), std::string::npos) << lastError();
-  // A launch without a batch.
-  EXPECT_EQ(kiln_rt_mla(ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE, 0),
-            KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("no batch set"), std::string::npos) << lastError();
-  kiln_rt_destroy(ctx);
+TEST(RuntimeCpu, SetBatchValidation) {
+  Dry d;
+  auto expectError = [&](Step &s, const char *what) {
+    EXPECT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_ERROR_INVALID_ARGUMENT) << what;
+    EXPECT_NE(lastError().find(what), std::string::npos) << lastError();
+    EXPECT_EQ(kiln_rt_status(d.ctx), KILN_ERROR_INVALID_ARGUMENT);
+  };
+  Step ok(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  EXPECT_EQ(kiln_rt_set_batch(d.ctx, &ok.b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_step_tokens(d.ctx), 2);
+  Step big(KILN_RT_PHASE_DECODE, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+  expectError(big, "batch 5 outside [1, max_batch 4]");
+  Step ragged(KILN_RT_PHASE_DECODE, {2, 1}, {10, 20});
+  expectError(ragged, "decode steps are uniform");
+  Step drafts(KILN_RT_PHASE_DECODE, {5}, {10});
+  expectError(drafts, "q_len 5 > 1 + max_draft_len 3");
+  Step prefill(KILN_RT_PHASE_PREFILL, {5}, {9});
+  expectError(prefill, "seq_lens 9 != q_lens 5");
+  Step tooLong(KILN_RT_PHASE_EXTEND, {5}, {300});
+  expectError(tooLong, "outside [q_lens 5, max_seq_len 256]");
+  Step tooMany(KILN_RT_PHASE_PREFILL, {200, 100}, {200, 100});
+  expectError(tooMany, "300 tokens > max_step_tokens 256");
+  Step badRow(KILN_RT_PHASE_DECODE, {1}, {10});
+  badRow.rows[0] = 1;
+  expectError(badRow, "logit_rows[0] = 1 outside the step's 1 tokens");
+  Step badPage(KILN_RT_PHASE_DECODE, {1}, {40});
+  badPage.table[2] = 64;
+  expectError(badPage, "block_table[0][2] = 64 outside [0, kv_pages 64)");
+  Step badId(KILN_RT_PHASE_DECODE, {1}, {10});
+  badId.ids[0] = 512;
+  expectError(badId, "token_ids[0] = 512 outside the vocabulary");
+  Step sameSlot(KILN_RT_PHASE_DECODE, {1, 1}, {10, 10});
+  sameSlot.slots[1] = sameSlot.slots[0];
+  expectError(sameSlot, "share slot");
+  Step noRows(KILN_RT_PHASE_DECODE, {1}, {10});
+  noRows.b.num_logit_rows = 0;
+  expectError(noRows, "num_logit_rows 0");
+  // A failed set_batch fails the step: compiled-code calls return its message.
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("num_logit_rows 0"), std::string::npos) << lastError();
+  // The next good step clears it.
+  EXPECT_EQ(kiln_rt_set_batch(d.ctx, &ok.b), KILN_OK);
+  EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
 }
 
-// The four hand-written models run their steps on dry contexts: everything validates, the
-// recorded resources fit the arena, intermediate states exist iff speculation is on.
-TEST(RuntimeCpu, HandModelsValidateDry) {
-  struct Case {
-    const char *path;
-    bool mla, spec;
-  } cases[] = {{KILN_HAND_HYBRID_NOSPEC, false, false},
-               {KILN_HAND_HYBRID_SPEC, false, true},
-               {KILN_HAND_MLA_NOSPEC, true, false},
-               {KILN_HAND_MLA_SPEC, true, true}};
-  for (const Case &c : cases) {
-    SCOPED_TRACE(c.path);
-    HandModel model(c.path);
-    ASSERT_TRUE(model.ok()) << dlerror();
-    kiln_rt_context_t *ctx = nullptr;
-    ASSERT_EQ(kiln_rt_create_dry(model.arena(), &ctx), KILN_OK);
-    EXPECT_EQ(kiln_rt_arena(ctx), nullptr);
-    EXPECT_EQ(kiln_rt_arena_bytes(ctx), model.arena());
-    int page = c.mla ? 64 : 16, maxPages = 256 / page, numPages = 4 * maxPages;
-    if (c.mla)
-      bindMla(ctx);
-    else
-      bindHybrid(ctx);
-    kiln_rt_batch_t pb = prefillBatch(numPages, maxPages);
-    ASSERT_EQ(kiln_rt_set_batch(ctx, &pb), KILN_OK) << lastError();
-    EXPECT_EQ(model.prefill(ctx), KILN_OK) << lastError();
-    kiln_rt_batch_t db = decodeBatch(c.spec ? 4 : 1, numPages, maxPages);
-    ASSERT_EQ(kiln_rt_set_batch(ctx, &db), KILN_OK) << lastError();
-    EXPECT_EQ(model.decode(ctx), KILN_OK) << lastError();
-    if (!c.spec)
-      EXPECT_EQ(model.spec(), 0u);
-    uint64_t off = 0, bytes = 0;
-    if (c.mla) {
-      EXPECT_EQ(kiln_rt_resource(ctx, 1, "mla_latent", &off, &bytes), KILN_OK);
-      EXPECT_EQ(bytes, 16u * 64 * 576 * 2);
-      EXPECT_LE(off + bytes, model.arena());
-    } else {
-      EXPECT_EQ(kiln_rt_resource(ctx, 3, "kv", &off, &bytes), KILN_OK);
-      EXPECT_EQ(bytes, 64u * 2 * 16 * 2 * 128 * 2);
-      EXPECT_EQ(kiln_rt_resource(ctx, 2, "ssm_state", &off, &bytes), KILN_OK);
-      EXPECT_EQ(bytes, 4u * 8 * 64 * 128 * 4);
-      kiln_status_t inter = kiln_rt_resource(ctx, 2, "intermediate_ssm_state", &off, &bytes);
-      EXPECT_EQ(inter == KILN_OK, c.spec);
-      if (c.spec) {
-        EXPECT_EQ(bytes, 4u * 4 * 8 * 64 * 128 * 4);
-        uint64_t convBytes = 0;
-        EXPECT_EQ(kiln_rt_resource(ctx, 0, "intermediate_conv_state", &off, &convBytes), KILN_OK);
-        EXPECT_EQ(2 * (bytes + convBytes), model.spec());
-      }
-      // A multi-token decode step on a model without speculation is rejected.
-      if (!c.spec) {
-        kiln_rt_batch_t mb = decodeBatch(4, numPages, maxPages);
-        ASSERT_EQ(kiln_rt_set_batch(ctx, &mb), KILN_OK);
-        EXPECT_EQ(model.decode(ctx), KILN_ERROR_INVALID_ARGUMENT);
-        EXPECT_NE(lastError().find("needs conv_update_spec"), std::string::npos) << lastError();
-      }
-    }
-    int32_t accepted[4] = {1, 2, 3, 5};
-    EXPECT_EQ(kiln_rt_commit_accepted(ctx, accepted), KILN_ERROR_INVALID_ARGUMENT);
-    kiln_rt_destroy(ctx);
-  }
+TEST(RuntimeCpu, InputsAndRegions) {
+  Dry d;
+  Step s(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK) << lastError();
+  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16);
+  char *io = static_cast<char *>(kiln_rt_io(d.ctx));
+  EXPECT_EQ(kiln_rt_input(d.ctx, KILN_RT_INPUT_TOKEN_IDS), io + l.token_ids);
+  EXPECT_EQ(kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), io + l.positions);
+  EXPECT_EQ(kiln_rt_input(d.ctx, KILN_RT_INPUT_LOGIT_ROWS), io + l.logit_rows);
+  EXPECT_EQ(kiln_rt_input_size(d.ctx, KILN_RT_INPUT_TOKEN_IDS), 12);
+  EXPECT_EQ(kiln_rt_input_size(d.ctx, KILN_RT_INPUT_LOGIT_ROWS), 2);
+  EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
+  // Regions are disjoint fake addresses.
+  EXPECT_NE(kiln_rt_weights(d.ctx), nullptr);
+  EXPECT_NE(kiln_rt_weights(d.ctx), kiln_rt_activations(d.ctx));
+  EXPECT_EQ(kiln_rt_is_dry(d.ctx), 1);
+  EXPECT_EQ(kiln_rt_planned_bytes(d.ctx),
+            (4u << 20) + 2 * kPool + (4u << 20) + kiln_rt_workspace_bytes(16, 4, 64) + l.bytes);
+  // Unknown input: sticky failure.
+  EXPECT_EQ(kiln_rt_input(d.ctx, 9), nullptr);
+  EXPECT_EQ(kiln_rt_status(d.ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("input 9 unknown"), std::string::npos) << lastError();
 }
 
-TEST(RuntimeCpu, MissingBindingNamesLayerAndTensor) {
-  HandModel model(KILN_HAND_HYBRID_NOSPEC);
-  ASSERT_TRUE(model.ok());
-  kiln_rt_context_t *ctx = nullptr;
-  ASSERT_EQ(kiln_rt_create_dry(model.arena(), &ctx), KILN_OK);
-  bindHybrid(ctx);
-  ASSERT_EQ(kiln_rt_bind(ctx, 2, "dt", nullptr), KILN_OK); // unbind
-  kiln_rt_batch_t db = decodeBatch(1, 64, 16);
-  ASSERT_EQ(kiln_rt_set_batch(ctx, &db), KILN_OK);
-  EXPECT_EQ(model.decode(ctx), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("layer 2: tensor 'dt' is not bound"), std::string::npos)
+TEST(RuntimeCpu, GraphOpValidation) {
+  Dry d;
+  Step s(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
+  auto fresh = [&]() { ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK) << lastError(); };
+  void *ids = kiln_rt_input(d.ctx, KILN_RT_INPUT_TOKEN_IDS);
+  fresh();
+  // A valid chain of ops.
+  EXPECT_EQ(kiln_rt_embedding(d.ctx, ids, d.w(), d.a(), 12, 512, 256), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm(d.ctx, d.a(), d.w(512 * 256 * 2), d.a(1 << 20), 12, 256, 1e-6f),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_linear(d.ctx, d.a(1 << 20), d.w(), nullptr, d.a(2 << 20), 12, 512, 256),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12,
+                         4, 64, KILN_RT_ROPE_LLAMA3, 500000.f, 8.f, 1.f, 4.f, 8192, 1.f),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(4096), d.a(), 1024), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_swiglu(d.ctx, d.a(), d.a(4096), d.a(8192), 1024), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_gather_rows(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_LOGIT_ROWS),
+                                d.a(1 << 20), 2, 256, 12),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, d.a(1 << 20), 2, 512), KILN_OK)
       << lastError();
-  EXPECT_NE(lastError().find("kiln_rt_ssm (ssm_update)"), std::string::npos) << lastError();
-  // Optional tensors may stay unbound.
-  ASSERT_EQ(kiln_rt_bind(ctx, 2, "dt", fake(7)), KILN_OK);
-  ASSERT_EQ(kiln_rt_bind(ctx, 2, "z", nullptr), KILN_OK);
-  ASSERT_EQ(kiln_rt_bind(ctx, 2, "conv.bias", nullptr), KILN_OK);
-  EXPECT_EQ(model.decode(ctx), KILN_OK) << lastError();
-  // The conv's weight is required.
-  ASSERT_EQ(kiln_rt_bind(ctx, 0, "conv.weight", nullptr), KILN_OK);
-  EXPECT_EQ(model.decode(ctx), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("layer 0: tensor 'conv.weight' (or 'weight') is not bound"),
+  int32_t argmax[2] = {5, 5};
+  EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_OK) << lastError();
+  EXPECT_EQ(argmax[0], 0); // dry: zeros
+
+  struct Case {
+    const char *what;
+    std::function<int32_t()> call;
+  };
+  std::vector<Case> cases = {
+      {"kiln_rt_linear: op 1 of the prefill step (before the first attention): x is null",
+       [&] { return kiln_rt_linear(d.ctx, nullptr, d.w(), nullptr, d.a(), 1, 1, 1); }},
+      {"w [0, 4194306) of the weights region runs past its end",
+       [&] { return kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 1, 2097153, 1); }},
+      {"lies in no region",
+       [&] {
+         return kiln_rt_add(d.ctx, reinterpret_cast<void *>(0x1000), d.a(), d.a(), 8);
+       }},
+      {"out (offset 0 of the weights region) is an output",
+       [&] { return kiln_rt_add(d.ctx, d.a(), d.a(), d.w(), 8); }},
+      {"m 0 outside", [&] { return kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 0, 1, 1); }},
+      {"rope_type 7 unknown",
+       [&] {
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 7, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"attention_factor 0 must be finite and > 0",
+       [&] {
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 1e4f, 1, 0, 0, 0, 0);
+       }},
+      {"tokens 11 != the step's 12 tokens",
+       [&] {
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 11, 4, 64, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"is not 2-byte aligned", [&] { return kiln_rt_add(d.ctx, d.a(1), d.a(), d.a(), 8); }},
+      {"vocab 500 != the model's vocab_size 512",
+       [&] { return kiln_rt_embedding(d.ctx, ids, d.w(), d.a(), 12, 500, 256); }},
+      {"logits: 3 rows, but the step asks for 2 logit rows",
+       [&] { return kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, d.a(), 3, 512); }},
+      {"eps -1 must be finite",
+       [&] { return kiln_rt_rms_norm(d.ctx, d.a(), d.w(), d.a(), 1, 8, -1.f); }},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    fresh();
+    EXPECT_EQ(c.call(), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
+  // Reading results without logits.
+  fresh();
+  EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_output(LOGITS) not called"), std::string::npos)
+      << lastError();
+}
+
+TEST(RuntimeCpu, StickyStatus) {
+  Dry d;
+  Step s(KILN_RT_PHASE_DECODE, {1}, {10});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK);
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
+  EXPECT_EQ(kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 1, 8, 0),
+            KILN_ERROR_INVALID_ARGUMENT);
+  const std::string first = lastError();
+  EXPECT_NE(first.find("kiln_rt_linear: op 2 of the decode step"), std::string::npos) << first;
+  // Every later call returns at once with the first failure, valid or not.
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), first);
+  EXPECT_EQ(kiln_rt_rms_norm(d.ctx, nullptr, nullptr, nullptr, 0, 0, 0),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), first);
+  EXPECT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, d.a(), 1, 512),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), first);
+  EXPECT_EQ(kiln_rt_status(d.ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), first);
+  int32_t argmax[1];
+  EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("the step failed: " + first), std::string::npos) << lastError();
+  kiln_rt_clear_status(d.ctx);
+  EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
+}
+
+// attention(layer, kv offset, ...) with the tiny shapes.
+int32_t attend(Dry &d, int layer, uint64_t kvOffset, int tokens, int32_t decodeKernel,
+               int32_t prefillKernel, int32_t spec, int headDim = 64, int page = 16,
+               int window = 0) {
+  return kiln_rt_attention(d.ctx, layer, kvOffset, d.a(0), d.a(1 << 20), d.a(2 << 20),
+                           d.a(3 << 20), tokens, 4, 2, headDim, page, window, decodeKernel,
+                           prefillKernel, spec, 0.f);
+}
+
+TEST(RuntimeCpu, AttentionValidation) {
+  Dry d;
+  const int32_t GQA = KILN_RT_KERNEL_GQA_DECODE, FMHA = KILN_RT_KERNEL_PREFILL_FMHA;
+  Step dec(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  auto set = [&](Step &s) { ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK) << lastError(); };
+  set(dec);
+  EXPECT_EQ(attend(d, 0, 0, 2, GQA, FMHA, KILN_RT_SINGLE_TOKEN), KILN_OK) << lastError();
+  EXPECT_EQ(attend(d, 1, kPool, 2, GQA, FMHA, KILN_RT_SINGLE_TOKEN), KILN_OK) << lastError();
+  uint64_t off = 0, bytes = 0;
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 1, "kv", &off, &bytes), KILN_OK);
+  EXPECT_EQ(off, kPool);
+  EXPECT_EQ(bytes, kPool);
+  struct Case {
+    Step *step;
+    std::function<int32_t()> call;
+    kiln_status_t status;
+    const char *what;
+  };
+  Step multi(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20}, 3);
+  Step pre(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
+  Step ext(KILN_RT_PHASE_EXTEND, {2, 1}, {12, 30});
+  std::vector<Case> cases = {
+      {&dec, [&] { return attend(d, 0, 0, 2, FMHA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
+       "kiln_rt_attention (prefill_fmha): layer 0: decode_kernel 2 (prefill_fmha) cannot run "
+       "attention in decode"},
+      {&pre, [&] { return attend(d, 0, 0, 12, GQA, GQA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
+       "prefill_kernel 1 (gqa_decode) cannot run attention in prefill"},
+      {&multi, [&] { return attend(d, 3, 0, 6, GQA, FMHA, KILN_RT_SINGLE_TOKEN); },
+       KILN_ERROR_INVALID_ARGUMENT,
+       "layer 3: q_len 3 > 1 but spec_dec_mode is SINGLE_TOKEN"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 32); },
+       KILN_ERROR_INVALID_ARGUMENT, "page_size 32 != the model's page_size 16"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 24); }, KILN_ERROR_UNSUPPORTED,
+       "page_size 24 unsupported"},
+      {&dec, [&] { return attend(d, 0, 0, 3, GQA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
+       "tokens 3 != the step's 2 tokens"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 96); }, KILN_ERROR_UNSUPPORTED,
+       "head_dim 96 unsupported"},
+      {&pre, [&] { return attend(d, 0, 0, 12, GQA, FMHA, 0, 256); }, KILN_ERROR_UNSUPPORTED,
+       "support head_dim 64/128 (got 256)"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 4096); },
+       KILN_ERROR_UNSUPPORTED, "sliding-window attention (window 4096)"},
+      {&dec, [&] { return attend(d, 2, kPool + kPool / 2, 2, GQA, FMHA, 0); },
+       KILN_ERROR_INVALID_ARGUMENT, "does not fit in the caches"},
+      {&dec, [&] { return attend(d, 2, kPool / 2, 2, GQA, FMHA, 0); },
+       KILN_ERROR_INVALID_ARGUMENT, "overlaps layer 0's kv"},
+      {&dec, [&] { return attend(d, 2, 8, 2, GQA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
+       "not 16-byte aligned"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 7); }, KILN_ERROR_INVALID_ARGUMENT,
+       "spec_dec_mode 7 unknown"},
+      {&dec,
+       [&] {
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(8), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20),
+                                  2, 4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f);
+       },
+       KILN_ERROR_INVALID_ARGUMENT, "q ("},
+      {&dec,
+       [&] {
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.w(), 2, 4, 2,
+                                  64, 16, 0, GQA, FMHA, 0, 0.f);
+       },
+       KILN_ERROR_INVALID_ARGUMENT, "is an output"},
+      {&dec,
+       [&] {
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20), 2,
+                                  68, 2, 64, 16, 0, GQA, FMHA, 0, 0.f);
+       },
+       KILN_ERROR_UNSUPPORTED, "1..16 query heads per KV head"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    set(*c.step);
+    EXPECT_EQ(c.call(), c.status);
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
+  // Valid: multi-token decode, EXTEND_CONTEXT decode, prefill, extend.
+  set(multi);
+  EXPECT_EQ(attend(d, 0, 0, 6, GQA, FMHA, KILN_RT_MULTI_TOKEN), KILN_OK) << lastError();
+  EXPECT_EQ(attend(d, 1, kPool, 6, GQA, FMHA, KILN_RT_EXTEND_CONTEXT), KILN_OK) << lastError();
+  set(pre);
+  EXPECT_EQ(attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0), KILN_OK)
+      << lastError();
+  set(ext);
+  EXPECT_EQ(attend(d, 0, 0, 3, GQA, FMHA, 0), KILN_OK) << lastError();
+  // Graph-op errors name the last attention layer.
+  EXPECT_EQ(kiln_rt_add(d.ctx, nullptr, d.a(), d.a(), 8), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("op 2 of the extend step (after layer 0's attention)"),
             std::string::npos)
       << lastError();
-  kiln_rt_destroy(ctx);
 }
 
-TEST(RuntimeCpu, LaunchValidation) {
-  kiln_rt_context_t *ctx = nullptr;
-  const uint64_t kvBytes = 64ull * 2 * 16 * 2 * 128 * 2;
-  ASSERT_EQ(kiln_rt_create_dry(3 * kvBytes, &ctx), KILN_OK);
-  for (const char *name : {"q", "k", "v", "out"}) {
-    ASSERT_EQ(kiln_rt_bind(ctx, 1, name, fake(1)), KILN_OK);
-    ASSERT_EQ(kiln_rt_bind(ctx, 3, name, fake(2)), KILN_OK);
-  }
-  kiln_rt_batch_t b = decodeBatch(1, 64, 16);
-  ASSERT_EQ(kiln_rt_set_batch(ctx, &b), KILN_OK);
-  const int32_t D = KILN_RT_DECODE, GQA = KILN_RT_KERNEL_GQA_DECODE;
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 1, 0, 8, 2, 128, 16, 0, GQA, 0), KILN_OK) << lastError();
-  // Sliding window: not supported yet.
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 1, 0, 8, 2, 128, 16, 512, GQA, 0), KILN_ERROR_UNSUPPORTED);
-  EXPECT_NE(lastError().find("sliding-window"), std::string::npos) << lastError();
-  // Outside the arena.
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, 2 * kvBytes + 256, 8, 2, 128, 16, 0, GQA, 0),
+// ---- legacy bind-based families ---------------------------------------------------------
+
+void *fake(int i) { return reinterpret_cast<void *>(static_cast<uintptr_t>(0x1000 * (i + 1))); }
+
+kiln_rt_config_t legacyConfig(int64_t pageSize, int64_t pages, uint64_t cacheBytes) {
+  kiln_rt_config_t c = tinyConfig();
+  c.page_size = pageSize;
+  c.max_seq_len = 256;
+  c.kv_pages = pages;
+  c.cache_bytes = cacheBytes;
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, kiln_rt_max_pages_per_seq(256, pageSize));
+  return c;
+}
+
+TEST(RuntimeCpu, LegacyBindAndPhase) {
+  kiln_rt_config_t c = legacyConfig(64, 16, 64ull << 20);
+  Dry d(c);
+  EXPECT_EQ(kiln_rt_bind(d.ctx, 0, nullptr, fake(0)), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_bind(d.ctx, -1, "q", fake(0)), KILN_ERROR_INVALID_ARGUMENT);
+  // A launch without a step.
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE, 0),
             KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("does not fit in the arena"), std::string::npos) << lastError();
-  // Overlapping layer 1's pool.
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes / 2, 8, 2, 128, 16, 0, GQA, 0),
+  EXPECT_NE(lastError().find("no batch set"), std::string::npos) << lastError();
+  // The call's phase must be the step's.
+  std::vector<int32_t> q = {4, 4}, lens = {10, 20}, table(2 * 4, 0), ids(8, 1), rows = {0};
+  table[4] = 1;
+  kiln_rt_batch_t b{};
+  b.phase = KILN_RT_PHASE_DECODE;
+  b.batch = 2;
+  b.q_lens = q.data();
+  b.seq_lens = lens.data();
+  b.block_table = table.data();
+  b.token_ids = ids.data();
+  b.logit_rows = rows.data();
+  b.num_logit_rows = 1;
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
+  for (const char *name : {"q", "latent", "out"})
+    ASSERT_EQ(kiln_rt_bind(d.ctx, 0, name, fake(3)), KILN_OK);
+  EXPECT_EQ(kiln_rt_mla(d.ctx, KILN_RT_PHASE_PREFILL, 0, 0, 16, 512, 64, 64,
+                        KILN_RT_KERNEL_MLA_PREFILL_DECODE, 0),
             KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("overlaps layer 1's kv"), std::string::npos) << lastError();
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes, 8, 2, 128, 16, 0, GQA, 0), KILN_OK)
+  EXPECT_NE(lastError().find("called for prefill, but the step is a decode step"),
+            std::string::npos)
       << lastError();
-  // Misaligned offset, bad head dim, kernel/phase mismatch, heads not a multiple.
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes + 8, 8, 2, 128, 16, 0, GQA, 0),
-            KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes, 8, 2, 96, 16, 0, GQA, 0),
-            KILN_ERROR_UNSUPPORTED);
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes, 8, 2, 128, 16, 0, KILN_RT_KERNEL_PREFILL_FMHA,
-                              0),
-            KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("cannot run attention in decode"), std::string::npos) << lastError();
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 3, kvBytes, 8, 3, 128, 16, 0, GQA, 0),
-            KILN_ERROR_INVALID_ARGUMENT);
-  // Multi-token decode: q_len 4 needs MULTI_TOKEN or EXTEND_CONTEXT.
-  b.q_len = 4;
-  ASSERT_EQ(kiln_rt_set_batch(ctx, &b), KILN_OK);
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 1, 0, 8, 2, 128, 16, 0, GQA, KILN_RT_SINGLE_TOKEN),
-            KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("SINGLE_TOKEN"), std::string::npos) << lastError();
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 1, 0, 8, 2, 128, 16, 0, GQA, KILN_RT_MULTI_TOKEN), KILN_OK);
-  EXPECT_EQ(kiln_rt_attention(ctx, D, 1, 0, 8, 2, 128, 16, 0, GQA, KILN_RT_EXTEND_CONTEXT),
-            KILN_OK);
-  // Prefill without packed sequence info.
-  EXPECT_EQ(kiln_rt_attention(ctx, KILN_RT_PREFILL, 1, 0, 8, 2, 128, 16, 0,
-                              KILN_RT_KERNEL_PREFILL_FMHA, 0),
-            KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(lastError().find("cu_seqlens_q_host"), std::string::npos) << lastError();
-  kiln_rt_destroy(ctx);
 }
 
 TEST(RuntimeCpu, MlaAndMambaRules) {
-  kiln_rt_context_t *ctx = nullptr;
-  ASSERT_EQ(kiln_rt_create_dry(64ull << 20, &ctx), KILN_OK);
+  Dry d(legacyConfig(64, 16, 64ull << 20));
   for (const char *name : {"q", "latent", "out"})
-    ASSERT_EQ(kiln_rt_bind(ctx, 0, name, fake(3)), KILN_OK);
-  kiln_rt_batch_t b = decodeBatch(4, 16, 4);
-  ASSERT_EQ(kiln_rt_set_batch(ctx, &b), KILN_OK);
-  EXPECT_EQ(kiln_rt_mla(ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM,
+    ASSERT_EQ(kiln_rt_bind(d.ctx, 0, name, fake(3)), KILN_OK);
+  // Four sequences, q_len 4 (the old decodeBatch(4, 16, 4)).
+  std::vector<int32_t> q(4, 4), lens = {20, 30, 40, 50}, table(4 * 4, 0), ids(16, 1), rows = {0};
+  for (int i = 0; i < 4; ++i)
+    table[i * 4] = i;
+  std::vector<int32_t> slots = {3, 2, 1, 0};
+  kiln_rt_batch_t b{};
+  b.phase = KILN_RT_PHASE_DECODE;
+  b.batch = 4;
+  b.q_lens = q.data();
+  b.seq_lens = lens.data();
+  b.block_table = table.data();
+  b.slots = slots.data();
+  b.token_ids = ids.data();
+  b.logit_rows = rows.data();
+  b.num_logit_rows = 1;
+  kiln_rt_config_t c = legacyConfig(64, 16, 64ull << 20);
+  c.max_draft_len = 3;
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM,
                         KILN_RT_MULTI_TOKEN),
             KILN_ERROR_UNSUPPORTED);
   EXPECT_NE(lastError().find("q_len 1 only"), std::string::npos) << lastError();
-  EXPECT_EQ(kiln_rt_mla(ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM,
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM,
                         KILN_RT_EXTEND_CONTEXT),
             KILN_OK) << lastError();
-  EXPECT_EQ(kiln_rt_mla(ctx, 0, 0, 0, 16, 256, 64, 64, KILN_RT_KERNEL_MLA_DECODE, 1),
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 256, 64, 64, KILN_RT_KERNEL_MLA_DECODE, 1),
             KILN_ERROR_UNSUPPORTED);
-  EXPECT_EQ(kiln_rt_mla(ctx, 0, 0, 0, 16, 512, 64, 32, KILN_RT_KERNEL_MLA_DECODE, 1),
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 512, 64, 32, KILN_RT_KERNEL_MLA_DECODE, 1),
             KILN_ERROR_UNSUPPORTED);
+  uint64_t off = 0, bytes = 0;
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 0, "mla_latent", &off, &bytes), KILN_OK);
+  EXPECT_EQ(bytes, 16u * 64 * 576 * 2);
   // SSM: spec kernel without intermediate states; bad state size; bad dtype.
   for (const char *name : {"x", "dt", "b", "c", "out", "A"})
-    ASSERT_EQ(kiln_rt_bind(ctx, 1, name, fake(4)), KILN_OK);
-  EXPECT_EQ(kiln_rt_ssm(ctx, 0, 1, 8 << 20, -1, 8, 64, 128, 2, KILN_DTYPE_F32,
+    ASSERT_EQ(kiln_rt_bind(d.ctx, 1, name, fake(4)), KILN_OK);
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, -1, 8, 64, 128, 2, KILN_DTYPE_F32,
                         KILN_RT_KERNEL_SSM_UPDATE_SPEC),
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("intermediate_offset < 0"), std::string::npos) << lastError();
-  EXPECT_EQ(kiln_rt_ssm(ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 2, KILN_DTYPE_F32,
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 2, KILN_DTYPE_F32,
                         KILN_RT_KERNEL_SSM_UPDATE_SPEC),
             KILN_OK) << lastError();
-  EXPECT_EQ(kiln_rt_ssm(ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 96, 2, KILN_DTYPE_F32,
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 1, "ssm_state", &off, &bytes), KILN_OK);
+  EXPECT_EQ(bytes, 4u * 8 * 64 * 128 * 4); // num_slots = max_batch = 4
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 1, "intermediate_ssm_state", &off, &bytes), KILN_OK);
+  EXPECT_EQ(bytes, 4u * 4 * 8 * 64 * 128 * 4);
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 96, 2, KILN_DTYPE_F32,
                         KILN_RT_KERNEL_SSM_UPDATE_SPEC),
             KILN_ERROR_UNSUPPORTED);
-  EXPECT_EQ(kiln_rt_ssm(ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 2, KILN_DTYPE_F16,
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 2, KILN_DTYPE_F16,
                         KILN_RT_KERNEL_SSM_UPDATE_SPEC),
             KILN_ERROR_UNSUPPORTED);
-  EXPECT_EQ(kiln_rt_ssm(ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 3, KILN_DTYPE_F32,
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 3, KILN_DTYPE_F32,
                         KILN_RT_KERNEL_SSM_UPDATE_SPEC),
             KILN_ERROR_INVALID_ARGUMENT);
+  // q_len 4 without the spec kernel.
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, -1, 8, 64, 128, 2, KILN_DTYPE_F32,
+                        KILN_RT_KERNEL_SSM_UPDATE),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("needs ssm_update_spec"), std::string::npos) << lastError();
   // Conv: width 5 unsupported, prefill kernel in decode rejected.
   for (const char *name : {"conv.x", "conv.out", "conv.weight"})
-    ASSERT_EQ(kiln_rt_bind(ctx, 1, name, fake(5)), KILN_OK);
-  EXPECT_EQ(kiln_rt_conv(ctx, 0, 1, 40 << 20, 41 << 20, 1024, 5, 1,
+    ASSERT_EQ(kiln_rt_bind(d.ctx, 1, name, fake(5)), KILN_OK);
+  EXPECT_EQ(kiln_rt_conv(d.ctx, 0, 1, 40 << 20, 41 << 20, 1024, 5, 1,
                          KILN_RT_KERNEL_CONV_UPDATE_SPEC),
             KILN_ERROR_UNSUPPORTED);
-  EXPECT_EQ(kiln_rt_conv(ctx, 0, 1, 40 << 20, 41 << 20, 1024, 4, 1,
+  EXPECT_EQ(kiln_rt_conv(d.ctx, 0, 1, 40 << 20, 41 << 20, 1024, 4, 1,
                          KILN_RT_KERNEL_CONV_PREFILL_SEQUENTIAL),
             KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(kiln_rt_conv(ctx, 0, 1, 40 << 20, 41 << 20, 1024, 4, 1,
+  EXPECT_EQ(kiln_rt_conv(d.ctx, 0, 1, 40 << 20, 41 << 20, 1024, 4, 1,
                          KILN_RT_KERNEL_CONV_UPDATE_SPEC),
             KILN_OK) << lastError();
   int32_t accepted[4] = {1, 2, 3, 4};
-  EXPECT_EQ(kiln_rt_commit_accepted(ctx, accepted), KILN_OK) << lastError();
-  kiln_rt_destroy(ctx);
+  EXPECT_EQ(kiln_rt_commit_accepted(d.ctx, accepted), KILN_OK) << lastError();
+  int32_t bad[4] = {1, 2, 3, 5};
+  EXPECT_EQ(kiln_rt_commit_accepted(d.ctx, bad), KILN_ERROR_INVALID_ARGUMENT);
+  // A missing binding names the layer and tensor; optional ones may stay unbound.
+  ASSERT_EQ(kiln_rt_bind(d.ctx, 1, "dt", nullptr), KILN_OK);
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, 0, 1, 8 << 20, 16 << 20, 8, 64, 128, 2, KILN_DTYPE_F32,
+                        KILN_RT_KERNEL_SSM_UPDATE_SPEC),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_ssm (ssm_update_spec): layer 1: tensor 'dt' is not bound"),
+            std::string::npos)
+      << lastError();
+  ASSERT_EQ(kiln_rt_bind(d.ctx, 1, "conv.weight", nullptr), KILN_OK);
+  EXPECT_EQ(kiln_rt_conv(d.ctx, 0, 1, 40 << 20, 41 << 20, 1024, 4, 1,
+                         KILN_RT_KERNEL_CONV_UPDATE_SPEC),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("layer 1: tensor 'conv.weight' (or 'weight') is not bound"),
+            std::string::npos)
+      << lastError();
+  // Legacy calls are not sticky.
+  EXPECT_EQ(kiln_rt_mla(d.ctx, 0, 0, 0, 16, 512, 64, 64, KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM,
+                        KILN_RT_EXTEND_CONTEXT),
+            KILN_OK) << lastError();
+  (void)c;
+}
+
+TEST(RuntimeCpu, LegacyPrefill) {
+  Dry d(legacyConfig(16, 64, 64ull << 20));
+  for (const char *name : {"x", "dt", "b", "c", "out", "A", "conv.x", "conv.out", "conv.weight"})
+    ASSERT_EQ(kiln_rt_bind(d.ctx, 0, name, fake(6)), KILN_OK);
+  Step pre(KILN_RT_PHASE_PREFILL, {37, 64, 5, 100}, {37, 64, 5, 100});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &pre.b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_conv(d.ctx, KILN_RT_PHASE_PREFILL, 0, 0, -1, 1024, 4, 1,
+                         KILN_RT_KERNEL_CONV_PREFILL_SEQUENTIAL),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, KILN_RT_PHASE_PREFILL, 0, 1 << 20, -1, 8, 64, 128, 2,
+                        KILN_DTYPE_F32, KILN_RT_KERNEL_SSM_PREFILL_SEQUENTIAL),
+            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_ssm(d.ctx, KILN_RT_PHASE_PREFILL, 0, 1 << 20, -1, 8, 64, 128, 2,
+                        KILN_DTYPE_F32, KILN_RT_KERNEL_SSM_UPDATE),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("cannot run an SSM prefill"), std::string::npos) << lastError();
 }
 
 } // namespace

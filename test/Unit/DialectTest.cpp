@@ -1,6 +1,6 @@
 // Attributes, presets, interface queries and byte formulas of the kiln dialect.
-#include "kiln/Dialect/Kiln.h"
-#include "kiln/Transforms/Pipeline.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/InitAll.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -22,7 +22,7 @@ protected:
   }
   RuntimeAttr runtime(unsigned batch, unsigned seq, unsigned page = 64, unsigned tp = 1) {
     return RuntimeAttr::get(&context, batch, seq, page, Builder(&context).getBF16Type(), tp,
-                            Type());
+                            Type(), /*max_step_tokens=*/0);
   }
   /// Bytes of the single resource declared by `resourceIr` under `config`.
   uint64_t bytesOf(StringRef resourceIr, RuntimeAttr config) {
@@ -150,5 +150,46 @@ TEST_F(DialectTest, ResourceInterfaceQueries) {
   EXPECT_EQ(resources[1].getAllocationUnit(), AllocationUnit::perToken);
   EXPECT_EQ(resources[1].getPoolCategory(), PoolCategory::unmanaged);
   EXPECT_TRUE(resources[1].getResourceElementType().isF16());
+}
+// The lowering passes these enum values to the runtime unchanged, so they must be the
+// codes of include/kiln/Runtime/ABI.def.
+TEST_F(DialectTest, EnumsMatchRuntimeAbi) {
+#define KILN_RT_ROPE(ENUM, value, name)                                                    \
+  EXPECT_EQ(static_cast<int64_t>(*symbolizeRopeType(name)), value) << name;
+#include "kiln/Runtime/ABI.def"
+#define KILN_RT_INPUT(ENUM, value, name)                                                   \
+  EXPECT_EQ(static_cast<int64_t>(*symbolizeInputKind(name)), value) << name;
+#include "kiln/Runtime/ABI.def"
+#define KILN_RT_OUTPUT(ENUM, value, name)                                                  \
+  EXPECT_EQ(static_cast<int64_t>(*symbolizeOutputKind(name)), value) << name;
+#include "kiln/Runtime/ABI.def"
+}
+
+// max_logit_rows = max_batch x (1 + drafts); max_step_tokens defaults to the larger of
+// that and min(max_seq_len, 2048), or is what kiln.runtime says.
+TEST_F(DialectTest, StepLimits) {
+  ModuleConfig config;
+  config.runtime = runtime(4, 256);
+  StepLimits limits = getStepLimits(config);
+  EXPECT_EQ(limits.maxLogitRows, 4u);
+  EXPECT_EQ(limits.maxStepTokens, 256u);
+  EXPECT_EQ(limits.maxDraftLen, 0u);
+  config.runtime = runtime(1024, 8192);
+  config.spec = SpecAttr::get(&context, SpecMode::mtp, 3, SsmSpecMode::rewind);
+  limits = getStepLimits(config);
+  EXPECT_EQ(limits.maxLogitRows, 4096u);
+  EXPECT_EQ(limits.maxStepTokens, 4096u);
+  EXPECT_EQ(limits.maxDraftLen, 3u);
+  config.runtime = RuntimeAttr::get(&context, 4, 8192, 64, Builder(&context).getBF16Type(),
+                                    1, Type(), /*max_step_tokens=*/512);
+  EXPECT_EQ(getStepLimits(config).maxStepTokens, 512u);
+  EXPECT_EQ(getStepLimits(ModuleConfig()).maxStepTokens, 0u);
+}
+
+TEST_F(DialectTest, DeviceMemoryTotal) {
+  auto memory = DeviceMemoryAttr::get(&context, 1, 2, 4, 8, 16, 0, 0, 0);
+  EXPECT_EQ(memory.getTotal(), 31u);
+  auto overflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 1, 0, 0, 0, 0, 0, 0);
+  EXPECT_FALSE(overflow.getTotal());
 }
 } // namespace

@@ -1,6 +1,6 @@
 // Registry queries, the feature table, and a variant added by an embedder.
 #include "kiln/Registry/KernelRegistry.h"
-#include "kiln/Transforms/Pipeline.h"
+#include "kiln/InitAll.h"
 
 #include "mlir/IR/Builders.h"
 

@@ -11,12 +11,11 @@
 // See docs/kiln-compile.md.
 //
 //===----------------------------------------------------------------------===//
-#include "kiln/Dialect/Kiln.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Import/HFConfig.h"
 #include "kiln/Report/Report.h"
-#ifdef KILN_HAVE_TRANSFORMS
-#include "kiln/Transforms/Pipeline.h"
-#endif
+#include "kiln/Driver/Pipelines.h"
+#include "kiln/InitAll.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -39,41 +38,49 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 namespace {
-enum class EmitKind { report, mlir, llvm, so };
+enum class EmitKind { report, mlir, lowered, llvm, so };
 
-cl::OptionCategory category("kiln-compile options");
+cl::OptionCategory importCategory("Import");
+cl::OptionCategory targetCategory("Target");
+cl::OptionCategory specCategory("Speculative decoding");
+cl::OptionCategory memoryCategory("Memory");
+cl::OptionCategory outputCategory("Output");
 
 cl::opt<std::string> modelPath(cl::Positional, cl::desc("[MODEL: config.json or .mlir]"),
-                               cl::init(""), cl::cat(category));
+                               cl::init(""), cl::cat(importCategory));
 cl::opt<std::string> targetName("target",
                                 cl::desc("GPU preset (h200, l40s, rtx5090, b200, ...) or sm_XY "
                                          "(default: h200, or what a .mlir input says)"),
-                                cl::init(""), cl::cat(category));
+                                cl::init(""), cl::cat(targetCategory));
 cl::opt<std::string> specName("spec",
                               cl::desc("speculation: none, mtp:N, eagle3:N, draft:N, ngram:N "
                                        "(default: none, or what a .mlir input says)"),
-                              cl::init(""), cl::cat(category));
+                              cl::init(""), cl::cat(specCategory));
 cl::opt<std::string> ssmMode("ssm-mode", cl::desc("SSM state recovery: rewind or replay"),
-                             cl::init(""), cl::cat(category));
-cl::opt<unsigned> maxBatch("max-batch", cl::desc("sequences / state slots"), cl::cat(category));
-cl::opt<unsigned> maxSeqLen("max-seq-len", cl::desc("tokens per sequence"), cl::cat(category));
-cl::opt<unsigned> pageSize("page-size", cl::desc("tokens per KV page"), cl::cat(category));
+                             cl::init(""), cl::cat(specCategory));
+cl::opt<unsigned> maxBatch("max-batch", cl::desc("sequences / state slots"), cl::cat(memoryCategory));
+cl::opt<unsigned> maxSeqLen("max-seq-len", cl::desc("tokens per sequence"), cl::cat(memoryCategory));
+cl::opt<unsigned> pageSize("page-size", cl::desc("tokens per KV page"), cl::cat(memoryCategory));
 cl::opt<std::string> kvDtype("kv-dtype", cl::desc("KV cache dtype: bf16, f16, f32, fp8"),
-                             cl::init(""), cl::cat(category));
-cl::opt<unsigned> tp("tp", cl::desc("tensor parallel ranks"), cl::cat(category));
+                             cl::init(""), cl::cat(memoryCategory));
+cl::opt<unsigned> tp("tp", cl::desc("tensor parallel ranks"), cl::cat(memoryCategory));
+cl::opt<unsigned> maxStepTokens("max-step-tokens",
+                                cl::desc("tokens of one forward step (prefill chunk); sizes "
+                                         "the activation arena"),
+                                cl::cat(memoryCategory));
 cl::opt<double> usableFraction("usable-fraction",
                                cl::desc("share of device memory the plan may use"),
-                               cl::init(0.9), cl::cat(category));
+                               cl::init(0.9), cl::cat(memoryCategory));
 cl::opt<bool> fillKv("fill-kv", cl::desc("give the KV pools all memory left over"),
-                     cl::init(false), cl::cat(category));
+                     cl::init(false), cl::cat(memoryCategory));
 cl::list<std::string> forceKernels("force-kernel",
                                    cl::desc("kernel override: variant or family=variant"),
-                                   cl::cat(category));
+                                   cl::cat(targetCategory));
 cl::opt<std::string> draftModelPath(
     "draft-model",
     cl::desc("config.json of the draft model of a two-model setup (--spec draft:N); its "
              "layers become draft layers of the compiled module"),
-    cl::init(""), cl::cat(category));
+    cl::init(""), cl::cat(importCategory));
 cl::opt<std::string> runtimeLibrary(
     "runtime-lib", cl::desc("libkiln_runtime.so to link a shared object against"),
 #ifdef KILN_RUNTIME_LIBRARY
@@ -81,31 +88,56 @@ cl::opt<std::string> runtimeLibrary(
 #else
     cl::init(""),
 #endif
-    cl::cat(category));
+    cl::cat(outputCategory));
 cl::opt<bool> remarks("kernel-remarks", cl::desc("explain rejected kernel candidates"),
-                      cl::init(false), cl::cat(category));
+                      cl::init(false), cl::cat(targetCategory));
 cl::opt<kiln::ReportFormat> reportFormat(
     "report", cl::desc("report format"), cl::init(kiln::ReportFormat::text),
     cl::values(clEnumValN(kiln::ReportFormat::text, "text", "readable tables"),
                clEnumValN(kiln::ReportFormat::json, "json", "JSON (docs/report-schema.md)"),
                clEnumValN(kiln::ReportFormat::html, "html", "self-contained HTML page")),
-    cl::cat(category));
+    cl::cat(outputCategory));
 cl::opt<EmitKind> emitKind(
     "emit", cl::desc("what to write"), cl::init(EmitKind::report),
     cl::values(clEnumValN(EmitKind::report, "report", "the deploy report"),
-               clEnumValN(EmitKind::mlir, "mlir", "the compiled module"),
+               clEnumValN(EmitKind::mlir, "mlir", "the deployed module (tensors, kiln ops)"),
+               clEnumValN(EmitKind::lowered, "lowered",
+                          "the module on buffers with runtime calls (before LLVM)"),
                clEnumValN(EmitKind::llvm, "llvm", "LLVM IR of the lowered model"),
                clEnumValN(EmitKind::so, "so", "a shared object (needs -o) linked against "
                                               "libkiln_runtime.so")),
-    cl::cat(category));
+    cl::cat(outputCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
-                         cl::init(false), cl::cat(category));
+                         cl::init(false), cl::cat(importCategory));
 cl::opt<std::string> outputFile("o", cl::desc("output file"), cl::value_desc("filename"),
-                                cl::init("-"), cl::cat(category));
+                                cl::init("-"), cl::cat(outputCategory));
 
 std::string defaultModel() {
   return std::string(KILN_SOURCE_DIR) + "/examples/models/nvidia-nemotron-nano-9b-v2.json";
+}
+
+bool hasEntry(ModuleOp module) {
+  return llvm::any_of(module.getOps<func::FuncOp>(), [](func::FuncOp fn) {
+    return fn->hasAttr(kiln::KilnDialect::kEntryAttrName);
+  });
+}
+
+/// For a whole model, runs the buffer lowering on a copy to learn its activation
+/// arena, and records `kiln.device_memory` (weights, caches, activations, workspace,
+/// io) on the module for the report.
+LogicalResult planDeviceMemory(ModuleOp module) {
+  auto plan = module->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
+  if (!plan || !hasEntry(module))
+    return success();
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(module.getContext(), ModuleOp::getOperationName());
+  kiln::buildBufferLoweringPipeline(pm);
+  if (failed(pm.run(*copy)))
+    return failure();
+  if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))
+    module->setAttr(kiln::KilnDialect::kDeviceMemoryAttrName, memory);
+  return success();
 }
 
 int fail(const llvm::Twine &message) {
@@ -161,6 +193,9 @@ int main(int argc, char **argv) {
   registerPassManagerCLOptions();
   registerAsmPrinterCLOptions();
   registerDefaultTimingManagerCLOptions();
+  // --help shows Kiln's options only; MLIR's stay usable but hidden.
+  cl::HideUnrelatedOptions({&importCategory, &targetCategory, &specCategory, &memoryCategory,
+                            &outputCategory});
   cl::ParseCommandLineOptions(
       argc, argv,
       "kiln-compile: plan caches and kernels of an LLM for a GPU\n\n"
@@ -168,10 +203,7 @@ int main(int argc, char **argv) {
       "2 compiled but does not fit (report printed).\n");
 
   DialectRegistry registry;
-#ifdef KILN_HAVE_TRANSFORMS
   kiln::registerAllDialects(registry);
-#endif
-  registry.insert<kiln::KilnDialect, func::FuncDialect>();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
 
@@ -273,7 +305,6 @@ int main(int argc, char **argv) {
 
   bool ranPipeline = false;
   if (!importOnly) {
-#ifdef KILN_HAVE_TRANSFORMS
     kiln::DeployOptions options;
     options.target = targetName;
     if (options.target.empty() && !(*module)->hasAttr(kiln::KilnDialect::kTargetAttrName))
@@ -290,6 +321,8 @@ int main(int argc, char **argv) {
       options.pageSize = pageSize;
     if (tp.getNumOccurrences())
       options.tp = tp;
+    if (maxStepTokens.getNumOccurrences())
+      options.maxStepTokens = maxStepTokens;
     options.kvDtype = kvDtype;
     options.usableFraction = usableFraction;
     options.fillKv = fillKv;
@@ -307,17 +340,28 @@ int main(int argc, char **argv) {
     if (failed(result) && !doesNotFit)
       return 1;
     ranPipeline = true;
-#else
-    return fail("this build has no deploy pipeline (KilnTransforms); use --import-only");
-#endif
+    if (succeeded(result) && failed(planDeviceMemory(*module)))
+      return 1;
   }
 
-  if (emitKind == EmitKind::llvm || emitKind == EmitKind::so) {
+  bool lowers = emitKind == EmitKind::llvm || emitKind == EmitKind::so ||
+                emitKind == EmitKind::lowered;
+  if (lowers) {
     auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
     if (!ranPipeline || !plan || !plan.getFits())
-      return fail("--emit=" + std::string(emitKind == EmitKind::so ? "so" : "llvm") +
+      return fail("--emit=" + std::string(emitKind == EmitKind::so      ? "so"
+                                          : emitKind == EmitKind::llvm ? "llvm"
+                                                                       : "lowered") +
                   " needs a compiled model that fits; see the report (--emit=report)");
-    if (failed(kiln::lowerToLLVMDialect(*module)))
+    if (!hasEntry(*module))
+      return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
+                  "this module has only cache ops");
+    PassManager lowering(&context, ModuleOp::getOperationName());
+    if (emitKind == EmitKind::lowered)
+      kiln::buildBufferLoweringPipeline(lowering);
+    else
+      kiln::buildLoweringPipeline(lowering);
+    if (failed(lowering.run(*module)))
       return 1;
     if (emitKind == EmitKind::so) {
       kiln::SharedObjectOptions soOptions;
@@ -331,7 +375,7 @@ int main(int argc, char **argv) {
   std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);
   if (!output)
     return fail(errorMessage);
-  if (emitKind == EmitKind::mlir) {
+  if (emitKind == EmitKind::mlir || emitKind == EmitKind::lowered) {
     module->print(output->os());
     output->os() << "\n";
   } else if (emitKind == EmitKind::llvm) {

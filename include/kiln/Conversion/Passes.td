@@ -4,29 +4,37 @@
 
 include "mlir/Pass/PassBase.td"
 
-def ConvertKilnToCuda : Pass<"convert-kiln-to-cuda", "mlir::ModuleOp"> {
-  let summary = "Lower cached ops with selected kernels to calls into the Kiln runtime";
+def ConvertKilnToRuntimeCalls : Pass<"convert-kiln-to-runtime-calls", "mlir::ModuleOp"> {
+  let summary = "Lower kiln ops on buffers, in place, to calls of the Kiln runtime";
   let description = [{
-    Turns the model function (and an attached draft model's) into step functions that
-    a serving process calls:
-    `kiln_model_prefill_step`, `kiln_model_decode_step` and, when draft layers hold
-    resources, `kiln_model_draft_step`, each `(!llvm.ptr ctx) -> i32`. Every cached op
-    becomes a call of `kiln_rt_attention`, `kiln_rt_mla`, `kiln_rt_ssm` or
-    `kiln_rt_conv` (include/kiln/Runtime/Runtime.h) with its planned arena offsets,
-    shapes, runtime kernel id and spec-dec mode as constants, followed by a status
-    check that returns the first failure. `kiln_model_arena_bytes` and
-    `kiln_model_speculative_bytes` return the plan's totals, `kiln_model_kv_pages` its
-    pages per KV pool (the runtime batch's `num_pages`). An op whose draft slot is
-    empty launches nothing. Needs `kiln-plan-memory` and `kiln-select-kernels` first;
-    a kernel that is planned but not implemented is an error. The output holds only
-    func, arith, cf and llvm types.
+    Every op implementing `RuntimeCallOpInterface` (compute ops, cached ops,
+    `kiln.output`) becomes one `func.call @kiln_rt_<op>(%ctx, ...)` on the pointers of
+    its own operand and result buffers (docs/abi.md); the surrounding IR is kept. The
+    context is the enclosing function's argument marked `kiln.context`. Kernel names
+    chosen by `kiln-select-kernels` become the registry's runtime ids; a kernel that is
+    planned but not implemented is an error. `kiln.input`, `kiln.activation_buffer`
+    and `kiln.weight_ref` become `kiln.buffer_from_pointer` on the runtime's base
+    pointers. The module gets `kiln_model_manifest()` (docs/abi.md) and loses its
+    `kiln.weight` and `kiln.cache_resource` ops. A kiln op left over is an error
+    (`applyPartialConversion`).
   }];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::arith::ArithDialect",
-                           "::mlir::cf::ControlFlowDialect", "::mlir::LLVM::LLVMDialect",
-                           "::mlir::ub::UBDialect"];
+                           "::mlir::memref::MemRefDialect", "::mlir::LLVM::LLVMDialect"];
   let statistics = [
-    Statistic<"numLaunches", "launches", "Runtime launch calls emitted">
+    Statistic<"numCalls", "calls", "Runtime calls emitted">
   ];
+}
+
+def ConvertKilnToLLVM : Pass<"convert-kiln-to-llvm", "mlir::ModuleOp"> {
+  let summary = "Lower a module of runtime calls on buffers to the LLVM dialect";
+  let description = [{
+    `kiln.buffer_from_pointer` becomes a memref descriptor over its pointer; memref,
+    func, arith, index and cf go to LLVM with upstream patterns, in one full
+    conversion followed by the reconciliation of casts. A `memref.alloc` left over is
+    an error: every buffer of a compiled step lives in a planned arena.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::affine::AffineDialect",
+                           "::mlir::arith::ArithDialect"];
 }
 
 #endif

@@ -10,7 +10,7 @@
 #ifndef KILN_REGISTRY_KERNELREGISTRY_H
 #define KILN_REGISTRY_KERNELREGISTRY_H
 
-#include "kiln/Dialect/Kiln.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 
 #include "llvm/ADT/SmallVector.h"
 
@@ -44,6 +44,10 @@ struct KernelVariant {
   std::string note;                        // one line for docs and reports
   int runtimeKernel = 0;                   // kiln_rt_kernel_t the lowering emits (0: none)
 };
+
+/// The runtime id (include/kiln/Runtime/ABI.def) of the kernel variant `name`; 0 when
+/// the ABI has no such kernel. Builtin variants take their ids from here.
+int runtimeKernelId(llvm::StringRef name);
 
 /// What one op needs from a kernel.
 struct KernelQuery {

@@ -61,6 +61,13 @@ struct ReportData {
   uint64_t totalBytes = 0, kvBytes = 0, stateBytes = 0, speculativeBytes = 0,
            unmanagedBytes = 0, budgetBytes = 0, kvPages = 0;
   bool fits = true;
+  /// Every device byte of a whole compiled model (`kiln.device_memory`), when the
+  /// module has an entry function; what the runtime allocates.
+  struct DeviceMemory {
+    uint64_t weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, total = 0;
+    uint64_t maxStepTokens = 0, maxLogitRows = 0, activationBuffers = 0;
+  };
+  std::optional<DeviceMemory> device;
   std::vector<ReportResource> resources;
   std::vector<ReportKernel> kernels;
   std::vector<ReportPool> pools;

@@ -1,45 +1,29 @@
-/* The Kiln runtime (C ABI): what a model compiled by Kiln calls, and what a serving
- * process uses to drive it.
+/* The Kiln runtime (C ABI): the context a compiled model runs on, the calls its
+ * kiln_model_forward() makes (docs/abi.md, the contract), and what the serving layer
+ * (include/kiln/Runtime/Model.h) uses to describe a step and read its results.
  *
- * A compiled model (a shared object made by `kiln-compile --emit=so`) exports
- *     uint64_t    kiln_model_arena_bytes(void);        planned cache bytes (kiln.plan)
- *     uint64_t    kiln_model_speculative_bytes(void);  of which speculative-only
- *     int32_t     kiln_model_kv_pages(void);           pages per KV pool (batch.num_pages)
- *     int32_t     kiln_model_decode_step(kiln_rt_context_t *ctx);
- *     int32_t     kiln_model_prefill_step(kiln_rt_context_t *ctx);
- * Each step is a fixed sequence of kiln_rt_<family>() calls, one per cached layer op,
- * with the op's planned arena offsets, shapes and selected kernel as constants; it
- * returns the first non-KILN_OK status (the message names kernel, layer and call).
+ * A context owns the model's device memory, exactly the plan of its manifest:
+ *   weights | caches | activations | workspace | io
+ * (weight_bytes + cache_bytes + activation_bytes + workspace_bytes + io_bytes, one
+ * cudaMalloc at creation; nothing is allocated afterwards), a stream, a cuBLASLt handle
+ * and pinned host staging for the step inputs and the results. Sizes of the io buffer
+ * and workspace: include/kiln/Runtime/Layout.h. Details: docs/runtime.md.
  *
- * Serving loop: kiln_rt_create(device, kiln_model_arena_bytes(), &ctx) allocates the
- * one cache arena (nothing else is allocated for caches); kiln_rt_bind() attaches each
- * layer op's activations, outputs and parameters by name; kiln_rt_set_batch()
- * describes the step's sequences (device pointers); then a step function runs on the
- * context's stream.
- *
- * Tensor names bound per layer (device pointers, layouts as in the kernel headers):
- *   attention  q [tokens, heads, d], k, v [tokens, kv_heads, d], out [tokens, heads, d]
- *   mla        q [tokens, heads, 576], latent [tokens, 576], out [tokens, heads, 512]
- *   ssm        x [tokens, heads, p], dt [tokens, heads], b, c [tokens, groups, n],
- *              z (optional) [tokens, heads, p], out [tokens, heads, p];
- *              parameters A, D (optional), dt_bias (optional): fp32 [heads]
- *   conv       x [tokens, conv_dim], out [tokens, conv_dim];
- *              parameters weight [conv_dim, width], bias (optional) [conv_dim]
- * "tokens" is batch * q_len in decode, total_tokens in prefill (packed by cu_seqlens).
- * Activations are bf16, and so are the KV/MLA caches, the conv state and the conv
- * weight and bias (the ABI carries no cache dtype); the SSM state dtype is the
- * state_dtype argument of kiln_rt_ssm (F32 or BF16).
- * A layer holding both a conv and an ssm op (a Mamba2 mixer) binds the conv's tensors
- * as "conv.x", "conv.out", "conv.weight", "conv.bias": kiln_rt_conv looks up "conv.<name>"
- * first and falls back to "<name>" (fine for a layer without an ssm).
- * Details, the prefill semantics and the limits: docs/runtime.md.
- */
+ * Errors: every call returns a status (kiln_status_t values as int32_t for the calls
+ * compiled code makes) and leaves a message in kiln_last_error() naming the call, the
+ * layer (attention) or the op's position in the step (graph ops), and what failed.
+ * The context is STICKY: after the first failure of a step, every compiled-code call
+ * returns that status at once (its message restored), so a straight-line forward needs
+ * no checks; read the outcome with kiln_rt_status(). kiln_rt_set_batch() starts a new
+ * step and clears it. Nothing aborts, nothing throws. */
 #ifndef KILN_RUNTIME_RUNTIME_H
 #define KILN_RUNTIME_RUNTIME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/Kernels/Status.h"
+#include "kiln/Runtime/Layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,76 +31,184 @@ extern "C" {
 
 typedef struct kiln_rt_context kiln_rt_context_t;
 
-/* Kernels a lowered model names (stable numbers: they are baked into compiled code). */
+/* ---- codes (generated from ABI.def; numbers are baked into compiled models) -------- */
 typedef enum kiln_rt_kernel {
-  KILN_RT_KERNEL_NONE = 0,
-  KILN_RT_KERNEL_GQA_DECODE = 1,
-  KILN_RT_KERNEL_PREFILL_FMHA = 2,
-  KILN_RT_KERNEL_MLA_DECODE = 3,
-  KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM = 4,
-  KILN_RT_KERNEL_SSM_UPDATE = 5,
-  KILN_RT_KERNEL_SSM_UPDATE_SPEC = 6,
-  KILN_RT_KERNEL_CONV_UPDATE = 7,
-  KILN_RT_KERNEL_CONV_UPDATE_SPEC = 8,
-  KILN_RT_KERNEL_SSM_PREFILL_SEQUENTIAL = 9,  /* prefill as token-by-token updates */
-  KILN_RT_KERNEL_CONV_PREFILL_SEQUENTIAL = 10,
-  KILN_RT_KERNEL_MLA_PREFILL_DECODE = 11      /* MLA prefill via the decode kernel */
+#define KILN_RT_KERNEL(name, value, str) KILN_RT_KERNEL_##name = value,
+#include "kiln/Runtime/ABI.def"
 } kiln_rt_kernel_t;
 
-typedef enum kiln_rt_phase { KILN_RT_DECODE = 0, KILN_RT_PREFILL = 1 } kiln_rt_phase_t;
+typedef enum kiln_rt_dtype {
+#define KILN_RT_DTYPE(name, value, str, bytes) KILN_RT_DTYPE_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_dtype_t;
 
-/* Matches the kiln dialect's SpecDecMode. */
+typedef enum kiln_rt_input {
+#define KILN_RT_INPUT(name, value, str) KILN_RT_INPUT_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_input_t;
+
+typedef enum kiln_rt_output {
+#define KILN_RT_OUTPUT(name, value, str) KILN_RT_OUTPUT_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_output_t;
+
+typedef enum kiln_rt_phase {
+#define KILN_RT_PHASE(name, value, str) KILN_RT_PHASE_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_phase_t;
+
+typedef enum kiln_rt_rope {
+#define KILN_RT_ROPE(name, value, str) KILN_RT_ROPE_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_rope_t;
+
+/* The kiln dialect's SpecDecMode (argument of kiln_rt_attention / kiln_rt_mla). */
 typedef enum kiln_rt_spec_dec_mode {
   KILN_RT_SINGLE_TOKEN = 0,
   KILN_RT_MULTI_TOKEN = 1,
   KILN_RT_EXTEND_CONTEXT = 2
 } kiln_rt_spec_dec_mode_t;
 
+/* Names from ABI.def ("gqa_decode", "extend", ...); "unknown" for other values. */
+const char *kiln_rt_kernel_name(int32_t kernel);
+const char *kiln_rt_phase_name(int32_t phase);
+const char *kiln_rt_input_name(int32_t input);
+const char *kiln_rt_output_name(int32_t output);
+const char *kiln_rt_rope_name(int32_t rope);
+const char *kiln_rt_dtype_name(int32_t dtype);
+
 /* ---- context ---------------------------------------------------------------------- */
-/* One cache arena of arena_bytes on `device` (zero-filled) and a stream. */
-kiln_status_t kiln_rt_create(int32_t device, uint64_t arena_bytes, kiln_rt_context_t **out);
+/* The plan of a compiled model (its manifest's numbers). */
+typedef struct kiln_rt_config {
+  int64_t vocab_size;      /* columns of the logits (0: not checked) */
+  int64_t max_batch;       /* sequences per step, and state slots */
+  int64_t max_seq_len;     /* tokens per sequence */
+  int64_t page_size;       /* tokens per KV page */
+  int64_t kv_pages;        /* pages in every KV pool */
+  int64_t max_step_tokens; /* tokens per step */
+  int64_t max_logit_rows;  /* logit rows per step */
+  int64_t max_draft_len;   /* DECODE q_len <= 1 + max_draft_len */
+  uint64_t weight_bytes;
+  uint64_t cache_bytes;
+  uint64_t activation_bytes;
+  uint64_t workspace_bytes; /* >= KILN_GEMM_WORKSPACE_BYTES; the rest: split-KV partials */
+  uint64_t io_bytes;        /* == kiln_rt_io_bytes(max_batch, max_step_tokens,
+                               max_logit_rows, ceil(max_seq_len / page_size)) */
+} kiln_rt_config_t;
+
+/* Sets `device`, creates the stream and the cuBLASLt handle, pinned host staging, then
+ * makes ONE device allocation of the plan (zero-filled) and measures the device memory
+ * it took (kiln_rt_device_bytes_used). */
+kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *config,
+                             kiln_rt_context_t **out);
+/* A validation-only context (no device, nothing allocated on one): every call validates
+ * its arguments, the batch and the memory bounds exactly as on a real context, and
+ * launches nothing. Its regions have fake, non-null, disjoint base addresses, so pointers
+ * computed by compiled code are checked against them (never dereferenced). */
+kiln_status_t kiln_rt_create_dry(const kiln_rt_config_t *config, kiln_rt_context_t **out);
 void kiln_rt_destroy(kiln_rt_context_t *ctx);
-/* Device pointer of the arena; caches live at their planned offsets inside it. */
-void *kiln_rt_arena(kiln_rt_context_t *ctx);
-/* Bytes of the cache arena, and bytes of everything else the runtime allocated
- * (split-KV workspaces), separately. */
-uint64_t kiln_rt_arena_bytes(const kiln_rt_context_t *ctx);
-uint64_t kiln_rt_workspace_bytes(const kiln_rt_context_t *ctx);
-/* cudaStream_t of the context. */
+int32_t kiln_rt_is_dry(const kiln_rt_context_t *ctx);
+const kiln_rt_config_t *kiln_rt_config(const kiln_rt_context_t *ctx);
+
+/* Base addresses of the regions (fake ones on a dry context). */
+void *kiln_rt_caches(kiln_rt_context_t *ctx);
+void *kiln_rt_workspace(kiln_rt_context_t *ctx);
+void *kiln_rt_io(kiln_rt_context_t *ctx);
+/* Bytes of the one device allocation (the plan, each category rounded up to 256). */
+uint64_t kiln_rt_planned_bytes(const kiln_rt_context_t *ctx);
+/* cudaMemGetInfo's free-memory drop from just before the context's allocation (stream,
+ * cuBLASLt handle and module loading done) until now; 0 on a dry context. */
+uint64_t kiln_rt_device_bytes_used(const kiln_rt_context_t *ctx);
+/* cudaStream_t of the context (NULL on a dry context). */
 void *kiln_rt_stream(kiln_rt_context_t *ctx);
 kiln_status_t kiln_rt_synchronize(kiln_rt_context_t *ctx);
 
-/* ---- step inputs ------------------------------------------------------------------ */
+/* ---- the step ---------------------------------------------------------------------- */
+/* Host arrays describing one step; kiln_rt_set_batch copies them (the caller may reuse
+ * them at once). Tokens are packed in batch order: sequence b's q_lens[b] tokens are
+ * contiguous, and token i of sequence b has position seq_lens[b] - q_lens[b] + i.
+ *   DECODE:  q_lens all equal (q_len = 1, or 1 + drafts <= 1 + max_draft_len)
+ *   PREFILL: seq_lens == q_lens (prompts from position 0)
+ *   EXTEND:  any q_lens <= seq_lens (chunks continuing cached sequences) */
 typedef struct kiln_rt_batch {
-  int32_t batch;                /* sequences this step */
-  int32_t q_len;                /* decode: tokens per sequence (1 + drafts, or 1) */
-  const int32_t *seq_lens;      /* [batch] length incl. this step's tokens (device) */
-  const int32_t *block_table;   /* [batch, max_pages] KV page ids (device) */
-  int32_t max_pages;
-  int32_t num_pages;            /* pages in every KV pool (plan's kv_pages) */
-  const int32_t *slot_indices;  /* [batch] state slots (device); NULL: slot = b */
-  int32_t num_slots;            /* state slots (runtime max_batch) */
-  /* prefill only: packed varlen batch */
-  const int32_t *cu_seqlens_q;  /* [batch + 1] (device) */
-  const int32_t *cu_seqlens_k;  /* [batch + 1] (device) */
-  const int32_t *cu_seqlens_q_host; /* [batch + 1] (host copy, for token loops) */
-  int32_t total_tokens;
-  int32_t max_q_len;
-  float softmax_scale;          /* 0: 1/sqrt(head_dim) */
+  int32_t phase;              /* KILN_RT_PHASE_* */
+  int32_t batch;              /* sequences, 1..max_batch */
+  const int32_t *q_lens;      /* [batch] this step's tokens per sequence (>= 1) */
+  const int32_t *seq_lens;    /* [batch] cached tokens after the step, its own included */
+  const int32_t *block_table; /* [batch, max_pages_per_seq] page ids; row b = sequence b;
+                                 the first ceil(seq_lens[b] / page_size) entries are used */
+  const int32_t *slots;       /* [batch] state slots (distinct, < max_batch) or NULL: b */
+  const int32_t *token_ids;   /* [sum q_lens] */
+  const int32_t *logit_rows;  /* [num_logit_rows] token indices whose logits are wanted */
+  int32_t num_logit_rows;     /* 1..max_logit_rows */
 } kiln_rt_batch_t;
-kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch);
 
-/* Attaches a device tensor to (layer, name); NULL unbinds. */
+/* Validates the step against the plan, clears the sticky status, writes the io arrays
+ * (token ids, positions, token->sequence index, logit rows, seq_lens, cu_seqlens, slots,
+ * block table) into pinned staging and uploads them with one cudaMemcpyAsync on the
+ * context's stream. */
+kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch);
+/* KILN_OK, or the first failure since the last kiln_rt_set_batch (kiln_last_error() is
+ * set to its message again). */
+kiln_status_t kiln_rt_status(kiln_rt_context_t *ctx);
+void kiln_rt_clear_status(kiln_rt_context_t *ctx);
+/* Tokens of the current step (0 before the first kiln_rt_set_batch). */
+int64_t kiln_rt_step_tokens(const kiln_rt_context_t *ctx);
+
+/* After a forward that called kiln_rt_output(LOGITS): greedy token of every logit row
+ * (out [rows]) and the logits as float (out [rows, vocab]). Both synchronize the stream.
+ * On a dry context they write zeros. */
+kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *out, int64_t rows);
+kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t rows,
+                                  int64_t cols);
+
+/* Kernel launches issued so far (launcher calls; a split-KV decode's combine is not
+ * counted separately) and host->device uploads. */
+uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);
+
+/* ---- what compiled code calls (docs/abi.md; sticky) ---------------------------------- */
+void *kiln_rt_input(kiln_rt_context_t *ctx, int32_t which);       /* KILN_RT_INPUT_* */
+int64_t kiln_rt_input_size(kiln_rt_context_t *ctx, int32_t which);  /* elements */
+void *kiln_rt_weights(kiln_rt_context_t *ctx);
+void *kiln_rt_activations(kiln_rt_context_t *ctx);
+
+int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *table, void *out,
+                          int64_t tokens, int64_t vocab, int64_t hidden);
+int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight, void *out,
+                         int64_t rows, int64_t dim, float eps);
+int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, const void *bias,
+                       void *out, int64_t m, int64_t n, int64_t k);
+int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions, void *out,
+                     int64_t tokens, int64_t heads, int64_t head_dim, int32_t rope_type,
+                     float theta, float factor, float low, float high,
+                     int64_t original_max_position, float attention_factor);
+int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
+int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
+                       int64_t n);
+int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows, void *out,
+                            int64_t num_rows, int64_t dim, int64_t num_source_rows);
+/* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
+ * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
+ * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.
+ * q, out [tokens, num_heads, head_dim], k, v [tokens, num_kv_heads, head_dim]; the KV
+ * pool [kv_pages, 2, page_size, num_kv_heads, head_dim] bf16 at kv_offset in the caches. */
+int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset,
+                          const void *q, const void *k, const void *v, void *out, int64_t tokens,
+                          int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                          int32_t page_size, int32_t window, int32_t decode_kernel,
+                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale);
+int32_t kiln_rt_output(kiln_rt_context_t *ctx, int32_t which, const void *data, int64_t rows,
+                       int64_t cols);
+
+/* ---- Legacy bind-based families (MLA, Mamba2 SSM, causal conv) -------------------------
+ * Kept as they were until their rewrite: tensors are attached with kiln_rt_bind() and
+ * the calls read the current batch (`phase` must be the batch's phase, DECODE or
+ * PREFILL). They are not sticky, and their token-expanded MLA tables, MLA split-KV
+ * partials and commit counts live in a scratch buffer grown on demand (the only memory
+ * the runtime allocates after creation; kiln_rt_scratch_bytes). State slots: the batch's
+ * slots (num_slots = max_batch); caches at their offsets in the cache region. */
 kiln_status_t kiln_rt_bind(kiln_rt_context_t *ctx, int32_t layer, const char *name,
                            void *device_ptr);
-
-/* ---- launches (called by compiled models) ----------------------------------------- */
-/* Decode: append the step's K/V into pages, then decode attention (multi-token when
- * spec_dec_mode is MULTI_TOKEN). Prefill: append all tokens, then causal FMHA. */
-kiln_status_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t phase, int32_t layer,
-                                uint64_t kv_offset, int32_t num_heads, int32_t num_kv_heads,
-                                int32_t head_dim, int32_t page_size, int32_t window,
-                                int32_t kernel, int32_t spec_dec_mode);
 kiln_status_t kiln_rt_mla(kiln_rt_context_t *ctx, int32_t phase, int32_t layer,
                           uint64_t cache_offset, int32_t num_heads, int32_t kv_lora_rank,
                           int32_t rope_dim, int32_t page_size, int32_t kernel,
@@ -130,34 +222,18 @@ kiln_status_t kiln_rt_conv(kiln_rt_context_t *ctx, int32_t phase, int32_t layer,
                            uint64_t state_offset, int64_t intermediate_offset,
                            int32_t conv_dim, int32_t kernel_size, int32_t silu,
                            int32_t kernel);
+/* Rewind-mode commit after a multi-token decode step: copies intermediate[slot,
+ * accepted[b] - 1] into the main state of sequence b's slot for every layer whose last
+ * decode call wrote intermediate states (host array [batch], values 0..q_len). */
+kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx, const int32_t *accepted);
+uint64_t kiln_rt_scratch_bytes(const kiln_rt_context_t *ctx);
 
-/* ---- additions for serving stacks, tests and tools ---------------------------------- */
-/* A validation-only context (no device needed): every kiln_rt_* call validates its
- * arguments, bindings and arena bounds and records the resources exactly as on a real
- * context, but nothing is allocated or launched (kiln_rt_arena() is NULL; any non-null
- * pointer is accepted as a binding). Lets CI run a compiled model's steps without a GPU. */
-kiln_status_t kiln_rt_create_dry(uint64_t arena_bytes, kiln_rt_context_t **out);
-
-/* The cache resource a launch call of `layer` used, as recorded by the runtime: kind is
- * "kv", "mla_latent", "ssm_state", "conv_state", "intermediate_ssm_state" or
- * "intermediate_conv_state"; offset into the arena and bytes (from the call's shapes and
- * the batch's num_pages / num_slots / q_len). KILN_ERROR_INVALID_ARGUMENT if no call of
- * that layer used that kind yet. The runtime also rejects a call whose resource overlaps
- * a different recorded resource or leaves the arena. */
+/* The cache resource a call of `layer` used: kind "kv" (kiln_rt_attention), "mla_latent",
+ * "ssm_state", "conv_state", "intermediate_ssm_state", "intermediate_conv_state"; offset
+ * in the cache region and bytes. Calls whose resources overlap another layer's or leave
+ * the cache region are rejected. */
 kiln_status_t kiln_rt_resource(const kiln_rt_context_t *ctx, int32_t layer, const char *kind,
                                uint64_t *offset, uint64_t *bytes);
-
-/* Rewind-mode commit after a multi-token (speculative) decode step: for every layer
- * whose last decode call wrote intermediate SSM/conv states, copies intermediate[slot,
- * accepted[b] - 1] into the main state of sequence b's slot (slots from the current
- * batch). accepted: host array [batch] with values in 1..q_len (0 leaves the slot
- * untouched). Asynchronous on the context's stream. */
-kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx, const int32_t *accepted);
-
-/* Launches the context has issued so far: kernel launcher calls (a split-KV decode adds
- * a combine kernel, not counted separately) and the runtime's own index/zero/commit
- * kernels; for measuring the per-step overhead. */
-uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 //===- AOT.h - lowered kiln modules to LLVM IR, objects, shared objects ---===//
 //
-// After kiln-deploy: convert-kiln-to-cuda, then func/arith/cf to the LLVM dialect,
+// After the lowering pipeline (kiln/Driver/Pipelines.h) has produced the LLVM dialect:
 // translation to LLVM IR, native code generation in process (LLVM 22), and a link
 // with the system C compiler into a shared object that a serving process loads with
 // only the CUDA driver and libkiln_runtime.so next to it.
@@ -15,9 +15,6 @@
 #include <string>
 
 namespace kiln {
-
-/// Runs convert-kiln-to-cuda and the conversions to the LLVM dialect in place.
-mlir::LogicalResult lowerToLLVMDialect(mlir::ModuleOp module);
 
 /// Prints the LLVM IR of a module already in the LLVM dialect.
 mlir::LogicalResult emitLLVMIR(mlir::ModuleOp module, llvm::raw_ostream &os);

@@ -2,7 +2,7 @@
 #ifndef KILN_TRANSFORMS_PASSES_H
 #define KILN_TRANSFORMS_PASSES_H
 
-#include "kiln/Dialect/Kiln.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
 #include "mlir/Pass/Pass.h"
 
 namespace kiln {

@@ -20,6 +20,8 @@ def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
     Option<"maxSeqLen", "max-seq-len", "unsigned", "0", "Tokens per sequence; 0: keep">,
     Option<"pageSize", "page-size", "unsigned", "0", "KV page size; 0: keep">,
     Option<"tp", "tp", "unsigned", "0", "Tensor-parallel ranks; 0: keep">,
+    Option<"maxStepTokens", "max-step-tokens", "unsigned", "0",
+           "Tokens of one forward step (sizes the activation arena); 0: keep">,
     Option<"kvDtype", "kv-dtype", "std::string", "\"\"", "bf16, f16, f32, fp8">
   ];
 }
@@ -88,6 +90,8 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "mlir::ModuleOp"> {
     `kiln.plan`. A plan larger than the budget (target memory x usable fraction minus
     weights) is an error naming the budget, the total and the largest consumers; the
     `kiln.plan` attribute (`fits = false`) is still set so drivers can report it.
+    The module's `kiln.weight`s are laid out in one weight allocation (each gets
+    `offset`), and their exact total replaces the importer's estimate in the budget.
   }];
   let options = [
     Option<"usableFraction", "usable-fraction", "double", "0.9",
@@ -130,6 +134,38 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "mlir::ModuleOp"> {
     Statistic<"numMultiToken", "multi-token", "Decode attention ops in multi-token mode">,
     Statistic<"numExtendContext", "extend-context",
               "Decode attention ops whose draft tokens go through the context path">
+  ];
+}
+
+def KilnBindEntry : Pass<"kiln-bind-entry", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect", "::mlir::LLVM::LLVMDialect"];
+  let summary = "Make the bufferized model function the runtime's entry point";
+  let description = [{
+    Runs after one-shot bufferization. The function marked `kiln.entry` becomes
+    `kiln_model_forward(%ctx: !llvm.ptr {kiln.context})`: each argument marked
+    `kiln.input = #kiln<input ...>` becomes a `kiln.input` op (the runtime provides the
+    step's token ids, positions and logit rows), and each result marked `kiln.output`
+    is handed back with `kiln.output` instead of being returned.
+  }];
+}
+
+def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect", "::mlir::memref::MemRefDialect"];
+  let summary = "Place every intermediate buffer in one activation arena, reusing bytes by liveness";
+  let description = [{
+    Runs after bufferization and `kiln-bind-entry`. Every `memref.alloc` of a function
+    with a `kiln.context` argument becomes a `kiln.activation_buffer` at an offset of
+    the activation arena. A buffer is live from its allocation to the last use of it or
+    of any view of it (`ViewLikeOpInterface`); buffers whose lifetimes do not overlap
+    share bytes (first fit, largest first, 256-byte aligned). Dynamic sizes are bounded
+    by the step limits (`max_step_tokens` for token counts, `max_logit_rows` for logit
+    rows); a size that cannot be bounded is an error. The module gets
+    `kiln.device_memory`: weights, caches, activations, workspace and the runtime's
+    per-step buffers (`io`), the numbers the runtime allocates.
+  }];
+  let statistics = [
+    Statistic<"numBuffers", "buffers", "Intermediate buffers planned">,
+    Statistic<"arenaBytes", "arena-bytes", "Bytes of the activation arena">
   ];
 }
 

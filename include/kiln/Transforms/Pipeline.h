@@ -22,7 +22,7 @@ struct DeployOptions {
   std::string target;              // preset ("h200") or "sm_XY"; empty: keep
   std::string spec;                // "none", "mtp:3", "eagle3:3", "draft:4", "ngram:3"
   std::string ssmMode;             // "rewind" or "replay"; empty: rewind
-  std::optional<unsigned> maxBatch, maxSeqLen, pageSize, tp;
+  std::optional<unsigned> maxBatch, maxSeqLen, pageSize, tp, maxStepTokens;
   std::string kvDtype;             // "bf16", "f16", "f32", "fp8"; empty: keep
   double usableFraction = 0.9;     // share of device memory the plan may use
   bool fillKv = false;             // give the KV pools all memory left over
@@ -33,10 +33,8 @@ struct DeployOptions {
 /// Adds the deploy pipeline to `pm` (which must nest on builtin.module).
 void buildDeployPipeline(mlir::OpPassManager &pm, const DeployOptions &options);
 
-/// Registers the kiln dialect and the upstream dialects a model graph uses.
-void registerAllDialects(mlir::DialectRegistry &registry);
-/// Registers every kiln pass and the `kiln-deploy` pipeline (for opt-style tools).
-void registerAllPasses();
+/// Registers the `kiln-deploy` pipeline (kiln/InitAll.h registers everything).
+void registerDeployPipeline();
 
 } // namespace kiln
 

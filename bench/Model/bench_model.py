@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Whole-model benchmark on the H200: Kiln against transformers and against the bounds.
+
+A random-weight model with Llama-3.1-8B's shapes (examples/models/llama-3.1-8b-instruct.json,
+32 layers, 16 GB of bf16 weights). In one run it measures:
+  ceilings     a device-to-device copy (bytes read + written per second) and a bf16
+               8192^3 matmul (TFLOP/s), both through torch;
+  transformers sdpa, `generate` with a static cache, eager (no torch.compile):
+               decode tokens/s at batch 1, 16, 64 (128-token prompts, 128 new tokens:
+               the time of generating N tokens minus the time of generating 1, so the
+               prefill drops out) and prefill tokens/s of one 4096-token prompt;
+  Kiln         the same through kiln-run --json (decode_tokens_per_s,
+               prefill_tokens_per_s), with the same weights written as safetensors.
+Bounds: decode = batch / ((weight bytes read per step + KV bytes read per step) / copy
+rate), the KV at the mean context; prefill = tokens / (model FLOPs / matmul rate), the
+FLOPs of the linear layers plus causal attention (the lm_head of the last token only).
+Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
+OUT/bench-model.json.
+
+Usage (GPU machine, repo root):
+  python3 bench/Model/bench_model.py --kiln-run BUILD/bin/kiln-run \
+      --kiln-so .carry/models/llama-3.1-8b-bench.so --lib-dir BUILD/lib
+"""
+import argparse
+import copy
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+DECODE_BATCHES = [1, 16, 64]
+DECODE_PROMPT, DECODE_NEW = 128, 128
+PREFILL_LEN = 4096
+
+
+# ----------------------------------------------------------------------------------------
+# Ceilings
+# ----------------------------------------------------------------------------------------
+
+def cuda_ms(fn, warmup=3, iters=10):
+    """Median milliseconds of fn on the GPU (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def copy_bandwidth():
+    """Bytes moved (read + written) per second by a 4 GiB device-to-device copy."""
+    n = 2 << 30  # bf16 elements: 4 GiB
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    ms = cuda_ms(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * n * 2 / (ms * 1e-3)
+
+
+def matmul_flops():
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = cuda_ms(lambda: torch.matmul(a, b))
+    return 2 * n ** 3 / (ms * 1e-3)
+
+
+# ----------------------------------------------------------------------------------------
+# The model, its weights and its costs
+# ----------------------------------------------------------------------------------------
+
+def build_hf_model(config_path):
+    """Llama-3.1-8B shapes, random weights (transformers' own init), bf16, on the GPU."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    fields = json.loads(Path(config_path).read_text())
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("cuda"):
+        try:
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        except TypeError:  # transformers 4.x spelling
+            model = AutoModelForCausalLM.from_config(
+                config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = model.to(device="cuda", dtype=torch.bfloat16).eval()
+    model.generation_config.eos_token_id = None  # random weights: never stop early
+    model.generation_config.pad_token_id = 0
+    return model, config
+
+
+def write_safetensors(tensors, path):
+    """A safetensors file written tensor by tensor (never 16 GB on the host at once)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, t in tensors.items():
+        size = t.numel() * t.element_size()
+        header[name] = {"dtype": "BF16", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for t in tensors.values():
+            f.write(t.detach().contiguous().view(torch.uint8).cpu().numpy())
+
+
+def model_costs(config, state):
+    """Bytes and FLOPs the bounds need, from the real tensors and the config."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    embed = state["model.embed_tokens.weight"]
+    lm_head = state.get("lm_head.weight", embed)
+    linear_params = sum(t.numel() for n, t in state.items()
+                        if ".layers." in n and t.dim() == 2)
+    return {
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+        "heads": config.num_attention_heads,
+        "head_dim": head_dim,
+        # a decode step reads every weight but the embedding table (a few rows of it)
+        "decode_weight_bytes": total - embed.numel() * embed.element_size(),
+        # K and V, every layer, per token of context
+        "kv_bytes_per_token": 2 * config.num_hidden_layers * config.num_key_value_heads
+        * head_dim * 2,
+        "linear_params": linear_params,
+        "lm_head_params": lm_head.numel(),
+        "weight_bytes": total,
+    }
+
+
+def decode_bound(costs, batch, copy_rate):
+    context = DECODE_PROMPT + DECODE_NEW / 2  # mean context over the decode
+    step_bytes = costs["decode_weight_bytes"] + batch * context * costs["kv_bytes_per_token"]
+    return batch / (step_bytes / copy_rate)
+
+
+def prefill_bound(costs, tokens, flop_rate):
+    linear = 2 * tokens * costs["linear_params"] + 2 * costs["lm_head_params"]
+    # QK^T and PV, causal (half the square), every layer
+    attention = 2 * 2 * costs["layers"] * costs["heads"] * costs["head_dim"] * tokens ** 2 / 2
+    return tokens / ((linear + attention) / flop_rate)
+
+
+# ----------------------------------------------------------------------------------------
+# transformers
+# ----------------------------------------------------------------------------------------
+
+def random_ids(batch, length, vocab, seed):
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(length)] for _ in range(batch)]
+
+
+@torch.no_grad()
+def hf_generate_seconds(model, ids, new_tokens, static):
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.max_new_tokens, config.min_new_tokens = False, new_tokens, None
+    config.cache_implementation = "static" if static else None
+    # With a static cache, generate would torch.compile the forward on its own, and
+    # recompile for every cache length: minutes that the timing would count. Eager.
+    config.disable_compile = True
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def hf_decode(model, vocab, batch):
+    """Decode tokens/s: (N - 1) decode steps are the difference of N and 1 new tokens."""
+    ids = torch.tensor(random_ids(batch, DECODE_PROMPT, vocab, batch), device="cuda")
+    for static in (True, False):
+        try:
+            hf_generate_seconds(model, ids, 4, static)  # warm-up (allocations, kernels)
+            one = hf_generate_seconds(model, ids, 1, static)
+            full = hf_generate_seconds(model, ids, DECODE_NEW, static)
+            return batch * (DECODE_NEW - 1) / (full - one), "static" if static else "dynamic"
+        except Exception as error:  # static cache unsupported: say so, use the default
+            print(f"  transformers static cache failed ({type(error).__name__}: {error}); "
+                  "retrying with the default cache", flush=True)
+    return None, "failed"
+
+
+@torch.no_grad()
+def hf_prefill(model, vocab):
+    ids = torch.tensor(random_ids(1, PREFILL_LEN, vocab, 7), device="cuda")
+
+    def forward():
+        try:
+            return model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        except TypeError:
+            return model(input_ids=ids, use_cache=True)
+
+    ms = cuda_ms(forward, warmup=1, iters=3)
+    return PREFILL_LEN / (ms * 1e-3)
+
+
+# ----------------------------------------------------------------------------------------
+# Kiln
+# ----------------------------------------------------------------------------------------
+
+def kiln_run(args, prompts, new_tokens, work, name):
+    """kiln-run on one batch of prompts; its JSON, or None with the error printed."""
+    prompts_path = work / f"{name}.prompts"
+    prompts_path.write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
+    json_path = work / f"{name}.json"
+    cmd = [str(args.kiln_run), str(args.kiln_so), "--weights", str(work),
+           "--prompts", str(prompts_path), "--max-new-tokens", str(new_tokens),
+           "--json", str(json_path)]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join([str(d) for d in args.lib_dir] +
+                                      [env.get("LD_LIBRARY_PATH", "")])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=args.timeout)
+    except (subprocess.TimeoutExpired, OSError) as error:
+        print(f"  kiln-run {name}: {error}", flush=True)
+        return None
+    (args.out / f"bench-model-{name}.log").write_text(
+        f"$ {' '.join(cmd)}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    if proc.returncode != 0:
+        print(f"  kiln-run {name} exit {proc.returncode}: {proc.stderr.strip()[-600:]}",
+              flush=True)
+        return None
+    return json.loads(json_path.read_text())
+
+
+# ----------------------------------------------------------------------------------------
+
+def fmt(x, spec):
+    """x formatted by spec ("12.0f"), or a dash as wide."""
+    return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
+
+
+def print_table(rows):
+    print(f"{'case':<14}{'kiln tok/s':>12}{'bound':>12}{'kiln %':>8}"
+          f"{'hf tok/s':>12}{'hf %':>7}{'kiln/hf':>9}")
+    for r in rows:
+        pct = lambda v: None if v is None else 100 * v / r["bound"]  # noqa: E731
+        ratio = r["kiln"] / r["hf"] if r["kiln"] and r["hf"] else None
+        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{r['bound']:12.0f}"
+              f"{fmt(pct(r['kiln']), '8.1f')}{fmt(r['hf'], '12.0f')}"
+              f"{fmt(pct(r['hf']), '7.1f')}{fmt(ratio, '9.2f')}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path,
+                        default=ROOT / "examples/models/llama-3.1-8b-instruct.json")
+    parser.add_argument("--kiln-run", type=Path)
+    parser.add_argument("--kiln-so", type=Path,
+                        default=ROOT / ".carry/models/llama-3.1-8b-bench.so")
+    parser.add_argument("--lib-dir", type=Path, action="append", default=[])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/kiln-bench-model"),
+                        help="where the 16 GB of weights are written")
+    parser.add_argument("--out", type=Path,
+                        default=Path(os.environ.get("OUT", "/tmp/kiln-gpu-out")))
+    parser.add_argument("--skip-kiln", action="store_true")
+    parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--timeout", type=int, default=180, help="seconds per kiln-run")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    run_kiln = not args.skip_kiln and args.kiln_run and args.kiln_so.exists()
+    if not args.skip_kiln and not run_kiln:
+        print(f"kiln: skipped (need --kiln-run and {args.kiln_so}; "
+              "see bench/Model/README.md)", flush=True)
+    clock = time.perf_counter()
+    stamp = lambda what: print(f"  {what} ({time.perf_counter() - clock:.0f} s)", flush=True)  # noqa: E731
+
+    copy_rate, flop_rate = copy_bandwidth(), matmul_flops()
+    stamp(f"ceilings: copy {copy_rate / 1e12:.2f} TB/s, matmul {flop_rate / 1e12:.0f} TFLOP/s")
+    model, config = build_hf_model(args.config)
+    state = model.state_dict()
+    costs = model_costs(config, state)
+    stamp(f"model: {costs['weight_bytes'] / 1e9:.2f} GB of weights")
+    if run_kiln:
+        write_safetensors(state, args.work / "model.safetensors")
+        stamp("weights written")
+    del state
+
+    hf = {}
+    if not args.skip_hf:
+        for batch in DECODE_BATCHES:
+            hf[f"decode b{batch}"], cache = hf_decode(model, config.vocab_size, batch)
+            stamp(f"transformers decode b{batch} ({cache} cache)")
+        hf["prefill 4k"] = hf_prefill(model, config.vocab_size)
+        stamp("transformers prefill")
+    vocab = config.vocab_size
+    del model
+    torch.cuda.empty_cache()
+
+    kiln = {}
+    if run_kiln:
+        for batch in DECODE_BATCHES:
+            result = kiln_run(args, random_ids(batch, DECODE_PROMPT, vocab, batch),
+                              DECODE_NEW, args.work, f"decode-b{batch}")
+            kiln[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
+            stamp(f"kiln decode b{batch}")
+        result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")
+        kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
+        stamp("kiln prefill")
+
+    rows = [{"case": f"decode b{b}", "bound": decode_bound(costs, b, copy_rate)}
+            for b in DECODE_BATCHES]
+    rows.append({"case": "prefill 4k", "bound": prefill_bound(costs, PREFILL_LEN, flop_rate)})
+    for row in rows:
+        row["kiln"], row["hf"] = kiln.get(row["case"]), hf.get(row["case"])
+    print_table(rows)
+    summary = {"copy_bytes_per_s": copy_rate, "matmul_flops_per_s": flop_rate,
+               "costs": costs, "rows": rows, "decode_prompt": DECODE_PROMPT,
+               "decode_new_tokens": DECODE_NEW, "prefill_tokens": PREFILL_LEN,
+               "gpu": torch.cuda.get_device_name()}
+    (args.out / "bench-model.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+// libFuzzer target for the manifest parser (not wired into CMake). Build e.g.:
+//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+//     fuzz/ManifestFuzzer.cpp lib/Runtime/Weights/*.cpp -o manifest-fuzzer
+#include "kiln/Runtime/Manifest.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  kiln::runtime::Manifest m;
+  std::string error;
+  std::string_view text(reinterpret_cast<const char *>(data), size);
+  if (kiln::runtime::parseManifest(text, m, error)) {
+    // What the parser promises: weights inside weight_bytes, sizes consistent.
+    for (const kiln::runtime::ManifestWeight &w : m.weights)
+      if (w.offset > m.weightBytes || w.bytes > m.weightBytes - w.offset || w.offset % 256)
+        std::abort();
+    if (m.totalBytes() < m.weightBytes)
+      std::abort();
+  } else if (error.rfind("line ", 0) != 0) {
+    std::abort();
+  }
+  return 0;
+}

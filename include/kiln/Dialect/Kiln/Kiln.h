@@ -1,0 +1,77 @@
+//===- Kiln.h - the kiln dialect: attributes, types, interfaces, ops ------===//
+#ifndef KILN_DIALECT_KILN_H
+#define KILN_DIALECT_KILN_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/LLVMIR/LLVMTypes.h"
+
+#include "kiln/Dialect/Kiln/KilnConcepts.h"
+#include "kiln/Dialect/Kiln/Targets.h"
+
+#include "kiln/Dialect/Kiln/KilnDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "kiln/Dialect/Kiln/KilnAttrs.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "kiln/Dialect/Kiln/KilnTypes.h.inc"
+
+#include "kiln/Dialect/Kiln/KilnInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "kiln/Dialect/Kiln/KilnOps.h.inc"
+
+namespace kiln {
+
+/// The module configuration, read from the module's attributes.
+struct ModuleConfig {
+  TargetAttr target;   // null when absent
+  SpecAttr spec;       // null: speculation off
+  RuntimeAttr runtime; // null when absent
+  ModelAttr model;     // null when absent
+};
+ModuleConfig getModuleConfig(mlir::ModuleOp module);
+
+/// What one forward step of a compiled model may hold; these bound the dynamic
+/// (token) dimensions when the activation arena is planned.
+struct StepLimits {
+  uint64_t maxStepTokens = 0; // tokens of one step (prefill chunk or decode batch)
+  uint64_t maxLogitRows = 0;  // rows of logits one step returns
+  uint64_t maxDraftLen = 0;   // draft tokens verified per sequence and step
+};
+/// Tokens a prefill step holds unless `max_step_tokens` says otherwise.
+constexpr uint64_t kDefaultPrefillTokens = 2048;
+/// max_logit_rows = max_batch x (1 + max_draft_len); max_step_tokens from
+/// `kiln.runtime`, or the larger of max_logit_rows and min(max_seq_len, 2048).
+StepLimits getStepLimits(const ModuleConfig &config);
+
+/// Bytes of one element of `type` (bf16: 2, f32: 4, i32: 4, ...).
+uint64_t getElementBytes(mlir::Type type);
+
+/// Unit shape of a resource on one TP rank: the shard dimension divided by tp
+/// (kept at 1 when smaller than tp: KV heads are replicated, not split).
+llvm::SmallVector<int64_t> shardUnitShape(llvm::ArrayRef<int64_t> unit,
+                                          std::optional<int64_t> shard, unsigned tp);
+
+/// Tokens per sequence a per-token resource holds: min(window, max_seq_len)
+/// rounded up to whole pages.
+uint64_t tokensPerSequence(RuntimeAttr runtime, int64_t window);
+
+/// Bytes of a resource under `runtime`: slots = max_batch for per-slot kinds;
+/// pages = max_batch * ceil(tokens per sequence / page_size) for per-token kinds
+/// unless `kvPagesOverride` is given.
+uint64_t computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
+                              std::optional<uint64_t> kvPagesOverride = std::nullopt);
+
+} // namespace kiln
+
+#endif

@@ -1,0 +1,235 @@
+//===- KilnAttrs.td - module configuration attributes ------*- tablegen -*-===//
+#ifndef KILN_ATTRS_TD
+#define KILN_ATTRS_TD
+
+include "KilnBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+class Kiln_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Kiln_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Kiln_TargetAttr : Kiln_Attr<"Target", "target"> {
+  let summary = "the GPU a module is compiled for";
+  let description = [{
+    GPU facts the passes need. A preset name alone expands to the published numbers
+    of that product:
+
+    ```mlir
+    #kiln.target<"h200">
+    // prints as
+    #kiln.target<"h200", sm = 90, sms = 132, memory = 150109880320,
+                 smem_per_block = 232448, features = [tma, wgmma, fp8, clusters]>
+    ```
+
+    Keys left out default from the SM: `smem_per_block` and `features` from the
+    compute capability table, `sms` and `memory` to 0 (unknown: no budget check).
+    `features` may only name features the SM has. Known SMs: 80, 86, 89, 90, 100, 103,
+    120, 121.
+  }];
+  let parameters = (ins
+    StringRefParameter<"product or preset name">:$name,
+    "unsigned":$sm,
+    "unsigned":$numSms,
+    "uint64_t":$memoryBytes,
+    "uint64_t":$smemPerBlock,
+    "uint32_t":$featureBits
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool hasFeature(::kiln::TargetFeature feature) const {
+      return (getFeatureBits() & static_cast<uint32_t>(feature)) != 0;
+    }
+    /// Expands a preset ("h200", "l40s", ...) or "sm_XY"; null if unknown.
+    static TargetAttr getPreset(::mlir::MLIRContext *context, ::llvm::StringRef name);
+  }];
+}
+
+def Kiln_SpecAttr : Kiln_Attr<"Spec", "spec"> {
+  let summary = "speculative decoding configuration (absent: speculation off)";
+  let description = [{
+    ```mlir
+    #kiln.spec<mode = mtp, max_draft_len = 3, ssm = rewind>
+    ```
+    `mode`: `mtp` and `eagle3` are one-model setups (draft layers inside the model),
+    `draft_target` is two-model, `ngram` needs no draft layers. `ssm`: how Mamba
+    layers recover the state of the accepted prefix (`rewind` keeps intermediate
+    states, `replay` keeps the inputs and recomputes). `max_draft_len` >= 1.
+  }];
+  let parameters = (ins
+    EnumParameter<Kiln_SpecMode>:$mode,
+    "unsigned":$max_draft_len,
+    DefaultValuedParameter<"::kiln::SsmSpecMode", "::kiln::SsmSpecMode::rewind">:$ssm
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// One-model setups verify draft tokens with the target's own decode kernel.
+    bool isOneModel() const {
+      return getMode() == ::kiln::SpecMode::mtp || getMode() == ::kiln::SpecMode::eagle3;
+    }
+    /// Tokens a decode step processes per sequence: the accepted one plus drafts.
+    unsigned getTokensPerStep() const { return getMaxDraftLen() + 1; }
+  }];
+}
+
+def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
+  let summary = "serving limits that size the caches";
+  let description = [{
+    ```mlir
+    #kiln.runtime<max_batch = 64, max_seq_len = 8192, page_size = 64, kv_dtype = bf16, tp = 1>
+    ```
+    `max_batch` is the number of state slots and concurrent sequences, `page_size` a
+    power of two in [8, 256], `tp` (tensor parallel ranks) a power of two; heads and
+    caches are divided per rank. `state_dtype` (default f32) is the SSM state type.
+    `max_step_tokens` bounds the tokens of one forward step (a prefill batch, or
+    `max_batch` x (1 + drafts) in decode) and so sizes the activation arena; 0 means
+    `max(max_batch x (1 + max_draft_len), min(max_seq_len, 2048))`.
+  }];
+  let parameters = (ins
+    "unsigned":$max_batch,
+    "unsigned":$max_seq_len,
+    DefaultValuedParameter<"unsigned", "64">:$page_size,
+    "::mlir::Type":$kv_dtype,
+    DefaultValuedParameter<"unsigned", "1">:$tp,
+    OptionalParameter<"::mlir::Type">:$state_dtype,
+    DefaultValuedParameter<"unsigned", "0">:$max_step_tokens
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// SSM state element type: `state_dtype`, f32 when absent.
+    ::mlir::Type getSsmStateType() const;
+    /// KV pages one sequence may hold: ceil(max_seq_len / page_size).
+    uint64_t getMaxPagesPerSequence() const;
+  }];
+}
+
+def Kiln_ModelAttr : Kiln_Attr<"Model", "model"> {
+  let summary = "what the importer knows about the model";
+  let description = [{
+    ```mlir
+    #kiln.model<name = "NVIDIA-Nemotron-Nano-9B-v2", model_type = "nemotron_h",
+                num_layers = 56, dtype = bf16, weight_bytes = 17800000000>
+    ```
+    `weight_bytes` (0: unknown) is subtracted from the memory budget.
+  }];
+  let parameters = (ins
+    StringRefParameter<"model name">:$name,
+    StringRefParameter<"Hugging Face model_type">:$model_type,
+    "unsigned":$num_layers,
+    "::mlir::Type":$dtype,
+    DefaultValuedParameter<"uint64_t", "0">:$weight_bytes
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Kiln_PoolAttr : Kiln_Attr<"Pool", "pool"> {
+  let summary = "one memory pool of the plan";
+  let description = [{
+    ```mlir
+    #kiln.pool<"kv.w0.d128.bf16", category = kv, offset = 0, bytes = 1073741824, resources = 32>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"pool name">:$name,
+    StringRefParameter<"kv, state or unmanaged">:$category,
+    "uint64_t":$offset,
+    "uint64_t":$bytes,
+    "unsigned":$resources
+  );
+  let assemblyFormat = "`<` $name `,` struct($category, $offset, $bytes, $resources) `>`";
+}
+
+def Kiln_PlanAttr : Kiln_Attr<"Plan", "plan"> {
+  let summary = "memory plan summary of a module (set by kiln-plan-memory)";
+  let description = [{
+    Totals by category in bytes, the budget it was checked against (0: no budget),
+    the KV pages planned per pool, and the pools (`#kiln.pool`) with their arena
+    offsets.
+  }];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    auto getPoolList() const { return getPools().getAsRange<::kiln::PoolAttr>(); }
+  }];
+  let parameters = (ins
+    "uint64_t":$total_bytes,
+    "uint64_t":$kv_bytes,
+    "uint64_t":$state_bytes,
+    "uint64_t":$speculative_bytes,
+    "uint64_t":$unmanaged_bytes,
+    "uint64_t":$budget_bytes,
+    "uint64_t":$kv_pages,
+    "bool":$fits,
+    "::mlir::ArrayAttr":$pools
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Kiln_RopeAttr : Kiln_Attr<"Rope", "rope"> {
+  let summary = "rotary position embedding parameters of a model";
+  let description = [{
+    ```mlir
+    #kiln.rope<type = llama3, theta = 500000.0, factor = 8.0, low = 1.0, high = 4.0,
+               original_max_position = 8192>
+    ```
+    `low`/`high` are llama3's low/high frequency factors, or yarn's correction range in
+    dimensions (computed by the importer from beta_fast/beta_slow). `attention_factor`
+    multiplies cos and sin (yarn's mscale). Defaults: `factor` 1, `attention_factor` 1.
+  }];
+  let parameters = (ins
+    EnumParameter<Kiln_RopeType>:$type,
+    "::mlir::FloatAttr":$theta,
+    OptionalParameter<"::mlir::FloatAttr">:$factor,
+    OptionalParameter<"::mlir::FloatAttr">:$low,
+    OptionalParameter<"::mlir::FloatAttr">:$high,
+    DefaultValuedParameter<"int64_t", "0">:$original_max_position,
+    OptionalParameter<"::mlir::FloatAttr">:$attention_factor
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    double getThetaValue() const { return getTheta().getValueAsDouble(); }
+    double getFactorValue() const { return getFactor() ? getFactor().getValueAsDouble() : 1.0; }
+    double getLowValue() const { return getLow() ? getLow().getValueAsDouble() : 0.0; }
+    double getHighValue() const { return getHigh() ? getHigh().getValueAsDouble() : 0.0; }
+    double getAttentionFactorValue() const {
+      return getAttentionFactor() ? getAttentionFactor().getValueAsDouble() : 1.0;
+    }
+  }];
+}
+
+def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
+  let summary = "every device byte a compiled model needs, by category";
+  let description = [{
+    Set by `kiln-plan-activations`: the weight allocation, the cache arena (`kiln.plan`),
+    the activation arena (every intermediate buffer of a step, reused by liveness), the
+    kernels' workspace and the runtime's per-step buffers (`io`). The runtime allocates
+    exactly `total` bytes.
+
+    ```mlir
+    #kiln.device_memory<weights = 1048576, caches = 2097152, activations = 524288,
+                        workspace = 33554432, io = 65536, max_step_tokens = 2048,
+                        max_logit_rows = 64, activation_buffers = 12>
+    ```
+  }];
+  let parameters = (ins
+    "uint64_t":$weights,
+    "uint64_t":$caches,
+    "uint64_t":$activations,
+    "uint64_t":$workspace,
+    "uint64_t":$io,
+    "uint64_t":$max_step_tokens,
+    "uint64_t":$max_logit_rows,
+    "uint64_t":$activation_buffers
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let extraClassDeclaration = [{
+    /// The sum of all categories; nullopt on overflow.
+    std::optional<uint64_t> getTotal() const;
+  }];
+}
+
+#endif // KILN_ATTRS_TD

@@ -1,0 +1,84 @@
+//===- KilnInterfaces.td - interfaces passes query ---------*- tablegen -*-===//
+#ifndef KILN_INTERFACES_TD
+#define KILN_INTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Kiln_CacheResourceInterface : OpInterface<"CacheResourceInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    Any op that defines a cache resource. Passes and embedders ask it for its kind,
+    its layer, whether it exists only for speculative decoding, how it is allocated
+    (per sequence slot or per token through KV pages), and its bytes under a runtime
+    configuration; they never switch on op names.
+  }];
+  let methods = [
+    InterfaceMethod<"Kind of the resource.", "::kiln::ResourceKind", "getResourceKind">,
+    InterfaceMethod<"Decoder layer the resource belongs to.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<"True when the resource exists only for speculative decoding.",
+      "bool", "isSpeculativeOnly">,
+    InterfaceMethod<"Element type of the resource.", "::mlir::Type", "getResourceElementType">,
+    InterfaceMethod<"Shape of one allocation unit (one slot or one token), per TP rank.",
+      "::llvm::SmallVector<int64_t>", "getUnitShape",
+      (ins "const ::kiln::RuntimeAttr &":$runtime)>,
+    InterfaceMethod<"How it is allocated: per slot (states) or per token (KV pages).",
+      "::kiln::AllocationUnit", "getAllocationUnit">,
+    InterfaceMethod<"Pool category the planner puts it in.", "::kiln::PoolCategory",
+      "getPoolCategory">,
+    InterfaceMethod<[{Sliding window in tokens (0: none); bounds the tokens a
+      per-token resource holds per sequence.}], "int64_t", "getWindowTokens">
+  ];
+}
+
+def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    An op that reads and writes cache resources through named slots. A slot may be
+    empty: a speculative-only resource erased because speculation is off.
+  }];
+  let methods = [
+    InterfaceMethod<"Decoder layer.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<"Which kernel family serves the op.", "::kiln::OpFamily", "getOpFamily">,
+    InterfaceMethod<"The slots with their expected kind and current value (maybe null).",
+      "::llvm::SmallVector<::kiln::CacheSlot>", "getCacheSlots">,
+    InterfaceMethod<"Empties the slot holding `resource` (detaches the use).",
+      "void", "detachResource", (ins "::mlir::Value":$resource)>,
+    InterfaceMethod<"Draft-layer marker, if the op belongs to a draft layer.",
+      "std::optional<::kiln::DraftKind>", "getDraftKind">
+  ];
+}
+
+def Kiln_ModelOpInterface : OpInterface<"ModelOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    A model-level op that `kiln-insert-caches` turns into its cached form: it lists the
+    resources it needs under a configuration and builds the cached op from them.
+  }];
+  let methods = [
+    InterfaceMethod<"Decoder layer.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<[{Resources the op needs; speculative-only ones only when `spec`
+      is set.}], "::llvm::SmallVector<::kiln::ResourceRequest>", "getResourceRequests",
+      (ins "::kiln::SpecAttr":$spec, "::kiln::RuntimeAttr":$runtime)>,
+    InterfaceMethod<[{Replaces the op with its cached form, consuming `resources`
+      (same order as the requests; a null value leaves the slot empty).}],
+      "::mlir::Operation *", "buildCachedForm",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$resources)>
+  ];
+}
+
+def Kiln_RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    An op that `kiln-lower-to-runtime` turns into one call of the Kiln runtime once it
+    works on buffers (after bufferization): the op states the callee and its arguments
+    (pointers of its buffers, sizes read from its buffers, constants), and the lowering
+    builds them. An embedder's own op takes part by implementing it.
+  }];
+  let methods = [
+    InterfaceMethod<[{The runtime function and its arguments after the context, for the
+      buffer (memref) form of the op; failure (with a diagnostic) if the op cannot be
+      called as it is.}], "::mlir::FailureOr<::kiln::RuntimeCall>", "getRuntimeCall">
+  ];
+}
+
+#endif // KILN_INTERFACES_TD

@@ -1,0 +1,460 @@
+//===- KilnOps.td - kiln operations ------------------------*- tablegen -*-===//
+#ifndef KILN_OPS_TD
+#define KILN_OPS_TD
+
+include "KilnBase.td"
+include "KilnAttrs.td"
+include "KilnTypes.td"
+include "KilnInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/DestinationStyleOpInterface.td"
+include "mlir/IR/SymbolInterfaces.td"
+
+def Kiln_LLVMPointer : Type<CPred<"::llvm::isa<::mlir::LLVM::LLVMPointerType>($_self)">,
+                             "LLVM pointer", "::mlir::LLVM::LLVMPointerType">;
+
+class Kiln_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Kiln_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Cache resources
+//===----------------------------------------------------------------------===//
+
+def Kiln_CacheResourceOp : Kiln_Op<"cache_resource", [
+    DeclareOpInterfaceMethods<Kiln_CacheResourceInterface>]> {
+  let summary = "a cache resource: KV pages, MLA latents, SSM/conv state, spec buffers";
+  let description = [{
+    Declares one cache resource of a layer. The kind is in the result type. `unit`
+    is the shape of one allocation unit for the whole model (one token for KV kinds,
+    one sequence slot for states); `shard` names the dimension divided across tensor
+    parallel ranks. `speculative_only` must be present exactly for the kinds that only
+    speculative decoding needs (intermediate states, replay buffers, draft-layer KV).
+    `unmanaged` marks a resource its producer allocates outside Kiln's pools; the
+    planner reports it loudly. `kiln-plan-memory` adds `pool`, `offset` and `bytes`.
+
+    ```mlir
+    %kv = kiln.cache_resource layer 3 unit [2, 8, 128] of bf16 shard 1 : !kiln.cache<kv>
+    %i = kiln.cache_resource layer 0 unit [4, 128, 80, 128] of f32 shard 1 speculative_only
+           : !kiln.cache<intermediate_ssm_state>
+    ```
+  }];
+  let arguments = (ins
+    I64Attr:$layer,
+    DenseI64ArrayAttr:$unit,
+    TypeAttr:$element_type,
+    OptionalAttr<I64Attr>:$window,
+    OptionalAttr<I64Attr>:$shard,
+    UnitAttr:$speculative_only,
+    UnitAttr:$unmanaged,
+    OptionalAttr<StrAttr>:$pool,
+    OptionalAttr<I64Attr>:$offset,
+    OptionalAttr<I64Attr>:$bytes
+  );
+  let results = (outs Kiln_CacheType:$resource);
+  let assemblyFormat = [{
+    `layer` $layer `unit` $unit `of` $element_type (`window` $window^)? (`shard` $shard^)?
+    (`speculative_only` $speculative_only^)? (`unmanaged` $unmanaged^)? attr-dict
+    `:` qualified(type($resource))
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::kiln::ResourceKind getKind() { return getResource().getType().getKind(); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Model-level ops (what an importer emits)
+//===----------------------------------------------------------------------===//
+
+class Kiln_LayerOp<string mnemonic, list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits, [Pure])>;
+
+defvar AttentionAttrs = (ins
+    I64Attr:$layer,
+    I64Attr:$num_heads,
+    I64Attr:$num_kv_heads,
+    I64Attr:$head_dim,
+    OptionalAttr<I64Attr>:$sliding_window,
+    OptionalAttr<Kiln_DraftKindAttr>:$draft);
+defvar MlaAttrs = (ins
+    I64Attr:$layer,
+    I64Attr:$num_heads,
+    I64Attr:$kv_lora_rank,
+    I64Attr:$qk_rope_head_dim,
+    OptionalAttr<Kiln_DraftKindAttr>:$draft);
+defvar SsmAttrs = (ins
+    I64Attr:$layer,
+    I64Attr:$num_heads,
+    I64Attr:$head_dim,
+    I64Attr:$state_size,
+    I64Attr:$n_groups,
+    OptionalAttr<Kiln_DraftKindAttr>:$draft);
+defvar ConvAttrs = (ins
+    I64Attr:$layer,
+    I64Attr:$conv_dim,
+    I64Attr:$kernel_size,
+    UnitAttr:$silu,
+    OptionalAttr<Kiln_DraftKindAttr>:$draft);
+defvar SelectionAttrs = (ins
+    OptionalAttr<StrAttr>:$decode_kernel,
+    OptionalAttr<StrAttr>:$prefill_kernel,
+    OptionalAttr<Kiln_SpecDecModeAttr>:$spec_dec_mode);
+
+def Kiln_AttentionOp : Kiln_LayerOp<"attention", [
+    DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
+  let summary = "causal self-attention of one layer (MHA, GQA or MQA)";
+  let description = [{
+    `q: [tokens, num_heads, head_dim]`, `k`, `v: [tokens, num_kv_heads, head_dim]`,
+    result like `q`. `num_heads` must be a multiple of `num_kv_heads`. A
+    `sliding_window` bounds the keys each query sees. `draft` marks the layer of an MTP
+    module, an Eagle3 head or a draft model.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v),
+                       AttentionAttrs);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v)
+    `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_MlaAttentionOp : Kiln_LayerOp<"mla_attention", [
+    DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
+  let summary = "multi-head latent attention of one layer (DeepSeek MLA, absorbed form)";
+  let description = [{
+    `q: [tokens, num_heads, kv_lora_rank + qk_rope_head_dim]` (absorbed query),
+    `latent: [tokens, kv_lora_rank + qk_rope_head_dim]` (compressed KV + rope key),
+    result `[tokens, num_heads, kv_lora_rank]`. The cache holds
+    `kv_lora_rank + qk_rope_head_dim` values per token whatever the head count.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$latent), MlaAttrs);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $latent attr-dict `:` type($q) `,` type($latent) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_SsmOp : Kiln_LayerOp<"ssm", [
+    DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
+  let summary = "Mamba2 selective state-space mixer of one layer";
+  let description = [{
+    `x: [tokens, num_heads, head_dim]`, `dt: [tokens, num_heads]`,
+    `b`, `c: [tokens, n_groups, state_size]`, optional gate `z` like `x`; result like
+    `x`. `num_heads` must be a multiple of `n_groups`.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$x, AnyRankedTensor:$dt, AnyRankedTensor:$b,
+                            AnyRankedTensor:$c, Optional<AnyRankedTensor>:$z), SsmAttrs);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = [{
+    `layer` $layer $x `,` $dt `,` $b `,` $c (`gate` $z^ `:` type($z))? attr-dict `:`
+    type($x) `,` type($dt) `,` type($b) `,` type($c) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [
+    DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
+  let summary = "depthwise causal conv1d of a Mamba2 layer";
+  let description = [{
+    `x: [tokens, conv_dim]`, result like `x`; `kernel_size` in [2, 4] (the decode
+    kernels support up to 4); `silu` applies SiLU to the output.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$x), ConvAttrs);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = [{
+    `layer` $layer $x attr-dict `:` type($x) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Cached forms: the model ops with their resources in (maybe empty) slots
+//===----------------------------------------------------------------------===//
+
+// Cached ops are in destination-passing style: `outs(%init)` is the buffer the
+// result is written to. On tensors they yield the result; after bufferization they
+// work on memrefs, yield nothing, and lower in place to one runtime call.
+class Kiln_CachedOp<string mnemonic, list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<Kiln_CachedOpInterface>,
+        DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+        DestinationStyleOpInterface,
+        MemoryEffects<[MemRead, MemWrite]>])> {
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() { return getInitMutable(); }
+  }];
+}
+
+def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention"> {
+  let summary = "attention reading and appending its paged KV cache";
+  let description = [{
+    Like `kiln.attention`, with the layer's KV resource in slot `kv`: a `kv` resource
+    for a model layer, a speculative-only `draft_kv` resource for a draft layer. An
+    empty slot means the layer is not run (a draft layer with speculation off).
+    `kiln-select-kernels` adds `decode_kernel`, `prefill_kernel`, `spec_dec_mode`.
+  }];
+  let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v,
+                            Optional<Kiln_CacheType>:$kv, AnyShaped:$init),
+                       AttentionAttrs, SelectionAttrs);
+  let results = (outs Optional<AnyRankedTensor>:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $k `,` $v (`kv` `(` $kv^ `:` qualified(type($kv)) `)`)?
+    `outs` `(` $init `:` type($init) `)` attr-dict
+    `:` type($q) `,` type($k) `,` type($v) (`->` type($out)^)?
+  }];
+}
+
+def Kiln_CachedMlaAttentionOp : Kiln_CachedOp<"cached_mla_attention"> {
+  let summary = "MLA reading and appending its latent cache";
+  let description = [{
+    Like `kiln.mla_attention`, with the latent resource in slot `latent` (`mla_latent`,
+    or a speculative-only `draft_kv` for an MTP layer).
+  }];
+  let arguments = !con((ins AnyShaped:$q, AnyShaped:$latent,
+                            Optional<Kiln_CacheType>:$cache, AnyShaped:$init),
+                       MlaAttrs, SelectionAttrs);
+  let results = (outs Optional<AnyRankedTensor>:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $latent (`cache` `(` $cache^ `:` qualified(type($cache)) `)`)?
+    `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($q) `,` type($latent) (`->` type($out)^)?
+  }];
+}
+
+def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
+  let summary = "Mamba2 mixer updating its SSM state";
+  let description = [{
+    Like `kiln.ssm`, with the `state` resource and the speculative slots:
+    `intermediate` (rewind mode) or the five replay buffers (replay mode). With
+    speculation off all speculative slots are empty.
+  }];
+  let arguments = !con((ins AnyShaped:$x, AnyShaped:$dt, AnyShaped:$b,
+                            AnyShaped:$c, Optional<AnyShaped>:$z,
+                            Kiln_CacheType:$state,
+                            Optional<Kiln_CacheType>:$intermediate,
+                            Optional<Kiln_CacheType>:$replay_x,
+                            Optional<Kiln_CacheType>:$replay_b,
+                            Optional<Kiln_CacheType>:$replay_dt,
+                            Optional<Kiln_CacheType>:$replay_dacs,
+                            Optional<Kiln_CacheType>:$replay_index, AnyShaped:$init),
+                       SsmAttrs, SelectionAttrs);
+  let results = (outs Optional<AnyRankedTensor>:$out);
+  let assemblyFormat = [{
+    `layer` $layer $x `,` $dt `,` $b `,` $c (`gate` $z^ `:` type($z))?
+    `state` `(` $state `:` qualified(type($state)) `)`
+    (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
+    (`replay_x` `(` $replay_x^ `:` qualified(type($replay_x)) `)`)?
+    (`replay_b` `(` $replay_b^ `:` qualified(type($replay_b)) `)`)?
+    (`replay_dt` `(` $replay_dt^ `:` qualified(type($replay_dt)) `)`)?
+    (`replay_dacs` `(` $replay_dacs^ `:` qualified(type($replay_dacs)) `)`)?
+    (`replay_index` `(` $replay_index^ `:` qualified(type($replay_index)) `)`)?
+    `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($x) `,` type($dt) `,` type($b) `,` type($c) (`->` type($out)^)?
+  }];
+}
+
+def Kiln_CachedCausalConvOp : Kiln_CachedOp<"cached_causal_conv"> {
+  let summary = "causal conv1d updating its conv state";
+  let description = [{
+    Like `kiln.causal_conv`, with the `state` resource and the speculative
+    `intermediate` slot (the window after each draft token).
+  }];
+  let arguments = !con((ins AnyShaped:$x, Kiln_CacheType:$state,
+                            Optional<Kiln_CacheType>:$intermediate, AnyShaped:$init),
+                       ConvAttrs, SelectionAttrs);
+  let results = (outs Optional<AnyRankedTensor>:$out);
+  let assemblyFormat = [{
+    `layer` $layer $x `state` `(` $state `:` qualified(type($state)) `)`
+    (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
+    `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($x) (`->` type($out)^)?
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops: the graph between the cached ops (docs/overview.md says why these
+// and not linalg). Destination-passing style like linalg's named ops: `ins(...)`
+// are read, `outs(%init)` is written; on tensors the op yields the result, on
+// memrefs it yields nothing and lowers to one runtime call on its buffers.
+//===----------------------------------------------------------------------===//
+
+class Kiln_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Kiln_Op<mnemonic, !listconcat(traits, [
+        DestinationStyleOpInterface,
+        DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+        DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>])> {
+  let results = (outs Optional<AnyRankedTensor>:$result);
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() { return getInitMutable(); }
+  }];
+}
+
+// Two operands read, one written.
+class Kiln_BinaryComputeOp<string mnemonic, string lhs, string rhs>
+    : Kiln_ComputeOp<mnemonic> {
+  let assemblyFormat = "`ins` `(` $" # lhs # " `,` $" # rhs # " `:` type($" # lhs #
+      ") `,` type($" # rhs # ") `)` `outs` `(` $init `:` type($init) `)` attr-dict"
+      " (`->` type($result)^)?";
+}
+
+def Kiln_EmbeddingOp : Kiln_BinaryComputeOp<"embedding", "ids", "table"> {
+  let summary = "token embedding lookup";
+  let description = [{
+    `out[t, :] = table[ids[t], :]`; `ids: [tokens] i32`, `table: [vocab, hidden]`,
+    `out: [tokens, hidden]`.
+  }];
+  let arguments = (ins AnyShaped:$ids, AnyShaped:$table, AnyShaped:$init);
+}
+
+def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
+  let summary = "RMSNorm over the innermost dimension";
+  let description = [{
+    `out = weight * x / sqrt(mean(x^2) + epsilon)` over the last dimension of `x`
+    (rank 2, or rank 3 for per-head norms such as Qwen3's q/k norms); `weight` has
+    the size of that dimension. Statistics in fp32, roundings as Hugging Face's
+    RMSNorm.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$weight, AnyShaped:$init,
+                       F32Attr:$epsilon);
+}
+
+def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
+  let summary = "x times the transposed weight, plus an optional bias (nn.Linear)";
+  let description = [{
+    `out[m, n] = sum_k x[m, k] * weight[n, k] + bias[n]` with `weight` in PyTorch's
+    `[out_features, in_features]` layout. fp32 accumulation. Lowers to cuBLASLt.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$weight, Optional<AnyShaped>:$bias,
+                       AnyShaped:$init);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight `:` type($input) `,` type($weight) `)`
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
+  }];
+}
+
+def Kiln_RopeOp : Kiln_BinaryComputeOp<"rope", "input", "positions"> {
+  let summary = "rotary position embedding (rotate-half convention)";
+  let description = [{
+    `x: [tokens, heads, head_dim]`, `positions: [tokens] i32`; the frequencies and
+    their scaling come from `rope` (`#kiln.rope`).
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$positions, AnyShaped:$init,
+                       Kiln_RopeAttr:$rope);
+}
+
+def Kiln_AddOp : Kiln_BinaryComputeOp<"add", "lhs", "rhs"> {
+  let summary = "element-wise sum (the residual connection)";
+  let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$init);
+}
+
+def Kiln_SwigluOp : Kiln_BinaryComputeOp<"swiglu", "gate", "up"> {
+  let summary = "silu(gate) * up, the gated MLP activation";
+  let arguments = (ins AnyShaped:$gate, AnyShaped:$up, AnyShaped:$init);
+}
+
+def Kiln_GatherRowsOp : Kiln_BinaryComputeOp<"gather_rows", "input", "rows"> {
+  let summary = "selects rows (e.g. each sequence's last token before the lm_head)";
+  let description = [{
+    `out[r, :] = x[rows[r], :]`; `rows: [num_rows] i32`.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$rows, AnyShaped:$init);
+}
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "a model parameter, by its Hugging Face name";
+  let description = [{
+    Declares one tensor the model needs, e.g.
+    `kiln.weight @"model.layers.0.self_attn.q_proj.weight" : tensor<4096x4096xbf16>`.
+    The symbol name is the tensor's name in the safetensors files; the type gives its
+    shape and dtype. `kiln-plan-memory` adds `offset` (bytes into the one weight
+    allocation).
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeTensor>:$type,
+                       OptionalAttr<I64Attr>:$offset);
+  let assemblyFormat = "$sym_name attr-dict `:` $type";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::mlir::cast<::mlir::RankedTensorType>(getType());
+    }
+    /// Bytes of the tensor; nullopt on overflow.
+    std::optional<uint64_t> getBytes();
+  }];
+}
+
+def Kiln_WeightRefOp : Kiln_Op<"weight_ref", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "reads a model parameter";
+  let description = [{
+    The value of `kiln.weight @name`: a tensor of its type, or after bufferization a
+    read-only memref of the same shape.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$weight);
+  let results = (outs AnyTypeOf<[AnyStaticShapeTensor, AnyStaticShapeMemRef]>:$result);
+  let assemblyFormat = "$weight attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers of a compiled step (after bufferization)
+//===----------------------------------------------------------------------===//
+
+def Kiln_InputOp : Kiln_Op<"input", [Pure]> {
+  let summary = "a per-step input the runtime provides (token ids, positions, rows)";
+  let description = [{
+    `kiln-bind-entry` replaces the model function's tensor arguments with these.
+    A 1-D i32 memref whose size is the step's token (or logit-row) count.
+  }];
+  let arguments = (ins Kiln_InputKindAttr:$kind);
+  let results = (outs MemRefRankOf<[I32], [1]>:$buffer);
+  let assemblyFormat = "$kind attr-dict `:` type($buffer)";
+}
+
+// Handing a buffer to the runtime is an effect the IR cannot see (the runtime reads it
+// after the step), so the op also "writes": it must never be erased as dead.
+def Kiln_OutputOp : Kiln_Op<"output", [
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+    MemoryEffects<[MemWrite]>]> {
+  let summary = "hands a result of the step (the logits) to the runtime";
+  let arguments = (ins Kiln_OutputKindAttr:$kind,
+                       Arg<AnyMemRef, "the buffer handed over", [MemRead]>:$buffer);
+  let assemblyFormat = "$kind $buffer attr-dict `:` type($buffer)";
+}
+
+def Kiln_ActivationBufferOp : Kiln_Op<"activation_buffer", [Pure]> {
+  let summary = "an intermediate buffer at a planned offset of the activation arena";
+  let description = [{
+    What `kiln-plan-activations` makes of every `memref.alloc` of a step: the buffer
+    lives at `offset` bytes into the activation arena; buffers whose lifetimes do not
+    overlap share bytes. `sizes` are the dynamic dimensions.
+  }];
+  let arguments = (ins I64Attr:$offset, I64Attr:$capacity, Variadic<Index>:$sizes);
+  let results = (outs AnyMemRef:$buffer);
+  let assemblyFormat = [{
+    `offset` $offset `capacity` $capacity (`[` $sizes^ `]`)? attr-dict `:` type($buffer)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_BufferFromPointerOp : Kiln_Op<"buffer_from_pointer", [Pure]> {
+  let summary = "a contiguous memref over a device pointer (lowering only)";
+  let description = [{
+    Made by `kiln-lower-to-runtime` from the runtime's base pointers; lowered to a
+    memref descriptor by `kiln-convert-to-llvm`.
+  }];
+  let arguments = (ins Kiln_LLVMPointer:$pointer, Variadic<Index>:$sizes);
+  let results = (outs AnyMemRef:$buffer);
+  let assemblyFormat = [{
+    $pointer (`[` $sizes^ `]`)? attr-dict `:` qualified(type($pointer)) `->` type($buffer)
+  }];
+  let hasVerifier = 1;
+}
+#endif // KILN_OPS_TD

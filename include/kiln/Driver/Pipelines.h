@@ -1,0 +1,31 @@
+//===- Pipelines.h - Kiln's pipelines as a library -------------------------===//
+//
+// The stages a driver (kiln-compile, or an embedding model compiler) chains:
+//   buildDeployPipeline     configure, insert caches, drop speculative-only resources,
+//                           verify, select kernels, plan the caches and the weights
+//   buildLoweringPipeline   one-shot bufferization, entry binding, activation plan,
+//                           kiln ops to runtime calls, LLVM dialect
+// The deploy options live in kiln/Transforms/Pipeline.h (DeployOptions).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_DRIVER_PIPELINES_H
+#define KILN_DRIVER_PIPELINES_H
+
+#include "kiln/Transforms/Pipeline.h"
+
+#include "mlir/Pass/PassManager.h"
+
+namespace kiln {
+
+/// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`
+/// translates). The module needs `kiln.plan` (kiln-deploy) and one `kiln.entry`
+/// function.
+void buildLoweringPipeline(mlir::OpPassManager &pm);
+
+/// The part of the lowering that stays in Kiln's and upstream's dialects (buffers,
+/// runtime calls), for inspection with `--emit=mlir-lowered` and in lit tests.
+void buildBufferLoweringPipeline(mlir::OpPassManager &pm);
+
+} // namespace kiln
+
+#endif

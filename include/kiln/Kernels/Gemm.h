@@ -1,0 +1,39 @@
+/* bf16 GEMM of nn.Linear layers on cuBLASLt (C ABI). See docs/kernels-graph.md.
+ *
+ * A kiln_gemm_t owns a cuBLASLt handle and a cache of per-shape plans (matmul
+ * descriptor, matrix layouts and the algorithm the heuristic picked), keyed by
+ * (m, n, k, bias or not, workspace size, pointer alignments): after the first call of a
+ * shape no heuristic query runs again. The handle is safe to share between threads
+ * (the cache is locked), but the usual use is one handle per stream. */
+#ifndef KILN_KERNELS_GEMM_H
+#define KILN_KERNELS_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/Kernels/Status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The workspace size the runtime should give kiln_gemm_bf16 (lets cuBLASLt pick
+ * split-K algorithms for small m). */
+#define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
+
+typedef struct kiln_gemm kiln_gemm_t; /* a cuBLASLt handle + per-shape plan cache */
+
+kiln_status_t kiln_gemm_create(kiln_gemm_t **out);
+void kiln_gemm_destroy(kiln_gemm_t *gemm);
+
+/* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
+ * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).
+ * workspace: device memory of workspace_bytes (may be 0). m == 0 is a no-op. */
+kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const void *w,
+                             const void *bias, void *out, int64_t m, int64_t n, int64_t k,
+                             void *workspace, size_t workspace_bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KERNELS_GEMM_H */

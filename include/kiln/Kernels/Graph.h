@@ -1,0 +1,87 @@
+/* Graph glue kernels of a decoder model (C ABI): token embedding, RMSNorm, rotary
+ * position embedding, residual add, SwiGLU, row gather and greedy argmax.
+ * See docs/kernels-graph.md.
+ *
+ * Conventions shared by every launcher
+ *  - Tensors are bf16, row-major and dense; index vectors (ids, positions, rows) are
+ *    int32; `out` of argmax is int32. All pointers are device pointers; `stream` is a
+ *    cudaStream_t (NULL = the default stream).
+ *  - Numerics mirror Hugging Face transformers in bf16 (every intermediate that
+ *    PyTorch rounds to bf16 is rounded here too, the rest is fp32), so greedy decoding
+ *    reproduces its tokens.
+ *  - Every launcher validates its arguments before any CUDA call and returns
+ *    KILN_ERROR_INVALID_ARGUMENT / KILN_ERROR_UNSUPPORTED with a message naming the
+ *    kernel and the argument (kiln_last_error()); a failed launch returns
+ *    KILN_ERROR_CUDA. A size of 0 (no rows, no tokens) is a no-op returning KILN_OK.
+ *  - add, swiglu, rms_norm and rope may run in place (out == x, a, b, gate or up);
+ *    embedding, gather_rows and argmax must not alias their output with an input.
+ *  - Indices live on the device, so the host cannot check them: an embedding id or a
+ *    gathered row outside its table yields a row of zeros instead of an out-of-bounds
+ *    read.
+ */
+#ifndef KILN_KERNELS_GRAPH_H
+#define KILN_KERNELS_GRAPH_H
+
+#include <stdint.h>
+
+#include "kiln/Kernels/Status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest head_dim kiln_rope_bf16 supports (its frequency table travels as a kernel
+ * argument). */
+#define KILN_ROPE_MAX_HEAD_DIM 512
+
+typedef struct kiln_rope_params {
+  int32_t type;            /* KILN_RT_ROPE_* from ABI.def: 0 default, 1 linear, 2 llama3, 3 yarn */
+  float theta;             /* rope_theta */
+  float factor;            /* linear / llama3 / yarn scaling factor (1 for default) */
+  float low;               /* llama3: low_freq_factor; yarn: low end of the correction range (in dims) */
+  float high;              /* llama3: high_freq_factor; yarn: high end of the correction range (in dims) */
+  int64_t original_max_position; /* llama3: original_max_position_embeddings */
+  float attention_factor;  /* multiplies cos and sin (1 unless yarn) */
+} kiln_rope_params_t;
+
+/* out[t, :] = table[ids[t], :]; table [vocab, hidden], out [tokens, hidden]. An id
+ * outside [0, vocab) gives a zero row. */
+kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *table, void *out,
+                                  int64_t tokens, int64_t vocab, int64_t hidden,
+                                  void *stream);
+
+/* Per row of `dim`: out = bf16(weight * bf16(x * rsqrt(mean(x^2) + eps))), statistics
+ * in fp32. x, out [rows, dim]; weight [dim]. rows may count tokens x heads (per-head
+ * q/k norms). */
+kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, void *out,
+                                 int64_t rows, int64_t dim, float eps, void *stream);
+
+/* Rotate-half RoPE (HF apply_rotary_pos_emb) of x [tokens, heads, head_dim] at
+ * positions [tokens] into out (same shape, may be x). head_dim even, <= 512. */
+kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
+                             int64_t tokens, int64_t heads, int64_t head_dim,
+                             const kiln_rope_params_t *rope, void *stream);
+
+/* out = bf16(a + b), n elements. */
+kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,
+                            void *stream);
+
+/* out = bf16(bf16(silu(gate)) * up), n elements. */
+kiln_status_t kiln_swiglu_bf16(const void *gate, const void *up, void *out, int64_t n,
+                               void *stream);
+
+/* out[r, :] = x[rows[r], :]; x [num_source_rows, dim], out [num_rows, dim]. A row
+ * index outside [0, num_source_rows) gives a zero row. */
+kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *rows, void *out,
+                                    int64_t num_rows, int64_t dim, int64_t num_source_rows,
+                                    void *stream);
+
+/* out[r] = argmax of logits[r, 0:cols] (torch.argmax semantics: ties give the smallest
+ * index, NaN counts as larger than any number, -0 == +0). cols < 2^31. */
+kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows, int64_t cols,
+                               void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KERNELS_GRAPH_H */

@@ -1,0 +1,137 @@
+/* Sizes of the runtime-owned device buffers of a compiled model: the per-step io buffer
+ * and the workspace. Header-only C (static inline), no CUDA: kiln-compile includes it to
+ * write io_bytes and workspace_bytes into a model's manifest, and the runtime includes
+ * it to lay those buffers out, so both sides always agree on the formulas.
+ *
+ * io_bytes (one buffer; int32 arrays, each rounded up to 256 bytes, in this order):
+ *   token_ids   [max_step_tokens]      the step's token ids (KILN_RT_INPUT_TOKEN_IDS)
+ *   positions   [max_step_tokens]      their positions (KILN_RT_INPUT_POSITIONS); also
+ *                                      the cache position kv_append writes each token to
+ *   token_batch [max_step_tokens]      the sequence (0..batch-1) of each token (kv_append)
+ *   logit_rows  [max_logit_rows]       KILN_RT_INPUT_LOGIT_ROWS
+ *   seq_lens    [max_batch]            cached tokens per sequence after the step
+ *   cu_seqlens  [max_batch + 1]        token offsets of the sequences (varlen attention)
+ *   slots       [max_batch]            state slot of each sequence
+ *   block_table [max_batch * max_pages_per_seq]  page ids, one row per sequence
+ *   argmax      [max_logit_rows]       greedy tokens of the logit rows (device -> host)
+ * The first eight arrays are uploaded from pinned host memory in ONE copy per step
+ * (everything up to the used part of block_table, which is last for that reason).
+ *
+ * workspace_bytes = KILN_GEMM_WORKSPACE_BYTES (cuBLASLt) + split-KV partials:
+ *   align256(KILN_RT_DECODE_SPLITS * min(max_decode_tokens, KILN_RT_SPLIT_TOKENS)
+ *            * max_q_heads * (max_head_dim + 1) * 4)
+ * i.e. room for 16 splits while a decode step has at most 32 tokens (batch x q_len);
+ * the gqa_decode launcher uses floor(room / partials-of-one-split) splits beyond that
+ * (its automatic split count falls with the batch anyway). max_decode_tokens is
+ * max_batch * (1 + max_draft_len), max_q_heads / max_head_dim the largest attention
+ * layer's. */
+#ifndef KILN_RUNTIME_LAYOUT_H
+#define KILN_RUNTIME_LAYOUT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_RT_ALIGNMENT 256ull
+/* The same definition as include/kiln/Kernels/Gemm.h (identical redefinition). */
+#ifndef KILN_GEMM_WORKSPACE_BYTES
+#define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
+#endif
+#define KILN_RT_DECODE_SPLITS 16
+#define KILN_RT_SPLIT_TOKENS 32
+
+static inline uint64_t kiln_rt_align(uint64_t bytes) {
+  return (bytes + KILN_RT_ALIGNMENT - 1) / KILN_RT_ALIGNMENT * KILN_RT_ALIGNMENT;
+}
+
+static inline uint64_t kiln_rt_nonneg(int64_t v) { return v > 0 ? (uint64_t)v : 0u; }
+
+/* Byte offsets of the io arrays inside the io buffer, and its total size. */
+typedef struct kiln_rt_io_layout {
+  uint64_t token_ids;
+  uint64_t positions;
+  uint64_t token_batch;
+  uint64_t logit_rows;
+  uint64_t seq_lens;
+  uint64_t cu_seqlens;
+  uint64_t slots;
+  uint64_t block_table;
+  uint64_t argmax;
+  uint64_t bytes;
+} kiln_rt_io_layout_t;
+
+static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t max_step_tokens,
+                                                    int64_t max_logit_rows,
+                                                    int64_t max_pages_per_seq) {
+  const uint64_t b = kiln_rt_nonneg(max_batch), t = kiln_rt_nonneg(max_step_tokens);
+  const uint64_t r = kiln_rt_nonneg(max_logit_rows), p = kiln_rt_nonneg(max_pages_per_seq);
+  kiln_rt_io_layout_t l;
+  uint64_t at = 0;
+  l.token_ids = at;
+  at += kiln_rt_align(t * 4u);
+  l.positions = at;
+  at += kiln_rt_align(t * 4u);
+  l.token_batch = at;
+  at += kiln_rt_align(t * 4u);
+  l.logit_rows = at;
+  at += kiln_rt_align(r * 4u);
+  l.seq_lens = at;
+  at += kiln_rt_align(b * 4u);
+  l.cu_seqlens = at;
+  at += kiln_rt_align((b + 1u) * 4u);
+  l.slots = at;
+  at += kiln_rt_align(b * 4u);
+  l.block_table = at;
+  at += kiln_rt_align(b * p * 4u);
+  l.argmax = at;
+  at += kiln_rt_align(r * 4u);
+  l.bytes = at;
+  return l;
+}
+
+/* Bytes of the io buffer (see the list above). */
+static inline uint64_t kiln_rt_io_bytes(int64_t max_batch, int64_t max_step_tokens,
+                                        int64_t max_logit_rows, int64_t max_pages_per_seq) {
+  return kiln_rt_io_layout(max_batch, max_step_tokens, max_logit_rows, max_pages_per_seq).bytes;
+}
+
+/* Columns of the block table: ceil(max_seq_len / page_size). */
+static inline int64_t kiln_rt_max_pages_per_seq(int64_t max_seq_len, int64_t page_size) {
+  return page_size > 0 && max_seq_len > 0 ? (max_seq_len + page_size - 1) / page_size : 0;
+}
+
+/* Split-KV partials part of the workspace (see above). */
+static inline uint64_t kiln_rt_split_workspace_bytes(int64_t max_decode_tokens,
+                                                     int64_t max_q_heads,
+                                                     int64_t max_head_dim) {
+  uint64_t tokens = kiln_rt_nonneg(max_decode_tokens);
+  if (tokens > KILN_RT_SPLIT_TOKENS)
+    tokens = KILN_RT_SPLIT_TOKENS;
+  return kiln_rt_align((uint64_t)KILN_RT_DECODE_SPLITS * tokens * kiln_rt_nonneg(max_q_heads) *
+                       (kiln_rt_nonneg(max_head_dim) + 1u) * 4u);
+}
+
+/* cudaMalloc hands out device memory in 2 MiB pages: a plan whose total
+ * (weight + cache + activation + workspace + io bytes) is not a multiple of this costs up
+ * to 2 MiB more than planned, which matters for small models. The compiler may add
+ * kiln_rt_granule_padding(total) to workspace_bytes (the runtime gives any workspace
+ * beyond the GEMM's to the split-KV partials) so that measured == planned. */
+#define KILN_RT_DEVICE_GRANULE (2ull << 20)
+static inline uint64_t kiln_rt_granule_padding(uint64_t total_bytes) {
+  return (KILN_RT_DEVICE_GRANULE - total_bytes % KILN_RT_DEVICE_GRANULE) %
+         KILN_RT_DEVICE_GRANULE;
+}
+
+/* Bytes of the workspace: the GEMM workspace, then the split-KV partials. */
+static inline uint64_t kiln_rt_workspace_bytes(int64_t max_decode_tokens, int64_t max_q_heads,
+                                               int64_t max_head_dim) {
+  return KILN_GEMM_WORKSPACE_BYTES +
+         kiln_rt_split_workspace_bytes(max_decode_tokens, max_q_heads, max_head_dim);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_RUNTIME_LAYOUT_H */

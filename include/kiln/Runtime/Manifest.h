@@ -1,0 +1,42 @@
+// The compiled-model manifest (the text kiln_model_manifest() returns; format in
+// docs/abi.md), parsed and validated. Plain C++17: no CUDA, no LLVM.
+#ifndef KILN_RUNTIME_MANIFEST_H
+#define KILN_RUNTIME_MANIFEST_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::runtime {
+
+struct ManifestWeight {
+  std::string name;              // Hugging Face name
+  std::string dtype;             // Kiln's name: bf16, f16, f32, i32
+  std::vector<int64_t> shape;    // at least one dimension, each >= 0
+  uint64_t offset = 0;           // in the weight allocation, 256-byte aligned
+  uint64_t bytes = 0;            // product(shape) * dtype bytes
+};
+
+struct Manifest {
+  std::string name;
+  int64_t vocabSize = 0, hiddenSize = 0, numLayers = 0, maxBatch = 0, maxSeqLen = 0, pageSize = 0, kvPages = 0,
+          maxStepTokens = 0, maxLogitRows = 0, maxDraftLen = 0;
+  uint64_t weightBytes = 0, cacheBytes = 0, speculativeBytes = 0, activationBytes = 0, workspaceBytes = 0, ioBytes = 0;
+  std::vector<ManifestWeight> weights;   // in manifest order
+  // weight + cache + activation + workspace + io bytes (speculative bytes are part of
+  // the cache bytes). parseManifest rejects a manifest whose sum overflows; on a
+  // hand-built Manifest that overflows this returns UINT64_MAX.
+  uint64_t totalBytes() const;
+};
+
+// Parses the text of kiln_model_manifest(). Every key is required exactly once; unknown
+// keys, duplicates, negative or overflowing numbers, bad dtypes or shapes, shape/bytes
+// mismatches, unaligned, overlapping or out-of-range weights, speculative_bytes >
+// cache_bytes and anything after `end` are errors naming the line ("line N: ...").
+// On failure `out` is left unchanged.
+bool parseManifest(std::string_view text, Manifest &out, std::string &error);
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_MANIFEST_H

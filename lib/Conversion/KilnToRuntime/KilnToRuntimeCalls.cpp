@@ -1,0 +1,318 @@
+//===- KilnToRuntimeCalls.cpp - convert-kiln-to-runtime-calls -------------===//
+//
+// Kiln's ops lower in place: each op on buffers becomes one call of the Kiln runtime
+// on the pointers of its own operands and result (docs/abi.md), so the graph around
+// it — Kiln's or an embedder's — is kept. The runtime's kernels choose tiles and
+// split-KV on the host and validate their arguments with messages naming the layer,
+// which is why the calls go to the runtime rather than to gpu.launch_func.
+//
+//===----------------------------------------------------------------------===//
+#include "kiln/Conversion/KilnToRuntime.h"
+#include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Registry/KernelRegistry.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace kiln {
+#define GEN_PASS_DEF_CONVERTKILNTORUNTIMECALLS
+#include "kiln/Conversion/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace kiln {
+/// The manifest text of a planned module (Manifest.cpp); failure is diagnosed.
+FailureOr<std::string> buildManifest(ModuleOp module);
+} // namespace kiln
+
+namespace {
+
+Type pointerType(MLIRContext *context) { return LLVM::LLVMPointerType::get(context); }
+
+/// The argument marked `kiln.context` of the function holding `op`.
+FailureOr<Value> contextOf(Operation *op) {
+  auto fn = op->getParentOfType<FunctionOpInterface>();
+  if (fn && !fn.isExternal())
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (fn.getArgAttr(i, KilnDialect::kContextAttrName))
+        return fn.getArgument(i);
+  return op->emitOpError() << "lowers to a runtime call, so its function needs an "
+                              "'!llvm.ptr {kiln.context}' argument (the runtime context)";
+}
+
+/// Declares `name` with `type` in the module, or checks an existing declaration.
+LogicalResult declareRuntimeFunction(Operation *user, StringRef name, FunctionType type) {
+  auto module = user->getParentOfType<ModuleOp>();
+  if (auto existing = module.lookupSymbol<func::FuncOp>(name)) {
+    if (existing.getFunctionType() != type)
+      return user->emitOpError() << "calls '" << name << "' as " << type
+                                 << ", but the module declares it as "
+                                 << existing.getFunctionType();
+    return success();
+  }
+  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
+  auto decl = func::FuncOp::create(builder, module.getLoc(), name, type);
+  decl.setPrivate();
+  return success();
+}
+
+/// `result = name(operands)` with the runtime function declared on first use.
+FailureOr<Value> callRuntime(OpBuilder &builder, Operation *user, StringRef name,
+                             ValueRange operands, Type result) {
+  FunctionType type = builder.getFunctionType(operands.getTypes(), {result});
+  if (failed(declareRuntimeFunction(user, name, type)))
+    return failure();
+  return func::CallOp::create(builder, user->getLoc(), name, TypeRange{result}, operands)
+      .getResult(0);
+}
+
+Value i64Of(OpBuilder &builder, Location loc, Value index) {
+  return arith::IndexCastOp::create(builder, loc, builder.getI64Type(), index);
+}
+
+/// Device address of the first element of `buffer` (the aligned pointer plus the
+/// buffer's offset), or null for an absent optional operand.
+Value pointerOf(OpBuilder &builder, Location loc, Value buffer) {
+  Type ptr = pointerType(builder.getContext());
+  if (!buffer)
+    return LLVM::ZeroOp::create(builder, loc, ptr);
+  auto type = cast<MemRefType>(buffer.getType());
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(builder, loc, buffer);
+  auto metadata = memref::ExtractStridedMetadataOp::create(builder, loc, buffer);
+  Value elementBytes = arith::ConstantIndexOp::create(
+      builder, loc, static_cast<int64_t>(getElementBytes(type.getElementType())));
+  Value offsetBytes = arith::MulIOp::create(builder, loc, metadata.getOffset(), elementBytes);
+  Value address = arith::AddIOp::create(builder, loc, base, offsetBytes);
+  return LLVM::IntToPtrOp::create(builder, loc, ptr, i64Of(builder, loc, address));
+}
+
+/// Product of dimensions [first, last) of `buffer` as i64.
+Value productOfDims(OpBuilder &builder, Location loc, Value buffer, int64_t first,
+                    int64_t last) {
+  Value product = arith::ConstantIndexOp::create(builder, loc, 1);
+  for (int64_t dim = first; dim < last; ++dim)
+    product = arith::MulIOp::create(builder, loc, product,
+                                    memref::DimOp::create(builder, loc, buffer, dim));
+  return i64Of(builder, loc, product);
+}
+
+FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg &arg) {
+  Location loc = op->getLoc();
+  auto rank = [&] { return cast<MemRefType>(arg.buffer.getType()).getRank(); };
+  switch (arg.kind) {
+  case RuntimeArg::Kind::pointer:
+    return pointerOf(builder, loc, arg.buffer);
+  case RuntimeArg::Kind::dim:
+    return productOfDims(builder, loc, arg.buffer, arg.integer, arg.integer + 1);
+  case RuntimeArg::Kind::leadingElements:
+    return productOfDims(builder, loc, arg.buffer, 0, rank() - 1);
+  case RuntimeArg::Kind::elements:
+    return productOfDims(builder, loc, arg.buffer, 0, rank());
+  case RuntimeArg::Kind::i32:
+    return arith::ConstantOp::create(builder, loc, builder.getI32IntegerAttr(arg.integer))
+        .getResult();
+  case RuntimeArg::Kind::i64:
+    return arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(arg.integer))
+        .getResult();
+  case RuntimeArg::Kind::f32:
+    return arith::ConstantOp::create(builder, loc, builder.getF32FloatAttr(arg.real))
+        .getResult();
+  case RuntimeArg::Kind::kernel: {
+    int32_t id = 0;
+    if (!arg.symbol.empty()) {
+      const KernelVariant *variant = KernelRegistry::global().lookup(arg.symbol);
+      if (!variant || !variant->implemented || variant->runtimeKernel == 0)
+        return op->emitOpError() << "kernel '" << arg.symbol
+                                 << "' is planned but not implemented; it cannot be lowered";
+      id = variant->runtimeKernel;
+    }
+    return arith::ConstantOp::create(builder, loc, builder.getI32IntegerAttr(id)).getResult();
+  }
+  }
+  return failure();
+}
+
+/// Every RuntimeCallOpInterface op on buffers becomes `func.call @callee(ctx, ...)`.
+struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInterface> {
+  using OpInterfaceRewritePattern::OpInterfaceRewritePattern;
+
+  LogicalResult matchAndRewrite(RuntimeCallOpInterface op,
+                                PatternRewriter &rewriter) const override {
+    FailureOr<Value> context = contextOf(op);
+    if (failed(context))
+      return failure();
+    FailureOr<RuntimeCall> call = op.getRuntimeCall();
+    if (failed(call))
+      return failure();
+    SmallVector<Value> operands = {*context};
+    for (const RuntimeArg &arg : call->args) {
+      FailureOr<Value> value = materialize(rewriter, op, arg);
+      if (failed(value))
+        return failure();
+      operands.push_back(*value);
+    }
+    if (failed(callRuntime(rewriter, op, call->callee, operands, rewriter.getI32Type())))
+      return failure();
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+/// The runtime's base pointers, fetched once at the top of each function.
+class BasePointers {
+public:
+  FailureOr<Value> get(Operation *user, StringRef function) {
+    FailureOr<Value> context = contextOf(user);
+    if (failed(context))
+      return failure();
+    Value &cached = cache[{context->getParentBlock(), function}];
+    if (cached)
+      return cached;
+    OpBuilder builder = OpBuilder::atBlockBegin(context->getParentBlock());
+    FailureOr<Value> base =
+        callRuntime(builder, user, function, {*context}, pointerType(user->getContext()));
+    if (succeeded(base))
+      cached = *base;
+    return base;
+  }
+
+private:
+  DenseMap<std::pair<Block *, StringRef>, Value> cache;
+};
+
+/// `base + offset` bytes as a pointer.
+Value advance(OpBuilder &builder, Location loc, Value base, int64_t offset) {
+  Value delta = arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(offset));
+  return LLVM::GEPOp::create(builder, loc, base.getType(), builder.getI8Type(), base,
+                             ValueRange{delta});
+}
+
+/// Rewrites the ops that produce buffers (inputs, planned activations, weights) into
+/// `kiln.buffer_from_pointer` over the runtime's pointers.
+LogicalResult materializeBuffers(ModuleOp module) {
+  BasePointers bases;
+  SymbolTable symbols(module);
+  SmallVector<Operation *> producers;
+  module.walk([&](Operation *op) {
+    if (isa<InputOp, ActivationBufferOp>(op) ||
+        (isa<WeightRefOp>(op) && isa<MemRefType>(op->getResult(0).getType())))
+      producers.push_back(op);
+  });
+  for (Operation *op : producers) {
+    OpBuilder builder(op);
+    Location loc = op->getLoc();
+    Value pointer;
+    SmallVector<Value> sizes;
+    if (auto input = dyn_cast<InputOp>(op)) {
+      FailureOr<Value> context = contextOf(op);
+      if (failed(context))
+        return failure();
+      Value kind = arith::ConstantOp::create(
+          builder, loc, builder.getI32IntegerAttr(static_cast<int32_t>(input.getKind())));
+      FailureOr<Value> data = callRuntime(builder, op, "kiln_rt_input", {*context, kind},
+                                          pointerType(op->getContext()));
+      FailureOr<Value> size = callRuntime(builder, op, "kiln_rt_input_size",
+                                          {*context, kind}, builder.getI64Type());
+      if (failed(data) || failed(size))
+        return failure();
+      pointer = *data;
+      sizes.push_back(arith::IndexCastOp::create(builder, loc, builder.getIndexType(), *size));
+    } else if (auto activation = dyn_cast<ActivationBufferOp>(op)) {
+      FailureOr<Value> base = bases.get(op, "kiln_rt_activations");
+      if (failed(base))
+        return failure();
+      pointer = advance(builder, loc, *base, activation.getOffset());
+      llvm::append_range(sizes, activation.getSizes());
+    } else {
+      auto ref = cast<WeightRefOp>(op);
+      auto weight = symbols.lookup<WeightOp>(ref.getWeight());
+      if (!weight || !weight.getOffset())
+        return op->emitOpError() << "weight '" << ref.getWeight()
+                                 << "' has no planned offset; run kiln-plan-memory";
+      FailureOr<Value> base = bases.get(op, "kiln_rt_weights");
+      if (failed(base))
+        return failure();
+      pointer = advance(builder, loc, *base, *weight.getOffset());
+    }
+    Value buffer = BufferFromPointerOp::create(builder, loc, op->getResult(0).getType(),
+                                               pointer, sizes);
+    op->getResult(0).replaceAllUsesWith(buffer);
+    op->erase();
+  }
+  return success();
+}
+
+/// `func.func @kiln_model_manifest() -> !llvm.ptr` returning the manifest text.
+void emitManifest(ModuleOp module, StringRef text) {
+  MLIRContext *context = module.getContext();
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = module.getLoc();
+  std::string data = text.str();
+  data.push_back('\0');
+  auto arrayType = LLVM::LLVMArrayType::get(IntegerType::get(context, 8), data.size());
+  LLVM::GlobalOp::create(builder, loc, arrayType, /*isConstant=*/true,
+                         LLVM::Linkage::Internal, "kiln_manifest_text",
+                         builder.getStringAttr(data));
+  auto fn = func::FuncOp::create(builder, loc, "kiln_model_manifest",
+                                 builder.getFunctionType({}, {pointerType(context)}));
+  builder.setInsertionPointToStart(fn.addEntryBlock());
+  Value address = LLVM::AddressOfOp::create(builder, loc, pointerType(context),
+                                            "kiln_manifest_text");
+  func::ReturnOp::create(builder, loc, address);
+}
+
+struct ConvertKilnToRuntimeCallsPass
+    : public kiln::impl::ConvertKilnToRuntimeCallsBase<ConvertKilnToRuntimeCallsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    bool isModel = module->hasAttr(KilnDialect::kDeviceMemoryAttrName);
+    std::string manifest;
+    if (isModel) {
+      FailureOr<std::string> text = buildManifest(module);
+      if (failed(text))
+        return signalPassFailure();
+      manifest = std::move(*text);
+    }
+    if (failed(materializeBuffers(module)))
+      return signalPassFailure();
+
+    ConversionTarget target(getContext());
+    target.addLegalDialect<func::FuncDialect, arith::ArithDialect, memref::MemRefDialect,
+                           LLVM::LLVMDialect>();
+    target.addIllegalDialect<KilnDialect>();
+    target.addLegalOp<BufferFromPointerOp, CacheResourceOp, WeightOp>();
+    RewritePatternSet patterns(&getContext());
+    populateKilnToRuntimeCallPatterns(patterns);
+    unsigned before = countCalls(module);
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      return signalPassFailure();
+    numCalls += countCalls(module) - before;
+
+    SmallVector<Operation *> dead;
+    module.walk([&](Operation *op) {
+      if (isa<WeightOp>(op) || (isa<CacheResourceOp>(op) && op->use_empty()))
+        dead.push_back(op);
+    });
+    for (Operation *op : dead)
+      op->erase();
+    if (isModel)
+      emitManifest(module, manifest);
+  }
+
+  static unsigned countCalls(ModuleOp module) {
+    unsigned calls = 0;
+    module.walk([&](func::CallOp) { ++calls; });
+    return calls;
+  }
+};
+} // namespace
+
+void kiln::populateKilnToRuntimeCallPatterns(RewritePatternSet &patterns) {
+  patterns.add<RuntimeCallLowering>(patterns.getContext());
+}

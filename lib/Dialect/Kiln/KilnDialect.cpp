@@ -1,0 +1,218 @@
+//===- KilnDialect.cpp - dialect registration, module config, bytes -------===//
+#include "kiln/Dialect/Kiln/Kiln.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+#include <algorithm>
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace kiln;
+
+#include "kiln/Dialect/Kiln/KilnDialect.cpp.inc"
+#include "kiln/Dialect/Kiln/KilnEnums.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "kiln/Dialect/Kiln/KilnTypes.cpp.inc"
+
+void KilnDialect::initialize() {
+  registerAttributes();
+  registerTypes();
+  addOperations<
+#define GET_OP_LIST
+#include "kiln/Dialect/Kiln/KilnOps.cpp.inc"
+      >();
+}
+
+void KilnDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "kiln/Dialect/Kiln/KilnTypes.cpp.inc"
+      >();
+}
+
+/// Checks the module configuration attributes wherever they appear.
+LogicalResult KilnDialect::verifyOperationAttribute(Operation *op, NamedAttribute attribute) {
+  StringRef name = attribute.getName().strref();
+  Attribute value = attribute.getValue();
+  auto expect = [&](bool ok, StringRef what) -> LogicalResult {
+    if (!ok)
+      return op->emitError() << "'" << name << "' must be a " << what << " attribute, got "
+                             << value;
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << name
+                             << "' configures a compilation and belongs on a builtin.module";
+    return success();
+  };
+  if (name == kTargetAttrName)
+    return expect(isa<TargetAttr>(value), "#kiln.target");
+  if (name == kSpecAttrName)
+    return expect(isa<SpecAttr>(value), "#kiln.spec");
+  if (name == kRuntimeAttrName)
+    return expect(isa<RuntimeAttr>(value), "#kiln.runtime");
+  if (name == kModelAttrName)
+    return expect(isa<ModelAttr>(value), "#kiln.model");
+  if (name == kPlanAttrName)
+    return expect(isa<PlanAttr>(value), "#kiln.plan");
+  if (name == kDeviceMemoryAttrName)
+    return expect(isa<DeviceMemoryAttr>(value), "#kiln.device_memory");
+  if (name == kEntryAttrName) {
+    if (!isa<UnitAttr>(value) || !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name << "' is a unit attribute of the model function";
+    return success();
+  }
+  return op->emitError() << "unknown kiln attribute '" << name
+                         << "'; expected one of kiln.target, kiln.spec, kiln.runtime, "
+                            "kiln.model, kiln.plan, kiln.device_memory, kiln.entry";
+}
+
+LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned argIndex,
+                                                    NamedAttribute attribute) {
+  StringRef name = attribute.getName().strref();
+  if (name == kInputAttrName) {
+    if (!isa<InputKindAttr>(attribute.getValue()))
+      return op->emitError() << "argument " << argIndex << ": '" << name
+                             << "' must be #kiln<input token_ids|positions|logit_rows>";
+    return success();
+  }
+  if (name == kContextAttrName) {
+    if (!isa<UnitAttr>(attribute.getValue()))
+      return op->emitError() << "argument " << argIndex << ": '" << name
+                             << "' is a unit attribute";
+    return success();
+  }
+  return op->emitError() << "argument " << argIndex << ": unknown kiln argument attribute '"
+                         << name << "'; expected kiln.input or kiln.context";
+}
+
+LogicalResult KilnDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attribute) {
+  StringRef name = attribute.getName().strref();
+  if (name == kOutputAttrName && isa<OutputKindAttr>(attribute.getValue()))
+    return success();
+  return op->emitError() << "result " << resultIndex << ": '" << name
+                         << "' is not a kiln result attribute; expected kiln.output = "
+                            "#kiln<output logits>";
+}
+
+ModuleConfig kiln::getModuleConfig(ModuleOp module) {
+  ModuleConfig config;
+  config.target = module->getAttrOfType<TargetAttr>(KilnDialect::kTargetAttrName);
+  config.spec = module->getAttrOfType<SpecAttr>(KilnDialect::kSpecAttrName);
+  config.runtime = module->getAttrOfType<RuntimeAttr>(KilnDialect::kRuntimeAttrName);
+  config.model = module->getAttrOfType<ModelAttr>(KilnDialect::kModelAttrName);
+  return config;
+}
+
+StepLimits kiln::getStepLimits(const ModuleConfig &config) {
+  StepLimits limits;
+  if (!config.runtime)
+    return limits;
+  uint64_t batch = config.runtime.getMaxBatch();
+  limits.maxDraftLen = config.spec ? config.spec.getMaxDraftLen() : 0;
+  limits.maxLogitRows = batch * (1 + limits.maxDraftLen);
+  uint64_t prefill = std::min<uint64_t>(config.runtime.getMaxSeqLen(), kDefaultPrefillTokens);
+  limits.maxStepTokens = config.runtime.getMaxStepTokens()
+                             ? config.runtime.getMaxStepTokens()
+                             : std::max<uint64_t>(limits.maxLogitRows, prefill);
+  return limits;
+}
+
+//===----------------------------------------------------------------------===//
+// Vocabulary
+//===----------------------------------------------------------------------===//
+
+bool kiln::isSpeculativeOnlyKind(ResourceKind kind) {
+  switch (kind) {
+  case ResourceKind::kv:
+  case ResourceKind::mla_latent:
+  case ResourceKind::ssm_state:
+  case ResourceKind::conv_state:
+    return false;
+  case ResourceKind::intermediate_ssm_state:
+  case ResourceKind::intermediate_conv_state:
+  case ResourceKind::replay_x:
+  case ResourceKind::replay_b:
+  case ResourceKind::replay_dt:
+  case ResourceKind::replay_dacs:
+  case ResourceKind::replay_index:
+  case ResourceKind::draft_kv:
+    return true;
+  }
+  return false;
+}
+
+bool kiln::isPerTokenKind(ResourceKind kind) {
+  return kind == ResourceKind::kv || kind == ResourceKind::mla_latent ||
+         kind == ResourceKind::draft_kv;
+}
+
+StringRef kiln::stringifyPoolCategory(PoolCategory category) {
+  switch (category) {
+  case PoolCategory::kv:
+    return "kv";
+  case PoolCategory::state:
+    return "state";
+  case PoolCategory::unmanaged:
+    return "unmanaged";
+  }
+  return "unknown";
+}
+
+StringRef kiln::stringifyOpFamily(OpFamily family) {
+  switch (family) {
+  case OpFamily::attention:
+    return "attention";
+  case OpFamily::mla:
+    return "mla_attention";
+  case OpFamily::ssm:
+    return "ssm";
+  case OpFamily::conv:
+    return "causal_conv";
+  }
+  return "unknown";
+}
+
+//===----------------------------------------------------------------------===//
+// Bytes
+//===----------------------------------------------------------------------===//
+
+uint64_t kiln::getElementBytes(Type type) {
+  unsigned bits = type.isIntOrFloat() ? type.getIntOrFloatBitWidth() : 0;
+  return (bits + 7) / 8;
+}
+
+SmallVector<int64_t> kiln::shardUnitShape(ArrayRef<int64_t> unit,
+                                          std::optional<int64_t> shard, unsigned tp) {
+  SmallVector<int64_t> shape(unit);
+  if (shard && *shard >= 0 && *shard < static_cast<int64_t>(shape.size()) && tp > 1)
+    shape[*shard] = std::max<int64_t>(1, shape[*shard] / tp);
+  return shape;
+}
+
+uint64_t kiln::tokensPerSequence(RuntimeAttr runtime, int64_t window) {
+  uint64_t tokens = runtime.getMaxSeqLen();
+  if (window > 0)
+    tokens = std::min<uint64_t>(tokens, static_cast<uint64_t>(window));
+  uint64_t page = runtime.getPageSize();
+  return (tokens + page - 1) / page * page;
+}
+
+uint64_t kiln::computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
+                                    std::optional<uint64_t> kvPagesOverride) {
+  uint64_t unitElements = 1;
+  for (int64_t dim : resource.getUnitShape(runtime))
+    unitElements *= static_cast<uint64_t>(dim);
+  uint64_t unitBytes = unitElements * getElementBytes(resource.getResourceElementType());
+  if (resource.getAllocationUnit() == AllocationUnit::perSlot)
+    return unitBytes * runtime.getMaxBatch();
+  uint64_t tokens = kvPagesOverride
+                        ? *kvPagesOverride * runtime.getPageSize()
+                        : tokensPerSequence(runtime, resource.getWindowTokens()) *
+                              runtime.getMaxBatch();
+  return unitBytes * tokens;
+}

@@ -1,0 +1,921 @@
+//===- KilnOps.cpp - verifiers and interface implementations --------------===//
+#include "kiln/Dialect/Kiln/Kiln.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace kiln;
+
+#include "kiln/Dialect/Kiln/KilnInterfaces.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "kiln/Dialect/Kiln/KilnOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Shape checks shared by model ops and their cached forms
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr int64_t kAnyDim = ShapedType::kDynamic;
+
+/// Checks rank and every static dimension of `value` against `expected`
+/// (kAnyDim: unconstrained, e.g. the token dimension).
+LogicalResult checkShape(Operation *op, StringRef name, Value value,
+                         ArrayRef<int64_t> expected) {
+  auto type = cast<ShapedType>(value.getType());
+  auto describe = [&]() {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "[";
+    llvm::interleaveComma(expected, os, [&](int64_t dim) {
+      if (dim == kAnyDim)
+        os << "?";
+      else
+        os << dim;
+    });
+    os << "]";
+    return text;
+  };
+  if (type.getRank() != static_cast<int64_t>(expected.size()))
+    return op->emitOpError() << "'" << name << "' must have shape " << describe()
+                             << ", got " << type;
+  for (auto [actual, want] : llvm::zip(type.getShape(), expected))
+    if (want != kAnyDim && actual != ShapedType::kDynamic && actual != want)
+      return op->emitOpError() << "'" << name << "' must have shape " << describe()
+                               << ", got " << type;
+  return success();
+}
+
+LogicalResult checkPositive(Operation *op, StringRef name, int64_t value) {
+  if (value <= 0)
+    return op->emitOpError() << "'" << name << "' must be positive, got " << value;
+  return success();
+}
+
+LogicalResult checkLayer(Operation *op, int64_t layer) {
+  if (layer < 0)
+    return op->emitOpError() << "'layer' must be >= 0, got " << layer;
+  return success();
+}
+
+/// The value holding the op's output shape: the init of a cached (DPS) op, the result
+/// of a model op.
+template <typename OpT>
+Value outputOf(OpT op) {
+  if constexpr (OpT::template hasTrait<DestinationStyleOpInterface::Trait>())
+    return op.getInit();
+  else
+    return op.getOut();
+}
+
+template <typename OpT>
+LogicalResult verifyAttentionOp(OpT op) {
+  Operation *raw = op.getOperation();
+  if (failed(checkLayer(raw, op.getLayer())) ||
+      failed(checkPositive(raw, "num_heads", op.getNumHeads())) ||
+      failed(checkPositive(raw, "num_kv_heads", op.getNumKvHeads())) ||
+      failed(checkPositive(raw, "head_dim", op.getHeadDim())))
+    return failure();
+  if (op.getNumHeads() % op.getNumKvHeads() != 0)
+    return op.emitOpError() << "num_heads (" << op.getNumHeads()
+                            << ") must be a multiple of num_kv_heads ("
+                            << op.getNumKvHeads() << ")";
+  if (std::optional<int64_t> window = op.getSlidingWindow(); window && *window <= 0)
+    return op.emitOpError() << "'sliding_window' must be positive, got " << *window;
+  int64_t h = op.getNumHeads(), kvh = op.getNumKvHeads(), d = op.getHeadDim();
+  if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, h, d})) ||
+      failed(checkShape(raw, "k", op.getK(), {kAnyDim, kvh, d})) ||
+      failed(checkShape(raw, "v", op.getV(), {kAnyDim, kvh, d})) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, d})))
+    return failure();
+  return success();
+}
+
+template <typename OpT>
+LogicalResult verifyMlaOp(OpT op) {
+  Operation *raw = op.getOperation();
+  if (failed(checkLayer(raw, op.getLayer())) ||
+      failed(checkPositive(raw, "num_heads", op.getNumHeads())) ||
+      failed(checkPositive(raw, "kv_lora_rank", op.getKvLoraRank())) ||
+      failed(checkPositive(raw, "qk_rope_head_dim", op.getQkRopeHeadDim())))
+    return failure();
+  int64_t h = op.getNumHeads(), rank = op.getKvLoraRank();
+  int64_t width = rank + op.getQkRopeHeadDim();
+  if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, h, width})) ||
+      failed(checkShape(raw, "latent", op.getLatent(), {kAnyDim, width})) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, rank})))
+    return failure();
+  return success();
+}
+
+template <typename OpT>
+LogicalResult verifySsmOp(OpT op) {
+  Operation *raw = op.getOperation();
+  if (failed(checkLayer(raw, op.getLayer())) ||
+      failed(checkPositive(raw, "num_heads", op.getNumHeads())) ||
+      failed(checkPositive(raw, "head_dim", op.getHeadDim())) ||
+      failed(checkPositive(raw, "state_size", op.getStateSize())) ||
+      failed(checkPositive(raw, "n_groups", op.getNGroups())))
+    return failure();
+  if (op.getNumHeads() % op.getNGroups() != 0)
+    return op.emitOpError() << "num_heads (" << op.getNumHeads()
+                            << ") must be a multiple of n_groups (" << op.getNGroups() << ")";
+  int64_t h = op.getNumHeads(), p = op.getHeadDim(), n = op.getStateSize(),
+          g = op.getNGroups();
+  if (failed(checkShape(raw, "x", op.getX(), {kAnyDim, h, p})) ||
+      failed(checkShape(raw, "dt", op.getDt(), {kAnyDim, h})) ||
+      failed(checkShape(raw, "b", op.getB(), {kAnyDim, g, n})) ||
+      failed(checkShape(raw, "c", op.getC(), {kAnyDim, g, n})) ||
+      (op.getZ() && failed(checkShape(raw, "gate", op.getZ(), {kAnyDim, h, p}))) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, p})))
+    return failure();
+  return success();
+}
+
+template <typename OpT>
+LogicalResult verifyConvOp(OpT op) {
+  Operation *raw = op.getOperation();
+  if (failed(checkLayer(raw, op.getLayer())) ||
+      failed(checkPositive(raw, "conv_dim", op.getConvDim())))
+    return failure();
+  if (op.getKernelSize() < 2 || op.getKernelSize() > 4)
+    return op.emitOpError() << "'kernel_size' must be in [2, 4], got "
+                            << op.getKernelSize();
+  int64_t c = op.getConvDim();
+  if (failed(checkShape(raw, "x", op.getX(), {kAnyDim, c})) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, c})))
+    return failure();
+  return success();
+}
+
+/// Draft layers of this kind run only under a spec mode that uses them.
+bool specUsesDraftLayers(SpecAttr spec, std::optional<DraftKind> draft) {
+  if (!spec || !draft)
+    return false;
+  switch (spec.getMode()) {
+  case SpecMode::mtp:
+    return *draft == DraftKind::mtp;
+  case SpecMode::eagle3:
+    return *draft == DraftKind::eagle3;
+  case SpecMode::draft_target:
+    return *draft == DraftKind::draft_model;
+  case SpecMode::ngram:
+    return false;
+  }
+  return false;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// CacheResourceOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheResourceOp::verify() {
+  ResourceKind kind = getKind();
+  if (failed(checkLayer(*this, getLayer())))
+    return failure();
+  if (getUnit().empty())
+    return emitOpError() << "'unit' shape must not be empty";
+  for (int64_t dim : getUnit())
+    if (dim <= 0)
+      return emitOpError() << "'unit' dimensions must be positive, got " << dim;
+  if (!getElementType().isIntOrFloat())
+    return emitOpError() << "element type must be an integer or float type, got "
+                         << getElementType();
+  bool speculative = isSpeculativeOnlyKind(kind);
+  if (speculative && !getSpeculativeOnly())
+    return emitOpError() << "a " << stringifyResourceKind(kind)
+                         << " resource exists only for speculative decoding and must be "
+                            "marked 'speculative_only'";
+  if (!speculative && getSpeculativeOnly())
+    return emitOpError() << "a " << stringifyResourceKind(kind)
+                         << " resource is needed without speculation and must not be "
+                            "marked 'speculative_only'";
+  if (std::optional<int64_t> shard = getShard();
+      shard && (*shard < 0 || *shard >= static_cast<int64_t>(getUnit().size())))
+    return emitOpError() << "'shard' = " << *shard << " is not a dimension of 'unit' (rank "
+                         << getUnit().size() << ")";
+  if (std::optional<int64_t> window = getWindow()) {
+    if (*window <= 0)
+      return emitOpError() << "'window' must be positive, got " << *window;
+    if (!isPerTokenKind(kind))
+      return emitOpError() << "'window' only applies to per-token (KV) resources, not "
+                           << stringifyResourceKind(kind);
+  }
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+    return emitOpError() << "'offset' must be >= 0";
+  if (std::optional<int64_t> bytes = getBytes(); bytes && *bytes < 0)
+    return emitOpError() << "'bytes' must be >= 0";
+  return success();
+}
+
+ResourceKind CacheResourceOp::getResourceKind() { return getKind(); }
+int64_t CacheResourceOp::getLayerIndex() { return getLayer(); }
+bool CacheResourceOp::isSpeculativeOnly() { return getSpeculativeOnly(); }
+Type CacheResourceOp::getResourceElementType() { return getElementType(); }
+SmallVector<int64_t> CacheResourceOp::getUnitShape(const RuntimeAttr &runtime) {
+  return shardUnitShape(getUnit(), getShard(), runtime ? runtime.getTp() : 1);
+}
+AllocationUnit CacheResourceOp::getAllocationUnit() {
+  return isPerTokenKind(getKind()) ? AllocationUnit::perToken : AllocationUnit::perSlot;
+}
+PoolCategory CacheResourceOp::getPoolCategory() {
+  if (getUnmanaged())
+    return PoolCategory::unmanaged;
+  return isPerTokenKind(getKind()) ? PoolCategory::kv : PoolCategory::state;
+}
+int64_t CacheResourceOp::getWindowTokens() {
+  IntegerAttr window = getWindowAttr();
+  return window ? window.getInt() : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Model ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() { return verifyAttentionOp(*this); }
+LogicalResult MlaAttentionOp::verify() { return verifyMlaOp(*this); }
+LogicalResult SsmOp::verify() { return verifySsmOp(*this); }
+LogicalResult CausalConvOp::verify() { return verifyConvOp(*this); }
+
+int64_t AttentionOp::getLayerIndex() { return getLayer(); }
+int64_t MlaAttentionOp::getLayerIndex() { return getLayer(); }
+int64_t SsmOp::getLayerIndex() { return getLayer(); }
+int64_t CausalConvOp::getLayerIndex() { return getLayer(); }
+
+SmallVector<ResourceRequest> AttentionOp::getResourceRequests(SpecAttr spec,
+                                                              RuntimeAttr runtime) {
+  SmallVector<int64_t> unit = {2, getNumKvHeads(), getHeadDim()};
+  std::optional<int64_t> window = getSlidingWindow();
+  if (!getDraft())
+    return {ResourceRequest{ResourceKind::kv, unit, runtime.getKvDtype(), 1, window}};
+  if (specUsesDraftLayers(spec, getDraft()))
+    return {ResourceRequest{ResourceKind::draft_kv, unit, runtime.getKvDtype(), 1, window}};
+  return {};
+}
+
+SmallVector<ResourceRequest> MlaAttentionOp::getResourceRequests(SpecAttr spec,
+                                                                 RuntimeAttr runtime) {
+  // MLA caches one latent row per token, shared by all heads: never sharded.
+  SmallVector<int64_t> unit = {getKvLoraRank() + getQkRopeHeadDim()};
+  if (!getDraft())
+    return {ResourceRequest{ResourceKind::mla_latent, unit, runtime.getKvDtype(),
+                            std::nullopt, std::nullopt}};
+  if (specUsesDraftLayers(spec, getDraft()))
+    return {ResourceRequest{ResourceKind::draft_kv, unit, runtime.getKvDtype(),
+                            std::nullopt, std::nullopt}};
+  return {};
+}
+
+SmallVector<ResourceRequest> SsmOp::getResourceRequests(SpecAttr spec, RuntimeAttr runtime) {
+  int64_t h = getNumHeads(), p = getHeadDim(), n = getStateSize(), g = getNGroups();
+  Type stateType = runtime.getSsmStateType();
+  Type modelType = cast<RankedTensorType>(getX().getType()).getElementType();
+  Type f32 = Float32Type::get(getContext());
+  Type i32 = IntegerType::get(getContext(), 32);
+  SmallVector<ResourceRequest> requests = {
+      {ResourceKind::ssm_state, {h, p, n}, stateType, 0, std::nullopt}};
+  if (!spec)
+    return requests;
+  int64_t steps = spec.getTokensPerStep();
+  if (spec.getSsm() == SsmSpecMode::rewind) {
+    requests.push_back({ResourceKind::intermediate_ssm_state, {steps, h, p, n}, stateType,
+                        1, std::nullopt});
+    return requests;
+  }
+  // Replay: the inputs of the last two steps, so the accepted prefix can be recomputed.
+  requests.push_back({ResourceKind::replay_x, {2, steps, h, p}, modelType, 2, std::nullopt});
+  requests.push_back({ResourceKind::replay_b, {2, steps, g, n}, modelType, 2, std::nullopt});
+  requests.push_back({ResourceKind::replay_dt, {2, h, steps}, f32, 1, std::nullopt});
+  requests.push_back({ResourceKind::replay_dacs, {2, h, steps}, f32, 1, std::nullopt});
+  requests.push_back({ResourceKind::replay_index, {2}, i32, std::nullopt, std::nullopt});
+  return requests;
+}
+
+SmallVector<ResourceRequest> CausalConvOp::getResourceRequests(SpecAttr spec,
+                                                               RuntimeAttr) {
+  Type modelType = cast<RankedTensorType>(getX().getType()).getElementType();
+  int64_t c = getConvDim(), w = getKernelSize() - 1;
+  SmallVector<ResourceRequest> requests = {
+      {ResourceKind::conv_state, {c, w}, modelType, 0, std::nullopt}};
+  if (spec)
+    requests.push_back({ResourceKind::intermediate_conv_state,
+                        {static_cast<int64_t>(spec.getTokensPerStep()), c, w}, modelType, 1,
+                        std::nullopt});
+  return requests;
+}
+
+namespace {
+/// `tensor.empty` of `type`, its dynamic dimensions read from the same dimensions of
+/// `like` (the token dimension of an input).
+Value emptyLike(OpBuilder &builder, Location loc, Type type, Value like) {
+  auto tensorType = cast<RankedTensorType>(type);
+  SmallVector<Value> dynamicSizes;
+  for (int64_t dim = 0; dim < tensorType.getRank(); ++dim)
+    if (tensorType.isDynamicDim(dim))
+      dynamicSizes.push_back(tensor::DimOp::create(builder, loc, like, dim));
+  return tensor::EmptyOp::create(builder, loc, tensorType, dynamicSizes);
+}
+
+/// The resource of `kind` among `resources`, or null.
+Value findResource(ValueRange resources, ResourceKind kind) {
+  for (Value resource : resources)
+    if (resource && cast<CacheType>(resource.getType()).getKind() == kind)
+      return resource;
+  return {};
+}
+} // namespace
+
+Operation *AttentionOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
+  Value kv = findResource(resources, getDraft() ? ResourceKind::draft_kv : ResourceKind::kv);
+  Value init = emptyLike(builder, getLoc(), getOut().getType(), getQ());
+  return CachedAttentionOp::create(builder, getLoc(), getOut().getType(), getQ(), getK(),
+                                   getV(), kv, init, getLayerAttr(), getNumHeadsAttr(),
+                                   getNumKvHeadsAttr(), getHeadDimAttr(),
+                                   getSlidingWindowAttr(), getDraftAttr(), nullptr, nullptr,
+                                   nullptr);
+}
+
+Operation *MlaAttentionOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
+  Value cache = findResource(resources, getDraft() ? ResourceKind::draft_kv
+                                                   : ResourceKind::mla_latent);
+  Value init = emptyLike(builder, getLoc(), getOut().getType(), getQ());
+  return CachedMlaAttentionOp::create(builder, getLoc(), getOut().getType(), getQ(),
+                                      getLatent(), cache, init, getLayerAttr(), getNumHeadsAttr(),
+                                      getKvLoraRankAttr(), getQkRopeHeadDimAttr(),
+                                      getDraftAttr(), nullptr, nullptr, nullptr);
+}
+
+Operation *SsmOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
+  auto get = [&](ResourceKind kind) { return findResource(resources, kind); };
+  Value init = emptyLike(builder, getLoc(), getOut().getType(), getX());
+  return CachedSsmOp::create(
+      builder, getLoc(), getOut().getType(), getX(), getDt(), getB(), getC(), getZ(),
+      get(ResourceKind::ssm_state), get(ResourceKind::intermediate_ssm_state),
+      get(ResourceKind::replay_x), get(ResourceKind::replay_b), get(ResourceKind::replay_dt),
+      get(ResourceKind::replay_dacs), get(ResourceKind::replay_index), init, getLayerAttr(),
+      getNumHeadsAttr(), getHeadDimAttr(), getStateSizeAttr(), getNGroupsAttr(),
+      getDraftAttr(), nullptr, nullptr, nullptr);
+}
+
+Operation *CausalConvOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
+  Value init = emptyLike(builder, getLoc(), getOut().getType(), getX());
+  return CachedCausalConvOp::create(
+      builder, getLoc(), getOut().getType(), getX(),
+      findResource(resources, ResourceKind::conv_state),
+      findResource(resources, ResourceKind::intermediate_conv_state), init, getLayerAttr(),
+      getConvDimAttr(), getKernelSizeAttr(), getSiluAttr(), getDraftAttr(), nullptr,
+      nullptr, nullptr);
+}
+
+//===----------------------------------------------------------------------===//
+// Cached ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Checks every slot: kind, speculative-only-ness, layer, presence of required slots.
+LogicalResult verifySlots(CachedOpInterface op, ArrayRef<CacheSlot> slots,
+                          ArrayRef<StringRef> required) {
+  for (const CacheSlot &slot : slots) {
+    if (!slot.value) {
+      if (llvm::is_contained(required, slot.name))
+        return op->emitOpError() << "slot '" << slot.name << "' of layer "
+                                 << op.getLayerIndex() << " must hold a resource";
+      continue;
+    }
+    ResourceKind kind = cast<CacheType>(slot.value.getType()).getKind();
+    if (!llvm::is_contained(slot.acceptedKinds, kind)) {
+      InFlightDiagnostic diag = op->emitOpError()
+                                << "slot '" << slot.name << "' expects ";
+      llvm::interleave(
+          slot.acceptedKinds, [&](ResourceKind k) {
+            diag << "!kiln.cache<" << stringifyResourceKind(k) << ">";
+          },
+          [&] { diag << " or "; });
+      return diag << ", got " << slot.value.getType();
+    }
+    auto resource = slot.value.getDefiningOp<CacheResourceInterface>();
+    if (!resource)
+      continue;
+    if (slot.speculative && !resource.isSpeculativeOnly())
+      return op->emitOpError() << "speculative slot '" << slot.name
+                               << "' holds a resource that is not speculative-only";
+    if (!slot.speculative && resource.isSpeculativeOnly())
+      return op->emitOpError() << "slot '" << slot.name
+                               << "' is needed without speculation but holds a "
+                                  "speculative-only resource";
+    if (resource.getLayerIndex() != op.getLayerIndex())
+      return op->emitOpError() << "slot '" << slot.name << "' holds the resource of layer "
+                               << resource.getLayerIndex() << ", but the op is layer "
+                               << op.getLayerIndex();
+  }
+  return success();
+}
+
+/// Empties whichever optional slot holds `resource`.
+void clearSlotHolding(Value resource, ArrayRef<MutableOperandRange> optionalSlots) {
+  for (MutableOperandRange slot : optionalSlots)
+    if (slot.size() == 1 && slot[0].get() == resource) {
+      slot.clear();
+      return;
+    }
+}
+} // namespace
+
+// Attention
+LogicalResult CachedAttentionOp::verify() {
+  if (failed(verifyAttentionOp(*this)))
+    return failure();
+  SmallVector<StringRef, 1> required;
+  if (!getDraft())
+    required.push_back("kv");
+  return verifySlots(*this, getCacheSlots(), required);
+}
+int64_t CachedAttentionOp::getLayerIndex() { return getLayer(); }
+OpFamily CachedAttentionOp::getOpFamily() { return OpFamily::attention; }
+std::optional<DraftKind> CachedAttentionOp::getDraftKind() { return getDraft(); }
+SmallVector<CacheSlot> CachedAttentionOp::getCacheSlots() {
+  if (getDraft())
+    return {CacheSlot{"kv", {ResourceKind::draft_kv}, true, getKv()}};
+  return {CacheSlot{"kv", {ResourceKind::kv}, false, getKv()}};
+}
+void CachedAttentionOp::detachResource(Value resource) {
+  clearSlotHolding(resource, {getKvMutable()});
+}
+
+// MLA
+LogicalResult CachedMlaAttentionOp::verify() {
+  if (failed(verifyMlaOp(*this)))
+    return failure();
+  SmallVector<StringRef, 1> required;
+  if (!getDraft())
+    required.push_back("cache");
+  return verifySlots(*this, getCacheSlots(), required);
+}
+int64_t CachedMlaAttentionOp::getLayerIndex() { return getLayer(); }
+OpFamily CachedMlaAttentionOp::getOpFamily() { return OpFamily::mla; }
+std::optional<DraftKind> CachedMlaAttentionOp::getDraftKind() { return getDraft(); }
+SmallVector<CacheSlot> CachedMlaAttentionOp::getCacheSlots() {
+  if (getDraft())
+    return {CacheSlot{"cache", {ResourceKind::draft_kv}, true, getCache()}};
+  return {CacheSlot{"cache", {ResourceKind::mla_latent}, false, getCache()}};
+}
+void CachedMlaAttentionOp::detachResource(Value resource) {
+  clearSlotHolding(resource, {getCacheMutable()});
+}
+
+// SSM
+LogicalResult CachedSsmOp::verify() {
+  if (failed(verifySsmOp(*this)) ||
+      failed(verifySlots(*this, getCacheSlots(), {"state"})))
+    return failure();
+  bool anyReplay = getReplayX() || getReplayB() || getReplayDt() || getReplayDacs() ||
+                   getReplayIndex();
+  bool allReplay = getReplayX() && getReplayB() && getReplayDt() && getReplayDacs() &&
+                   getReplayIndex();
+  if (anyReplay && !allReplay)
+    return emitOpError() << "replay slots are all-or-none: replay mode needs replay_x, "
+                            "replay_b, replay_dt, replay_dacs and replay_index";
+  if (anyReplay && getIntermediate())
+    return emitOpError() << "'intermediate' (rewind mode) and the replay slots (replay "
+                            "mode) are exclusive";
+  return success();
+}
+int64_t CachedSsmOp::getLayerIndex() { return getLayer(); }
+OpFamily CachedSsmOp::getOpFamily() { return OpFamily::ssm; }
+std::optional<DraftKind> CachedSsmOp::getDraftKind() { return getDraft(); }
+SmallVector<CacheSlot> CachedSsmOp::getCacheSlots() {
+  return {CacheSlot{"state", {ResourceKind::ssm_state}, false, getState()},
+          CacheSlot{"intermediate", {ResourceKind::intermediate_ssm_state}, true,
+                    getIntermediate()},
+          CacheSlot{"replay_x", {ResourceKind::replay_x}, true, getReplayX()},
+          CacheSlot{"replay_b", {ResourceKind::replay_b}, true, getReplayB()},
+          CacheSlot{"replay_dt", {ResourceKind::replay_dt}, true, getReplayDt()},
+          CacheSlot{"replay_dacs", {ResourceKind::replay_dacs}, true, getReplayDacs()},
+          CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
+}
+void CachedSsmOp::detachResource(Value resource) {
+  clearSlotHolding(resource, {getIntermediateMutable(), getReplayXMutable(),
+                              getReplayBMutable(), getReplayDtMutable(),
+                              getReplayDacsMutable(), getReplayIndexMutable()});
+}
+
+// Conv
+LogicalResult CachedCausalConvOp::verify() {
+  if (failed(verifyConvOp(*this)))
+    return failure();
+  return verifySlots(*this, getCacheSlots(), {"state"});
+}
+int64_t CachedCausalConvOp::getLayerIndex() { return getLayer(); }
+OpFamily CachedCausalConvOp::getOpFamily() { return OpFamily::conv; }
+std::optional<DraftKind> CachedCausalConvOp::getDraftKind() { return getDraft(); }
+SmallVector<CacheSlot> CachedCausalConvOp::getCacheSlots() {
+  return {CacheSlot{"state", {ResourceKind::conv_state}, false, getState()},
+          CacheSlot{"intermediate", {ResourceKind::intermediate_conv_state}, true,
+                    getIntermediate()}};
+}
+void CachedCausalConvOp::detachResource(Value resource) {
+  clearSlotHolding(resource, {getIntermediateMutable()});
+}
+
+//===----------------------------------------------------------------------===//
+// Runtime calls of cached ops (RuntimeCallOpInterface)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Planned arena offset of the resource in a slot; -1 when unplanned or empty.
+int64_t plannedOffset(Value resource) {
+  if (!resource)
+    return -1;
+  auto op = resource.getDefiningOp<CacheResourceOp>();
+  return op && op.getOffset() ? *op.getOffset() : -1;
+}
+
+LogicalResult requireBuffers(Operation *op) {
+  for (Value operand : op->getOperands())
+    if (isa<TensorType>(operand.getType()))
+      return op->emitOpError() << "lowers to a runtime call only on buffers; bufferize first";
+  return success();
+}
+
+RuntimeArg kernelArg(StringAttr name) {
+  RuntimeArg arg{RuntimeArg::Kind::kernel};
+  arg.symbol = name ? name.getValue() : StringRef();
+  return arg;
+}
+
+int64_t specDecModeValue(std::optional<SpecDecMode> mode) {
+  return static_cast<int64_t>(mode.value_or(SpecDecMode::single_token));
+}
+} // namespace
+
+FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  ModuleConfig config = getModuleConfig((*this)->getParentOfType<ModuleOp>());
+  if (!config.runtime)
+    return emitOpError() << "needs the module's 'kiln.runtime' to lower (page size)";
+  int64_t offset = plannedOffset(getKv());
+  if (offset < 0)
+    return emitOpError() << "layer " << getLayer()
+                         << ": the KV resource has no planned offset; run kiln-plan-memory";
+  return RuntimeCall{
+      "kiln_rt_attention",
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(offset), RuntimeArg::pointer(getQ()),
+       RuntimeArg::pointer(getK()), RuntimeArg::pointer(getV()),
+       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getQ(), 0),
+       RuntimeArg::i32(getNumHeads()), RuntimeArg::i32(getNumKvHeads()),
+       RuntimeArg::i32(getHeadDim()), RuntimeArg::i32(config.runtime.getPageSize()),
+       RuntimeArg::i32(getSlidingWindow().value_or(0)), kernelArg(getDecodeKernelAttr()),
+       kernelArg(getPrefillKernelAttr()), RuntimeArg::i32(specDecModeValue(getSpecDecMode())),
+       RuntimeArg::f32(0.0)}};
+}
+
+// MLA, SSM and conv launches still take their parameters (A, D, dt_bias, conv weights)
+// by binding, which whole-model import replaces in the DeepSeek/Nemotron-H issue.
+FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
+  return emitOpError() << "layer " << getLayer()
+                       << ": in-place lowering of MLA is not implemented yet (whole MLA "
+                          "models come with the DeepSeek import)";
+}
+FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
+  return emitOpError() << "layer " << getLayer()
+                       << ": in-place lowering of Mamba2 SSM is not implemented yet (whole "
+                          "Mamba2 models come with the Nemotron-H import)";
+}
+FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
+  return emitOpError() << "layer " << getLayer()
+                       << ": in-place lowering of causal conv is not implemented yet (whole "
+                          "Mamba2 models come with the Nemotron-H import)";
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+ShapedType shapedOf(Value value) { return cast<ShapedType>(value.getType()); }
+
+/// Reads of every input buffer, a write of the init buffer; nothing on tensors.
+void computeEffects(Operation *op,
+                    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
+  auto dps = cast<DestinationStyleOpInterface>(op);
+  for (OpOperand &operand : op->getOpOperands()) {
+    if (!isa<MemRefType>(operand.get().getType()))
+      continue;
+    if (dps.isDpsInit(&operand))
+      effects.emplace_back(MemoryEffects::Write::get(), &operand,
+                           SideEffects::DefaultResource::get());
+    else
+      effects.emplace_back(MemoryEffects::Read::get(), &operand,
+                           SideEffects::DefaultResource::get());
+  }
+}
+
+/// All shaped operands are tensors, or all are memrefs.
+LogicalResult checkOneForm(Operation *op) {
+  bool tensors = false, buffers = false;
+  for (Value operand : op->getOperands()) {
+    tensors |= isa<TensorType>(operand.getType());
+    buffers |= isa<MemRefType>(operand.getType());
+  }
+  if (tensors && buffers)
+    return op->emitOpError() << "mixes tensors and buffers; operands must all be tensors "
+                                "or all be memrefs";
+  return success();
+}
+
+LogicalResult checkElementType(Operation *op, StringRef name, Value value, Type expected) {
+  Type actual = shapedOf(value).getElementType();
+  if (actual != expected)
+    return op->emitOpError() << "'" << name << "' must have element type " << expected
+                             << ", got " << actual;
+  return success();
+}
+
+LogicalResult checkRank(Operation *op, StringRef name, Value value, int64_t rank) {
+  if (!shapedOf(value).hasRank() || shapedOf(value).getRank() != rank)
+    return op->emitOpError() << "'" << name << "' must have rank " << rank << ", got "
+                             << value.getType();
+  return success();
+}
+
+/// `a` and `b` have compatible shapes (equal where both are static).
+LogicalResult checkSameShape(Operation *op, StringRef nameA, Value a, StringRef nameB,
+                             Value b) {
+  ShapedType ta = shapedOf(a), tb = shapedOf(b);
+  bool compatible = ta.getRank() == tb.getRank() &&
+                    llvm::all_of(llvm::zip(ta.getShape(), tb.getShape()), [](auto dims) {
+                      auto [x, y] = dims;
+                      return x == ShapedType::kDynamic || y == ShapedType::kDynamic || x == y;
+                    });
+  if (!compatible)
+    return op->emitOpError() << "'" << nameA << "' " << a.getType() << " and '" << nameB
+                             << "' " << b.getType() << " must have the same shape";
+  return success();
+}
+
+/// Static size of `dim` of `value`, or kDynamic.
+int64_t sizeOf(Value value, int64_t dim) { return shapedOf(value).getDimSize(dim); }
+
+LogicalResult checkDimEquals(Operation *op, StringRef name, Value value, int64_t dim,
+                             int64_t expected, StringRef what) {
+  int64_t actual = sizeOf(value, dim);
+  if (actual != ShapedType::kDynamic && expected != ShapedType::kDynamic && actual != expected)
+    return op->emitOpError() << "dimension " << dim << " of '" << name << "' (" << actual
+                             << ") must equal " << what << " (" << expected << ")";
+  return success();
+}
+
+Type i32Type(Operation *op) { return IntegerType::get(op->getContext(), 32); }
+} // namespace
+
+#define KILN_COMPUTE_EFFECTS(OpT)                                                          \
+  void OpT::getEffects(                                                                    \
+      SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {      \
+    computeEffects(*this, effects);                                                        \
+  }
+KILN_COMPUTE_EFFECTS(EmbeddingOp)
+KILN_COMPUTE_EFFECTS(RmsNormOp)
+KILN_COMPUTE_EFFECTS(LinearOp)
+KILN_COMPUTE_EFFECTS(RopeOp)
+KILN_COMPUTE_EFFECTS(AddOp)
+KILN_COMPUTE_EFFECTS(SwigluOp)
+KILN_COMPUTE_EFFECTS(GatherRowsOp)
+#undef KILN_COMPUTE_EFFECTS
+
+LogicalResult EmbeddingOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "ids", getIds(), 1)) ||
+      failed(checkRank(op, "table", getTable(), 2)) ||
+      failed(checkRank(op, "init", getInit(), 2)) ||
+      failed(checkElementType(op, "ids", getIds(), i32Type(op))) ||
+      failed(checkElementType(op, "init", getInit(), shapedOf(getTable()).getElementType())) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getIds(), 0), "the token count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getTable(), 1), "the hidden size")))
+    return failure();
+  return success();
+}
+FailureOr<RuntimeCall> EmbeddingOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_embedding",
+                     {RuntimeArg::pointer(getIds()), RuntimeArg::pointer(getTable()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getIds(), 0),
+                      RuntimeArg::dim(getTable(), 0), RuntimeArg::dim(getTable(), 1)}};
+}
+
+LogicalResult RmsNormOp::verify() {
+  Operation *op = *this;
+  ShapedType input = shapedOf(getInput());
+  if (failed(checkOneForm(op)))
+    return failure();
+  if (!input.hasRank() || input.getRank() < 2 || input.getRank() > 3)
+    return emitOpError() << "'input' must have rank 2 or 3, got " << getInput().getType();
+  int64_t last = input.getRank() - 1;
+  if (failed(checkRank(op, "weight", getWeight(), 1)) ||
+      failed(checkDimEquals(op, "weight", getWeight(), 0, input.getDimSize(last),
+                            "the normalized size")) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkElementType(op, "init", getInit(), input.getElementType())))
+    return failure();
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0) || !std::isfinite(eps))
+    return emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
+  return success();
+}
+FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  int64_t last = shapedOf(getInput()).getRank() - 1;
+  return RuntimeCall{"kiln_rt_rms_norm",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::leadingElements(getInput()),
+                      RuntimeArg::dim(getInput(), last),
+                      RuntimeArg::f32(getEpsilon().convertToDouble())}};
+}
+
+LogicalResult LinearOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkRank(op, "weight", getWeight(), 2)) ||
+      failed(checkRank(op, "init", getInit(), 2)) ||
+      failed(checkDimEquals(op, "weight", getWeight(), 1, sizeOf(getInput(), 1),
+                            "the input features")) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getInput(), 0), "the rows")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getWeight(), 0),
+                            "the output features")) ||
+      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())))
+    return failure();
+  if (Value bias = getBias())
+    if (failed(checkRank(op, "bias", bias, 1)) ||
+        failed(checkDimEquals(op, "bias", bias, 0, sizeOf(getWeight(), 0),
+                              "the output features")))
+      return failure();
+  return success();
+}
+FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_linear",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
+                      RuntimeArg::pointer(getBias()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getWeight(), 0),
+                      RuntimeArg::dim(getWeight(), 1)}};
+}
+
+LogicalResult RopeOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 3)) ||
+      failed(checkRank(op, "positions", getPositions(), 1)) ||
+      failed(checkElementType(op, "positions", getPositions(), i32Type(op))) ||
+      failed(checkDimEquals(op, "positions", getPositions(), 0, sizeOf(getInput(), 0),
+                            "the token count")) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())))
+    return failure();
+  int64_t headDim = sizeOf(getInput(), 2);
+  if (headDim != ShapedType::kDynamic && headDim % 2 != 0)
+    return emitOpError() << "head dimension " << headDim << " must be even";
+  return success();
+}
+FailureOr<RuntimeCall> RopeOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  RopeAttr rope = getRope();
+  return RuntimeCall{
+      "kiln_rt_rope",
+      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getPositions()),
+       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+       RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 2),
+       RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
+       RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
+       RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
+       RuntimeArg::i64(rope.getOriginalMaxPosition()),
+       RuntimeArg::f32(rope.getAttentionFactorValue())}};
+}
+
+namespace {
+template <typename OpT>
+LogicalResult verifyElementwise(OpT op, StringRef lhs, Value a, StringRef rhs, Value b) {
+  if (failed(checkOneForm(op)) || failed(checkSameShape(op, lhs, a, rhs, b)) ||
+      failed(checkSameShape(op, lhs, a, "init", op.getInit())) ||
+      failed(checkElementType(op, rhs, b, shapedOf(a).getElementType())) ||
+      failed(checkElementType(op, "init", op.getInit(), shapedOf(a).getElementType())))
+    return failure();
+  return success();
+}
+
+template <typename OpT>
+FailureOr<RuntimeCall> elementwiseCall(OpT op, StringRef callee, Value a, Value b) {
+  if (failed(requireBuffers(op)))
+    return failure();
+  return RuntimeCall{callee.str(),
+                     {RuntimeArg::pointer(a), RuntimeArg::pointer(b),
+                      RuntimeArg::pointer(op.getInit()), RuntimeArg::elements(a)}};
+}
+} // namespace
+
+LogicalResult AddOp::verify() { return verifyElementwise(*this, "lhs", getLhs(), "rhs", getRhs()); }
+FailureOr<RuntimeCall> AddOp::getRuntimeCall() {
+  return elementwiseCall(*this, "kiln_rt_add", getLhs(), getRhs());
+}
+LogicalResult SwigluOp::verify() { return verifyElementwise(*this, "gate", getGate(), "up", getUp()); }
+FailureOr<RuntimeCall> SwigluOp::getRuntimeCall() {
+  return elementwiseCall(*this, "kiln_rt_swiglu", getGate(), getUp());
+}
+
+LogicalResult GatherRowsOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkRank(op, "rows", getRows(), 1)) ||
+      failed(checkRank(op, "init", getInit(), 2)) ||
+      failed(checkElementType(op, "rows", getRows(), i32Type(op))) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getRows(), 0), "the row count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getInput(), 1), "the row size")) ||
+      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())))
+    return failure();
+  return success();
+}
+FailureOr<RuntimeCall> GatherRowsOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_gather_rows",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getRows()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getRows(), 0),
+                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 0)}};
+}
+
+//===----------------------------------------------------------------------===//
+// Weights and step buffers
+//===----------------------------------------------------------------------===//
+
+std::optional<uint64_t> WeightOp::getBytes() {
+  RankedTensorType type = getTensorType();
+  uint64_t bytes = getElementBytes(type.getElementType());
+  for (int64_t dim : type.getShape())
+    if (dim < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes))
+      return std::nullopt;
+  return bytes;
+}
+
+LogicalResult WeightOp::verify() {
+  if (!getBytes())
+    return emitOpError() << "weight '" << getSymName() << "' of type " << getType()
+                         << " has a byte size that overflows 64 bits";
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+    return emitOpError() << "'offset' must be >= 0";
+  return success();
+}
+
+LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto weight = symbolTable.lookupNearestSymbolFrom<WeightOp>(*this, getWeightAttr());
+  if (!weight)
+    return emitOpError() << "'" << getWeight() << "' does not name a kiln.weight";
+  auto result = cast<ShapedType>(getResult().getType());
+  RankedTensorType declared = weight.getTensorType();
+  if (result.getShape() != declared.getShape() ||
+      result.getElementType() != declared.getElementType())
+    return emitOpError() << "type " << getResult().getType() << " does not match weight '"
+                         << getWeight() << "' of type " << declared;
+  return success();
+}
+
+namespace {
+LogicalResult checkDynamicSizes(Operation *op, Type type, size_t numSizes) {
+  auto memref = cast<MemRefType>(type);
+  if (!memref.getLayout().isIdentity())
+    return op->emitOpError() << "needs a memref with the identity layout, got " << type;
+  if (static_cast<size_t>(memref.getNumDynamicDims()) != numSizes)
+    return op->emitOpError() << "needs " << memref.getNumDynamicDims()
+                             << " dynamic sizes for " << type << ", got " << numSizes;
+  return success();
+}
+} // namespace
+
+LogicalResult ActivationBufferOp::verify() {
+  if (getOffset() < 0 || getCapacity() < 0)
+    return emitOpError() << "'offset' and 'capacity' must be >= 0";
+  return checkDynamicSizes(*this, getBuffer().getType(), getSizes().size());
+}
+
+LogicalResult BufferFromPointerOp::verify() {
+  return checkDynamicSizes(*this, getBuffer().getType(), getSizes().size());
+}
+
+FailureOr<RuntimeCall> OutputOp::getRuntimeCall() {
+  auto type = cast<MemRefType>(getBuffer().getType());
+  if (type.getRank() != 2)
+    return emitOpError() << "logits must be a [rows, vocab] buffer, got " << type;
+  return RuntimeCall{"kiln_rt_output",
+                     {RuntimeArg::i32(static_cast<int64_t>(getKind())),
+                      RuntimeArg::pointer(getBuffer()), RuntimeArg::dim(getBuffer(), 0),
+                      RuntimeArg::dim(getBuffer(), 1)}};
+}

@@ -1,0 +1,67 @@
+//===- Pipelines.cpp - the lowering pipeline and tool registration --------===//
+#include "kiln/Driver/Pipelines.h"
+#include "kiln/Conversion/KilnToRuntime.h"
+#include "kiln/Dialect/Kiln/KilnBufferization.h"
+#include "kiln/InitAll.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Index/IR/IndexDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/UB/IR/UBOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void kiln::buildBufferLoweringPipeline(OpPassManager &pm) {
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addPass(createKilnBindEntry());
+  // Folds memref.dim of allocations to their size operands, so every dynamic size
+  // traces back to the step's inputs.
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createKilnPlanActivations());
+  pm.addPass(createConvertKilnToRuntimeCalls());
+}
+
+void kiln::buildLoweringPipeline(OpPassManager &pm) {
+  buildBufferLoweringPipeline(pm);
+  pm.addPass(createConvertKilnToLLVM());
+}
+
+void kiln::registerAllDialects(DialectRegistry &registry) {
+  registry.insert<KilnDialect, func::FuncDialect, arith::ArithDialect, math::MathDialect,
+                  tensor::TensorDialect, memref::MemRefDialect,
+                  bufferization::BufferizationDialect, cf::ControlFlowDialect,
+                  index::IndexDialect, LLVM::LLVMDialect, ub::UBDialect>();
+  kiln::registerBufferizableOpInterfaceExternalModels(registry);
+  tensor::registerBufferizableOpInterfaceExternalModels(registry);
+  arith::registerBufferizableOpInterfaceExternalModels(registry);
+  bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
+}
+
+void kiln::registerAllPasses() {
+  registerKilnPasses();
+  registerKilnConversionPasses();
+  registerDeployPipeline();
+  bufferization::registerOneShotBufferizePass();
+  registerCanonicalizerPass();
+  PassPipelineRegistration<>(
+      "kiln-lower",
+      "Bufferize a deployed module, bind its entry point, plan its activations and "
+      "lower it to runtime calls and the LLVM dialect",
+      [](OpPassManager &pm) { buildLoweringPipeline(pm); });
+}

@@ -1,0 +1,458 @@
+// CUDA kernels of the graph glue ops (see docs/kernels-graph.md). bf16 data moves as raw
+// 16-bit patterns; every kernel has a 16-byte vector path (8 bf16 per access), taken
+// when the sizes and pointers allow it, and a scalar fallback.
+#include "GraphInternal.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+namespace kiln::graph {
+namespace {
+
+constexpr int kVecElems = 8; // bf16 elements per 16-byte access
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int roundUpWarp(int64_t threads) {
+  return static_cast<int>(std::max<int64_t>(32, (threads + 31) / 32 * 32));
+}
+
+// Blocks of a grid-stride launch: enough to fill any current GPU, capped.
+unsigned gridFor(int64_t work, int threads) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, 8192)));
+}
+
+// Blocks of a block-per-row launch (the kernels loop over the rows beyond the grid).
+unsigned rowGrid(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 65535)); }
+
+__device__ __forceinline__ float bf2f(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+__device__ __forceinline__ uint16_t f2bf(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+// Round to bf16 and back: the value PyTorch stores between two bf16 ops.
+__device__ __forceinline__ float roundBf16(float v) { return bf2f(f2bf(v)); }
+
+__device__ __forceinline__ void unpack8(const uint4 &u, float (&f)[kVecElems]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return static_cast<uint32_t>(f2bf(lo)) | (static_cast<uint32_t>(f2bf(hi)) << 16);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[kVecElems]) {
+  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the block; `scratch` holds 33 floats. Safe to call repeatedly (it
+// synchronizes before reusing scratch).
+__device__ float blockSum(float v, float *scratch) {
+  v = warpSum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < warps ? scratch[lane] : 0.0f;
+    t = warpSum(t);
+    if (lane == 0)
+      scratch[32] = t;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+// ---- elementwise: add, swiglu ---------------------------------------------------------
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct SwigluOp {
+  // HF: act_fn(gate) is a bf16 tensor (silu in fp32, rounded), then * up in bf16.
+  __device__ float operator()(float gate, float up) const {
+    return roundBf16(gate / (1.0f + expf(-gate))) * up;
+  }
+};
+
+// No __restrict__: out may be a or b (each element is read before it is written, by the
+// same thread).
+template <class Op, bool Vec>
+__global__ void binaryKernel(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n) {
+  const Op op;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalarStart = 0;
+  if (Vec) {
+    const int64_t vectors = n / kVecElems;
+    const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+    const uint4 *b4 = reinterpret_cast<const uint4 *>(b);
+    uint4 *o4 = reinterpret_cast<uint4 *>(out);
+    for (int64_t v = first; v < vectors; v += stride) {
+      float fa[kVecElems], fb[kVecElems];
+      unpack8(a4[v], fa);
+      unpack8(b4[v], fb);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e)
+        fa[e] = op(fa[e], fb[e]);
+      o4[v] = pack8(fa);
+    }
+    scalarStart = vectors * kVecElems;
+  }
+  for (int64_t i = scalarStart + first; i < n; i += stride)
+    out[i] = f2bf(op(bf2f(a[i]), bf2f(b[i])));
+}
+
+template <class Op>
+cudaError_t launchBinary(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream) {
+  constexpr int threads = 256;
+  const auto *pa = static_cast<const uint16_t *>(a);
+  const auto *pb = static_cast<const uint16_t *>(b);
+  auto *po = static_cast<uint16_t *>(out);
+  if (aligned16(a) && aligned16(b) && aligned16(out))
+    binaryKernel<Op, true><<<gridFor(std::max<int64_t>(n / kVecElems, 1), threads), threads, 0, stream>>>(
+        pa, pb, po, n);
+  else
+    binaryKernel<Op, false><<<gridFor(n, threads), threads, 0, stream>>>(pa, pb, po, n);
+  return cudaGetLastError();
+}
+
+// ---- gather rows (embedding, gather_rows) ---------------------------------------------
+template <bool Vec>
+__global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t *__restrict__ index,
+                                 uint16_t *__restrict__ out, int64_t rows, int64_t dim,
+                                 int64_t numSource) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t s = index[r];
+    const bool valid = s >= 0 && s < numSource;
+    if (Vec) {
+      const int64_t vectors = dim / kVecElems;
+      const uint4 *from = reinterpret_cast<const uint4 *>(src + (valid ? s : 0) * dim);
+      uint4 *to = reinterpret_cast<uint4 *>(out + r * dim);
+      for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x)
+        to[v] = valid ? from[v] : make_uint4(0, 0, 0, 0);
+    } else {
+      const uint16_t *from = src + (valid ? s : 0) * dim;
+      uint16_t *to = out + r * dim;
+      for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+        to[j] = valid ? from[j] : uint16_t(0);
+    }
+  }
+}
+
+// ---- rms_norm ------------------------------------------------------------------------
+// One block per row; out may be x (a row is read completely before the block-wide sum
+// and written after it, each element by the thread that read it). Vector path: each thread keeps its kCache 16-byte chunks of the row
+// in registers between the statistics and the output pass.
+template <int kCache>
+__global__ void rmsNormVecKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
+                                 uint16_t *out, int64_t rows, int dim, float eps) {
+  __shared__ float scratch[33];
+  const int vectors = dim / kVecElems;
+  const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint4 *x4 = reinterpret_cast<const uint4 *>(x + r * dim);
+    uint4 *o4 = reinterpret_cast<uint4 *>(out + r * dim);
+    uint4 cache[kCache];
+    float sumSq = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int v = threadIdx.x + c * blockDim.x;
+      if (v < vectors) {
+        cache[c] = x4[v];
+        float f[kVecElems];
+        unpack8(cache[c], f);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e)
+          sumSq += f[e] * f[e];
+      }
+    }
+    const float scale = rsqrtf(blockSum(sumSq, scratch) / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int c = 0; c < kCache; ++c) {
+      const int v = threadIdx.x + c * blockDim.x;
+      if (v < vectors) {
+        float f[kVecElems], w[kVecElems];
+        unpack8(cache[c], f);
+        unpack8(w4[v], w);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e)
+          f[e] = w[e] * roundBf16(f[e] * scale);
+        o4[v] = pack8(f);
+      }
+    }
+  }
+}
+
+// Short rows (dim <= 256, 16-byte path): one warp per row, several rows per block, each
+// lane holding one 16-byte chunk; no block-wide synchronization. (One block per row
+// would leave most of a block idle and make block scheduling the bottleneck for
+// Qwen3's per-head q/k norms: tokens x heads rows of head_dim.)
+constexpr int kRmsWarpsPerBlock = 8;
+__global__ void rmsNormWarpKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
+                                  uint16_t *out, int64_t rows, int dim, float eps) {
+  const int vectors = dim / kVecElems;
+  const int lane = threadIdx.x & 31;
+  const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRmsWarpsPerBlock + (threadIdx.x >> 5);
+       r < rows; r += static_cast<int64_t>(gridDim.x) * kRmsWarpsPerBlock) {
+    const uint4 *x4 = reinterpret_cast<const uint4 *>(x + r * dim);
+    uint4 *o4 = reinterpret_cast<uint4 *>(out + r * dim);
+    float f[kVecElems];
+    float sumSq = 0.0f;
+    if (lane < vectors) {
+      unpack8(x4[lane], f);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e)
+        sumSq += f[e] * f[e];
+    }
+    const float scale = rsqrtf(warpSum(sumSq) / static_cast<float>(dim) + eps);
+    if (lane < vectors) {
+      float w[kVecElems];
+      unpack8(w4[lane], w);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e)
+        f[e] = w[e] * roundBf16(f[e] * scale);
+      o4[lane] = pack8(f);
+    }
+  }
+}
+
+// Any dim and alignment: reads the row twice (the second time from cache).
+__global__ void rmsNormScalarKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
+                                    uint16_t *out, int64_t rows, int64_t dim,
+                                    float eps) {
+  __shared__ float scratch[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint16_t *row = x + r * dim;
+    float sumSq = 0.0f;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      const float v = bf2f(row[j]);
+      sumSq += v * v;
+    }
+    const float scale = rsqrtf(blockSum(sumSq, scratch) / static_cast<float>(dim) + eps);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      out[r * dim + j] = f2bf(bf2f(weight[j]) * roundBf16(bf2f(row[j]) * scale));
+  }
+}
+
+// ---- rope ----------------------------------------------------------------------------
+// One block per token: the block computes the token's bf16 cos/sin table (accurate
+// cosf/sinf: angles reach 1e5 radians) into shared memory once, then rotates every head.
+// Each work item is a pair of chunks (x[f..], x[f + half..]) that only it reads and
+// writes, so out may be x.
+template <bool Vec>
+__global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positions, uint16_t *out,
+                           int64_t tokens, int heads, int headDim, float attentionFactor,
+                           RopeTable table) {
+  __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
+  const int half = headDim / 2;
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const float position = static_cast<float>(positions[t]);
+    __syncthreads(); // the previous token's table is no longer read
+    for (int f = threadIdx.x; f < half; f += blockDim.x) {
+      const float angle = position * table.invFreq[f];
+      cosSin[f] = roundBf16(cosf(angle) * attentionFactor);
+      cosSin[half + f] = roundBf16(sinf(angle) * attentionFactor);
+    }
+    __syncthreads();
+    const int64_t tokenBase = t * heads * headDim;
+    if (Vec) {
+      const int chunks = half / kVecElems;
+      for (int item = threadIdx.x; item < heads * chunks; item += blockDim.x) {
+        const int h = item / chunks, chunk = item - h * chunks;
+        const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + chunk * kVecElems;
+        float x1[kVecElems], x2[kVecElems], o1[kVecElems], o2[kVecElems];
+        unpack8(*reinterpret_cast<const uint4 *>(x + first), x1);
+        unpack8(*reinterpret_cast<const uint4 *>(x + first + half), x2);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e) {
+          const float c = cosSin[chunk * kVecElems + e], s = cosSin[half + chunk * kVecElems + e];
+          o1[e] = roundBf16(x1[e] * c) + roundBf16(-x2[e] * s);
+          o2[e] = roundBf16(x2[e] * c) + roundBf16(x1[e] * s);
+        }
+        *reinterpret_cast<uint4 *>(out + first) = pack8(o1);
+        *reinterpret_cast<uint4 *>(out + first + half) = pack8(o2);
+      }
+    } else {
+      for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
+        const int h = item / half, f = item - h * half;
+        const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + f;
+        const float x1 = bf2f(x[first]), x2 = bf2f(x[first + half]);
+        const float c = cosSin[f], s = cosSin[half + f];
+        out[first] = f2bf(roundBf16(x1 * c) + roundBf16(-x2 * s));
+        out[first + half] = f2bf(roundBf16(x2 * c) + roundBf16(x1 * s));
+      }
+    }
+  }
+}
+
+// ---- argmax --------------------------------------------------------------------------
+// A key whose unsigned order is torch.argmax's order: value first (NaN above +inf,
+// -0 == +0), then the smaller index.
+__device__ __forceinline__ unsigned long long argmaxKey(uint16_t bits, uint32_t index) {
+  uint32_t order;
+  if ((bits & 0x7fffu) > 0x7f80u)
+    order = 0x10000u; // NaN
+  else if (bits & 0x8000u)
+    order = 0x8000u - (bits & 0x7fffu); // negative (-0 lands on 0x8000, like +0)
+  else
+    order = 0x8000u + bits;
+  return (static_cast<unsigned long long>(order) << 32) | (0xffffffffu - index);
+}
+
+template <bool Vec>
+__global__ void argmaxKernel(const uint16_t *__restrict__ logits, int32_t *__restrict__ out,
+                             int64_t rows, int64_t cols) {
+  __shared__ unsigned long long scratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint16_t *row = logits + r * cols;
+    unsigned long long best = 0; // below every real key
+    if (Vec) {
+      // kUnroll loads in flight per thread before any is consumed: with few rows (one
+      // block each) a single outstanding load per thread would cap the bandwidth.
+      constexpr int kUnroll = 4;
+      const int64_t vectors = cols / kVecElems;
+      const uint4 *row4 = reinterpret_cast<const uint4 *>(row);
+      for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kUnroll * blockDim.x) {
+        uint4 u[kUnroll];
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          const int64_t v = v0 + j * blockDim.x;
+          if (v < vectors)
+            u[j] = row4[v];
+        }
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          if (v0 + j * blockDim.x >= vectors)
+            break;
+          const uint32_t w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+          const uint32_t base = static_cast<uint32_t>((v0 + j * blockDim.x) * kVecElems);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            best = max(best, argmaxKey(static_cast<uint16_t>(w[i] & 0xffffu), base + 2 * i));
+            best = max(best, argmaxKey(static_cast<uint16_t>(w[i] >> 16), base + 2 * i + 1));
+          }
+        }
+      }
+    } else {
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+        best = max(best, argmaxKey(row[c], static_cast<uint32_t>(c)));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      best = max(best, __shfl_xor_sync(0xffffffffu, best, offset));
+    __syncthreads(); // scratch of the previous row is consumed
+    if (lane == 0)
+      scratch[warp] = best;
+    __syncthreads();
+    if (warp == 0) {
+      unsigned long long total = lane < warps ? scratch[lane] : 0;
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1)
+        total = max(total, __shfl_xor_sync(0xffffffffu, total, offset));
+      if (lane == 0)
+        out[r] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(total));
+    }
+  }
+}
+
+} // namespace
+
+cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
+                             int64_t dim, int64_t numSource, cudaStream_t stream) {
+  const auto *s = static_cast<const uint16_t *>(src);
+  auto *o = static_cast<uint16_t *>(out);
+  if (dim % kVecElems == 0 && aligned16(src) && aligned16(out)) {
+    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(dim / kVecElems)));
+    gatherRowsKernel<true><<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource);
+  } else {
+    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(dim)));
+    gatherRowsKernel<false><<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
+                          int64_t dim, float eps, cudaStream_t stream) {
+  const auto *px = static_cast<const uint16_t *>(x);
+  const auto *pw = static_cast<const uint16_t *>(weight);
+  auto *po = static_cast<uint16_t *>(out);
+  const int64_t vectors = dim / kVecElems;
+  const bool vec = dim % kVecElems == 0 && aligned16(x) && aligned16(weight) && aligned16(out);
+  if (vec && vectors <= 32) {
+    const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
+    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
+        px, pw, po, rows, static_cast<int>(dim), eps);
+  } else if (vec && vectors <= 1024) {
+    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
+        px, pw, po, rows, static_cast<int>(dim), eps);
+  } else if (vec && vectors <= 4096) {
+    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
+        px, pw, po, rows, static_cast<int>(dim), eps);
+  } else {
+    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
+    rmsNormScalarKernel<<<rowGrid(rows), threads, 0, stream>>>(px, pw, po, rows, dim, eps);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
+                       int64_t heads, int64_t headDim, const RopeTable &table,
+                       float attentionFactor, cudaStream_t stream) {
+  const auto *px = static_cast<const uint16_t *>(x);
+  auto *po = static_cast<uint16_t *>(out);
+  const int64_t half = headDim / 2;
+  if (half % kVecElems == 0 && aligned16(x) && aligned16(out)) {
+    const int64_t items = heads * (half / kVecElems);
+    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(std::max(items, half))));
+    ropeKernel<true><<<rowGrid(tokens), threads, 0, stream>>>(
+        px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
+        attentionFactor, table);
+  } else {
+    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(heads * half)));
+    ropeKernel<false><<<rowGrid(tokens), threads, 0, stream>>>(
+        px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
+        attentionFactor, table);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream) {
+  return launchBinary<AddOp>(a, b, out, n, stream);
+}
+
+cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
+                         cudaStream_t stream) {
+  return launchBinary<SwigluOp>(gate, up, out, n, stream);
+}
+
+cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,
+                         cudaStream_t stream) {
+  const auto *pl = static_cast<const uint16_t *>(logits);
+  if (cols % kVecElems == 0 && aligned16(logits)) {
+    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols / kVecElems)));
+    argmaxKernel<true><<<rowGrid(rows), threads, 0, stream>>>(pl, out, rows, cols);
+  } else {
+    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols)));
+    argmaxKernel<false><<<rowGrid(rows), threads, 0, stream>>>(pl, out, rows, cols);
+  }
+  return cudaGetLastError();
+}
+
+} // namespace kiln::graph

@@ -1,0 +1,271 @@
+// C ABI launchers of the graph glue kernels: argument validation (before any CUDA call,
+// so it runs on machines without a GPU too), the RoPE frequency table, dispatch.
+#include "kiln/Kernels/Graph.h"
+
+#include "GraphInternal.h"
+#include "RopeFrequencies.h"
+#include "StatusInternal.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+using namespace kiln::kernels;
+using namespace kiln::graph;
+
+namespace {
+
+// Each check records the message and returns false on failure.
+struct Checker {
+  const char *kernel;
+  kiln_status_t status = KILN_OK;
+
+  bool notNull(const void *p, const char *arg) {
+    if (p)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", kernel, arg);
+    return false;
+  }
+  // Device data of `bytes`-byte elements must be aligned to its element size.
+  bool elementAligned(const void *p, unsigned bytes, const char *arg) {
+    if ((reinterpret_cast<uintptr_t>(p) % bytes) == 0)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned", kernel, arg,
+                  bytes);
+    return false;
+  }
+  bool nonNegative(int64_t v, const char *arg) {
+    if (v >= 0)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is negative (%lld)", kernel, arg,
+                  static_cast<long long>(v));
+    return false;
+  }
+  bool positive(int64_t v, const char *arg) {
+    if (v > 0)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be > 0 (got %lld)", kernel, arg,
+                  static_cast<long long>(v));
+    return false;
+  }
+  bool atMost(int64_t v, int64_t limit, const char *arg) {
+    if (v <= limit)
+      return true;
+    status = fail(KILN_ERROR_UNSUPPORTED, "%s: %s = %lld exceeds the supported maximum %lld",
+                  kernel, arg, static_cast<long long>(v), static_cast<long long>(limit));
+    return false;
+  }
+  // a * b * ... elements of 2 bytes must be addressable with int64 byte offsets.
+  bool sizeFits(int64_t a, int64_t b, const char *what) {
+    int64_t elements;
+    if (!__builtin_mul_overflow(a, b, &elements) &&
+        elements <= std::numeric_limits<int64_t>::max() / 2)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s (%lld x %lld) is too large", kernel,
+                  what, static_cast<long long>(a), static_cast<long long>(b));
+    return false;
+  }
+  bool finite(float v, const char *arg) {
+    if (std::isfinite(v))
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not finite", kernel, arg);
+    return false;
+  }
+  bool positiveFloat(float v, const char *arg) {
+    if (std::isfinite(v) && v > 0.0f)
+      return true;
+    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be finite and > 0 (got %g)", kernel,
+                  arg, static_cast<double>(v));
+    return false;
+  }
+};
+
+kiln_status_t launched(const char *kernel, cudaError_t error) {
+  if (error != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: kernel launch failed: %s", kernel,
+                cudaGetErrorString(error));
+  return ok();
+}
+
+cudaStream_t asStream(void *stream) { return static_cast<cudaStream_t>(stream); }
+
+// The rope parameters beyond head_dim; false after recording the message.
+bool checkRopeParams(Checker &c, const kiln_rope_params_t &p) {
+  if (p.type < kRopeDefault || p.type > kRopeYarn) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: rope->type %d is not a KILN_RT_ROPE_* value (0 default, 1 linear, "
+                    "2 llama3, 3 yarn)",
+                    c.kernel, static_cast<int>(p.type));
+    return false;
+  }
+  if (!c.positiveFloat(p.theta, "rope->theta") || !c.finite(p.attention_factor, "rope->attention_factor"))
+    return false;
+  if (p.type != kRopeDefault && !c.positiveFloat(p.factor, "rope->factor"))
+    return false;
+  if (p.type == kRopeLlama3) {
+    if (!c.positiveFloat(p.low, "rope->low (low_freq_factor)") ||
+        !c.positiveFloat(p.high, "rope->high (high_freq_factor)") ||
+        !c.positive(p.original_max_position, "rope->original_max_position"))
+      return false;
+    if (p.high == p.low) {
+      c.status = fail(KILN_ERROR_INVALID_ARGUMENT,
+                      "%s: rope->high (high_freq_factor) equals rope->low (low_freq_factor)",
+                      c.kernel);
+      return false;
+    }
+  }
+  if (p.type == kRopeYarn && (!c.finite(p.low, "rope->low") || !c.finite(p.high, "rope->high")))
+    return false;
+  return true;
+}
+
+bool sameRope(const kiln_rope_params_t &a, const kiln_rope_params_t &b) {
+  return a.type == b.type && a.theta == b.theta && a.factor == b.factor && a.low == b.low &&
+         a.high == b.high && a.original_max_position == b.original_max_position;
+}
+
+// The frequency table of (params, head_dim): a few per thread are kept, so the layers of a
+// step (which share their rope) compute it once.
+const RopeTable *ropeTable(const kiln_rope_params_t &p, int64_t headDim) {
+  struct Entry {
+    bool used = false;
+    kiln_rope_params_t params;
+    int64_t headDim;
+    RopeTable table;
+  };
+  constexpr int kEntries = 4;
+  thread_local Entry cache[kEntries];
+  thread_local int next = 0;
+  for (Entry &e : cache)
+    if (e.used && e.headDim == headDim && sameRope(e.params, p))
+      return &e.table;
+  Entry &e = cache[next];
+  next = (next + 1) % kEntries;
+  e.used = false;
+  if (!ropeInverseFrequencies(p, headDim, e.table.invFreq))
+    return nullptr;
+  for (int64_t i = 0; i < headDim / 2; ++i)
+    if (!std::isfinite(e.table.invFreq[i]))
+      return nullptr;
+  e.params = p;
+  e.headDim = headDim;
+  e.used = true;
+  return &e.table;
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *table, void *out,
+                                             int64_t tokens, int64_t vocab, int64_t hidden,
+                                             void *stream) {
+  Checker c{"kiln_embedding_bf16"};
+  if (!c.notNull(ids, "ids") || !c.notNull(table, "table") || !c.notNull(out, "out") ||
+      !c.elementAligned(ids, 4, "ids") || !c.elementAligned(table, 2, "table") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(tokens, "tokens") ||
+      !c.positive(vocab, "vocab") || !c.positive(hidden, "hidden") ||
+      !c.sizeFits(vocab, hidden, "table") || !c.sizeFits(tokens, hidden, "out"))
+    return c.status;
+  if (tokens == 0)
+    return ok();
+  return launched(c.kernel,
+                  launchGatherRows(table, ids, out, tokens, hidden, vocab, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *rows, void *out,
+                                               int64_t num_rows, int64_t dim,
+                                               int64_t num_source_rows, void *stream) {
+  Checker c{"kiln_gather_rows_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(rows, "rows") || !c.notNull(out, "out") ||
+      !c.elementAligned(x, 2, "x") || !c.elementAligned(rows, 4, "rows") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(num_rows, "num_rows") ||
+      !c.positive(dim, "dim") || !c.positive(num_source_rows, "num_source_rows") ||
+      !c.sizeFits(num_source_rows, dim, "x") || !c.sizeFits(num_rows, dim, "out"))
+    return c.status;
+  if (num_rows == 0)
+    return ok();
+  return launched(c.kernel, launchGatherRows(x, rows, out, num_rows, dim, num_source_rows,
+                                             asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, void *out,
+                                            int64_t rows, int64_t dim, float eps,
+                                            void *stream) {
+  Checker c{"kiln_rms_norm_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(weight, "weight") || !c.notNull(out, "out") ||
+      !c.elementAligned(x, 2, "x") || !c.elementAligned(weight, 2, "weight") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(rows, "rows") ||
+      !c.positive(dim, "dim") || !c.sizeFits(rows, dim, "x"))
+    return c.status;
+  if (!std::isfinite(eps) || eps < 0.0f)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0 (got %g)",
+                c.kernel, static_cast<double>(eps));
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchRmsNorm(x, weight, out, rows, dim, eps, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
+                                        int64_t tokens, int64_t heads, int64_t head_dim,
+                                        const kiln_rope_params_t *rope, void *stream) {
+  Checker c{"kiln_rope_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(positions, "positions") || !c.notNull(out, "out") ||
+      !c.notNull(rope, "rope") || !c.elementAligned(x, 2, "x") ||
+      !c.elementAligned(positions, 4, "positions") || !c.elementAligned(out, 2, "out") ||
+      !c.nonNegative(tokens, "tokens") || !c.positive(heads, "heads") ||
+      !c.atMost(heads, std::numeric_limits<int32_t>::max() / KILN_ROPE_MAX_HEAD_DIM, "heads") ||
+      !c.positive(head_dim, "head_dim"))
+    return c.status;
+  if (head_dim % 2 != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: head_dim must be even (got %lld)", c.kernel,
+                static_cast<long long>(head_dim));
+  if (!c.atMost(head_dim, KILN_ROPE_MAX_HEAD_DIM, "head_dim") ||
+      !c.sizeFits(tokens, heads * head_dim, "x") || !checkRopeParams(c, *rope))
+    return c.status;
+  if (tokens == 0)
+    return ok();
+  const RopeTable *table = ropeTable(*rope, head_dim);
+  if (!table)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: rope parameters (theta %g, factor %g) give non-finite frequencies",
+                c.kernel, static_cast<double>(rope->theta), static_cast<double>(rope->factor));
+  return launched(c.kernel, launchRope(x, positions, out, tokens, heads, head_dim, *table,
+                                       rope->attention_factor, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,
+                                       void *stream) {
+  Checker c{"kiln_add_bf16"};
+  if (!c.notNull(a, "a") || !c.notNull(b, "b") || !c.notNull(out, "out") ||
+      !c.elementAligned(a, 2, "a") || !c.elementAligned(b, 2, "b") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(n, "n") || !c.sizeFits(n, 1, "n"))
+    return c.status;
+  if (n == 0)
+    return ok();
+  return launched(c.kernel, launchAdd(a, b, out, n, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_swiglu_bf16(const void *gate, const void *up, void *out,
+                                          int64_t n, void *stream) {
+  Checker c{"kiln_swiglu_bf16"};
+  if (!c.notNull(gate, "gate") || !c.notNull(up, "up") || !c.notNull(out, "out") ||
+      !c.elementAligned(gate, 2, "gate") || !c.elementAligned(up, 2, "up") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(n, "n") || !c.sizeFits(n, 1, "n"))
+    return c.status;
+  if (n == 0)
+    return ok();
+  return launched(c.kernel, launchSwiglu(gate, up, out, n, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows,
+                                          int64_t cols, void *stream) {
+  Checker c{"kiln_argmax_bf16"};
+  if (!c.notNull(logits, "logits") || !c.notNull(out, "out") ||
+      !c.elementAligned(logits, 2, "logits") || !c.elementAligned(out, 4, "out") ||
+      !c.nonNegative(rows, "rows") || !c.positive(cols, "cols") ||
+      !c.atMost(cols, std::numeric_limits<int32_t>::max(), "cols") ||
+      !c.sizeFits(rows, cols, "logits"))
+    return c.status;
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchArgmax(logits, out, rows, cols, asStream(stream)));
+}

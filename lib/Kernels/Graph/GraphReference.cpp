@@ -1,0 +1,162 @@
+#include "GraphReference.h"
+
+#include "RopeFrequencies.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace kiln::reference {
+
+float bf16ToFloat(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof(value));
+  return value;
+}
+
+uint16_t floatToBf16(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof(word));
+  if (std::isnan(value))
+    return static_cast<uint16_t>((word >> 16) | 0x40);
+  const uint32_t roundingBias = 0x7fff + ((word >> 16) & 1);
+  return static_cast<uint16_t>((word + roundingBias) >> 16);
+}
+
+uint16_t doubleToBf16(double value) {
+  // Round to fp32 with round-to-odd, then to bf16 with round-to-nearest-even: fp32 keeps
+  // more than two extra bits, so the result is the once-rounded bf16 of `value`.
+  float f = static_cast<float>(value);
+  if (std::isfinite(value) && std::isfinite(f) && static_cast<double>(f) != value) {
+    uint32_t word;
+    std::memcpy(&word, &f, sizeof(word));
+    if ((word & 1u) == 0) {
+      f = std::nextafter(f, static_cast<float>(value > static_cast<double>(f) ? INFINITY
+                                                                              : -INFINITY));
+    }
+  }
+  return floatToBf16(f);
+}
+
+namespace {
+void copyRowsOrZero(const uint16_t *src, const int32_t *index, uint16_t *out, int64_t rows,
+                    int64_t dim, int64_t numSource) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = index[r];
+    for (int64_t j = 0; j < dim; ++j)
+      out[r * dim + j] = (s >= 0 && s < numSource) ? src[s * dim + j] : 0;
+  }
+}
+} // namespace
+
+void embeddingReference(const int32_t *ids, const uint16_t *table, uint16_t *out,
+                        int64_t tokens, int64_t vocab, int64_t hidden) {
+  copyRowsOrZero(table, ids, out, tokens, hidden, vocab);
+}
+
+void gatherRowsReference(const uint16_t *x, const int32_t *rows, uint16_t *out,
+                         int64_t numRows, int64_t dim, int64_t numSourceRows) {
+  copyRowsOrZero(x, rows, out, numRows, dim, numSourceRows);
+}
+
+void rmsNormReference(const uint16_t *x, const uint16_t *weight, uint16_t *out, int64_t rows,
+                      int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t *row = x + r * dim;
+    double sum = 0.0;
+    for (int64_t j = 0; j < dim; ++j) {
+      const double v = bf16ToFloat(row[j]);
+      sum += v * v;
+    }
+    const double scale = 1.0 / std::sqrt(sum / static_cast<double>(dim) + eps);
+    for (int64_t j = 0; j < dim; ++j) {
+      const uint16_t h = doubleToBf16(bf16ToFloat(row[j]) * scale);
+      // The product of two bf16 values is exact in fp32.
+      out[r * dim + j] = floatToBf16(bf16ToFloat(weight[j]) * bf16ToFloat(h));
+    }
+  }
+}
+
+bool ropeInvFreqReference(const kiln_rope_params_t &rope, int64_t headDim, float *invFreq) {
+  return kiln::graph::ropeInverseFrequencies(rope, headDim, invFreq);
+}
+
+void ropeCosSinReference(int32_t position, float invFreq, float attentionFactor,
+                         uint16_t *cos, uint16_t *sin) {
+  const float angle = static_cast<float>(position) * invFreq; // one fp32 multiply
+  const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+  *cos = floatToBf16(c * attentionFactor);
+  *sin = floatToBf16(s * attentionFactor);
+}
+
+bool ropeReference(const uint16_t *x, const int32_t *positions, uint16_t *out, int64_t tokens,
+                   int64_t heads, int64_t headDim, const kiln_rope_params_t &rope) {
+  const int64_t half = headDim / 2;
+  float inv[KILN_ROPE_MAX_HEAD_DIM / 2];
+  if (headDim > KILN_ROPE_MAX_HEAD_DIM || !ropeInvFreqReference(rope, headDim, inv))
+    return false;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t f = 0; f < half; ++f) {
+      uint16_t cb, sb;
+      ropeCosSinReference(positions[t], inv[f], rope.attention_factor, &cb, &sb);
+      const float c = bf16ToFloat(cb), s = bf16ToFloat(sb);
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t base = (t * heads + h) * headDim;
+        const float x1 = bf16ToFloat(x[base + f]), x2 = bf16ToFloat(x[base + f + half]);
+        // q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q2, q1).
+        const float a1 = bf16ToFloat(floatToBf16(x1 * c));
+        const float b1 = bf16ToFloat(floatToBf16(-x2 * s));
+        const float a2 = bf16ToFloat(floatToBf16(x2 * c));
+        const float b2 = bf16ToFloat(floatToBf16(x1 * s));
+        out[base + f] = floatToBf16(a1 + b1);
+        out[base + f + half] = floatToBf16(a2 + b2);
+      }
+    }
+  }
+  return true;
+}
+
+void addReference(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = floatToBf16(bf16ToFloat(a[i]) + bf16ToFloat(b[i]));
+}
+
+void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = bf16ToFloat(gate[i]);
+    const uint16_t act = doubleToBf16(g / (1.0 + std::exp(-g)));
+    out[i] = floatToBf16(bf16ToFloat(act) * bf16ToFloat(up[i]));
+  }
+}
+
+void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = 0;
+    float bestValue = bf16ToFloat(logits[r * cols]);
+    for (int64_t c = 1; c < cols; ++c) {
+      const float v = bf16ToFloat(logits[r * cols + c]);
+      if (std::isnan(bestValue))
+        break; // the first NaN wins
+      if (std::isnan(v) || v > bestValue) {
+        best = c;
+        bestValue = v;
+      }
+    }
+    out[r] = static_cast<int32_t>(best);
+  }
+}
+
+void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,
+                   int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = bias ? bf16ToFloat(bias[j]) : 0.0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += static_cast<double>(bf16ToFloat(x[i * k + p])) * bf16ToFloat(w[j * k + p]);
+      out[i * n + j] = sum;
+    }
+  }
+}
+
+} // namespace kiln::reference

@@ -1,0 +1,43 @@
+// CPU references of the graph glue kernels and the GEMM (plain C++, no CUDA).
+// Tensors are bf16 bit patterns (uint16_t) like the device data. The references round
+// to bf16 at exactly the points the kernels (and Hugging Face's PyTorch ops) do and
+// compute everything in between in fp64, except where the kernels' fp32 arithmetic IS
+// the specification (the RoPE frequencies and angles, see RopeFrequencies.h), so a
+// kernel may differ from them only by the last bit of a rounding that fp32 rounding
+// errors push across a bf16 rounding boundary.
+#ifndef KILN_LIB_KERNELS_GRAPH_GRAPHREFERENCE_H
+#define KILN_LIB_KERNELS_GRAPH_GRAPHREFERENCE_H
+
+#include "kiln/Kernels/Graph.h"
+
+#include <cstdint>
+
+namespace kiln::reference {
+
+float bf16ToFloat(uint16_t bits);
+uint16_t floatToBf16(float value); // round to nearest even
+uint16_t doubleToBf16(double value); // one rounding (via round-to-odd fp32)
+
+void embeddingReference(const int32_t *ids, const uint16_t *table, uint16_t *out,
+                        int64_t tokens, int64_t vocab, int64_t hidden);
+void gatherRowsReference(const uint16_t *x, const int32_t *rows, uint16_t *out,
+                         int64_t numRows, int64_t dim, int64_t numSourceRows);
+void rmsNormReference(const uint16_t *x, const uint16_t *weight, uint16_t *out, int64_t rows,
+                      int64_t dim, float eps);
+// Returns false for an unknown rope type. inv_freq as in RopeFrequencies.h.
+bool ropeInvFreqReference(const kiln_rope_params_t &rope, int64_t headDim, float *invFreq);
+// c and s of one (position, frequency): bf16(cos(fp32 angle) * attention_factor).
+void ropeCosSinReference(int32_t position, float invFreq, float attentionFactor,
+                         uint16_t *cos, uint16_t *sin);
+bool ropeReference(const uint16_t *x, const int32_t *positions, uint16_t *out, int64_t tokens,
+                   int64_t heads, int64_t headDim, const kiln_rope_params_t &rope);
+void addReference(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n);
+void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, int64_t n);
+void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols);
+// out[m, n] = x[m, k] w[n, k]^T + bias[n] (bias may be null), exact fp64 sums.
+void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,
+                   int64_t m, int64_t n, int64_t k);
+
+} // namespace kiln::reference
+
+#endif

@@ -1,0 +1,899 @@
+// The runtime context: creation (the one allocation of the plan), regions, name tables,
+// the sticky status, the step (kiln_rt_set_batch), the step inputs compiled code reads,
+// kiln_rt_output and reading the results back. See include/kiln/Runtime/Runtime.h.
+#include "Context.h"
+
+#include "kiln/Kernels/Gemm.h"
+#include "kiln/Kernels/Graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+static_assert(KILN_GEMM_WORKSPACE_BYTES == (32ull << 20),
+              "Layout.h and Gemm.h disagree on the GEMM workspace");
+
+using namespace kiln::rt;
+
+// ---- name tables (from ABI.def) ----------------------------------------------------------
+
+extern "C" const char *kiln_rt_kernel_name(int32_t kernel) {
+  switch (kernel) {
+#define KILN_RT_KERNEL(name, value, str)                                                       \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown kernel";
+}
+
+extern "C" const char *kiln_rt_phase_name(int32_t phase) {
+  switch (phase) {
+#define KILN_RT_PHASE(name, value, str)                                                        \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown phase";
+}
+
+extern "C" const char *kiln_rt_input_name(int32_t input) {
+  switch (input) {
+#define KILN_RT_INPUT(name, value, str)                                                        \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown input";
+}
+
+extern "C" const char *kiln_rt_output_name(int32_t output) {
+  switch (output) {
+#define KILN_RT_OUTPUT(name, value, str)                                                       \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown output";
+}
+
+extern "C" const char *kiln_rt_rope_name(int32_t rope) {
+  switch (rope) {
+#define KILN_RT_ROPE(name, value, str)                                                         \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown rope type";
+}
+
+extern "C" const char *kiln_rt_dtype_name(int32_t dtype) {
+  switch (dtype) {
+#define KILN_RT_DTYPE(name, value, str, bytes)                                                 \
+  case value:                                                                                  \
+    return str;
+#include "kiln/Runtime/ABI.def"
+  }
+  return "unknown dtype";
+}
+
+namespace kiln::rt {
+
+const char *regionName(int region) {
+  switch (region) {
+  case kWeights: return "weights";
+  case kCaches: return "caches";
+  case kActivations: return "activations";
+  case kWorkspace: return "workspace";
+  case kIo: return "io";
+  }
+  return "?";
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+kiln_status_t Call::error(kiln_status_t status, const char *format, ...) const {
+  char what[768];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(what, sizeof(what), format, args);
+  va_end(args);
+  if (kernel)
+    return fail(status, "%s (%s): layer %d: %s", fn, kernel, layer, what);
+  if (ctx) {
+    char where[96];
+    if (ctx->lastAttention >= 0)
+      std::snprintf(where, sizeof(where), "after layer %d's attention", ctx->lastAttention);
+    else
+      std::snprintf(where, sizeof(where), "before the first attention");
+    return fail(status, "%s: op %lld of the %s step (%s): %s", fn,
+                static_cast<long long>(ctx->opIndex), kiln_rt_phase_name(ctx->phase), where,
+                what);
+  }
+  return fail(status, "%s: %s", fn, what);
+}
+
+kiln_status_t Call::launcher(kiln_status_t status, const char *name) const {
+  std::string message = kiln_last_error();
+  return error(status, "%s failed: %s", name, message.c_str());
+}
+
+kiln_status_t Call::cuda(cudaError_t e, const char *what) const {
+  cudaGetLastError();
+  return error(e == cudaErrorMemoryAllocation ? KILN_ERROR_OUT_OF_MEMORY : KILN_ERROR_CUDA,
+               "%s: %s", what, cudaGetErrorString(e));
+}
+
+kiln_status_t replay(kiln_rt_context *ctx) {
+  return fail(ctx->status, "%s", ctx->message.c_str());
+}
+
+int32_t record(kiln_rt_context *ctx, kiln_status_t status) {
+  if (status != KILN_OK && ctx->status == KILN_OK) {
+    ctx->status = status;
+    ctx->message = kiln_last_error();
+  }
+  return static_cast<int32_t>(status);
+}
+
+bool product(uint64_t *out, std::initializer_list<int64_t> factors) {
+  uint64_t p = 1;
+  for (int64_t f : factors) {
+    if (f < 0)
+      return false;
+    if (f != 0 && p > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(f))
+      return false;
+    p *= static_cast<uint64_t>(f);
+  }
+  *out = p;
+  return true;
+}
+
+kiln_status_t checkRange(const Call &c, const kiln_rt_context *ctx, const char *what,
+                         const void *p, uint64_t bytes, uint64_t align, bool output) {
+  if (!p)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s is null", what);
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (align > 1 && a % align != 0)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s (%p) is not %llu-byte aligned", what, p,
+                   static_cast<unsigned long long>(align));
+  for (int r = 0; r < kNumRegions; ++r) {
+    if (r == kWorkspace || !ctx->base[r])
+      continue;
+    uintptr_t lo = reinterpret_cast<uintptr_t>(ctx->base[r]);
+    if (a < lo || a - lo >= ctx->size[r])
+      continue;
+    uint64_t offset = a - lo;
+    if (bytes > ctx->size[r] - offset)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s [%llu, %llu) of the %s region runs past its end (%llu bytes)", what,
+                     static_cast<unsigned long long>(offset),
+                     static_cast<unsigned long long>(offset + bytes), regionName(r),
+                     static_cast<unsigned long long>(ctx->size[r]));
+    if (output && r != kActivations && r != kCaches)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s (offset %llu of the %s region) is an output; outputs go to the "
+                     "activations", what, static_cast<unsigned long long>(offset),
+                     regionName(r));
+    return KILN_OK;
+  }
+  return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                 "%s (%p, %llu bytes) lies in no region of the context (weights, caches, "
+                 "activations, io)", what, p, static_cast<unsigned long long>(bytes));
+}
+
+kiln_status_t selectDevice(const Call &c, const kiln_rt_context *ctx) {
+  if (ctx->dry)
+    return KILN_OK;
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e != cudaSuccess)
+    return c.cuda(e, "cudaSetDevice");
+  return KILN_OK;
+}
+
+kiln_status_t useResource(const Call &c, kiln_rt_context *ctx, const char *kind, uint64_t offset,
+                          uint64_t bytes) {
+  const uint64_t cacheBytes = ctx->size[kCaches];
+  if (offset % 16 != 0)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s offset %llu is not 16-byte aligned", kind,
+                   static_cast<unsigned long long>(offset));
+  if (offset > cacheBytes || bytes > cacheBytes - offset)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "%s [%llu, %llu) does not fit in the caches (%llu bytes)", kind,
+                   static_cast<unsigned long long>(offset),
+                   static_cast<unsigned long long>(offset + bytes),
+                   static_cast<unsigned long long>(cacheBytes));
+  std::pair<int32_t, std::string> key{c.layer, kind};
+  auto same = ctx->resources.find(key);
+  if (same != ctx->resources.end() && same->second.offset == offset &&
+      same->second.bytes == bytes)
+    return KILN_OK; // the common case: the same call as in the previous step
+  for (const auto &[other, r] : ctx->resources) {
+    if (other == key || bytes == 0 || r.bytes == 0)
+      continue;
+    if (offset < r.offset + r.bytes && r.offset < offset + bytes)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s [%llu, %llu) overlaps layer %d's %s [%llu, %llu)", kind,
+                     static_cast<unsigned long long>(offset),
+                     static_cast<unsigned long long>(offset + bytes), other.first,
+                     other.second.c_str(), static_cast<unsigned long long>(r.offset),
+                     static_cast<unsigned long long>(r.offset + r.bytes));
+  }
+  ctx->resources[key] = Resource{offset, bytes};
+  return KILN_OK;
+}
+
+kiln_status_t ensureBuffer(const Call &c, kiln_rt_context *ctx, Buffer &buffer, size_t bytes) {
+  if (ctx->dry || bytes <= buffer.bytes)
+    return KILN_OK;
+  size_t want = std::max(bytes, buffer.bytes * 2);
+  want = (want + 255) / 256 * 256;
+  if (buffer.ptr) {
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (e != cudaSuccess)
+      return c.cuda(e, "cudaStreamSynchronize before growing the legacy scratch");
+    cudaFree(buffer.ptr);
+    buffer.ptr = nullptr;
+    buffer.bytes = 0;
+    if (&buffer == &ctx->index)
+      ctx->indexGeneration = ~0ull;
+  }
+  void *p = nullptr;
+  cudaError_t e = cudaMalloc(&p, want);
+  if (e != cudaSuccess)
+    return c.cuda(e, "cudaMalloc of the legacy scratch");
+  buffer.ptr = p;
+  buffer.bytes = want;
+  return KILN_OK;
+}
+
+} // namespace kiln::rt
+
+// ---- context -----------------------------------------------------------------------------
+
+namespace {
+
+// Fake base addresses of a dry context's regions: disjoint, non-null, 256-byte aligned,
+// never dereferenced.
+constexpr uintptr_t kDryBase = uintptr_t(1) << 44;
+
+kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
+  if (!config)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: config is null", fn);
+  const kiln_rt_config_t &c = *config;
+  struct {
+    const char *name;
+    int64_t value;
+  } positive[] = {{"max_batch", c.max_batch},
+                  {"max_seq_len", c.max_seq_len},
+                  {"page_size", c.page_size},
+                  {"kv_pages", c.kv_pages},
+                  {"max_step_tokens", c.max_step_tokens},
+                  {"max_logit_rows", c.max_logit_rows}};
+  for (const auto &p : positive)
+    if (p.value < 1 || p.value > INT32_MAX)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld outside [1, 2^31)", fn, p.name,
+                  static_cast<long long>(p.value));
+  if (c.max_draft_len < 0 || c.max_draft_len > 64)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: max_draft_len %lld outside [0, 64]", fn,
+                static_cast<long long>(c.max_draft_len));
+  if (c.vocab_size < 0 || c.vocab_size > INT32_MAX)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: vocab_size %lld outside [0, 2^31)", fn,
+                static_cast<long long>(c.vocab_size));
+  int64_t pages = kiln_rt_max_pages_per_seq(c.max_seq_len, c.page_size);
+  uint64_t io = kiln_rt_io_bytes(c.max_batch, c.max_step_tokens, c.max_logit_rows, pages);
+  if (c.io_bytes != io)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: io_bytes %llu != %llu, kiln_rt_io_bytes(max_batch %lld, max_step_tokens "
+                "%lld, max_logit_rows %lld, max_pages_per_seq %lld) of this runtime's "
+                "Layout.h (model compiled against another runtime version?)",
+                fn, static_cast<unsigned long long>(c.io_bytes),
+                static_cast<unsigned long long>(io), static_cast<long long>(c.max_batch),
+                static_cast<long long>(c.max_step_tokens),
+                static_cast<long long>(c.max_logit_rows), static_cast<long long>(pages));
+  if (c.workspace_bytes < KILN_GEMM_WORKSPACE_BYTES)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: workspace_bytes %llu < KILN_GEMM_WORKSPACE_BYTES %llu (see "
+                "kiln_rt_workspace_bytes in Layout.h)",
+                fn, static_cast<unsigned long long>(c.workspace_bytes),
+                static_cast<unsigned long long>(KILN_GEMM_WORKSPACE_BYTES));
+  for (uint64_t b : {c.weight_bytes, c.cache_bytes, c.activation_bytes, c.workspace_bytes,
+                     c.io_bytes})
+    if (b > (uint64_t(1) << 44))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a memory category of %llu bytes (> 16 TiB)",
+                  fn, static_cast<unsigned long long>(b));
+  return KILN_OK;
+}
+
+void initCommon(kiln_rt_context *ctx, const kiln_rt_config_t &config) {
+  ctx->config = config;
+  ctx->maxPagesPerSeq =
+      static_cast<int32_t>(kiln_rt_max_pages_per_seq(config.max_seq_len, config.page_size));
+  ctx->io = kiln_rt_io_layout(config.max_batch, config.max_step_tokens, config.max_logit_rows,
+                              ctx->maxPagesPerSeq);
+  ctx->size[kWeights] = config.weight_bytes;
+  ctx->size[kCaches] = config.cache_bytes;
+  ctx->size[kActivations] = config.activation_bytes;
+  ctx->size[kWorkspace] = config.workspace_bytes;
+  ctx->size[kIo] = config.io_bytes;
+  ctx->splitOffset = KILN_GEMM_WORKSPACE_BYTES;
+  ctx->splitBytes = config.workspace_bytes - KILN_GEMM_WORKSPACE_BYTES;
+  ctx->allocationBytes = 0;
+  for (int r = 0; r < kNumRegions; ++r)
+    ctx->allocationBytes += kiln_rt_align(ctx->size[r]);
+}
+
+void releaseDevice(kiln_rt_context *ctx) {
+  if (ctx->dry)
+    return;
+  cudaSetDevice(ctx->device);
+  if (ctx->stream)
+    cudaStreamSynchronize(ctx->stream);
+  for (Buffer *b : {&ctx->split, &ctx->index, &ctx->accepted})
+    if (b->ptr)
+      cudaFree(b->ptr);
+  if (ctx->allocation)
+    cudaFree(ctx->allocation);
+  if (ctx->gemm)
+    kiln_gemm_destroy(ctx->gemm);
+  if (ctx->uploaded)
+    cudaEventDestroy(ctx->uploaded);
+  if (ctx->stream)
+    cudaStreamDestroy(ctx->stream);
+  for (void *h : {static_cast<void *>(ctx->ioHost), static_cast<void *>(ctx->argmaxHost),
+                  static_cast<void *>(ctx->logitsHost)})
+    if (h)
+      cudaFreeHost(h);
+  cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *config,
+                                        kiln_rt_context_t **out) {
+  if (!out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_create: out is null");
+  *out = nullptr;
+  if (kiln_status_t s = checkConfig("kiln_rt_create", config); s != KILN_OK)
+    return s;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_NO_DEVICE, "kiln_rt_create: no CUDA device visible (%s)",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+  }
+  if (device < 0 || device >= count)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_create: device %d out of range (0..%d)",
+                device, count - 1);
+  auto *ctx = new kiln_rt_context();
+  ctx->device = device;
+  initCommon(ctx, *config);
+  auto cleanup = [&](kiln_status_t status, const char *what, cudaError_t err) {
+    cudaGetLastError();
+    kiln_status_t s =
+        err == cudaSuccess
+            ? fail(status, "kiln_rt_create: %s", what)
+            : fail(status, "kiln_rt_create: %s: %s", what, cudaGetErrorString(err));
+    std::string message = kiln_last_error();
+    releaseDevice(ctx);
+    delete ctx;
+    return fail(s, "%s", message.c_str());
+  };
+  auto oom = [](cudaError_t err) {
+    return err == cudaErrorMemoryAllocation ? KILN_ERROR_OUT_OF_MEMORY : KILN_ERROR_CUDA;
+  };
+  if ((e = cudaSetDevice(device)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaSetDevice", e);
+  if ((e = cudaFree(nullptr)) != cudaSuccess) // creates the primary context (and, with
+    return cleanup(KILN_ERROR_CUDA, "cudaFree(0) (context creation)", e); // EAGER, modules)
+  if ((e = cudaDeviceGetAttribute(&ctx->smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                  device)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaDeviceGetAttribute", e);
+  if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaStreamCreateWithFlags", e);
+  if ((e = cudaEventCreateWithFlags(&ctx->uploaded, cudaEventDisableTiming)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaEventCreate", e);
+  if (kiln_status_t s = kiln_gemm_create(&ctx->gemm); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return cleanup(s, ("kiln_gemm_create: " + message).c_str(), cudaSuccess);
+  }
+  // Pinned host staging (host memory: not part of the device plan).
+  const auto &c = ctx->config;
+  ctx->logitsHostElems = static_cast<size_t>(c.max_logit_rows) *
+                         static_cast<size_t>(std::max<int64_t>(c.vocab_size, 1));
+  if ((e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->ioHost), c.io_bytes,
+                         cudaHostAllocDefault)) != cudaSuccess ||
+      (e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->argmaxHost),
+                         c.max_logit_rows * sizeof(int32_t), cudaHostAllocDefault)) !=
+          cudaSuccess ||
+      (e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->logitsHost),
+                         ctx->logitsHostElems * sizeof(uint16_t), cudaHostAllocDefault)) !=
+          cudaSuccess)
+    return cleanup(oom(e), "cudaHostAlloc of the pinned staging", e);
+  std::memset(ctx->ioHost, 0, c.io_bytes);
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaDeviceSynchronize", e);
+  size_t total = 0;
+  if ((e = cudaMemGetInfo(&ctx->freeBefore, &total)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaMemGetInfo", e);
+  // The one allocation of the plan.
+  if ((e = cudaMalloc(&ctx->allocation, ctx->allocationBytes)) != cudaSuccess) {
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "cudaMalloc of the model's %llu planned bytes (%zu free of %zu)",
+                  static_cast<unsigned long long>(ctx->allocationBytes), ctx->freeBefore, total);
+    ctx->allocation = nullptr;
+    return cleanup(oom(e), what, e);
+  }
+  char *at = static_cast<char *>(ctx->allocation);
+  for (int r = 0; r < kNumRegions; ++r) {
+    ctx->base[r] = at;
+    at += kiln_rt_align(ctx->size[r]);
+  }
+  if ((e = cudaMemsetAsync(ctx->allocation, 0, ctx->allocationBytes, ctx->stream)) !=
+      cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaMemsetAsync of the allocation", e);
+  if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaStreamSynchronize", e);
+  *out = ctx;
+  return kiln::kernels::ok();
+}
+
+extern "C" kiln_status_t kiln_rt_create_dry(const kiln_rt_config_t *config,
+                                            kiln_rt_context_t **out) {
+  if (!out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_create_dry: out is null");
+  *out = nullptr;
+  if (kiln_status_t s = checkConfig("kiln_rt_create_dry", config); s != KILN_OK)
+    return s;
+  auto *ctx = new kiln_rt_context();
+  ctx->dry = true;
+  initCommon(ctx, *config);
+  for (int r = 0; r < kNumRegions; ++r)
+    ctx->base[r] = reinterpret_cast<char *>(kDryBase * static_cast<uintptr_t>(r + 1));
+  *out = ctx;
+  return kiln::kernels::ok();
+}
+
+extern "C" void kiln_rt_destroy(kiln_rt_context_t *ctx) {
+  if (!ctx)
+    return;
+  releaseDevice(ctx);
+  delete ctx;
+}
+
+extern "C" int32_t kiln_rt_is_dry(const kiln_rt_context_t *ctx) { return ctx && ctx->dry; }
+
+extern "C" const kiln_rt_config_t *kiln_rt_config(const kiln_rt_context_t *ctx) {
+  return ctx ? &ctx->config : nullptr;
+}
+
+extern "C" void *kiln_rt_caches(kiln_rt_context_t *ctx) {
+  return ctx ? ctx->base[kCaches] : nullptr;
+}
+extern "C" void *kiln_rt_workspace(kiln_rt_context_t *ctx) {
+  return ctx ? ctx->base[kWorkspace] : nullptr;
+}
+extern "C" void *kiln_rt_io(kiln_rt_context_t *ctx) { return ctx ? ctx->base[kIo] : nullptr; }
+
+extern "C" uint64_t kiln_rt_planned_bytes(const kiln_rt_context_t *ctx) {
+  return ctx ? ctx->allocationBytes : 0;
+}
+
+extern "C" uint64_t kiln_rt_device_bytes_used(const kiln_rt_context_t *ctx) {
+  if (!ctx || ctx->dry)
+    return 0;
+  if (cudaSetDevice(ctx->device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  size_t freeNow = 0, total = 0;
+  if (cudaMemGetInfo(&freeNow, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ctx->freeBefore > freeNow ? ctx->freeBefore - freeNow : 0;
+}
+
+extern "C" void *kiln_rt_stream(kiln_rt_context_t *ctx) { return ctx ? ctx->stream : nullptr; }
+
+extern "C" uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx) {
+  return ctx ? ctx->launches : 0;
+}
+
+extern "C" uint64_t kiln_rt_scratch_bytes(const kiln_rt_context_t *ctx) {
+  return ctx ? ctx->split.bytes + ctx->index.bytes + ctx->accepted.bytes : 0;
+}
+
+extern "C" kiln_status_t kiln_rt_synchronize(kiln_rt_context_t *ctx) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_synchronize: context is null");
+  if (ctx->dry)
+    return kiln::kernels::ok();
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(ctx->stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_CUDA, "kiln_rt_synchronize: cudaStreamSynchronize: %s",
+                cudaGetErrorString(e));
+  }
+  return kiln::kernels::ok();
+}
+
+// ---- status ------------------------------------------------------------------------------
+
+extern "C" kiln_status_t kiln_rt_status(kiln_rt_context_t *ctx) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_status: context is null");
+  if (ctx->status != KILN_OK)
+    return replay(ctx);
+  return KILN_OK;
+}
+
+extern "C" void kiln_rt_clear_status(kiln_rt_context_t *ctx) {
+  if (!ctx)
+    return;
+  ctx->status = KILN_OK;
+  ctx->message.clear();
+}
+
+// ---- the step ----------------------------------------------------------------------------
+
+namespace {
+
+kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
+  const char *fn = "kiln_rt_set_batch";
+  ctx->hasBatch = false;
+  ctx->status = KILN_OK;
+  ctx->message.clear();
+  ++ctx->generation;
+  ctx->opIndex = 0;
+  ctx->lastAttention = -1;
+  ctx->logits = nullptr;
+  ctx->tokens = 0;
+  if (!batch)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: batch is null", fn);
+  const kiln_rt_batch_t &b = *batch;
+  const kiln_rt_config_t &cfg = ctx->config;
+  const char *phase = kiln_rt_phase_name(b.phase);
+  if (b.phase != KILN_RT_PHASE_DECODE && b.phase != KILN_RT_PHASE_PREFILL &&
+      b.phase != KILN_RT_PHASE_EXTEND)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: phase %d unknown (decode 0, prefill 1, extend 2)",
+                fn, b.phase);
+  if (b.batch < 1 || b.batch > cfg.max_batch)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): batch %d outside [1, max_batch %lld]", fn,
+                phase, b.batch, static_cast<long long>(cfg.max_batch));
+  if (!b.q_lens || !b.seq_lens || !b.block_table || !b.token_ids || !b.logit_rows)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (%s): q_lens, seq_lens, block_table, token_ids and logit_rows must all be "
+                "given (host arrays)", fn, phase);
+  if (b.num_logit_rows < 1 || b.num_logit_rows > cfg.max_logit_rows)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (%s): num_logit_rows %d outside [1, max_logit_rows %lld]", fn, phase,
+                b.num_logit_rows, static_cast<long long>(cfg.max_logit_rows));
+  const int64_t page = cfg.page_size, P = ctx->maxPagesPerSeq;
+  int64_t tokens = 0;
+  int32_t maxQ = 0, maxSeq = 0;
+  for (int i = 0; i < b.batch; ++i) {
+    int32_t q = b.q_lens[i], s = b.seq_lens[i];
+    if (q < 1)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): q_lens[%d] = %d < 1", fn, phase, i, q);
+    if (s < q || s > cfg.max_seq_len)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (%s): seq_lens[%d] = %d outside [q_lens %d, max_seq_len %lld]", fn, phase,
+                  i, s, q, static_cast<long long>(cfg.max_seq_len));
+    if (b.phase == KILN_RT_PHASE_PREFILL && s != q)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (prefill): sequence %d: seq_lens %d != q_lens %d (a prefill starts at "
+                  "position 0; continue a sequence with the extend phase)", fn, i, s, q);
+    if (b.phase == KILN_RT_PHASE_DECODE && q != b.q_lens[0])
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (decode): q_lens[%d] = %d != q_lens[0] = %d (decode steps are uniform)",
+                  fn, i, q, b.q_lens[0]);
+    if (b.slots && (b.slots[i] < 0 || b.slots[i] >= cfg.max_batch))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): slots[%d] = %d outside [0, %lld)", fn,
+                  phase, i, b.slots[i], static_cast<long long>(cfg.max_batch));
+    int64_t used = (s + page - 1) / page;
+    for (int64_t p = 0; p < used; ++p) {
+      int32_t id = b.block_table[i * P + p];
+      if (id < 0 || id >= cfg.kv_pages)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s (%s): block_table[%d][%lld] = %d outside [0, kv_pages %lld)", fn, phase,
+                    i, static_cast<long long>(p), id, static_cast<long long>(cfg.kv_pages));
+    }
+    tokens += q;
+    maxQ = std::max(maxQ, q);
+    maxSeq = std::max(maxSeq, s);
+  }
+  if (b.slots)
+    for (int i = 0; i < b.batch; ++i)
+      for (int j = 0; j < i; ++j)
+        if (b.slots[i] == b.slots[j])
+          return fail(KILN_ERROR_INVALID_ARGUMENT,
+                      "%s (%s): sequences %d and %d share slot %d", fn, phase, j, i, b.slots[i]);
+  if (tokens > cfg.max_step_tokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (%s): %lld tokens > max_step_tokens %lld", fn, phase,
+                static_cast<long long>(tokens), static_cast<long long>(cfg.max_step_tokens));
+  if (b.phase == KILN_RT_PHASE_DECODE && b.q_lens[0] > 1 + cfg.max_draft_len)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (decode): q_len %d > 1 + max_draft_len %lld (the model was compiled for "
+                "drafts of at most %lld tokens)", fn, b.q_lens[0],
+                static_cast<long long>(cfg.max_draft_len),
+                static_cast<long long>(cfg.max_draft_len));
+  for (int r = 0; r < b.num_logit_rows; ++r)
+    if (b.logit_rows[r] < 0 || b.logit_rows[r] >= tokens)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (%s): logit_rows[%d] = %d outside the step's %lld tokens", fn, phase, r,
+                  b.logit_rows[r], static_cast<long long>(tokens));
+  for (int64_t t = 0; t < tokens; ++t)
+    if (cfg.vocab_size > 0 && (b.token_ids[t] < 0 || b.token_ids[t] >= cfg.vocab_size))
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (%s): token_ids[%lld] = %d outside the vocabulary [0, %lld)", fn, phase,
+                  static_cast<long long>(t), b.token_ids[t],
+                  static_cast<long long>(cfg.vocab_size));
+
+  ctx->cuHost.assign(static_cast<size_t>(b.batch) + 1, 0);
+  for (int i = 0; i < b.batch; ++i)
+    ctx->cuHost[i + 1] = ctx->cuHost[i] + b.q_lens[i];
+
+  // Legacy view of the step (device pointers into the io region).
+  kiln::rt::LegacyBatch &l = ctx->legacy;
+  l.batch = b.batch;
+  l.q_len = b.phase == KILN_RT_PHASE_DECODE ? b.q_lens[0] : 1;
+  l.seq_lens = ioPtr<int32_t>(ctx, ctx->io.seq_lens);
+  l.block_table = ioPtr<int32_t>(ctx, ctx->io.block_table);
+  l.max_pages = static_cast<int32_t>(P);
+  l.num_pages = static_cast<int32_t>(cfg.kv_pages);
+  l.slot_indices = ioPtr<int32_t>(ctx, ctx->io.slots);
+  l.num_slots = static_cast<int32_t>(cfg.max_batch);
+  l.cu_seqlens_q = ioPtr<int32_t>(ctx, ctx->io.cu_seqlens);
+  l.total_tokens = static_cast<int32_t>(tokens);
+  l.max_q_len = maxQ;
+  l.softmax_scale = 0;
+
+  if (!ctx->dry) {
+    Call c{fn};
+    // The previous step's upload must have left the staging before it is rewritten.
+    cudaError_t e = cudaSetDevice(ctx->device);
+    if (e == cudaSuccess)
+      e = cudaEventSynchronize(ctx->uploaded);
+    if (e != cudaSuccess)
+      return c.cuda(e, "waiting for the previous step's upload");
+    char *h = ctx->ioHost;
+    auto *ids = reinterpret_cast<int32_t *>(h + ctx->io.token_ids);
+    auto *pos = reinterpret_cast<int32_t *>(h + ctx->io.positions);
+    auto *tb = reinterpret_cast<int32_t *>(h + ctx->io.token_batch);
+    auto *rows = reinterpret_cast<int32_t *>(h + ctx->io.logit_rows);
+    auto *lens = reinterpret_cast<int32_t *>(h + ctx->io.seq_lens);
+    auto *cu = reinterpret_cast<int32_t *>(h + ctx->io.cu_seqlens);
+    auto *slots = reinterpret_cast<int32_t *>(h + ctx->io.slots);
+    auto *table = reinterpret_cast<int32_t *>(h + ctx->io.block_table);
+    std::memcpy(ids, b.token_ids, static_cast<size_t>(tokens) * sizeof(int32_t));
+    for (int i = 0; i < b.batch; ++i) {
+      int32_t start = b.seq_lens[i] - b.q_lens[i];
+      for (int32_t t = 0; t < b.q_lens[i]; ++t) {
+        pos[ctx->cuHost[i] + t] = start + t;
+        tb[ctx->cuHost[i] + t] = i;
+      }
+      lens[i] = b.seq_lens[i];
+      slots[i] = b.slots ? b.slots[i] : i;
+    }
+    std::memcpy(cu, ctx->cuHost.data(), ctx->cuHost.size() * sizeof(int32_t));
+    std::memcpy(rows, b.logit_rows, static_cast<size_t>(b.num_logit_rows) * sizeof(int32_t));
+    std::memcpy(table, b.block_table, static_cast<size_t>(b.batch) * P * sizeof(int32_t));
+    size_t span = ctx->io.block_table + static_cast<size_t>(b.batch) * P * sizeof(int32_t);
+    if ((e = cudaMemcpyAsync(ctx->base[kIo], h, span, cudaMemcpyHostToDevice, ctx->stream)) !=
+            cudaSuccess ||
+        (e = cudaEventRecord(ctx->uploaded, ctx->stream)) != cudaSuccess)
+      return c.cuda(e, "cudaMemcpyAsync of the step inputs");
+    ++ctx->launches;
+  }
+  ctx->phase = b.phase;
+  ctx->batch = b.batch;
+  ctx->qLen = b.phase == KILN_RT_PHASE_DECODE ? b.q_lens[0] : 0;
+  ctx->tokens = static_cast<int32_t>(tokens);
+  ctx->maxQLen = maxQ;
+  ctx->maxSeqLen = maxSeq;
+  ctx->numLogitRows = b.num_logit_rows;
+  ctx->hasBatch = true;
+  return kiln::kernels::ok();
+}
+
+} // namespace
+
+// A failed kiln_rt_set_batch makes the step fail: its message is what every compiled-code
+// call of the step (and kiln_rt_status) returns.
+extern "C" kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_set_batch: context is null");
+  kiln_status_t s = setBatch(ctx, batch);
+  record(ctx, s);
+  return s;
+}
+
+extern "C" int64_t kiln_rt_step_tokens(const kiln_rt_context_t *ctx) {
+  return ctx && ctx->hasBatch ? ctx->tokens : 0;
+}
+
+// ---- inputs and outputs of compiled code ---------------------------------------------------
+
+extern "C" void *kiln_rt_input(kiln_rt_context_t *ctx, int32_t which) {
+  if (!ctx) {
+    fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_input: context is null");
+    return nullptr;
+  }
+  Call c{"kiln_rt_input", nullptr, -1, ctx};
+  uint64_t offset;
+  switch (which) {
+  case KILN_RT_INPUT_TOKEN_IDS: offset = ctx->io.token_ids; break;
+  case KILN_RT_INPUT_POSITIONS: offset = ctx->io.positions; break;
+  case KILN_RT_INPUT_LOGIT_ROWS: offset = ctx->io.logit_rows; break;
+  default:
+    if (ctx->status == KILN_OK)
+      record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT, "input %d unknown", which));
+    return nullptr;
+  }
+  return ctx->base[kIo] + offset;
+}
+
+extern "C" int64_t kiln_rt_input_size(kiln_rt_context_t *ctx, int32_t which) {
+  if (!ctx) {
+    fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_input_size: context is null");
+    return 0;
+  }
+  Call c{"kiln_rt_input_size", nullptr, -1, ctx};
+  if (!ctx->hasBatch) {
+    if (ctx->status == KILN_OK)
+      record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT,
+                          "no step set (call kiln_rt_set_batch first)"));
+    return 0;
+  }
+  switch (which) {
+  case KILN_RT_INPUT_TOKEN_IDS:
+  case KILN_RT_INPUT_POSITIONS: return ctx->tokens;
+  case KILN_RT_INPUT_LOGIT_ROWS: return ctx->numLogitRows;
+  }
+  if (ctx->status == KILN_OK)
+    record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT, "input %d unknown", which));
+  return 0;
+}
+
+extern "C" void *kiln_rt_weights(kiln_rt_context_t *ctx) {
+  return ctx ? ctx->base[kWeights] : nullptr;
+}
+
+extern "C" void *kiln_rt_activations(kiln_rt_context_t *ctx) {
+  return ctx ? ctx->base[kActivations] : nullptr;
+}
+
+extern "C" int32_t kiln_rt_output(kiln_rt_context_t *ctx, int32_t which, const void *data,
+                                  int64_t rows, int64_t cols) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_output: context is null");
+  if (ctx->status != KILN_OK)
+    return replay(ctx);
+  ++ctx->opIndex;
+  Call c{"kiln_rt_output", nullptr, -1, ctx};
+  auto run = [&]() -> kiln_status_t {
+    if (!ctx->hasBatch)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
+    if (which != KILN_RT_OUTPUT_LOGITS)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "output %d unknown (logits is %d)", which,
+                     KILN_RT_OUTPUT_LOGITS);
+    if (rows != ctx->numLogitRows)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "logits: %lld rows, but the step asks for %d logit rows",
+                     static_cast<long long>(rows), ctx->numLogitRows);
+    if (cols < 1 || (ctx->config.vocab_size > 0 && cols != ctx->config.vocab_size))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "logits: %lld columns, vocab_size is %lld",
+                     static_cast<long long>(cols),
+                     static_cast<long long>(ctx->config.vocab_size));
+    uint64_t bytes;
+    if (!product(&bytes, {rows, cols, 2}))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "logits size overflows");
+    if (kiln_status_t s = checkRange(c, ctx, "logits", data, bytes, 2, false); s != KILN_OK)
+      return s;
+    ctx->logits = data;
+    ctx->logitRows = rows;
+    ctx->logitCols = cols;
+    ctx->logitsGeneration = ctx->generation;
+    return KILN_OK;
+  };
+  return record(ctx, run());
+}
+
+// ---- results -------------------------------------------------------------------------------
+
+namespace {
+
+kiln_status_t checkResults(const char *fn, kiln_rt_context_t *ctx, int64_t rows) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", fn);
+  if (ctx->status != KILN_OK) {
+    std::string message = ctx->message;
+    return fail(ctx->status, "%s: the step failed: %s", fn, message.c_str());
+  }
+  if (!ctx->hasBatch || ctx->logitsGeneration != ctx->generation || !ctx->logits)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: the step handed back no logits (kiln_rt_output(LOGITS) not called)", fn);
+  if (rows != ctx->logitRows)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %lld rows asked, the step has %lld", fn,
+                static_cast<long long>(rows), static_cast<long long>(ctx->logitRows));
+  return KILN_OK;
+}
+
+float bf16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *out,
+                                             int64_t rows) {
+  const char *fn = "kiln_rt_read_argmax";
+  if (kiln_status_t s = checkResults(fn, ctx, rows); s != KILN_OK)
+    return s;
+  if (!out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
+  if (ctx->dry) {
+    std::fill(out, out + rows, 0);
+    return kiln::kernels::ok();
+  }
+  Call c{fn};
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e != cudaSuccess)
+    return c.cuda(e, "cudaSetDevice");
+  auto *dev = ioPtr<int32_t>(ctx, ctx->io.argmax);
+  kiln_status_t s = kiln_argmax_bf16(ctx->logits, dev, rows, ctx->logitCols, ctx->stream);
+  ++ctx->launches;
+  if (s != KILN_OK)
+    return c.launcher(s, "kiln_argmax_bf16");
+  if ((e = cudaMemcpyAsync(ctx->argmaxHost, dev, rows * sizeof(int32_t),
+                           cudaMemcpyDeviceToHost, ctx->stream)) != cudaSuccess)
+    return c.cuda(e, "cudaMemcpyAsync of the argmax");
+  if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
+    return c.cuda(e, "cudaStreamSynchronize (the step's kernels or the argmax failed)");
+  std::memcpy(out, ctx->argmaxHost, rows * sizeof(int32_t));
+  return kiln::kernels::ok();
+}
+
+extern "C" kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t rows,
+                                             int64_t cols) {
+  const char *fn = "kiln_rt_read_logits";
+  if (kiln_status_t s = checkResults(fn, ctx, rows); s != KILN_OK)
+    return s;
+  if (!out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
+  if (cols != ctx->logitCols)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %lld columns asked, the logits have %lld", fn,
+                static_cast<long long>(cols), static_cast<long long>(ctx->logitCols));
+  size_t n = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+  if (ctx->dry) {
+    std::fill(out, out + n, 0.0f);
+    return kiln::kernels::ok();
+  }
+  Call c{fn};
+  if (n > ctx->logitsHostElems)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "%zu logits exceed the staging of %zu", n,
+                   ctx->logitsHostElems);
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(ctx->logitsHost, ctx->logits, n * sizeof(uint16_t),
+                        cudaMemcpyDeviceToHost, ctx->stream);
+  if (e != cudaSuccess)
+    return c.cuda(e, "cudaMemcpyAsync of the logits");
+  if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
+    return c.cuda(e, "cudaStreamSynchronize (the step's kernels failed)");
+  for (size_t i = 0; i < n; ++i)
+    out[i] = bf16ToFloat(ctx->logitsHost[i]);
+  return kiln::kernels::ok();
+}

@@ -1,0 +1,196 @@
+// The runtime context (internal): regions, step state, sticky status, and the helpers
+// every entry point uses to validate and to report errors. Shared by the runtime's
+// translation units (Context.cpp, GraphOps.cpp, Attention.cpp, Legacy*.cpp, Model.cpp).
+#ifndef KILN_LIB_RUNTIME_CONTEXT_H
+#define KILN_LIB_RUNTIME_CONTEXT_H
+
+#include "kiln/Runtime/Layout.h"
+#include "kiln/Runtime/Runtime.h"
+
+#include "StatusInternal.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+typedef struct kiln_gemm kiln_gemm_t;
+
+namespace kiln::rt {
+
+using kiln::kernels::fail;
+using kiln::kernels::ok;
+
+// The regions of the one allocation, in allocation order.
+enum Region : int { kWeights = 0, kCaches, kActivations, kWorkspace, kIo, kNumRegions };
+const char *regionName(int region);
+
+constexpr uint64_t kBf16 = 2;
+
+struct Buffer {
+  void *ptr = nullptr;
+  size_t bytes = 0;
+};
+
+struct Resource {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// A layer whose last decode step wrote intermediate states (legacy rewind mode).
+struct CommitEntry {
+  uint64_t stateOffset = 0;
+  uint64_t interOffset = 0;
+  uint64_t slotBytes = 0;
+  int32_t tokens = 0;
+};
+
+// What the legacy bind-based calls (MLA, SSM, conv) read of the current step (device
+// pointers into the io region).
+struct LegacyBatch {
+  int32_t batch = 0;
+  int32_t q_len = 1;
+  const int32_t *seq_lens = nullptr;
+  const int32_t *block_table = nullptr;
+  int32_t max_pages = 0;
+  int32_t num_pages = 0;
+  const int32_t *slot_indices = nullptr;
+  int32_t num_slots = 0;
+  const int32_t *cu_seqlens_q = nullptr;
+  int32_t total_tokens = 0;
+  int32_t max_q_len = 0;
+  float softmax_scale = 0;
+};
+
+} // namespace kiln::rt
+
+struct kiln_rt_context {
+  bool dry = false;
+  int device = 0;
+  int smemOptin = 0;
+  cudaStream_t stream = nullptr;
+  kiln_gemm_t *gemm = nullptr;
+  cudaEvent_t uploaded = nullptr; // after the last step upload (staging reusable)
+
+  kiln_rt_config_t config{};
+  int32_t maxPagesPerSeq = 0;
+  kiln_rt_io_layout_t io{};
+  uint64_t splitOffset = 0; // split-KV partials inside the workspace
+  uint64_t splitBytes = 0;
+
+  void *allocation = nullptr; // the one device allocation
+  uint64_t allocationBytes = 0;
+  char *base[kiln::rt::kNumRegions] = {};
+  uint64_t size[kiln::rt::kNumRegions] = {};
+  size_t freeBefore = 0; // cudaMemGetInfo before the allocation
+
+  // Pinned host staging: io arrays (mirror of the io region), argmax, logits.
+  char *ioHost = nullptr;
+  int32_t *argmaxHost = nullptr;
+  uint16_t *logitsHost = nullptr;
+  size_t logitsHostElems = 0;
+
+  // The step.
+  bool hasBatch = false;
+  int32_t phase = 0;
+  int32_t batch = 0;
+  int32_t qLen = 0;     // DECODE: tokens per sequence
+  int32_t tokens = 0;   // sum of q_lens
+  int32_t maxQLen = 0;  // max q_lens
+  int32_t maxSeqLen = 0; // max seq_lens
+  int32_t numLogitRows = 0;
+  std::vector<int32_t> cuHost; // [batch + 1]
+  uint64_t generation = 0;
+  int64_t opIndex = 0;        // compiled-code calls since set_batch
+  int32_t lastAttention = -1; // layer of the last kiln_rt_attention of the step
+
+  // Logits handed back by the step.
+  const void *logits = nullptr;
+  int64_t logitRows = 0, logitCols = 0;
+  uint64_t logitsGeneration = ~0ull;
+
+  // Sticky status of the step.
+  kiln_status_t status = KILN_OK;
+  std::string message;
+
+  uint64_t launches = 0;
+
+  // Legacy bind-based families.
+  kiln::rt::LegacyBatch legacy;
+  std::map<std::pair<int32_t, std::string>, void *> bindings;
+  std::map<std::pair<int32_t, std::string>, kiln::rt::Resource> resources;
+  std::map<std::pair<int32_t, std::string>, kiln::rt::CommitEntry> commits;
+  kiln::rt::Buffer split;    // legacy MLA split-KV partials
+  kiln::rt::Buffer index;    // legacy token index (MLA expanded tables)
+  kiln::rt::Buffer accepted; // legacy commit counts
+  uint64_t indexGeneration = ~0ull;
+  int indexPhase = -1;
+  bool indexExpanded = false;
+  int32_t *tokenBatch = nullptr, *tokenPos = nullptr, *tokenLen = nullptr;
+  int32_t *expandedTable = nullptr, *cuExtend = nullptr;
+};
+
+namespace kiln::rt {
+
+// Formats errors of one entry-point call. Attention/legacy calls: "<fn> (<kernel>):
+// layer <n>: ..."; graph ops (no layer argument): "<fn>: op <i> of the step (after
+// layer <n>'s attention): ...".
+struct Call {
+  const char *fn;
+  const char *kernel = nullptr; // attention / legacy
+  int32_t layer = -1;           // attention / legacy
+  const kiln_rt_context *ctx = nullptr; // graph ops: position in the step
+
+  kiln_status_t error(kiln_status_t status, const char *format, ...) const
+      __attribute__((format(printf, 3, 4)));
+  // A kernel launcher returned `status`; its own message is kept.
+  kiln_status_t launcher(kiln_status_t status, const char *name) const;
+  kiln_status_t cuda(cudaError_t e, const char *what) const;
+};
+
+// The sticky protocol of the compiled-code calls: `enter` returns the recorded failure
+// (restoring its message) or KILN_OK; `record` keeps the first failure.
+kiln_status_t replay(kiln_rt_context *ctx);
+int32_t record(kiln_rt_context *ctx, kiln_status_t status);
+
+// [p, p + bytes) must lie inside one region (any of weights, caches, activations, io
+// unless `outputOnly`: then activations or caches only) and be `align`-byte aligned.
+kiln_status_t checkRange(const Call &c, const kiln_rt_context *ctx, const char *what,
+                         const void *p, uint64_t bytes, uint64_t align, bool output);
+
+// Bytes count `n * elemBytes` with overflow / negative checks.
+bool product(uint64_t *out, std::initializer_list<int64_t> factors);
+
+kiln_status_t selectDevice(const Call &c, const kiln_rt_context *ctx);
+// Checks a cache resource against the cache region and the other layers', records it.
+kiln_status_t useResource(const Call &c, kiln_rt_context *ctx, const char *kind,
+                          uint64_t offset, uint64_t bytes);
+// Grows a legacy scratch buffer (synchronizing the stream before freeing the old one).
+kiln_status_t ensureBuffer(const Call &c, kiln_rt_context *ctx, Buffer &buffer, size_t bytes);
+
+// Runs `f` (returning a status) so that no C++ exception leaves a C entry point: an
+// allocation failure becomes KILN_ERROR_OUT_OF_MEMORY naming `fn`.
+template <typename F> kiln_status_t guarded(const char *fn, F &&f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc &) {
+    return fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  } catch (...) {
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: unexpected C++ exception", fn);
+  }
+}
+
+inline char *at(void *base, uint64_t offset) { return static_cast<char *>(base) + offset; }
+
+template <typename T> T *ioPtr(const kiln_rt_context *ctx, uint64_t offset) {
+  return reinterpret_cast<T *>(ctx->base[kIo] + offset);
+}
+
+} // namespace kiln::rt
+
+#endif

@@ -1,0 +1,283 @@
+// The graph ops compiled code calls (embedding, rms_norm, linear, rope, add, swiglu,
+// gather_rows): validation against the context's regions, then the Graph/Gemm kernels
+// on the context's stream. Sticky: after the step's first failure they return at once.
+#include "Context.h"
+
+#include "kiln/Kernels/Gemm.h"
+#include "kiln/Kernels/Graph.h"
+
+#include <cmath>
+
+using namespace kiln::rt;
+
+namespace {
+
+// Common start of every graph op: the sticky check, the op's position, the step.
+#define KILN_RT_GRAPH_ENTER(name)                                                              \
+  if (!ctx)                                                                                    \
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", name);                     \
+  if (ctx->status != KILN_OK)                                                                  \
+    return replay(ctx);                                                                        \
+  ++ctx->opIndex;                                                                              \
+  Call c{name, nullptr, -1, ctx};                                                              \
+  if (!ctx->hasBatch)                                                                          \
+    return record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT,                                    \
+                               "no step set (call kiln_rt_set_batch first)"));
+
+kiln_status_t positive(const Call &c, std::initializer_list<std::pair<const char *, int64_t>> sizes) {
+  for (const auto &[name, v] : sizes)
+    if (v < 1 || v > (int64_t(1) << 40))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s %lld outside [1, 2^40]", name,
+                     static_cast<long long>(v));
+  return KILN_OK;
+}
+
+// Bytes of a product of sizes (sizes already checked: no overflow below 2^63).
+uint64_t bytesOf(std::initializer_list<int64_t> factors) {
+  uint64_t b = 0;
+  if (!product(&b, factors))
+    return ~0ull;
+  return b;
+}
+
+kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const char *name) {
+  ++ctx->launches;
+  if (s != KILN_OK)
+    return c.launcher(s, name);
+  return KILN_OK;
+}
+
+} // namespace
+
+extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *table,
+                                     void *out, int64_t tokens, int64_t vocab, int64_t hidden) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_embedding")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"vocab", vocab}, {"hidden", hidden}});
+        s != KILN_OK)
+      return s;
+    if (ctx->config.vocab_size > 0 && vocab != ctx->config.vocab_size)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "vocab %lld != the model's vocab_size %lld",
+                     static_cast<long long>(vocab),
+                     static_cast<long long>(ctx->config.vocab_size));
+    if (kiln_status_t s = checkRange(c, ctx, "ids", ids, bytesOf({tokens, 4}), 4, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s =
+            checkRange(c, ctx, "table", table, bytesOf({vocab, hidden, 2}), 2, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({tokens, hidden, 2}), 2, true);
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx,
+                    kiln_embedding_bf16(static_cast<const int32_t *>(ids), table, out, tokens,
+                                        vocab, hidden, ctx->stream),
+                    "kiln_embedding_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight,
+                                    void *out, int64_t rows, int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
+      return s;
+    if (!(eps >= 0) || std::isinf(eps))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+    if (kiln_status_t s = checkRange(c, ctx, "x", x, bytesOf({rows, dim, 2}), 2, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "weight", weight, bytesOf({dim, 2}), 2, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({rows, dim, 2}), 2, true);
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx, kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, ctx->stream),
+                    "kiln_rms_norm_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w,
+                                  const void *bias, void *out, int64_t m, int64_t n, int64_t k) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_linear")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "x", x, bytesOf({m, k, 2}), 2, false); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "w", w, bytesOf({n, k, 2}), 2, false); s != KILN_OK)
+      return s;
+    if (bias)
+      if (kiln_status_t s = checkRange(c, ctx, "bias", bias, bytesOf({n, 2}), 2, false);
+          s != KILN_OK)
+        return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({m, n, 2}), 2, true);
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx,
+                    kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
+                                   KILN_GEMM_WORKSPACE_BYTES, ctx->stream),
+                    "kiln_gemm_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions,
+                                void *out, int64_t tokens, int64_t heads, int64_t head_dim,
+                                int32_t rope_type, float theta, float factor, float low,
+                                float high, int64_t original_max_position,
+                                float attention_factor) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rope")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s =
+            positive(c, {{"tokens", tokens}, {"heads", heads}, {"head_dim", head_dim}});
+        s != KILN_OK)
+      return s;
+    if (head_dim % 2 != 0 || head_dim > KILN_ROPE_MAX_HEAD_DIM)
+      return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %lld must be even and <= %d",
+                     static_cast<long long>(head_dim), KILN_ROPE_MAX_HEAD_DIM);
+    bool known = false;
+#define KILN_RT_ROPE(name, value, str) known = known || rope_type == value;
+#include "kiln/Runtime/ABI.def"
+    if (!known)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "rope_type %d unknown", rope_type);
+    if (!(theta > 0) || std::isinf(theta))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "theta %g must be finite and > 0", theta);
+    if (rope_type != KILN_RT_ROPE_DEFAULT && (!(factor > 0) || std::isinf(factor)))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s rope: factor %g must be finite and > 0",
+                     kiln_rt_rope_name(rope_type), factor);
+    if (rope_type == KILN_RT_ROPE_LLAMA3 &&
+        (!(low > 0) || !(high > low) || original_max_position < 1))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "llama3 rope: need 0 < low_freq_factor (%g) < high_freq_factor (%g) and "
+                     "original_max_position (%lld) >= 1", low, high,
+                     static_cast<long long>(original_max_position));
+    if (rope_type == KILN_RT_ROPE_YARN && (!(high >= low) || std::isinf(high) || std::isinf(low)))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "yarn rope: correction range [%g, %g] must be finite with low <= high",
+                     low, high);
+    if (!(attention_factor > 0) || std::isinf(attention_factor))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "attention_factor %g must be finite and > 0 (1 for no scaling)",
+                     attention_factor);
+    if (tokens != ctx->tokens)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d tokens",
+                     static_cast<long long>(tokens), ctx->tokens);
+    if (kiln_status_t s =
+            checkRange(c, ctx, "x", x, bytesOf({tokens, heads, head_dim, 2}), 2, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s =
+            checkRange(c, ctx, "positions", positions, bytesOf({tokens, 4}), 4, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s =
+            checkRange(c, ctx, "out", out, bytesOf({tokens, heads, head_dim, 2}), 2, true);
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    kiln_rope_params_t rope{};
+    rope.type = rope_type;
+    rope.theta = theta;
+    rope.factor = factor;
+    rope.low = low;
+    rope.high = high;
+    rope.original_max_position = original_max_position;
+    rope.attention_factor = attention_factor;
+    return launched(c, ctx,
+                    kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens,
+                                   heads, head_dim, &rope, ctx->stream),
+                    "kiln_rope_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out,
+                               int64_t n) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_add")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
+      return s;
+    for (auto [name, p] : {std::pair<const char *, const void *>{"a", a}, {"b", b}})
+      if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
+        return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx, kiln_add_bf16(a, b, out, n, ctx->stream), "kiln_add_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up,
+                                  void *out, int64_t n) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_swiglu")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
+      return s;
+    for (auto [name, p] : {std::pair<const char *, const void *>{"gate", gate}, {"up", up}})
+      if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
+        return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx, kiln_swiglu_bf16(gate, up, out, n, ctx->stream), "kiln_swiglu_bf16");
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows,
+                                       void *out, int64_t num_rows, int64_t dim,
+                                       int64_t num_source_rows) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_gather_rows")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(
+            c, {{"num_rows", num_rows}, {"dim", dim}, {"num_source_rows", num_source_rows}});
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s =
+            checkRange(c, ctx, "x", x, bytesOf({num_source_rows, dim, 2}), 2, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "rows", rows, bytesOf({num_rows, 4}), 4, false);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({num_rows, dim, 2}), 2, true);
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    return launched(c, ctx,
+                    kiln_gather_rows_bf16(x, static_cast<const int32_t *>(rows), out, num_rows,
+                                          dim, num_source_rows, ctx->stream),
+                    "kiln_gather_rows_bf16");
+  };
+  return record(ctx, run());
+}

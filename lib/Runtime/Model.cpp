@@ -1,0 +1,720 @@
+// The serving API (include/kiln/Runtime/Model.h): loading a compiled model and its
+// weights, sequences with slots and KV pages, and the prefill / decode / extend steps.
+#include "kiln/Runtime/Model.h"
+
+#include "Context.h"
+
+#include "kiln/Runtime/Manifest.h"
+#include "kiln/Runtime/Safetensors.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using kiln::kernels::fail;
+using kiln::rt::guarded;
+
+namespace {
+
+using ManifestFn = const char *(*)(void);
+using ForwardFn = void (*)(kiln_rt_context_t *);
+
+struct Sequence {
+  bool live = false;
+  int32_t id = -1;
+  int32_t len = 0;
+  std::vector<int32_t> pages;
+};
+
+// One sequence's part of a step.
+struct Piece {
+  int32_t slot = 0;
+  const int32_t *tokens = nullptr;
+  int32_t count = 0;
+  int32_t out = -1; // index of the result (next token / logits row) it fills, or -1
+};
+
+} // namespace
+
+struct kiln_model {
+  void *handle = nullptr;
+  ManifestFn manifestFn = nullptr;
+  ForwardFn forwardFn = nullptr;
+  std::string soPath;
+  std::string manifestText;
+  kiln::runtime::Manifest manifest;
+  kiln_rt_context_t *ctx = nullptr;
+  bool dry = false;
+  int32_t pagesPerSeq = 0;
+  std::vector<Sequence> slots;
+  std::vector<int32_t> freePages; // a stack
+  int32_t nextId = 1;
+  uint64_t usedBytes = 0;
+  uint64_t steps = 0;
+
+  // Host scratch of a step, sized at load (no allocation per step).
+  std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax;
+  std::vector<float> logits; // [max_logit_rows, vocab], sized on first use
+  std::vector<Piece> pieces;
+};
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void destroy(kiln_model *m) {
+  if (!m)
+    return;
+  kiln_rt_destroy(m->ctx);
+  if (m->handle)
+    dlclose(m->handle);
+  delete m;
+}
+
+// dlopen + manifest + context configuration (everything but the context).
+kiln_status_t openModel(const char *fn, const char *soPath, kiln_model *m,
+                        kiln_rt_config_t *config) {
+  if (!soPath || !*soPath)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: so_path is null or empty", fn);
+  m->soPath = soPath;
+  dlerror();
+  m->handle = dlopen(soPath, RTLD_NOW | RTLD_LOCAL);
+  if (!m->handle) {
+    const char *e = dlerror();
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dlopen %s: %s", fn, soPath, e ? e : "?");
+  }
+  m->manifestFn = reinterpret_cast<ManifestFn>(dlsym(m->handle, "kiln_model_manifest"));
+  m->forwardFn = reinterpret_cast<ForwardFn>(dlsym(m->handle, "kiln_model_forward"));
+  if (!m->manifestFn || !m->forwardFn)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: %s does not export kiln_model_manifest and kiln_model_forward (not a "
+                "model compiled with kiln-compile --emit=so?)", fn, soPath);
+  const char *text = m->manifestFn();
+  if (!text)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s: kiln_model_manifest() returned NULL", fn,
+                soPath);
+  m->manifestText = text;
+  std::string error;
+  if (!kiln::runtime::parseManifest(m->manifestText, m->manifest, error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s: manifest: %s", fn, soPath, error.c_str());
+  const auto &mf = m->manifest;
+  kiln_rt_config_t &c = *config;
+  c = kiln_rt_config_t{};
+  c.vocab_size = mf.vocabSize;
+  c.max_batch = mf.maxBatch;
+  c.max_seq_len = mf.maxSeqLen;
+  c.page_size = mf.pageSize;
+  c.kv_pages = mf.kvPages;
+  c.max_step_tokens = mf.maxStepTokens;
+  c.max_logit_rows = mf.maxLogitRows;
+  c.max_draft_len = mf.maxDraftLen;
+  c.weight_bytes = mf.weightBytes;
+  c.cache_bytes = mf.cacheBytes;
+  c.activation_bytes = mf.activationBytes;
+  c.workspace_bytes = mf.workspaceBytes;
+  c.io_bytes = mf.ioBytes;
+  if (mf.vocabSize < 1)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s: manifest: vocab_size %lld < 1", fn, soPath,
+                static_cast<long long>(mf.vocabSize));
+  return KILN_OK;
+}
+
+// Sequence bookkeeping sized from the manifest.
+void initSequences(kiln_model *m) {
+  const auto &mf = m->manifest;
+  m->pagesPerSeq = static_cast<int32_t>(kiln_rt_max_pages_per_seq(mf.maxSeqLen, mf.pageSize));
+  m->slots.assign(static_cast<size_t>(mf.maxBatch), Sequence{});
+  for (auto &s : m->slots)
+    s.pages.reserve(static_cast<size_t>(m->pagesPerSeq));
+  m->freePages.clear();
+  for (int64_t p = mf.kvPages - 1; p >= 0; --p)
+    m->freePages.push_back(static_cast<int32_t>(p));
+  const size_t B = static_cast<size_t>(mf.maxBatch);
+  m->qLens.resize(B);
+  m->seqLens.resize(B);
+  m->slotIds.resize(B);
+  m->table.resize(B * static_cast<size_t>(m->pagesPerSeq));
+  m->tokens.resize(static_cast<size_t>(mf.maxStepTokens));
+  m->rows.resize(static_cast<size_t>(mf.maxLogitRows));
+  m->argmax.resize(static_cast<size_t>(mf.maxLogitRows));
+  m->pieces.reserve(B);
+}
+
+kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath) {
+  kiln::weights::SafetensorsIndex index;
+  std::string error;
+  if (!index.open(weightsPath, error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weights %s: %s", fn, weightsPath,
+                error.c_str());
+  uint64_t largest = 0;
+  for (const auto &w : m->manifest.weights)
+    largest = std::max(largest, w.bytes);
+  std::vector<unsigned char> host(static_cast<size_t>(largest));
+  char *base = static_cast<char *>(kiln_rt_weights(m->ctx));
+  for (const auto &w : m->manifest.weights) {
+    const kiln::weights::TensorInfo *info = index.find(w.name);
+    if (!info)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: weight '%s' (%s %s) is not in the checkpoint %s", fn, w.name.c_str(),
+                  w.dtype.c_str(), shapeText(w.shape).c_str(), weightsPath);
+    const char *dtype = kiln::weights::dtypeName(info->dtype);
+    if (w.dtype != dtype)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: weight '%s' in %s is %s, the model needs %s", fn, w.name.c_str(),
+                  info->file.c_str(), dtype, w.dtype.c_str());
+    if (info->shape != w.shape)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: weight '%s' in %s has shape %s, the model needs %s", fn, w.name.c_str(),
+                  info->file.c_str(), shapeText(info->shape).c_str(),
+                  shapeText(w.shape).c_str());
+    if (info->bytes != w.bytes || w.offset > m->manifest.weightBytes ||
+        w.bytes > m->manifest.weightBytes - w.offset)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: weight '%s' in %s: %llu bytes at offset %llu do not fit the manifest "
+                  "(%llu bytes planned, weight_bytes %llu)", fn, w.name.c_str(),
+                  info->file.c_str(), static_cast<unsigned long long>(info->bytes),
+                  static_cast<unsigned long long>(w.offset),
+                  static_cast<unsigned long long>(w.bytes),
+                  static_cast<unsigned long long>(m->manifest.weightBytes));
+    if (!index.read(*info, host.data(), error))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, w.name.c_str(),
+                  error.c_str());
+    cudaError_t e = cudaMemcpy(base + w.offset, host.data(), w.bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(KILN_ERROR_CUDA, "%s: copying weight '%s' from %s to the device: %s", fn,
+                  w.name.c_str(), info->file.c_str(), cudaGetErrorString(e));
+    }
+  }
+  return KILN_OK;
+}
+
+Sequence *findSequence(kiln_model *m, int32_t id, int32_t *slot = nullptr) {
+  for (size_t i = 0; i < m->slots.size(); ++i)
+    if (m->slots[i].live && m->slots[i].id == id) {
+      if (slot)
+        *slot = static_cast<int32_t>(i);
+      return &m->slots[i];
+    }
+  return nullptr;
+}
+
+void releasePagesBeyond(kiln_model *m, Sequence &s, size_t keep) {
+  while (s.pages.size() > keep) {
+    m->freePages.push_back(s.pages.back());
+    s.pages.pop_back();
+  }
+}
+
+// Lengths and page counts of the sequences a call touches, restored if it fails.
+struct Snapshot {
+  std::vector<std::pair<int32_t, std::pair<int32_t, size_t>>> saved; // slot, (len, pages)
+
+  void take(kiln_model *m, const std::vector<int32_t> &slots) {
+    saved.clear();
+    for (int32_t s : slots)
+      saved.push_back({s, {m->slots[s].len, m->slots[s].pages.size()}});
+  }
+  void restore(kiln_model *m) {
+    for (const auto &[slot, state] : saved) {
+      Sequence &s = m->slots[slot];
+      s.len = state.first;
+      releasePagesBeyond(m, s, state.second);
+    }
+  }
+};
+
+// Resolves ids to slots: live, distinct.
+kiln_status_t resolve(const char *fn, kiln_model *m, const int32_t *ids, int32_t n,
+                      std::vector<int32_t> &slots) {
+  if (n < 1)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: n %d < 1", fn, n);
+  if (!ids)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: seq_ids is null", fn);
+  if (n > static_cast<int32_t>(m->slots.size()))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %d sequences > max_batch %zu", fn, n,
+                m->slots.size());
+  slots.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    int32_t slot = -1;
+    if (!findSequence(m, ids[i], &slot))
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d (seq_ids[%d]) is not live", fn,
+                  ids[i], i);
+    if (std::find(slots.begin(), slots.end(), slot) != slots.end())
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d appears twice", fn, ids[i]);
+    slots.push_back(slot);
+  }
+  return KILN_OK;
+}
+
+// One forward call. DECODE: every piece has q_len tokens and every token is a logit row
+// (results row-major per piece); PREFILL/EXTEND: one logit row per piece, its last token.
+// Results go to argmaxOut[piece.out * perPiece + i] / logitsOut rows likewise.
+kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
+                      const std::vector<Piece> &pieces, int32_t *argmaxOut, float *logitsOut) {
+  const auto &mf = m->manifest;
+  const int32_t page = static_cast<int32_t>(mf.pageSize);
+  const int32_t P = m->pagesPerSeq;
+  const int32_t n = static_cast<int32_t>(pieces.size());
+  const bool decode = phase == KILN_RT_PHASE_DECODE;
+  int32_t total = 0, numRows = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const Piece &p = pieces[i];
+    Sequence &s = m->slots[p.slot];
+    const int32_t newLen = s.len + p.count;
+    if (newLen > mf.maxSeqLen)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: sequence %d would reach %d tokens > max_seq_len %lld", fn, s.id, newLen,
+                  static_cast<long long>(mf.maxSeqLen));
+    const size_t need = static_cast<size_t>((newLen + page - 1) / page);
+    if (need > s.pages.size() && need - s.pages.size() > m->freePages.size())
+      return fail(KILN_ERROR_OUT_OF_MEMORY,
+                  "%s: sequence %d needs %zu more KV page(s) to reach %d tokens, but only %zu "
+                  "of %lld pages are free", fn, s.id, need - s.pages.size(), newLen,
+                  m->freePages.size(), static_cast<long long>(mf.kvPages));
+    while (s.pages.size() < need) {
+      s.pages.push_back(m->freePages.back());
+      m->freePages.pop_back();
+    }
+    m->qLens[i] = p.count;
+    m->seqLens[i] = newLen;
+    m->slotIds[i] = p.slot;
+    std::copy(s.pages.begin(), s.pages.end(), m->table.begin() + static_cast<size_t>(i) * P);
+    std::fill(m->table.begin() + static_cast<size_t>(i) * P + s.pages.size(),
+              m->table.begin() + static_cast<size_t>(i + 1) * P, 0);
+    std::copy(p.tokens, p.tokens + p.count, m->tokens.begin() + total);
+    if (decode)
+      for (int32_t t = 0; t < p.count; ++t)
+        m->rows[numRows++] = total + t;
+    else
+      m->rows[numRows++] = total + p.count - 1;
+    total += p.count;
+  }
+  kiln_rt_batch_t b{};
+  b.phase = phase;
+  b.batch = n;
+  b.q_lens = m->qLens.data();
+  b.seq_lens = m->seqLens.data();
+  b.block_table = m->table.data();
+  b.slots = m->slotIds.data();
+  b.token_ids = m->tokens.data();
+  b.logit_rows = m->rows.data();
+  b.num_logit_rows = numRows;
+  ++m->steps;
+  if (kiln_status_t s = kiln_rt_set_batch(m->ctx, &b); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s step of %d sequence(s), %d token(s): %s", fn,
+                kiln_rt_phase_name(phase), n, total, message.c_str());
+  }
+  m->forwardFn(m->ctx);
+  if (kiln_status_t s = kiln_rt_status(m->ctx); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s step of %d sequence(s), %d token(s): forward: %s", fn,
+                kiln_rt_phase_name(phase), n, total, message.c_str());
+  }
+  if (kiln_status_t s = kiln_rt_read_argmax(m->ctx, m->argmax.data(), numRows); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
+  }
+  const int64_t vocab = mf.vocabSize;
+  if (logitsOut) {
+    m->logits.resize(static_cast<size_t>(numRows) * static_cast<size_t>(vocab));
+    if (kiln_status_t s = kiln_rt_read_logits(m->ctx, m->logits.data(), numRows, vocab);
+        s != KILN_OK) {
+      std::string message = kiln_last_error();
+      return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
+    }
+  }
+  int32_t row = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const Piece &p = pieces[i];
+    m->slots[p.slot].len = m->seqLens[i];
+    const int32_t perPiece = decode ? p.count : 1;
+    for (int32_t r = 0; r < perPiece; ++r, ++row) {
+      if (p.out < 0)
+        continue;
+      const size_t dst = static_cast<size_t>(p.out) * perPiece + r;
+      if (argmaxOut)
+        argmaxOut[dst] = m->argmax[row];
+      if (logitsOut)
+        std::copy(m->logits.begin() + static_cast<size_t>(row) * vocab,
+                  m->logits.begin() + static_cast<size_t>(row + 1) * vocab,
+                  logitsOut + dst * static_cast<size_t>(vocab));
+    }
+  }
+  return KILN_OK;
+}
+
+// Prefill / extend: each sequence's tokens in chunks of max_step_tokens, packed into
+// steps; round 0 runs with `firstPhase`, later rounds (continuing chunks) with EXTEND.
+kiln_status_t runChunked(const char *fn, kiln_model *m, int32_t firstPhase,
+                         const std::vector<int32_t> &slots, const int32_t *const *tokens,
+                         const int32_t *lens, int32_t *argmaxOut, float *logitsOut) {
+  const auto &mf = m->manifest;
+  const int32_t C = static_cast<int32_t>(mf.maxStepTokens);
+  const int32_t maxSeqs = static_cast<int32_t>(std::min(mf.maxBatch, mf.maxLogitRows));
+  const int32_t n = static_cast<int32_t>(slots.size());
+  int32_t longest = 0;
+  for (int32_t i = 0; i < n; ++i)
+    longest = std::max(longest, lens[i]);
+  for (int32_t round = 0; round * static_cast<int64_t>(C) < longest; ++round) {
+    const int32_t phase = round == 0 ? firstPhase : KILN_RT_PHASE_EXTEND;
+    std::vector<Piece> &step = m->pieces;
+    step.clear();
+    int32_t stepTokens = 0;
+    for (int32_t i = 0; i <= n; ++i) {
+      Piece p;
+      if (i < n) {
+        const int32_t start = round * C;
+        if (lens[i] <= start)
+          continue;
+        p.slot = slots[i];
+        p.tokens = tokens[i] + start;
+        p.count = std::min(C, lens[i] - start);
+        p.out = start + p.count == lens[i] ? i : -1;
+      }
+      if (!step.empty() && (i == n || stepTokens + p.count > C ||
+                            static_cast<int32_t>(step.size()) >= maxSeqs)) {
+        if (kiln_status_t s = runStep(fn, m, phase, step, argmaxOut, logitsOut); s != KILN_OK)
+          return s;
+        step.clear();
+        stepTokens = 0;
+      }
+      if (i < n) {
+        step.push_back(p);
+        stepTokens += p.count;
+      }
+    }
+  }
+  return KILN_OK;
+}
+
+kiln_model *asModel(const kiln_model_t *m) { return const_cast<kiln_model *>(m); }
+
+} // namespace
+
+// ---- load --------------------------------------------------------------------------------
+
+extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weights_path,
+                                         int32_t device, kiln_model_t **out) {
+  const char *fn = "kiln_model_load";
+  return guarded(fn, [&]() -> kiln_status_t {
+    if (!out)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
+    *out = nullptr;
+    if (!weights_path || !*weights_path)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weights_path is null or empty", fn);
+    auto *m = new kiln_model();
+    auto failed = [&](kiln_status_t s) {
+      std::string message = kiln_last_error();
+      destroy(m);
+      return fail(s, "%s", message.c_str());
+    };
+    kiln_rt_config_t config;
+    if (kiln_status_t s = openModel(fn, so_path, m, &config); s != KILN_OK)
+      return failed(s);
+    if (kiln_status_t s = kiln_rt_create(device, &config, &m->ctx); s != KILN_OK) {
+      std::string message = kiln_last_error();
+      fail(s, "%s: %s: %s", fn, so_path, message.c_str());
+      return failed(s);
+    }
+    if (kiln_status_t s = loadWeights(fn, m, weights_path); s != KILN_OK)
+      return failed(s);
+    m->usedBytes = kiln_rt_device_bytes_used(m->ctx);
+    initSequences(m);
+    *out = m;
+    return kiln::kernels::ok();
+  });
+}
+
+extern "C" kiln_status_t kiln_model_load_dry(const char *so_path, kiln_model_t **out) {
+  const char *fn = "kiln_model_load_dry";
+  return guarded(fn, [&]() -> kiln_status_t {
+    if (!out)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
+    *out = nullptr;
+    auto *m = new kiln_model();
+    m->dry = true;
+    auto failed = [&](kiln_status_t s) {
+      std::string message = kiln_last_error();
+      destroy(m);
+      return fail(s, "%s", message.c_str());
+    };
+    kiln_rt_config_t config;
+    if (kiln_status_t s = openModel(fn, so_path, m, &config); s != KILN_OK)
+      return failed(s);
+    if (kiln_status_t s = kiln_rt_create_dry(&config, &m->ctx); s != KILN_OK) {
+      std::string message = kiln_last_error();
+      fail(s, "%s: %s: %s", fn, so_path, message.c_str());
+      return failed(s);
+    }
+    initSequences(m);
+    *out = m;
+    return kiln::kernels::ok();
+  });
+}
+
+extern "C" void kiln_model_unload(kiln_model_t *model) { destroy(model); }
+
+extern "C" kiln_status_t kiln_model_get_info(const kiln_model_t *model, kiln_model_info_t *info) {
+  if (!model || !info)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_model_get_info: model or info is null");
+  const auto &mf = model->manifest;
+  *info = kiln_model_info_t{};
+  info->vocab_size = mf.vocabSize;
+  info->hidden_size = mf.hiddenSize;
+  info->num_layers = mf.numLayers;
+  info->max_batch = mf.maxBatch;
+  info->max_seq_len = mf.maxSeqLen;
+  info->page_size = mf.pageSize;
+  info->kv_pages = mf.kvPages;
+  info->max_step_tokens = mf.maxStepTokens;
+  info->max_logit_rows = mf.maxLogitRows;
+  info->max_draft_len = mf.maxDraftLen;
+  info->weight_bytes = mf.weightBytes;
+  info->cache_bytes = mf.cacheBytes;
+  info->speculative_bytes = mf.speculativeBytes;
+  info->activation_bytes = mf.activationBytes;
+  info->workspace_bytes = mf.workspaceBytes;
+  info->io_bytes = mf.ioBytes;
+  info->dry = model->dry ? 1 : 0;
+  return kiln::kernels::ok();
+}
+
+extern "C" const char *kiln_model_manifest_text(const kiln_model_t *model) {
+  return model ? model->manifestText.c_str() : "";
+}
+
+extern "C" const char *kiln_model_name(const kiln_model_t *model) {
+  return model ? model->manifest.name.c_str() : "";
+}
+
+extern "C" uint64_t kiln_model_planned_bytes(const kiln_model_t *model) {
+  return model ? kiln_rt_planned_bytes(model->ctx) : 0;
+}
+
+extern "C" uint64_t kiln_model_device_bytes_used(const kiln_model_t *model) {
+  return model ? model->usedBytes : 0;
+}
+
+extern "C" uint64_t kiln_model_device_bytes_now(const kiln_model_t *model) {
+  return model ? kiln_rt_device_bytes_used(model->ctx) : 0;
+}
+
+extern "C" kiln_rt_context_t *kiln_model_context(kiln_model_t *model) {
+  return model ? model->ctx : nullptr;
+}
+
+extern "C" uint64_t kiln_model_steps(const kiln_model_t *model) {
+  return model ? model->steps : 0;
+}
+
+// ---- sequences ---------------------------------------------------------------------------
+
+extern "C" kiln_status_t kiln_model_add_sequence(kiln_model_t *model, int32_t *seq_id) {
+  const char *fn = "kiln_model_add_sequence";
+  if (!model || !seq_id)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model or seq_id is null", fn);
+  for (auto &s : model->slots)
+    if (!s.live) {
+      s.live = true;
+      s.id = model->nextId++;
+      s.len = 0;
+      s.pages.clear();
+      *seq_id = s.id;
+      return kiln::kernels::ok();
+    }
+  return fail(KILN_ERROR_OUT_OF_MEMORY, "%s: all %zu sequence slots are in use (max_batch)", fn,
+              model->slots.size());
+}
+
+extern "C" kiln_status_t kiln_model_remove_sequence(kiln_model_t *model, int32_t seq_id) {
+  const char *fn = "kiln_model_remove_sequence";
+  if (!model)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model is null", fn);
+  Sequence *s = findSequence(model, seq_id);
+  if (!s)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d is not live", fn, seq_id);
+  releasePagesBeyond(model, *s, 0);
+  s->live = false;
+  s->id = -1;
+  s->len = 0;
+  return kiln::kernels::ok();
+}
+
+extern "C" kiln_status_t kiln_model_truncate(kiln_model_t *model, int32_t seq_id,
+                                             int32_t new_len) {
+  const char *fn = "kiln_model_truncate";
+  if (!model)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model is null", fn);
+  Sequence *s = findSequence(model, seq_id);
+  if (!s)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d is not live", fn, seq_id);
+  if (new_len < 0 || new_len > s->len)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: sequence %d: new_len %d outside [0, its length %d]", fn, seq_id, new_len,
+                s->len);
+  const int64_t page = model->manifest.pageSize;
+  s->len = new_len;
+  releasePagesBeyond(model, *s, static_cast<size_t>((new_len + page - 1) / page));
+  return kiln::kernels::ok();
+}
+
+extern "C" int32_t kiln_model_seq_len(const kiln_model_t *model, int32_t seq_id) {
+  if (!model)
+    return -1;
+  const Sequence *s = findSequence(asModel(model), seq_id);
+  return s ? s->len : -1;
+}
+
+extern "C" int32_t kiln_model_seq_pages(const kiln_model_t *model, int32_t seq_id) {
+  if (!model)
+    return -1;
+  const Sequence *s = findSequence(asModel(model), seq_id);
+  return s ? static_cast<int32_t>(s->pages.size()) : -1;
+}
+
+extern "C" int32_t kiln_model_free_pages(const kiln_model_t *model) {
+  return model ? static_cast<int32_t>(model->freePages.size()) : 0;
+}
+
+extern "C" int32_t kiln_model_live_sequences(const kiln_model_t *model) {
+  if (!model)
+    return 0;
+  int32_t live = 0;
+  for (const auto &s : model->slots)
+    live += s.live ? 1 : 0;
+  return live;
+}
+
+// ---- steps -------------------------------------------------------------------------------
+
+extern "C" kiln_status_t kiln_model_prefill(kiln_model_t *model, const int32_t *seq_ids,
+                                            int32_t n, const int32_t *const *prompts,
+                                            const int32_t *prompt_lens, int32_t *next_tokens,
+                                            float *logits_host) {
+  const char *fn = "kiln_model_prefill";
+  return guarded(fn, [&]() -> kiln_status_t {
+    if (!model)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model is null", fn);
+    if (!prompts || !prompt_lens || !next_tokens)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: prompts, prompt_lens or next_tokens is null",
+                  fn);
+    std::vector<int32_t> slots;
+    if (kiln_status_t s = resolve(fn, model, seq_ids, n, slots); s != KILN_OK)
+      return s;
+    for (int32_t i = 0; i < n; ++i) {
+      const Sequence &s = model->slots[slots[i]];
+      if (s.len != 0)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: sequence %d already holds %d tokens (prefill starts empty sequences; "
+                    "use kiln_model_extend to continue one)", fn, s.id, s.len);
+      if (prompt_lens[i] < 1 || !prompts[i])
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: prompt %d (sequence %d) is empty or null",
+                    fn, i, s.id);
+      if (prompt_lens[i] > model->manifest.maxSeqLen)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: prompt %d (sequence %d) has %d tokens > max_seq_len %lld", fn, i, s.id,
+                    prompt_lens[i], static_cast<long long>(model->manifest.maxSeqLen));
+    }
+    Snapshot snapshot;
+    snapshot.take(model, slots);
+    kiln_status_t s = runChunked(fn, model, KILN_RT_PHASE_PREFILL, slots, prompts, prompt_lens,
+                                 next_tokens, logits_host);
+    if (s != KILN_OK) {
+      std::string message = kiln_last_error();
+      snapshot.restore(model);
+      return fail(s, "%s", message.c_str());
+    }
+    return kiln::kernels::ok();
+  });
+}
+
+extern "C" kiln_status_t kiln_model_extend(kiln_model_t *model, const int32_t *seq_ids,
+                                           int32_t n, const int32_t *const *tokens,
+                                           const int32_t *lens, int32_t *last_argmax,
+                                           float *logits_host) {
+  const char *fn = "kiln_model_extend";
+  return guarded(fn, [&]() -> kiln_status_t {
+    if (!model)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model is null", fn);
+    if (!tokens || !lens || !last_argmax)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: tokens, lens or last_argmax is null", fn);
+    std::vector<int32_t> slots;
+    if (kiln_status_t s = resolve(fn, model, seq_ids, n, slots); s != KILN_OK)
+      return s;
+    for (int32_t i = 0; i < n; ++i)
+      if (lens[i] < 1 || !tokens[i])
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d: no tokens (lens[%d] = %d)",
+                    fn, seq_ids[i], i, lens[i]);
+    Snapshot snapshot;
+    snapshot.take(model, slots);
+    kiln_status_t s = runChunked(fn, model, KILN_RT_PHASE_EXTEND, slots, tokens, lens,
+                                 last_argmax, logits_host);
+    if (s != KILN_OK) {
+      std::string message = kiln_last_error();
+      snapshot.restore(model);
+      return fail(s, "%s", message.c_str());
+    }
+    return kiln::kernels::ok();
+  });
+}
+
+extern "C" kiln_status_t kiln_model_decode(kiln_model_t *model, const int32_t *seq_ids, int32_t n,
+                                           const int32_t *tokens, int32_t q_len, int32_t *argmax,
+                                           float *logits_host) {
+  const char *fn = "kiln_model_decode";
+  return guarded(fn, [&]() -> kiln_status_t {
+    if (!model)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model is null", fn);
+    if (!tokens || !argmax)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: tokens or argmax is null", fn);
+    const auto &mf = model->manifest;
+    if (q_len < 1)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: q_len %d < 1", fn, q_len);
+    if (q_len > 1 + mf.maxDraftLen)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: q_len %d verifies %d draft tokens, but the model was compiled with "
+                  "max_draft_len %lld (compile it with drafts >= %d)", fn, q_len, q_len - 1,
+                  static_cast<long long>(mf.maxDraftLen), q_len - 1);
+    const int64_t perStep = std::min(mf.maxStepTokens, mf.maxLogitRows) / q_len;
+    if (perStep < 1)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: q_len %d exceeds max_step_tokens %lld or max_logit_rows %lld", fn, q_len,
+                  static_cast<long long>(mf.maxStepTokens),
+                  static_cast<long long>(mf.maxLogitRows));
+    std::vector<int32_t> slots;
+    if (kiln_status_t s = resolve(fn, model, seq_ids, n, slots); s != KILN_OK)
+      return s;
+    Snapshot snapshot;
+    snapshot.take(model, slots);
+    std::vector<Piece> &step = model->pieces;
+    for (int32_t first = 0; first < n; first += static_cast<int32_t>(perStep)) {
+      const int32_t last = static_cast<int32_t>(std::min<int64_t>(n, first + perStep));
+      step.clear();
+      for (int32_t i = first; i < last; ++i) {
+        Piece p;
+        p.slot = slots[i];
+        p.tokens = tokens + static_cast<size_t>(i) * q_len;
+        p.count = q_len;
+        p.out = i;
+        step.push_back(p);
+      }
+      if (kiln_status_t s = runStep(fn, model, KILN_RT_PHASE_DECODE, step, argmax, logits_host);
+          s != KILN_OK) {
+        std::string message = kiln_last_error();
+        snapshot.restore(model);
+        return fail(s, "%s", message.c_str());
+      }
+    }
+    return kiln::kernels::ok();
+  });
+}

@@ -1,0 +1,313 @@
+// The compiled-model manifest (docs/abi.md): line-based records, strictly validated.
+#include "kiln/Runtime/Manifest.h"
+
+#include "Json.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <unordered_map>
+
+namespace kiln::runtime {
+namespace {
+
+constexpr uint64_t kWeightAlignment = 256;
+
+struct ManifestDtype {
+  const char *name;
+  uint64_t bytes;
+};
+constexpr ManifestDtype kDtypes[] = {
+#define KILN_RT_DTYPE(ENUM, value, name, bytes) {name, bytes},
+#include "kiln/Runtime/ABI.def"
+};
+
+struct IntKey {
+  const char *key;
+  int64_t Manifest::*field;
+};
+constexpr IntKey kIntKeys[] = {
+    {"vocab_size", &Manifest::vocabSize},     {"hidden_size", &Manifest::hiddenSize},
+    {"num_layers", &Manifest::numLayers},     {"max_batch", &Manifest::maxBatch},
+    {"max_seq_len", &Manifest::maxSeqLen},    {"page_size", &Manifest::pageSize},
+    {"kv_pages", &Manifest::kvPages},         {"max_step_tokens", &Manifest::maxStepTokens},
+    {"max_logit_rows", &Manifest::maxLogitRows}, {"max_draft_len", &Manifest::maxDraftLen},
+};
+struct ByteKey {
+  const char *key;
+  uint64_t Manifest::*field;
+};
+constexpr ByteKey kByteKeys[] = {
+    {"weight_bytes", &Manifest::weightBytes},         {"cache_bytes", &Manifest::cacheBytes},
+    {"speculative_bytes", &Manifest::speculativeBytes}, {"activation_bytes", &Manifest::activationBytes},
+    {"workspace_bytes", &Manifest::workspaceBytes},   {"io_bytes", &Manifest::ioBytes},
+};
+constexpr size_t kNumInt = sizeof(kIntKeys) / sizeof(kIntKeys[0]);
+constexpr size_t kNumByte = sizeof(kByteKeys) / sizeof(kByteKeys[0]);
+
+// Parses a decimal number in [0, max]; on failure `why` says what is wrong with it.
+bool parseNumber(std::string_view text, uint64_t max, uint64_t &out, const char *&why) {
+  if (text.empty()) {
+    why = "is empty";
+    return false;
+  }
+  if (text[0] == '-') {
+    why = "is negative";
+    return false;
+  }
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') {
+      why = "is not a decimal number";
+      return false;
+    }
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (value > (max - d) / 10 || value * 10 + d > max) {
+      why = max == std::numeric_limits<uint64_t>::max() ? "does not fit in 64 bits" : "is too large";
+      return false;
+    }
+    value = value * 10 + d;
+  }
+  out = value;
+  return true;
+}
+
+std::string lineText(size_t line) { return "line " + std::to_string(line) + ": "; }
+
+struct WeightLine {
+  size_t line;
+  size_t index;  // in Manifest::weights
+};
+
+} // namespace
+
+uint64_t Manifest::totalBytes() const {
+  uint64_t total = 0;
+  for (uint64_t part : {weightBytes, cacheBytes, activationBytes, workspaceBytes, ioBytes})
+    if (__builtin_add_overflow(total, part, &total))
+      return std::numeric_limits<uint64_t>::max();
+  return total;
+}
+
+bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
+  error.clear();
+  Manifest m;
+  size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0;
+  std::vector<WeightLine> weightLines;
+  std::unordered_map<std::string, size_t> weightLineOf;  // name -> line
+  size_t line = 0, pos = 0;
+  auto fail = [&](size_t at, const std::string &what) {
+    error = lineText(at) + what;
+    return false;
+  };
+
+  size_t badByte;
+  if (!weights::json::validUtf8(text, badByte)) {
+    size_t at = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + badByte, '\n'));
+    return fail(at, "invalid UTF-8");
+  }
+
+  std::vector<std::string_view> fields;
+  while (pos < text.size()) {
+    ++line;
+    size_t eol = text.find('\n', pos);
+    std::string_view record = text.substr(pos, eol == std::string_view::npos ? std::string_view::npos : eol - pos);
+    pos = eol == std::string_view::npos ? text.size() : eol + 1;
+    if (endLine)
+      return fail(line, "text after 'end' (line " + std::to_string(endLine) + ")");
+    if (record.empty())
+      return fail(line, "empty line");
+    for (char c : record) {
+      unsigned char u = static_cast<unsigned char>(c);
+      if (u == '\r')
+        return fail(line, "carriage return (lines end with \\n alone)");
+      if (u < 0x20 || u == 0x7f)
+        return fail(line, "control character (fields are separated by single spaces)");
+    }
+    fields.clear();
+    for (size_t start = 0;;) {
+      size_t space = record.find(' ', start);
+      fields.push_back(record.substr(start, space == std::string_view::npos ? std::string_view::npos : space - start));
+      if (fields.back().empty())
+        return fail(line, "empty field (fields are separated by single spaces)");
+      if (space == std::string_view::npos)
+        break;
+      start = space + 1;
+    }
+    std::string_view key = fields[0];
+    auto arity = [&](size_t n, const char *form) {
+      if (fields.size() == n)
+        return true;
+      return fail(line, "'" + std::string(key) + "' takes the form '" + form + "' (" +
+                            std::to_string(fields.size()) + " fields found)");
+    };
+
+    if (line == 1) {
+      if (key != "kiln-model")
+        return fail(line, "expected 'kiln-model 1' (not a Kiln model manifest)");
+      if (!arity(2, "kiln-model VERSION"))
+        return false;
+      if (fields[1] != "1")
+        return fail(line, "unsupported manifest version '" + std::string(fields[1]) + "' (this runtime reads 1)");
+      continue;
+    }
+    if (key == "kiln-model")
+      return fail(line, "'kiln-model' may only be the first line");
+    if (key == "end") {
+      if (!arity(1, "end"))
+        return false;
+      endLine = line;
+      continue;
+    }
+    if (key == "name") {
+      if (!arity(2, "name NAME"))
+        return false;
+      if (nameLine)
+        return fail(line, "duplicate 'name' (first on line " + std::to_string(nameLine) + ")");
+      nameLine = line;
+      m.name = std::string(fields[1]);
+      continue;
+    }
+    if (key == "weight") {
+      if (!arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES"))
+        return false;
+      ManifestWeight w;
+      w.name = std::string(fields[1]);
+      std::string where = "weight '" + w.name + "': ";
+      uint64_t elementBytes = 0;
+      for (const ManifestDtype &d : kDtypes)
+        if (fields[2] == d.name)
+          elementBytes = d.bytes;
+      if (!elementBytes) {
+        std::string known;
+        for (const ManifestDtype &d : kDtypes)
+          known += std::string(known.empty() ? "" : ", ") + d.name;
+        return fail(line, where + "unknown dtype '" + std::string(fields[2]) + "' (known: " + known + ")");
+      }
+      w.dtype = std::string(fields[2]);
+      std::string_view shape = fields[3];
+      uint64_t elements = 1;
+      bool overflow = false;
+      for (size_t start = 0;;) {
+        size_t x = shape.find('x', start);
+        std::string_view dimText = shape.substr(start, x == std::string_view::npos ? std::string_view::npos : x - start);
+        uint64_t dim;
+        const char *why;
+        if (!parseNumber(dimText, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), dim, why))
+          return fail(line, where + "shape '" + std::string(shape) + "': dimension '" + std::string(dimText) + "' " +
+                                why + " (shapes are like 1024x256)");
+        w.shape.push_back(static_cast<int64_t>(dim));
+        overflow |= __builtin_mul_overflow(elements, dim, &elements);
+        if (x == std::string_view::npos)
+          break;
+        start = x + 1;
+      }
+      uint64_t expected = 0;
+      if (overflow || __builtin_mul_overflow(elements, elementBytes, &expected))
+        return fail(line, where + "shape " + std::string(shape) + " of " + w.dtype + " overflows 64 bits");
+      const char *why;
+      if (!parseNumber(fields[4], std::numeric_limits<uint64_t>::max(), w.offset, why))
+        return fail(line, where + "offset '" + std::string(fields[4]) + "' " + why);
+      if (!parseNumber(fields[5], std::numeric_limits<uint64_t>::max(), w.bytes, why))
+        return fail(line, where + "bytes '" + std::string(fields[5]) + "' " + why);
+      if (w.bytes != expected)
+        return fail(line, where + "shape " + std::string(shape) + " of " + w.dtype + " is " + std::to_string(expected) +
+                              " bytes, not " + std::to_string(w.bytes));
+      if (w.offset % kWeightAlignment != 0)
+        return fail(line, where + "offset " + std::to_string(w.offset) + " is not " +
+                              std::to_string(kWeightAlignment) + "-byte aligned");
+      uint64_t endOffset;
+      if (__builtin_add_overflow(w.offset, w.bytes, &endOffset))
+        return fail(line, where + "offset + bytes overflows 64 bits");
+      auto [first, added] = weightLineOf.emplace(w.name, line);
+      if (!added)
+        return fail(line, "duplicate weight '" + w.name + "' (first on line " + std::to_string(first->second) + ")");
+      weightLines.push_back({line, m.weights.size()});
+      m.weights.push_back(std::move(w));
+      continue;
+    }
+    bool known = false;
+    for (size_t i = 0; i < kNumInt && !known; ++i) {
+      if (key != kIntKeys[i].key)
+        continue;
+      known = true;
+      if (!arity(2, "KEY NUMBER"))
+        return false;
+      if (intLine[i])
+        return fail(line, "duplicate '" + std::string(key) + "' (first on line " + std::to_string(intLine[i]) + ")");
+      uint64_t value;
+      const char *why;
+      if (!parseNumber(fields[1], static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), value, why))
+        return fail(line, std::string(key) + ": '" + std::string(fields[1]) + "' " + why);
+      m.*(kIntKeys[i].field) = static_cast<int64_t>(value);
+      intLine[i] = line;
+    }
+    for (size_t i = 0; i < kNumByte && !known; ++i) {
+      if (key != kByteKeys[i].key)
+        continue;
+      known = true;
+      if (!arity(2, "KEY BYTES"))
+        return false;
+      if (byteLine[i])
+        return fail(line, "duplicate '" + std::string(key) + "' (first on line " + std::to_string(byteLine[i]) + ")");
+      const char *why;
+      if (!parseNumber(fields[1], std::numeric_limits<uint64_t>::max(), m.*(kByteKeys[i].field), why))
+        return fail(line, std::string(key) + ": '" + std::string(fields[1]) + "' " + why);
+      byteLine[i] = line;
+    }
+    if (!known)
+      return fail(line, "unknown key '" + std::string(key) + "'");
+  }
+
+  if (line == 0)
+    return fail(1, "empty manifest (expected 'kiln-model 1')");
+  if (!endLine)
+    return fail(line, "no 'end' line (the manifest is truncated)");
+  if (!nameLine)
+    return fail(endLine, "missing 'name'");
+  for (size_t i = 0; i < kNumInt; ++i)
+    if (!intLine[i])
+      return fail(endLine, std::string("missing '") + kIntKeys[i].key + "'");
+  for (size_t i = 0; i < kNumByte; ++i)
+    if (!byteLine[i])
+      return fail(endLine, std::string("missing '") + kByteKeys[i].key + "'");
+  if (m.speculativeBytes > m.cacheBytes)
+    return fail(byteLine[2] /* speculative_bytes */, "speculative_bytes " + std::to_string(m.speculativeBytes) +
+                                 " exceeds cache_bytes " + std::to_string(m.cacheBytes) + " (it is a part of them)");
+  uint64_t total = 0;
+  for (uint64_t part : {m.weightBytes, m.cacheBytes, m.activationBytes, m.workspaceBytes, m.ioBytes})
+    if (__builtin_add_overflow(total, part, &total))
+      return fail(endLine, "weight + cache + activation + workspace + io bytes overflow 64 bits");
+
+  // Every weight inside weight_bytes, none overlapping another.
+  for (const WeightLine &wl : weightLines) {
+    const ManifestWeight &w = m.weights[wl.index];
+    if (w.offset + w.bytes > m.weightBytes)  // no overflow: checked per line
+      return fail(wl.line, "weight '" + w.name + "' [" + std::to_string(w.offset) + ", " +
+                               std::to_string(w.offset + w.bytes) + ") lies outside weight_bytes " +
+                               std::to_string(m.weightBytes));
+  }
+  std::vector<WeightLine> byOffset;
+  for (const WeightLine &wl : weightLines)
+    if (m.weights[wl.index].bytes)
+      byOffset.push_back(wl);
+  std::sort(byOffset.begin(), byOffset.end(), [&](const WeightLine &a, const WeightLine &b) {
+    const ManifestWeight &wa = m.weights[a.index], &wb = m.weights[b.index];
+    return wa.offset != wb.offset ? wa.offset < wb.offset : a.line < b.line;
+  });
+  for (size_t i = 1; i < byOffset.size(); ++i) {
+    const ManifestWeight &prev = m.weights[byOffset[i - 1].index], &cur = m.weights[byOffset[i].index];
+    if (prev.offset + prev.bytes > cur.offset) {
+      size_t later = std::max(byOffset[i - 1].line, byOffset[i].line);
+      size_t earlier = std::min(byOffset[i - 1].line, byOffset[i].line);
+      return fail(later, "weights '" + prev.name + "' [" + std::to_string(prev.offset) + ", " +
+                             std::to_string(prev.offset + prev.bytes) + ") and '" + cur.name + "' [" +
+                             std::to_string(cur.offset) + ", " + std::to_string(cur.offset + cur.bytes) +
+                             ") overlap (the other is on line " + std::to_string(earlier) + ")");
+    }
+  }
+  out = std::move(m);
+  return true;
+}
+
+} // namespace kiln::runtime

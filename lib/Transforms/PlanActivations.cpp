@@ -1,0 +1,278 @@
+//===- PlanActivations.cpp - kiln-plan-activations --------------------------===//
+//
+// Every intermediate buffer of a compiled step gets a planned place in one activation
+// arena, so the runtime allocates the arena once and a step allocates nothing. The
+// sizes of token-dimension buffers are bounded by the step limits, so the plan is a
+// compile-time number the report shows and the runtime checks.
+//
+//===----------------------------------------------------------------------===//
+#include "PassDetail.h"
+#include "kiln/Runtime/Layout.h"
+#include "kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+
+namespace kiln {
+#define GEN_PASS_DEF_KILNPLANACTIVATIONS
+#include "kiln/Transforms/Passes.h.inc"
+} // namespace kiln
+
+using namespace mlir;
+using namespace kiln;
+
+namespace {
+constexpr uint64_t kAlignment = 256;
+
+/// One allocation with its size bound and lifetime (op positions in the block).
+struct PlannedBuffer {
+  memref::AllocOp alloc;
+  uint64_t bytes = 0;
+  unsigned start = 0, end = 0;
+  uint64_t offset = 0;
+};
+
+/// Upper bounds of dynamic sizes, traced back to the step's inputs.
+class SizeBounds {
+public:
+  explicit SizeBounds(const StepLimits &limits) : limits(limits) {}
+
+  std::optional<uint64_t> ofValue(Value size) {
+    if (std::optional<int64_t> constant = getConstantIntValue(size))
+      return *constant >= 0 ? std::optional<uint64_t>(*constant) : std::nullopt;
+    if (auto dim = size.getDefiningOp<memref::DimOp>())
+      if (std::optional<int64_t> index = dim.getConstantIndex())
+        return ofDim(dim.getSource(), *index);
+    return std::nullopt;
+  }
+
+  std::optional<uint64_t> ofDim(Value buffer, int64_t dim) {
+    auto type = dyn_cast<MemRefType>(buffer.getType());
+    if (!type || dim < 0 || dim >= type.getRank())
+      return std::nullopt;
+    if (!type.isDynamicDim(dim))
+      return type.getDimSize(dim);
+    Operation *def = buffer.getDefiningOp();
+    if (auto input = dyn_cast_or_null<InputOp>(def))
+      return input.getKind() == InputKind::logit_rows ? limits.maxLogitRows
+                                                       : limits.maxStepTokens;
+    if (auto alloc = dyn_cast_or_null<memref::AllocOp>(def))
+      return ofMixed(alloc.getMixedSizes()[dim]);
+    if (auto expand = dyn_cast_or_null<memref::ExpandShapeOp>(def))
+      return ofMixed(expand.getMixedOutputShape()[dim]);
+    if (auto collapse = dyn_cast_or_null<memref::CollapseShapeOp>(def)) {
+      uint64_t product = 1;
+      for (int64_t sourceDim : collapse.getReassociationIndices()[dim]) {
+        std::optional<uint64_t> bound = ofDim(collapse.getSrc(), sourceDim);
+        if (!bound || __builtin_mul_overflow(product, *bound, &product))
+          return std::nullopt;
+      }
+      return product;
+    }
+    return std::nullopt;
+  }
+
+private:
+  std::optional<uint64_t> ofMixed(OpFoldResult size) {
+    if (auto attr = dyn_cast<Attribute>(size))
+      return cast<IntegerAttr>(attr).getInt();
+    return ofValue(cast<Value>(size));
+  }
+
+  StepLimits limits;
+};
+
+/// The position in `block` of the op holding `op` (op itself or an ancestor).
+std::optional<unsigned> positionIn(Block &block, Operation *op,
+                                   const DenseMap<Operation *, unsigned> &positions) {
+  Operation *ancestor = block.findAncestorOpInBlock(*op);
+  if (!ancestor)
+    return std::nullopt;
+  return positions.lookup(ancestor);
+}
+
+/// Last position at which `root` or a view of it is used; the block's end when it
+/// leaves the function (returned or handed to the runtime as an output).
+unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
+  unsigned last = 0;
+  SmallVector<Value> worklist = {root};
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      if (isa<func::ReturnOp, OutputOp>(user))
+        return std::numeric_limits<unsigned>::max();
+      if (std::optional<unsigned> position = positionIn(block, user, positions))
+        last = std::max(last, *position);
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user))
+        if (view.getViewSource() == value)
+          llvm::append_range(worklist, user->getResults());
+    }
+  }
+  return last;
+}
+
+/// First fit, largest buffers first: the lowest aligned offset that overlaps no placed
+/// buffer whose lifetime overlaps. Returns the arena size.
+uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
+  SmallVector<PlannedBuffer *> order;
+  for (PlannedBuffer &buffer : buffers)
+    order.push_back(&buffer);
+  llvm::stable_sort(order, [](PlannedBuffer *a, PlannedBuffer *b) { return a->bytes > b->bytes; });
+  SmallVector<PlannedBuffer *> placed;
+  uint64_t arena = 0;
+  for (PlannedBuffer *buffer : order) {
+    SmallVector<std::pair<uint64_t, uint64_t>> taken; // [begin, end) in bytes
+    for (PlannedBuffer *other : placed)
+      if (other->start <= buffer->end && buffer->start <= other->end)
+        taken.push_back({other->offset, other->offset + other->bytes});
+    llvm::sort(taken);
+    uint64_t offset = 0;
+    for (auto [begin, end] : taken) {
+      if (offset + buffer->bytes <= begin)
+        break;
+      offset = std::max(offset, llvm::alignTo(end, kAlignment));
+    }
+    buffer->offset = offset;
+    arena = std::max(arena, llvm::alignTo(offset + buffer->bytes, kAlignment));
+    placed.push_back(buffer);
+  }
+  return arena;
+}
+
+struct PlanActivationsPass
+    : public kiln::impl::KilnPlanActivationsBase<PlanActivationsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    ModuleConfig config = getModuleConfig(module);
+    if (!config.runtime) {
+      (void)emitMissingRuntime(module, "kiln-plan-activations");
+      return signalPassFailure();
+    }
+    StepLimits limits = getStepLimits(config);
+    uint64_t arena = 0;
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (!hasContextArgument(fn))
+        continue;
+      std::optional<uint64_t> bytes = planFunction(fn, limits);
+      if (!bytes)
+        return signalPassFailure();
+      arena = std::max(arena, *bytes);
+    }
+    arenaBytes = arena;
+    module->setAttr(KilnDialect::kDeviceMemoryAttrName, deviceMemory(module, config, limits, arena));
+  }
+
+  static bool hasContextArgument(func::FuncOp fn) {
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (fn.getArgAttr(i, KilnDialect::kContextAttrName))
+        return true;
+    return false;
+  }
+
+  std::optional<uint64_t> planFunction(func::FuncOp fn, const StepLimits &limits) {
+    if (!fn.getBody().hasOneBlock()) {
+      fn.emitError() << "kiln-plan-activations needs straight-line code (one block)";
+      return std::nullopt;
+    }
+    Block &block = fn.getBody().front();
+    DenseMap<Operation *, unsigned> positions;
+    for (auto [index, op] : llvm::enumerate(block))
+      positions[&op] = index;
+
+    SizeBounds bounds(limits);
+    SmallVector<PlannedBuffer> buffers;
+    WalkResult walk = fn.walk([&](Operation *op) {
+      if (isa<memref::AllocaOp>(op)) {
+        op->emitError() << "stack buffers (memref.alloca) are not supported in a compiled step";
+        return WalkResult::interrupt();
+      }
+      auto alloc = dyn_cast<memref::AllocOp>(op);
+      if (!alloc)
+        return WalkResult::advance();
+      std::optional<uint64_t> bytes = allocationBytes(alloc, bounds);
+      if (!bytes)
+        return WalkResult::interrupt();
+      unsigned start = positions.lookup(block.findAncestorOpInBlock(*op));
+      buffers.push_back({alloc, *bytes, start, lastUse(alloc, block, positions)});
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return std::nullopt;
+
+    uint64_t arena = assignOffsets(buffers);
+    for (PlannedBuffer &buffer : buffers)
+      replaceWithArenaBuffer(buffer);
+    numBuffers += buffers.size();
+    return arena;
+  }
+
+  std::optional<uint64_t> allocationBytes(memref::AllocOp alloc, SizeBounds &bounds) {
+    MemRefType type = alloc.getType();
+    if (!type.getLayout().isIdentity()) {
+      alloc.emitError() << "activation buffers need the identity layout, got " << type;
+      return std::nullopt;
+    }
+    uint64_t bytes = getElementBytes(type.getElementType());
+    for (int64_t dim = 0; dim < type.getRank(); ++dim) {
+      std::optional<uint64_t> size = bounds.ofDim(alloc.getResult(), dim);
+      if (!size) {
+        alloc.emitError() << "cannot bound dimension " << dim << " of this " << type
+                          << " buffer; dynamic sizes must come from the step's inputs "
+                             "(kiln.input) or constants";
+        return std::nullopt;
+      }
+      if (__builtin_mul_overflow(bytes, *size, &bytes)) {
+        alloc.emitError() << "the size of this " << type << " buffer overflows 64 bits";
+        return std::nullopt;
+      }
+    }
+    return bytes;
+  }
+
+  void replaceWithArenaBuffer(PlannedBuffer &buffer) {
+    memref::AllocOp alloc = buffer.alloc;
+    for (Operation *user : llvm::make_early_inc_range(alloc->getUsers()))
+      if (isa<memref::DeallocOp>(user))
+        user->erase();
+    OpBuilder builder(alloc);
+    Value replacement = ActivationBufferOp::create(
+        builder, alloc.getLoc(), alloc.getType(), static_cast<int64_t>(buffer.offset),
+        static_cast<int64_t>(buffer.bytes), alloc.getDynamicSizes());
+    alloc.replaceAllUsesWith(replacement);
+    alloc.erase();
+  }
+
+  DeviceMemoryAttr deviceMemory(ModuleOp module, const ModuleConfig &config,
+                                const StepLimits &limits, uint64_t arena) {
+    uint64_t weights = 0;
+    for (WeightOp weight : module.getOps<WeightOp>())
+      if (std::optional<int64_t> offset = weight.getOffset())
+        weights = std::max(weights, llvm::alignTo(*offset + weight.getBytes().value_or(0),
+                                                  kAlignment));
+    auto plan = module->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName);
+    uint64_t caches = plan ? plan.getTotalBytes() : 0;
+    int64_t maxHeads = 1, maxHeadDim = 1;
+    module.walk([&](CachedAttentionOp op) {
+      maxHeads = std::max<int64_t>(maxHeads, op.getNumHeads());
+      maxHeadDim = std::max<int64_t>(maxHeadDim, op.getHeadDim());
+    });
+    RuntimeAttr runtime = config.runtime;
+    uint64_t workspace = kiln_rt_workspace_bytes(static_cast<int64_t>(limits.maxLogitRows),
+                                                 maxHeads, maxHeadDim);
+    uint64_t io = kiln_rt_io_bytes(runtime.getMaxBatch(),
+                                   static_cast<int64_t>(limits.maxStepTokens),
+                                   static_cast<int64_t>(limits.maxLogitRows),
+                                   static_cast<int64_t>(runtime.getMaxPagesPerSequence()));
+    uint64_t numBuffersPlanned = 0;
+    module.walk([&](ActivationBufferOp) { ++numBuffersPlanned; });
+    return DeviceMemoryAttr::get(module.getContext(), weights, caches, arena, workspace, io,
+                                 limits.maxStepTokens, limits.maxLogitRows, numBuffersPlanned);
+  }
+};
+} // namespace

@@ -1,0 +1,520 @@
+// The serving layer on a GPU with the hand-written tiny model and random weights (written
+// by the test as a safetensors checkpoint): logits against a CPU reference of the same
+// decoder (bf16 rounding where transformers rounds) through a chunked prefill, decode,
+// multi-token decode, truncate + overwrite, and extend; device memory equal to the plan;
+// and kiln-run's n-gram and draft-model speculation equal to plain greedy decoding.
+#include "kiln/Runtime/Model.h"
+
+#include "GpuTest.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Module loading must be eager before the first CUDA call for the memory check (ctest
+// sets it too).
+const int kEager = setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+
+std::string lastError() { return kiln_last_error(); }
+
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float fromBf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float bf(float f) { return fromBf16(toBf16(f)); }
+
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values; // bf16-exact
+};
+using Weights = std::map<std::string, Tensor>;
+
+// The manifest's weight lines: name -> shape.
+std::vector<std::pair<std::string, std::vector<int64_t>>> manifestWeights(const char *so) {
+  kiln_model_t *m = nullptr;
+  EXPECT_EQ(kiln_model_load_dry(so, &m), KILN_OK) << lastError();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  if (!m)
+    return out;
+  std::istringstream text(kiln_model_manifest_text(m));
+  std::string line;
+  while (std::getline(text, line)) {
+    std::istringstream f(line);
+    std::string key, name, dtype, shape;
+    f >> key;
+    if (key != "weight")
+      continue;
+    f >> name >> dtype >> shape;
+    std::vector<int64_t> dims;
+    std::istringstream s(shape);
+    std::string d;
+    while (std::getline(s, d, 'x'))
+      dims.push_back(std::stoll(d));
+    out.push_back({name, dims});
+  }
+  kiln_model_unload(m);
+  return out;
+}
+
+Weights randomWeights(const char *so, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Weights w;
+  for (const auto &[name, shape] : manifestWeights(so)) {
+    Tensor t;
+    t.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    const bool norm = name.find("norm") != std::string::npos;
+    const bool bias = name.find("bias") != std::string::npos;
+    const float scale = norm ? 0.2f : bias ? 0.1f
+                                : name.find("embed") != std::string::npos
+                                    ? 1.0f
+                                    : 1.7f / std::sqrt(static_cast<float>(shape.back()));
+    std::uniform_real_distribution<float> u(-scale, scale);
+    t.values.resize(static_cast<size_t>(n));
+    for (auto &v : t.values)
+      v = bf((norm ? 1.0f : 0.0f) + u(rng));
+    w[name] = std::move(t);
+  }
+  return w;
+}
+
+// model.safetensors: u64 header size, JSON header, bf16 data.
+void writeSafetensors(const std::string &dir, const Weights &w) {
+  std::string header = "{";
+  uint64_t at = 0;
+  bool first = true;
+  for (const auto &[name, t] : w) {
+    std::string shape;
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    const uint64_t bytes = t.values.size() * 2;
+    header += std::string(first ? "" : ",") + "\"" + name + "\":{\"dtype\":\"BF16\",\"shape\":[" +
+              shape + "],\"data_offsets\":[" + std::to_string(at) + "," +
+              std::to_string(at + bytes) + "]}";
+    at += bytes;
+    first = false;
+  }
+  header += "}";
+  while (header.size() % 8)
+    header += ' ';
+  std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+  uint64_t size = header.size();
+  out.write(reinterpret_cast<const char *>(&size), 8);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const auto &[name, t] : w)
+    for (float v : t.values) {
+      uint16_t h = toBf16(v);
+      out.write(reinterpret_cast<const char *>(&h), 2);
+    }
+  ASSERT_TRUE(out.good());
+}
+
+std::string tempDir() {
+  char path[] = "/tmp/kiln-model-gpu-XXXXXX";
+  const char *p = mkdtemp(path);
+  EXPECT_NE(p, nullptr);
+  return p ? p : "/tmp";
+}
+
+// ---- the CPU reference of TinyModel.c ---------------------------------------------------
+constexpr int V = 512, H = 256, NH = 4, KVH = 2, D = 64, I = 512;
+constexpr float kEps = 1e-6f, kTheta = 10000.f;
+
+struct Reference {
+  const Weights &w;
+  int layers;
+
+  const std::vector<float> &t(const std::string &name) const { return w.at(name).values; }
+
+  void rmsNorm(const float *x, const std::vector<float> &g, float *y, int dim) const {
+    double s = 0;
+    for (int i = 0; i < dim; ++i)
+      s += static_cast<double>(x[i]) * x[i];
+    const float r = 1.0f / std::sqrt(static_cast<float>(s / dim) + kEps);
+    for (int i = 0; i < dim; ++i)
+      y[i] = bf(g[i] * bf(x[i] * r));
+  }
+  void linear(const float *x, const std::vector<float> &W, const std::vector<float> *b, float *y,
+              int n, int k) const {
+    for (int o = 0; o < n; ++o) {
+      float s = 0;
+      const float *row = &W[static_cast<size_t>(o) * k];
+      for (int i = 0; i < k; ++i)
+        s += x[i] * row[i];
+      y[o] = bf(s + (b ? (*b)[o] : 0.f));
+    }
+  }
+  void rope(float *x, int heads, int pos) const {
+    for (int h = 0; h < heads; ++h) {
+      float *v = x + h * D;
+      float out[D];
+      for (int i = 0; i < D; ++i) {
+        const int f = i % (D / 2);
+        const float inv = 1.0f / std::pow(kTheta, static_cast<float>(2 * f) / D);
+        const float a = static_cast<float>(pos) * inv;
+        const float c = bf(std::cos(a)), s = bf(std::sin(a));
+        const float rot = i < D / 2 ? -v[i + D / 2] : v[i - D / 2];
+        out[i] = bf(bf(v[i] * c) + bf(rot * s));
+      }
+      std::memcpy(v, out, sizeof(out));
+    }
+  }
+
+  // Logits [len, V] of every position of `tokens`.
+  std::vector<float> logits(const std::vector<int32_t> &tokens) const {
+    const int L = static_cast<int>(tokens.size());
+    std::vector<float> x(static_cast<size_t>(L) * H), hn(H), q(NH * D), y(H), g(I), u(I), a(I);
+    std::vector<float> K(static_cast<size_t>(L) * KVH * D), Vv(static_cast<size_t>(L) * KVH * D);
+    std::vector<float> Q(static_cast<size_t>(L) * NH * D), att(NH * D);
+    const auto &embed = t("model.embed_tokens.weight");
+    for (int p = 0; p < L; ++p)
+      std::copy(&embed[static_cast<size_t>(tokens[p]) * H],
+                &embed[static_cast<size_t>(tokens[p] + 1) * H], &x[static_cast<size_t>(p) * H]);
+    for (int l = 0; l < layers; ++l) {
+      const std::string pre = "model.layers." + std::to_string(l) + ".";
+      for (int p = 0; p < L; ++p) {
+        rmsNorm(&x[static_cast<size_t>(p) * H], t(pre + "input_layernorm.weight"), hn.data(), H);
+        linear(hn.data(), t(pre + "self_attn.q_proj.weight"), &t(pre + "self_attn.q_proj.bias"),
+               &Q[static_cast<size_t>(p) * NH * D], NH * D, H);
+        linear(hn.data(), t(pre + "self_attn.k_proj.weight"), &t(pre + "self_attn.k_proj.bias"),
+               &K[static_cast<size_t>(p) * KVH * D], KVH * D, H);
+        linear(hn.data(), t(pre + "self_attn.v_proj.weight"), &t(pre + "self_attn.v_proj.bias"),
+               &Vv[static_cast<size_t>(p) * KVH * D], KVH * D, H);
+        rope(&Q[static_cast<size_t>(p) * NH * D], NH, p);
+        rope(&K[static_cast<size_t>(p) * KVH * D], KVH, p);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      for (int p = 0; p < L; ++p) {
+        for (int h = 0; h < NH; ++h) {
+          const int kvh = h / (NH / KVH);
+          const float *qv = &Q[(static_cast<size_t>(p) * NH + h) * D];
+          std::vector<float> s(static_cast<size_t>(p) + 1);
+          float mx = -INFINITY;
+          for (int j = 0; j <= p; ++j) {
+            const float *kv = &K[(static_cast<size_t>(j) * KVH + kvh) * D];
+            float dot = 0;
+            for (int i = 0; i < D; ++i)
+              dot += qv[i] * kv[i];
+            s[j] = dot * scale;
+            mx = std::max(mx, s[j]);
+          }
+          float sum = 0;
+          for (auto &v : s)
+            sum += (v = std::exp(v - mx));
+          for (int i = 0; i < D; ++i) {
+            float o = 0;
+            for (int j = 0; j <= p; ++j)
+              o += s[j] * Vv[(static_cast<size_t>(j) * KVH + kvh) * D + i];
+            att[h * D + i] = bf(o / sum);
+          }
+        }
+        float *xp = &x[static_cast<size_t>(p) * H];
+        linear(att.data(), t(pre + "self_attn.o_proj.weight"), nullptr, y.data(), H, NH * D);
+        for (int i = 0; i < H; ++i)
+          xp[i] = bf(xp[i] + y[i]);
+        rmsNorm(xp, t(pre + "post_attention_layernorm.weight"), hn.data(), H);
+        linear(hn.data(), t(pre + "mlp.gate_proj.weight"), nullptr, g.data(), I, H);
+        linear(hn.data(), t(pre + "mlp.up_proj.weight"), nullptr, u.data(), I, H);
+        for (int i = 0; i < I; ++i)
+          a[i] = bf(bf(g[i] / (1.0f + std::exp(-g[i]))) * u[i]);
+        linear(a.data(), t(pre + "mlp.down_proj.weight"), nullptr, y.data(), H, I);
+        for (int i = 0; i < H; ++i)
+          xp[i] = bf(xp[i] + y[i]);
+      }
+    }
+    std::vector<float> out(static_cast<size_t>(L) * V);
+    for (int p = 0; p < L; ++p) {
+      rmsNorm(&x[static_cast<size_t>(p) * H], t("model.norm.weight"), hn.data(), H);
+      linear(hn.data(), t("lm_head.weight"), nullptr, &out[static_cast<size_t>(p) * V], V, H);
+    }
+    return out;
+  }
+};
+
+// ||a - b|| / ||b|| of one row of V logits.
+double relErr(const float *a, const float *b) {
+  double num = 0, den = 0;
+  for (int i = 0; i < V; ++i) {
+    num += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int argmaxOf(const float *v) { return static_cast<int>(std::max_element(v, v + V) - v); }
+
+constexpr double kTol = 2e-2;
+
+// Checks kiln's logits row against the reference at `position` of `tokens`.
+void expectRow(const Reference &ref, const std::vector<int32_t> &tokens, int position,
+               const float *row, const char *what) {
+  static std::map<std::vector<int32_t>, std::vector<float>> memo;
+  auto it = memo.find(tokens);
+  if (it == memo.end())
+    it = memo.emplace(tokens, ref.logits(tokens)).first;
+  const std::vector<float> &r = it->second;
+  const float *want = &r[static_cast<size_t>(position) * V];
+  double e = relErr(row, want);
+  EXPECT_LE(e, kTol) << what << ": position " << position << " of " << tokens.size();
+  std::printf("  %-28s len %4zu pos %4d: rel err %.2e, argmax kiln %d ref %d\n", what,
+              tokens.size(), position, e, argmaxOf(row), argmaxOf(want));
+}
+
+TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
+  KILN_REQUIRE_GPU();
+  (void)kEager;
+  const std::string dir = tempDir();
+  Weights w = randomWeights(KILN_TINY, 1234);
+  writeSafetensors(dir, w);
+  kiln_model_t *m = nullptr;
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &m), KILN_OK) << lastError();
+  const uint64_t planned = kiln_model_planned_bytes(m), used = kiln_model_device_bytes_used(m);
+  std::printf("  planned %llu bytes, used %llu (%.3f%%)\n",
+              static_cast<unsigned long long>(planned), static_cast<unsigned long long>(used),
+              100.0 * (static_cast<double>(used) - planned) / planned);
+  EXPECT_LE(std::fabs(static_cast<double>(used) - planned), planned * 0.01);
+  Reference ref{w, 2};
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(0, V - 1);
+  std::vector<std::vector<int32_t>> seqs = {std::vector<int32_t>(5), std::vector<int32_t>(37),
+                                            std::vector<int32_t>(200)};
+  for (auto &s : seqs)
+    for (auto &t : s)
+      t = tok(rng);
+  std::vector<int32_t> ids(3);
+  for (auto &id : ids)
+    ASSERT_EQ(kiln_model_add_sequence(m, &id), KILN_OK);
+  std::vector<const int32_t *> ptrs;
+  std::vector<int32_t> lens, next(3);
+  for (auto &s : seqs) {
+    ptrs.push_back(s.data());
+    lens.push_back(static_cast<int32_t>(s.size()));
+  }
+  std::vector<float> logits(3 * 4 * V);
+  ASSERT_EQ(kiln_model_prefill(m, ids.data(), 3, ptrs.data(), lens.data(), next.data(),
+                               logits.data()),
+            KILN_OK) << lastError();
+  for (int i = 0; i < 3; ++i) {
+    expectRow(ref, seqs[i], lens[i] - 1, &logits[static_cast<size_t>(i) * V], "prefill");
+    EXPECT_EQ(next[i], argmaxOf(&logits[static_cast<size_t>(i) * V]));
+  }
+  // Two greedy decode steps.
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int32_t> in = next;
+    ASSERT_EQ(kiln_model_decode(m, ids.data(), 3, in.data(), 1, next.data(), logits.data()),
+              KILN_OK) << lastError();
+    for (int i = 0; i < 3; ++i) {
+      seqs[i].push_back(in[i]);
+      expectRow(ref, seqs[i], static_cast<int>(seqs[i].size()) - 1,
+                &logits[static_cast<size_t>(i) * V], "decode");
+    }
+  }
+  // Multi-token decode: q_len 4 (1 + 3 drafts).
+  std::vector<int32_t> four(12), argmax(12);
+  for (auto &t : four)
+    t = tok(rng);
+  ASSERT_EQ(kiln_model_decode(m, ids.data(), 3, four.data(), 4, argmax.data(), logits.data()),
+            KILN_OK) << lastError();
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> s = seqs[i];
+    s.insert(s.end(), four.begin() + 4 * i, four.begin() + 4 * i + 4);
+    for (int r = 0; r < 4; ++r)
+      expectRow(ref, s, static_cast<int>(seqs[i].size()) + r,
+                &logits[static_cast<size_t>(4 * i + r) * V], "multi-token decode");
+  }
+  // Keep 2 of the 4 tokens, then decode over the rejected positions' KV.
+  for (int i = 0; i < 3; ++i) {
+    seqs[i].push_back(four[4 * i]);
+    seqs[i].push_back(four[4 * i + 1]);
+    ASSERT_EQ(kiln_model_truncate(m, ids[i], static_cast<int32_t>(seqs[i].size())), KILN_OK);
+  }
+  std::vector<int32_t> one = {1, 2, 3};
+  ASSERT_EQ(kiln_model_decode(m, ids.data(), 3, one.data(), 1, argmax.data(), logits.data()),
+            KILN_OK) << lastError();
+  for (int i = 0; i < 3; ++i) {
+    seqs[i].push_back(one[i]);
+    expectRow(ref, seqs[i], static_cast<int>(seqs[i].size()) - 1,
+              &logits[static_cast<size_t>(i) * V], "decode after truncate");
+  }
+  // Extend: 2, 1 and 3 tokens.
+  std::vector<std::vector<int32_t>> ext = {{4, 5}, {6}, {7, 8, 9}};
+  std::vector<const int32_t *> eptr;
+  std::vector<int32_t> elen, last(3);
+  for (auto &e : ext) {
+    eptr.push_back(e.data());
+    elen.push_back(static_cast<int32_t>(e.size()));
+  }
+  ASSERT_EQ(kiln_model_extend(m, ids.data(), 3, eptr.data(), elen.data(), last.data(),
+                              logits.data()),
+            KILN_OK) << lastError();
+  for (int i = 0; i < 3; ++i) {
+    seqs[i].insert(seqs[i].end(), ext[i].begin(), ext[i].end());
+    expectRow(ref, seqs[i], static_cast<int>(seqs[i].size()) - 1,
+              &logits[static_cast<size_t>(i) * V], "extend");
+    EXPECT_EQ(kiln_model_seq_len(m, ids[i]), static_cast<int32_t>(seqs[i].size()));
+  }
+  // No device memory beyond the plan after the steps.
+  const uint64_t now = kiln_model_device_bytes_now(m);
+  std::printf("  after the steps: %llu bytes (%llu launches)\n",
+              static_cast<unsigned long long>(now),
+              static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(m))));
+  EXPECT_LE(std::fabs(static_cast<double>(now) - planned), planned * 0.01);
+  kiln_model_unload(m);
+}
+
+// ---- kiln-run ---------------------------------------------------------------------------
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::vector<int32_t>> outputsOf(const std::string &json) {
+  std::vector<std::vector<int32_t>> out;
+  size_t at = json.find("\"outputs\": [");
+  if (at == std::string::npos)
+    return out;
+  at += std::strlen("\"outputs\": [");
+  while (at < json.size() && json[at] != ']') {
+    if (json[at] == '[') {
+      std::vector<int32_t> ids;
+      ++at;
+      while (json[at] != ']') {
+        char *end = nullptr;
+        ids.push_back(static_cast<int32_t>(std::strtol(json.c_str() + at, &end, 10)));
+        at = static_cast<size_t>(end - json.c_str());
+        while (json[at] == ',' || json[at] == ' ')
+          ++at;
+      }
+      out.push_back(ids);
+    }
+    ++at;
+  }
+  return out;
+}
+
+double numberOf(const std::string &json, const std::string &key) {
+  size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos)
+    return NAN;
+  return std::strtod(json.c_str() + at + key.size() + 4, nullptr);
+}
+
+int runKiln(const std::string &args, const std::string &log) {
+  std::string cmd = std::string(KILN_RUN) + " " + args + " > " + log + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::printf("$ kiln-run %s -> %d\n%s", args.c_str(), rc, readFile(log).c_str());
+  return rc;
+}
+
+TEST(ModelGpu, KilnRunSpeculationIsLossless) {
+  KILN_REQUIRE_GPU();
+  const std::string dir = tempDir(), target = dir + "/target", draft = dir + "/draft";
+  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(draft.c_str(), 0755), 0);
+  writeSafetensors(target, randomWeights(KILN_TINY, 99));
+  writeSafetensors(draft, randomWeights(KILN_TINY_DRAFT, 5));
+  // Prompts with repetitions (n-gram hits) and without.
+  {
+    std::ofstream p(dir + "/prompts.txt");
+    p << "1 2 3 4 5 6 7 8 1 2 3 4 5 6 7 8 1 2 3\n\n";
+    p << "100 200 300 400 100 200 300 400 100 200\n";
+    p << "17\n";
+    for (int i = 0; i < 60; ++i)
+      p << (i * 37 % 500) << (i < 59 ? " " : "\n");
+  }
+  const std::string common = " --weights " + target + " --prompts " + dir + "/prompts.txt" +
+                             " --max-new-tokens 24 ";
+  const std::string so = KILN_TINY;
+  ASSERT_EQ(runKiln(so + common + "--json " + dir + "/plain.json --logits " + dir +
+                        "/logits.bin",
+                    dir + "/plain.log"),
+            0);
+  const std::string plainJson = readFile(dir + "/plain.json");
+  const auto plain = outputsOf(plainJson);
+  ASSERT_EQ(plain.size(), 4u);
+  for (const auto &o : plain)
+    EXPECT_EQ(o.size(), 24u);
+  EXPECT_EQ(readFile(dir + "/logits.bin").size(), 4u * V * sizeof(float));
+  const double planned = numberOf(plainJson, "planned_device_bytes");
+  EXPECT_LE(std::fabs(numberOf(plainJson, "used_device_bytes") - planned), planned * 0.01);
+
+  struct Mode {
+    const char *name;
+    std::string args;
+    double minAcceptance;
+  } modes[] = {
+      {"ngram", "--spec ngram:3", 0.0},
+      {"draft", "--draft-model " + std::string(KILN_TINY_DRAFT) + " --draft-weights " + draft +
+                    " --spec draft:3",
+       0.0},
+      {"selfdraft",
+       "--draft-model " + so + " --draft-weights " + target + " --spec draft:4", 0.8},
+  };
+  for (const Mode &mode : modes) {
+    SCOPED_TRACE(mode.name);
+    const std::string json = dir + "/" + mode.name + ".json";
+    ASSERT_EQ(runKiln(so + common + mode.args + " --json " + json, dir + "/" + mode.name + ".log"),
+              0);
+    const std::string text = readFile(json);
+    EXPECT_EQ(outputsOf(text), plain) << "speculation must be lossless";
+    EXPECT_GE(numberOf(text, "acceptance_rate"), mode.minAcceptance);
+  }
+  // Teacher-forced on kiln's own greedy continuations: every position agrees.
+  {
+    std::ofstream ref(dir + "/ref.json");
+    ref << "{\"continuations\": [";
+    for (size_t i = 0; i < plain.size(); ++i) {
+      ref << (i ? ", [" : "[");
+      for (size_t j = 0; j < plain[i].size(); ++j)
+        ref << (j ? ", " : "") << plain[i][j];
+      ref << "]";
+    }
+    ref << "]}\n";
+  }
+  ASSERT_EQ(runKiln(so + common + "--teacher-forced " + dir + "/ref.json --json " + dir +
+                        "/tf.json",
+                    dir + "/tf.log"),
+            0);
+  const std::string tf = readFile(dir + "/tf.json");
+  EXPECT_NE(tf.find("\"teacher_forced\": {\"positions\": 96, \"agree\": 96, "
+                    "\"mismatch_positions\": []}"),
+            std::string::npos)
+      << tf;
+  // Errors: K beyond the compiled max_draft_len; a draft model of another vocabulary is
+  // not available here, so a missing draft weights dir stands in.
+  EXPECT_EQ(runKiln(so + common + "--spec ngram:5", dir + "/k5.log") != 0, true);
+  EXPECT_NE(readFile(dir + "/k5.log").find("compiled with max_draft_len 4"), std::string::npos);
+}
+
+} // namespace

@@ -1,0 +1,386 @@
+// CPU tests (run in CI): the references against hand-computed small cases (each rope
+// type included), and the launchers' argument validation, which precedes any CUDA call.
+#include "GraphReference.h"
+#include "kiln/Kernels/Gemm.h"
+#include "kiln/Kernels/Graph.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace kiln::reference;
+
+namespace {
+
+uint16_t bf(float v) { return floatToBf16(v); }
+float fl(uint16_t b) { return bf16ToFloat(b); }
+
+kiln_rope_params_t ropeParams(int32_t type, float theta) {
+  kiln_rope_params_t p{};
+  p.type = type;
+  p.theta = theta;
+  p.factor = 1.0f;
+  p.low = 1.0f;
+  p.high = 4.0f;
+  p.original_max_position = 8192;
+  p.attention_factor = 1.0f;
+  return p;
+}
+
+TEST(GraphReference, Bf16Rounding) {
+  EXPECT_EQ(bf(1.0f), 0x3F80);
+  EXPECT_EQ(bf(1.0f + 0x1p-8f), 0x3F80);                 // tie -> even
+  EXPECT_EQ(bf(1.0f + 3 * 0x1p-8f), 0x3F82);             // tie -> even (up)
+  EXPECT_EQ(doubleToBf16(1.0 + 0x1p-8), 0x3F80);         // tie -> even
+  // fp32 would round this to the tie 1 + 2^-8 first (then to 1.0): a single rounding
+  // goes up.
+  EXPECT_EQ(doubleToBf16(1.0 + 0x1p-8 + 0x1p-30), 0x3F81);
+  EXPECT_EQ(doubleToBf16(-(1.0 + 0x1p-8 + 0x1p-30)), 0xBF81);
+  EXPECT_EQ(fl(0xC040), -3.0f);
+}
+
+TEST(GraphReference, RmsNormHandComputed) {
+  // x = [1 2 3 4]: mean(x^2) = 7.5, scale = 1/sqrt(7.5) = 0.36514837...
+  // h = x * scale = [0.365148 0.730297 1.095445 1.460593] -> bf16
+  //   [187 * 2^-9, 187 * 2^-8, 140 * 2^-7, 187 * 2^-7] = [0.365234375 0.73046875 1.09375 1.4609375]
+  // out = w * h with w = [1 1 0.5 2] (exact in bf16).
+  const uint16_t x[4] = {bf(1), bf(2), bf(3), bf(4)};
+  const uint16_t w[4] = {bf(1), bf(1), bf(0.5f), bf(2)};
+  uint16_t out[4];
+  rmsNormReference(x, w, out, 1, 4, 0.0f);
+  EXPECT_EQ(fl(out[0]), 0.365234375f);
+  EXPECT_EQ(fl(out[1]), 0.73046875f);
+  EXPECT_EQ(fl(out[2]), 0.546875f);
+  EXPECT_EQ(fl(out[3]), 2.921875f);
+  // A zero row stays zero (eps keeps the scale finite); rows are independent.
+  const uint16_t x2[8] = {0, 0, 0, 0, bf(2), bf(2), bf(2), bf(2)};
+  uint16_t out2[8];
+  rmsNormReference(x2, w, out2, 2, 4, 1e-6f);
+  for (int j = 0; j < 4; ++j)
+    EXPECT_EQ(out2[j], 0);
+  // Row 1: scale = 1/sqrt(4 + 1e-6) ~ 0.5 - 6e-8, h = bf16(1 - 1.2e-7) = 1.
+  EXPECT_EQ(fl(out2[4]), 1.0f);
+  EXPECT_EQ(fl(out2[6]), 0.5f);
+  EXPECT_EQ(fl(out2[7]), 2.0f);
+}
+
+TEST(GraphReference, RopeFrequenciesDefaultAndLinear) {
+  float inv[2];
+  kiln_rope_params_t p = ropeParams(0, 10000.0f);
+  ASSERT_TRUE(ropeInvFreqReference(p, 4, inv)); // 1 / 10000^(0/4), 1 / 10000^(2/4)
+  EXPECT_EQ(inv[0], 1.0f);
+  EXPECT_EQ(inv[1], 1.0f / 100.0f);
+  p.type = 1; // linear: inv / factor
+  p.factor = 4.0f;
+  ASSERT_TRUE(ropeInvFreqReference(p, 4, inv));
+  EXPECT_EQ(inv[0], 0.25f);
+  EXPECT_EQ(inv[1], (1.0f / 100.0f) / 4.0f);
+  p.type = 9;
+  EXPECT_FALSE(ropeInvFreqReference(p, 4, inv));
+}
+
+TEST(GraphReference, RopeFrequenciesLlama3) {
+  // d = 8, theta = 1e4: inv = [1, 0.1, 0.01, 0.001], wavelengths 2 pi / inv =
+  // [6.3, 62.8, 628.3, 6283]. original 1024, low 1, high 4, factor 8: high-frequency
+  // wavelength 256, low-frequency wavelength 1024. So i = 0, 1 keep inv (short waves),
+  // i = 3 is divided by 8 (long), i = 2 is smoothed with
+  // s = (1024 / 628.3 - 1) / (4 - 1) = 0.2099155: inv = (1 - s) inv / 8 + s inv.
+  kiln_rope_params_t p = ropeParams(2, 10000.0f);
+  p.factor = 8.0f;
+  p.low = 1.0f;
+  p.high = 4.0f;
+  p.original_max_position = 1024;
+  float inv[4];
+  ASSERT_TRUE(ropeInvFreqReference(p, 8, inv));
+  EXPECT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], 0.1, 1e-8);
+  const double s = (1024.0 * 0.01 / (2.0 * M_PI) - 1.0) / 3.0;
+  EXPECT_NEAR(s, 0.20991554, 1e-7);
+  EXPECT_NEAR(inv[2], 0.01 * ((1.0 - s) / 8.0 + s), 1e-8);
+  EXPECT_NEAR(inv[2], 0.00308676, 1e-8);
+  EXPECT_NEAR(inv[3], 0.001 / 8.0, 1e-10);
+}
+
+TEST(GraphReference, RopeFrequenciesYarn) {
+  // d = 8, theta = 1e4, factor 4, correction range [1, 3]: ramp (i - 1) / 2 clamped =
+  // [0, 0, 0.5, 1]; inv = interpolation (1/(4 pos)) * ramp + extrapolation (1/pos) * (1 - ramp).
+  kiln_rope_params_t p = ropeParams(3, 10000.0f);
+  p.factor = 4.0f;
+  p.low = 1.0f;
+  p.high = 3.0f;
+  float inv[4];
+  ASSERT_TRUE(ropeInvFreqReference(p, 8, inv));
+  EXPECT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], 0.1, 1e-8);
+  EXPECT_NEAR(inv[2], 0.5 * 0.01 / 4.0 + 0.5 * 0.01, 1e-9); // 0.00625
+  EXPECT_NEAR(inv[3], 0.001 / 4.0, 1e-10);
+  // low == high: high becomes high + 0.001 (HF's "prevent singularity").
+  p.low = p.high = 2.0f;
+  ASSERT_TRUE(ropeInvFreqReference(p, 8, inv));
+  EXPECT_NEAR(inv[2], 0.01, 1e-9);
+  EXPECT_NEAR(inv[3], 0.001 / 4.0, 1e-10);
+}
+
+TEST(GraphReference, RopeHandComputed) {
+  // d = 4 (half 2), theta 1e4: inv = [1, 0.01]; position 1.
+  //   f = 0: cos 1 = 0.540302 -> bf16 138 * 2^-8 = 0.5390625, sin 1 = 0.841471 -> 0.83984375
+  //   f = 1: cos 0.01 = 0.99995 -> 1.0, sin 0.01 = 0.00999983 -> 164 * 2^-14 = 0.010009765625
+  // x = [1, 2 | 0.5, -1]:
+  //   out0 = bf16(1 * c0 + bf16(-0.5 * s0)) = 0.5390625 - 0.419921875 = 0.119140625
+  //   out1 = bf16(2 * c1 + bf16(1 * s1)) = bf16(2.010009765625) = 2.015625
+  //   out2 = bf16(0.5 * c0 + 1 * s0) = 0.26953125 + 0.83984375 = 1.109375
+  //   out3 = bf16(-1 * c1 + bf16(2 * s1)) = bf16(-0.97998046875) = -0.98046875
+  uint16_t c, s;
+  ropeCosSinReference(1, 1.0f, 1.0f, &c, &s);
+  EXPECT_EQ(fl(c), 0.5390625f);
+  EXPECT_EQ(fl(s), 0.83984375f);
+  ropeCosSinReference(1, 0.01f, 1.0f, &c, &s);
+  EXPECT_EQ(fl(c), 1.0f);
+  EXPECT_EQ(fl(s), 0.010009765625f);
+  ropeCosSinReference(1, 1.0f, 2.0f, &c, &s); // attention_factor scales both (exactly here)
+  EXPECT_EQ(fl(c), 1.078125f);
+  EXPECT_EQ(fl(s), 1.6796875f);
+
+  const kiln_rope_params_t p = ropeParams(0, 10000.0f);
+  const uint16_t x[8] = {bf(1), bf(2), bf(0.5f), bf(-1), bf(1), bf(2), bf(0.5f), bf(-1)};
+  const int32_t positions[2] = {1, 0};
+  uint16_t out[8];
+  ASSERT_TRUE(ropeReference(x, positions, out, 2, 1, 4, p));
+  EXPECT_EQ(fl(out[0]), 0.119140625f);
+  EXPECT_EQ(fl(out[1]), 2.015625f);
+  EXPECT_EQ(fl(out[2]), 1.109375f);
+  EXPECT_EQ(fl(out[3]), -0.98046875f);
+  for (int j = 4; j < 8; ++j) // position 0: cos 1, sin 0, the identity
+    EXPECT_EQ(out[j], x[j]);
+}
+
+TEST(GraphReference, AddSwigluHandComputed) {
+  const uint16_t a[3] = {bf(1), bf(3), bf(-2)};
+  const uint16_t b[3] = {bf(0.00390625f), bf(0.25f), bf(2)};
+  uint16_t out[3];
+  addReference(a, b, out, 3);
+  EXPECT_EQ(fl(out[0]), 1.0f); // 1 + 2^-8: tie, to even
+  EXPECT_EQ(fl(out[1]), 3.25f);
+  EXPECT_EQ(out[2], 0); // +0
+  // silu(0) = 0; silu(1) = 0.7310586 -> 187 * 2^-8 = 0.73046875, * 2 = 1.4609375;
+  // silu(-1) = -0.2689414 -> -138 * 2^-9 = -0.26953125.
+  const uint16_t gate[3] = {bf(0), bf(1), bf(-1)};
+  const uint16_t up[3] = {bf(5), bf(2), bf(1)};
+  swigluReference(gate, up, out, 3);
+  EXPECT_EQ(fl(out[0]), 0.0f);
+  EXPECT_EQ(fl(out[1]), 1.4609375f);
+  EXPECT_EQ(fl(out[2]), -0.26953125f);
+}
+
+TEST(GraphReference, EmbeddingAndGather) {
+  const uint16_t table[6] = {1, 2, 3, 4, 5, 6}; // 3 rows of 2
+  const int32_t ids[4] = {2, -1, 0, 3};
+  uint16_t out[8];
+  embeddingReference(ids, table, out, 4, 3, 2);
+  const uint16_t want[8] = {5, 6, 0, 0, 1, 2, 0, 0};
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(out[i], want[i]) << i;
+  gatherRowsReference(table, ids, out, 4, 2, 3);
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(out[i], want[i]) << i;
+}
+
+TEST(GraphReference, ArgmaxTiesNanZeros) {
+  const uint16_t nan = 0x7FC0, inf = 0x7F80, ninf = 0xFF80, nzero = 0x8000;
+  const uint16_t logits[6 * 4] = {
+      bf(1), bf(3), bf(3), bf(2),     // tie: first
+      ninf, ninf, ninf, ninf,         // all -inf: 0
+      bf(1), bf(7), nan, nan,         // NaN beats everything, first NaN
+      nzero, 0, bf(-1), nzero,        // -0 == +0: first
+      bf(-5), inf, bf(2), inf,        // +inf tie
+      bf(-3), bf(-2), bf(-2.5f), bf(-9)};
+  int32_t out[6];
+  argmaxReference(logits, out, 6, 4);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 0);
+  EXPECT_EQ(out[2], 2);
+  EXPECT_EQ(out[3], 0);
+  EXPECT_EQ(out[4], 1);
+  EXPECT_EQ(out[5], 1);
+}
+
+TEST(GraphReference, GemmHandComputed) {
+  // x [2,3], w [2,3] (nn.Linear weight), bias [2]: out = x w^T + b.
+  const uint16_t x[6] = {bf(1), bf(2), bf(3), bf(-1), bf(0.5f), bf(4)};
+  const uint16_t w[6] = {bf(1), bf(0), bf(-1), bf(2), bf(1), bf(0.25f)};
+  const uint16_t bias[2] = {bf(0.5f), bf(-1)};
+  double out[4];
+  gemmReference(x, w, bias, out, 2, 2, 3);
+  EXPECT_EQ(out[0], 1 - 3 + 0.5);
+  EXPECT_EQ(out[1], 2 + 2 + 0.75 - 1);
+  EXPECT_EQ(out[2], -1 - 4 + 0.5);
+  EXPECT_EQ(out[3], -2 + 0.5 + 1 - 1);
+  gemmReference(x, w, nullptr, out, 2, 2, 3);
+  EXPECT_EQ(out[3], -2 + 0.5 + 1);
+}
+
+// ---- launcher validation (fake aligned device addresses: never dereferenced) ---------
+void *fake(uintptr_t v) { return reinterpret_cast<void *>(v); }
+const int32_t *fakeIndex(uintptr_t v) { return reinterpret_cast<const int32_t *>(v); }
+
+void expectError(kiln_status_t got, kiln_status_t want, const char *kernel, const char *arg) {
+  EXPECT_EQ(got, want) << kiln_status_name(got) << ": " << kiln_last_error();
+  const std::string message = kiln_last_error();
+  EXPECT_NE(message.find(kernel), std::string::npos) << message;
+  EXPECT_NE(message.find(arg), std::string::npos) << "want '" << arg << "' in: " << message;
+}
+
+constexpr kiln_status_t kInvalid = KILN_ERROR_INVALID_ARGUMENT;
+constexpr kiln_status_t kUnsupported = KILN_ERROR_UNSUPPORTED;
+
+TEST(GraphValidation, Embedding) {
+  const char *k = "kiln_embedding_bf16";
+  void *t = fake(0x10000), *o = fake(0x20000);
+  const int32_t *ids = fakeIndex(0x30000);
+  expectError(kiln_embedding_bf16(nullptr, t, o, 4, 10, 8, nullptr), kInvalid, k, "ids");
+  expectError(kiln_embedding_bf16(ids, nullptr, o, 4, 10, 8, nullptr), kInvalid, k, "table");
+  expectError(kiln_embedding_bf16(ids, t, nullptr, 4, 10, 8, nullptr), kInvalid, k, "out");
+  expectError(kiln_embedding_bf16(ids, fake(0x10001), o, 4, 10, 8, nullptr), kInvalid, k, "table");
+  expectError(kiln_embedding_bf16(ids, t, o, -1, 10, 8, nullptr), kInvalid, k, "tokens");
+  expectError(kiln_embedding_bf16(ids, t, o, 4, 0, 8, nullptr), kInvalid, k, "vocab");
+  expectError(kiln_embedding_bf16(ids, t, o, 4, 10, 0, nullptr), kInvalid, k, "hidden");
+  expectError(kiln_embedding_bf16(ids, t, o, INT64_MAX / 4, 10, 8, nullptr), kInvalid, k, "out");
+  EXPECT_EQ(kiln_embedding_bf16(ids, t, o, 0, 10, 8, nullptr), KILN_OK); // no work, no CUDA
+  EXPECT_STREQ(kiln_last_error(), "");
+}
+
+TEST(GraphValidation, GatherRows) {
+  const char *k = "kiln_gather_rows_bf16";
+  void *x = fake(0x10000), *o = fake(0x20000);
+  const int32_t *rows = fakeIndex(0x30000);
+  expectError(kiln_gather_rows_bf16(nullptr, rows, o, 2, 8, 4, nullptr), kInvalid, k, "x");
+  expectError(kiln_gather_rows_bf16(x, nullptr, o, 2, 8, 4, nullptr), kInvalid, k, "rows");
+  expectError(kiln_gather_rows_bf16(x, rows, nullptr, 2, 8, 4, nullptr), kInvalid, k, "out");
+  expectError(kiln_gather_rows_bf16(x, fakeIndex(0x30002), o, 2, 8, 4, nullptr), kInvalid, k,
+              "rows");
+  expectError(kiln_gather_rows_bf16(x, rows, o, -2, 8, 4, nullptr), kInvalid, k, "num_rows");
+  expectError(kiln_gather_rows_bf16(x, rows, o, 2, -8, 4, nullptr), kInvalid, k, "dim");
+  expectError(kiln_gather_rows_bf16(x, rows, o, 2, 8, 0, nullptr), kInvalid, k,
+              "num_source_rows");
+  EXPECT_EQ(kiln_gather_rows_bf16(x, rows, o, 0, 8, 4, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, RmsNorm) {
+  const char *k = "kiln_rms_norm_bf16";
+  void *x = fake(0x10000), *w = fake(0x20000), *o = fake(0x30000);
+  expectError(kiln_rms_norm_bf16(nullptr, w, o, 2, 8, 1e-6f, nullptr), kInvalid, k, "x");
+  expectError(kiln_rms_norm_bf16(x, nullptr, o, 2, 8, 1e-6f, nullptr), kInvalid, k, "weight");
+  expectError(kiln_rms_norm_bf16(x, w, nullptr, 2, 8, 1e-6f, nullptr), kInvalid, k, "out");
+  expectError(kiln_rms_norm_bf16(x, w, fake(0x30003), 2, 8, 1e-6f, nullptr), kInvalid, k, "out");
+  expectError(kiln_rms_norm_bf16(x, w, o, -1, 8, 1e-6f, nullptr), kInvalid, k, "rows");
+  expectError(kiln_rms_norm_bf16(x, w, o, 2, 0, 1e-6f, nullptr), kInvalid, k, "dim");
+  expectError(kiln_rms_norm_bf16(x, w, o, 2, 8, -1.0f, nullptr), kInvalid, k, "eps");
+  expectError(kiln_rms_norm_bf16(x, w, o, 2, 8, NAN, nullptr), kInvalid, k, "eps");
+  EXPECT_EQ(kiln_rms_norm_bf16(x, w, o, 0, 8, 1e-6f, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, Rope) {
+  const char *k = "kiln_rope_bf16";
+  void *x = fake(0x10000), *o = fake(0x20000);
+  const int32_t *pos = fakeIndex(0x30000);
+  kiln_rope_params_t p = ropeParams(0, 10000.0f);
+  expectError(kiln_rope_bf16(nullptr, pos, o, 2, 4, 64, &p, nullptr), kInvalid, k, "x");
+  expectError(kiln_rope_bf16(x, nullptr, o, 2, 4, 64, &p, nullptr), kInvalid, k, "positions");
+  expectError(kiln_rope_bf16(x, pos, nullptr, 2, 4, 64, &p, nullptr), kInvalid, k, "out");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, nullptr, nullptr), kInvalid, k, "rope");
+  expectError(kiln_rope_bf16(x, pos, o, -2, 4, 64, &p, nullptr), kInvalid, k, "tokens");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 0, 64, &p, nullptr), kInvalid, k, "heads");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 0, &p, nullptr), kInvalid, k, "head_dim");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 65, &p, nullptr), kInvalid, k, "head_dim");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 1024, &p, nullptr), kUnsupported, k, "head_dim");
+  kiln_rope_params_t bad = p;
+  bad.type = 4;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->type");
+  bad = p;
+  bad.theta = 0.0f;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->theta");
+  bad = p;
+  bad.attention_factor = INFINITY;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k,
+              "rope->attention_factor");
+  bad = p;
+  bad.type = 1;
+  bad.factor = 0.0f;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->factor");
+  bad = p;
+  bad.type = 2;
+  bad.factor = 8.0f;
+  bad.high = bad.low;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->high");
+  bad.high = 4.0f;
+  bad.original_max_position = 0;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k,
+              "rope->original_max_position");
+  bad = p;
+  bad.type = 3;
+  bad.factor = 4.0f;
+  bad.low = NAN;
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->low");
+  EXPECT_EQ(kiln_rope_bf16(x, pos, o, 0, 4, 64, &p, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, AddSwiglu) {
+  void *a = fake(0x10000), *b = fake(0x20000), *o = fake(0x30000);
+  const char *k = "kiln_add_bf16";
+  expectError(kiln_add_bf16(nullptr, b, o, 8, nullptr), kInvalid, k, "a");
+  expectError(kiln_add_bf16(a, nullptr, o, 8, nullptr), kInvalid, k, "b");
+  expectError(kiln_add_bf16(a, b, nullptr, 8, nullptr), kInvalid, k, "out");
+  expectError(kiln_add_bf16(a, b, o, -8, nullptr), kInvalid, k, "n");
+  expectError(kiln_add_bf16(a, b, o, INT64_MAX, nullptr), kInvalid, k, "n");
+  EXPECT_EQ(kiln_add_bf16(a, b, o, 0, nullptr), KILN_OK);
+  k = "kiln_swiglu_bf16";
+  expectError(kiln_swiglu_bf16(nullptr, b, o, 8, nullptr), kInvalid, k, "gate");
+  expectError(kiln_swiglu_bf16(a, nullptr, o, 8, nullptr), kInvalid, k, "up");
+  expectError(kiln_swiglu_bf16(a, b, nullptr, 8, nullptr), kInvalid, k, "out");
+  expectError(kiln_swiglu_bf16(fake(0x10001), b, o, 8, nullptr), kInvalid, k, "gate");
+  expectError(kiln_swiglu_bf16(a, b, o, -1, nullptr), kInvalid, k, "n");
+  EXPECT_EQ(kiln_swiglu_bf16(a, b, o, 0, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, Argmax) {
+  const char *k = "kiln_argmax_bf16";
+  void *l = fake(0x10000);
+  int32_t *o = static_cast<int32_t *>(fake(0x20000));
+  expectError(kiln_argmax_bf16(nullptr, o, 2, 8, nullptr), kInvalid, k, "logits");
+  expectError(kiln_argmax_bf16(l, nullptr, 2, 8, nullptr), kInvalid, k, "out");
+  expectError(kiln_argmax_bf16(l, o, -2, 8, nullptr), kInvalid, k, "rows");
+  expectError(kiln_argmax_bf16(l, o, 2, 0, nullptr), kInvalid, k, "cols");
+  expectError(kiln_argmax_bf16(l, o, 2, int64_t(1) << 31, nullptr), kUnsupported, k, "cols");
+  EXPECT_EQ(kiln_argmax_bf16(l, o, 0, 8, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, Gemm) {
+  const char *k = "kiln_gemm_bf16";
+  EXPECT_EQ(kiln_gemm_create(nullptr), kInvalid);
+  EXPECT_NE(std::string(kiln_last_error()).find("kiln_gemm_create"), std::string::npos);
+  kiln_gemm_destroy(nullptr); // a no-op
+  // A fake handle: every argument check happens before the handle is used.
+  kiln_gemm_t *g = reinterpret_cast<kiln_gemm_t *>(fake(0x40000));
+  void *x = fake(0x10000), *w = fake(0x20000), *b = fake(0x50000), *o = fake(0x30000);
+  void *ws = fake(0x60000);
+  expectError(kiln_gemm_bf16(nullptr, x, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "gemm");
+  expectError(kiln_gemm_bf16(g, nullptr, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "x");
+  expectError(kiln_gemm_bf16(g, x, nullptr, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "w");
+  expectError(kiln_gemm_bf16(g, x, w, b, nullptr, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "out");
+  expectError(kiln_gemm_bf16(g, x, w, fake(0x50001), o, 1, 8, 8, ws, 64, nullptr), kInvalid, k,
+              "bias");
+  expectError(kiln_gemm_bf16(g, x, w, b, o, -1, 8, 8, ws, 64, nullptr), kInvalid, k, "m");
+  expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 0, 8, ws, 64, nullptr), kInvalid, k, "n");
+  expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 8, -3, ws, 64, nullptr), kInvalid, k, "k");
+  expectError(kiln_gemm_bf16(g, x, w, b, o, int64_t(1) << 32, 8, 8, ws, 64, nullptr),
+              kUnsupported, k, "m");
+  expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 8, 8, nullptr, 64, nullptr), kInvalid, k,
+              "workspace");
+  EXPECT_EQ(kiln_gemm_bf16(g, x, w, nullptr, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
+}
+
+} // namespace

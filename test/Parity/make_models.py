@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Build the random-weight tiny models of the parity test (GPU machine).
+
+For every family (a `<family>-tiny.json` in --configs) this writes, under --out:
+  <family>/          the target model: config.json + model.safetensors (save_pretrained)
+  <family>/prompts.txt   the prompts, one a line, space-separated token ids
+  <family>-draft/    the 1-layer draft model of `<family>-tiny-draft.json`
+  manifest.json      what was built, with the library versions
+
+Weights are drawn here with one seeded generator rather than left to transformers'
+_init_weights, because the defaults leave RMSNorm weights at 1 and biases at 0: a
+runtime that skipped a norm weight or Qwen2's q/k/v biases would still match. Linear
+and embedding weights use the config's initializer_range (0.1: at the usual 0.02 the
+logits are so flat that bf16 rounding flips many greedy steps; shared/DESIGN.md).
+
+The draft model is the target cut down to its first layer (same embedding, layer 0,
+final norm and lm_head), so its guesses are related to the target's.
+
+Usage: python3 test/Parity/make_models.py --configs test/Parity/configs --out DIR
+"""
+import argparse
+import json
+import random
+import sys
+import zlib
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+# Prompt lengths: 1 (a one-token prefill), short ones, exactly one KV page (64) so the
+# first decoded token opens a new page, and one spanning three pages.
+RANDOM_PROMPT_LENGTHS = [1, 5, 17, 64, 130]
+REPEAT_PATTERN_LEN, REPEAT_TIMES = 8, 6   # a pattern repeated: n-gram drafts find it
+SELF_SEED_LEN, SELF_GREEDY_LEN = 8, 88    # the model's own greedy text: random models
+                                          # fall into loops, which n-gram drafts accept
+NORM_JITTER = 0.1   # RMSNorm weights are 1 + N(0, this)
+BIAS_STD = 0.5      # biases (Qwen2 q/k/v) are N(0, this): large enough to matter
+
+
+def load_config(path):
+    """A transformers config from one of our JSON files (AutoConfig by model_type)."""
+    fields = json.loads(Path(path).read_text())
+    model_type = fields.pop("model_type")
+    return AutoConfig.for_model(model_type, **fields)
+
+
+def build_model(config, device):
+    """An untrained bf16 model with sdpa attention on `device`.
+
+    transformers 5 calls the dtype argument `dtype`; 4.x called it `torch_dtype`.
+    """
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=torch.bfloat16, attn_implementation="sdpa")
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(
+                config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = model.to(device=device, dtype=torch.bfloat16)
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def randomize(model, std, seed, device):
+    """Draw every parameter from one seeded generator (see the module docstring)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, param in sorted(model.named_parameters()):
+        if name.endswith(".bias"):
+            param.normal_(0.0, BIAS_STD, generator=gen)
+        elif param.dim() == 1:  # every 1-D weight of these models is an RMSNorm's
+            param.normal_(0.0, NORM_JITTER, generator=gen).add_(1.0)
+        else:
+            param.normal_(0.0, std, generator=gen)
+
+
+@torch.no_grad()
+def make_draft(target, draft_config, device):
+    """The draft model: the target's weights, keeping only layer 0."""
+    draft = build_model(draft_config, device)
+    keep = {}
+    for name, tensor in target.state_dict().items():
+        if ".layers." in name and ".layers.0." not in name:
+            continue
+        keep[name] = tensor
+    draft.load_state_dict(keep, strict=True)
+    return draft
+
+
+@torch.no_grad()
+def greedy(model, prompt, count, device):
+    """`count` greedy tokens after `prompt` (plain forward calls with a KV cache)."""
+    ids = torch.tensor([prompt], device=device)
+    out = model(input_ids=ids, use_cache=True)
+    tokens = []
+    for _ in range(count):
+        token = int(torch.argmax(out.logits[0, -1].float()))
+        tokens.append(token)
+        out = model(input_ids=torch.tensor([[token]], device=device),
+                    past_key_values=out.past_key_values, use_cache=True)
+    return tokens
+
+
+def make_prompts(model, vocab, seed, device):
+    """Random prompts of several lengths, a repetitive one and the model's own text."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in RANDOM_PROMPT_LENGTHS]
+    pattern = [rng.randrange(vocab) for _ in range(REPEAT_PATTERN_LEN)]
+    prompts.append(pattern * REPEAT_TIMES)
+    start = [rng.randrange(vocab) for _ in range(SELF_SEED_LEN)]
+    prompts.append(start + greedy(model, start, SELF_GREEDY_LEN, device))
+    return prompts
+
+
+def save(model, directory):
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(directory), safe_serialization=True)
+
+
+def make_family(family, configs, out, seed, device):
+    target_config = load_config(configs / f"{family}-tiny.json")
+    draft_path = configs / f"{family}-tiny-draft.json"
+    target = build_model(target_config, device)
+    randomize(target, target_config.initializer_range, seed, device)
+    save(target, out / family)
+
+    prompts = make_prompts(target, target_config.vocab_size, seed, device)
+    (out / family / "prompts.txt").write_text(
+        "".join(" ".join(map(str, p)) + "\n" for p in prompts))
+
+    entry = {"target": str(out / family), "prompts": [len(p) for p in prompts],
+             "parameters": sum(p.numel() for p in target.parameters())}
+    if draft_path.exists():
+        draft = make_draft(target, load_config(draft_path), device)
+        save(draft, out / f"{family}-draft")
+        entry["draft"] = str(out / f"{family}-draft")
+        del draft
+    del target
+    torch.cuda.empty_cache()
+    return entry
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=Path,
+                        default=Path(__file__).resolve().parent / "configs")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--families", default="",
+                        help="comma-separated subset (default: every *-tiny.json)")
+    parser.add_argument("--seed", type=int, default=20260101)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+
+    families = [f for f in args.families.split(",") if f] or sorted(
+        p.name[: -len("-tiny.json")] for p in args.configs.glob("*-tiny.json"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest = {"torch": torch.__version__, "transformers": transformers.__version__,
+                "seed": args.seed, "families": {}}
+    for family in families:
+        # A seed per family from its name, so a subset rebuilds the same weights.
+        seed = args.seed + zlib.crc32(family.encode()) % 100000
+        entry = make_family(family, args.configs, args.out, seed, args.device)
+        manifest["families"][family] = entry
+        print(f"{family}: {entry['parameters']:,} parameters, prompts {entry['prompts']}",
+              flush=True)
+    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

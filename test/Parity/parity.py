@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""The truth test: Kiln's compiled models generate Hugging Face transformers' greedy tokens.
+
+For every family built by make_models.py:
+  reference   transformers, one prompt at a time, no padding: a greedy loop of plain
+              forward calls with a KV cache (what greedy `generate` does; it is
+              cross-checked against `generate` itself). Per prompt and not batched,
+              because a left-padded batch changes the reference's own numerics (masked
+              rows, shifted positions) while Kiln's batch is ragged and unpadded.
+              Recorded: the tokens, the logits of every step, and so the top-1/top-2
+              margin of every step.
+  kiln-run    every prompt in one batch, in these modes:
+              nospec     <family>-nospec.so: tokens, prefill logits, memory
+              tf         <family>-nospec.so --teacher-forced (the reference's tokens)
+              ngram      <family>-ngram.so --spec ngram:4
+              draft      <family>-draft.so + the 1-layer draft model --spec draft:4
+              selfdraft  <family>-draft.so + the target itself as draft (nearly every
+                         draft accepted: the full-accept path, where `draft` mostly
+                         rejects)
+Checks (one line per family and mode, PASS or FAIL with the numbers):
+  tokens     identical to the reference for --max-new-tokens on every prompt; a first
+             difference at a step whose reference top-1/top-2 margin is under the bf16
+             tolerance, with Kiln's token within that tolerance of the reference's top
+             logit, is a near-tie: counted and reported, and that prompt's comparison
+             stops there (the texts diverge after it).
+  logits     prefill logits at each prompt's last token: ||k - r|| / ||r|| <= --logit-rtol.
+  tf         teacher-forced argmax: every disagreement must be at a near-tie step.
+  lossless   speculative outputs == the nospec outputs exactly (Kiln against Kiln).
+  memory     used device bytes within --mem-rtol of the planned bytes.
+A kiln-run failure is a FAIL with its stderr shown; the other cases still run. The
+summary goes to OUT/parity.json; the exit status is 1 if anything failed.
+
+Usage: python3 test/Parity/parity.py --models DIR --so-dir .carry/models \
+           --kiln-run BUILD/bin/kiln-run --lib-dir BUILD/lib --out OUT
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_models import build_model  # noqa: E402  (same folder; one way to load)
+
+ALL_MODES = ["nospec", "tf", "ngram", "draft", "selfdraft"]
+SPEC_MODES = {"ngram", "draft", "selfdraft"}
+DRAFT_LEN = 4
+
+
+# ----------------------------------------------------------------------------------------
+# Reference
+# ----------------------------------------------------------------------------------------
+
+def bf16_ulp(x):
+    """The spacing of bf16 numbers (8 significant bits) at magnitude x."""
+    x = abs(x)
+    return 2.0 ** (math.floor(math.log2(x)) - 7) if x > 0 else 2.0 ** -133
+
+
+def load_reference_model(model_dir, device):
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(str(model_dir))
+    model = build_model(config, device)
+    from safetensors.torch import load_file
+    state = {}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        state.update(load_file(str(path), device=device))
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+@torch.no_grad()
+def greedy_with_logits(model, prompt, count, device):
+    """Greedy tokens and the float32 logits of every step (step i predicts token i)."""
+    out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+    tokens, logits = [], []
+    for i in range(count):
+        step = out.logits[0, -1].float()
+        logits.append(step)
+        tokens.append(int(torch.argmax(step)))
+        if i + 1 < count:
+            out = model(input_ids=torch.tensor([[tokens[-1]]], device=device),
+                        past_key_values=out.past_key_values, use_cache=True)
+    return tokens, torch.stack(logits)
+
+
+@torch.no_grad()
+def generate_tokens(model, prompt, count, device):
+    """transformers' own greedy generate, to check that the loop above is the same."""
+    import copy
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample = False
+    config.max_new_tokens = count
+    config.min_new_tokens = None
+    config.eos_token_id = None   # random weights: never stop early
+    config.pad_token_id = 0
+    ids = torch.tensor([prompt], device=device)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    return out[0, len(prompt):].tolist()
+
+
+def reference(model_dir, prompts, count, args):
+    """Per prompt: tokens, step logits, margins and near-tie tolerances."""
+    model = load_reference_model(model_dir, args.device)
+    result = {"tokens": [], "logits": [], "margin": [], "tol": [], "generate_check": "ok"}
+    for prompt in prompts:
+        tokens, logits = greedy_with_logits(model, prompt, count, args.device)
+        top2 = torch.topk(logits, 2, dim=-1).values.cpu()
+        margin = (top2[:, 0] - top2[:, 1]).tolist()
+        tol = [max(args.tie_floor, args.tie_ulps * bf16_ulp(t)) for t in top2[:, 0].tolist()]
+        result["tokens"].append(tokens)
+        result["logits"].append(logits.cpu())
+        result["margin"].append(margin)
+        result["tol"].append(tol)
+        if result["generate_check"] == "ok":
+            try:
+                generated = generate_tokens(model, prompt, count, args.device)
+                if generated != tokens:
+                    result["generate_check"] = (
+                        f"differs on a {len(prompt)}-token prompt at step "
+                        f"{first_difference(generated, tokens)}")
+            except Exception as error:  # only a cross-check: report, don't stop
+                result["generate_check"] = f"skipped: {type(error).__name__}: {error}"[:200]
+    del model
+    torch.cuda.empty_cache()
+    return result
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+# ----------------------------------------------------------------------------------------
+# Running kiln-run
+# ----------------------------------------------------------------------------------------
+
+def kiln_env(lib_dirs):
+    env = dict(os.environ)
+    paths = [str(d) for d in lib_dirs] + [env.get("LD_LIBRARY_PATH", "")]
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in paths if p)
+    return env
+
+
+def mode_command(mode, family, work, args):
+    """kiln-run's arguments for one mode, or a reason why it cannot run."""
+    so = {"nospec": "nospec", "tf": "nospec", "ngram": "ngram",
+          "draft": "draft", "selfdraft": "draft"}[mode]
+    model_so = args.so_dir / f"{family}-{so}.so"
+    cmd = [str(args.kiln_run), str(model_so), "--weights", str(args.models / family),
+           "--prompts", str(work / "prompts.txt"),
+           "--max-new-tokens", str(args.max_new_tokens),
+           "--json", str(work / f"{mode}.json")]
+    needed = [model_so]
+    if mode == "nospec":
+        cmd += ["--logits", str(work / f"{mode}.logits.bin")]
+    elif mode == "tf":
+        cmd += ["--teacher-forced", str(work / "continuations.json")]
+    elif mode == "ngram":
+        cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
+    elif mode == "draft":
+        draft_so = args.so_dir / f"{family}-draftmodel.so"
+        needed.append(draft_so)
+        cmd += ["--draft-model", str(draft_so),
+                "--draft-weights", str(args.models / f"{family}-draft"),
+                "--spec", f"draft:{DRAFT_LEN}"]
+    elif mode == "selfdraft":
+        # A copy under another name: the same path would be one dlopen handle, and the
+        # draft must be a model of its own even if it is the target's code.
+        source = args.so_dir / f"{family}-nospec.so"
+        needed.append(source)
+        draft_so = work / f"{family}-selfdraft.so"
+        if source.exists():
+            shutil.copyfile(source, draft_so)
+        cmd += ["--draft-model", str(draft_so), "--draft-weights", str(args.models / family),
+                "--spec", f"draft:{DRAFT_LEN}"]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        return None, "missing " + ", ".join(missing) + " (run scripts/gpu-prepare.sh)"
+    return cmd, None
+
+
+def run_kiln(cmd, env, log_path, timeout):
+    """Run kiln-run; its JSON result, or an error message with the end of its stderr."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        log_path.write_text(f"$ {' '.join(cmd)}\ntimed out after {timeout} s\n"
+                            f"{error.stderr or ''}")
+        return None, f"timed out after {timeout} s"
+    except OSError as error:
+        return None, f"cannot start: {error}"
+    log_path.write_text(f"$ {' '.join(cmd)}\nexit {proc.returncode}\n--- stdout\n"
+                        f"{proc.stdout}\n--- stderr\n{proc.stderr}")
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
+        return None, f"exit {proc.returncode}:\n{tail}"
+    json_path = Path(cmd[cmd.index("--json") + 1])
+    try:
+        return json.loads(json_path.read_text()), None
+    except (OSError, ValueError) as error:
+        return None, f"exit 0 but no readable --json output: {error}"
+
+
+# ----------------------------------------------------------------------------------------
+# Checks: each returns (ok, summary text, details for the JSON)
+# ----------------------------------------------------------------------------------------
+
+def generated_tokens(outputs, prompts):
+    """kiln-run's outputs are the new tokens; strip an echoed prompt if there is one."""
+    cleaned = []
+    for out, prompt in zip(outputs, prompts):
+        if len(out) > len(prompt) and out[: len(prompt)] == prompt:
+            out = out[len(prompt):]
+        cleaned.append(out)
+    return cleaned
+
+
+def check_tokens(kiln, ref, count):
+    """Greedy tokens against the reference, near-ties allowed (see the module doc)."""
+    failures, near_ties, agreed = [], [], 0
+    if len(kiln) != len(ref["tokens"]):
+        return False, f"{len(kiln)} outputs for {len(ref['tokens'])} prompts", {}
+    for p, (got, want) in enumerate(zip(kiln, ref["tokens"])):
+        if len(got) < count:
+            failures.append({"prompt": p, "error": f"{len(got)} tokens, want {count}"})
+            continue
+        i = first_difference(got[:count], want)
+        agreed += i
+        if i == count:
+            continue
+        margin, tol = ref["margin"][p][i], ref["tol"][p][i]
+        step_logits = ref["logits"][p][i]
+        gap = float(step_logits.max() - step_logits[got[i]]) if got[i] < len(step_logits) \
+            else float("inf")
+        record = {"prompt": p, "step": i, "kiln": got[i], "reference": want[i],
+                  "ref_margin": round(margin, 4), "kiln_token_gap": round(gap, 4),
+                  "tol": tol}
+        (near_ties if margin < tol and gap <= tol else failures).append(record)
+    ok = not failures
+    text = f"tokens {len(kiln) - len(failures)}/{len(kiln)} prompts, near-ties {len(near_ties)}"
+    if failures:
+        first = failures[0]
+        text += (f", first bad: prompt {first['prompt']} " +
+                 (first["error"] if "error" in first else
+                  f"step {first['step']} kiln {first['kiln']} ref {first['reference']} "
+                  f"(ref margin {first['ref_margin']}, kiln token {first['kiln_token_gap']} "
+                  f"below top)"))
+    return ok, text, {"near_ties": near_ties, "failures": failures,
+                      "agreed_tokens": agreed}
+
+
+def check_logits(path, ref, vocab, rtol):
+    """Prefill logits (float32 [prompts, vocab]) against the reference's first step."""
+    prompts = len(ref["logits"])
+    try:
+        data = torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.float32)
+    except OSError as error:
+        return False, f"logits: {error}", {}
+    if data.numel() != prompts * vocab:
+        return False, f"logits: {data.numel()} floats, want {prompts}x{vocab}", {}
+    kiln = data.view(prompts, vocab)
+    errors, argmax_agree = [], 0
+    for p in range(prompts):
+        want = ref["logits"][p][0]
+        errors.append(float((kiln[p] - want).norm() / want.norm()))
+        argmax_agree += int(torch.argmax(kiln[p]) == torch.argmax(want))
+    worst = max(errors)
+    ok = worst <= rtol and all(math.isfinite(e) for e in errors)
+    return ok, f"logits max rel err {worst:.2e} (argmax {argmax_agree}/{prompts})", \
+        {"rel_err": errors, "argmax_agree": argmax_agree}
+
+
+def check_teacher_forced(result, ref, count):
+    tf = result.get("teacher_forced")
+    if not isinstance(tf, dict):
+        return False, "no teacher_forced in kiln-run's JSON", {}
+    positions, agree = tf.get("positions", 0), tf.get("agree", 0)
+    prompts = len(ref["tokens"])
+    bad, ties = [], 0
+    # pos counts in the continuation: pos i is the argmax that should be token i.
+    for p, pos in tf.get("mismatch_positions", []):
+        if not (0 <= p < prompts and 0 <= pos < count):
+            bad.append([p, pos, "out of range"])
+        elif ref["margin"][p][pos] < ref["tol"][p][pos]:
+            ties += 1
+        else:
+            bad.append([p, pos, round(ref["margin"][p][pos], 4)])
+    enough = positions >= prompts * (count - 1)
+    ok = not bad and enough
+    text = f"teacher-forced {agree}/{positions} agree, near-ties {ties}"
+    if not enough:
+        text += f", only {positions} positions (want {prompts * count})"
+    if bad:
+        text += f", {len(bad)} disagreements above tolerance (first {bad[0]})"
+    return ok, text, {"positions": positions, "agree": agree, "near_ties": ties,
+                      "bad": bad}
+
+
+def check_lossless(kiln, nospec, count):
+    diffs = [[p, first_difference(a[:count], b[:count])]
+             for p, (a, b) in enumerate(zip(kiln, nospec)) if a[:count] != b[:count]]
+    text = "lossless" if not diffs else f"NOT lossless: {len(diffs)} prompts differ " \
+        f"from nospec (first [prompt, step] {diffs[0]})"
+    return not diffs, text, {"differs": diffs}
+
+
+def check_memory(result, rtol):
+    planned, used = result.get("planned_device_bytes"), result.get("used_device_bytes")
+    if not planned or used is None:
+        return False, "no planned/used device bytes in kiln-run's JSON", {}
+    rel = abs(used - planned) / planned
+    return rel <= rtol, f"mem used/planned {used}/{planned} ({100 * rel:.2f}%)", \
+        {"planned": planned, "used": used, "rel": rel}
+
+
+# ----------------------------------------------------------------------------------------
+# One family
+# ----------------------------------------------------------------------------------------
+
+def evaluate_mode(mode, result, ref, prompts, nospec_tokens, work, vocab, args):
+    """All checks of one successful kiln-run; (ok, text, details)."""
+    checks = []
+    count = args.max_new_tokens
+    if mode == "tf":
+        checks.append(("tf", check_teacher_forced(result, ref, count)))
+    else:
+        tokens = generated_tokens(result.get("outputs", []), prompts)
+        checks.append(("tokens", check_tokens(tokens, ref, count)))
+        if mode == "nospec":
+            checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
+                                                  args.logit_rtol)))
+        elif nospec_tokens is not None:
+            checks.append(("lossless", check_lossless(tokens, nospec_tokens, count)))
+        else:
+            checks.append(("lossless", (False, "lossless unchecked: no nospec outputs", {})))
+    checks.append(("memory", check_memory(result, args.mem_rtol)))
+    ok = all(c[1][0] for c in checks)
+    text = "; ".join(c[1][1] for c in checks)
+    rate = result.get("decode_tokens_per_s")
+    if mode in SPEC_MODES and result.get("acceptance_rate") is not None:
+        text += f"; acceptance {result['acceptance_rate']:.2f}"
+    if rate:
+        text += f"; decode {rate:.0f} tok/s"
+    details = {name: {"ok": c[0], "text": c[1], **c[2]} for name, c in checks}
+    return ok, text, details
+
+
+def run_family(family, args, out, env):
+    """Reference, then every mode; a list of (mode, ok, text, details)."""
+    model_dir = args.models / family
+    prompts = [[int(t) for t in line.split()]
+               for line in (model_dir / "prompts.txt").read_text().splitlines() if line.strip()]
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    work = out / family
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prompts.txt").write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
+
+    ref = reference(model_dir, prompts, args.max_new_tokens, args)
+    # kiln-run --teacher-forced reads continuations.json; reference.json keeps the rest.
+    (work / "continuations.json").write_text(json.dumps({"continuations": ref["tokens"]}) + "\n")
+    (work / "reference.json").write_text(json.dumps({
+        "continuations": ref["tokens"], "margins": ref["margin"], "tolerances": ref["tol"],
+        "generate_check": ref["generate_check"]}) + "\n")
+    first_step = torch.stack([logits[0] for logits in ref["logits"]])
+    (work / "reference.logits.bin").write_bytes(first_step.numpy().tobytes())
+    small = sum(m < t for ms, ts in zip(ref["margin"], ref["tol"]) for m, t in zip(ms, ts))
+    steps = sum(len(m) for m in ref["margin"])
+    print(f"  {family} reference: {len(prompts)} prompts {[len(p) for p in prompts]}, "
+          f"{small}/{steps} steps under the near-tie tolerance, generate cross-check "
+          f"{ref['generate_check']}", flush=True)
+
+    rows, nospec_tokens = [], None
+    for mode in args.modes:
+        cmd, error = mode_command(mode, family, work, args)
+        result = None
+        if cmd:
+            result, error = run_kiln(cmd, env, work / f"{mode}.log", args.timeout)
+        if result is None:
+            rows.append((mode, False, f"kiln-run failed: {error}", {"error": error}))
+            continue
+        if mode == "nospec":
+            nospec_tokens = generated_tokens(result.get("outputs", []), prompts)
+        ok, text, details = evaluate_mode(mode, result, ref, prompts, nospec_tokens, work,
+                                          vocab, args)
+        details["kiln_run"] = {k: v for k, v in result.items() if k != "outputs"}
+        rows.append((mode, ok, text, details))
+    return rows, {"prompts": [len(p) for p in prompts], "near_tie_steps": small,
+                  "steps": steps, "generate_check": ref["generate_check"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, required=True, help="make_models.py --out")
+    parser.add_argument("--so-dir", type=Path, required=True, help="the compiled .so's")
+    parser.add_argument("--kiln-run", type=Path, required=True)
+    parser.add_argument("--lib-dir", type=Path, action="append", default=[],
+                        help="where libkiln_runtime.so is (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/kiln-gpu-out")))
+    parser.add_argument("--families", default="", help="comma-separated (default: all built)")
+    parser.add_argument("--modes", default=",".join(ALL_MODES))
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--logit-rtol", type=float, default=2e-2)
+    parser.add_argument("--mem-rtol", type=float, default=0.01)
+    parser.add_argument("--tie-ulps", type=float, default=2.0,
+                        help="near-tie tolerance in bf16 ulps of the top logit")
+    parser.add_argument("--tie-floor", type=float, default=0.05,
+                        help="near-tie tolerance floor (absolute logit units)")
+    parser.add_argument("--timeout", type=int, default=180, help="seconds per kiln-run")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    unknown = set(args.modes) - set(ALL_MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; known: {ALL_MODES}")
+    families = [f for f in args.families.split(",") if f] or sorted(
+        p.parent.name for p in args.models.glob("*/prompts.txt"))
+    out = args.out / "parity"
+    out.mkdir(parents=True, exist_ok=True)
+    env = kiln_env(args.lib_dir)
+
+    summary = {"max_new_tokens": args.max_new_tokens, "families": {}}
+    failed = 0
+    for family in families:
+        try:
+            rows, info = run_family(family, args, out, env)
+        except Exception as error:  # the reference itself broke: report, go on
+            rows, info = [("reference", False, f"{type(error).__name__}: {error}", {})], {}
+        summary["families"][family] = {"reference": info, "modes": {}}
+        for mode, ok, text, details in rows:
+            failed += not ok
+            print(f"{'PASS' if ok else 'FAIL'} {family:8} {mode:9} {text}", flush=True)
+            summary["families"][family]["modes"][mode] = {"ok": ok, "text": text, **details}
+    summary["failed"] = failed
+    summary["pass"] = failed == 0
+    (args.out / "parity.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(f"parity: {'PASS' if failed == 0 else f'{failed} FAIL'} "
+          f"(summary {args.out / 'parity.json'})")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,715 @@
+// The safetensors reader and the manifest parser on good and hostile input. Each test
+// writes its files into a fresh temporary directory and removes it afterwards.
+#include "kiln/Runtime/Manifest.h"
+#include "kiln/Runtime/Safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+using kiln::weights::Dtype;
+using kiln::weights::SafetensorsIndex;
+using kiln::weights::TensorInfo;
+
+namespace {
+
+class TempDir {
+public:
+  TempDir() {
+    const char *base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/kiln-weights-XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()))
+      path_ = buf.data();
+  }
+  ~TempDir() {
+    if (!path_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(path_, ec);
+    }
+  }
+  const std::string &path() const { return path_; }
+  std::string operator/(const std::string &name) const { return path_ + "/" + name; }
+
+private:
+  std::string path_;
+};
+
+bool writeFile(const std::string &path, const std::string &bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return false;
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      ::close(fd);
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return ::close(fd) == 0;
+}
+
+std::string lengthPrefix(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+// A safetensors file: length, header, data.
+std::string safetensors(const std::string &header, const std::string &data) {
+  return lengthPrefix(header.size()) + header + data;
+}
+
+std::string pattern(size_t n, unsigned seed) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i)
+    out[i] = static_cast<char>((i * 131 + seed * 7 + 3) & 0xff);
+  return out;
+}
+
+// Tensor "a": BF16 [2, 3] (12 bytes), "b": F32 [4] (16 bytes), in that order.
+const char *kTwoTensors = R"({"__metadata__":{"format":"pt"},)"
+                          R"("a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},)"
+                          R"("b":{"dtype":"F32","shape":[4],"data_offsets":[12,28]}})";
+
+// Opens a single file holding `header` and `data`; returns the error ("" if it opened).
+std::string openError(const std::string &header, const std::string &data) {
+  TempDir dir;
+  std::string file = dir / "model.safetensors";
+  if (!writeFile(file, safetensors(header, data)))
+    return "test setup: cannot write " + file;
+  SafetensorsIndex index;
+  std::string error;
+  if (index.open(file, error)) {
+    EXPECT_TRUE(error.empty());
+    return "";
+  }
+  EXPECT_NE(error.find(file), std::string::npos) << "the error should name the file: " << error;
+  EXPECT_TRUE(index.tensors().empty());
+  return error;
+}
+
+void expectError(const std::string &error, const std::string &part) {
+  EXPECT_NE(error.find(part), std::string::npos) << "error: '" << error << "' lacks '" << part << "'";
+}
+
+TEST(Safetensors, DtypeNames) {
+  EXPECT_STREQ(kiln::weights::dtypeName(Dtype::bf16), "bf16");
+  EXPECT_STREQ(kiln::weights::dtypeName(Dtype::boolean), "bool");
+  EXPECT_STREQ(kiln::weights::dtypeName(Dtype::f8_e4m3), "f8_e4m3");
+  EXPECT_STREQ(kiln::weights::dtypeName(Dtype::unknown), "unknown");
+  EXPECT_EQ(kiln::weights::dtypeBytes(Dtype::bf16), 2u);
+  EXPECT_EQ(kiln::weights::dtypeBytes(Dtype::f64), 8u);
+  EXPECT_EQ(kiln::weights::dtypeBytes(Dtype::f8_e5m2), 1u);
+  EXPECT_EQ(kiln::weights::dtypeBytes(Dtype::unknown), 0u);
+}
+
+TEST(Safetensors, SingleFile) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  std::string header = kTwoTensors;
+  std::string data = pattern(28, 1);
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", safetensors(header, data)));
+
+  for (const std::string &path : {dir.path(), dir / "model.safetensors"}) {
+    SafetensorsIndex index;
+    std::string error;
+    ASSERT_TRUE(index.open(path, error)) << error;
+    ASSERT_EQ(index.tensors().size(), 2u);
+    const TensorInfo *a = index.find("a");
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->name, "a");
+    EXPECT_EQ(a->file, dir / "model.safetensors");
+    EXPECT_EQ(a->dtype, Dtype::bf16);
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(a->dataOffset, 8 + header.size());
+    EXPECT_EQ(a->bytes, 12u);
+    const TensorInfo *b = index.find("b");
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->dtype, Dtype::f32);
+    EXPECT_EQ(b->shape, (std::vector<int64_t>{4}));
+    EXPECT_EQ(b->dataOffset, 8 + header.size() + 12);
+    EXPECT_EQ(b->bytes, 16u);
+    EXPECT_EQ(index.tensors()[0].name, "a");
+    EXPECT_EQ(index.tensors()[1].name, "b");
+
+    std::string got(16, '\0');
+    ASSERT_TRUE(index.read(*b, got.data(), error)) << error;
+    EXPECT_EQ(got, data.substr(12, 16));
+  }
+}
+
+TEST(Safetensors, MissingTensor) {
+  TempDir dir;
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", safetensors(kTwoTensors, pattern(28, 1))));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  EXPECT_EQ(index.find("c"), nullptr);
+  EXPECT_EQ(index.find(""), nullptr);
+  // A TensorInfo the index does not know is refused by read().
+  TensorInfo stranger = *index.find("a");
+  stranger.name = "c";
+  char buf[12];
+  EXPECT_FALSE(index.read(stranger, buf, error));
+  expectError(error, "'c'");
+  // So is a copy whose offsets were changed.
+  TensorInfo moved = *index.find("a");
+  moved.dataOffset = 0;
+  EXPECT_FALSE(index.read(moved, buf, error));
+  expectError(error, "'a'");
+}
+
+TEST(Safetensors, Bf16RoundTrip) {
+  TempDir dir;
+  // bf16 values 1.0, -2.0, 0.5, NaN, and 252 patterned ones: 256 elements.
+  std::string data;
+  for (uint16_t bits : {uint16_t(0x3f80), uint16_t(0xc000), uint16_t(0x3f00), uint16_t(0x7fc1)}) {
+    data += static_cast<char>(bits & 0xff);
+    data += static_cast<char>(bits >> 8);
+  }
+  data += pattern(504, 9);
+  std::string header = R"({"w":{"dtype":"BF16","shape":[16,16],"data_offsets":[0,512]}})";
+  header.append(8 - (8 + header.size()) % 8, ' ');  // padded, as writers align the data
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", safetensors(header, data)));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  const TensorInfo *w = index.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dataOffset % 8, 0u);
+  std::vector<uint16_t> values(256);
+  ASSERT_TRUE(index.read(*w, values.data(), error)) << error;
+  EXPECT_EQ(std::memcmp(values.data(), data.data(), 512), 0);
+  EXPECT_EQ(values[0], 0x3f80);
+  EXPECT_EQ(values[1], 0xc000);
+  EXPECT_EQ(values[3], 0x7fc1);
+}
+
+TEST(Safetensors, EmptyAndScalarTensors) {
+  TempDir dir;
+  std::string header = R"({"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]},)"
+                       R"("z":{"dtype":"I32","shape":[0,7],"data_offsets":[8,8]},)"
+                       R"("f":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[8,11]}})";
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", safetensors(header, pattern(11, 2))));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  ASSERT_NE(index.find("s"), nullptr);
+  EXPECT_TRUE(index.find("s")->shape.empty());
+  EXPECT_EQ(index.find("z")->bytes, 0u);
+  EXPECT_TRUE(index.read(*index.find("z"), nullptr, error)) << error;
+  EXPECT_EQ(index.find("f")->dtype, Dtype::f8_e4m3);
+}
+
+TEST(Safetensors, Sharded) {
+  TempDir dir;
+  std::string h1 = R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},)"
+                   R"("c":{"dtype":"I8","shape":[3],"data_offsets":[4,7]},)"
+                   R"("extra":{"dtype":"U8","shape":[1],"data_offsets":[7,8]}})";
+  std::string h2 = R"({"b":{"dtype":"F16","shape":[1,2],"data_offsets":[0,4]}})";
+  std::string d1 = pattern(8, 3), d2 = pattern(4, 4);
+  ASSERT_TRUE(writeFile(dir / "model-00001-of-00002.safetensors", safetensors(h1, d1)));
+  ASSERT_TRUE(writeFile(dir / "model-00002-of-00002.safetensors", safetensors(h2, d2)));
+  ASSERT_TRUE(writeFile(dir / "model.safetensors.index.json",
+                        R"({"metadata": {"total_size": 11, "nested": {"x": [1, 2.5e3, null, true]}},
+                            "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                           "b": "model-00002-of-00002.safetensors",
+                                           "c": "model-00001-of-00002.safetensors"}})"));
+  for (const std::string &path : {dir.path(), dir / "model.safetensors.index.json"}) {
+    SafetensorsIndex index;
+    std::string error;
+    ASSERT_TRUE(index.open(path, error)) << error;
+    ASSERT_EQ(index.tensors().size(), 3u);  // "extra" is not in the weight_map
+    EXPECT_EQ(index.tensors()[0].name, "a");
+    EXPECT_EQ(index.tensors()[1].name, "b");
+    EXPECT_EQ(index.tensors()[2].name, "c");
+    EXPECT_EQ(index.find("extra"), nullptr);
+    const TensorInfo *a = index.find("a"), *b = index.find("b"), *c = index.find("c");
+    ASSERT_TRUE(a && b && c);
+    EXPECT_EQ(a->file, dir / "model-00001-of-00002.safetensors");
+    EXPECT_EQ(b->file, dir / "model-00002-of-00002.safetensors");
+    EXPECT_EQ(b->dtype, Dtype::f16);
+    EXPECT_EQ(b->shape, (std::vector<int64_t>{1, 2}));
+    std::string got(4, '\0');
+    ASSERT_TRUE(index.read(*b, got.data(), error)) << error;
+    EXPECT_EQ(got, d2);
+    got.assign(3, '\0');
+    ASSERT_TRUE(index.read(*c, got.data(), error)) << error;
+    EXPECT_EQ(got, d1.substr(4, 3));
+  }
+
+  // Moving an index keeps its files open; re-opening replaces its contents.
+  SafetensorsIndex first;
+  std::string error;
+  ASSERT_TRUE(first.open(dir.path(), error)) << error;
+  SafetensorsIndex second(std::move(first));
+  std::string got(4, '\0');
+  ASSERT_TRUE(second.read(*second.find("b"), got.data(), error)) << error;
+  EXPECT_FALSE(second.open(dir / "nonexistent", error));
+  EXPECT_TRUE(second.tensors().empty());
+}
+
+TEST(Safetensors, ShardedErrors) {
+  std::string h1 = R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})";
+  auto openWith = [&](const std::string &indexJson) {
+    TempDir dir;
+    EXPECT_TRUE(writeFile(dir / "s1.safetensors", safetensors(h1, pattern(4, 5))));
+    EXPECT_TRUE(writeFile(dir / "model.safetensors.index.json", indexJson));
+    SafetensorsIndex index;
+    std::string error;
+    EXPECT_FALSE(index.open(dir.path(), error));
+    expectError(error, dir / "model.safetensors.index.json");
+    EXPECT_TRUE(index.tensors().empty());
+    return error;
+  };
+  // A shard that does not exist.
+  std::string e = openWith(R"({"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}})");
+  expectError(e, "'s2.safetensors'");
+  expectError(e, "'b'");
+  expectError(e, "No such file");
+  // A tensor its shard does not hold.
+  e = openWith(R"({"weight_map":{"a":"s1.safetensors","zz":"s1.safetensors"}})");
+  expectError(e, "'zz'");
+  expectError(e, "'s1.safetensors'");
+  expectError(e, "does not hold it");
+  // Shard names that leave the directory.
+  e = openWith(R"({"weight_map":{"a":"../s1.safetensors"}})");
+  expectError(e, "'../s1.safetensors'");
+  expectError(e, "not a plain file name");
+  e = openWith(R"({"weight_map":{"a":"/etc/passwd"}})");
+  expectError(e, "not a plain file name");
+  e = openWith(R"({"weight_map":{"a":".."}})");
+  expectError(e, "not a plain file name");
+  e = openWith(R"({"weight_map":{"a":"s1.safetensors\u0000x"}})");
+  expectError(e, "not a plain file name");
+  // Malformed or incomplete indexes.
+  e = openWith(R"({"metadata":{}})");
+  expectError(e, "no \"weight_map\"");
+  e = openWith(R"({"weight_map":{"a":"s1.safetensors","a":"s1.safetensors"}})");
+  expectError(e, "twice");
+  e = openWith(R"({"weight_map":{"a":3}})");
+  expectError(e, "expected a string");
+  e = openWith(R"({"weight_map":{"a":"s1.safetensors"})");
+  expectError(e, "at byte");
+  e = openWith("[]");
+  expectError(e, "JSON object");
+  e = openWith(R"({"metadata":)" + std::string(10000, '[') + R"(, "weight_map":{}})");
+  expectError(e, "nesting deeper than 64 levels");
+  // A shard whose header is bad: the error names the shard and the index.
+  {
+    TempDir dir;
+    ASSERT_TRUE(writeFile(dir / "s1.safetensors", safetensors(R"({"a":{"dtype":"X"}})", "")));
+    ASSERT_TRUE(writeFile(dir / "model.safetensors.index.json", R"({"weight_map":{"a":"s1.safetensors"}})"));
+    SafetensorsIndex index;
+    std::string error;
+    EXPECT_FALSE(index.open(dir.path(), error));
+    expectError(error, dir / "s1.safetensors");
+    expectError(error, "missing \"shape\"");
+  }
+}
+
+TEST(Safetensors, NoCheckpoint) {
+  TempDir dir;
+  SafetensorsIndex index;
+  std::string error;
+  EXPECT_FALSE(index.open(dir.path(), error));
+  expectError(error, "neither model.safetensors nor model.safetensors.index.json");
+  EXPECT_FALSE(index.open(dir / "missing.safetensors", error));
+  expectError(error, "missing.safetensors");
+  // A FIFO must not hang the open.
+  ASSERT_EQ(::mkfifo((dir / "fifo.safetensors").c_str(), 0600), 0);
+  EXPECT_FALSE(index.open(dir / "fifo.safetensors", error));
+  expectError(error, "not a regular file");
+  // A directory named model.safetensors.
+  ASSERT_EQ(::mkdir((dir / "model.safetensors").c_str(), 0700), 0);
+  EXPECT_FALSE(index.open(dir.path(), error));
+  expectError(error, "not a regular file");
+}
+
+TEST(Safetensors, TruncatedFiles) {
+  // Data shorter than the header's offsets.
+  std::string e = openError(kTwoTensors, pattern(20, 1));
+  expectError(e, "tensor 'b'");
+  expectError(e, "run past the data buffer (20 bytes)");
+  // Shorter than the 8-byte length.
+  TempDir dir;
+  ASSERT_TRUE(writeFile(dir / "tiny.safetensors", "\x05\x00\x00"));
+  SafetensorsIndex index;
+  std::string error;
+  EXPECT_FALSE(index.open(dir / "tiny.safetensors", error));
+  expectError(error, "too small");
+  ASSERT_TRUE(writeFile(dir / "empty.safetensors", ""));
+  EXPECT_FALSE(index.open(dir / "empty.safetensors", error));
+  expectError(error, "too small");
+}
+
+TEST(Safetensors, HeaderLengthLargerThanFile) {
+  TempDir dir;
+  std::string header = kTwoTensors;
+  std::string bytes = lengthPrefix(header.size() + 100) + header;
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", bytes));
+  SafetensorsIndex index;
+  std::string error;
+  EXPECT_FALSE(index.open(dir.path(), error));
+  expectError(error, "header length");
+  expectError(error, "larger than the rest of the file");
+  // An absurd length (2^64 - 1) on a small file, and a huge one on a sparse file.
+  ASSERT_TRUE(writeFile(dir / "model.safetensors", lengthPrefix(~uint64_t(0)) + header));
+  EXPECT_FALSE(index.open(dir.path(), error));
+  expectError(error, "larger than the rest of the file");
+  int fd = ::open((dir / "model.safetensors").c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  std::string prefix = lengthPrefix(200u * 1000 * 1000);
+  ASSERT_EQ(::write(fd, prefix.data(), 8), 8);
+  bool sparse = ::ftruncate(fd, 300 * 1000 * 1000) == 0;
+  ::close(fd);
+  if (sparse) {
+    EXPECT_FALSE(index.open(dir.path(), error));
+    expectError(error, "exceeds the limit of 100000000 bytes");
+  }
+}
+
+TEST(Safetensors, MalformedJson) {
+  const char *cases[][2] = {
+      {"", "JSON object"},
+      {"[]", "JSON object"},
+      {"{", "expected a string key or '}'"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", "expected ',' or '}'"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},})", "expected a string key after ','"},
+      {R"({"a":{"dtype":"F32","shape":[1,],"data_offsets":[0,4]}})", "expected a value after ','"},
+      {R"({"a":{"dtype":"F32" "shape":[1],"data_offsets":[0,4]}})", "expected ',' or '}'"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x)", "unexpected text after"},
+      {R"({"a":{"dtype":"F\x32","shape":[1],"data_offsets":[0,4]}})", "invalid escape"},
+      {R"({"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})", "leading zero"},
+      {R"({"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})", "fraction or exponent"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":tru}})", "invalid literal"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1e}})", "exponent"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":"\ud800"}})", "high surrogate"},
+      {"{\"a\xff\":{}}", "invalid UTF-8"},
+      {"{\"a\n\":{}}", "control character"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551616]}})", "does not fit in 64 bits"},
+      {R"({"a":"F32"})", "expected an object"},
+      {R"({"__metadata__":{"k":1}})", "expected a string"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+       "appears twice"},
+      {R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "\"dtype\" appears twice"},
+      {R"({"a":{"dtype":"F32","shape":[1]}})", "missing \"data_offsets\""},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", "exactly two"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}})", "exactly two"},
+      {R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "negative"},
+      {R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})", "too large"},
+      {R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", "expected a string"},
+      {R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "empty name"},
+  };
+  for (auto &c : cases) {
+    SCOPED_TRACE(c[0]);
+    std::string e = openError(c[0], pattern(4, 0));
+    EXPECT_FALSE(e.empty());
+    expectError(e, c[1]);
+  }
+  // Unicode escapes and raw UTF-8 in names are fine; unknown fields are skipped.
+  TempDir dir;
+  ASSERT_TRUE(writeFile(dir / "model.safetensors",
+                        safetensors(R"({"\u00e9\ud83d\ude00\u00e9\/":{"dtype":"F32","shape":[1],"data_offsets":[0,4],)"
+                                    R"("extra":{"k":[1,-2.5E+3,"s",false,null]}}})",
+                                    pattern(4, 0))));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  EXPECT_NE(index.find("\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9/"), nullptr);
+}
+
+TEST(Safetensors, DeepNesting) {
+  std::string e = openError(std::string(10000, '['), "");
+  expectError(e, "JSON object");
+  e = openError(std::string(10000, '{'), "");
+  expectError(e, "header");
+  e = openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":)" + std::string(10000, '[') +
+                    std::string(10000, ']') + "}}",
+                pattern(4, 0));
+  expectError(e, "nesting deeper than 64 levels");
+  e = openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":)" + std::string(100000, '{'),
+                pattern(4, 0));
+  expectError(e, "header");
+  // 60 levels are fine.
+  EXPECT_EQ(openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":)" + std::string(60, '[') +
+                          std::string(60, ']') + "}}",
+                      pattern(4, 0)),
+            "");
+}
+
+TEST(Safetensors, BadOffsets) {
+  std::string e = openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", pattern(4, 0));
+  expectError(e, "run past the data buffer (4 bytes)");
+  e = openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", pattern(8, 0));
+  expectError(e, "end before they begin");
+  e = openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})",
+                pattern(8, 0));
+  expectError(e, "run past the data buffer");
+  // Overlapping tensors are allowed (the data is only read).
+  EXPECT_EQ(openError(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                      R"("b":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})",
+                      pattern(4, 0)),
+            "");
+}
+
+TEST(Safetensors, ShapeBytesMismatch) {
+  std::string e = openError(R"({"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}})", pattern(12, 0));
+  expectError(e, "tensor 'a'");
+  expectError(e, "hold 10 bytes, but the shape and dtype BF16 need 12");
+  e = openError(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", pattern(4, 0));
+  expectError(e, "overflows 64 bits");
+  e = openError(R"({"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,4]}})", pattern(4, 0));
+  expectError(e, "overflows 64 bits");
+  e = openError(R"({"a":{"dtype":"F32","shape":[1,,1],"data_offsets":[0,4]}})", pattern(4, 0));
+  expectError(e, "expected a non-negative integer");
+  std::string manyDims = "[";
+  for (int i = 0; i < 65; ++i)
+    manyDims += i ? ",1" : "1";
+  e = openError(R"({"a":{"dtype":"F32","shape":)" + manyDims + R"(],"data_offsets":[0,4]}})", pattern(4, 0));
+  expectError(e, "more than 64 dimensions");
+}
+
+TEST(Safetensors, UnknownDtype) {
+  std::string e = openError(R"({"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})", pattern(2, 0));
+  expectError(e, "tensor 'a'");
+  expectError(e, "unsupported dtype 'U16'");
+  e = openError(R"({"a":{"dtype":"bf16","shape":[1],"data_offsets":[0,2]}})", pattern(2, 0));
+  expectError(e, "unsupported dtype 'bf16'");
+}
+
+TEST(Safetensors, ReadAfterTruncation) {
+  TempDir dir;
+  std::string header = kTwoTensors;
+  std::string file = dir / "model.safetensors";
+  ASSERT_TRUE(writeFile(file, safetensors(header, pattern(28, 1))));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  ASSERT_EQ(::truncate(file.c_str(), static_cast<off_t>(8 + header.size() + 20)), 0);
+  char buf[16];
+  EXPECT_TRUE(index.read(*index.find("a"), buf, error)) << error;
+  EXPECT_FALSE(index.read(*index.find("b"), buf, error));
+  expectError(error, "tensor 'b'");
+  expectError(error, file);
+  expectError(error, "truncated");
+  // Replacing the file on disk does not affect the open index; removing it neither.
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  EXPECT_TRUE(index.read(*index.find("a"), buf, error)) << error;
+}
+
+TEST(Safetensors, OffsetsPast4GiB) {
+  // A sparse file of ~5 GiB whose one tensor sits at the end.
+  TempDir dir;
+  const uint64_t dataBytes = (uint64_t(5) << 30) + 16;
+  std::string header = R"({"pad":{"dtype":"U8","shape":[)" + std::to_string(dataBytes - 16) +
+                       R"(],"data_offsets":[0,)" + std::to_string(dataBytes - 16) +
+                       R"(]},"far":{"dtype":"I64","shape":[2],"data_offsets":[)" + std::to_string(dataBytes - 16) +
+                       "," + std::to_string(dataBytes) + "]}}";
+  std::string file = dir / "model.safetensors";
+  ASSERT_TRUE(writeFile(file, safetensors(header, "")));
+  int fd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  uint64_t size = 8 + header.size() + dataBytes;
+  std::string tail = pattern(16, 7);
+  bool ok = ::ftruncate(fd, static_cast<off_t>(size)) == 0 &&
+            ::pwrite(fd, tail.data(), 16, static_cast<off_t>(size - 16)) == 16;
+  ::close(fd);
+  if (!ok)
+    GTEST_SKIP() << "no room for a sparse 5 GiB file";
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  const TensorInfo *far = index.find("far");
+  ASSERT_NE(far, nullptr);
+  EXPECT_EQ(far->dataOffset, size - 16);
+  EXPECT_GT(far->dataOffset, uint64_t(1) << 32);
+  std::string got(16, '\0');
+  ASSERT_TRUE(index.read(*far, got.data(), error)) << error;
+  EXPECT_EQ(got, tail);
+}
+
+// ---- Manifest -------------------------------------------------------------------------
+
+using kiln::runtime::Manifest;
+using kiln::runtime::parseManifest;
+
+std::vector<std::string> validLines() {
+  return {
+      "kiln-model 1",
+      "name llama-tiny",
+      "vocab_size 1024",
+      "hidden_size 256",
+      "num_layers 2",
+      "max_batch 16",
+      "max_seq_len 512",
+      "page_size 64",
+      "kv_pages 128",
+      "max_step_tokens 2048",
+      "max_logit_rows 64",
+      "max_draft_len 3",
+      "weight_bytes 655872",
+      "cache_bytes 2097152",
+      "speculative_bytes 4096",
+      "activation_bytes 8388608",
+      "workspace_bytes 33554432",
+      "io_bytes 65536",
+      "weight model.embed_tokens.weight bf16 1024x256 0 524288",       // line 19
+      "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072",
+      "weight model.norm.weight f32 128 655360 512",                   // line 21
+      "weight empty.weight i32 0x4 655360 0",
+      "end",                                                           // line 23
+  };
+}
+
+std::string join(const std::vector<std::string> &lines) {
+  std::string out;
+  for (const std::string &l : lines)
+    out += l + "\n";
+  return out;
+}
+
+// Parses `lines` with line `line` (1-based) replaced by `text` (or erased if `text` is
+// null); expects an error naming `errorLine` and containing `part`.
+void expectManifestError(const std::vector<std::string> &lines, size_t errorLine, const std::string &part) {
+  Manifest m;
+  m.name = "untouched";
+  std::string error;
+  EXPECT_FALSE(parseManifest(join(lines), m, error));
+  expectError(error, "line " + std::to_string(errorLine) + ": ");
+  expectError(error, part);
+  EXPECT_EQ(m.name, "untouched");
+}
+
+std::vector<std::string> with(size_t line, const char *text) {
+  std::vector<std::string> lines = validLines();
+  if (text)
+    lines[line - 1] = text;
+  else
+    lines.erase(lines.begin() + static_cast<long>(line - 1));
+  return lines;
+}
+
+TEST(Manifest, Valid) {
+  Manifest m;
+  std::string error;
+  ASSERT_TRUE(parseManifest(join(validLines()), m, error)) << error;
+  EXPECT_EQ(m.name, "llama-tiny");
+  EXPECT_EQ(m.vocabSize, 1024);
+  EXPECT_EQ(m.hiddenSize, 256);
+  EXPECT_EQ(m.numLayers, 2);
+  EXPECT_EQ(m.maxBatch, 16);
+  EXPECT_EQ(m.maxSeqLen, 512);
+  EXPECT_EQ(m.pageSize, 64);
+  EXPECT_EQ(m.kvPages, 128);
+  EXPECT_EQ(m.maxStepTokens, 2048);
+  EXPECT_EQ(m.maxLogitRows, 64);
+  EXPECT_EQ(m.maxDraftLen, 3);
+  EXPECT_EQ(m.weightBytes, 655872u);
+  EXPECT_EQ(m.cacheBytes, 2097152u);
+  EXPECT_EQ(m.speculativeBytes, 4096u);
+  EXPECT_EQ(m.activationBytes, 8388608u);
+  EXPECT_EQ(m.workspaceBytes, 33554432u);
+  EXPECT_EQ(m.ioBytes, 65536u);
+  EXPECT_EQ(m.totalBytes(), 655872u + 2097152u + 8388608u + 33554432u + 65536u);
+  ASSERT_EQ(m.weights.size(), 4u);
+  EXPECT_EQ(m.weights[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(m.weights[0].dtype, "bf16");
+  EXPECT_EQ(m.weights[0].shape, (std::vector<int64_t>{1024, 256}));
+  EXPECT_EQ(m.weights[0].offset, 0u);
+  EXPECT_EQ(m.weights[0].bytes, 524288u);
+  EXPECT_EQ(m.weights[1].offset, 524288u);
+  EXPECT_EQ(m.weights[2].dtype, "f32");
+  EXPECT_EQ(m.weights[2].shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(m.weights[3].shape, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(m.weights[3].bytes, 0u);
+
+  // Without the final newline, too.
+  std::string text = join(validLines());
+  text.pop_back();
+  ASSERT_TRUE(parseManifest(text, m, error)) << error;
+
+  Manifest huge;
+  huge.weightBytes = ~uint64_t(0);
+  huge.ioBytes = 1;
+  EXPECT_EQ(huge.totalBytes(), ~uint64_t(0));
+}
+
+TEST(Manifest, Errors) {
+  expectManifestError(with(1, "kiln-model 2"), 1, "unsupported manifest version '2'");
+  expectManifestError(with(1, "hello"), 1, "kiln-model 1");
+  expectManifestError(with(5, "num_layerz 2"), 5, "unknown key 'num_layerz'");
+  expectManifestError(with(5, "num_layers -2"), 5, "num_layers: '-2' is negative");
+  expectManifestError(with(5, "num_layers 9223372036854775808"), 5, "too large");
+  expectManifestError(with(5, "num_layers 2x"), 5, "not a decimal number");
+  expectManifestError(with(5, "num_layers"), 5, "1 fields found");
+  expectManifestError(with(5, "num_layers  2"), 5, "empty field");
+  expectManifestError(with(5, "num_layers 2 "), 5, "empty field");
+  expectManifestError(with(5, "num_layers\t2"), 5, "control character");
+  expectManifestError(with(5, "num_layers 2\r"), 5, "carriage return");
+  expectManifestError(with(5, ""), 5, "empty line");
+  expectManifestError(with(5, "hidden_size 256"), 5, "duplicate 'hidden_size' (first on line 4)");
+  expectManifestError(with(5, "name other"), 5, "duplicate 'name'");
+  expectManifestError(with(5, "kiln-model 1"), 5, "only be the first line");
+  expectManifestError(with(5, nullptr), 22, "missing 'num_layers'");
+  expectManifestError(with(2, nullptr), 22, "missing 'name'");
+  expectManifestError(with(13, "weight_bytes 18446744073709551616"), 13, "does not fit in 64 bits");
+  expectManifestError(with(13, "weight_bytes 1000"), 19, "outside weight_bytes 1000");
+  expectManifestError(with(15, "speculative_bytes 4194304"), 15, "exceeds cache_bytes");
+  expectManifestError(with(16, "activation_bytes 18446744073709551615"), 23, "overflow 64 bits");
+  // Weights.
+  expectManifestError(with(21, "weight model.norm.weight f8 128 655360 512"), 21, "unknown dtype 'f8'");
+  expectManifestError(with(21, "weight model.norm.weight BF16 128 655360 256"), 21, "unknown dtype 'BF16'");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 655360 256"), 21, "is 512 bytes, not 256");
+  expectManifestError(with(21, "weight model.norm.weight f32 128x 655360 512"), 21, "dimension '' is empty");
+  expectManifestError(with(21, "weight model.norm.weight f32 -128 655360 512"), 21, "is negative");
+  expectManifestError(with(21, "weight model.norm.weight f32 12a8 655360 512"), 21, "not a decimal number");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 655361 512"), 21, "not 256-byte aligned");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 -5 512"), 21, "is negative");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 655360"), 21, "(5 fields found)");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 18446744073709551360 512"), 21,
+                      "offset + bytes overflows");
+  expectManifestError(with(21, "weight model.norm.weight f32 128 1048576 512"), 21, "outside weight_bytes");
+  expectManifestError(with(21, "weight model.embed_tokens.weight f32 128 655360 512"), 21,
+                      "duplicate weight 'model.embed_tokens.weight' (first on line 19)");
+  // Overflowing shapes.
+  expectManifestError(with(21, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 21, "overflows 64 bits");
+  expectManifestError(with(21, "weight model.norm.weight f32 9223372036854775807 655360 512"), 21, "overflows 64 bits");
+  expectManifestError(with(21, "weight model.norm.weight bf16 9223372036854775808 655360 512"), 21, "too large");
+  // Overlapping weights (named with both lines).
+  expectManifestError(with(21, "weight model.norm.weight f32 128 524544 512"), 21, "overlap (the other is on line 20)");
+  expectManifestError(with(19, "weight model.embed_tokens.weight bf16 1024x256 256 524288"), 20, "overlap");
+  // Structure.
+  expectManifestError(with(23, nullptr), 22, "no 'end' line");
+  expectManifestError(with(23, "end now"), 23, "takes the form 'end'");
+  {
+    std::vector<std::string> lines = validLines();
+    lines.push_back("vocab_size 2");
+    expectManifestError(lines, 24, "text after 'end' (line 23)");
+    lines.back() = "";
+    expectManifestError(lines, 24, "text after 'end'");
+  }
+  expectManifestError({}, 1, "empty manifest");
+  {
+    std::vector<std::string> lines = validLines();
+    lines[1] = "name llama\xff";
+    expectManifestError(lines, 2, "invalid UTF-8");
+  }
+}
+
+} // namespace
