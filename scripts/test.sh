@@ -13,7 +13,11 @@ echo "== lit =="
 /usr/lib/llvm-22/bin/lit -sv --xunit-xml-output "$results/lit.xml" "$build/test"
 
 echo "== ctest =="
-(cd "$build" && ctest --output-on-failure --output-junit "$results/ctest.xml")
+# Each gtest binary also writes its cases to $results/gtest/<binary>.xml, so the summary
+# counts individual gtest cases.
+mkdir -p "$results/gtest"
+(cd "$build" && GTEST_OUTPUT="xml:$results/gtest/" \
+   ctest --output-on-failure --output-junit "$results/ctest.xml")
 
 echo "== install + consumer project =="
 install_dir=$build/install
@@ -31,5 +35,5 @@ else
   echo "consumer project: FAIL"; tail -n 30 "$results/install.log" "$results/consumer.log"
 fi
 
-python3 "$root/scripts/summarize-tests.py" "$results/lit.xml" "$results/ctest.xml" \
-  --extra-passed "$consumer_ok" --extra-failed "$((1 - consumer_ok))"
+python3 "$root/scripts/summarize-tests.py" --lit "$results/lit.xml" --ctest "$results/ctest.xml" \
+  --gtest-dir "$results/gtest" --extra-passed "$consumer_ok" --extra-failed "$((1 - consumer_ok))"

@@ -398,6 +398,28 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
   if (!inter)
     return failure();
   m.intermediate = *inter;
+  // Tensor dimensions in int32 range (what the kernels index), so no shape overflows.
+  constexpr int64_t kMaxDim = int64_t(1) << 31;
+  struct Dim {
+    StringRef key, what;
+    int64_t value;
+  } dims[] = {
+      {"hidden_size", "hidden_size", m.hidden},
+      {"intermediate_size", "intermediate_size", m.intermediate},
+      {"vocab_size", "vocab_size", m.vocab},
+      {"num_attention_heads", "num_attention_heads x head_dim",
+       m.heads > kMaxDim / m.headDim ? kMaxDim + 1 : m.heads * m.headDim}};
+  for (const Dim &dim : dims)
+    if (dim.value > kMaxDim) {
+      InFlightDiagnostic diag = r.error(dim.key);
+      diag << dim.what << " (";
+      if (dim.key == "num_attention_heads")
+        diag << m.heads << " x " << m.headDim;
+      else
+        diag << dim.value;
+      diag << ") is implausibly large (more than 2^31)";
+      return failure();
+    }
   if (m.headDim % 2 != 0) {
     r.error(r.has("head_dim") ? "head_dim" : "num_attention_heads")
         << "head_dim = " << m.headDim << " is odd; RoPE rotates pairs of dimensions";
@@ -410,8 +432,24 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
         << m.modelType << "' (the graph reads unquantized weights of the model dtype)";
     return failure();
   }
-  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false))
+  if (!m.dtype.isBF16()) {
+    // Imported for planning and reports; the lowering rejects it.
+    StringRef key = r.has("torch_dtype") ? "torch_dtype" : "dtype";
+    emitWarning(r.keyLoc(key)) << "field '" << key << "' = \""
+                               << r.getString(key).value_or("?")
+                               << "\": the runtime runs bfloat16 models only; this model can "
+                                  "be planned but not compiled to a shared object";
+  }
+  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false)) {
+    // kiln.rms_norm carries it as f32.
+    float asFloat = static_cast<float>(*eps);
+    if (!(asFloat > 0) || !std::isfinite(asFloat)) {
+      r.error("rms_norm_eps") << "field 'rms_norm_eps' = " << Reader::formatNumber(*eps)
+                              << " is not a positive f32";
+      return failure();
+    }
     m.rmsNormEps = *eps;
+  }
   if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
       act && *act != "silu" && *act != "swish") {
     r.error("hidden_act") << "field 'hidden_act' = \"" << *act

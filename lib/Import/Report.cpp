@@ -203,6 +203,12 @@ static std::string escapeHtml(StringRef s) {
 // Text
 //===----------------------------------------------------------------------===//
 
+/// "  <label>  <bytes, readable>  <bytes>": one row of a memory table.
+static void printBytesRow(llvm::raw_ostream &os, StringRef label, uint64_t bytes) {
+  os << "  " << pad(label, 20) << padLeft(formatBytes(bytes), 12)
+     << padLeft(std::to_string(bytes), 18) << "\n";
+}
+
 static void printText(const ReportData &d, llvm::raw_ostream &os) {
   os << "Kiln deploy report\n";
   os << "  model   " << (d.modelName.empty() ? "(unnamed)" : d.modelName);
@@ -223,9 +229,7 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
   } else {
     os << " (budget " << formatBytes(d.budgetBytes) << "): "
        << (d.fits ? "FITS" : "DOES NOT FIT") << "\n";
-    auto row = [&](StringRef label, uint64_t bytes) {
-      os << "  " << pad(label, 20) << padLeft(formatBytes(bytes), 12) << padLeft(std::to_string(bytes), 18) << "\n";
-    };
+    auto row = [&](StringRef label, uint64_t bytes) { printBytesRow(os, label, bytes); };
     row("weights (estimate)", d.weightBytes);
     row("kv", d.kvBytes);
     row("state", d.stateBytes);
@@ -241,10 +245,7 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
   if (d.device) {
     const ReportData::DeviceMemory &m = *d.device;
     os << "\nDevice memory (what the runtime allocates)\n";
-    auto row = [&](StringRef label, uint64_t bytes) {
-      os << "  " << pad(label, 20) << padLeft(formatBytes(bytes), 12)
-         << padLeft(std::to_string(bytes), 18) << "\n";
-    };
+    auto row = [&](StringRef label, uint64_t bytes) { printBytesRow(os, label, bytes); };
     row("weights", m.weights);
     row("caches", m.caches);
     row("activations", m.activations);

@@ -211,44 +211,42 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
   return record(ctx, run());
 }
 
+namespace {
+using ElementwiseLauncher = kiln_status_t (*)(const void *, const void *, void *, int64_t,
+                                              void *);
+
+/// The element-wise ops (add, swiglu): two bf16 inputs and one output of n elements,
+/// validated alike, then one launch.
+kiln_status_t runElementwise(const Call &c, kiln_rt_context *ctx, const char *lhsName,
+                             const void *lhs, const char *rhsName, const void *rhs, void *out,
+                             int64_t n, ElementwiseLauncher launch, const char *launcherName) {
+  if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
+    return s;
+  for (auto [name, p] : {std::pair<const char *, const void *>{lhsName, lhs}, {rhsName, rhs}})
+    if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
+      return s;
+  if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
+    return s;
+  if (ctx->dry)
+    return KILN_OK;
+  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    return s;
+  return launched(c, ctx, launch(lhs, rhs, out, n, ctx->stream), launcherName);
+}
+} // namespace
+
 extern "C" int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out,
                                int64_t n) {
   KILN_RT_GRAPH_ENTER("kiln_rt_add")
-  auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
-      return s;
-    for (auto [name, p] : {std::pair<const char *, const void *>{"a", a}, {"b", b}})
-      if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
-        return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-      return s;
-    return launched(c, ctx, kiln_add_bf16(a, b, out, n, ctx->stream), "kiln_add_bf16");
-  };
-  return record(ctx, run());
+  return record(ctx, runElementwise(c, ctx, "a", a, "b", b, out, n, kiln_add_bf16,
+                                    "kiln_add_bf16"));
 }
 
 extern "C" int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up,
                                   void *out, int64_t n) {
   KILN_RT_GRAPH_ENTER("kiln_rt_swiglu")
-  auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
-      return s;
-    for (auto [name, p] : {std::pair<const char *, const void *>{"gate", gate}, {"up", up}})
-      if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
-        return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-      return s;
-    return launched(c, ctx, kiln_swiglu_bf16(gate, up, out, n, ctx->stream), "kiln_swiglu_bf16");
-  };
-  return record(ctx, run());
+  return record(ctx, runElementwise(c, ctx, "gate", gate, "up", up, out, n, kiln_swiglu_bf16,
+                                    "kiln_swiglu_bf16"));
 }
 
 extern "C" int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows,

@@ -10,6 +10,7 @@
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
@@ -82,7 +83,7 @@ LogicalResult kiln::emitSharedObject(ModuleOp module, const SharedObjectOptions 
   if (std::error_code ec = llvm::sys::fs::createTemporaryFile("kiln-model", "o", objectPath))
     return module.emitError() << "kiln: cannot create a temporary object file: "
                               << ec.message();
-  auto removeObject = llvm::make_scope_exit([&] { llvm::sys::fs::remove(objectPath); });
+  llvm::scope_exit removeObject([&] { llvm::sys::fs::remove(objectPath); });
   if (failed(emitObject(module, *llvmModule, objectPath)))
     return failure();
 
@@ -91,7 +92,17 @@ LogicalResult kiln::emitSharedObject(ModuleOp module, const SharedObjectOptions 
     return module.emitError() << "kiln: linker '" << options.linker
                               << "' not found on PATH; a C compiler driver links the "
                                  "shared object";
-  SmallVector<std::string> args = {*linker, "-shared", "-o", options.outputPath,
+  // Link next to the target and rename on success: a failed link leaves an existing
+  // file untouched.
+  SmallString<128> linkedPath;
+  int linkedFd = -1;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(
+          options.outputPath + ".kiln-tmp-%%%%%%", linkedFd, linkedPath))
+    return module.emitError() << "kiln: cannot create a file beside '" << options.outputPath
+                              << "': " << ec.message();
+  llvm::sys::Process::SafelyCloseFileDescriptor(linkedFd);
+  llvm::scope_exit removeLinked([&] { llvm::sys::fs::remove(linkedPath); });
+  SmallVector<std::string> args = {*linker, "-shared", "-o", std::string(linkedPath),
                                    std::string(objectPath)};
   if (!options.runtimeLibrary.empty()) {
     // The model finds libkiln_runtime.so next to itself, or through LD_LIBRARY_PATH.
@@ -105,5 +116,8 @@ LogicalResult kiln::emitSharedObject(ModuleOp module, const SharedObjectOptions 
     return module.emitError() << "kiln: linking '" << options.outputPath << "' failed ("
                               << (message.empty() ? "exit " + std::to_string(status) : message)
                               << ")";
+  if (std::error_code ec = llvm::sys::fs::rename(linkedPath, options.outputPath))
+    return module.emitError() << "kiln: cannot replace '" << options.outputPath
+                              << "': " << ec.message();
   return success();
 }

@@ -43,6 +43,9 @@ struct BindEntryPass : public kiln::impl::KilnBindEntryBase<BindEntryPass> {
   LogicalResult bind(func::FuncOp fn) {
     if (!fn.getBody().hasOneBlock())
       return fn.emitError() << "the model function must be one block (straight-line code)";
+    if (!SymbolTable::symbolKnownUseEmpty(fn, fn->getParentOp()))
+      return fn.emitError() << "the model function is called from the module; the entry "
+                               "point is called by the runtime only";
     if (Operation *clash = SymbolTable::lookupSymbolIn(fn->getParentOp(), kEntryName);
         clash && clash != fn)
       return clash->emitError() << "'" << kEntryName << "' is reserved for the entry point";
@@ -55,9 +58,14 @@ struct BindEntryPass : public kiln::impl::KilnBindEntryBase<BindEntryPass> {
         return fn.emitError() << "argument " << arg.getArgNumber() << " of the model "
                               << "function has no '" << KilnDialect::kInputAttrName
                               << "' marker (token_ids, positions or logit_rows)";
-      if (!isa<MemRefType>(arg.getType()))
+      auto type = dyn_cast<MemRefType>(arg.getType());
+      if (!type)
         return fn.emitError() << "argument " << arg.getArgNumber()
                               << " is not a buffer; run one-shot-bufferize first";
+      if (type.getRank() != 1 || !type.getElementType().isInteger(32))
+        return fn.emitError() << "argument " << arg.getArgNumber() << " ("
+                              << stringifyInputKind(kind.getValue())
+                              << ") must be a 1-D i32 buffer, got " << type;
       Value input = InputOp::create(builder, arg.getLoc(), arg.getType(), kind);
       arg.replaceAllUsesWith(input);
     }

@@ -269,6 +269,10 @@ struct PlanActivationsPass
                                    static_cast<int64_t>(limits.maxStepTokens),
                                    static_cast<int64_t>(limits.maxLogitRows),
                                    static_cast<int64_t>(runtime.getMaxPagesPerSequence()));
+    // cudaMalloc hands out whole 2 MiB pages: the padding goes to the workspace (the
+    // runtime gives it to split-KV partials), so the device memory used equals the plan.
+    uint64_t subtotal = weights + caches + arena + workspace + io;
+    workspace += kiln_rt_granule_padding(subtotal);
     uint64_t numBuffersPlanned = 0;
     module.walk([&](ActivationBufferOp) { ++numBuffersPlanned; });
     return DeviceMemoryAttr::get(module.getContext(), weights, caches, arena, workspace, io,

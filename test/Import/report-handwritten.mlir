@@ -89,20 +89,22 @@ module attributes {
 } {
   func.func @forward(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>,
                      %x: tensor<?x16x64xbf16>, %dt: tensor<?x16xbf16>, %bc: tensor<?x2x128xbf16>,
-                     %mq: tensor<?x16x576xbf16>, %lat: tensor<?x576xbf16>) {
+                     %mq: tensor<?x16x576xbf16>, %lat: tensor<?x576xbf16>,
+                     %o0: tensor<?x32x128xbf16>, %o1: tensor<?x16x64xbf16>, %o2: tensor<?x16x512xbf16>) {
     %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 shard 1 {pool = "kv.full.d128.bf16", offset = 0, bytes = 1000} : !kiln.cache<kv>
-    %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>)
+    %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o0 : tensor<?x32x128xbf16>)
       {num_heads = 32, num_kv_heads = 8, head_dim = 128,
        decode_kernel = "gqa_decode", prefill_kernel = "prefill_fmha", spec_dec_mode = #kiln<spec_dec_mode multi_token>}
       : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
     %s = kiln.cache_resource layer 1 unit [16, 64, 128] of f32 shard 0 {pool = "state", offset = 1500, bytes = 2000} : !kiln.cache<ssm_state>
     %i = kiln.cache_resource layer 1 unit [4, 16, 64, 128] of f32 shard 1 speculative_only unmanaged {bytes = 4000} : !kiln.cache<intermediate_ssm_state>
     %1 = kiln.cached_ssm layer 1 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>) intermediate(%i : !kiln.cache<intermediate_ssm_state>)
+      outs(%o1 : tensor<?x16x64xbf16>)
       {num_heads = 16, head_dim = 64, state_size = 128, n_groups = 2,
        decode_kernel = "ssm_update_spec", prefill_kernel = "ssm_chunk_scan"}
       : tensor<?x16x64xbf16>, tensor<?x16xbf16>, tensor<?x2x128xbf16>, tensor<?x2x128xbf16> -> tensor<?x16x64xbf16>
     %d = kiln.cache_resource layer 2 unit [576] of bf16 speculative_only {pool = "kv.full.d128.bf16", offset = 1000, bytes = 500} : !kiln.cache<draft_kv>
-    %2 = kiln.cached_mla_attention layer 2 %mq, %lat cache(%d : !kiln.cache<draft_kv>)
+    %2 = kiln.cached_mla_attention layer 2 %mq, %lat cache(%d : !kiln.cache<draft_kv>) outs(%o2 : tensor<?x16x512xbf16>)
       {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64, draft = #kiln<draft mtp>,
        decode_kernel = "mla_decode", prefill_kernel = "mla_prefill", spec_dec_mode = #kiln<spec_dec_mode multi_token>}
       : tensor<?x16x576xbf16>, tensor<?x576xbf16> -> tensor<?x16x512xbf16>

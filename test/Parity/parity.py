@@ -126,6 +126,12 @@ def reference(model_dir, prompts, count, args):
                         f"{first_difference(generated, tokens)}")
             except Exception as error:  # only a cross-check: report, don't stop
                 result["generate_check"] = f"skipped: {type(error).__name__}: {error}"[:200]
+    # The same weights in float32: how far transformers' own bf16 logits are from exact
+    # arithmetic, so the report can say whether Kiln's distance is of the same order.
+    model = model.float()
+    result["fp32_first"] = [
+        model(input_ids=torch.tensor([prompt], device=args.device)).logits[0, -1].float().cpu()
+        for prompt in prompts]
     del model
     torch.cuda.empty_cache()
     return result
@@ -267,15 +273,23 @@ def check_logits(path, ref, vocab, rtol):
     if data.numel() != prompts * vocab:
         return False, f"logits: {data.numel()} floats, want {prompts}x{vocab}", {}
     kiln = data.view(prompts, vocab)
-    errors, argmax_agree = [], 0
+    errors, argmax_agree, kiln_exact, ref_exact = [], 0, [], []
     for p in range(prompts):
         want = ref["logits"][p][0]
         errors.append(float((kiln[p] - want).norm() / want.norm()))
         argmax_agree += int(torch.argmax(kiln[p]) == torch.argmax(want))
+        exact = ref["fp32_first"][p] if "fp32_first" in ref else None
+        if exact is not None:
+            kiln_exact.append(float((kiln[p] - exact).norm() / exact.norm()))
+            ref_exact.append(float((want - exact).norm() / exact.norm()))
     worst = max(errors)
     ok = worst <= rtol and all(math.isfinite(e) for e in errors)
-    return ok, f"logits max rel err {worst:.2e} (argmax {argmax_agree}/{prompts})", \
-        {"rel_err": errors, "argmax_agree": argmax_agree}
+    text = f"logits max rel err {worst:.2e} (argmax {argmax_agree}/{prompts})"
+    if kiln_exact:
+        text += (f"; vs fp32: kiln {max(kiln_exact):.2e}, transformers-bf16 "
+                 f"{max(ref_exact):.2e}")
+    return ok, text, {"rel_err": errors, "argmax_agree": argmax_agree,
+                      "kiln_vs_fp32": kiln_exact, "transformers_bf16_vs_fp32": ref_exact}
 
 
 def check_teacher_forced(result, ref, count):

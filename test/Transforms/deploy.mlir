@@ -7,7 +7,7 @@
 
 // NOSPEC: speculative_bytes = 0
 // NOSPEC-NOT: speculative_only
-// NOSPEC: kiln.cached_attention layer 4 %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {draft = #kiln<draft mtp>
+// NOSPEC: kiln.cached_attention layer 4 %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} outs(%{{[^ ]*}} : tensor<?x40x128xbf16>) {draft = #kiln<draft mtp>
 // NOSPEC-NOT: speculative_only
 
 // REWIND: speculative_bytes = 9770631168

@@ -1,16 +1,25 @@
 // RUN: kiln-opt %s -split-input-file -kiln-insert-caches | FileCheck %s
 
 // Without kiln.spec: no speculative-only resource is created; the draft layer's
-// slot stays empty.
+// slot stays empty. Each cached op writes into a new tensor.empty sized like its
+// input's token dimension.
 // CHECK-LABEL: func.func @no_spec
+// CHECK-SAME: (%[[XC:[^:]*]]: tensor<?x17408xbf16>, %[[X:[^:]*]]: tensor<?x128x80xbf16>, %{{[^:]*}}: tensor<?x128xbf16>, %{{[^:]*}}: tensor<?x8x128xbf16>, %[[Q:[^:]*]]: tensor<?x32x128xbf16>
 // CHECK-NOT: speculative_only
 // CHECK: %[[CONV:.*]] = kiln.cache_resource layer 0 unit [17408, 3] of bf16 shard 0 : !kiln.cache<conv_state>
 // CHECK: %[[SSM:.*]] = kiln.cache_resource layer 0 unit [128, 80, 128] of f32 shard 0 : !kiln.cache<ssm_state>
 // CHECK: %[[KV:.*]] = kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 4096 shard 1 : !kiln.cache<kv>
-// CHECK: kiln.cached_causal_conv layer 0 %{{.*}} state(%[[CONV]] : !kiln.cache<conv_state>) {
-// CHECK: kiln.cached_ssm layer 0 {{.*}} state(%[[SSM]] : !kiln.cache<ssm_state>) {
-// CHECK: kiln.cached_attention layer 1 {{.*}} kv(%[[KV]] : !kiln.cache<kv>)
-// CHECK: kiln.cached_attention layer 2 %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {draft = #kiln<draft mtp>
+// CHECK: %[[C0:.*]] = arith.constant 0 : index
+// CHECK: %[[T0:.*]] = tensor.dim %[[XC]], %[[C0]] : tensor<?x17408xbf16>
+// CHECK: %[[E0:.*]] = tensor.empty(%[[T0]]) : tensor<?x17408xbf16>
+// CHECK: kiln.cached_causal_conv layer 0 %[[XC]] state(%[[CONV]] : !kiln.cache<conv_state>) outs(%[[E0]] : tensor<?x17408xbf16>) {
+// CHECK: %[[T1:.*]] = tensor.dim %[[X]], %{{.*}} : tensor<?x128x80xbf16>
+// CHECK: %[[E1:.*]] = tensor.empty(%[[T1]]) : tensor<?x128x80xbf16>
+// CHECK: kiln.cached_ssm layer 0 {{.*}} state(%[[SSM]] : !kiln.cache<ssm_state>) outs(%[[E1]] : tensor<?x128x80xbf16>) {
+// CHECK: %[[T2:.*]] = tensor.dim %[[Q]], %{{.*}} : tensor<?x32x128xbf16>
+// CHECK: %[[E2:.*]] = tensor.empty(%[[T2]]) : tensor<?x32x128xbf16>
+// CHECK: kiln.cached_attention layer 1 {{.*}} kv(%[[KV]] : !kiln.cache<kv>) outs(%[[E2]] : tensor<?x32x128xbf16>)
+// CHECK: kiln.cached_attention layer 2 %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} outs(%{{[^ ]*}} : tensor<?x32x128xbf16>) {draft = #kiln<draft mtp>
 // CHECK-NOT: speculative_only
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>} {
   func.func @no_spec(%xc: tensor<?x17408xbf16>, %x: tensor<?x128x80xbf16>, %dt: tensor<?x128xbf16>,
@@ -76,7 +85,8 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
 // MLA caches one 576-wide latent row per token, never sharded by heads.
 // CHECK-LABEL: func.func @mla
 // CHECK: kiln.cache_resource layer 0 unit [576] of bf16 : !kiln.cache<mla_latent>
-// CHECK: kiln.cached_mla_attention layer 0 {{.*}} cache(
+// CHECK: %[[E:.*]] = tensor.empty(%{{.*}}) : tensor<?x128x512xbf16>
+// CHECK: kiln.cached_mla_attention layer 0 {{.*}} cache(%{{[^ ]*}} : !kiln.cache<mla_latent>) outs(%[[E]] : tensor<?x128x512xbf16>)
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>} {
   func.func @mla(%q: tensor<?x128x576xbf16>, %l: tensor<?x576xbf16>) {
     %0 = kiln.mla_attention layer 0 %q, %l {num_heads = 128, kv_lora_rank = 512, qk_rope_head_dim = 64}

@@ -17,15 +17,16 @@
 // NOSPEC: kiln.cached_mla_attention layer 1 {{.*}}decode_kernel = "mla_decode"{{.*}}spec_dec_mode = #kiln<spec_dec_mode single_token>
 module attributes {kiln.spec = #kiln.spec<mode = mtp, max_draft_len = 3>, kiln.target = #kiln.target<"gpu", sm = SM>,
                    kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>} {
-  func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %mq: tensor<?x128x576xbf16>, %l: tensor<?x576xbf16>) {
+  func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %mq: tensor<?x128x576xbf16>, %l: tensor<?x576xbf16>,
+               %out: tensor<?x128x512xbf16>) {
     %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : !kiln.cache<kv>
     %lat = kiln.cache_resource layer 1 unit [576] of bf16 : !kiln.cache<mla_latent>
     %d = kiln.cache_resource layer 2 unit [2, 8, 128] of bf16 speculative_only : !kiln.cache<draft_kv>
-    %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
+    %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
       : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
-    %1 = kiln.cached_mla_attention layer 1 %mq, %l cache(%lat : !kiln.cache<mla_latent>) {num_heads = 128, kv_lora_rank = 512, qk_rope_head_dim = 64}
+    %1 = kiln.cached_mla_attention layer 1 %mq, %l cache(%lat : !kiln.cache<mla_latent>) outs(%out : tensor<?x128x512xbf16>) {num_heads = 128, kv_lora_rank = 512, qk_rope_head_dim = 64}
       : tensor<?x128x576xbf16>, tensor<?x576xbf16> -> tensor<?x128x512xbf16>
-    %2 = kiln.cached_attention layer 2 %q, %k, %k kv(%d : !kiln.cache<draft_kv>) {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft draft_model>}
+    %2 = kiln.cached_attention layer 2 %q, %k, %k kv(%d : !kiln.cache<draft_kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft draft_model>}
       : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
     return
   }

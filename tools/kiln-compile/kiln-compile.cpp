@@ -24,7 +24,9 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "kiln/Target/AOT.h"
@@ -123,6 +125,21 @@ bool hasEntry(ModuleOp module) {
   });
 }
 
+/// Functions besides the model function that hold kiln ops (an Eagle3 head skeleton, a
+/// merged draft model): planned and reported, but not part of the compiled model.
+SmallVector<func::FuncOp> sideFunctions(ModuleOp module) {
+  SmallVector<func::FuncOp> side;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (fn->hasAttr(kiln::KilnDialect::kEntryAttrName) || fn.isExternal())
+      continue;
+    bool hasKilnOps = false;
+    fn.walk([&](Operation *op) { hasKilnOps |= isa<kiln::KilnDialect>(op->getDialect()); });
+    if (hasKilnOps)
+      side.push_back(fn);
+  }
+  return side;
+}
+
 /// For a whole model, runs the buffer lowering on a copy to learn its activation
 /// arena, and records `kiln.device_memory` (weights, caches, activations, workspace,
 /// io) on the module for the report.
@@ -131,6 +148,8 @@ LogicalResult planDeviceMemory(ModuleOp module) {
   if (!plan || !hasEntry(module))
     return success();
   OwningOpRef<ModuleOp> copy = module.clone();
+  for (func::FuncOp fn : sideFunctions(*copy))
+    fn.erase();
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
   kiln::buildBufferLoweringPipeline(pm);
   if (failed(pm.run(*copy)))
@@ -138,6 +157,54 @@ LogicalResult planDeviceMemory(ModuleOp module) {
   if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))
     module->setAttr(kiln::KilnDialect::kDeviceMemoryAttrName, memory);
   return success();
+}
+
+/// Writes the output through a temporary file beside `path`, renamed over it only when
+/// everything was written: a failure leaves an existing file as it was. "-" is stdout.
+LogicalResult writeOutput(StringRef path,
+                          llvm::function_ref<LogicalResult(llvm::raw_ostream &)> write) {
+  if (path == "-")
+    return write(llvm::outs());
+  SmallString<128> temporary;
+  int fd = -1;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".kiln-tmp-%%%%%%", fd,
+                                                           temporary)) {
+    llvm::errs() << "kiln-compile: error: cannot create a file beside '" << path
+                 << "': " << ec.message() << "\n";
+    return failure();
+  }
+  llvm::scope_exit removeTemporary([&] { llvm::sys::fs::remove(temporary); });
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    if (failed(write(os)))
+      return failure();
+    os.flush();
+    if (os.has_error()) {
+      llvm::errs() << "kiln-compile: error: writing '" << path
+                   << "' failed: " << os.error().message() << "\n";
+      os.clear_error();
+      return failure();
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temporary, path)) {
+    llvm::errs() << "kiln-compile: error: cannot replace '" << path << "': " << ec.message()
+                 << "\n";
+    return failure();
+  }
+  return success();
+}
+
+/// True when `output` names the same file as one of the inputs (also through a hard
+/// link), which writing would destroy.
+bool overwritesInput(StringRef output, ArrayRef<std::string> inputs) {
+  if (output == "-")
+    return false;
+  for (const std::string &input : inputs) {
+    bool same = false;
+    if (!input.empty() && !llvm::sys::fs::equivalent(input, output, same) && same)
+      return true;
+  }
+  return false;
 }
 
 int fail(const llvm::Twine &message) {
@@ -231,6 +298,9 @@ int main(int argc, char **argv) {
     return fail("--usable-fraction must be in (0, 1]");
 
   std::string path = modelPath.empty() ? defaultModel() : modelPath.getValue();
+  if (overwritesInput(outputFile, {path, draftModelPath.getValue()}))
+    return fail("-o '" + outputFile + "' is an input of this compilation; refusing to "
+                "overwrite it");
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
       llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buffer)
@@ -356,6 +426,11 @@ int main(int argc, char **argv) {
     if (!hasEntry(*module))
       return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
                   "this module has only cache ops");
+    if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
+      return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
+                  side.front().getSymName() +
+                  "' holds kiln ops too (a draft model compiles to its own shared object "
+                  "for kiln-run --draft-model; Eagle3 heads are not lowered yet)");
     PassManager lowering(&context, ModuleOp::getOperationName());
     if (emitKind == EmitKind::lowered)
       kiln::buildBufferLoweringPipeline(lowering);
@@ -371,20 +446,19 @@ int main(int argc, char **argv) {
     }
   }
 
-  std::string errorMessage;
-  std::unique_ptr<llvm::ToolOutputFile> output = openOutputFile(outputFile, &errorMessage);
-  if (!output)
-    return fail(errorMessage);
-  if (emitKind == EmitKind::mlir || emitKind == EmitKind::lowered) {
-    module->print(output->os());
-    output->os() << "\n";
-  } else if (emitKind == EmitKind::llvm) {
-    if (failed(kiln::emitLLVMIR(*module, output->os())))
-      return 1;
-  } else {
-    kiln::printReport(*module, reportFormat, output->os());
-  }
-  output->keep();
+  LogicalResult written = writeOutput(outputFile, [&](llvm::raw_ostream &os) {
+    if (emitKind == EmitKind::mlir || emitKind == EmitKind::lowered) {
+      module->print(os);
+      os << "\n";
+      return success();
+    }
+    if (emitKind == EmitKind::llvm)
+      return kiln::emitLLVMIR(*module, os);
+    kiln::printReport(*module, reportFormat, os);
+    return success();
+  });
+  if (failed(written))
+    return 1;
 
   auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
   if (plan && !plan.getFits()) {

@@ -1,11 +1,28 @@
 //===- HFConfig.h - Hugging Face config.json -> kiln IR ----------------===//
 //
 // Turns a Hugging Face `config.json` into a kiln module: `kiln.model` and a default
-// `kiln.runtime` on the module, and one `func.func @forward` with one kiln model op
-// per cached layer op (`kiln.attention` / `kiln.mla_attention` per attention layer,
-// `kiln.ssm` + `kiln.causal_conv` per Mamba2 layer; MLP and MoE layers need no kiln
-// op). Draft layers (DeepSeek MTP layers, an optional Eagle3 head) are appended after
-// the model's layers with a `draft` marker.
+// `kiln.runtime` on the module, and the model:
+//
+//   - llama, mistral, qwen2, qwen3: the whole decoder graph. One `kiln.weight` per
+//     tensor the model needs, by its Hugging Face name, in the order of use, and
+//     `func.func @forward(token_ids, positions, logit_rows) -> logits` (marked
+//     `kiln.entry`, arguments `kiln.input`, result `kiln.output`) from the embedding
+//     through every layer (RMSNorm, q/k/v projections, RoPE (`#kiln.rope`),
+//     `kiln.attention`, o projection, residual adds, SwiGLU MLP) to the gathered
+//     logit rows, the final norm and the lm_head. `#kiln.model<weight_bytes>` is the
+//     sum of the weights. lib/Import/DenseDecoder.cpp documents the graph.
+//   - deepseek_v2/v3, nemotron_h: a skeleton of their cached ops in `@forward`
+//     (`kiln.mla_attention` per layer; `kiln.ssm` + `kiln.causal_conv` per Mamba2
+//     layer, `kiln.attention` per attention layer), fed by function arguments, with
+//     no graph between them. DeepSeek MTP layers are appended with a `draft` marker.
+//
+// The dtype (`torch_dtype`, or transformers-5's `dtype`) is the weights' and the
+// activations' element type. Other dtypes than bfloat16 import, with a warning: the
+// runtime runs bfloat16 models only.
+//
+// An Eagle3 head (ImportOptions::eagle3Head) is one draft layer with the target's
+// attention shapes: a separate function `@eagle3_head` holding its attention for a
+// dense model, a draft layer appended to `@forward` for the skeletons.
 //
 // Errors are reported as MLIR diagnostics on the context (the caller installs a
 // handler) located at `file:line:col` when a position is known; the functions then
@@ -52,9 +69,13 @@ mlir::OwningOpRef<mlir::ModuleOp> importHFConfigFile(llvm::StringRef path,
                                                      const ImportOptions &options = {});
 
 /// Merges a draft model (two-model speculation, `--spec draft:N`) into the target's
-/// module: its ops become draft layers (`draft = #kiln<draft draft_model>`) numbered
-/// after the target's layers, its functions move over as `draft_<name>`, and its
-/// weights are added to the target's `weight_bytes`.
+/// module, for planning and reporting (both models' caches and weights share the GPU);
+/// the draft model is compiled to its own shared object for running. Its ops become
+/// draft layers (`draft = #kiln<draft draft_model>`) numbered after the target's
+/// layers, its `kiln.weight`s are renamed "draft.<name>" (their `kiln.weight_ref`s
+/// follow), its functions move over as `draft_<name>` without `kiln.entry` (the
+/// target's `@forward` stays the module's entry), and its weights are added to the
+/// target's `weight_bytes`.
 mlir::LogicalResult attachDraftModel(mlir::ModuleOp target,
                                      mlir::OwningOpRef<mlir::ModuleOp> draft);
 

@@ -3,6 +3,10 @@
 #define KILN_TRANSFORMS_PASSES_H
 
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Pass/Pass.h"
 
 namespace kiln {

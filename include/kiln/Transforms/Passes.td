@@ -27,7 +27,9 @@ def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
 }
 
 def KilnInsertCaches : Pass<"kiln-insert-caches", "mlir::ModuleOp"> {
-  let dependentDialects = ["::kiln::KilnDialect"];
+  // Cached ops get `tensor.empty` destinations sized with `tensor.dim`.
+  let dependentDialects = ["::kiln::KilnDialect", "::mlir::tensor::TensorDialect",
+                           "::mlir::arith::ArithDialect"];
   let summary = "Create the cache resources every model op needs and rewrite it to its cached form";
   let description = [{
     For every op implementing `ModelOpInterface`, asks it for its resources under the

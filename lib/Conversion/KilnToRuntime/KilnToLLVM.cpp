@@ -69,6 +69,11 @@ struct ConvertKilnToLLVMPass : public kiln::impl::ConvertKilnToLLVMBase<ConvertK
                            "live in a planned arena (run kiln-plan-activations)";
         return WalkResult::interrupt();
       }
+      if (isa<memref::GetGlobalOp>(op)) {
+        op->emitError() << "a constant buffer in host memory (memref.get_global) cannot be "
+                           "passed to the GPU; make it a kiln.weight";
+        return WalkResult::interrupt();
+      }
       return WalkResult::advance();
     });
     if (leftover.wasInterrupted())

@@ -138,6 +138,31 @@ FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg
   return failure();
 }
 
+/// Checks what the runtime's kernels can take before any IR is built: dense buffers of
+/// bf16 (tensors) or i32 (indices), and kernels the runtime implements.
+LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
+  for (const RuntimeArg &arg : call.args) {
+    if (arg.kind == RuntimeArg::Kind::kernel && !arg.symbol.empty()) {
+      const KernelVariant *variant = KernelRegistry::global().lookup(arg.symbol);
+      if (!variant || !variant->implemented || variant->runtimeKernel == 0)
+        return op->emitOpError() << "kernel '" << arg.symbol
+                                 << "' is planned but not implemented; it cannot be lowered";
+    }
+    if (arg.kind != RuntimeArg::Kind::pointer || !arg.buffer)
+      continue;
+    auto type = cast<MemRefType>(arg.buffer.getType());
+    if (!type.getLayout().isIdentity())
+      return op->emitOpError() << "the runtime's kernels take dense row-major buffers, got "
+                               << type;
+    Type element = type.getElementType();
+    if (!element.isBF16() && !element.isInteger(32))
+      return op->emitOpError() << "the runtime's kernels take bf16 tensors and i32 indices, "
+                                  "got "
+                               << type;
+  }
+  return success();
+}
+
 /// Every RuntimeCallOpInterface op on buffers becomes `func.call @callee(ctx, ...)`.
 struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInterface> {
   using OpInterfaceRewritePattern::OpInterfaceRewritePattern;
@@ -148,7 +173,7 @@ struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInter
     if (failed(context))
       return failure();
     FailureOr<RuntimeCall> call = op.getRuntimeCall();
-    if (failed(call))
+    if (failed(call) || failed(checkArguments(op, *call)))
       return failure();
     SmallVector<Value> operands = {*context};
     for (const RuntimeArg &arg : call->args) {

@@ -75,6 +75,25 @@ Value outputOf(OpT op) {
     return op.getOut();
 }
 
+/// Operands of a cached (DPS) op are all tensors or all buffers, and its destination
+/// has the element type of `input`.
+LogicalResult verifyDestination(Operation *op, Value input, Value init) {
+  bool tensors = false, buffers = false;
+  for (Value operand : op->getOperands()) {
+    tensors |= isa<TensorType>(operand.getType());
+    buffers |= isa<MemRefType>(operand.getType());
+  }
+  if (tensors && buffers)
+    return op->emitOpError() << "mixes tensors and buffers; operands must all be tensors "
+                                "or all be memrefs";
+  Type inputType = cast<ShapedType>(input.getType()).getElementType();
+  Type initType = cast<ShapedType>(init.getType()).getElementType();
+  if (inputType != initType)
+    return op->emitOpError() << "'outs' must have element type " << inputType << ", got "
+                             << initType;
+  return success();
+}
+
 template <typename OpT>
 LogicalResult verifyAttentionOp(OpT op) {
   Operation *raw = op.getOperation();
@@ -253,7 +272,8 @@ int64_t CausalConvOp::getLayerIndex() { return getLayer(); }
 
 SmallVector<ResourceRequest> AttentionOp::getResourceRequests(SpecAttr spec,
                                                               RuntimeAttr runtime) {
-  SmallVector<int64_t> unit = {2, getNumKvHeads(), getHeadDim()};
+  SmallVector<int64_t> unit = {2, static_cast<int64_t>(getNumKvHeads()),
+                               static_cast<int64_t>(getHeadDim())};
   std::optional<int64_t> window = getSlidingWindow();
   if (!getDraft())
     return {ResourceRequest{ResourceKind::kv, unit, runtime.getKvDtype(), 1, window}};
@@ -265,7 +285,7 @@ SmallVector<ResourceRequest> AttentionOp::getResourceRequests(SpecAttr spec,
 SmallVector<ResourceRequest> MlaAttentionOp::getResourceRequests(SpecAttr spec,
                                                                  RuntimeAttr runtime) {
   // MLA caches one latent row per token, shared by all heads: never sharded.
-  SmallVector<int64_t> unit = {getKvLoraRank() + getQkRopeHeadDim()};
+  SmallVector<int64_t> unit = {static_cast<int64_t>(getKvLoraRank() + getQkRopeHeadDim())};
   if (!getDraft())
     return {ResourceRequest{ResourceKind::mla_latent, unit, runtime.getKvDtype(),
                             std::nullopt, std::nullopt}};
@@ -432,7 +452,7 @@ void clearSlotHolding(Value resource, ArrayRef<MutableOperandRange> optionalSlot
 
 // Attention
 LogicalResult CachedAttentionOp::verify() {
-  if (failed(verifyAttentionOp(*this)))
+  if (failed(verifyAttentionOp(*this)) || failed(verifyDestination(*this, getQ(), getInit())))
     return failure();
   SmallVector<StringRef, 1> required;
   if (!getDraft())
@@ -453,7 +473,7 @@ void CachedAttentionOp::detachResource(Value resource) {
 
 // MLA
 LogicalResult CachedMlaAttentionOp::verify() {
-  if (failed(verifyMlaOp(*this)))
+  if (failed(verifyMlaOp(*this)) || failed(verifyDestination(*this, getQ(), getInit())))
     return failure();
   SmallVector<StringRef, 1> required;
   if (!getDraft())
@@ -474,7 +494,7 @@ void CachedMlaAttentionOp::detachResource(Value resource) {
 
 // SSM
 LogicalResult CachedSsmOp::verify() {
-  if (failed(verifySsmOp(*this)) ||
+  if (failed(verifySsmOp(*this)) || failed(verifyDestination(*this, getX(), getInit())) ||
       failed(verifySlots(*this, getCacheSlots(), {"state"})))
     return failure();
   bool anyReplay = getReplayX() || getReplayB() || getReplayDt() || getReplayDacs() ||
@@ -510,7 +530,7 @@ void CachedSsmOp::detachResource(Value resource) {
 
 // Conv
 LogicalResult CachedCausalConvOp::verify() {
-  if (failed(verifyConvOp(*this)))
+  if (failed(verifyConvOp(*this)) || failed(verifyDestination(*this, getX(), getInit())))
     return failure();
   return verifySlots(*this, getCacheSlots(), {"state"});
 }
@@ -753,7 +773,8 @@ LogicalResult LinearOp::verify() {
       failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getInput(), 0), "the rows")) ||
       failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getWeight(), 0),
                             "the output features")) ||
-      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())))
+      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())) ||
+      failed(checkElementType(op, "weight", getWeight(), shapedOf(getInput()).getElementType())))
     return failure();
   if (Value bias = getBias())
     if (failed(checkRank(op, "bias", bias, 1)) ||
@@ -870,7 +891,8 @@ LogicalResult WeightOp::verify() {
   if (!getBytes())
     return emitOpError() << "weight '" << getSymName() << "' of type " << getType()
                          << " has a byte size that overflows 64 bits";
-  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+  if (std::optional<uint64_t> offset = getOffset();
+      offset && static_cast<int64_t>(*offset) < 0)
     return emitOpError() << "'offset' must be >= 0";
   return success();
 }
@@ -901,7 +923,7 @@ LogicalResult checkDynamicSizes(Operation *op, Type type, size_t numSizes) {
 } // namespace
 
 LogicalResult ActivationBufferOp::verify() {
-  if (getOffset() < 0 || getCapacity() < 0)
+  if (static_cast<int64_t>(getOffset()) < 0 || static_cast<int64_t>(getCapacity()) < 0)
     return emitOpError() << "'offset' and 'capacity' must be >= 0";
   return checkDynamicSizes(*this, getBuffer().getType(), getSizes().size());
 }

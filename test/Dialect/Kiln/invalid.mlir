@@ -281,7 +281,7 @@ func.func @f(%x: tensor<?x1024xbf16>) {
 // -----
 func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
   // expected-error @below {{slot 'kv' of layer 0 must hold a resource}}
-  %0 = kiln.cached_attention layer 0 %q, %k, %k {num_heads = 32, num_kv_heads = 8, head_dim = 128}
+  %0 = kiln.cached_attention layer 0 %q, %k, %k outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
     : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
   return
 }
@@ -290,7 +290,7 @@ func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
 func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
   %s = kiln.cache_resource layer 0 unit [8, 64, 128] of f32 : !kiln.cache<ssm_state>
   // expected-error @below {{slot 'kv' expects !kiln.cache<kv>, got '!kiln.cache<ssm_state>'}}
-  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%s : !kiln.cache<ssm_state>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
+  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%s : !kiln.cache<ssm_state>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
     : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
   return
 }
@@ -300,7 +300,7 @@ func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
   %kv = kiln.cache_resource layer 5 unit [2, 8, 128] of bf16 : !kiln.cache<kv>
   // A draft layer's KV exists only for speculation: a plain kv resource is wrong there.
   // expected-error @below {{slot 'kv' expects !kiln.cache<draft_kv>, got '!kiln.cache<kv>'}}
-  %0 = kiln.cached_attention layer 5 %q, %k, %k kv(%kv : !kiln.cache<kv>) {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft mtp>}
+  %0 = kiln.cached_attention layer 5 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128, draft = #kiln<draft mtp>}
     : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
   return
 }
@@ -309,7 +309,7 @@ func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
 func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
   %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 speculative_only : !kiln.cache<draft_kv>
   // expected-error @below {{slot 'kv' expects !kiln.cache<kv>, got '!kiln.cache<draft_kv>'}}
-  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<draft_kv>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
+  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<draft_kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
     : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
   return
 }
@@ -318,15 +318,15 @@ func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
 func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
   %kv = kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 : !kiln.cache<kv>
   // expected-error @below {{slot 'kv' holds the resource of layer 1, but the op is layer 0}}
-  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
+  %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
     : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
   return
 }
 
 // -----
-func.func @f(%q: tensor<?x16x576xbf16>, %l: tensor<?x576xbf16>) {
+func.func @f(%q: tensor<?x16x576xbf16>, %l: tensor<?x576xbf16>, %o: tensor<?x16x512xbf16>) {
   // expected-error @below {{slot 'cache' of layer 0 must hold a resource}}
-  %0 = kiln.cached_mla_attention layer 0 %q, %l {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64}
+  %0 = kiln.cached_mla_attention layer 0 %q, %l outs(%o : tensor<?x16x512xbf16>) {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64}
     : tensor<?x16x576xbf16>, tensor<?x576xbf16> -> tensor<?x16x512xbf16>
   return
 }
@@ -337,7 +337,7 @@ func.func @f(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>, %b: tensor<?x8x
   %rx = kiln.cache_resource layer 0 unit [2, 4, 128, 64] of bf16 speculative_only : !kiln.cache<replay_x>
   // expected-error @below {{replay slots are all-or-none: replay mode needs replay_x, replay_b, replay_dt, replay_dacs and replay_index}}
   %0 = kiln.cached_ssm layer 0 %x, %dt, %b, %b state(%s : !kiln.cache<ssm_state>) replay_x(%rx : !kiln.cache<replay_x>)
-    {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
+    outs(%x : tensor<?x128x64xbf16>) {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
     : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
   return
 }
@@ -355,7 +355,7 @@ func.func @f(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>, %b: tensor<?x8x
   %0 = kiln.cached_ssm layer 0 %x, %dt, %b, %b state(%s : !kiln.cache<ssm_state>) intermediate(%i : !kiln.cache<intermediate_ssm_state>)
     replay_x(%rx : !kiln.cache<replay_x>) replay_b(%rb : !kiln.cache<replay_b>)
     replay_dt(%rdt : !kiln.cache<replay_dt>) replay_dacs(%rda : !kiln.cache<replay_dacs>)
-    replay_index(%ri : !kiln.cache<replay_index>)
+    replay_index(%ri : !kiln.cache<replay_index>) outs(%x : tensor<?x128x64xbf16>)
     {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
     : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
   return
@@ -366,6 +366,6 @@ func.func @f(%x: tensor<?x1024xbf16>) {
   %s = kiln.cache_resource layer 0 unit [1024, 3] of bf16 : !kiln.cache<conv_state>
   // expected-error @below {{slot 'intermediate' expects !kiln.cache<intermediate_conv_state>, got '!kiln.cache<conv_state>'}}
   %0 = kiln.cached_causal_conv layer 0 %x state(%s : !kiln.cache<conv_state>) intermediate(%s : !kiln.cache<conv_state>)
-    {conv_dim = 1024, kernel_size = 4} : tensor<?x1024xbf16> -> tensor<?x1024xbf16>
+    outs(%x : tensor<?x1024xbf16>) {conv_dim = 1024, kernel_size = 4} : tensor<?x1024xbf16> -> tensor<?x1024xbf16>
   return
 }

@@ -12,7 +12,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMTypes.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 
 #include "kiln/Dialect/Kiln/KilnConcepts.h"
 #include "kiln/Dialect/Kiln/Targets.h"

@@ -22,6 +22,8 @@ def Kiln_Dialect : Dialect {
     cached forms (`kiln.cached_*`) that take their `kiln.cache_resource`s through
     optional operands: an erased speculative-only resource leaves its slot empty.
   }];
+  // Cached forms get `tensor.empty` destinations sized with `tensor.dim`.
+  let dependentDialects = ["::mlir::tensor::TensorDialect", "::mlir::arith::ArithDialect"];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;
   let hasOperationAttrVerify = 1;

@@ -447,8 +447,8 @@ def Kiln_ActivationBufferOp : Kiln_Op<"activation_buffer", [Pure]> {
 def Kiln_BufferFromPointerOp : Kiln_Op<"buffer_from_pointer", [Pure]> {
   let summary = "a contiguous memref over a device pointer (lowering only)";
   let description = [{
-    Made by `kiln-lower-to-runtime` from the runtime's base pointers; lowered to a
-    memref descriptor by `kiln-convert-to-llvm`.
+    Made by `convert-kiln-to-runtime-calls` from the runtime's base pointers; lowered
+    to a memref descriptor by `convert-kiln-to-llvm`.
   }];
   let arguments = (ins Kiln_LLVMPointer:$pointer, Variadic<Index>:$sizes);
   let results = (outs AnyMemRef:$buffer);

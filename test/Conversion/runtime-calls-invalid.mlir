@@ -1,0 +1,166 @@
+// RUN: kiln-opt %s -split-input-file --convert-kiln-to-runtime-calls -verify-diagnostics
+// (An op that cannot be lowered also gets the conversion driver's "failed to legalize".)
+// A kernel the registry plans but the runtime does not have cannot be lowered, even
+// when forced.
+// RUN: not kiln-opt %S/Inputs/tiny.mlir --kiln-deploy="target=h200 force=prefill_fmha_sm90" --kiln-lower 2>&1 | FileCheck %s --check-prefix=PLANNED
+// PLANNED: error: 'kiln.cached_attention' op kernel 'prefill_fmha_sm90' is planned but not implemented; it cannot be lowered
+// PLANNED-NOT: kiln_model_forward
+
+func.func @no_context(%x: memref<?x128xbf16>, %o: memref<?x128xbf16>) {
+  // expected-error @below {{'kiln.add' op lowers to a runtime call, so its function needs an '!llvm.ptr {kiln.context}' argument (the runtime context)}}
+  // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
+  kiln.add ins(%x, %x : memref<?x128xbf16>, memref<?x128xbf16>) outs(%o : memref<?x128xbf16>)
+  return
+}
+
+// -----
+func.func @tensors(%ctx: !llvm.ptr {kiln.context}, %x: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) -> tensor<?x128xbf16> {
+  // expected-error @below {{'kiln.add' op lowers to a runtime call only on buffers; bufferize first}}
+  // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
+  %0 = kiln.add ins(%x, %x : tensor<?x128xbf16>, tensor<?x128xbf16>) outs(%o : tensor<?x128xbf16>) -> tensor<?x128xbf16>
+  return %0 : tensor<?x128xbf16>
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @mla(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x16x576xbf16>, %l: memref<?x576xbf16>, %o: memref<?x16x512xbf16>) {
+    %c = kiln.cache_resource layer 3 unit [576] of bf16 {offset = 0 : i64} : !kiln.cache<mla_latent>
+    // expected-error @below {{'kiln.cached_mla_attention' op layer 3: in-place lowering of MLA is not implemented yet (whole MLA models come with the DeepSeek import)}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
+    kiln.cached_mla_attention layer 3 %q, %l cache(%c : !kiln.cache<mla_latent>) outs(%o : memref<?x16x512xbf16>)
+      {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64} : memref<?x16x576xbf16>, memref<?x576xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @ssm(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x8x64xbf16>, %dt: memref<?x8xbf16>, %bc: memref<?x2x128xbf16>, %o: memref<?x8x64xbf16>) {
+    %s = kiln.cache_resource layer 1 unit [8, 64, 128] of f32 {offset = 0 : i64} : !kiln.cache<ssm_state>
+    // expected-error @below {{'kiln.cached_ssm' op layer 1: in-place lowering of Mamba2 SSM is not implemented yet (whole Mamba2 models come with the Nemotron-H import)}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_ssm' that was explicitly marked illegal}}
+    kiln.cached_ssm layer 1 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>) outs(%o : memref<?x8x64xbf16>)
+      {num_heads = 8, head_dim = 64, state_size = 128, n_groups = 2} : memref<?x8x64xbf16>, memref<?x8xbf16>, memref<?x2x128xbf16>, memref<?x2x128xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @conv(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x1024xbf16>, %o: memref<?x1024xbf16>) {
+    %s = kiln.cache_resource layer 0 unit [1024, 3] of bf16 {offset = 0 : i64} : !kiln.cache<conv_state>
+    // expected-error @below {{'kiln.cached_causal_conv' op layer 0: in-place lowering of causal conv is not implemented yet (whole Mamba2 models come with the Nemotron-H import)}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_causal_conv' that was explicitly marked illegal}}
+    kiln.cached_causal_conv layer 0 %x state(%s : !kiln.cache<conv_state>) outs(%o : memref<?x1024xbf16>)
+      {conv_dim = 1024, kernel_size = 4, silu} : memref<?x1024xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @unplanned_kv(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x64xbf16>, %k: memref<?x1x64xbf16>, %o: memref<?x2x64xbf16>) {
+    %kv = kiln.cache_resource layer 2 unit [2, 1, 64] of bf16 : !kiln.cache<kv>
+    // expected-error @below {{'kiln.cached_attention' op layer 2: the KV resource has no planned offset; run kiln-plan-memory}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_attention' that was explicitly marked illegal}}
+    kiln.cached_attention layer 2 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o : memref<?x2x64xbf16>)
+      {num_heads = 2, num_kv_heads = 1, head_dim = 64} : memref<?x2x64xbf16>, memref<?x1x64xbf16>, memref<?x1x64xbf16>
+    return
+  }
+}
+
+// -----
+func.func @no_runtime(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x64xbf16>, %k: memref<?x1x64xbf16>, %o: memref<?x2x64xbf16>) {
+  %kv = kiln.cache_resource layer 0 unit [2, 1, 64] of bf16 {offset = 0 : i64} : !kiln.cache<kv>
+  // expected-error @below {{'kiln.cached_attention' op needs the module's 'kiln.runtime' to lower (page size)}}
+  // expected-error @below {{failed to legalize operation 'kiln.cached_attention' that was explicitly marked illegal}}
+  kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o : memref<?x2x64xbf16>)
+    {num_heads = 2, num_kv_heads = 1, head_dim = 64} : memref<?x2x64xbf16>, memref<?x1x64xbf16>, memref<?x1x64xbf16>
+  return
+}
+
+// -----
+module {
+  kiln.weight @w : tensor<128xbf16>
+  func.func @unplanned_weight(%ctx: !llvm.ptr {kiln.context}) {
+    // expected-error @below {{'kiln.weight_ref' op weight 'w' has no planned offset; run kiln-plan-memory}}
+    %w = kiln.weight_ref @w : memref<128xbf16>
+    return
+  }
+}
+
+// -----
+func.func @logits_rank(%ctx: !llvm.ptr {kiln.context}, %l: memref<4x8x16xbf16>) {
+  // expected-error @below {{'kiln.output' op logits must be a [rows, vocab] buffer, got 'memref<4x8x16xbf16>'}}
+  // expected-error @below {{failed to legalize operation 'kiln.output' that was explicitly marked illegal}}
+  kiln.output logits %l : memref<4x8x16xbf16>
+  return
+}
+
+// -----
+module {
+  func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr) -> i32
+  func.func @clash(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xbf16>, %o: memref<?x128xbf16>) {
+    // expected-error @below {{'kiln.add' op calls 'kiln_rt_add' as '(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32', but the module declares it as '(!llvm.ptr, !llvm.ptr) -> i32'}}
+    // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
+    kiln.add ins(%x, %x : memref<?x128xbf16>, memref<?x128xbf16>) outs(%o : memref<?x128xbf16>)
+    return
+  }
+}
+
+// -----
+// A planned model (it has #kiln.device_memory) gets a manifest, which needs the plans,
+// the logits output, the embedding and planned weights of a dtype the runtime loads.
+// expected-error @below {{the manifest needs 'kiln.runtime', 'kiln.plan' and 'kiln.device_memory'; run kiln-plan-memory and kiln-plan-activations first}}
+module attributes {kiln.device_memory = #kiln.device_memory<weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, max_step_tokens = 4, max_logit_rows = 4, activation_buffers = 0>} {
+}
+
+// -----
+// expected-error @below {{the manifest needs the model's logits output (kiln.output) and its embedding (kiln.embedding)}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>,
+                   kiln.device_memory = #kiln.device_memory<weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, max_step_tokens = 4, max_logit_rows = 4, activation_buffers = 0>} {
+  func.func @kiln_model_forward(%ctx: !llvm.ptr {kiln.context}, %l: memref<4x512xbf16>) {
+    kiln.output logits %l : memref<4x512xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>,
+                   kiln.device_memory = #kiln.device_memory<weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, max_step_tokens = 4, max_logit_rows = 4, activation_buffers = 0>} {
+  // expected-error @below {{weight 'embed' has no planned offset; run kiln-plan-memory}}
+  kiln.weight @embed : tensor<512x128xbf16>
+  func.func @kiln_model_forward(%ctx: !llvm.ptr {kiln.context}, %ids: memref<4xi32>, %t: memref<512x128xbf16>, %h: memref<4x128xbf16>, %l: memref<4x512xbf16>) {
+    kiln.embedding ins(%ids, %t : memref<4xi32>, memref<512x128xbf16>) outs(%h : memref<4x128xbf16>)
+    kiln.output logits %l : memref<4x512xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>,
+                   kiln.device_memory = #kiln.device_memory<weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, max_step_tokens = 4, max_logit_rows = 4, activation_buffers = 0>} {
+  // expected-error @below {{weight 'scale' has element type 'f8E4M3FN'; the runtime loads bf16, f16, f32 and i32}}
+  kiln.weight @scale {offset = 0} : tensor<128xf8E4M3FN>
+  func.func @kiln_model_forward(%ctx: !llvm.ptr {kiln.context}, %ids: memref<4xi32>, %t: memref<512x128xbf16>, %h: memref<4x128xbf16>, %l: memref<4x512xbf16>) {
+    kiln.embedding ins(%ids, %t : memref<4xi32>, memref<512x128xbf16>) outs(%h : memref<4x128xbf16>)
+    kiln.output logits %l : memref<4x512xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 0, kv_bytes = 0, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 0, fits = true, pools = []>,
+                   kiln.device_memory = #kiln.device_memory<weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, max_step_tokens = 4, max_logit_rows = 4, activation_buffers = 0>} {
+  // expected-error @below {{weight name 'lm head' contains whitespace or control characters}}
+  kiln.weight @"lm head" {offset = 0} : tensor<128xbf16>
+  func.func @kiln_model_forward(%ctx: !llvm.ptr {kiln.context}, %ids: memref<4xi32>, %t: memref<512x128xbf16>, %h: memref<4x128xbf16>, %l: memref<4x512xbf16>) {
+    kiln.embedding ins(%ids, %t : memref<4xi32>, memref<512x128xbf16>) outs(%h : memref<4x128xbf16>)
+    kiln.output logits %l : memref<4x512xbf16>
+    return
+  }
+}

@@ -1,0 +1,271 @@
+// convert-kiln-to-runtime-calls: every kiln op on buffers becomes one call of the
+// runtime on the pointers of its own buffers (docs/abi.md); inputs, weights and planned
+// activations become kiln.buffer_from_pointer over the runtime's base pointers; a
+// planned model gets kiln_model_manifest().
+// RUN: kiln-opt %s -split-input-file --convert-kiln-to-runtime-calls | FileCheck %s
+// RUN: kiln-opt %s -split-input-file --convert-kiln-to-runtime-calls | FileCheck %s --check-prefix=GONE
+
+// The runtime functions are declared once, with the context first.
+// CHECK-DAG: func.func private @kiln_rt_input(!llvm.ptr, i32) -> !llvm.ptr
+// CHECK-DAG: func.func private @kiln_rt_input_size(!llvm.ptr, i32) -> i64
+// CHECK-DAG: func.func private @kiln_rt_weights(!llvm.ptr) -> !llvm.ptr
+// CHECK-DAG: func.func private @kiln_rt_activations(!llvm.ptr) -> !llvm.ptr
+// CHECK-DAG: func.func private @kiln_rt_embedding(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+// CHECK-DAG: func.func private @kiln_rt_rms_norm(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_linear(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+// CHECK-DAG: func.func private @kiln_rt_rope(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i32, f32, f32, f32, f32, i64, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
+// CHECK-DAG: func.func private @kiln_rt_swiglu(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
+// CHECK-DAG: func.func private @kiln_rt_gather_rows(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+// CHECK-DAG: func.func private @kiln_rt_attention(!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_output(!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
+
+// CHECK-LABEL: func.func @kiln_model_forward
+// CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}) attributes {kiln.entry}
+// The base pointers are fetched once, at the top.
+// CHECK: %[[ACT:.*]] = call @kiln_rt_activations(%[[CTX]]) : (!llvm.ptr) -> !llvm.ptr
+// CHECK: %[[WTS:.*]] = call @kiln_rt_weights(%[[CTX]]) : (!llvm.ptr) -> !llvm.ptr
+// Inputs: data pointer and element count of KILN_RT_INPUT_TOKEN_IDS (0), POSITIONS
+// (1), LOGIT_ROWS (2).
+// CHECK: %[[K0:.*]] = arith.constant 0 : i32
+// CHECK: %[[IDSP:.*]] = call @kiln_rt_input(%[[CTX]], %[[K0]]) : (!llvm.ptr, i32) -> !llvm.ptr
+// CHECK: %[[IDSN:.*]] = call @kiln_rt_input_size(%[[CTX]], %[[K0]]) : (!llvm.ptr, i32) -> i64
+// CHECK: %[[IDSI:.*]] = arith.index_cast %[[IDSN]] : i64 to index
+// CHECK: %[[IDS:.*]] = kiln.buffer_from_pointer %[[IDSP]][%[[IDSI]]] : !llvm.ptr -> memref<?xi32>
+// CHECK: %[[K1:.*]] = arith.constant 1 : i32
+// CHECK: call @kiln_rt_input(%[[CTX]], %[[K1]])
+// CHECK: %[[POS:.*]] = kiln.buffer_from_pointer
+// CHECK: %[[K2:.*]] = arith.constant 2 : i32
+// CHECK: call @kiln_rt_input(%[[CTX]], %[[K2]])
+// CHECK: %[[ROWS:.*]] = kiln.buffer_from_pointer {{.*}} : !llvm.ptr -> memref<?xi32>
+// CHECK: %[[T:.*]] = memref.dim %[[IDS]]
+// CHECK: %[[R:.*]] = memref.dim %[[ROWS]]
+// Weights: their planned offsets into the weight allocation.
+// CHECK: %[[O0:.*]] = arith.constant 0 : i64
+// CHECK: %[[WEP:.*]] = llvm.getelementptr %[[WTS]][%[[O0]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+// CHECK: %[[WE:.*]] = kiln.buffer_from_pointer %[[WEP]] : !llvm.ptr -> memref<512x128xbf16>
+// CHECK: %[[O1:.*]] = arith.constant 131072 : i64
+// CHECK: %[[WNP:.*]] = llvm.getelementptr %[[WTS]][%[[O1]]]
+// CHECK: %[[WN:.*]] = kiln.buffer_from_pointer %[[WNP]] : !llvm.ptr -> memref<128xbf16>
+// CHECK: arith.constant 131328 : i64
+// CHECK: %[[BIAS:.*]] = kiln.buffer_from_pointer {{.*}} : !llvm.ptr -> memref<128xbf16>
+// CHECK: arith.constant 131584 : i64
+// CHECK: kiln.buffer_from_pointer {{.*}} : !llvm.ptr -> memref<32xbf16>
+// CHECK: arith.constant 131840 : i64
+// CHECK: %[[WQ:.*]] = kiln.buffer_from_pointer {{.*}} : !llvm.ptr -> memref<128x128xbf16>
+// Activations: their planned offsets into the arena, their dynamic sizes kept.
+// CHECK: %[[A0:.*]] = arith.constant 0 : i64
+// CHECK: %[[HP:.*]] = llvm.getelementptr %[[ACT]][%[[A0]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+// CHECK: %[[H:.*]] = kiln.buffer_from_pointer %[[HP]][%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
+// CHECK: %[[A1:.*]] = arith.constant 65536 : i64
+// CHECK: %[[NP:.*]] = llvm.getelementptr %[[ACT]][%[[A1]]]
+// CHECK: %[[N:.*]] = kiln.buffer_from_pointer %[[NP]][%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
+// CHECK: %[[G:.*]] = kiln.buffer_from_pointer {{.*}}[%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
+
+// embedding(ctx, ids, table, out, tokens, vocab, hidden): a pointer is the aligned
+// pointer plus the buffer's offset in bytes.
+// CHECK: memref.extract_aligned_pointer_as_index %[[IDS]]
+// CHECK: memref.extract_strided_metadata %[[IDS]]
+// CHECK: %[[EB:.*]] = arith.constant 4 : index
+// CHECK: arith.muli %{{.*}}, %[[EB]] : index
+// CHECK: %[[P0:.*]] = llvm.inttoptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[WE]]
+// CHECK: %[[P1:.*]] = llvm.inttoptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[H]]
+// CHECK: %[[P2:.*]] = llvm.inttoptr
+// CHECK: memref.dim %[[IDS]], %{{.*}} : memref<?xi32>
+// CHECK: %[[TOKENS:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: memref.dim %[[WE]], %{{.*}} : memref<512x128xbf16>
+// CHECK: %[[VOCAB:.*]] = arith.index_cast
+// CHECK: memref.dim %[[WE]], %{{.*}} : memref<512x128xbf16>
+// CHECK: %[[HIDDEN:.*]] = arith.index_cast
+// CHECK: call @kiln_rt_embedding(%[[CTX]], %[[P0]], %[[P1]], %[[P2]], %[[TOKENS]], %[[VOCAB]], %[[HIDDEN]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+
+// rms_norm(ctx, x, weight, out, rows, dim, eps)
+// CHECK: memref.extract_aligned_pointer_as_index %[[H]]
+// CHECK: %[[P0:.*]] = llvm.inttoptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[WN]]
+// CHECK: %[[P1:.*]] = llvm.inttoptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[N]]
+// CHECK: %[[P2:.*]] = llvm.inttoptr
+// CHECK: %[[ROWS_:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[DIM:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[EPS:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK: call @kiln_rt_rms_norm(%[[CTX]], %[[P0]], %[[P1]], %[[P2]], %[[ROWS_]], %[[DIM]], %[[EPS]])
+// A per-head norm: rows are tokens x heads (the leading dimensions), dim the last.
+// CHECK: %[[X3:.*]] = memref.expand_shape %[[H]]
+// CHECK: memref.dim %[[X3]], %{{.*}} : memref<?x4x32xbf16>
+// CHECK: arith.muli
+// CHECK: memref.dim %[[X3]], %{{.*}} : memref<?x4x32xbf16>
+// CHECK: %[[LEAD:.*]] = arith.muli
+// CHECK: arith.index_cast %[[LEAD]] : index to i64
+// CHECK: call @kiln_rt_rms_norm(
+
+// linear(ctx, x, w, bias or null, out, m, n, k)
+// CHECK: memref.extract_aligned_pointer_as_index %[[N]]
+// CHECK: %[[P0:.*]] = llvm.inttoptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[WQ]]
+// CHECK: %[[P1:.*]] = llvm.inttoptr
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK: memref.extract_aligned_pointer_as_index %[[G]]
+// CHECK: %[[P3:.*]] = llvm.inttoptr
+// CHECK: memref.dim %[[N]], %{{.*}}
+// CHECK: %[[M:.*]] = arith.index_cast
+// CHECK: memref.dim %[[WQ]], %{{.*}}
+// CHECK: %[[NN:.*]] = arith.index_cast
+// CHECK: memref.dim %[[WQ]], %{{.*}}
+// CHECK: %[[K:.*]] = arith.index_cast
+// CHECK: call @kiln_rt_linear(%[[CTX]], %[[P0]], %[[P1]], %[[NULL]], %[[P3]], %[[M]], %[[NN]], %[[K]])
+// CHECK: memref.extract_aligned_pointer_as_index %[[BIAS]]
+// CHECK: %[[PB:.*]] = llvm.inttoptr
+// CHECK: call @kiln_rt_linear(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %[[PB]], %{{[^,]*}},
+
+// rope(ctx, x, positions, out, tokens, heads, head_dim, type, theta, factor, low, high,
+//      original_max_position, attention_factor): llama3 is KILN_RT_ROPE_LLAMA3 (2).
+// CHECK: memref.extract_aligned_pointer_as_index %[[POS]]
+// CHECK: %[[TYPE:.*]] = arith.constant 2 : i32
+// CHECK: %[[THETA:.*]] = arith.constant 5.000000e+05 : f32
+// CHECK: %[[FACTOR:.*]] = arith.constant 8.000000e+00 : f32
+// CHECK: %[[LOW:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK: %[[HIGH:.*]] = arith.constant 4.000000e+00 : f32
+// CHECK: %[[ORIG:.*]] = arith.constant 8192 : i64
+// CHECK: %[[AF:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK: call @kiln_rt_rope(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[TYPE]], %[[THETA]], %[[FACTOR]], %[[LOW]], %[[HIGH]], %[[ORIG]], %[[AF]])
+
+// add / swiglu(ctx, a, b, out, elements)
+// CHECK: call @kiln_rt_add(%[[CTX]],
+// CHECK: call @kiln_rt_swiglu(%[[CTX]],
+
+// attention(ctx, layer, kv_offset, q, k, v, out, tokens, heads, kv_heads, head_dim,
+//           page_size, window, decode_kernel, prefill_kernel, spec_dec_mode, scale):
+// the KV resource's planned offset, gqa_decode (1), prefill_fmha (2), single_token (0).
+// CHECK: %[[LAYER:.*]] = arith.constant 0 : i32
+// CHECK: %[[KVOFF:.*]] = arith.constant 4096 : i64
+// CHECK: %[[HEADS:.*]] = arith.constant 2 : i32
+// CHECK: %[[KVH:.*]] = arith.constant 2 : i32
+// CHECK: %[[HD:.*]] = arith.constant 64 : i32
+// CHECK: %[[PAGE:.*]] = arith.constant 16 : i32
+// CHECK: %[[WIN:.*]] = arith.constant 128 : i32
+// CHECK: %[[DEC:.*]] = arith.constant 1 : i32
+// CHECK: %[[PRE:.*]] = arith.constant 2 : i32
+// CHECK: %[[MODE:.*]] = arith.constant 0 : i32
+// CHECK: %[[SCALE:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]])
+
+// gather_rows(ctx, x, rows, out, num_rows, dim, num_source_rows)
+// CHECK: %[[LAST:.*]] = kiln.buffer_from_pointer {{.*}}[%[[R]]] : !llvm.ptr -> memref<?x128xbf16>
+// CHECK: memref.extract_aligned_pointer_as_index %[[G]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[ROWS]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[LAST]]
+// CHECK: memref.dim %[[ROWS]]
+// CHECK: memref.dim %[[G]], %{{.*}}
+// CHECK: memref.dim %[[G]], %{{.*}}
+// CHECK: call @kiln_rt_gather_rows(%[[CTX]],
+// CHECK: call @kiln_rt_linear(%[[CTX]],
+
+// output(ctx, KILN_RT_OUTPUT_LOGITS (0), data, rows, cols)
+// CHECK: %[[LOGITS:.*]] = arith.constant 0 : i32
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK: %[[PL:.*]] = llvm.inttoptr
+// CHECK: %[[LR:.*]] = arith.index_cast
+// CHECK: %[[LC:.*]] = arith.index_cast
+// CHECK: call @kiln_rt_output(%[[CTX]], %[[LOGITS]], %[[PL]], %[[LR]], %[[LC]]) : (!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
+// CHECK-NEXT: return
+
+// The manifest: the plan's numbers, then each weight with dtype, shape, offset and
+// bytes; whitespace in the model name becomes '_'.
+// CHECK: llvm.mlir.global internal constant @kiln_manifest_text("kiln-model 1\0Aname tiny_model\0Avocab_size 512\0Ahidden_size 128\0Anum_layers 1\0Amax_batch 4\0Amax_seq_len 256\0Apage_size 16\0Akv_pages 64\0Amax_step_tokens 256\0Amax_logit_rows 4\0Amax_draft_len 0\0Aweight_bytes 164608\0Acache_bytes 262144\0Aspeculative_bytes 0\0Aactivation_bytes 2048\0Aworkspace_bytes 33587712\0Aio_bytes 4608\0A
+// CHECK-SAME: weight model.embed_tokens.weight bf16 512x128 0 131072\0A
+// CHECK-SAME: weight model.norm.weight bf16 128 131072 256\0A
+// CHECK-SAME: weight model.bias bf16 128 131328 256\0A
+// CHECK-SAME: weight model.q_norm bf16 32 131584 64\0A
+// CHECK-SAME: weight model.wq bf16 128x128 131840 32768\0A
+// CHECK-SAME: end\0A\00")
+// CHECK-LABEL: func.func @kiln_model_manifest() -> !llvm.ptr
+// CHECK-NEXT: %[[TEXT:.*]] = llvm.mlir.addressof @kiln_manifest_text : !llvm.ptr
+// CHECK-NEXT: return %[[TEXT]] : !llvm.ptr
+
+// Nothing of the model's declarations is left, and no kiln op but the buffers.
+// GONE-NOT: kiln.weight
+// GONE-NOT: kiln.cache_resource
+// GONE-NOT: kiln.activation_buffer
+// GONE-NOT: kiln.input
+// GONE-NOT: kiln.output
+// GONE-NOT: kiln.cached_attention
+module attributes {kiln.model = #kiln.model<name = "tiny model", model_type = "llama", num_layers = 1, dtype = bf16>,
+                   kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = bf16>,
+                   kiln.plan = #kiln.plan<total_bytes = 262144, kv_bytes = 262144, state_bytes = 0, speculative_bytes = 0, unmanaged_bytes = 0, budget_bytes = 0, kv_pages = 64, fits = true, pools = []>,
+                   kiln.device_memory = #kiln.device_memory<weights = 164608, caches = 262144, activations = 2048, workspace = 33587712, io = 4608, max_step_tokens = 256, max_logit_rows = 4, activation_buffers = 3>} {
+  kiln.weight @model.embed_tokens.weight {offset = 0} : tensor<512x128xbf16>
+  kiln.weight @model.norm.weight {offset = 131072} : tensor<128xbf16>
+  kiln.weight @model.bias {offset = 131328} : tensor<128xbf16>
+  kiln.weight @model.q_norm {offset = 131584} : tensor<32xbf16>
+  kiln.weight @model.wq {offset = 131840} : tensor<128x128xbf16>
+  func.func @kiln_model_forward(%ctx: !llvm.ptr {kiln.context}) attributes {kiln.entry} {
+    %kv = kiln.cache_resource layer 0 unit [2, 2, 64] of bf16 shard 1 {bytes = 262144 : i64, offset = 4096 : i64, pool = "kv.full.d64.bf16"} : !kiln.cache<kv>
+    %ids = kiln.input token_ids : memref<?xi32>
+    %pos = kiln.input positions : memref<?xi32>
+    %rows = kiln.input logit_rows : memref<?xi32>
+    %c0 = arith.constant 0 : index
+    %t = memref.dim %ids, %c0 : memref<?xi32>
+    %r = memref.dim %rows, %c0 : memref<?xi32>
+    %we = kiln.weight_ref @model.embed_tokens.weight : memref<512x128xbf16>
+    %wn = kiln.weight_ref @model.norm.weight : memref<128xbf16>
+    %b = kiln.weight_ref @model.bias : memref<128xbf16>
+    %wqn = kiln.weight_ref @model.q_norm : memref<32xbf16>
+    %wq = kiln.weight_ref @model.wq : memref<128x128xbf16>
+    %h = kiln.activation_buffer offset 0 capacity 65536 [%t] : memref<?x128xbf16>
+    %n = kiln.activation_buffer offset 65536 capacity 65536 [%t] : memref<?x128xbf16>
+    %g = kiln.activation_buffer offset 131072 capacity 65536 [%t] : memref<?x128xbf16>
+    kiln.embedding ins(%ids, %we : memref<?xi32>, memref<512x128xbf16>) outs(%h : memref<?x128xbf16>)
+    kiln.rms_norm ins(%h, %wn : memref<?x128xbf16>, memref<128xbf16>) outs(%n : memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
+    %h3 = memref.expand_shape %h [[0], [1, 2]] output_shape [%t, 4, 32] : memref<?x128xbf16> into memref<?x4x32xbf16>
+    %n3 = memref.expand_shape %n [[0], [1, 2]] output_shape [%t, 4, 32] : memref<?x128xbf16> into memref<?x4x32xbf16>
+    kiln.rms_norm ins(%h3, %wqn : memref<?x4x32xbf16>, memref<32xbf16>) outs(%n3 : memref<?x4x32xbf16>) {epsilon = 1.0e-6 : f32}
+    kiln.linear ins(%n, %wq : memref<?x128xbf16>, memref<128x128xbf16>) outs(%g : memref<?x128xbf16>)
+    kiln.linear ins(%n, %wq : memref<?x128xbf16>, memref<128x128xbf16>) bias(%b : memref<128xbf16>) outs(%g : memref<?x128xbf16>)
+    kiln.rope ins(%h3, %pos : memref<?x4x32xbf16>, memref<?xi32>) outs(%n3 : memref<?x4x32xbf16>) {rope = #kiln.rope<type = llama3, theta = 500000.0, factor = 8.0, low = 1.0, high = 4.0, original_max_position = 8192>}
+    kiln.add ins(%h, %n : memref<?x128xbf16>, memref<?x128xbf16>) outs(%g : memref<?x128xbf16>)
+    kiln.swiglu ins(%h, %n : memref<?x128xbf16>, memref<?x128xbf16>) outs(%g : memref<?x128xbf16>)
+    %q = memref.expand_shape %h [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>
+    %k = memref.expand_shape %n [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>
+    %o = memref.expand_shape %g [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>
+    kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o : memref<?x2x64xbf16>) {num_heads = 2, num_kv_heads = 2, head_dim = 64, sliding_window = 128, decode_kernel = "gqa_decode", prefill_kernel = "prefill_fmha", spec_dec_mode = #kiln<spec_dec_mode single_token>} : memref<?x2x64xbf16>, memref<?x2x64xbf16>, memref<?x2x64xbf16>
+    %l = kiln.activation_buffer offset 0 capacity 4096 [%r] : memref<?x512xbf16>
+    %last = kiln.activation_buffer offset 65536 capacity 1024 [%r] : memref<?x128xbf16>
+    kiln.gather_rows ins(%g, %rows : memref<?x128xbf16>, memref<?xi32>) outs(%last : memref<?x128xbf16>)
+    kiln.linear ins(%last, %we : memref<?x128xbf16>, memref<512x128xbf16>) outs(%l : memref<?x512xbf16>)
+    kiln.output logits %l : memref<?x512xbf16>
+    return
+  }
+}
+
+// -----
+// Any function with a kiln.context argument lowers in place: the embedder's own IR
+// around the ops is kept, and a module without #kiln.device_memory (not a whole
+// planned model) gets no manifest.
+// CHECK-LABEL: func.func @embedder_layer
+// CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}, %[[X:[^:]*]]: memref<?x128xbf16>, %[[Y:[^:]*]]: memref<?x128xbf16>)
+// CHECK: %[[SUM:.*]] = memref.alloc
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[Y]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[SUM]]
+// CHECK: memref.dim %[[X]], %{{.*}}
+// CHECK: arith.muli
+// CHECK: memref.dim %[[X]], %{{.*}}
+// CHECK: %[[ELEMS:.*]] = arith.muli
+// CHECK: %[[N:.*]] = arith.index_cast %[[ELEMS]] : index to i64
+// CHECK: call @kiln_rt_add(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[N]])
+// CHECK: memref.copy %[[SUM]], %[[Y]]
+// CHECK-NOT: kiln_model_manifest
+// CHECK-NOT: kiln_manifest_text
+module {
+  func.func @embedder_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xbf16>, %y: memref<?x128xbf16>) {
+    %c0 = arith.constant 0 : index
+    %t = memref.dim %x, %c0 : memref<?x128xbf16>
+    %sum = memref.alloc(%t) : memref<?x128xbf16>
+    kiln.add ins(%x, %y : memref<?x128xbf16>, memref<?x128xbf16>) outs(%sum : memref<?x128xbf16>)
+    memref.copy %sum, %y : memref<?x128xbf16> to memref<?x128xbf16>
+    return
+  }
+}
