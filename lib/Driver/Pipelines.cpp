@@ -24,7 +24,7 @@
 
 using namespace mlir;
 
-void kiln::buildBufferLoweringPipeline(OpPassManager &pm) {
+void kiln::buildActivationPlanningPipeline(OpPassManager &pm) {
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion = bufferization::LayoutMapOption::IdentityLayoutMap;
@@ -34,6 +34,10 @@ void kiln::buildBufferLoweringPipeline(OpPassManager &pm) {
   // traces back to the step's inputs.
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createKilnPlanActivations());
+}
+
+void kiln::buildBufferLoweringPipeline(OpPassManager &pm) {
+  buildActivationPlanningPipeline(pm);
   pm.addPass(createConvertKilnToRuntimeCalls());
 }
 

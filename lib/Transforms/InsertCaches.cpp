@@ -26,18 +26,27 @@ struct InsertCachesPass : public kiln::impl::KilnInsertCachesBase<InsertCachesPa
     module.walk([&](ModelOpInterface op) { modelOps.push_back(op); });
     for (ModelOpInterface op : modelOps)
       rewriteToCachedForm(op, config);
+    lastResource.clear();
   }
+
+  /// Per entry block, the last resource declared so far: new ones go after it, which
+  /// keeps them in layer order without rescanning the block (linear in the ops).
+  DenseMap<Block *, Operation *> lastResource;
 
   /// Declares the op's resources at the top of its block's region and swaps the op
   /// for its cached form.
   void rewriteToCachedForm(ModelOpInterface op, const ModuleConfig &config) {
     OpBuilder builder(op->getContext());
     Block &entry = op->getParentRegion()->front();
-    builder.setInsertionPoint(&entry, entry.begin());
-    // Keep resources in layer order: insert after those already declared.
-    while (builder.getInsertionPoint() != entry.end() &&
-           isa<CacheResourceOp>(*builder.getInsertionPoint()))
-      builder.setInsertionPointAfter(&*builder.getInsertionPoint());
+    if (Operation *last = lastResource.lookup(&entry)) {
+      builder.setInsertionPointAfter(last);
+    } else {
+      // Keep resources in layer order: after any the input already declares.
+      builder.setInsertionPoint(&entry, entry.begin());
+      while (builder.getInsertionPoint() != entry.end() &&
+             isa<CacheResourceOp>(*builder.getInsertionPoint()))
+        builder.setInsertionPointAfter(&*builder.getInsertionPoint());
+    }
 
     SmallVector<Value> resources;
     for (const ResourceRequest &request :
@@ -50,6 +59,7 @@ struct InsertCachesPass : public kiln::impl::KilnInsertCachesBase<InsertCachesPa
           request.shard ? builder.getI64IntegerAttr(*request.shard) : IntegerAttr(),
           speculative, /*unmanaged=*/false, StringAttr(), IntegerAttr(), IntegerAttr());
       resources.push_back(resource);
+      lastResource[&entry] = resource;
       ++numResources;
       if (speculative)
         ++numSpeculative;

@@ -117,20 +117,22 @@ unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned>
   return last;
 }
 
-/// First fit, largest buffers first: the lowest aligned offset that overlaps no placed
-/// buffer whose lifetime overlaps. Returns the arena size.
+/// Linear-scan first fit: buffers in order of allocation; each goes at the lowest
+/// aligned offset that overlaps no buffer still live (the active set, small in a
+/// decoder: the residual stream and a layer's temporaries), so planning stays linear in
+/// the number of buffers. Returns the arena size.
 uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
   SmallVector<PlannedBuffer *> order;
   for (PlannedBuffer &buffer : buffers)
     order.push_back(&buffer);
-  llvm::stable_sort(order, [](PlannedBuffer *a, PlannedBuffer *b) { return a->bytes > b->bytes; });
-  SmallVector<PlannedBuffer *> placed;
+  llvm::stable_sort(order, [](PlannedBuffer *a, PlannedBuffer *b) { return a->start < b->start; });
+  SmallVector<PlannedBuffer *> active;
   uint64_t arena = 0;
   for (PlannedBuffer *buffer : order) {
+    llvm::erase_if(active, [&](PlannedBuffer *other) { return other->end < buffer->start; });
     SmallVector<std::pair<uint64_t, uint64_t>> taken; // [begin, end) in bytes
-    for (PlannedBuffer *other : placed)
-      if (other->start <= buffer->end && buffer->start <= other->end)
-        taken.push_back({other->offset, other->offset + other->bytes});
+    for (PlannedBuffer *other : active)
+      taken.push_back({other->offset, other->offset + other->bytes});
     llvm::sort(taken);
     uint64_t offset = 0;
     for (auto [begin, end] : taken) {
@@ -140,7 +142,7 @@ uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
     }
     buffer->offset = offset;
     arena = std::max(arena, llvm::alignTo(offset + buffer->bytes, kAlignment));
-    placed.push_back(buffer);
+    active.push_back(buffer);
   }
   return arena;
 }

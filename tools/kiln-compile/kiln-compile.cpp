@@ -151,7 +151,7 @@ LogicalResult planDeviceMemory(ModuleOp module) {
   for (func::FuncOp fn : sideFunctions(*copy))
     fn.erase();
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  kiln::buildBufferLoweringPipeline(pm);
+  kiln::buildActivationPlanningPipeline(pm);
   if (failed(pm.run(*copy)))
     return failure();
   if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))

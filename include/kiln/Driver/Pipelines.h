@@ -22,6 +22,10 @@ namespace kiln {
 /// function.
 void buildLoweringPipeline(mlir::OpPassManager &pm);
 
+/// Bufferization, entry binding and the activation plan: enough to know every device
+/// byte (`kiln.device_memory`) for the report.
+void buildActivationPlanningPipeline(mlir::OpPassManager &pm);
+
 /// The part of the lowering that stays in Kiln's and upstream's dialects (buffers,
 /// runtime calls), for inspection with `--emit=mlir-lowered` and in lit tests.
 void buildBufferLoweringPipeline(mlir::OpPassManager &pm);

@@ -159,9 +159,9 @@ def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
     with a `kiln.context` argument becomes a `kiln.activation_buffer` at an offset of
     the activation arena. A buffer is live from its allocation to the last use of it or
     of any view of it (`ViewLikeOpInterface`); buffers whose lifetimes do not overlap
-    share bytes (first fit, largest first, 256-byte aligned). Dynamic sizes are bounded
-    by the step limits (`max_step_tokens` for token counts, `max_logit_rows` for logit
-    rows); a size that cannot be bounded is an error. The module gets
+    share bytes (linear-scan first fit in allocation order, 256-byte aligned). Dynamic
+    sizes are bounded by the step limits (`max_step_tokens` for token counts,
+    `max_logit_rows` for logit rows); a size that cannot be bounded is an error. The module gets
     `kiln.device_memory`: weights, caches, activations, workspace and the runtime's
     per-step buffers (`io`), the numbers the runtime allocates.
   }];

@@ -46,10 +46,24 @@ FailureOr<Value> contextOf(Operation *op) {
                               "'!llvm.ptr {kiln.context}' argument (the runtime context)";
 }
 
-/// Declares `name` with `type` in the module, or checks an existing declaration.
+/// Declares `name` with `type` in the module, or checks an existing declaration. The
+/// runtime functions are few; they are found through the module's first ops (where
+/// they are declared) instead of a scan of every symbol, which would make the lowering
+/// quadratic in a model's weights.
 LogicalResult declareRuntimeFunction(Operation *user, StringRef name, FunctionType type) {
   auto module = user->getParentOfType<ModuleOp>();
-  if (auto existing = module.lookupSymbol<func::FuncOp>(name)) {
+  func::FuncOp existing;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (!fn.isExternal())
+      break; // declarations come first (inserted at the module's start)
+    if (fn.getSymName() == name) {
+      existing = fn;
+      break;
+    }
+  }
+  if (!existing)
+    existing = module.lookupSymbol<func::FuncOp>(name);
+  if (existing) {
     if (existing.getFunctionType() != type)
       return user->emitOpError() << "calls '" << name << "' as " << type
                                  << ", but the module declares it as "
