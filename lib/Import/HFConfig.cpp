@@ -770,11 +770,54 @@ void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
                                    m.stateDtype, /*max_step_tokens=*/0));
 }
 
+namespace {
+/// llvm::json::parse recurses once per nesting level, so a hostile file of 50,000 '['
+/// would exhaust the stack. A config is a few levels deep: find the first position
+/// nested deeper than `limit` (outside strings) before parsing.
+std::optional<std::pair<unsigned, unsigned>> findExcessiveNesting(StringRef text,
+                                                                   unsigned limit) {
+  unsigned depth = 0, line = 1, col = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    ++col;
+    if (c == '\n') {
+      ++line;
+      col = 0;
+    }
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit)
+        return std::make_pair(line, col);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+constexpr unsigned kMaxJsonNesting = 64;
+} // namespace
+
 OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
                                           MLIRContext *ctx, const ImportOptions &options) {
   ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
                    tensor::TensorDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
+  if (auto deep = findExcessiveNesting(text, kMaxJsonNesting)) {
+    emitError(FileLineColLoc::get(ctx, file, deep->first, deep->second))
+        << "malformed JSON: nested deeper than " << kMaxJsonNesting
+        << " levels (a config.json is a few levels deep)";
+    return nullptr;
+  }
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed) {
     // json::ParseError logs as "[line:col, byte=N]: message".

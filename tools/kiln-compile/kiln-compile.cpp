@@ -29,6 +29,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/thread.h"
 #include "kiln/Target/AOT.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -254,8 +255,19 @@ bool hasDraftLayers(ModuleOp module, kiln::DraftKind kind) {
 }
 } // namespace
 
+int compile(int argc, char **argv);
+
+/// The MLIR parser and the passes recurse with the input's nesting; a large stack keeps
+/// deeply nested (hostile) input a diagnostic instead of a stack overflow.
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  int status = 1;
+  llvm::thread worker(std::optional<unsigned>(1u << 30), [&] { status = compile(argc, argv); });
+  worker.join();
+  return status;
+}
+
+int compile(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerAsmPrinterCLOptions();
