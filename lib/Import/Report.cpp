@@ -150,6 +150,27 @@ std::vector<ReportResource> kiln::largestConsumers(const ReportData &data, size_
   return sorted;
 }
 
+std::vector<ReportConsumerGroup> kiln::largestConsumerGroups(const ReportData &data,
+                                                            size_t count) {
+  std::vector<ReportConsumerGroup> groups;
+  for (const ReportResource &r : data.resources) {
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const ReportConsumerGroup &g) {
+      return g.kind == r.kind && g.speculativeOnly == r.speculativeOnly;
+    });
+    if (group == groups.end())
+      group = groups.insert(groups.end(), ReportConsumerGroup{r.kind, r.speculativeOnly, 0, 0});
+    ++group->count;
+    group->bytes = llvm::SaturatingAdd(group->bytes, r.bytes);
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const ReportConsumerGroup &a, const ReportConsumerGroup &b) {
+                     return a.bytes > b.bytes;
+                   });
+  if (groups.size() > count)
+    groups.resize(count);
+  return groups;
+}
+
 //===----------------------------------------------------------------------===//
 // Formatting helpers
 //===----------------------------------------------------------------------===//
@@ -280,7 +301,13 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
   if (d.kernels.empty())
     os << "  (none selected)\n";
 
-  os << "\nLargest consumers\n";
+  os << "\nLargest consumers (by kind)\n";
+  for (const ReportConsumerGroup &g : largestConsumerGroups(d))
+    os << "  " << pad(std::to_string(g.count) + " x " + g.kind +
+                          (g.speculativeOnly ? " (speculative-only)" : ""),
+                      48)
+       << padLeft(formatBytes(g.bytes), 14) << "\n";
+  os << "\nLargest single resources\n";
   for (const ReportResource &r : largestConsumers(d))
     os << "  " << pad(r.name, 34) << padLeft(formatBytes(r.bytes), 14) << "  (" << r.pool
        << (r.speculativeOnly ? ", speculative-only" : "") << ")\n";

@@ -280,25 +280,53 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     return pages;
   }
 
+  /// Resources of one kind and speculative-only status, added up: "27 x
+  /// intermediate_ssm_state (speculative-only) 67.50 GiB" says what to change, where
+  /// the largest single resources would name four KV pools first.
+  struct ConsumerGroup {
+    ResourceKind kind;
+    bool speculative;
+    unsigned count = 0;
+    uint64_t bytes = 0;
+  };
+
+  static SmallVector<ConsumerGroup> groupConsumers(ArrayRef<PlannedResource> resources) {
+    SmallVector<ConsumerGroup> groups;
+    for (const PlannedResource &planned : resources) {
+      ResourceKind kind = planned.op.getKind();
+      bool speculative = planned.op.isSpeculativeOnly();
+      auto *group = llvm::find_if(groups, [&](const ConsumerGroup &g) {
+        return g.kind == kind && g.speculative == speculative;
+      });
+      if (group == groups.end()) {
+        groups.push_back({kind, speculative});
+        group = &groups.back();
+      }
+      ++group->count;
+      group->bytes = llvm::SaturatingAdd(group->bytes, planned.bytes);
+    }
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const ConsumerGroup &a, const ConsumerGroup &b) { return a.bytes > b.bytes; });
+    return groups;
+  }
+
   void reportOverBudget(ModuleOp module, ArrayRef<PlannedResource> resources,
                         const ModuleConfig &config, uint64_t total, uint64_t budget) {
-    SmallVector<const PlannedResource *> largest;
-    for (const PlannedResource &planned : resources)
-      largest.push_back(&planned);
-    std::stable_sort(largest.begin(), largest.end(),
-                     [](auto *a, auto *b) { return a->bytes > b->bytes; });
     InFlightDiagnostic diag = module.emitError();
     diag << "memory plan does not fit on '" << config.target.getName() << "': needs "
          << formatBytes(total) << ", budget " << formatBytes(budget) << " ("
          << formatBytes(config.target.getMemoryBytes()) << " x " << fractionText();
-    if (config.model && config.model.getWeightBytes())
-      diag << " - " << formatBytes(config.model.getWeightBytes() / config.runtime.getTp())
-           << " weights";
+    uint64_t weights = exactWeightBytes ? exactWeightBytes
+                                        : (config.model ? config.model.getWeightBytes() : 0);
+    if (weights)
+      diag << " - " << formatBytes(weights / config.runtime.getTp()) << " weights";
     diag << "); largest consumers:";
-    for (unsigned i = 0; i < std::min<size_t>(kLargestConsumersShown, largest.size()); ++i)
-      diag << (i ? ", " : " ") << describeResource(largest[i]->op)
-           << (largest[i]->op.isSpeculativeOnly() ? " (speculative-only)" : "") << " "
-           << formatBytes(largest[i]->bytes);
+    SmallVector<ConsumerGroup> groups = groupConsumers(resources);
+    for (unsigned i = 0; i < std::min<size_t>(kLargestConsumersShown, groups.size()); ++i)
+      diag << (i ? ", " : " ") << groups[i].count << " x "
+           << stringifyResourceKind(groups[i].kind)
+           << (groups[i].speculative ? " (speculative-only)" : "") << " "
+           << formatBytes(groups[i].bytes);
   }
 };
 } // namespace

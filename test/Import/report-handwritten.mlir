@@ -74,7 +74,10 @@
 // TEXT: spec    mtp, max_draft_len 3, ssm rewind
 // TEXT: Memory (budget 4.88 KiB): DOES NOT FIT
 // TEXT: WARNING: 3.91 KiB are UNMANAGED allocations outside Kiln's pools
-// TEXT: Largest consumers
+// TEXT: Largest consumers (by kind)
+// TEXT-NEXT: 1 x intermediate_ssm_state (speculative-only) {{ *}}3.91 KiB
+// TEXT-NEXT: 1 x ssm_state {{ *}}1.95 KiB
+// TEXT: Largest single resources
 // TEXT-NEXT: layer1.intermediate_ssm_state {{ *}}3.91 KiB  (unmanaged, speculative-only)
 
 module attributes {

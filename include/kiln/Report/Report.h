@@ -76,6 +76,18 @@ struct ReportData {
 /// Collects the report from a (compiled) module. Missing pieces stay empty.
 ReportData collectReport(mlir::ModuleOp module);
 
+/// Resources of one kind and speculative-only status, added up.
+struct ReportConsumerGroup {
+  std::string kind;
+  bool speculativeOnly = false;
+  unsigned count = 0;
+  uint64_t bytes = 0;
+};
+/// The `count` largest groups, largest first ("27 x intermediate_ssm_state
+/// (speculative-only)": what to change to fit).
+std::vector<ReportConsumerGroup> largestConsumerGroups(const ReportData &data,
+                                                       size_t count = 5);
+
 /// The `count` largest resources, largest first.
 std::vector<ReportResource> largestConsumers(const ReportData &data, size_t count = 5);
 
