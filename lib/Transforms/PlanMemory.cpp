@@ -327,6 +327,78 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
            << stringifyResourceKind(groups[i].kind)
            << (groups[i].speculative ? " (speculative-only)" : "") << " "
            << formatBytes(groups[i].bytes);
+    suggestWhatFits(diag, resources, config, budget);
+  }
+
+  /// Notes on what would fit the budget, each changing one limit: the largest
+  /// max_batch at this max_seq_len, the largest max_seq_len at this max_batch, and the
+  /// largest draft length. Bytes are linear in each (per slot, per token, per verified
+  /// token), so the bounds come from the same unit sizes the plan used; each resource
+  /// may lose up to one alignment to padding, which the bounds leave room for.
+  void suggestWhatFits(InFlightDiagnostic &diag, ArrayRef<PlannedResource> resources,
+                       const ModuleConfig &config, uint64_t budget) {
+    RuntimeAttr runtime = config.runtime;
+    uint64_t slack = resources.size() * kAlignment;
+    if (budget <= slack)
+      return;
+    uint64_t usable = budget - slack;
+    uint64_t perSequence = 0, statePerSequence = 0, kvPerToken = 0;
+    bool windowed = false;
+    for (const PlannedResource &planned : resources) {
+      if (planned.op.getAllocationUnit() == AllocationUnit::perSlot) {
+        perSequence += planned.unitBytes;
+        statePerSequence += planned.unitBytes;
+        continue;
+      }
+      int64_t window = planned.op.getWindowTokens();
+      windowed |= window > 0 && static_cast<uint64_t>(window) < runtime.getMaxSeqLen();
+      perSequence += planned.unitBytes * tokensPerSequence(runtime, window);
+      kvPerToken += planned.unitBytes;
+    }
+    if (perSequence == 0)
+      return;
+    uint64_t batch = usable / perSequence;
+    if (batch >= 1)
+      diag.attachNote() << "fits with max_batch " << batch << " (at max_seq_len "
+                        << runtime.getMaxSeqLen() << ")";
+    else
+      diag.attachNote() << "not even one sequence of " << runtime.getMaxSeqLen()
+                        << " tokens fits";
+    uint64_t states = statePerSequence * runtime.getMaxBatch();
+    if (!windowed && kvPerToken && usable > states) {
+      uint64_t page = runtime.getPageSize();
+      uint64_t tokens = (usable - states) / (kvPerToken * runtime.getMaxBatch()) / page * page;
+      if (tokens >= page)
+        diag.attachNote() << "fits with max_seq_len " << tokens << " (at max_batch "
+                          << runtime.getMaxBatch() << ")";
+    }
+    if (config.spec)
+      suggestDraftLength(diag, resources, config, usable);
+  }
+
+  /// Intermediate states hold one entry per verified token (1 + drafts): the largest
+  /// draft length whose intermediates fit next to everything else.
+  void suggestDraftLength(InFlightDiagnostic &diag, ArrayRef<PlannedResource> resources,
+                          const ModuleConfig &config, uint64_t usable) {
+    uint64_t steps = config.spec.getTokensPerStep(), perStep = 0, rest = 0;
+    for (const PlannedResource &planned : resources) {
+      ResourceKind kind = planned.op.getKind();
+      if (kind == ResourceKind::intermediate_ssm_state ||
+          kind == ResourceKind::intermediate_conv_state)
+        perStep += planned.bytes / steps;
+      else
+        rest += planned.bytes;
+    }
+    if (perStep == 0)
+      return;
+    if (rest >= usable || (usable - rest) / perStep < 2) {
+      diag.attachNote() << "no draft length fits: without the intermediate states the plan "
+                           "needs "
+                        << formatBytes(rest) << "; replay mode (--ssm-mode replay) or less "
+                                                "max_batch";
+      return;
+    }
+    diag.attachNote() << "fits with max_draft_len " << (usable - rest) / perStep - 1;
   }
 };
 } // namespace

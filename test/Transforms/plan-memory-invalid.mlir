@@ -16,7 +16,10 @@ module attributes {kiln.target = #kiln.target<"h200">,
 // -----
 // Does not fit: the error names budget, total and the largest consumers, added up by
 // kind and speculative-only status.
+// Notes say what would fit, one limit changed at a time.
 // expected-error @below {{memory plan does not fit on 'l4': needs 40.00 GiB, budget 19.79 GiB (21.99 GiB x 0.9); largest consumers: 2 x kv 40.00 GiB}}
+// expected-note @below {{fits with max_batch 126 (at max_seq_len 20480)}}
+// expected-note @below {{fits with max_seq_len 10112 (at max_batch 256)}}
 module attributes {kiln.target = #kiln.target<"l4">,
                    kiln.runtime = #kiln.runtime<max_batch = 256, max_seq_len = 20480, kv_dtype = bf16>} {
   func.func @f() {
