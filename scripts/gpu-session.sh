@@ -5,12 +5,17 @@
 # when they are there (built here with -DKILN_BUILD_COMPILER=OFF
 # -DKILN_CUDA_ARCHITECTURES=90a-real, saving the device minutes a build costs), else
 # builds. Logs go to ${OUT:-/tmp/kiln-gpu-out}.
-#   scripts/gpu-session.sh [tests|parity|all] [parity.py options]
+#   scripts/gpu-session.sh [tests|parity|diagnose|bench|all|STEP,STEP...] [parity.py options]
+# all = tests,parity; diagnose (test/Parity/diagnose.py: where logit error comes from)
+# needs the parity models, so it follows parity; bench = the whole-model benchmark
+# (bench/Model/bench_model.py, .carry/models/llama-3.1-8b-bench.so).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
 what=${1:-all}; shift || true
-build=$root/.carry/gpu
+[ "$what" = all ] && what=tests,parity
+has() { case ",$what," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+build=${KILN_GPU_PREBUILT:-$root/.carry/gpu}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -28,7 +33,7 @@ fi
 export LD_LIBRARY_PATH="$build/lib:$build/lib/Runtime:${LD_LIBRARY_PATH:-}"
 export CUDA_MODULE_LOADING=EAGER
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if has tests; then
   for test in "$build"/bin/*GpuTest "$build"/test/*/*GpuTest "$build"/test/*/*/*GpuTest; do
     [ -x "$test" ] || continue
     name=$(basename "$test")
@@ -37,7 +42,22 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   done
   echo "GPU tests done ($(elapsed))"
 fi
-if [ "$what" = parity ] || [ "$what" = all ]; then
+if has parity; then
   KILN_GPU_BUILD="$build" OUT="$out" bash "$root/scripts/gpu-parity.sh" "$@"
   echo "parity rc=$? ($(elapsed))"
+fi
+if has diagnose; then
+  (cd "$root/test/Parity" && timeout 300 python3 diagnose.py \
+     --models "${KILN_PARITY_MODELS:-/tmp/kiln-parity-models}" \
+     --so-dir "$root/.carry/models" --kiln-run "$build/bin/kiln-run" \
+     --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" --out "$out") \
+    > "$out/diagnose.log" 2>&1
+  echo "diagnose rc=$? ($(elapsed))"; cat "$out/diagnose.log"
+fi
+if has bench; then
+  OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
+    "$root/bench/Model/bench_model.py" --kiln-run "$build/bin/kiln-run" \
+    --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
+    --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" > "$out/bench-model.log" 2>&1
+  echo "bench rc=$? ($(elapsed))"; tail -20 "$out/bench-model.log"
 fi

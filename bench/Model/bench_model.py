@@ -3,15 +3,16 @@
 
 A random-weight model with Llama-3.1-8B's shapes (examples/models/llama-3.1-8b-instruct.json,
 32 layers, 16 GB of bf16 weights). In one run it measures:
-  ceilings     a device-to-device copy (bytes read + written per second) and a bf16
-               8192^3 matmul (TFLOP/s), both through torch;
+  ceilings     a reduction over 4 GiB (bytes read per second; a copy's read + write
+               rate is printed beside it) and a bf16 8192^3 matmul (TFLOP/s), both
+               through torch;
   transformers sdpa, `generate` with a static cache, eager (no torch.compile):
                decode tokens/s at batch 1, 16, 64 (128-token prompts, 128 new tokens:
                the time of generating N tokens minus the time of generating 1, so the
                prefill drops out) and prefill tokens/s of one 4096-token prompt;
   Kiln         the same through kiln-run --json (decode_tokens_per_s,
                prefill_tokens_per_s), with the same weights written as safetensors.
-Bounds: decode = batch / ((weight bytes read per step + KV bytes read per step) / copy
+Bounds: decode = batch / ((weight bytes read per step + KV bytes read per step) / read
 rate), the KV at the mean context; prefill = tokens / (model FLOPs / matmul rate), the
 FLOPs of the linear layers plus causal attention (the lm_head of the last token only).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
@@ -68,6 +69,15 @@ def copy_bandwidth():
     ms = cuda_ms(lambda: dst.copy_(src))
     del src, dst
     return 2 * n * 2 / (ms * 1e-3)
+
+
+def read_bandwidth():
+    """Bytes read per second by a reduction over 4 GiB (what a decode step does: read)."""
+    n = 2 << 30
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1)
+    ms = cuda_ms(lambda: src.sum(dtype=torch.float32))
+    del src
+    return n * 2 / (ms * 1e-3)
 
 
 def matmul_flops():
@@ -141,10 +151,10 @@ def model_costs(config, state):
     }
 
 
-def decode_bound(costs, batch, copy_rate):
+def decode_bound(costs, batch, read_rate):
     context = DECODE_PROMPT + DECODE_NEW / 2  # mean context over the decode
     step_bytes = costs["decode_weight_bytes"] + batch * context * costs["kv_bytes_per_token"]
-    return batch / (step_bytes / copy_rate)
+    return batch / (step_bytes / read_rate)
 
 
 def prefill_bound(costs, tokens, flop_rate):
@@ -280,8 +290,9 @@ def main():
     clock = time.perf_counter()
     stamp = lambda what: print(f"  {what} ({time.perf_counter() - clock:.0f} s)", flush=True)  # noqa: E731
 
-    copy_rate, flop_rate = copy_bandwidth(), matmul_flops()
-    stamp(f"ceilings: copy {copy_rate / 1e12:.2f} TB/s, matmul {flop_rate / 1e12:.0f} TFLOP/s")
+    copy_rate, read_rate, flop_rate = copy_bandwidth(), read_bandwidth(), matmul_flops()
+    stamp(f"ceilings: read {read_rate / 1e12:.2f} TB/s (copy {copy_rate / 1e12:.2f} TB/s "
+          f"read+write), matmul {flop_rate / 1e12:.0f} TFLOP/s")
     model, config = build_hf_model(args.config)
     state = model.state_dict()
     costs = model_costs(config, state)
@@ -313,13 +324,14 @@ def main():
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
         stamp("kiln prefill")
 
-    rows = [{"case": f"decode b{b}", "bound": decode_bound(costs, b, copy_rate)}
+    rows = [{"case": f"decode b{b}", "bound": decode_bound(costs, b, read_rate)}
             for b in DECODE_BATCHES]
     rows.append({"case": "prefill 4k", "bound": prefill_bound(costs, PREFILL_LEN, flop_rate)})
     for row in rows:
         row["kiln"], row["hf"] = kiln.get(row["case"]), hf.get(row["case"])
     print_table(rows)
-    summary = {"copy_bytes_per_s": copy_rate, "matmul_flops_per_s": flop_rate,
+    summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
+               "matmul_flops_per_s": flop_rate,
                "costs": costs, "rows": rows, "decode_prompt": DECODE_PROMPT,
                "decode_new_tokens": DECODE_NEW, "prefill_tokens": PREFILL_LEN,
                "gpu": torch.cuda.get_device_name()}

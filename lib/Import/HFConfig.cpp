@@ -146,6 +146,11 @@ std::optional<int64_t> Reader::getInt(StringRef key, bool required, int64_t minV
     error(key) << "field '" << fieldName(key) << "' must be >= " << minValue << ", got " << *i;
     return std::nullopt;
   }
+  if (*i > kMaxConfigInt) {
+    error(key) << "field '" << fieldName(key) << "' = " << *i
+               << " is implausibly large (more than 2^31)";
+    return std::nullopt;
+  }
   return i;
 }
 
@@ -398,28 +403,12 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
   if (!inter)
     return failure();
   m.intermediate = *inter;
-  // Tensor dimensions in int32 range (what the kernels index), so no shape overflows.
-  constexpr int64_t kMaxDim = int64_t(1) << 31;
-  struct Dim {
-    StringRef key, what;
-    int64_t value;
-  } dims[] = {
-      {"hidden_size", "hidden_size", m.hidden},
-      {"intermediate_size", "intermediate_size", m.intermediate},
-      {"vocab_size", "vocab_size", m.vocab},
-      {"num_attention_heads", "num_attention_heads x head_dim",
-       m.heads > kMaxDim / m.headDim ? kMaxDim + 1 : m.heads * m.headDim}};
-  for (const Dim &dim : dims)
-    if (dim.value > kMaxDim) {
-      InFlightDiagnostic diag = r.error(dim.key);
-      diag << dim.what << " (";
-      if (dim.key == "num_attention_heads")
-        diag << m.heads << " x " << m.headDim;
-      else
-        diag << dim.value;
-      diag << ") is implausibly large (more than 2^31)";
-      return failure();
-    }
+  // Every dimension is at most 2^31 (Reader::getInt); the q width too.
+  if (m.heads * m.headDim > Reader::kMaxConfigInt) {
+    r.error("num_attention_heads") << "num_attention_heads x head_dim (" << m.heads << " x "
+                                   << m.headDim << ") is implausibly large (more than 2^31)";
+    return failure();
+  }
   if (m.headDim % 2 != 0) {
     r.error(r.has("head_dim") ? "head_dim" : "num_attention_heads")
         << "head_dim = " << m.headDim << " is odd; RoPE rotates pairs of dimensions";
@@ -573,6 +562,24 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
     m.stateSize = *n;
     m.nGroups = *g;
     m.convKernel = *k;
+    // Each factor is at most 2^31 (getInt); the products must stay indexable too.
+    struct Product {
+      StringRef key, what;
+      int64_t a, b;
+    } products[] = {{"mamba_num_heads", "mamba_num_heads x mamba_head_dim", m.mHeads, m.mHeadDim},
+                    {"n_groups", "n_groups x ssm_state_size", m.nGroups, m.stateSize}};
+    for (const Product &product : products)
+      if (product.a * product.b > Reader::kMaxConfigInt) {
+        r.error(product.key) << product.what << " (" << product.a << " x " << product.b
+                             << ") is implausibly large (more than 2^31)";
+        return failure();
+      }
+    if (m.convDim() > Reader::kMaxConfigInt) {
+      r.error("mamba_num_heads") << "the Mamba conv dimension (mamba_num_heads x "
+                                    "mamba_head_dim + 2 x n_groups x ssm_state_size = "
+                                 << m.convDim() << ") is implausibly large (more than 2^31)";
+      return failure();
+    }
     if (m.mHeads % m.nGroups != 0) {
       r.error("mamba_num_heads") << "mamba_num_heads (" << m.mHeads
                                  << ") must be a multiple of n_groups (" << m.nGroups << ")";

@@ -59,6 +59,9 @@ public:
   /// "missing field 'key' (required for ...)".
   void missing(llvm::StringRef key);
 
+  /// Integers are sizes, counts or positions: above kMaxConfigInt (2^31, what the
+  /// kernels index) is an error, so that no product of two of them overflows int64.
+  static constexpr int64_t kMaxConfigInt = int64_t(1) << 31;
   std::optional<int64_t> getInt(llvm::StringRef key, bool required = true,
                                 int64_t minValue = 1);
   int64_t getIntOr(llvm::StringRef key, int64_t fallback, int64_t minValue = 0);

@@ -95,8 +95,9 @@ ReportData kiln::collectReport(ModuleOp module) {
       r.speculativeOnly = res.getSpeculativeOnly();
       if (std::optional<int64_t> bytes = res.getBytes())
         r.bytes = static_cast<uint64_t>(*bytes);
-      else if (config.runtime)
-        r.bytes = computeResourceBytes(cast<CacheResourceInterface>(op), config.runtime);
+      else if (config.runtime) // unplanned: what the planner would give, when it can
+        r.bytes = computeResourceBytes(cast<CacheResourceInterface>(op), config.runtime)
+                      .value_or(0);
       if (std::optional<StringRef> pool = res.getPool())
         r.poolName = pool->str();
       if (res.getUnmanaged()) {

@@ -138,6 +138,9 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     gp.softmax_scale = scale;
     gp.dtype = KILN_DTYPE_BF16;
     gp.num_splits = 0;
+    // Fixed key chunks (Layout.h): a query's bits do not depend on the step's batch or
+    // q_len, so a verify step reproduces plain decode exactly.
+    gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
     gp.stream = ctx->stream;
     size_t wsBytes = 0; // validates the decode launch before the cache is written
     if (kiln_status_t s = kiln_gqa_decode_workspace_bytes(&gp, &wsBytes); s != KILN_OK)

@@ -43,13 +43,15 @@ struct DropSpeculativeResourcesPass
                  << "', which has no cache slots (CachedOpInterface)";
         cached.detachResource(result);
       }
-    uint64_t bytes = runtime ? computeResourceBytes(resource, runtime) : 0;
+    std::optional<uint64_t> bytes =
+        runtime ? computeResourceBytes(resource, runtime) : std::nullopt;
     if (emitRemarks)
-      op->emitRemark() << "dropped speculative-only " << describeResource(resource)
-                       << " (" << (runtime ? formatBytes(bytes) : "size unknown")
+      op->emitRemark() << "dropped speculative-only " << describeResource(resource) << " ("
+                       << (bytes ? formatBytes(*bytes)
+                                 : runtime ? "size overflows 63 bits" : "size unknown")
                        << "): speculation is off";
     ++numDropped;
-    bytesDropped += bytes;
+    bytesDropped += bytes.value_or(0);
     op->erase();
     return success();
   }

@@ -8,8 +8,15 @@ using namespace mlir;
 std::string kiln::formatBytes(uint64_t bytes) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  const double kib = 1024.0, mib = kib * 1024, gib = mib * 1024;
-  if (bytes >= gib)
+  const double kib = 1024.0, mib = kib * 1024, gib = mib * 1024, tib = gib * 1024,
+               pib = tib * 1024, eib = pib * 1024;
+  if (bytes >= eib)
+    os << llvm::format("%.2f EiB", bytes / eib);
+  else if (bytes >= pib)
+    os << llvm::format("%.2f PiB", bytes / pib);
+  else if (bytes >= tib)
+    os << llvm::format("%.2f TiB", bytes / tib);
+  else if (bytes >= gib)
     os << llvm::format("%.2f GiB", bytes / gib);
   else if (bytes >= mib)
     os << llvm::format("%.1f MiB", bytes / mib);

@@ -3,6 +3,7 @@
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
@@ -19,6 +20,11 @@ using namespace kiln;
 namespace {
 constexpr uint64_t kAlignment = 256;
 constexpr unsigned kLargestConsumersShown = 5;
+
+/// alignTo(bytes, kAlignment), saturating at the top of uint64_t.
+uint64_t alignSaturating(uint64_t bytes) {
+  return bytes > UINT64_MAX - kAlignment ? UINT64_MAX : llvm::alignTo(bytes, kAlignment);
+}
 
 /// A resource with its size, as the planner sees it.
 struct PlannedResource {
@@ -46,12 +52,15 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // One pass instance may run on many modules: nothing carries over.
+    weightsExceedBudget = false;
+    exactWeightBytes = 0;
     ModuleConfig config = getModuleConfig(module);
     if (!config.runtime) {
       (void)emitMissingRuntime(module, "kiln-plan-memory");
       return signalPassFailure();
     }
-    if (usableFraction <= 0.0 || usableFraction > 1.0) {
+    if (!(usableFraction > 0.0 && usableFraction <= 1.0)) { // NaN fails too
       module.emitError() << "kiln-plan-memory: usable-fraction = " << fractionText()
                          << " must be in (0, 1]";
       return signalPassFailure();
@@ -61,34 +70,42 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     if (!weightBytes)
       return signalPassFailure();
     exactWeightBytes = *weightBytes;
-    SmallVector<PlannedResource> resources = collect(module, config.runtime);
-    if (failed(checkShards(resources, config.runtime)))
+    SmallVector<PlannedResource> resources;
+    if (failed(collect(module, config.runtime, resources)) ||
+        failed(checkShards(resources, config.runtime)))
       return signalPassFailure();
 
-    uint64_t budget = computeBudget(module, config);
+    std::optional<uint64_t> budget = computeBudget(module, config);
+    if (!budget)
+      return signalPassFailure();
     std::optional<uint64_t> kvPages;
     if (fillKv) {
-      kvPages = fillPages(module, resources, config.runtime, budget);
+      kvPages = fillPages(module, resources, config.runtime, *budget);
       if (!kvPages)
         return signalPassFailure();
     }
-    size(resources, config.runtime, kvPages);
-    layOut(module, resources, config, budget, kvPages);
+    if (failed(size(resources, config.runtime, kvPages)))
+      return signalPassFailure();
+    layOut(module, resources, config, *budget, kvPages);
   }
 
-  SmallVector<PlannedResource> collect(ModuleOp module, RuntimeAttr runtime) {
-    SmallVector<PlannedResource> resources;
-    module.walk([&](CacheResourceOp op) {
+  LogicalResult collect(ModuleOp module, RuntimeAttr runtime,
+                        SmallVectorImpl<PlannedResource> &resources) {
+    WalkResult walk = module.walk([&](CacheResourceOp op) {
       PlannedResource planned{op, op.getPoolCategory(), "", 0, 0, 0};
       planned.pool = planned.category == PoolCategory::kv ? kvPoolName(op)
                                                           : stringifyPoolCategory(planned.category).str();
-      uint64_t elements = 1;
-      for (int64_t dim : op.getUnitShape(runtime))
-        elements *= static_cast<uint64_t>(dim);
-      planned.unitBytes = elements * getElementBytes(op.getElementType());
+      std::optional<uint64_t> unit = computeUnitBytes(op, runtime);
+      if (!unit) {
+        op.emitError() << "the bytes of one unit of " << describeResource(op) << " ("
+                       << describeResourceBytes(op, runtime) << ") overflow 63 bits";
+        return WalkResult::interrupt();
+      }
+      planned.unitBytes = *unit;
       resources.push_back(planned);
+      return WalkResult::advance();
     });
-    return resources;
+    return failure(walk.wasInterrupted());
   }
 
   /// With tp > 1 the shard dimension must split evenly (KV heads below tp replicate).
@@ -111,7 +128,10 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
   }
 
   /// Target memory x usable fraction - weights per rank - reserve; 0 when unknown.
-  uint64_t computeBudget(ModuleOp module, const ModuleConfig &config) {
+  /// Returns 0 (and records weightsExceedBudget) when the weights alone do not fit, so
+  /// that the plan is still laid out for the report; nullopt on a reserve that
+  /// overflows (diagnosed).
+  std::optional<uint64_t> computeBudget(ModuleOp module, const ModuleConfig &config) {
     if (!config.target || config.target.getMemoryBytes() == 0) {
       module.emitWarning() << "kiln-plan-memory: the target's memory size is unknown; "
                               "the plan is not checked against a budget";
@@ -123,8 +143,14 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t declared = exactWeightBytes ? exactWeightBytes
                                          : (config.model ? config.model.getWeightBytes() : 0);
     uint64_t weights = declared / config.runtime.getTp();
-    uint64_t taken = weights + reserveBytes;
-    if (taken >= usable) {
+    std::optional<uint64_t> taken = llvm::checkedAddUnsigned<uint64_t>(weights, reserveBytes);
+    if (!taken) {
+      module.emitError() << "kiln-plan-memory: reserve-bytes = " << reserveBytes.getValue()
+                         << " plus the weights (" << weights << " bytes per rank) overflows "
+                         << "64 bits";
+      return std::nullopt;
+    }
+    if (*taken >= usable) {
       weightsExceedBudget = true;
       module.emitError() << "model weights (" << formatBytes(weights) << " per rank"
                          << (reserveBytes ? " + reserve" : "") << ") exceed the usable "
@@ -134,7 +160,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
                             "larger target";
       return 0;
     }
-    return usable - taken;
+    return usable - *taken;
   }
 
   bool weightsExceedBudget = false;
@@ -169,12 +195,18 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
                               "memory size";
       return std::nullopt;
     }
+    // Saturating: anything near 2^64 is far beyond any budget, which the checks below
+    // then report.
     uint64_t fixed = 0, bytesPerPage = 0;
     for (const PlannedResource &planned : resources) {
       if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
-        bytesPerPage += planned.unitBytes * runtime.getPageSize();
+        bytesPerPage = llvm::SaturatingAdd(
+            bytesPerPage, llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,
+                                                             runtime.getPageSize()));
       else
-        fixed += llvm::alignTo(planned.unitBytes * runtime.getMaxBatch(), kAlignment);
+        fixed = llvm::SaturatingAdd(
+            fixed, alignSaturating(llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,
+                                                                     runtime.getMaxBatch())));
     }
     if (bytesPerPage == 0)
       return 0;
@@ -185,13 +217,35 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
                          << " budget";
       return std::nullopt;
     }
-    return (budget - fixed) / (bytesPerPage + kAlignment);
+    uint64_t pages = (budget - fixed) / llvm::SaturatingAdd(bytesPerPage, kAlignment);
+    if (pages == 0) {
+      module.emitError() << "kiln-plan-memory: fill-kv: one KV page of every layer ("
+                         << formatBytes(bytesPerPage) << ") does not fit in the "
+                         << formatBytes(budget - fixed) << " the states leave";
+      return std::nullopt;
+    }
+    return pages;
   }
 
-  void size(MutableArrayRef<PlannedResource> resources, RuntimeAttr runtime,
-            std::optional<uint64_t> kvPages) {
-    for (PlannedResource &planned : resources)
-      planned.bytes = computeResourceBytes(planned.op, runtime, kvPages);
+  LogicalResult size(MutableArrayRef<PlannedResource> resources, RuntimeAttr runtime,
+                     std::optional<uint64_t> kvPages) {
+    uint64_t total = 0;
+    for (PlannedResource &planned : resources) {
+      std::optional<uint64_t> bytes = computeResourceBytes(planned.op, runtime, kvPages);
+      std::optional<uint64_t> aligned =
+          bytes ? llvm::checkedAddUnsigned<uint64_t>(total, llvm::alignTo(*bytes, kAlignment))
+                : std::nullopt;
+      if (!aligned || *aligned > kMaxPlanBytes)
+        return planned.op.emitError()
+               << (bytes ? "the cache plan's total overflows 63 bits at "
+                         : "the bytes of ")
+               << describeResource(planned.op) << " ("
+               << describeResourceBytes(planned.op, runtime, kvPages) << ")"
+               << (bytes ? "" : " overflow 63 bits") << "; reduce max_batch or max_seq_len";
+      planned.bytes = *bytes;
+      total = *aligned;
+    }
+    return success();
   }
 
   void layOut(ModuleOp module, MutableArrayRef<PlannedResource> resources,
@@ -346,14 +400,16 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     bool windowed = false;
     for (const PlannedResource &planned : resources) {
       if (planned.op.getAllocationUnit() == AllocationUnit::perSlot) {
-        perSequence += planned.unitBytes;
-        statePerSequence += planned.unitBytes;
+        perSequence = llvm::SaturatingAdd(perSequence, planned.unitBytes);
+        statePerSequence = llvm::SaturatingAdd(statePerSequence, planned.unitBytes);
         continue;
       }
       int64_t window = planned.op.getWindowTokens();
       windowed |= window > 0 && static_cast<uint64_t>(window) < runtime.getMaxSeqLen();
-      perSequence += planned.unitBytes * tokensPerSequence(runtime, window);
-      kvPerToken += planned.unitBytes;
+      perSequence = llvm::SaturatingAdd(
+          perSequence,
+          llvm::SaturatingMultiply(planned.unitBytes, tokensPerSequence(runtime, window)));
+      kvPerToken = llvm::SaturatingAdd(kvPerToken, planned.unitBytes);
     }
     if (perSequence == 0)
       return;
@@ -364,10 +420,12 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     else
       diag.attachNote() << "not even one sequence of " << runtime.getMaxSeqLen()
                         << " tokens fits";
-    uint64_t states = statePerSequence * runtime.getMaxBatch();
+    uint64_t states = llvm::SaturatingMultiply<uint64_t>(statePerSequence, runtime.getMaxBatch());
     if (!windowed && kvPerToken && usable > states) {
       uint64_t page = runtime.getPageSize();
-      uint64_t tokens = (usable - states) / (kvPerToken * runtime.getMaxBatch()) / page * page;
+      uint64_t tokens = (usable - states) /
+                        llvm::SaturatingMultiply<uint64_t>(kvPerToken, runtime.getMaxBatch()) /
+                        page * page;
       if (tokens >= page)
         diag.attachNote() << "fits with max_seq_len " << tokens << " (at max_batch "
                           << runtime.getMaxBatch() << ")";

@@ -81,7 +81,7 @@ struct VerifyConfigPass : public kiln::impl::KilnVerifyConfigBase<VerifyConfigPa
                   "model that has them";
     }
     unsigned maxQueryLen = KernelRegistry::global().maxQueryLen(OpFamily::attention);
-    if (spec.getTokensPerStep() > maxQueryLen)
+    if (spec.getMaxDraftLen() >= maxQueryLen) // never max_draft_len + 1: it could wrap
       return module.emitError() << "kiln.spec max_draft_len = " << spec.getMaxDraftLen()
                                 << " exceeds " << maxQueryLen - 1
                                 << ", the most draft tokens Kiln's decode kernels verify "

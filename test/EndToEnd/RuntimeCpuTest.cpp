@@ -126,10 +126,19 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_EQ(l.bytes, 3072u + 256 * 6);
   EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
   EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
-  // Split partials: 16 splits x min(tokens, 32) x heads x (d + 1) x 4.
+  // Split partials: 16 splits x every decode row (tokens x heads) x (d + 1) x 4.
   EXPECT_EQ(kiln_rt_workspace_bytes(8, 4, 64),
             KILN_GEMM_WORKSPACE_BYTES + kiln_rt_align(16ull * 8 * 4 * 65 * 4));
-  EXPECT_EQ(kiln_rt_workspace_bytes(1000, 4, 64), kiln_rt_workspace_bytes(32, 4, 64));
+  EXPECT_EQ(kiln_rt_workspace_bytes(1000, 4, 64),
+            KILN_GEMM_WORKSPACE_BYTES + kiln_rt_align(16ull * 1000 * 4 * 65 * 4));
+  // Split chunks: multiples of 64, at least 256 keys, at most 16 per max_seq_len.
+  EXPECT_EQ(kiln_rt_decode_split_keys(1), 256);
+  EXPECT_EQ(kiln_rt_decode_split_keys(4096), 256);
+  EXPECT_EQ(kiln_rt_decode_split_keys(4097), 320);
+  EXPECT_EQ(kiln_rt_decode_split_keys(131072), 8192);
+  for (int64_t len : {1, 100, 4096, 4097, 100000, 131072})
+    EXPECT_LE((len + kiln_rt_decode_split_keys(len) - 1) / kiln_rt_decode_split_keys(len),
+              KILN_RT_DECODE_SPLITS);
   EXPECT_STREQ(kiln_rt_kernel_name(KILN_RT_KERNEL_GQA_DECODE), "gqa_decode");
   EXPECT_STREQ(kiln_rt_phase_name(KILN_RT_PHASE_EXTEND), "extend");
   EXPECT_STREQ(kiln_rt_rope_name(KILN_RT_ROPE_YARN), "yarn");

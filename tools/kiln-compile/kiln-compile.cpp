@@ -302,10 +302,11 @@ int compile(int argc, char **argv) {
     return fail("unknown target '" + targetName + "'; expected a preset (" + presets +
                 ") or sm_XY with a supported SM");
   }
-  if (maxBatch.getNumOccurrences() && maxBatch == 0)
-    return fail("--max-batch must be >= 1");
-  if (maxSeqLen.getNumOccurrences() && maxSeqLen == 0)
-    return fail("--max-seq-len must be >= 1");
+  // Zero is never a size: every count option rejects it the same way (the passes' own
+  // options use 0 for "keep the module's value", which a driver flag does not need).
+  for (const cl::opt<unsigned> *count : {&maxBatch, &maxSeqLen, &pageSize, &tp, &maxStepTokens})
+    if (count->getNumOccurrences() && *count == 0)
+      return fail("--" + count->ArgStr.str() + " must be >= 1");
   if (!(usableFraction > 0.0 && usableFraction <= 1.0))
     return fail("--usable-fraction must be in (0, 1]");
 

@@ -62,6 +62,13 @@ typedef struct kiln_gqa_decode_params {
   float softmax_scale;   /* e.g. 1/sqrt(head_dim) */
   kiln_dtype_t dtype;
   int num_splits;        /* 0 = automatic; else 1..KILN_DECODE_MAX_SPLITS */
+  /* > 0 (a multiple of 64, num_splits 0): batch-invariant split-KV. Split s covers keys
+   * [s*split_keys, (s+1)*split_keys) of every sequence whatever the batch, q_len or
+   * max_seq_len, so a query's result is bitwise the same in any step that holds it
+   * (what lossless greedy speculation needs). ceil(max_seq_len / split_keys) must not
+   * exceed KILN_DECODE_MAX_SPLITS, and the workspace must hold that many splits: the
+   * launcher never falls back to fewer splits in this mode. */
+  int split_keys;
   void *stream;          /* cudaStream_t */
 } kiln_gqa_decode_params_t;
 

@@ -18,11 +18,14 @@
  * (everything up to the used part of block_table, which is last for that reason).
  *
  * workspace_bytes = KILN_GEMM_WORKSPACE_BYTES (cuBLASLt) + split-KV partials:
- *   align256(KILN_RT_DECODE_SPLITS * min(max_decode_tokens, KILN_RT_SPLIT_TOKENS)
- *            * max_q_heads * (max_head_dim + 1) * 4)
- * i.e. room for 16 splits while a decode step has at most 32 tokens (batch x q_len);
- * the gqa_decode launcher uses floor(room / partials-of-one-split) splits beyond that
- * (its automatic split count falls with the batch anyway). max_decode_tokens is
+ *   align256(KILN_RT_DECODE_SPLITS * max_decode_tokens * max_q_heads
+ *            * (max_head_dim + 1) * 4)
+ * i.e. room for KILN_RT_DECODE_SPLITS splits of every query row of the largest decode
+ * step. Attention decode splits each sequence's keys into fixed chunks of
+ * kiln_rt_decode_split_keys(max_seq_len) keys anchored at key 0, whatever the batch:
+ * a query's split boundaries, and so its bits, are the same in a plain decode step and
+ * in a speculative verify step (greedy speculation is lossless only then). At most
+ * KILN_RT_DECODE_SPLITS chunks cover max_seq_len. max_decode_tokens is
  * max_batch * (1 + max_draft_len), max_q_heads / max_head_dim the largest attention
  * layer's. */
 #ifndef KILN_RUNTIME_LAYOUT_H
@@ -40,7 +43,9 @@ extern "C" {
 #define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
 #endif
 #define KILN_RT_DECODE_SPLITS 16
-#define KILN_RT_SPLIT_TOKENS 32
+/* Smallest split-KV chunk: 4 pipeline tiles of 64 keys, so that a split block does more
+ * than fill its pipeline. */
+#define KILN_RT_MIN_SPLIT_KEYS 256
 
 static inline uint64_t kiln_rt_align(uint64_t bytes) {
   return (bytes + KILN_RT_ALIGNMENT - 1) / KILN_RT_ALIGNMENT * KILN_RT_ALIGNMENT;
@@ -102,15 +107,22 @@ static inline int64_t kiln_rt_max_pages_per_seq(int64_t max_seq_len, int64_t pag
   return page_size > 0 && max_seq_len > 0 ? (max_seq_len + page_size - 1) / page_size : 0;
 }
 
+/* Keys per split-KV chunk of attention decode (see above): a model constant, a multiple
+ * of 64, at least KILN_RT_MIN_SPLIT_KEYS, and at most KILN_RT_DECODE_SPLITS chunks per
+ * max_seq_len. */
+static inline int64_t kiln_rt_decode_split_keys(int64_t max_seq_len) {
+  const int64_t tokens = max_seq_len > 0 ? max_seq_len : 1;
+  int64_t keys = (tokens + KILN_RT_DECODE_SPLITS - 1) / KILN_RT_DECODE_SPLITS;
+  keys = (keys + 63) / 64 * 64;
+  return keys < KILN_RT_MIN_SPLIT_KEYS ? KILN_RT_MIN_SPLIT_KEYS : keys;
+}
+
 /* Split-KV partials part of the workspace (see above). */
 static inline uint64_t kiln_rt_split_workspace_bytes(int64_t max_decode_tokens,
                                                      int64_t max_q_heads,
                                                      int64_t max_head_dim) {
-  uint64_t tokens = kiln_rt_nonneg(max_decode_tokens);
-  if (tokens > KILN_RT_SPLIT_TOKENS)
-    tokens = KILN_RT_SPLIT_TOKENS;
-  return kiln_rt_align((uint64_t)KILN_RT_DECODE_SPLITS * tokens * kiln_rt_nonneg(max_q_heads) *
-                       (kiln_rt_nonneg(max_head_dim) + 1u) * 4u);
+  return kiln_rt_align((uint64_t)KILN_RT_DECODE_SPLITS * kiln_rt_nonneg(max_decode_tokens) *
+                       kiln_rt_nonneg(max_q_heads) * (kiln_rt_nonneg(max_head_dim) + 1u) * 4u);
 }
 
 /* cudaMalloc hands out device memory in 2 MiB pages: a plan whose total

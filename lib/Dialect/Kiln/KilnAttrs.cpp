@@ -187,6 +187,9 @@ LogicalResult SpecAttr::verify(function_ref<InFlightDiagnostic()> emitError, Spe
   if (maxDraftLen < 1)
     return emitError() << "#kiln.spec: max_draft_len must be >= 1 (got " << maxDraftLen
                        << "); to turn speculation off remove the 'kiln.spec' attribute";
+  if (maxDraftLen > SpecAttr::kMaxDraftLen)
+    return emitError() << "#kiln.spec: max_draft_len = " << maxDraftLen << " exceeds "
+                       << SpecAttr::kMaxDraftLen;
   return success();
 }
 

@@ -8,6 +8,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace kiln;
@@ -202,17 +203,57 @@ uint64_t kiln::tokensPerSequence(RuntimeAttr runtime, int64_t window) {
   return (tokens + page - 1) / page * page;
 }
 
-uint64_t kiln::computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
-                                    std::optional<uint64_t> kvPagesOverride) {
-  uint64_t unitElements = 1;
-  for (int64_t dim : resource.getUnitShape(runtime))
-    unitElements *= static_cast<uint64_t>(dim);
-  uint64_t unitBytes = unitElements * getElementBytes(resource.getResourceElementType());
+std::optional<uint64_t> kiln::computeUnitBytes(CacheResourceInterface resource,
+                                               RuntimeAttr runtime) {
+  std::optional<uint64_t> bytes = getElementBytes(resource.getResourceElementType());
+  for (int64_t dim : resource.getUnitShape(runtime)) {
+    if (dim < 0)
+      return std::nullopt;
+    bytes = llvm::checkedMulUnsigned<uint64_t>(*bytes, static_cast<uint64_t>(dim));
+    if (!bytes || *bytes > kMaxPlanBytes)
+      return std::nullopt;
+  }
+  return bytes;
+}
+
+/// The units (slots or tokens) of a resource, with the factors named for messages.
+static std::optional<uint64_t> resourceUnits(CacheResourceInterface resource,
+                                             RuntimeAttr runtime,
+                                             std::optional<uint64_t> kvPagesOverride) {
   if (resource.getAllocationUnit() == AllocationUnit::perSlot)
-    return unitBytes * runtime.getMaxBatch();
-  uint64_t tokens = kvPagesOverride
-                        ? *kvPagesOverride * runtime.getPageSize()
-                        : tokensPerSequence(runtime, resource.getWindowTokens()) *
-                              runtime.getMaxBatch();
-  return unitBytes * tokens;
+    return runtime.getMaxBatch();
+  if (kvPagesOverride)
+    return llvm::checkedMulUnsigned<uint64_t>(*kvPagesOverride, runtime.getPageSize());
+  return llvm::checkedMulUnsigned<uint64_t>(
+      tokensPerSequence(runtime, resource.getWindowTokens()), runtime.getMaxBatch());
+}
+
+std::optional<uint64_t> kiln::computeResourceBytes(CacheResourceInterface resource,
+                                                   RuntimeAttr runtime,
+                                                   std::optional<uint64_t> kvPagesOverride) {
+  std::optional<uint64_t> unit = computeUnitBytes(resource, runtime);
+  std::optional<uint64_t> units = resourceUnits(resource, runtime, kvPagesOverride);
+  if (!unit || !units)
+    return std::nullopt;
+  std::optional<uint64_t> bytes = llvm::checkedMulUnsigned<uint64_t>(*unit, *units);
+  if (!bytes || *bytes > kMaxPlanBytes)
+    return std::nullopt;
+  return bytes;
+}
+
+std::string kiln::describeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
+                                        std::optional<uint64_t> kvPagesOverride) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "unit [";
+  llvm::interleave(resource.getUnitShape(runtime), os, " x ");
+  os << "] of " << getElementBytes(resource.getResourceElementType()) << " bytes x ";
+  if (resource.getAllocationUnit() == AllocationUnit::perSlot)
+    os << runtime.getMaxBatch() << " slots (max_batch)";
+  else if (kvPagesOverride)
+    os << *kvPagesOverride << " pages x " << runtime.getPageSize() << " tokens";
+  else
+    os << tokensPerSequence(runtime, resource.getWindowTokens())
+       << " tokens per sequence x " << runtime.getMaxBatch() << " sequences (max_batch)";
+  return text;
 }

@@ -94,6 +94,12 @@ kiln_status_t prepareKernel(const char *kernel, const KernelInfo &info, int *blo
   return KILN_OK;
 }
 
+#define KILN_REQUIRE(cond, status, ...)                                                    \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
+      return fail(status, __VA_ARGS__);                                                    \
+  } while (0)
+
 struct SplitPlan {
   int numSplits = 1;
   int splitTiles = 1;
@@ -122,6 +128,28 @@ int autoSplits(long long baseBlocks, int slots, int maxTiles) {
     if (efficiency(s) >= 0.85 * best)
       return s;
   return 1;
+}
+
+// Fixed key chunks anchored at key 0 (kiln_gqa_decode_params_t::split_keys): the split
+// boundaries depend on nothing but split_keys, and a workspace too small for them is an
+// error rather than fewer splits.
+kiln_status_t planFixedSplits(const char *kernel, int splitKeys, int maxSeqLen, int tileN,
+                              long long outRows, int dv, size_t workspaceBytes,
+                              const void *workspace, bool forQuery, SplitPlan *plan) {
+  KILN_REQUIRE(splitKeys % 64 == 0 && splitKeys % tileN == 0, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: split_keys %d is not a positive multiple of 64", kernel, splitKeys);
+  const int splits = (maxSeqLen + splitKeys - 1) / splitKeys;
+  KILN_REQUIRE(splits <= KILN_DECODE_MAX_SPLITS, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: max_seq_len %d in chunks of split_keys %d needs %d splits (at most %d)",
+               kernel, maxSeqLen, splitKeys, splits, KILN_DECODE_MAX_SPLITS);
+  plan->splitTiles = splitKeys / tileN;
+  plan->numSplits = std::max(1, splits);
+  plan->workspaceBytes = plan->numSplits > 1 ? partialBytes(outRows, plan->numSplits, dv) : 0;
+  const size_t have = workspace ? workspaceBytes : 0;
+  KILN_REQUIRE(forQuery || have >= plan->workspaceBytes, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: workspace_bytes %zu too small for %d splits of split_keys %d (needs %zu)",
+               kernel, have, plan->numSplits, splitKeys, plan->workspaceBytes);
+  return KILN_OK;
 }
 
 // `requested` 0 = automatic; a workspace of `workspaceBytes` (when planning the launch)
@@ -168,8 +196,8 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
   void *argv[] = {&partO, &partLse, &out, &numSplits, &dv};
   dim3 grid(static_cast<unsigned>(outRows));
   dim3 block(std::min(128, dv / 4));
-  cudaError_t error = cudaLaunchKernel(fn, grid, block, argv, numSplits * sizeof(float),
-                                       static_cast<cudaStream_t>(stream));
+  cudaError_t error =
+      cudaLaunchKernel(fn, grid, block, argv, 0, static_cast<cudaStream_t>(stream));
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)
@@ -177,11 +205,6 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
   return KILN_OK;
 }
 
-#define KILN_REQUIRE(cond, status, ...)                                                    \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      return fail(status, __VA_ARGS__);                                                    \
-  } while (0)
 
 // ---- gqa_decode ------------------------------------------------------------------------
 
@@ -230,6 +253,11 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p->num_splits >= 0 && p->num_splits <= KILN_DECODE_MAX_SPLITS,
                KILN_ERROR_INVALID_ARGUMENT, "%s: num_splits %d outside [0, %d]", kGqa,
                p->num_splits, KILN_DECODE_MAX_SPLITS);
+  KILN_REQUIRE(p->split_keys >= 0, KILN_ERROR_INVALID_ARGUMENT, "%s: split_keys %d < 0", kGqa,
+               p->split_keys);
+  KILN_REQUIRE(p->split_keys == 0 || p->num_splits == 0, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: num_splits %d and split_keys %d are exclusive", kGqa, p->num_splits,
+               p->split_keys);
   KILN_REQUIRE(aligned16(p->q) && aligned16(p->kv_cache) && aligned16(p->out) &&
                    aligned16(p->workspace),
                KILN_ERROR_INVALID_ARGUMENT,
@@ -237,13 +265,13 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   return KILN_OK;
 }
 
-int gqaMTiles(const kiln_gqa_decode_params_t *p) {
-  int rows = p->q_len * (p->q_heads / p->kv_heads);
-  int tiles = (rows + 15) / 16;
-  int pow2 = 1;
-  while (pow2 < tiles)
-    pow2 *= 2;
-  return pow2;
+// m16 row tiles per block: 1 or 2 (up to 32 query rows share one read of K/V); more
+// rows take more row blocks.
+int gqaRows(const kiln_gqa_decode_params_t *p) { return p->q_len * (p->q_heads / p->kv_heads); }
+int gqaMTiles(const kiln_gqa_decode_params_t *p) { return gqaRows(p) > 16 ? 2 : 1; }
+int gqaRowBlocks(const kiln_gqa_decode_params_t *p) {
+  const int rowsPerBlock = 16 * gqaMTiles(p);
+  return (gqaRows(p) + rowsPerBlock - 1) / rowsPerBlock;
 }
 
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
@@ -268,7 +296,11 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if ((status = prepareKernel(kGqa, *info, &blocksPerSm)) != KILN_OK)
     return status;
   long long outRows = static_cast<long long>(p->batch) * p->q_len * p->q_heads;
-  return planSplits(kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads,
+  if (p->split_keys > 0)
+    return planFixedSplits(kGqa, p->split_keys, p->max_seq_len, info->tileN, outRows,
+                           p->head_dim, p->workspace_bytes, p->workspace, forQuery, plan);
+  return planSplits(kGqa, p->num_splits,
+                    static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
                     props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
                     p->workspace_bytes, p->workspace, forQuery, plan);
 }
@@ -433,13 +465,14 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.qHeads = p->q_heads;
   args.kvHeads = p->kv_heads;
   args.group = p->q_heads / p->kv_heads;
+  args.rowBlocks = gqaRowBlocks(p);
   args.pageSize = p->page_size;
   args.pageShift = log2i(p->page_size);
   args.maxPages = p->max_pages_per_seq;
   args.numSplits = plan.numSplits;
   args.splitTiles = plan.splitTiles;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
-  dim3 grid(plan.numSplits, p->kv_heads, p->batch);
+  dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
   if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
                        p->stream)) != KILN_OK)
     return status;

@@ -15,6 +15,7 @@ struct GqaArgs {
   float *partO;
   float *partLse;
   int qLen, qHeads, kvHeads, group;
+  int rowBlocks; // blocks of MT*16 query rows per kv head (grid.y = kvHeads * rowBlocks)
   int pageSize, pageShift, maxPages;
   int numSplits, splitTiles; // keys per split = splitTiles * tileN
   float scaleLog2;

@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kiln/Kernels/Decode.h" // KILN_DECODE_MAX_SPLITS
+
 namespace kiln::decode {
 
 __device__ __forceinline__ uint32_t smemAddr(const void *ptr) {
@@ -103,7 +105,7 @@ __global__ void splitCombineKernel(const float *__restrict__ partO,
   float maxLse = -INFINITY;
   for (int s = 0; s < numSplits; ++s)
     maxLse = fmaxf(maxLse, lse[s]);
-  extern __shared__ float weights[];
+  __shared__ float weights[KILN_DECODE_MAX_SPLITS]; // static: never sized by the launch
   float total = 0.f;
   for (int s = 0; s < numSplits; ++s) {
     float w = maxLse == -INFINITY ? 0.f : exp2f(lse[s] - maxLse);

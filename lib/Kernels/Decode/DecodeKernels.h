@@ -14,14 +14,14 @@ struct KernelInfo {
   int tileN = 0;     // keys per pipeline tile (split granularity)
 };
 
-// gqa_decode for `headDim` (64/128/256) and `mTiles` (1/2/4/8 m16 row tiles); an
+// gqa_decode for `headDim` (64/128/256) and `mTiles` (1/2 m16 row tiles a block); an
 // empty KernelInfo for anything else.
 KernelInfo gqaKernelInfoBf16(int headDim, int mTiles);
 KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
-// splitCombineKernel<T>(partO, partLse, out, numSplits, dv), smem = numSplits floats.
+// splitCombineKernel<T>(partO, partLse, out, numSplits, dv), no dynamic smem.
 const void *splitCombineKernelBf16();
 const void *splitCombineKernelF16();
 // kv append kernels (args structs in DecodeArgs.h).

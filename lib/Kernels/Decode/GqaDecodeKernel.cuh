@@ -1,10 +1,17 @@
-// gqa_decode kernel: one block = (split, kv head, sequence). All q_len*group query rows
-// of the kv head are processed together (padded to MT m16 tiles), so each K/V byte is
-// read from HBM once. K/V tiles of TILE_N keys stream through a STAGES-deep cp.async
+// gqa_decode kernel: one block = (split, kv head x row block, sequence). The q_len*group
+// query rows of a kv head are processed in blocks of MT m16 tiles (one block for up to
+// 32 rows, so each K/V byte is read from HBM once for q_len*group <= 32). K/V tiles of
+// TILE_N keys stream through a STAGES-deep cp.async
 // pipeline into swizzled smem; S = Q K^T and O += P V run on mma.sync m16n8k16 with an
 // online (flash) softmax in fp32. Warps split rows (MT) x keys (WARPS_N); key-split
 // warps are merged in smem at the end. With num_splits > 1 the block writes a
 // normalized fp32 partial + log2-sum-exp to the workspace for splitCombineKernel.
+//
+// Batch invariance: a query row's arithmetic must not depend on how many other rows
+// share its block (decode q_len 1 and a speculative verify of q_len 5 must give the same
+// bits for the same query, or greedy speculation is not lossless). So the key split
+// between warps (WARPS_N) is fixed per head_dim, never chosen from MT, and the split-KV
+// chunks are anchored at key 0 (num_splits/split_keys chosen by the caller).
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
@@ -15,8 +22,7 @@ namespace kiln::decode {
 
 template <int D, int MT> struct GqaConfig {
   static constexpr int TILE_N = D == 256 ? 32 : 64;
-  static constexpr int WARPS_N_WANT = MT >= 4 ? 1 : 4 / MT;
-  static constexpr int WARPS_N = WARPS_N_WANT < TILE_N / 16 ? WARPS_N_WANT : TILE_N / 16;
+  static constexpr int WARPS_N = TILE_N / 16 < 4 ? TILE_N / 16 : 4; // independent of MT
   static constexpr int WARPS = MT * WARPS_N;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
@@ -44,10 +50,12 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   T *sKV = reinterpret_cast<T *>(smemRaw) + C::Q_SMEM_ELEMS;
   T *sQ = C::Q_IN_REGS ? sKV + (C::STAGES - 1) * C::STAGE_ELEMS : reinterpret_cast<T *>(smemRaw);
 
-  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int split = blockIdx.x, b = blockIdx.z;
+  const int kvh = blockIdx.y / args.rowBlocks, rowBase = (blockIdx.y % args.rowBlocks) * C::ROWS;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int seqLen = args.seqLens[b];
-  const int rows = args.qLen * args.group;
+  const int allRows = args.qLen * args.group;
+  const int rows = min(C::ROWS, allRows - rowBase); // this block's rows
   const int start = split * args.splitTiles * C::TILE_N;
   const int end = min(seqLen, start + args.splitTiles * C::TILE_N);
   const int numTiles = end > start ? (end - start + C::TILE_N - 1) / C::TILE_N : 0;
@@ -55,11 +63,11 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   const T *kv = static_cast<const T *>(args.kv);
   const int32_t *table = args.blockTable + static_cast<size_t>(b) * args.maxPages;
 
-  // Query rows r = token * group + g  ->  q[b][token][kvh * group + g][:]
+  // Query rows rowBase + r = token * group + g  ->  q[b][token][kvh * group + g][:]
   for (int c = tid; c < C::ROWS * C::CH; c += C::THREADS) {
     int r = c / C::CH, ch = c % C::CH;
     bool valid = r < rows;
-    int token = r / args.group, head = kvh * args.group + r % args.group;
+    int token = (rowBase + r) / args.group, head = kvh * args.group + (rowBase + r) % args.group;
     const T *src = valid ? q + ((static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head) * D + ch * 8 : q;
     cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
   }
@@ -98,8 +106,10 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   const int g = lane / 4, t4 = lane % 4;
   const int row0 = mt * 16 + g, row1 = row0 + 8;
   // Key limit per row: causal among the q_len new tokens.
-  const int lim0 = row0 < rows ? min(end, seqLen - args.qLen + 1 + row0 / args.group) : end;
-  const int lim1 = row1 < rows ? min(end, seqLen - args.qLen + 1 + row1 / args.group) : end;
+  const int lim0 =
+      row0 < rows ? min(end, seqLen - args.qLen + 1 + (rowBase + row0) / args.group) : end;
+  const int lim1 =
+      row1 < rows ? min(end, seqLen - args.qLen + 1 + (rowBase + row1) / args.group) : end;
 
   float o[D / 8][4];
 #pragma unroll
@@ -214,9 +224,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   l0 = quadSum(l0);
   l1 = quadSum(l1);
 
-  // Output row r -> flat row index ((b*qLen + token)*qHeads + head).
+  // Output row rowBase + r -> flat row index ((b*qLen + token)*qHeads + head).
   auto flatRow = [&](int r) {
-    int token = r / args.group, head = kvh * args.group + r % args.group;
+    int token = (rowBase + r) / args.group, head = kvh * args.group + (rowBase + r) % args.group;
     return (static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head;
   };
   auto store = [&](int r, int col, float v0, float v1, float rowMax, float rowSum) {

@@ -9,6 +9,13 @@
 // (op T), B = X' (op N), D = O' of n rows and m columns: the "TN" layout. The BIAS
 // epilogue adds a vector of D's row count (n) to every column, i.e. bias[n] to every row
 // of out, in fp32 before D's one rounding to bf16.
+//
+// Row invariance: a row of out must have the same bits whatever m is (a plain decode
+// step of 7 rows and a speculative verify step of 35 compute the same token's row;
+// greedy speculation is lossless only if they agree). Split-K sums K in partial slices
+// whose count the heuristic picks from m, so only algorithms without a split-K reduction
+// are accepted; every other configuration accumulates K in one order per output
+// element (checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM).
 #include "kiln/Kernels/Gemm.h"
 
 #include "StatusInternal.h"
@@ -103,7 +110,18 @@ struct kiln_gemm {
 
 namespace {
 
-// Builds the descriptor, the layouts and asks the heuristic for one algorithm.
+// The split-K count of a configured algorithm (1 when the attribute cannot be read:
+// the heuristic was told to return no split-K reduction).
+int32_t splitKCount(const cublasLtMatmulAlgo_t &algo) {
+  int32_t splits = 1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                           sizeof(splits), &written) != CUBLAS_STATUS_SUCCESS)
+    return 1;
+  return splits;
+}
+
+// Builds the descriptor, the layouts and asks the heuristic for an algorithm.
 kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, Plan &plan) {
   cublasStatus_t st;
 #define KILN_LT(call)                                                                          \
@@ -138,10 +156,15 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_LT(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = key.workspaceBytes;
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                             &workspace, sizeof(workspace));
+  const uint32_t noSplitK = CUBLASLT_REDUCTION_SCHEME_NONE; // see "Row invariance"
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &noSplitK, sizeof(noSplitK));
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                               &key.alignW, sizeof(key.alignW));
@@ -158,23 +181,27 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   if (st == CUBLAS_STATUS_SUCCESS) {
     failed = "cublasLtMatmulAlgoGetHeuristic";
     st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, plan.b, plan.d,
-                                        plan.d, pref, 1, &result, &found);
+                                        plan.d, pref, kCandidates, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
     destroyPlan(plan);
     return cublasFailure(failed, st);
   }
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+  int chosen = -1; // the heuristic's best candidate that does not split K
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i)
+    if (splitKCount(results[i].algo) <= 1)
+      chosen = i;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0) {
     destroyPlan(plan);
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld%s (alignments x %u, "
-                "w %u, out %u bytes; workspace %llu bytes)",
+                "%s: cuBLASLt has no algorithm without split-K for m=%lld n=%lld k=%lld%s "
+                "(alignments x %u, w %u, out %u bytes; workspace %llu bytes)",
                 kGemm, static_cast<long long>(key.m), static_cast<long long>(key.n),
                 static_cast<long long>(key.k), bias ? " with bias" : "", key.alignX, key.alignW,
                 key.alignOut, static_cast<unsigned long long>(key.workspaceBytes));
   }
-  plan.algo = result.algo;
+  plan.algo = results[chosen].algo;
   return KILN_OK;
 #undef KILN_LT
 }

@@ -120,6 +120,13 @@ TEST(GqaDecodeApi, InvalidSizes) {
   p.num_splits = KILN_DECODE_MAX_SPLITS + 1;
   expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "num_splits");
   p = validGqa();
+  p.split_keys = -64;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "split_keys");
+  p = validGqa();
+  p.split_keys = 256; // batch-invariant chunks exclude an explicit split count
+  p.num_splits = 4;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "exclusive");
+  p = validGqa();
   p.q = fakePtr(2);
   expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "aligned");
 }

@@ -131,6 +131,7 @@ struct GqaCase {
   int headDim, pageSize, group, qLen;
   int batch = 3, kvHeads = 2, minLen = 1, maxLen = 300;
   int numSplits = 0; // 0 = automatic
+  int splitKeys = 0; // > 0: fixed key chunks (batch-invariant mode)
 };
 
 std::string describe(const GqaCase &c) {
@@ -138,7 +139,8 @@ std::string describe(const GqaCase &c) {
          std::to_string(c.headDim) + " page=" + std::to_string(c.pageSize) +
          " group=" + std::to_string(c.group) + " q_len=" + std::to_string(c.qLen) +
          " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
-         " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
+         " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits) +
+         " split_keys=" + std::to_string(c.splitKeys);
 }
 
 void runGqaCase(const GqaCase &c) {
@@ -200,6 +202,7 @@ void runGqaCase(const GqaCase &c) {
   p.softmax_scale = static_cast<float>(scale);
   p.dtype = c.dtype;
   p.num_splits = c.numSplits;
+  p.split_keys = c.splitKeys;
   size_t wsBytes = 0;
   ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
   if (c.numSplits > 1) // the query covers the automatic choice; forced splits need this much
@@ -262,6 +265,104 @@ TEST(GqaDecodeGpu, SplitKv) {
   e.maxLen = 70;
   e.numSplits = 16;
   runGqaCase(e);
+}
+
+TEST(GqaDecodeGpu, FixedSplitKeysMatchReference) {
+  KILN_REQUIRE_GPU();
+  for (int headDim : {64, 128, 256})
+    for (int qLen : {1, 5}) {
+      GqaCase c{KILN_DTYPE_BF16, headDim, 64, 7, qLen};
+      c.maxLen = 1500;
+      c.splitKeys = 256;
+      runGqaCase(c);
+    }
+}
+
+// Batch invariance (the property lossless speculation rests on): a verify step of q_len
+// T and the T plain decode steps that would produce the same tokens see the same query
+// rows over the same cached keys, so with fixed split_keys they must give the same bits,
+// and so must a step of any other batch holding the same sequence.
+struct InvariantRun {
+  const std::vector<uint16_t> &kv;
+  const PagedLayout &layout;
+  int qHeads, kvHeads, headDim, pageSize, splitKeys;
+};
+
+std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint16_t> &q,
+                                 const std::vector<int32_t> &table,
+                                 const std::vector<int32_t> &lens, int qLen) {
+  const int batch = static_cast<int>(lens.size());
+  DeviceBuffer<uint16_t> dQ(q), dKv(run.kv), dOut(q.size());
+  DeviceBuffer<int32_t> dTable(table), dLens(lens);
+  kiln_gqa_decode_params_t p{};
+  p.q = dQ.ptr;
+  p.kv_cache = dKv.ptr;
+  p.block_table = dTable.ptr;
+  p.seq_lens = dLens.ptr;
+  p.out = dOut.ptr;
+  p.batch = batch;
+  p.q_len = qLen;
+  p.q_heads = run.qHeads;
+  p.kv_heads = run.kvHeads;
+  p.head_dim = run.headDim;
+  p.page_size = run.pageSize;
+  p.num_pages = run.layout.numPages;
+  p.max_pages_per_seq = run.layout.maxPages;
+  p.max_seq_len = *std::max_element(lens.begin(), lens.end());
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(run.headDim));
+  p.dtype = KILN_DTYPE_BF16;
+  p.split_keys = run.splitKeys;
+  size_t wsBytes = 0;
+  EXPECT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+  DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+  p.workspace = dWs.ptr;
+  p.workspace_bytes = wsBytes;
+  EXPECT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return dOut.download();
+}
+
+TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
+  KILN_REQUIRE_GPU();
+  const int T = 5, kvHeads = 2, pageSize = 64;
+  for (int headDim : {64, 128, 256})
+    for (int group : {4, 7}) {
+      SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group));
+      const int qHeads = kvHeads * group, batch = 3;
+      PagedLayout layout = makeLayout(batch, T + 1, 1300, pageSize);
+      std::vector<uint16_t> kvBits, qBits;
+      std::vector<float> unused;
+      randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16,
+                   kvBits, unused);
+      const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
+      randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256};
+      const std::vector<uint16_t> verify =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, T);
+      for (int t = 0; t < T; ++t) {
+        // Token t of every sequence alone, as a plain decode step of the whole batch.
+        std::vector<uint16_t> q(batch * row);
+        std::vector<int32_t> lens(batch);
+        for (int b = 0; b < batch; ++b) {
+          std::copy_n(qBits.begin() + (b * T + t) * row, row, q.begin() + b * row);
+          lens[b] = layout.seqLens[b] - (T - 1 - t);
+        }
+        const std::vector<uint16_t> decode = decodeBits(run, q, layout.blockTable, lens, 1);
+        for (int b = 0; b < batch; ++b)
+          EXPECT_TRUE(std::equal(decode.begin() + b * row, decode.begin() + (b + 1) * row,
+                                 verify.begin() + (b * T + t) * row))
+              << "token " << t << " of sequence " << b << ": decode != verify";
+        // The last sequence alone in a batch of one.
+        const int b = batch - 1;
+        std::vector<int32_t> table(layout.blockTable.begin() + b * layout.maxPages,
+                                   layout.blockTable.begin() + (b + 1) * layout.maxPages);
+        const std::vector<uint16_t> alone =
+            decodeBits(run, std::vector<uint16_t>(q.begin() + b * row, q.end()), table,
+                       {lens[b]}, 1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), decode.begin() + b * row))
+            << "token " << t << ": a batch of one != the batch of " << batch;
+      }
+    }
 }
 
 struct MlaCase {

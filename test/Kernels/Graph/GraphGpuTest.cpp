@@ -470,4 +470,55 @@ TEST(GraphGpu, Gemm) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+// Row invariance (Gemm.cpp): the first rows of x give the same bits in out whatever m,
+// over the row counts of decode (batch), verify (batch x (1 + drafts)) and short
+// prefill steps, for model-shaped n/k (Llama-3.1-8B's projections and the tiny parity
+// models') with and without bias. Lossless greedy speculation depends on it.
+TEST(GraphGpu, GemmRowsDoNotDependOnM) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(11);
+  const int64_t rowCounts[] = {1, 2, 3, 5, 7, 8, 16, 20, 35, 64, 80, 128, 320, 1024};
+  const struct {
+    int64_t n, k;
+    bool bias;
+  } shapes[] = {{4096, 4096, false}, {1024, 4096, true}, {14336, 4096, false},
+                {4096, 14336, false}, {32000, 4096, false}, {512, 512, false},
+                {1792, 512, false}, {512, 1792, false}, {4096, 512, false}, {896, 896, true}};
+  const int64_t maxM = rowCounts[sizeof(rowCounts) / sizeof(rowCounts[0]) - 1];
+  for (const auto &shape : shapes) {
+    SCOPED_TRACE("n " + std::to_string(shape.n) + " k " + std::to_string(shape.k) +
+                 (shape.bias ? " bias" : ""));
+    const auto x = randomBf16(maxM * shape.k, rng, 1.0f);
+    const auto w = randomBf16(shape.n * shape.k, rng, 1.0f / std::sqrt(float(shape.k)));
+    const auto bias = randomBf16(shape.n, rng, 1.0f);
+    auto dx = upload(x), dw = upload(w), db = upload(bias);
+    auto dout = poisoned(maxM * shape.n * 2);
+    std::vector<uint16_t> first, previous; // out at m = 1; out at the previous m
+    for (int64_t m : rowCounts) {
+      KILN_OK_(kiln_gemm_bf16(gemm, dx->at<uint16_t>(), dw->at<uint16_t>(),
+                              shape.bias ? db->at<uint16_t>() : nullptr, dout->at<uint16_t>(),
+                              m, shape.n, shape.k, workspace.ptr, KILN_GEMM_WORKSPACE_BYTES,
+                              nullptr));
+      const auto got = download(dout->at<uint16_t>(), m * shape.n);
+      if (first.empty()) {
+        first = previous = got;
+        continue;
+      }
+      // Row 0 against m = 1, and every row against the largest m computed so far.
+      EXPECT_TRUE(std::equal(first.begin(), first.begin() + shape.n, got.begin()))
+          << "row 0 at m " << m << " differs from m 1";
+      if (!previous.empty())
+        EXPECT_TRUE(std::equal(previous.begin(), previous.end(), got.begin()))
+            << "rows 0.." << previous.size() / shape.n - 1 << " at m " << m
+            << " differ from a smaller m";
+      previous = got;
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 } // namespace

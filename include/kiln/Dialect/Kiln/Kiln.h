@@ -16,6 +16,9 @@
 #include "mlir/Dialect/LLVMIR/LLVMTypes.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
+#include <cstdint>
+#include <string>
+
 #include "kiln/Dialect/Kiln/KilnConcepts.h"
 #include "kiln/Dialect/Kiln/Targets.h"
 
@@ -68,11 +71,27 @@ llvm::SmallVector<int64_t> shardUnitShape(llvm::ArrayRef<int64_t> unit,
 /// rounded up to whole pages.
 uint64_t tokensPerSequence(RuntimeAttr runtime, int64_t window);
 
+/// The most bytes any planned quantity may have: offsets and sizes are int64
+/// attributes, and no device comes near it.
+constexpr uint64_t kMaxPlanBytes = static_cast<uint64_t>(INT64_MAX);
+
+/// Bytes of one unit (token or slot) of a resource under `runtime`; nullopt when the
+/// product of its shape and element size exceeds kMaxPlanBytes.
+std::optional<uint64_t> computeUnitBytes(CacheResourceInterface resource,
+                                         RuntimeAttr runtime);
+
 /// Bytes of a resource under `runtime`: slots = max_batch for per-slot kinds;
 /// pages = max_batch * ceil(tokens per sequence / page_size) for per-token kinds
-/// unless `kvPagesOverride` is given.
-uint64_t computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
-                              std::optional<uint64_t> kvPagesOverride = std::nullopt);
+/// unless `kvPagesOverride` is given. nullopt when that exceeds kMaxPlanBytes
+/// (describeResourceBytes says why).
+std::optional<uint64_t>
+computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
+                     std::optional<uint64_t> kvPagesOverride = std::nullopt);
+
+/// "unit [a x b x c] of 2 bytes x 8192 tokens x 64 sequences": the factors of
+/// computeResourceBytes, for the message when their product overflows.
+std::string describeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,
+                                  std::optional<uint64_t> kvPagesOverride = std::nullopt);
 
 } // namespace kiln
 

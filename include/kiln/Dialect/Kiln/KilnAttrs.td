@@ -56,7 +56,10 @@ def Kiln_SpecAttr : Kiln_Attr<"Spec", "spec"> {
     `mode`: `mtp` and `eagle3` are one-model setups (draft layers inside the model),
     `draft_target` is two-model, `ngram` needs no draft layers. `ssm`: how Mamba
     layers recover the state of the accepted prefix (`rewind` keeps intermediate
-    states, `replay` keeps the inputs and recomputes). `max_draft_len` >= 1.
+    states, `replay` keeps the inputs and recomputes). `max_draft_len` in
+    [1, kMaxDraftLen]: the bound keeps every size derived from it (tokens per step,
+    logit rows, intermediate states) far from overflow; the kernels' own, smaller
+    limit is checked by kiln-verify-config.
   }];
   let parameters = (ins
     EnumParameter<Kiln_SpecMode>:$mode,
@@ -72,6 +75,8 @@ def Kiln_SpecAttr : Kiln_Attr<"Spec", "spec"> {
     }
     /// Tokens a decode step processes per sequence: the accepted one plus drafts.
     unsigned getTokensPerStep() const { return getMaxDraftLen() + 1; }
+    /// The largest max_draft_len the attribute accepts.
+    static constexpr unsigned kMaxDraftLen = 1024;
   }];
 }
 
