@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entry point of Kiln's benchmarks (GPU machine, repository root):
-#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, model (default: all)
+#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, model (default: all)
 # Builds the CUDA half once (-DKILN_BUILD_COMPILER=OFF, sm_90a) into
 # ${KILN_BENCH_BUILD:-/tmp/kiln-bench-build} and runs each family's benchmark with its
 # peers in the same run; logs and JSON go to ${OUT:-/tmp/kiln-bench-out}/<family>.
@@ -10,7 +10,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BENCH_BUILD:-/tmp/kiln-bench-build}
 out=${OUT:-/tmp/kiln-bench-out}
-families=${*:-decode prefill mamba model}
+families=${*:-decode prefill mamba gemm model}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -19,7 +19,7 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
   cmake -G Ninja -S "$root" -B "$build" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$root/.carry/googletest" &&
   ninja -C "$build" -j"${KILN_BENCH_JOBS:-16}" kiln_decode_bench kiln_prefill_bench \
-    kiln_bench_mamba kiln-run
+    kiln_bench_mamba kiln-run kiln_runtime
 } > "$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 echo "build done ($(elapsed))"
 
@@ -30,11 +30,13 @@ for family in $families; do
   decode) KILN_DECODE_BUILD="$build" bash "$root/bench/Decode/run_device.sh" "$out/$family" ;;
   prefill) OUT="$out/$family" bash "$root/bench/Prefill/device_run.sh" ;;
   mamba) bash "$root/bench/Mamba/run.sh" "$build" "$out/$family" ;;
+  gemm) OUT="$out/$family" python3 "$root/bench/Gemm/bench_gemm.py" \
+      --lib "$build/lib/libkiln_runtime.so" ;;
   model)
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
       --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
-  *) echo "unknown family '$family' (decode, prefill, mamba, model)"; status=1; continue ;;
+  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, model)"; status=1; continue ;;
   esac > "$out/$family.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || status=1

@@ -8,7 +8,9 @@
 #   scripts/gpu-session.sh [tests|parity|diagnose|bench|all|STEP,STEP...] [parity.py options]
 # all = tests,parity; diagnose (test/Parity/diagnose.py: where logit error comes from)
 # needs the parity models, so it follows parity; bench = the whole-model benchmark
-# (bench/Model/bench_model.py, .carry/models/llama-3.1-8b-bench.so).
+# (bench/Model/bench_model.py, .carry/models/llama-3.1-8b-bench.so); kernels = the kernels
+# against PyTorch on identical inputs (test/Parity/kernel_parity.py) and the GEMM
+# benchmark (bench/Gemm/bench_gemm.py).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
@@ -53,6 +55,26 @@ if has diagnose; then
      --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" --out "$out") \
     > "$out/diagnose.log" 2>&1
   echo "diagnose rc=$? ($(elapsed))"; cat "$out/diagnose.log"
+fi
+if has kernels; then
+  timeout 200 python3 "$root/test/Parity/kernel_parity.py" --lib "$build/lib/libkiln_runtime.so" \
+    --out "$out" > "$out/kernel-parity.log" 2>&1
+  echo "kernel parity rc=$? ($(elapsed))"; cat "$out/kernel-parity.log"
+  OUT="$out" timeout 240 python3 "$root/bench/Gemm/bench_gemm.py" \
+    --lib "$build/lib/libkiln_runtime.so" > "$out/bench-gemm.log" 2>&1
+  echo "gemm bench rc=$? ($(elapsed))"; cat "$out/bench-gemm.log"
+fi
+if has sanitize; then
+  # compute-sanitizer on the decode tests (issue 13: the split combine's shared-memory
+  # read) and the graph kernels; each tool bounded in time.
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for run in "memcheck DecodeGpuTest GqaDecodeGpu.*" "racecheck DecodeGpuTest GqaDecodeGpu.SplitKv" \
+             "initcheck DecodeGpuTest GqaDecodeGpu.SplitKv" "memcheck GraphGpuTest GraphGpu.*:-GraphGpu.GemmRowsDoNotDependOnM"; do
+    read -r tool binary filter <<< "$run"
+    timeout 100 "$cs" --tool "$tool" --error-exitcode 9 "$build/bin/$binary" \
+      --gtest_filter="$filter" > "$out/sanitize-$tool-$binary.log" 2>&1
+    echo "compute-sanitizer $tool $binary ($filter): rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED  \]' "$out/sanitize-$tool-$binary.log" | tr '\n' ' ')"
+  done
 fi
 if has bench; then
   OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \

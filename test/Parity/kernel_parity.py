@@ -92,11 +92,12 @@ def attention_cases(lib, results):
     gen = torch.Generator(device="cuda").manual_seed(1)
     heads, kv_heads, dim = 4, 1, 128
     lengths = [5, 17, 48, 64, 96, 130, 512, 2048]
-    for length in lengths:
+    for length, sharpness in [(n, 1.0) for n in lengths] + [(n, 4.0) for n in (96, 130, 512)]:
         q, k, v = (torch.randn(length, h, dim, generator=gen, device="cuda").to(torch.bfloat16)
                    for h in (heads, kv_heads, kv_heads))
+        q = (q.float() * sharpness).to(torch.bfloat16)  # larger scores: a peakier softmax
         exact = torch_attention(q, k, v, SDPBackend.MATH, torch.float32)
-        row = {"length": length,
+        row = {"length": length, "q_scale": sharpness,
                "flash": rel(torch_attention(q, k, v, SDPBackend.FLASH_ATTENTION,
                                             torch.bfloat16), exact),
                "eager_bf16": rel(torch_attention(q, k, v, SDPBackend.MATH, torch.bfloat16),
@@ -112,7 +113,7 @@ def attention_cases(lib, results):
         alone = kiln_attention(lib, q, k, v, [length], 2)
         row["packed_equals_alone"] = bool(torch.equal(packed, alone))
         results.append(row)
-        print(f"attention L={length:5d}  rel err vs fp32: flash {row['flash']:.2e}  "
+        print(f"attention L={length:5d} q x{sharpness:g}  rel err vs fp32: flash {row['flash']:.2e}  "
               f"eager-bf16 {row['eager_bf16']:.2e}  kiln-sm90 {row['kiln_sm90']:.2e}  "
               f"kiln-sm80 {row['kiln_sm80']:.2e}  packed==alone {row['packed_equals_alone']}",
               flush=True)
@@ -145,10 +146,61 @@ def rope_case(lib, results):
     torch.cuda.synchronize()
     differ = (got != want).any(dim=-1).any(dim=-1)
     first = int(differ.nonzero()[0]) if differ.any() else None
-    row = {"positions": tokens, "positions_differing": int(differ.sum()), "first": first}
+    # Who is closer to exact arithmetic: fp64 angles, cos/sin and products.
+    inv64 = rotary.inv_freq.double()
+    angles = positions.double()[:, None] * inv64[None, :]
+    cos64 = torch.cat([angles.cos()] * 2, -1)[:, None, :]
+    sin64 = torch.cat([angles.sin()] * 2, -1)[:, None, :]
+    x64 = x.double()
+    half = dim // 2
+    rotated = torch.cat([-x64[..., half:], x64[..., :half]], -1)
+    exact = x64 * cos64 + rotated * sin64
+    # Where the bf16 cos/sin tables of the two differ, and by how much.
+    cos_hf = cos[0].to(torch.bfloat16).float()
+    angles32 = positions.float()[:, None] * rotary.inv_freq.float()[None, :]
+    cos_kiln = torch.cat([angles32.cos()] * 2, -1).to(torch.bfloat16).float()
+    # torch's own fp32 cos on the GPU against fp64, in fp32 ulps.
+    ulp = (angles32.cos().double() - angles.cos()).abs() / \
+        torch.finfo(torch.float32).eps / angles.cos().abs().clamp_min(1e-30)
+    inv_cpu = LlamaRotaryEmbedding(config=config).inv_freq
+    # Kiln's own bf16 cos/sin table: rotating x = (1, .., 1, 0, .., 0) gives cos in the
+    # first half and sin in the second (products with 1 and 0 are exact).
+    unit = torch.cat([torch.ones(half), torch.zeros(half)]).to(torch.bfloat16).cuda()
+    unit = unit.expand(tokens, 1, dim).contiguous()
+    table = torch.empty_like(unit)
+    check(lib, lib.kiln_rope_bf16(ctypes.c_void_p(unit.data_ptr()),
+                                  ctypes.c_void_p(pos32.data_ptr()),
+                                  ctypes.c_void_p(table.data_ptr()), ctypes.c_int64(tokens),
+                                  ctypes.c_int64(1), ctypes.c_int64(dim), ctypes.byref(p),
+                                  None), "kiln_rope_bf16 (table)")
+    torch.cuda.synchronize()
+    kiln_cos, kiln_sin = table[:, 0, :half].float(), table[:, 0, half:].float()
+    hf_cos, hf_sin = cos[0, :, :half].to(torch.bfloat16).float(), \
+        sin[0, :, :half].to(torch.bfloat16).float()
+    exact_cos, exact_sin = angles.cos(), angles.sin()  # fp64 at HF's fp32 inv_freq
+    bad = (kiln_cos != hf_cos) | (kiln_sin != hf_sin)
+    kiln_err = ((kiln_cos.double() - exact_cos).abs() + (kiln_sin.double() - exact_sin).abs())
+    hf_err = ((hf_cos.double() - exact_cos).abs() + (hf_sin.double() - exact_sin).abs())
+    table_row = {"entries_differing": int(bad.sum()),
+                 "kiln_closer": int((kiln_err < hf_err)[bad].sum()),
+                 "hf_closer": int((hf_err < kiln_err)[bad].sum()),
+                 "by_frequency": [int(c) for c in bad.sum(0).tolist()],
+                 "hf_fp32_cos_max_err": float((cos[0, :, :half].double() - exact_cos).abs().max()),
+                 "torch_fp32_cos_max_err": float((angles32.cos().double() - exact_cos).abs().max())}
+    print(f"rope tables: {table_row}", flush=True)
+    row = {"positions": tokens, "positions_differing": int(differ.sum()), "first": first,
+           "elements_differing": int((got != want).sum()),
+           "max_abs_diff": float((got.float() - want.float()).abs().max()),
+           "kiln_vs_fp64": rel(got, exact), "transformers_vs_fp64": rel(want, exact),
+           "cos_table_entries_differing": int((cos_hf != cos_kiln).sum()),
+           "hf_cos_vs_torch_fp32_cos_table_equal": bool(torch.equal(
+               cos_hf, torch.cat([angles32.cos()] * 2, -1).to(torch.bfloat16).float())),
+           "torch_cuda_cos_max_ulps": float(ulp.max()),
+           "inv_freq_gpu_equals_cpu": bool(torch.equal(rotary.inv_freq.cpu(), inv_cpu.cpu())),
+           "tables": table_row}
     results.append(row)
     print(f"rope llama3: {row['positions_differing']}/{tokens} positions differ from "
-          f"transformers (first {first})", flush=True)
+          f"transformers (first {first}); {row}", flush=True)
 
 
 def gemm_cases(lib, results):

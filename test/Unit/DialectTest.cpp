@@ -30,11 +30,39 @@ protected:
     OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
     EXPECT_TRUE(module);
     uint64_t bytes = 0;
-    module->walk([&](CacheResourceInterface r) { bytes += computeResourceBytes(r, config); });
+    module->walk([&](CacheResourceInterface r) {
+      std::optional<uint64_t> resource = computeResourceBytes(r, config);
+      EXPECT_TRUE(resource) << "overflow";
+      bytes += resource.value_or(0);
+    });
     return bytes;
+  }
+  /// Whether the bytes of the single resource of `resourceIr` overflow under `config`.
+  bool overflows(StringRef resourceIr, RuntimeAttr config) {
+    std::string text = ("func.func @f() {\n" + resourceIr + "\n return\n}").str();
+    OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+    bool overflow = false;
+    module->walk([&](CacheResourceInterface r) {
+      overflow |= !computeResourceBytes(r, config).has_value();
+    });
+    return overflow;
   }
   MLIRContext context;
 };
+
+TEST_F(DialectTest, ResourceBytesOverflowIsNulloptNotAWrappedSize) {
+  // 2^31 tokens x 2^21 sequences x 4 KiB per token = 2^64: wrapped to 0 before.
+  EXPECT_TRUE(overflows("%0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : "
+                        "!kiln.cache<kv>",
+                        runtime(2097152, 2147483648u)));
+  EXPECT_FALSE(overflows("%0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : "
+                         "!kiln.cache<kv>",
+                         runtime(64, 8192)));
+  // A unit of 2^62 elements of 4 bytes overflows before any token count.
+  EXPECT_TRUE(overflows("%0 = kiln.cache_resource layer 0 unit [4194304, 1099511627776] of "
+                        "f32 : !kiln.cache<ssm_state>",
+                        runtime(1, 64)));
+}
 
 TEST_F(DialectTest, PresetsExpandToPublishedNumbers) {
   TargetAttr h200 = TargetAttr::getPreset(&context, "h200");

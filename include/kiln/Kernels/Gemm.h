@@ -17,14 +17,31 @@
 extern "C" {
 #endif
 
-/* The workspace size the runtime should give kiln_gemm_bf16 (lets cuBLASLt pick
- * split-K algorithms for small m). */
+/* The workspace size the runtime gives kiln_gemm_bf16 (the HEURISTIC policy's split-K
+ * algorithms use it). */
 #define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
+
+/* Rows up to which the ROW_INVARIANT policy runs one algorithm per shape. */
+#define KILN_GEMM_INVARIANT_ROWS 64
+
+typedef enum kiln_gemm_policy {
+  /* Default. A row of out has the same bits whatever m (what lossless greedy
+   * speculation needs: a decode step and a verify step compute the same rows at other
+   * m). No split-K; every m <= KILN_GEMM_INVARIANT_ROWS runs the algorithm chosen for
+   * m = KILN_GEMM_INVARIANT_ROWS (cuBLASLt's small-m kernels differ in rounding),
+   * larger m the heuristic's best split-K-free algorithm. */
+  KILN_GEMM_ROW_INVARIANT = 0,
+  /* cuBLASLt's heuristic per (m, n, k), split-K included: fastest for small m, but a
+   * row's bits may change with m. */
+  KILN_GEMM_HEURISTIC = 1
+} kiln_gemm_policy_t;
 
 typedef struct kiln_gemm kiln_gemm_t; /* a cuBLASLt handle + per-shape plan cache */
 
 kiln_status_t kiln_gemm_create(kiln_gemm_t **out);
 void kiln_gemm_destroy(kiln_gemm_t *gemm);
+/* Selects the algorithm policy (drops the plans chosen under the previous one). */
+kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy);
 
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).

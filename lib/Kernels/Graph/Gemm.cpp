@@ -10,12 +10,15 @@
 // epilogue adds a vector of D's row count (n) to every column, i.e. bias[n] to every row
 // of out, in fp32 before D's one rounding to bf16.
 //
-// Row invariance: a row of out must have the same bits whatever m is (a plain decode
-// step of 7 rows and a speculative verify step of 35 compute the same token's row;
-// greedy speculation is lossless only if they agree). Split-K sums K in partial slices
-// whose count the heuristic picks from m, so only algorithms without a split-K reduction
-// are accepted; every other configuration accumulates K in one order per output
-// element (checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM).
+// Row invariance (KILN_GEMM_ROW_INVARIANT): a row of out must have the same bits
+// whatever m is (a plain decode step of 7 rows and a speculative verify step of 35
+// compute the same token's row; greedy speculation is lossless only if they agree).
+// Split-K sums K in partial slices whose count the heuristic picks from m, so only
+// algorithms without a split-K reduction are accepted. Those accumulate K in one order
+// per output element, except that cuBLASLt's kernels for the smallest m (seen: m = 1
+// with the bias epilogue) round differently; so every m <= KILN_GEMM_INVARIANT_ROWS
+// runs the one algorithm chosen for m = KILN_GEMM_INVARIANT_ROWS. Checked on the GPU by
+// GraphGpu.GemmRowsDoNotDependOnM.
 #include "kiln/Kernels/Gemm.h"
 
 #include "StatusInternal.h"
@@ -98,6 +101,7 @@ kiln_status_t cublasFailure(const char *call, cublasStatus_t status) {
 
 struct kiln_gemm {
   cublasLtHandle_t handle = nullptr;
+  kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
 
@@ -156,13 +160,14 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_LT(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = key.workspaceBytes;
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                             &workspace, sizeof(workspace));
+  const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT;
   const uint32_t noSplitK = CUBLASLT_REDUCTION_SCHEME_NONE; // see "Row invariance"
-  if (st == CUBLAS_STATUS_SUCCESS)
+  if (st == CUBLAS_STATUS_SUCCESS && invariant)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &noSplitK, sizeof(noSplitK));
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -180,24 +185,60 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   const char *failed = "cublasLtMatmulPreferenceSetAttribute";
   if (st == CUBLAS_STATUS_SUCCESS) {
     failed = "cublasLtMatmulAlgoGetHeuristic";
-    st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, plan.b, plan.d,
-                                        plan.d, pref, kCandidates, results, &found);
+    // Row-invariant small m: the algorithm of m = KILN_GEMM_INVARIANT_ROWS.
+    const bool pinned = invariant && key.m < KILN_GEMM_INVARIANT_ROWS;
+    cublasLtMatrixLayout_t chooseB = plan.b, chooseD = plan.d;
+    if (pinned) {
+      st = cublasLtMatrixLayoutCreate(&chooseB, CUDA_R_16BF, k, KILN_GEMM_INVARIANT_ROWS, key.k);
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&chooseD, CUDA_R_16BF, n, KILN_GEMM_INVARIANT_ROWS,
+                                        key.n);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, chooseB, chooseD,
+                                          chooseD, pref, kCandidates, results, &found);
+    // The chosen algorithm must also run this m (it does for every tile kernel).
+    for (int i = 0; pinned && st == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoCheck(gemm->handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
+                                  &results[i].algo, &checked) != CUBLAS_STATUS_SUCCESS)
+        results[i].state = CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (pinned) {
+      if (chooseB != plan.b && chooseB)
+        cublasLtMatrixLayoutDestroy(chooseB);
+      if (chooseD != plan.d && chooseD)
+        cublasLtMatrixLayoutDestroy(chooseD);
+    }
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
     destroyPlan(plan);
     return cublasFailure(failed, st);
   }
-  int chosen = -1; // the heuristic's best candidate that does not split K
-  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i)
-    if (splitKCount(results[i].algo) <= 1)
+  // The heuristic's best candidate; when invariant, the best without split-K that keeps
+  // at least half the GPU busy (wavesCount >= 0.5): split-K-free variants of kernels
+  // meant for split-K can leave most SMs idle at small m (measured: 12x slower for
+  // Llama-8B's k/v and down projections at m <= 64), else the busiest one.
+  int chosen = -1, busiest = -1;
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS ||
+        (invariant && splitKCount(results[i].algo) > 1))
+      continue;
+    if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
+      busiest = i;
+    if (!invariant || results[i].wavesCount >= 0.5f)
       chosen = i;
+  }
+  if (chosen < 0)
+    chosen = busiest;
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0) {
     destroyPlan(plan);
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: cuBLASLt has no algorithm without split-K for m=%lld n=%lld k=%lld%s "
+                "%s: cuBLASLt has no %salgorithm for m=%lld n=%lld k=%lld%s "
                 "(alignments x %u, w %u, out %u bytes; workspace %llu bytes)",
-                kGemm, static_cast<long long>(key.m), static_cast<long long>(key.n),
+                kGemm, invariant ? "row-invariant " : "", static_cast<long long>(key.m),
+                static_cast<long long>(key.n),
                 static_cast<long long>(key.k), bias ? " with bias" : "", key.alignX, key.alignW,
                 key.alignOut, static_cast<unsigned long long>(key.workspaceBytes));
   }
@@ -222,6 +263,19 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
                 cublasLtGetStatusString(st));
   }
   *out = gemm;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy) {
+  if (!gemm)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_policy: gemm is null");
+  if (policy != KILN_GEMM_ROW_INVARIANT && policy != KILN_GEMM_HEURISTIC)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_policy: policy %d unknown",
+                static_cast<int>(policy));
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  if (gemm->policy != policy)
+    gemm->clearPlans();
+  gemm->policy = policy;
   return ok();
 }
 

@@ -367,6 +367,10 @@ TEST(GraphValidation, Gemm) {
   kiln_gemm_t *g = reinterpret_cast<kiln_gemm_t *>(fake(0x40000));
   void *x = fake(0x10000), *w = fake(0x20000), *b = fake(0x50000), *o = fake(0x30000);
   void *ws = fake(0x60000);
+  expectError(kiln_gemm_set_policy(nullptr, KILN_GEMM_HEURISTIC), kInvalid,
+              "kiln_gemm_set_policy", "gemm");
+  expectError(kiln_gemm_set_policy(g, static_cast<kiln_gemm_policy_t>(7)), kInvalid,
+              "kiln_gemm_set_policy", "policy 7 unknown");
   expectError(kiln_gemm_bf16(nullptr, x, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "gemm");
   expectError(kiln_gemm_bf16(g, nullptr, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "x");
   expectError(kiln_gemm_bf16(g, x, nullptr, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "w");
