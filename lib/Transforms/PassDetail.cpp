@@ -1,31 +1,6 @@
 #include "PassDetail.h"
 
-#include "llvm/Support/Format.h"
-#include "llvm/Support/raw_ostream.h"
-
 using namespace mlir;
-
-std::string kiln::formatBytes(uint64_t bytes) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  const double kib = 1024.0, mib = kib * 1024, gib = mib * 1024, tib = gib * 1024,
-               pib = tib * 1024, eib = pib * 1024;
-  if (bytes >= eib)
-    os << llvm::format("%.2f EiB", bytes / eib);
-  else if (bytes >= pib)
-    os << llvm::format("%.2f PiB", bytes / pib);
-  else if (bytes >= tib)
-    os << llvm::format("%.2f TiB", bytes / tib);
-  else if (bytes >= gib)
-    os << llvm::format("%.2f GiB", bytes / gib);
-  else if (bytes >= mib)
-    os << llvm::format("%.1f MiB", bytes / mib);
-  else if (bytes >= kib)
-    os << llvm::format("%.1f KiB", bytes / kib);
-  else
-    os << bytes << " B";
-  return text;
-}
 
 LogicalResult kiln::emitMissingConfig(ModuleOp module, StringRef pass, StringRef attribute,
                                       StringRef example) {

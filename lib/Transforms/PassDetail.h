@@ -10,7 +10,6 @@
 namespace kiln {
 
 /// "640.0 MiB", "1.50 GiB": sizes as people read them in diagnostics and reports.
-std::string formatBytes(uint64_t bytes);
 
 /// Emits "<pass> needs a '<attr>' module attribute, e.g. <example>" on `module`.
 mlir::LogicalResult emitMissingConfig(mlir::ModuleOp module, llvm::StringRef pass,

@@ -7,12 +7,12 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
   func.func @no_spec(%x: tensor<?x128x80xbf16>, %dt: tensor<?x128xbf16>, %bc: tensor<?x8x128xbf16>,
                      %q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>, %xc: tensor<?x17408xbf16>) {
     %s = kiln.cache_resource layer 0 unit [128, 80, 128] of f32 shard 0 : !kiln.cache<ssm_state>
-    // expected-remark @below {{dropped speculative-only layer 0 intermediate_ssm_state (160.0 MiB): speculation is off}}
+    // expected-remark @below {{dropped speculative-only layer 0 intermediate_ssm_state (160.00 MiB): speculation is off}}
     %i = kiln.cache_resource layer 0 unit [4, 128, 80, 128] of f32 shard 1 speculative_only : !kiln.cache<intermediate_ssm_state>
-    // expected-remark @below {{dropped speculative-only layer 2 draft_kv (32.0 MiB): speculation is off}}
+    // expected-remark @below {{dropped speculative-only layer 2 draft_kv (32.00 MiB): speculation is off}}
     %d = kiln.cache_resource layer 2 unit [2, 8, 128] of bf16 shard 1 speculative_only : !kiln.cache<draft_kv>
     %cs = kiln.cache_resource layer 0 unit [17408, 3] of bf16 : !kiln.cache<conv_state>
-    // expected-remark @below {{dropped speculative-only layer 0 intermediate_conv_state (3.2 MiB): speculation is off}}
+    // expected-remark @below {{dropped speculative-only layer 0 intermediate_conv_state (3.19 MiB): speculation is off}}
     %ci = kiln.cache_resource layer 0 unit [4, 17408, 3] of bf16 speculative_only : !kiln.cache<intermediate_conv_state>
     %0 = kiln.cached_ssm layer 0 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>) intermediate(%i : !kiln.cache<intermediate_ssm_state>) outs(%x : tensor<?x128x80xbf16>)
       {num_heads = 128, head_dim = 80, state_size = 128, n_groups = 8}

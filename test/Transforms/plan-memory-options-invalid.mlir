@@ -8,7 +8,7 @@
 // NAN: error: kiln-plan-memory: usable-fraction = nan must be in (0, 1]
 // RESERVE: error: model weights (0 B per rank + reserve) exceed the usable 125.82 GiB of 'h200'
 // NOMEM: error: kiln-plan-memory: fill-kv needs a target with a known memory size
-// NOROOM: error: kiln-plan-memory: fill-kv leaves no memory for KV pages: states take 4.0 MiB of a 146.6 KiB budget
+// NOROOM: error: kiln-plan-memory: fill-kv leaves no memory for KV pages: states take 4.00 MiB of a 146.59 KiB budget
 module attributes {kiln.target = #kiln.target<"h200">,
                    kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>} {
   func.func @f() {

@@ -41,7 +41,7 @@ module attributes {kiln.target = #kiln.target<"h200">,
 module attributes {kiln.target = #kiln.target<"h200">,
                    kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 512, kv_dtype = bf16>} {
   func.func @f() {
-    // expected-warning @below {{layer 7 conv_state (512.0 KiB) is unmanaged: it is allocated outside Kiln's pools, per layer, and no cache manager accounts for it}}
+    // expected-warning @below {{layer 7 conv_state (512.00 KiB) is unmanaged: it is allocated outside Kiln's pools, per layer, and no cache manager accounts for it}}
     %0 = kiln.cache_resource layer 7 unit [32768, 2] of f16 unmanaged : !kiln.cache<conv_state>
     return
   }

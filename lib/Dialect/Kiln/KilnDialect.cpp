@@ -4,11 +4,13 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/CheckedArithmetic.h"
+#include "llvm/Support/Format.h"
 
 using namespace mlir;
 using namespace kiln;
@@ -181,6 +183,23 @@ StringRef kiln::stringifyOpFamily(OpFamily family) {
 //===----------------------------------------------------------------------===//
 // Bytes
 //===----------------------------------------------------------------------===//
+
+std::string kiln::formatBytes(uint64_t bytes) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  unsigned unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (unit == 0)
+    os << bytes << " B";
+  else
+    os << llvm::format("%.2f %s", value, units[unit]);
+  return text;
+}
 
 uint64_t kiln::getElementBytes(Type type) {
   unsigned bits = type.isIntOrFloat() ? type.getIntOrFloatBitWidth() : 0;

@@ -71,6 +71,10 @@ llvm::SmallVector<int64_t> shardUnitShape(llvm::ArrayRef<int64_t> unit,
 /// rounded up to whole pages.
 uint64_t tokensPerSequence(RuntimeAttr runtime, int64_t window);
 
+/// "1.50 GiB": binary units with two decimals (B below 1 KiB), up to EiB. The one
+/// formatter of sizes in diagnostics and reports.
+std::string formatBytes(uint64_t bytes);
+
 /// The most bytes any planned quantity may have: offsets and sizes are int64
 /// attributes, and no device comes near it.
 constexpr uint64_t kMaxPlanBytes = static_cast<uint64_t>(INT64_MAX);

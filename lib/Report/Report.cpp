@@ -176,22 +176,6 @@ std::vector<ReportConsumerGroup> kiln::largestConsumerGroups(const ReportData &d
 // Formatting helpers
 //===----------------------------------------------------------------------===//
 
-static std::string formatBytes(uint64_t bytes) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (unit == 0)
-    os << bytes << " B";
-  else
-    os << llvm::format("%.2f %s", value, units[unit]);
-  return out;
-}
 
 static std::string pad(StringRef s, size_t width) {
   std::string out = s.str();
