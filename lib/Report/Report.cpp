@@ -22,18 +22,6 @@ using namespace kiln;
 // Collection
 //===----------------------------------------------------------------------===//
 
-static std::string opNameOf(Operation *op) {
-  StringRef name = op->getName().getStringRef();
-  if (name == "kiln.cached_attention" || name == "kiln.attention")
-    return "attention";
-  if (name == "kiln.cached_mla_attention" || name == "kiln.mla_attention")
-    return "mla_attention";
-  if (name == "kiln.cached_ssm" || name == "kiln.ssm")
-    return "ssm";
-  if (name == "kiln.cached_causal_conv" || name == "kiln.causal_conv")
-    return "causal_conv";
-  return "";
-}
 
 ReportData kiln::collectReport(ModuleOp module) {
   ReportData d;
@@ -112,16 +100,16 @@ ReportData kiln::collectReport(ModuleOp module) {
       d.resources.push_back(std::move(r));
       return;
     }
-    std::string opName = opNameOf(op);
-    if (opName.empty() || !op->getName().getStringRef().starts_with("kiln.cached_"))
+    auto cached = dyn_cast<CachedOpInterface>(op);
+    if (!cached)
       return;
-    auto layer = op->getAttrOfType<IntegerAttr>("layer");
+    std::string opName = stringifyOpFamily(cached.getOpFamily()).str();
     std::optional<std::string> mode;
     if (auto m = op->getAttrOfType<SpecDecModeAttr>("spec_dec_mode"))
       mode = stringifySpecDecMode(m.getValue()).str();
     std::optional<std::string> draft;
-    if (auto k = op->getAttrOfType<DraftKindAttr>("draft"))
-      draft = stringifyDraftKind(k.getValue()).str();
+    if (std::optional<DraftKind> kind = cached.getDraftKind())
+      draft = stringifyDraftKind(*kind).str();
     for (StringRef phase : {"decode", "prefill"}) {
       auto kernel = op->getAttrOfType<StringAttr>((phase + "_kernel").str());
       if (!kernel)
@@ -129,7 +117,7 @@ ReportData kiln::collectReport(ModuleOp module) {
       // The spec-dec mode describes how decode handles draft tokens; prefill has none.
       std::optional<std::string> phaseMode =
           phase == "decode" ? mode : (mode ? std::optional<std::string>("single_token") : mode);
-      d.kernels.push_back({layer ? layer.getInt() : -1, opName, phase.str(),
+      d.kernels.push_back({cached.getLayerIndex(), opName, phase.str(),
                            kernel.getValue().str(), phaseMode, draft});
     }
   });

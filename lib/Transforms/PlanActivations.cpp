@@ -260,11 +260,15 @@ struct PlanActivationsPass
     auto plan = module->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName);
     uint64_t caches = plan ? plan.getTotalBytes() : 0;
     int64_t maxHeads = 1, maxHeadDim = 1;
-    module.walk([&](CachedAttentionOp op) {
-      maxHeads = std::max<int64_t>(maxHeads, op.getNumHeads());
-      maxHeadDim = std::max<int64_t>(maxHeadDim, op.getHeadDim());
-    });
     RuntimeAttr runtime = config.runtime;
+    // Split-KV partials are sized by the widest attention layer (its kernel shape).
+    module.walk([&](CachedOpInterface op) {
+      if (op.getOpFamily() != OpFamily::attention)
+        return;
+      KernelShape shape = op.getKernelShape(runtime);
+      maxHeads = std::max<int64_t>(maxHeads, shape.numHeads);
+      maxHeadDim = std::max<int64_t>(maxHeadDim, shape.headDim);
+    });
     uint64_t workspace = kiln_rt_workspace_bytes(static_cast<int64_t>(limits.maxLogitRows),
                                                  maxHeads, maxHeadDim);
     uint64_t io = kiln_rt_io_bytes(runtime.getMaxBatch(),

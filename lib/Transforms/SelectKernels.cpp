@@ -21,32 +21,18 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
-/// The registry query of one cached op, phase aside.
+/// The registry query of one cached op, phase aside: what the op says it needs.
 KernelQuery describeOp(CachedOpInterface op, const ModuleConfig &config) {
+  KernelShape shape = op.getKernelShape(config.runtime);
   KernelQuery query;
   query.family = op.getOpFamily();
-  RuntimeAttr runtime = config.runtime;
-  if (auto attention = dyn_cast<CachedAttentionOp>(op.getOperation())) {
-    query.headDim = attention.getHeadDim();
-    query.dtype = runtime.getKvDtype();
-    query.pageSize = runtime.getPageSize();
-    query.groupSize = attention.getNumHeads() / attention.getNumKvHeads();
-    query.numHeads = attention.getNumHeads();
-  } else if (auto mla = dyn_cast<CachedMlaAttentionOp>(op.getOperation())) {
-    query.headDim = mla.getKvLoraRank() + mla.getQkRopeHeadDim();
-    query.dtype = runtime.getKvDtype();
-    query.pageSize = runtime.getPageSize();
-    query.groupSize = mla.getNumHeads();
-    query.numHeads = mla.getNumHeads() / runtime.getTp();
-  } else if (auto ssm = dyn_cast<CachedSsmOp>(op.getOperation())) {
-    query.headDim = ssm.getHeadDim();
-    query.dtype = runtime.getSsmStateType();
-    query.needsIntermediates = static_cast<bool>(ssm.getIntermediate());
-    query.needsReplay = static_cast<bool>(ssm.getReplayX());
-  } else if (auto conv = dyn_cast<CachedCausalConvOp>(op.getOperation())) {
-    query.dtype = cast<RankedTensorType>(conv.getX().getType()).getElementType();
-    query.needsIntermediates = static_cast<bool>(conv.getIntermediate());
-  }
+  query.headDim = shape.headDim;
+  query.dtype = shape.dtype;
+  query.pageSize = shape.pageSize;
+  query.groupSize = shape.groupSize;
+  query.numHeads = shape.numHeads;
+  query.needsIntermediates = shape.needsIntermediates;
+  query.needsReplay = shape.needsReplay;
   return query;
 }
 

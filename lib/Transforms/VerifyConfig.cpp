@@ -62,10 +62,8 @@ struct VerifyConfigPass : public kiln::impl::KilnVerifyConfigBase<VerifyConfigPa
       bool found = false;
       module.walk([&](Operation *op) {
         std::optional<DraftKind> draft;
-        if (auto model = dyn_cast<AttentionOp>(op))
-          draft = model.getDraft();
-        else if (auto mla = dyn_cast<MlaAttentionOp>(op))
-          draft = mla.getDraft();
+        if (auto model = dyn_cast<ModelOpInterface>(op))
+          draft = model.getDraftKind();
         else if (auto cached = dyn_cast<CachedOpInterface>(op))
           draft = cached.getDraftKind();
         found |= draft == wanted;

@@ -461,6 +461,16 @@ LogicalResult CachedAttentionOp::verify() {
 }
 int64_t CachedAttentionOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedAttentionOp::getOpFamily() { return OpFamily::attention; }
+
+KernelShape CachedAttentionOp::getKernelShape(RuntimeAttr runtime) {
+  KernelShape shape;
+  shape.headDim = getHeadDim();
+  shape.dtype = runtime.getKvDtype();
+  shape.pageSize = runtime.getPageSize();
+  shape.groupSize = getNumHeads() / getNumKvHeads();
+  shape.numHeads = getNumHeads();
+  return shape;
+}
 std::optional<DraftKind> CachedAttentionOp::getDraftKind() { return getDraft(); }
 SmallVector<CacheSlot> CachedAttentionOp::getCacheSlots() {
   if (getDraft())
@@ -482,6 +492,16 @@ LogicalResult CachedMlaAttentionOp::verify() {
 }
 int64_t CachedMlaAttentionOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedMlaAttentionOp::getOpFamily() { return OpFamily::mla; }
+
+KernelShape CachedMlaAttentionOp::getKernelShape(RuntimeAttr runtime) {
+  KernelShape shape;
+  shape.headDim = getKvLoraRank() + getQkRopeHeadDim();
+  shape.dtype = runtime.getKvDtype();
+  shape.pageSize = runtime.getPageSize();
+  shape.groupSize = getNumHeads();
+  shape.numHeads = getNumHeads() / runtime.getTp();
+  return shape;
+}
 std::optional<DraftKind> CachedMlaAttentionOp::getDraftKind() { return getDraft(); }
 SmallVector<CacheSlot> CachedMlaAttentionOp::getCacheSlots() {
   if (getDraft())
@@ -511,6 +531,15 @@ LogicalResult CachedSsmOp::verify() {
 }
 int64_t CachedSsmOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedSsmOp::getOpFamily() { return OpFamily::ssm; }
+
+KernelShape CachedSsmOp::getKernelShape(RuntimeAttr runtime) {
+  KernelShape shape;
+  shape.headDim = getHeadDim();
+  shape.dtype = runtime.getSsmStateType();
+  shape.needsIntermediates = static_cast<bool>(getIntermediate());
+  shape.needsReplay = static_cast<bool>(getReplayX());
+  return shape;
+}
 std::optional<DraftKind> CachedSsmOp::getDraftKind() { return getDraft(); }
 SmallVector<CacheSlot> CachedSsmOp::getCacheSlots() {
   return {CacheSlot{"state", {ResourceKind::ssm_state}, false, getState()},
@@ -536,6 +565,13 @@ LogicalResult CachedCausalConvOp::verify() {
 }
 int64_t CachedCausalConvOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedCausalConvOp::getOpFamily() { return OpFamily::conv; }
+
+KernelShape CachedCausalConvOp::getKernelShape(RuntimeAttr) {
+  KernelShape shape;
+  shape.dtype = cast<RankedTensorType>(getX().getType()).getElementType();
+  shape.needsIntermediates = static_cast<bool>(getIntermediate());
+  return shape;
+}
 std::optional<DraftKind> CachedCausalConvOp::getDraftKind() { return getDraft(); }
 SmallVector<CacheSlot> CachedCausalConvOp::getCacheSlots() {
   return {CacheSlot{"state", {ResourceKind::conv_state}, false, getState()},

@@ -58,6 +58,19 @@ struct CacheSlot {
   mlir::Value value;              // null: empty slot
 };
 
+/// What a cached op needs of a kernel, as the kernel registry matches it (the op family
+/// and the phase come from elsewhere). Each cached op states its own through
+/// CachedOpInterface::getKernelShape, so kernel selection names no op.
+struct KernelShape {
+  int64_t headDim = 0;     // attention head dim, MLA latent + rope width, SSM head dim
+  mlir::Type dtype;        // cache / state element type
+  int64_t pageSize = 0;    // KV page size (0: not paged)
+  int64_t groupSize = 1;   // q heads per kv head (MLA: all heads share the latent)
+  int64_t numHeads = 0;    // q heads on one TP rank
+  bool needsIntermediates = false; // speculative per-draft states are attached
+  bool needsReplay = false;        // replay buffers are attached
+};
+
 /// A resource a model op asks `kiln-insert-caches` for.
 struct ResourceRequest {
   ResourceKind kind;

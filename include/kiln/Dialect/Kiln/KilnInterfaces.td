@@ -44,7 +44,11 @@ def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
     InterfaceMethod<"Empties the slot holding `resource` (detaches the use).",
       "void", "detachResource", (ins "::mlir::Value":$resource)>,
     InterfaceMethod<"Draft-layer marker, if the op belongs to a draft layer.",
-      "std::optional<::kiln::DraftKind>", "getDraftKind">
+      "std::optional<::kiln::DraftKind>", "getDraftKind">,
+    InterfaceMethod<[{What the op needs of a kernel under `runtime` (head dim, cache
+      dtype, page size, heads, attached speculative resources): the kernel registry's
+      query, so that kiln-select-kernels names no op.}],
+      "::kiln::KernelShape", "getKernelShape", (ins "::kiln::RuntimeAttr":$runtime)>
   ];
 }
 
@@ -62,7 +66,14 @@ def Kiln_ModelOpInterface : OpInterface<"ModelOpInterface"> {
     InterfaceMethod<[{Replaces the op with its cached form, consuming `resources`
       (same order as the requests; a null value leaves the slot empty).}],
       "::mlir::Operation *", "buildCachedForm",
-      (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$resources)>
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::ValueRange":$resources)>,
+    InterfaceMethod<[{Draft-layer marker, if the op belongs to a draft layer (default:
+      the op's `draft` attribute).}],
+      "std::optional<::kiln::DraftKind>", "getDraftKind", (ins), [{}], [{
+        if (auto attr = $_op->template getAttrOfType<::kiln::DraftKindAttr>("draft"))
+          return attr.getValue();
+        return std::nullopt;
+      }]>
   ];
 }
 
