@@ -117,15 +117,20 @@ def diagnose(family, args):
     return {"lengths": lengths, "variants": rows}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, required=True)
-    parser.add_argument("--so-dir", type=Path, required=True)
+def add_run_arguments(parser):
+    """The arguments every diagnostic needs to run Kiln's parity models."""
+    parser.add_argument("--models", type=Path, required=True, help="make_models.py --out")
+    parser.add_argument("--so-dir", type=Path, required=True, help="the compiled .so's")
     parser.add_argument("--kiln-run", type=Path, required=True)
     parser.add_argument("--lib-dir", type=Path, action="append", default=[])
+    parser.add_argument("--out", type=Path, required=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(parser)
     parser.add_argument("--families", nargs="*", default=["llama", "mistral", "qwen2", "qwen3"])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     results = {}
     for family in args.families:

@@ -11,23 +11,18 @@ Usage: python3 test/Parity/order_check.py --models DIR --so-dir DIR --kiln-run B
            --lib-dir DIR --out OUT [--family llama]
 """
 import argparse
-from pathlib import Path
 
 import torch
 
-from diagnose import kiln_logits, last_logits, rel, write_variant
+from diagnose import add_run_arguments, kiln_logits, last_logits, rel, write_variant
 from parity import load_reference_model
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=Path, required=True)
-    parser.add_argument("--so-dir", type=Path, required=True)
-    parser.add_argument("--kiln-run", type=Path, required=True)
-    parser.add_argument("--lib-dir", type=Path, action="append", default=[])
+    add_run_arguments(parser)
     parser.add_argument("--family", default="llama")
     parser.add_argument("--variant", default="attn0")
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     model_dir = args.models / args.family
     prompts = [[int(t) for t in line.split()]

@@ -126,6 +126,35 @@ size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref,
   return bad;
 }
 
+// Device buffers of one gqa_decode launch.
+struct GqaBuffers {
+  const void *q, *kv;
+  const int32_t *table, *lens;
+  void *out;
+};
+
+// The parameters every gqa_decode test sets alike (the rest are the test's own).
+kiln_gqa_decode_params_t gqaParams(const GqaBuffers &buffers, int batch, int qLen, int qHeads,
+                                   int kvHeads, int headDim, int pageSize,
+                                   const PagedLayout &layout, int maxSeqLen) {
+  kiln_gqa_decode_params_t p{};
+  p.q = buffers.q;
+  p.kv_cache = buffers.kv;
+  p.block_table = buffers.table;
+  p.seq_lens = buffers.lens;
+  p.out = buffers.out;
+  p.batch = batch;
+  p.q_len = qLen;
+  p.q_heads = qHeads;
+  p.kv_heads = kvHeads;
+  p.head_dim = headDim;
+  p.page_size = pageSize;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.max_seq_len = maxSeqLen;
+  return p;
+}
+
 struct GqaCase {
   kiln_dtype_t dtype;
   int headDim, pageSize, group, qLen;
@@ -184,21 +213,9 @@ void runGqaCase(const GqaCase &c) {
   DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
   dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
 
-  kiln_gqa_decode_params_t p{};
-  p.q = dQ.ptr;
-  p.kv_cache = dKv.ptr;
-  p.block_table = dTable.ptr;
-  p.seq_lens = dLens.ptr;
-  p.out = dOut.ptr;
-  p.batch = c.batch;
-  p.q_len = c.qLen;
-  p.q_heads = qHeads;
-  p.kv_heads = c.kvHeads;
-  p.head_dim = D;
-  p.page_size = c.pageSize;
-  p.num_pages = layout.numPages;
-  p.max_pages_per_seq = layout.maxPages;
-  p.max_seq_len = layout.maxSeqLen;
+  kiln_gqa_decode_params_t p =
+      gqaParams({dQ.ptr, dKv.ptr, dTable.ptr, dLens.ptr, dOut.ptr}, c.batch, c.qLen, qHeads,
+                c.kvHeads, D, c.pageSize, layout, layout.maxSeqLen);
   p.softmax_scale = static_cast<float>(scale);
   p.dtype = c.dtype;
   p.num_splits = c.numSplits;
@@ -294,21 +311,10 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   const int batch = static_cast<int>(lens.size());
   DeviceBuffer<uint16_t> dQ(q), dKv(run.kv), dOut(q.size());
   DeviceBuffer<int32_t> dTable(table), dLens(lens);
-  kiln_gqa_decode_params_t p{};
-  p.q = dQ.ptr;
-  p.kv_cache = dKv.ptr;
-  p.block_table = dTable.ptr;
-  p.seq_lens = dLens.ptr;
-  p.out = dOut.ptr;
-  p.batch = batch;
-  p.q_len = qLen;
-  p.q_heads = run.qHeads;
-  p.kv_heads = run.kvHeads;
-  p.head_dim = run.headDim;
-  p.page_size = run.pageSize;
-  p.num_pages = run.layout.numPages;
-  p.max_pages_per_seq = run.layout.maxPages;
-  p.max_seq_len = *std::max_element(lens.begin(), lens.end());
+  kiln_gqa_decode_params_t p =
+      gqaParams({dQ.ptr, dKv.ptr, dTable.ptr, dLens.ptr, dOut.ptr}, batch, qLen, run.qHeads,
+                run.kvHeads, run.headDim, run.pageSize, run.layout,
+                *std::max_element(lens.begin(), lens.end()));
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(run.headDim));
   p.dtype = KILN_DTYPE_BF16;
   p.split_keys = run.splitKeys;
