@@ -65,7 +65,6 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
                          << " must be in (0, 1]";
       return signalPassFailure();
     }
-    weightsExceedBudget = false; // per run: one pass manager may plan several modules
     std::optional<uint64_t> weightBytes = planWeights(module);
     if (!weightBytes)
       return signalPassFailure();
