@@ -42,8 +42,13 @@ LogicalResult emitObject(ModuleOp module, llvm::Module &llvmModule, StringRef pa
   if (!target)
     return module.emitError() << "kiln: no LLVM target for '" << triple.str() << "': " << error;
   llvm::TargetOptions options;
+  // The forward is a straight line of runtime calls (the work is in the kernels), so
+  // code quality does not matter, while the optimizing code generator is superlinear in
+  // the size of that one function (a 2,048-layer model took minutes): fast instruction
+  // selection and register allocation keep the object linear in the layers.
   std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      triple, "generic", "", options, llvm::Reloc::PIC_));
+      triple, "generic", "", options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::None));
   if (!machine)
     return module.emitError() << "kiln: cannot create a target machine for " << triple.str();
   llvmModule.setTargetTriple(triple);
