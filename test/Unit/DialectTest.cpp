@@ -30,7 +30,7 @@ protected:
     OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
     EXPECT_TRUE(module);
     uint64_t bytes = 0;
-    module->walk([&](CacheResourceInterface r) { bytes += computeResourceBytes(r, config); });
+    module->walk([&](CacheResourceInterface r) { bytes += computeResourceBytes(r, config).value_or(0); });
     return bytes;
   }
   MLIRContext context;
