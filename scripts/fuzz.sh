@@ -13,10 +13,11 @@
 # Targets: deploy, hfconfig, safetensors, manifest (docs/reliability.md). Seeds are in
 # test/Fuzz/corpus/<target>/. The smoke run writes its results to
 # <build>/test-results/fuzz/ (fuzz.xml: one case per target; <target>.log; crash
-# inputs as <target>/crash-*); the long run keeps its corpus in <build>/fuzz/corpus/
-# <target>/ and its logs and crash inputs in <build>/fuzz/<target>/. KILN_FUZZ_FORK=N
-# runs a long-run target in N processes (libFuzzer's -fork=N). A crash input replays
-# with: <build>/bin/kiln-fuzz-<target> <crash file>.
+# inputs as <target>/crash-*); the long run keeps its corpus in
+# <build>/fuzz-long/corpus/<target>/ and its logs and crash inputs in
+# <build>/fuzz-long/<target>/. KILN_FUZZ_FORK=N runs a long-run target in N processes
+# (libFuzzer's -fork=N). A crash input replays with:
+# <build>/bin/kiln-fuzz-<target> <crash file>.
 # Exit status: non-zero when a target found something (or did not build).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,7 +47,7 @@ done
 if [[ $mode == smoke ]]; then
   out=$build/test-results/fuzz
 else
-  out=$build/fuzz
+  out=$build/fuzz-long
 fi
 mkdir -p "$out"
 
@@ -81,7 +82,7 @@ for target in "${targets[@]}"; do
     extra=()
   else
     work=$out/$target
-    corpus=$build/fuzz/corpus/$target
+    corpus=$build/fuzz-long/corpus/$target
     mkdir -p "$work" "$corpus"
     log=$work/$(date +%Y%m%d-%H%M%S).log
     extra=()
