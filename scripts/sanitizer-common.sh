@@ -23,5 +23,7 @@ kiln_configure_sanitize_build() {
 
 kiln_symbolizer=/usr/lib/llvm-22/bin/llvm-symbolizer
 export ASAN_SYMBOLIZER_PATH=$kiln_symbolizer
-export ASAN_OPTIONS=${KILN_ASAN_OPTIONS:-allow_user_poisoning=0:use_sigaltstack=0:external_symbolizer_path=$kiln_symbolizer}
-export UBSAN_OPTIONS=${KILN_UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/test/Sanitizers/ubsan.supp:external_symbolizer_path=$kiln_symbolizer}
+# abort_on_error: a report ends in SIGABRT, not exit(1), so lit's `not tool ...` sees a
+# crash instead of an expected failure.
+export ASAN_OPTIONS=${KILN_ASAN_OPTIONS:-allow_user_poisoning=0:use_sigaltstack=0:abort_on_error=1:external_symbolizer_path=$kiln_symbolizer}
+export UBSAN_OPTIONS=${KILN_UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$root/test/Sanitizers/ubsan.supp:external_symbolizer_path=$kiln_symbolizer}
