@@ -1,6 +1,6 @@
-// libFuzzer target for the manifest parser (not wired into CMake). Build e.g.:
-//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
-//     fuzz/ManifestFuzzer.cpp lib/Runtime/Weights/*.cpp -o manifest-fuzzer
+// libFuzzer target kiln-fuzz-manifest: the compiled-model manifest parser
+// (kiln::runtime::parseManifest). Built with KILN_BUILD_FUZZERS (fuzz/CMakeLists.txt),
+// run by scripts/fuzz.sh; seeds in test/Fuzz/corpus/manifest/.
 #include "kiln/Runtime/Manifest.h"
 
 #include <cstdint>

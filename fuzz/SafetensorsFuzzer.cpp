@@ -1,6 +1,6 @@
-// libFuzzer target for the safetensors reader (not wired into CMake). Build e.g.:
-//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
-//     fuzz/SafetensorsFuzzer.cpp lib/Runtime/Weights/*.cpp -o safetensors-fuzzer
+// libFuzzer target kiln-fuzz-safetensors: the safetensors reader
+// (kiln::weights::SafetensorsIndex). Built with KILN_BUILD_FUZZERS (fuzz/CMakeLists.txt),
+// run by scripts/fuzz.sh; seeds in test/Fuzz/corpus/safetensors/.
 // The first input byte picks what the rest is: even -> one .safetensors file, odd -> a
 // model.safetensors.index.json next to a fixed valid shard "s.safetensors". Every
 // tensor an accepted input describes is read back.
@@ -31,10 +31,20 @@ bool writeFile(const std::string &path, const uint8_t *data, size_t size) {
   return ::close(fd) == 0;
 }
 
+// The directory the inputs are written to, removed when the fuzzer exits normally.
+std::string *gDir = nullptr;
+
+void removeWorkDir() {
+  for (const char *name : {"/s.safetensors", "/input.safetensors", "/model.safetensors.index.json"})
+    ::unlink((*gDir + name).c_str());
+  ::rmdir(gDir->c_str());
+}
+
 const std::string &workDir() {
   static std::string dir = [] {
-    char pattern[] = "/tmp/kiln-safetensors-fuzz-XXXXXX";
-    const char *made = ::mkdtemp(pattern);
+    const char *tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-safetensors-fuzz-XXXXXX";
+    const char *made = ::mkdtemp(pattern.data());
     if (!made)
       std::abort();
     std::string d = made;
@@ -49,6 +59,10 @@ const std::string &workDir() {
       std::abort();
     return d;
   }();
+  if (!gDir) {
+    gDir = &dir;
+    std::atexit(removeWorkDir);
+  }
   return dir;
 }
 

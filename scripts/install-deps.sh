@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs what Kiln's build needs from Debian's packages, only what is missing.
+# --sanitizers adds clang-22 and its sanitizer/libFuzzer runtimes (scripts/sanitize.sh,
+# scripts/fuzz.sh).
 set -euo pipefail
 packages=(cmake ninja-build g++ python3 llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
           googletest libgtest-dev)
+if [[ ${1:-} == --sanitizers ]]; then
+  packages+=(clang-22 libclang-rt-22-dev)
+fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds Kiln and runs every test: lit (IR, diagnostics, tools), gtest unit and kernel
 # tests through ctest (GPU tests skip visibly without a CUDA device), and a consumer
-# project built against the installed tree. Ends with "N passed, N failed, N skipped".
+# project built against the installed tree; then the compiler half again with ASan +
+# UBSan (scripts/sanitize.sh: lit and the CPU gtests under the sanitizers) and a fuzz
+# smoke run of every libFuzzer target (scripts/fuzz.sh, ${KILN_FUZZ_SECONDS:-30} s each).
+# KILN_SANITIZERS=0 skips those two. Ends with "N passed, N failed, N skipped" over all
+# of it, after a line per part.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
 results=$build/test-results
+sanitize_build=${KILN_SANITIZE_BUILD_DIR:-$root/build-sanitize}
 "$root/scripts/build.sh" || { echo "0 passed, 1 failed"; exit 1; }
 rm -rf "$results" && mkdir -p "$results"
 
@@ -35,5 +40,21 @@ else
   echo "consumer project: FAIL"; tail -n 30 "$results/install.log" "$results/consumer.log"
 fi
 
+more=()
+if [[ ${KILN_SANITIZERS:-1} != 0 ]]; then
+  # Both write into $sanitize_build/test-results (sanitize.sh clears it first). The
+  # total at the end counts their cases; sanitize.sh's own total is relabelled so that
+  # only the last line reads "N passed, ...".
+  KILN_SANITIZE_BUILD_DIR=$sanitize_build "$root/scripts/sanitize.sh" 2>&1 |
+    sed -u 's/^\([0-9]* passed, \)/ASan + UBSan run: \1/'
+  KILN_SANITIZE_BUILD_DIR=$sanitize_build "$root/scripts/fuzz.sh" "${KILN_FUZZ_SECONDS:-30}"
+  sanitize_results=$sanitize_build/test-results
+  more+=(--also "ASan + UBSan" "$sanitize_results/lit.xml" "$sanitize_results/ctest.xml"
+         "$sanitize_results/gtest"
+         --junit "fuzz smoke" "$sanitize_results/fuzz/fuzz.xml")
+fi
+
+echo "== summary =="
 python3 "$root/scripts/summarize-tests.py" --lit "$results/lit.xml" --ctest "$results/ctest.xml" \
-  --gtest-dir "$results/gtest" --extra-passed "$consumer_ok" --extra-failed "$((1 - consumer_ok))"
+  --gtest-dir "$results/gtest" --extra-passed "$consumer_ok" --extra-failed "$((1 - consumer_ok))" \
+  "${more[@]}"
