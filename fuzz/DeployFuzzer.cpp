@@ -22,6 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kiln/Driver/Pipelines.h"
+#include "FuzzRegistry.h"
 #include "kiln/InitAll.h"
 #include "kiln/Transforms/Pipeline.h"
 
@@ -118,15 +119,6 @@ HarnessOptions readOptions(llvm::StringRef firstLine) {
   return options;
 }
 
-const DialectRegistry &registry() {
-  static const DialectRegistry *instance = [] {
-    auto *r = new DialectRegistry;
-    kiln::registerAllDialects(*r);
-    return r;
-  }();
-  return *instance;
-}
-
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -139,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   // A fresh context per input: nothing carries over from one input to the next, and
   // memory stays bounded over long runs.
-  MLIRContext context(registry(), MLIRContext::Threading::DISABLED);
+  MLIRContext context(kiln::fuzz::registry(), MLIRContext::Threading::DISABLED);
   context.getDiagEngine().registerHandler([](Diagnostic &) { return success(); });
 
   // MLIR's lexer reads one byte past the end of its buffer, where it expects the NUL

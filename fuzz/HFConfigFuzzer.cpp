@@ -22,6 +22,7 @@
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Driver/Pipelines.h"
 #include "kiln/Import/HFConfig.h"
+#include "FuzzRegistry.h"
 #include "kiln/InitAll.h"
 #include "kiln/Report/Report.h"
 #include "kiln/Transforms/Pipeline.h"
@@ -91,15 +92,6 @@ bool tooManyLayers(llvm::StringRef text) {
   return false;
 }
 
-const DialectRegistry &registry() {
-  static const DialectRegistry *instance = [] {
-    auto *r = new DialectRegistry;
-    kiln::registerAllDialects(*r);
-    return r;
-  }();
-  return *instance;
-}
-
 bool hasEntry(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -111,7 +103,7 @@ bool hasEntry(ModuleOp module) {
 
 /// Returns whether the config imported.
 bool compile(llvm::StringRef text, bool eagle3) {
-  MLIRContext context(registry(), MLIRContext::Threading::DISABLED);
+  MLIRContext context(kiln::fuzz::registry(), MLIRContext::Threading::DISABLED);
   context.getDiagEngine().registerHandler([](Diagnostic &) { return success(); });
   kiln::ImportOptions importOptions;
   importOptions.eagle3Head = eagle3;
