@@ -45,35 +45,10 @@ namespace {
 
 constexpr size_t kMaxInputBytes = 64 * 1024;
 constexpr int64_t kMaxLayers = 128;
-constexpr unsigned kMaxNesting = 64; // the importer's own limit
-
-/// Like the importer's check: depth of [ and { outside strings.
-bool nestingWithin(llvm::StringRef text, unsigned limit) {
-  unsigned depth = 0;
-  bool inString = false, escaped = false;
-  for (char c : text) {
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit)
-        return false;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
 
 /// True when the config names more layers than the harness runs (see above).
 bool tooManyLayers(llvm::StringRef text) {
-  if (!nestingWithin(text, kMaxNesting))
+  if (kiln::findExcessiveJsonNesting(text, kiln::kMaxJsonNesting))
     return false; // the importer refuses it before parsing
   llvm::Expected<llvm::json::Value> value = llvm::json::parse(text);
   if (!value) {

@@ -777,12 +777,11 @@ void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
                                    m.stateDtype, /*max_step_tokens=*/0));
 }
 
-namespace {
 /// llvm::json::parse recurses once per nesting level, so a hostile file of 50,000 '['
 /// would exhaust the stack. A config is a few levels deep: find the first position
 /// nested deeper than `limit` (outside strings) before parsing.
-std::optional<std::pair<unsigned, unsigned>> findExcessiveNesting(StringRef text,
-                                                                   unsigned limit) {
+std::optional<std::pair<unsigned, unsigned>> kiln::findExcessiveJsonNesting(StringRef text,
+                                                                          unsigned limit) {
   unsigned depth = 0, line = 1, col = 0;
   bool inString = false, escaped = false;
   for (char c : text) {
@@ -811,15 +810,13 @@ std::optional<std::pair<unsigned, unsigned>> findExcessiveNesting(StringRef text
   }
   return std::nullopt;
 }
-constexpr unsigned kMaxJsonNesting = 64;
-} // namespace
 
 OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
                                           MLIRContext *ctx, const ImportOptions &options) {
   ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
                    tensor::TensorDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
-  if (auto deep = findExcessiveNesting(text, kMaxJsonNesting)) {
+  if (auto deep = findExcessiveJsonNesting(text, kMaxJsonNesting)) {
     emitError(FileLineColLoc::get(ctx, file, deep->first, deep->second))
         << "malformed JSON: nested deeper than " << kMaxJsonNesting
         << " levels (a config.json is a few levels deep)";

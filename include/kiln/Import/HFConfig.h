@@ -37,7 +37,9 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace kiln {
 
@@ -58,6 +60,15 @@ struct ImportOptions {
 llvm::ArrayRef<llvm::StringRef> supportedModelTypes();
 
 /// Imports config.json text. `fileName` names the buffer in diagnostics.
+/// The most `[`/`{` levels a config.json may nest: llvm::json::parse recurses once per
+/// level, so deeper text is refused before it is parsed.
+constexpr unsigned kMaxJsonNesting = 64;
+
+/// The (line, column) of the first bracket of `text` nested deeper than `limit`
+/// (outside strings), or nullopt. Cheap enough to run before every parse.
+std::optional<std::pair<unsigned, unsigned>> findExcessiveJsonNesting(llvm::StringRef text,
+                                                                     unsigned limit);
+
 mlir::OwningOpRef<mlir::ModuleOp> importHFConfig(llvm::StringRef json,
                                                  llvm::StringRef fileName,
                                                  mlir::MLIRContext *context,
