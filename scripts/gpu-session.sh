@@ -10,7 +10,8 @@
 # needs the parity models, so it follows parity; bench = the whole-model benchmark
 # (bench/Model/bench_model.py, .carry/models/llama-3.1-8b-bench.so); kernels = the kernels
 # against PyTorch on identical inputs (test/Parity/kernel_parity.py) and the GEMM
-# benchmark (bench/Gemm/bench_gemm.py).
+# benchmark (bench/Gemm/bench_gemm.py); order = test/Parity/order_check.py (does a prompt's
+# logits depend on its place in the packed batch), after parity.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
@@ -55,6 +56,17 @@ if has diagnose; then
      --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" --out "$out") \
     > "$out/diagnose.log" 2>&1
   echo "diagnose rc=$? ($(elapsed))"; cat "$out/diagnose.log"
+fi
+if has order; then
+  # Does a prompt's result depend on its place in the packed prefill batch?
+  for family in llama qwen3; do
+    (cd "$root/test/Parity" && timeout 150 python3 order_check.py --family "$family" \
+       --models "${KILN_PARITY_MODELS:-/tmp/kiln-parity-models}" \
+       --so-dir "$root/.carry/models" --kiln-run "$build/bin/kiln-run" \
+       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" --out "$out") \
+      > "$out/order-$family.log" 2>&1
+    echo "order check $family rc=$? ($(elapsed))"; tail -12 "$out/order-$family.log"
+  done
 fi
 if has kernels; then
   timeout 200 python3 "$root/test/Parity/kernel_parity.py" --lib "$build/lib/libkiln_runtime.so" \

@@ -401,6 +401,15 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
     std::string message = kiln_last_error();
     return cleanup(s, ("kiln_gemm_create: " + message).c_str(), cudaSuccess);
   }
+  // A decode step and a verify step must compute a token's rows alike (lossless greedy
+  // speculation): GEMM rows invariant up to the largest of them.
+  const int64_t decodeRows = std::min<int64_t>(
+      std::max<int64_t>(KILN_GEMM_INVARIANT_ROWS, ctx->config.max_batch * (1 + ctx->config.max_draft_len)),
+      KILN_GEMM_MAX_INVARIANT_ROWS);
+  if (kiln_status_t s = kiln_gemm_set_invariant_rows(ctx->gemm, decodeRows); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return cleanup(s, ("kiln_gemm_set_invariant_rows: " + message).c_str(), cudaSuccess);
+  }
   // cuBLASLt takes ~38 MiB of device memory at its first matmul (a one-time library
   // initialization; later shapes add nothing, measured on the H200): one warm-up matmul
   // on a temporary buffer, freed again, so that this happens before the baseline below

@@ -167,7 +167,55 @@ struct PlanActivationsPass
       arena = std::max(arena, *bytes);
     }
     arenaBytes = arena;
-    module->setAttr(KilnDialect::kDeviceMemoryAttrName, deviceMemory(module, config, limits, arena));
+    DeviceMemoryAttr memory = deviceMemory(module, config, limits, arena);
+    module->setAttr(KilnDialect::kDeviceMemoryAttrName, memory);
+    if (failed(checkFitsTarget(module, config.target, config.runtime.getTp(), memory)))
+      return signalPassFailure();
+  }
+
+  /// The cache plan was checked against its budget, but the activations and the
+  /// per-step buffers grow with max_step_tokens: the whole device total must fit the
+  /// target's memory. The error lists every category, largest first, and says which
+  /// limit shrinks the largest. With tensor parallelism a rank holds 1/tp of the
+  /// weights (the caches are already per rank).
+  static LogicalResult checkFitsTarget(ModuleOp module, TargetAttr target, int64_t tp,
+                                       DeviceMemoryAttr memory) {
+    if (!target || target.getMemoryBytes() == 0)
+      return success();
+    uint64_t weights = memory.getWeights() / static_cast<uint64_t>(std::max<int64_t>(tp, 1));
+    std::optional<uint64_t> total = 0;
+    for (uint64_t part : {weights, memory.getCaches(), memory.getActivations(),
+                          memory.getWorkspace(), memory.getIo()})
+      if (total && __builtin_add_overflow(*total, part, &*total))
+        total = std::nullopt;
+    if (total && *total <= target.getMemoryBytes())
+      return success();
+    struct Category {
+      const char *name;
+      uint64_t bytes;
+      const char *remedy;
+    };
+    SmallVector<Category> categories = {
+        {tp > 1 ? "weights per rank" : "weights", weights, "use more tensor-parallel ranks"},
+        {"caches", memory.getCaches(), "lower max_batch or max_seq_len"},
+        {"activations", memory.getActivations(),
+         "lower max_step_tokens (it bounds every activation buffer)"},
+        {"workspace", memory.getWorkspace(), "lower max_batch or the draft length"},
+        {"io", memory.getIo(), "lower max_step_tokens or max_batch"}};
+    llvm::stable_sort(categories,
+                      [](const Category &a, const Category &b) { return a.bytes > b.bytes; });
+    InFlightDiagnostic diag = module.emitError()
+                              << "the compiled model needs "
+                              << (total ? formatBytes(*total) : "more than 16 EiB")
+                              << " of device memory, more than the "
+                              << formatBytes(target.getMemoryBytes()) << " of '"
+                              << target.getName() << "': ";
+    llvm::interleaveComma(categories, diag, [&](const Category &category) {
+      diag << category.name << " " << formatBytes(category.bytes);
+    });
+    diag << " (steps of up to " << memory.getMaxStepTokens() << " tokens); "
+         << categories.front().remedy;
+    return failure();
   }
 
   static bool hasContextArgument(func::FuncOp fn) {

@@ -21,15 +21,19 @@ extern "C" {
  * algorithms use it). */
 #define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
 
-/* Rows up to which the ROW_INVARIANT policy runs one algorithm per shape. */
+/* The ROW_INVARIANT policy's default invariant rows, and the m its algorithms are
+ * chosen for. */
 #define KILN_GEMM_INVARIANT_ROWS 64
+/* Largest invariant rows kiln_gemm_set_invariant_rows accepts. */
+#define KILN_GEMM_MAX_INVARIANT_ROWS (1 << 20)
 
 typedef enum kiln_gemm_policy {
-  /* Default. A row of out has the same bits whatever m (what lossless greedy
-   * speculation needs: a decode step and a verify step compute the same rows at other
-   * m). No split-K; every m <= KILN_GEMM_INVARIANT_ROWS runs the algorithm chosen for
-   * m = KILN_GEMM_INVARIANT_ROWS (cuBLASLt's small-m kernels differ in rounding),
-   * larger m the heuristic's best split-K-free algorithm. */
+  /* Default. A row of out has the same bits for every m up to the invariant rows
+   * (what lossless greedy speculation needs: a decode step and a verify step compute
+   * the same rows at other m). Every such m runs one algorithm per shape, chosen for
+   * m = KILN_GEMM_INVARIANT_ROWS: split-K only with fp32 partials reduced in a
+   * separate fixed-order pass (the split count is the algorithm's, not m's). Larger m
+   * (prefill) runs the heuristic's best split-K-free algorithm. */
   KILN_GEMM_ROW_INVARIANT = 0,
   /* cuBLASLt's heuristic per (m, n, k), split-K included: fastest for small m, but a
    * row's bits may change with m. */
@@ -42,6 +46,11 @@ kiln_status_t kiln_gemm_create(kiln_gemm_t **out);
 void kiln_gemm_destroy(kiln_gemm_t *gemm);
 /* Selects the algorithm policy (drops the plans chosen under the previous one). */
 kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy);
+
+/* Rows up to which the ROW_INVARIANT policy keeps rows invariant (default
+ * KILN_GEMM_INVARIANT_ROWS; the runtime sets its largest decode or verify step,
+ * max_batch * (1 + max_draft_len)). 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
+kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
 
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).

@@ -163,7 +163,9 @@ def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
     sizes are bounded by the step limits (`max_step_tokens` for token counts,
     `max_logit_rows` for logit rows); a size that cannot be bounded is an error. The module gets
     `kiln.device_memory`: weights, caches, activations, workspace and the runtime's
-    per-step buffers (`io`), the numbers the runtime allocates.
+    per-step buffers (`io`), the numbers the runtime allocates. A total larger than the
+    target's memory is an error listing every category, largest first, and the limit
+    that shrinks the largest.
   }];
   let statistics = [
     Statistic<"numBuffers", "buffers", "Intermediate buffers planned">,

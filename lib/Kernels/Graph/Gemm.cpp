@@ -10,15 +10,18 @@
 // epilogue adds a vector of D's row count (n) to every column, i.e. bias[n] to every row
 // of out, in fp32 before D's one rounding to bf16.
 //
-// Row invariance (KILN_GEMM_ROW_INVARIANT): a row of out must have the same bits
-// whatever m is (a plain decode step of 7 rows and a speculative verify step of 35
-// compute the same token's row; greedy speculation is lossless only if they agree).
-// Split-K sums K in partial slices whose count the heuristic picks from m, so only
-// algorithms without a split-K reduction are accepted. Those accumulate K in one order
-// per output element, except that cuBLASLt's kernels for the smallest m (seen: m = 1
-// with the bias epilogue) round differently; so every m <= KILN_GEMM_INVARIANT_ROWS
-// runs the one algorithm chosen for m = KILN_GEMM_INVARIANT_ROWS. Checked on the GPU by
-// GraphGpu.GemmRowsDoNotDependOnM.
+// Row invariance (KILN_GEMM_ROW_INVARIANT): a row of out must have the same bits for
+// every m a decode or verify step can have (a plain decode step of 7 rows and a
+// speculative verify step of 35 compute the same token's row; greedy speculation is
+// lossless only if they agree). So every m <= the handle's invariant rows (the model's
+// largest decode/verify step, kiln_gemm_set_invariant_rows) runs one algorithm per
+// shape: the one the heuristic picks for m = KILN_GEMM_INVARIANT_ROWS, checked to run
+// both m = 1 and m = invariant rows. Split-K is allowed there only with the
+// COMPUTE_TYPE reduction: the split count and the K slices are fixed by the algorithm
+// (not by m) and the fp32 partials are summed in a separate, fixed-order pass. INPLACE
+// and OUTPUT_TYPE reductions add partials in bf16 and are never taken. Above the
+// invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
+// Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
 #include "kiln/Kernels/Gemm.h"
 
 #include "StatusInternal.h"
@@ -102,28 +105,56 @@ kiln_status_t cublasFailure(const char *call, cublasStatus_t status) {
 struct kiln_gemm {
   cublasLtHandle_t handle = nullptr;
   kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
+  int64_t invariantRows = KILN_GEMM_INVARIANT_ROWS;
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+  // The row-invariant algorithm of each shape (PlanKey with m = 0).
+  std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> pinnedAlgos;
 
   void clearPlans() {
     for (auto &entry : plans)
       destroyPlan(entry.second);
     plans.clear();
   }
+  // Drops every choice (a policy or invariant-rows change).
+  void reset() {
+    clearPlans();
+    pinnedAlgos.clear();
+  }
 };
 
 namespace {
 
-// The split-K count of a configured algorithm (1 when the attribute cannot be read:
-// the heuristic was told to return no split-K reduction).
-int32_t splitKCount(const cublasLtMatmulAlgo_t &algo) {
-  int32_t splits = 1;
+// An attribute of a configured algorithm, or `fallback` when it cannot be read (the
+// heuristic was told to return no split-K reduction).
+template <typename T>
+T algoConfig(const cublasLtMatmulAlgo_t &algo, cublasLtMatmulAlgoConfigAttributes_t attribute,
+             T fallback) {
+  T value = fallback;
   size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                           sizeof(splits), &written) != CUBLAS_STATUS_SUCCESS)
-    return 1;
-  return splits;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return fallback;
+  return value;
 }
+
+// Whether an algorithm's rows do not depend on m: no split-K, or split-K whose fp32
+// partials are reduced in a separate pass (see "Row invariance").
+bool rowInvariantReduction(const cublasLtMatmulAlgo_t &algo) {
+  if (algoConfig<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1)
+    return true;
+  return algoConfig<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                              CUBLASLT_REDUCTION_SCHEME_NONE) ==
+         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
+// Whether `algo` runs with m rows (the layouts of x and out rebuilt for m) within the
+// workspace.
+bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                  const PlanKey &key, int64_t m, const cublasLtMatmulAlgo_t &algo);
+
+kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
+                         const void *bias, cublasLtMatmulAlgo_t &algo);
 
 // Builds the descriptor, the layouts and asks the heuristic for an algorithm.
 kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, Plan &plan) {
@@ -157,73 +188,129 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   KILN_LT(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, k, m, key.k)); // X' [k, m]
   KILN_LT(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, n, m, key.n)); // O' [n, m]
 
+  const bool pinned = gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows;
+  if (pinned) {
+    PlanKey shape = key;
+    shape.m = 0; // one algorithm for every m <= invariantRows
+    auto known = gemm->pinnedAlgos.find(shape);
+    if (known == gemm->pinnedAlgos.end()) {
+      cublasLtMatmulAlgo_t algo{};
+      if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, algo); s != KILN_OK) {
+        destroyPlan(plan);
+        return s;
+      }
+      known = gemm->pinnedAlgos.emplace(shape, algo).first;
+    }
+    plan.algo = known->second;
+    if (!runsWithRows(gemm, plan.desc, plan.a, key, key.m, plan.algo)) {
+      destroyPlan(plan);
+      return fail(KILN_ERROR_UNSUPPORTED,
+                  "%s: the row-invariant algorithm of n=%lld k=%lld (chosen for m <= %lld) "
+                  "does not run m=%lld",
+                  kGemm, static_cast<long long>(key.n), static_cast<long long>(key.k),
+                  static_cast<long long>(gemm->invariantRows), static_cast<long long>(key.m));
+    }
+    return KILN_OK;
+  }
+  if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, plan.algo); s != KILN_OK) {
+    destroyPlan(plan);
+    return s;
+  }
+  return KILN_OK;
+#undef KILN_LT
+}
+
+// The layouts of X' [k, m] and O' [n, m] for m rows.
+struct RowLayouts {
+  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
+  ~RowLayouts() {
+    if (x)
+      cublasLtMatrixLayoutDestroy(x);
+    if (out)
+      cublasLtMatrixLayoutDestroy(out);
+  }
+};
+
+cublasStatus_t makeRowLayouts(const PlanKey &key, int64_t m, RowLayouts &layouts) {
+  cublasStatus_t st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, m, key.k);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&layouts.out, CUDA_R_16BF, key.n, m, key.n);
+  return st;
+}
+
+bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                  const PlanKey &key, int64_t m, const cublasLtMatmulAlgo_t &algo) {
+  RowLayouts layouts;
+  if (makeRowLayouts(key, m, layouts) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  cublasLtMatmulHeuristicResult_t checked{};
+  return cublasLtMatmulAlgoCheck(gemm->handle, desc, a, layouts.x, layouts.out, layouts.out,
+                                 &algo, &checked) == CUBLAS_STATUS_SUCCESS &&
+         checked.workspaceSize <= key.workspaceBytes;
+}
+
+// Asks the heuristic for the plan's algorithm. Pinned (row-invariant, m <= invariant
+// rows): the candidates for m = KILN_GEMM_INVARIANT_ROWS whose reduction keeps rows
+// invariant and that run both m = 1 and m = invariant rows; otherwise the candidates for
+// key.m (split-K-free under ROW_INVARIANT). Of those, the heuristic's first that keeps
+// at least half the GPU busy (wavesCount >= 0.5): split-K-free variants of kernels meant
+// for split-K can leave most SMs idle at small m (measured: 12x slower for Llama-8B's
+// k/v and down projections at m <= 64), else the busiest one.
+kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
+                         const void *bias, cublasLtMatmulAlgo_t &algo) {
+  const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT;
+  const bool pinned = invariant && key.m <= gemm->invariantRows;
+  RowLayouts rows;
+  cublasStatus_t st =
+      makeRowLayouts(key, pinned ? int64_t{KILN_GEMM_INVARIANT_ROWS} : key.m, rows);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return cublasFailure("cublasLtMatrixLayoutCreate", st);
   cublasLtMatmulPreference_t pref = nullptr;
-  KILN_LT(cublasLtMatmulPreferenceCreate(&pref));
+  if ((st = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    return cublasFailure("cublasLtMatmulPreferenceCreate", st);
   const uint64_t workspace = key.workspaceBytes;
+  st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &workspace, sizeof(workspace));
+  const uint32_t reductions =
+      pinned ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+  if (st == CUBLAS_STATUS_SUCCESS && invariant)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &reductions, sizeof(reductions));
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attribute;
+    uint32_t bytes;
+  } alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignW},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignX},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignOut},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignOut}};
+  for (const auto &alignment : alignments)
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, alignment.attribute, &alignment.bytes,
+                                                sizeof(alignment.bytes));
+  const char *failed = "cublasLtMatmulPreferenceSetAttribute";
   constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
-  st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &workspace, sizeof(workspace));
-  const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT;
-  const uint32_t noSplitK = CUBLASLT_REDUCTION_SCHEME_NONE; // see "Row invariance"
-  if (st == CUBLAS_STATUS_SUCCESS && invariant)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                              &noSplitK, sizeof(noSplitK));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                              &key.alignW, sizeof(key.alignW));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                              &key.alignX, sizeof(key.alignX));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                              &key.alignOut, sizeof(key.alignOut));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                              &key.alignOut, sizeof(key.alignOut));
-  const char *failed = "cublasLtMatmulPreferenceSetAttribute";
   if (st == CUBLAS_STATUS_SUCCESS) {
     failed = "cublasLtMatmulAlgoGetHeuristic";
-    // Row-invariant small m: the algorithm of m = KILN_GEMM_INVARIANT_ROWS.
-    const bool pinned = invariant && key.m < KILN_GEMM_INVARIANT_ROWS;
-    cublasLtMatrixLayout_t chooseB = plan.b, chooseD = plan.d;
-    if (pinned) {
-      st = cublasLtMatrixLayoutCreate(&chooseB, CUDA_R_16BF, k, KILN_GEMM_INVARIANT_ROWS, key.k);
-      if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&chooseD, CUDA_R_16BF, n, KILN_GEMM_INVARIANT_ROWS,
-                                        key.n);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, chooseB, chooseD,
-                                          chooseD, pref, kCandidates, results, &found);
-    // The chosen algorithm must also run this m (it does for every tile kernel).
-    for (int i = 0; pinned && st == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
-      cublasLtMatmulHeuristicResult_t checked{};
-      if (cublasLtMatmulAlgoCheck(gemm->handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
-                                  &results[i].algo, &checked) != CUBLAS_STATUS_SUCCESS)
-        results[i].state = CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (pinned) {
-      if (chooseB != plan.b && chooseB)
-        cublasLtMatrixLayoutDestroy(chooseB);
-      if (chooseD != plan.d && chooseD)
-        cublasLtMatrixLayoutDestroy(chooseD);
-    }
+    st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, rows.x, rows.out,
+                                        rows.out, pref, kCandidates, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
-    destroyPlan(plan);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
     return cublasFailure(failed, st);
-  }
-  // The heuristic's best candidate; when invariant, the best without split-K that keeps
-  // at least half the GPU busy (wavesCount >= 0.5): split-K-free variants of kernels
-  // meant for split-K can leave most SMs idle at small m (measured: 12x slower for
-  // Llama-8B's k/v and down projections at m <= 64), else the busiest one.
+  auto acceptable = [&](const cublasLtMatmulAlgo_t &candidate) {
+    if (!invariant)
+      return true;
+    if (!pinned)
+      return algoConfig<int32_t>(candidate, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1;
+    return rowInvariantReduction(candidate) &&
+           runsWithRows(gemm, plan.desc, plan.a, key, 1, candidate) &&
+           runsWithRows(gemm, plan.desc, plan.a, key, gemm->invariantRows, candidate);
+  };
   int chosen = -1, busiest = -1;
   for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS ||
-        (invariant && splitKCount(results[i].algo) > 1))
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || !acceptable(results[i].algo))
       continue;
     if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
       busiest = i;
@@ -232,19 +319,16 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
   }
   if (chosen < 0)
     chosen = busiest;
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0) {
-    destroyPlan(plan);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0)
     return fail(KILN_ERROR_UNSUPPORTED,
                 "%s: cuBLASLt has no %salgorithm for m=%lld n=%lld k=%lld%s "
                 "(alignments x %u, w %u, out %u bytes; workspace %llu bytes)",
                 kGemm, invariant ? "row-invariant " : "", static_cast<long long>(key.m),
-                static_cast<long long>(key.n),
-                static_cast<long long>(key.k), bias ? " with bias" : "", key.alignX, key.alignW,
-                key.alignOut, static_cast<unsigned long long>(key.workspaceBytes));
-  }
-  plan.algo = results[chosen].algo;
+                static_cast<long long>(key.n), static_cast<long long>(key.k),
+                bias ? " with bias" : "", key.alignX, key.alignW, key.alignOut,
+                static_cast<unsigned long long>(key.workspaceBytes));
+  algo = results[chosen].algo;
   return KILN_OK;
-#undef KILN_LT
 }
 
 } // namespace
@@ -274,8 +358,22 @@ extern "C" kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_polic
                 static_cast<int>(policy));
   std::lock_guard<std::mutex> lock(gemm->mutex);
   if (gemm->policy != policy)
-    gemm->clearPlans();
+    gemm->reset();
   gemm->policy = policy;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows) {
+  if (!gemm)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_invariant_rows: gemm is null");
+  if (rows < 1 || rows > KILN_GEMM_MAX_INVARIANT_ROWS)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gemm_set_invariant_rows: rows %lld outside 1..%d",
+                static_cast<long long>(rows), KILN_GEMM_MAX_INVARIANT_ROWS);
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  if (gemm->invariantRows != rows)
+    gemm->reset();
+  gemm->invariantRows = rows;
   return ok();
 }
 

@@ -371,6 +371,12 @@ TEST(GraphValidation, Gemm) {
               "kiln_gemm_set_policy", "gemm");
   expectError(kiln_gemm_set_policy(g, static_cast<kiln_gemm_policy_t>(7)), kInvalid,
               "kiln_gemm_set_policy", "policy 7 unknown");
+  expectError(kiln_gemm_set_invariant_rows(nullptr, 64), kInvalid,
+              "kiln_gemm_set_invariant_rows", "gemm");
+  expectError(kiln_gemm_set_invariant_rows(g, 0), kInvalid, "kiln_gemm_set_invariant_rows",
+              "rows 0 outside 1..");
+  expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
+              kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
   expectError(kiln_gemm_bf16(nullptr, x, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "gemm");
   expectError(kiln_gemm_bf16(g, nullptr, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "x");
   expectError(kiln_gemm_bf16(g, x, nullptr, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "w");
