@@ -221,14 +221,14 @@ def hf_prefill(model, vocab):
 # Kiln
 # ----------------------------------------------------------------------------------------
 
-def kiln_run(args, prompts, new_tokens, work, name):
+def kiln_run(args, prompts, new_tokens, work, name, extra=()):
     """kiln-run on one batch of prompts; its JSON, or None with the error printed."""
     prompts_path = work / f"{name}.prompts"
     prompts_path.write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
     json_path = work / f"{name}.json"
     cmd = [str(args.kiln_run), str(args.kiln_so), "--weights", str(work),
            "--prompts", str(prompts_path), "--max-new-tokens", str(new_tokens),
-           "--json", str(json_path)]
+           "--json", str(json_path), *extra]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = ":".join([str(d) for d in args.lib_dir] +
                                       [env.get("LD_LIBRARY_PATH", "")])
@@ -255,13 +255,14 @@ def fmt(x, spec):
 
 
 def print_table(rows):
-    print(f"{'case':<14}{'kiln tok/s':>12}{'bound':>12}{'kiln %':>8}"
+    """kiln: CUDA graphs on (kiln-run's default); eager: --cuda-graphs 0."""
+    print(f"{'case':<14}{'kiln tok/s':>12}{'eager tok/s':>13}{'bound':>12}{'kiln %':>8}"
           f"{'hf tok/s':>12}{'hf %':>7}{'kiln/hf':>9}")
     for r in rows:
         pct = lambda v: None if v is None else 100 * v / r["bound"]  # noqa: E731
         ratio = r["kiln"] / r["hf"] if r["kiln"] and r["hf"] else None
-        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{r['bound']:12.0f}"
-              f"{fmt(pct(r['kiln']), '8.1f')}{fmt(r['hf'], '12.0f')}"
+        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{fmt(r.get('eager'), '13.0f')}"
+              f"{r['bound']:12.0f}{fmt(pct(r['kiln']), '8.1f')}{fmt(r['hf'], '12.0f')}"
               f"{fmt(pct(r['hf']), '7.1f')}{fmt(ratio, '9.2f')}")
 
 
@@ -313,13 +314,18 @@ def main():
     del model
     torch.cuda.empty_cache()
 
-    kiln = {}
+    kiln, eager = {}, {}
     if run_kiln:
         for batch in DECODE_BATCHES:
-            result = kiln_run(args, random_ids(batch, DECODE_PROMPT, vocab, batch),
-                              DECODE_NEW, args.work, f"decode-b{batch}")
+            prompts = random_ids(batch, DECODE_PROMPT, vocab, batch)
+            result = kiln_run(args, prompts, DECODE_NEW, args.work, f"decode-b{batch}")
             kiln[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
-            stamp(f"kiln decode b{batch}")
+            graphs = (result or {}).get("cuda_graphs", {})
+            result = kiln_run(args, prompts, DECODE_NEW, args.work, f"decode-b{batch}-eager",
+                              ("--cuda-graphs", "0"))
+            eager[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
+            stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs, "
+                  f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes)")
         result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
         stamp("kiln prefill")
@@ -329,6 +335,7 @@ def main():
     rows.append({"case": "prefill 4k", "bound": prefill_bound(costs, PREFILL_LEN, flop_rate)})
     for row in rows:
         row["kiln"], row["hf"] = kiln.get(row["case"]), hf.get(row["case"])
+        row["eager"] = eager.get(row["case"])
     print_table(rows)
     summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
                "matmul_flops_per_s": flop_rate,

@@ -134,7 +134,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     gp.page_size = page_size;
     gp.num_pages = static_cast<int>(cfg.kv_pages);
     gp.max_pages_per_seq = P;
-    gp.max_seq_len = ctx->maxSeqLen;
+    gp.max_seq_len = ctx->keyBound; // the split grid, and so a CUDA graph's key
     gp.softmax_scale = scale;
     gp.dtype = KILN_DTYPE_BF16;
     gp.num_splits = 0;

@@ -332,6 +332,7 @@ void releaseDevice(kiln_rt_context *ctx) {
   cudaSetDevice(ctx->device);
   if (ctx->stream)
     cudaStreamSynchronize(ctx->stream);
+  destroyGraphs(ctx);
   for (Buffer *b : {&ctx->split, &ctx->index, &ctx->accepted})
     if (b->ptr)
       cudaFree(b->ptr);
@@ -732,6 +733,11 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   ctx->tokens = static_cast<int32_t>(tokens);
   ctx->maxQLen = maxQ;
   ctx->maxSeqLen = maxSeq;
+  // The decode kernels' split-KV grid covers the keys up to the next chunk boundary:
+  // steps whose longest sequence ends in the same chunk share a CUDA graph.
+  const int64_t chunk = kiln_rt_decode_split_keys(cfg.max_seq_len);
+  ctx->keyBound = static_cast<int32_t>(
+      std::min<int64_t>(cfg.max_seq_len, (maxSeq + chunk - 1) / chunk * chunk));
   ctx->numLogitRows = b.num_logit_rows;
   ctx->hasBatch = true;
   return kiln::kernels::ok();

@@ -16,6 +16,7 @@
 #include <map>
 #include <new>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,31 @@ struct LegacyBatch {
   float softmax_scale = 0;
 };
 
+// A decode step's CUDA graph is keyed by everything its launches take from the host:
+// the batch, the tokens per sequence, the logit rows and the decode kernels' key bound
+// (the split-KV grid).
+struct GraphKey {
+  int32_t batch = 0, qLen = 0, numLogitRows = 0, keyBound = 0;
+  bool operator<(const GraphKey &o) const {
+    return std::tie(batch, qLen, numLogitRows, keyBound) <
+           std::tie(o.batch, o.qLen, o.numLogitRows, o.keyBound);
+  }
+};
+
+// One key's graph: eager the first time it is seen (kernel attributes, GEMM plans and
+// lazy modules are set up outside capture), captured the second, replayed after that.
+// `eagerOnly` when the capture failed (a call that cannot be captured, e.g. the legacy
+// SSM/MLA calls) or the graph limit was reached.
+struct StepGraph {
+  bool eagerOnly = false;
+  cudaGraphExec_t exec = nullptr;
+  // The forward's host-side effects, restored on replay.
+  const void *logits = nullptr;
+  int64_t logitRows = 0, logitCols = 0, opIndex = 0;
+  int32_t lastAttention = -1;
+  uint64_t launches = 0;
+};
+
 } // namespace kiln::rt
 
 struct kiln_rt_context {
@@ -103,6 +129,7 @@ struct kiln_rt_context {
   int32_t tokens = 0;   // sum of q_lens
   int32_t maxQLen = 0;  // max q_lens
   int32_t maxSeqLen = 0; // max seq_lens
+  int32_t keyBound = 0;  // maxSeqLen rounded up to a split-KV chunk, <= max_seq_len
   int32_t numLogitRows = 0;
   std::vector<int32_t> cuHost; // [batch + 1]
   uint64_t generation = 0;
@@ -120,6 +147,14 @@ struct kiln_rt_context {
 
   uint64_t launches = 0;
 
+  // CUDA graphs of decode steps (Graphs.cpp).
+  int32_t maxGraphs = KILN_RT_DEFAULT_MAX_GRAPHS; // 0: every step launches eagerly
+  bool capturing = false;
+  std::map<kiln::rt::GraphKey, kiln::rt::StepGraph> graphs;
+  int32_t capturedGraphs = 0;
+  uint64_t graphBytes = 0; // device memory the instantiated graphs took
+  uint64_t graphReplays = 0;
+
   // Legacy bind-based families.
   kiln::rt::LegacyBatch legacy;
   std::map<std::pair<int32_t, std::string>, void *> bindings;
@@ -136,6 +171,13 @@ struct kiln_rt_context {
 };
 
 namespace kiln::rt {
+
+// Called first by entry points whose launches depend on per-step host work (the legacy
+// SSM, conv and MLA calls): while a step is being captured they fail the step with
+// KILN_ERROR_UNSUPPORTED, and kiln_rt_forward runs it eagerly instead.
+kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
+// Destroys every captured graph (the context's teardown).
+void destroyGraphs(kiln_rt_context *ctx);
 
 // Formats errors of one entry-point call. Attention/legacy calls: "<fn> (<kernel>):
 // layer <n>: ..."; graph ops (no layer argument): "<fn>: op <i> of the step (after

@@ -48,6 +48,8 @@ extern "C" kiln_status_t kiln_rt_ssm(kiln_rt_context_t *ctx, int32_t phase, int3
                                      int32_t num_heads, int32_t head_dim, int32_t state_size,
                                      int32_t n_groups, int32_t state_dtype, int32_t kernel) {
   Call c{"kiln_rt_ssm", kiln_rt_kernel_name(kernel), layer};
+  if (kiln_status_t s = refuseCapture(ctx, c.fn); s != KILN_OK)
+    return s;
   if (kiln_status_t s = checkCall(c, ctx, phase); s != KILN_OK)
     return s;
   const LegacyBatch &b = ctx->legacy;
@@ -232,6 +234,8 @@ extern "C" kiln_status_t kiln_rt_conv(kiln_rt_context_t *ctx, int32_t phase, int
                                       int32_t conv_dim, int32_t kernel_size, int32_t silu,
                                       int32_t kernel) {
   Call c{"kiln_rt_conv", kiln_rt_kernel_name(kernel), layer};
+  if (kiln_status_t s = refuseCapture(ctx, c.fn); s != KILN_OK)
+    return s;
   if (kiln_status_t s = checkCall(c, ctx, phase); s != KILN_OK)
     return s;
   const LegacyBatch &b = ctx->legacy;

@@ -13,6 +13,8 @@ extern "C" kiln_status_t kiln_rt_mla(kiln_rt_context_t *ctx, int32_t phase, int3
                                      int32_t kv_lora_rank, int32_t rope_dim, int32_t page_size,
                                      int32_t kernel, int32_t spec_dec_mode) {
   Call c{"kiln_rt_mla", kiln_rt_kernel_name(kernel), layer};
+  if (kiln_status_t s = refuseCapture(ctx, c.fn); s != KILN_OK)
+    return s;
   if (kiln_status_t s = checkCall(c, ctx, phase); s != KILN_OK)
     return s;
   const LegacyBatch &b = ctx->legacy;

@@ -314,8 +314,7 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     return fail(s, "%s: %s step of %d sequence(s), %d token(s): %s", fn,
                 kiln_rt_phase_name(phase), n, total, message.c_str());
   }
-  m->forwardFn(m->ctx);
-  if (kiln_status_t s = kiln_rt_status(m->ctx); s != KILN_OK) {
+  if (kiln_status_t s = kiln_rt_forward(m->ctx, m->forwardFn); s != KILN_OK) {
     std::string message = kiln_last_error();
     return fail(s, "%s: %s step of %d sequence(s), %d token(s): forward: %s", fn,
                 kiln_rt_phase_name(phase), n, total, message.c_str());

@@ -390,6 +390,91 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
   kiln_model_unload(m);
 }
 
+// ---- CUDA graphs ---------------------------------------------------------------------------
+
+// Two loads of the same model and weights, one with CUDA graphs off, run the same steps:
+// every decode step's logits are bitwise equal, whether it ran eagerly (a shape's first
+// step), was captured (its second) or replayed; shapes change with the draft length and
+// when a sequence leaves.
+TEST(ModelGpu, GraphReplayEqualsEager) {
+  KILN_REQUIRE_GPU();
+  (void)kEager;
+  const std::string dir = tempDir();
+  writeSafetensors(dir, randomWeights(KILN_TINY, 4321));
+  kiln_model_t *eager = nullptr, *graphed = nullptr;
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &eager), KILN_OK) << lastError();
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &graphed), KILN_OK) << lastError();
+  ASSERT_EQ(kiln_rt_set_max_graphs(kiln_model_context(eager), 0), KILN_OK);
+
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, V - 1);
+  std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(5), std::vector<int32_t>(37),
+                                               std::vector<int32_t>(90)};
+  for (auto &p : prompts)
+    for (auto &t : p)
+      t = tok(rng);
+  std::vector<const int32_t *> ptrs;
+  std::vector<int32_t> lens;
+  for (auto &p : prompts) {
+    ptrs.push_back(p.data());
+    lens.push_back(static_cast<int32_t>(p.size()));
+  }
+  std::vector<int32_t> ids[2] = {std::vector<int32_t>(3), std::vector<int32_t>(3)};
+  kiln_model_t *models[2] = {eager, graphed};
+  std::vector<int32_t> next[2] = {std::vector<int32_t>(3 * 4), std::vector<int32_t>(3 * 4)};
+  std::vector<float> logits[2];
+  for (int m = 0; m < 2; ++m) {
+    for (auto &id : ids[m])
+      ASSERT_EQ(kiln_model_add_sequence(models[m], &id), KILN_OK);
+    logits[m].resize(3 * 4 * V);
+    ASSERT_EQ(kiln_model_prefill(models[m], ids[m].data(), 3, ptrs.data(), lens.data(),
+                                 next[m].data(), logits[m].data()),
+              KILN_OK) << lastError();
+  }
+  // One decode step of `n` sequences and q_len (random) tokens each on both models,
+  // compared.
+  auto step = [&](int n, int qLen, const std::string &what) {
+    std::vector<int32_t> in(static_cast<size_t>(n) * qLen);
+    for (auto &t : in)
+      t = tok(rng);
+    for (int m = 0; m < 2; ++m)
+      ASSERT_EQ(kiln_model_decode(models[m], ids[m].data(), n, in.data(), qLen, next[m].data(),
+                                  logits[m].data()),
+                KILN_OK) << what << ": " << lastError();
+    const size_t values = static_cast<size_t>(n) * qLen * V;
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), values * sizeof(float)), 0)
+        << what << ": graph replay differs from eager launches";
+    EXPECT_EQ(std::vector<int32_t>(next[0].begin(), next[0].begin() + n * qLen),
+              std::vector<int32_t>(next[1].begin(), next[1].begin() + n * qLen))
+        << what;
+  };
+  for (int i = 0; i < 6; ++i)
+    step(3, 1, "batch 3, q_len 1, step " + std::to_string(i));
+  for (int i = 0; i < 4; ++i)
+    step(3, 3, "batch 3, q_len 3, step " + std::to_string(i));
+  for (int m = 0; m < 2; ++m) { // sequence 1 leaves
+    ASSERT_EQ(kiln_model_remove_sequence(models[m], ids[m][1]), KILN_OK);
+    ids[m].erase(ids[m].begin() + 1);
+  }
+  for (int i = 0; i < 4; ++i)
+    step(2, 1, "batch 2, q_len 1, step " + std::to_string(i));
+
+  kiln_rt_graph_stats_t off{}, on{};
+  ASSERT_EQ(kiln_rt_graph_stats(kiln_model_context(eager), &off), KILN_OK);
+  ASSERT_EQ(kiln_rt_graph_stats(kiln_model_context(graphed), &on), KILN_OK);
+  EXPECT_EQ(off.graphs, 0);
+  EXPECT_EQ(off.replays, 0u);
+  // Three shapes, each eager once and then captured and launched: 5 + 3 + 3 graph steps.
+  EXPECT_EQ(on.graphs, 3);
+  EXPECT_EQ(on.replays, 11u);
+  std::printf("  3 graphs: %llu bytes of device memory; %llu launches eager, %llu graphed\n",
+              static_cast<unsigned long long>(on.graph_bytes),
+              static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(eager))),
+              static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(graphed))));
+  kiln_model_unload(graphed);
+  kiln_model_unload(eager);
+}
+
 // ---- kiln-run ---------------------------------------------------------------------------
 
 std::string readFile(const std::string &path) {

@@ -335,6 +335,39 @@ TEST(RuntimeCpu, StickyStatus) {
   EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
 }
 
+// kiln_rt_forward validates its arguments; on a dry context (no device: no graphs) it
+// runs the forward and returns the step's status; the graph limit is checked.
+int forwardCalls = 0;
+void countingForward(kiln_rt_context_t *ctx) {
+  ++forwardCalls;
+  kiln_rt_linear(ctx, nullptr, nullptr, nullptr, nullptr, 1, 8, 8); // fails: x is null
+}
+
+TEST(RuntimeCpu, ForwardAndGraphLimits) {
+  EXPECT_EQ(kiln_rt_forward(nullptr, countingForward), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_forward: context is null"), std::string::npos);
+  Dry d;
+  EXPECT_EQ(kiln_rt_forward(d.ctx, nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("forward is null"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_set_max_graphs(nullptr, 4), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_max_graphs(d.ctx, -1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("max_graphs -1 < 0"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_set_max_graphs(d.ctx, 8), KILN_OK);
+  Step s(KILN_RT_PHASE_DECODE, {1}, {10});
+  for (int i = 0; i < 3; ++i) { // a decode step shape seen three times: never captured here
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK);
+    EXPECT_EQ(kiln_rt_forward(d.ctx, countingForward), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(lastError().find("kiln_rt_linear"), std::string::npos) << lastError();
+  }
+  EXPECT_EQ(forwardCalls, 3);
+  kiln_rt_graph_stats_t stats{};
+  EXPECT_EQ(kiln_rt_graph_stats(nullptr, &stats), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_graph_stats(d.ctx, nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(kiln_rt_graph_stats(d.ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 0);
+  EXPECT_EQ(stats.replays, 0u);
+}
+
 // attention(layer, kv offset, ...) with the tiny shapes.
 int32_t attend(Dry &d, int layer, uint64_t kvOffset, int tokens, int32_t decodeKernel,
                int32_t prefillKernel, int32_t spec, int headDim = 64, int page = 16,

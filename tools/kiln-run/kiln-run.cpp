@@ -26,7 +26,7 @@ const char *kUsage =
     "                [--spec ngram:K | --draft-model DRAFT.so --draft-weights DIR "
     "--spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
-    "                [--device N] [--dry]\n"
+    "                [--device N] [--cuda-graphs N] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -37,12 +37,15 @@ const char *kUsage =
     "  --teacher-forced REF   {\"continuations\": [[ids...] per prompt]}: feed the reference\n"
     "                         and count where kiln's argmax agrees with its next token\n"
     "  --device N             CUDA device (default 0)\n"
+    "  --cuda-graphs N        capture at most N decode step shapes in CUDA graphs\n"
+    "                         (default 64; 0: every step launches eagerly)\n"
     "  --dry                  validation only (no GPU): one prefill and one decode step\n";
 
 struct Options {
   std::string model, weights, prompts, json, logits, teacherForced, draftModel, draftWeights;
   int maxNewTokens = -1;
   int device = 0;
+  int cudaGraphs = KILN_RT_DEFAULT_MAX_GRAPHS;
   bool dry = false;
   enum class Spec { None, Ngram, Draft } spec = Spec::None;
   int k = 0;
@@ -103,6 +106,8 @@ Options parseOptions(int argc, char **argv) {
       o.teacherForced = value();
     } else if (a == "--device") {
       o.device = parseInt(value(), "--device");
+    } else if (a == "--cuda-graphs") {
+      o.cudaGraphs = parseInt(value(), "--cuda-graphs");
     } else if (a == "--dry") {
       o.dry = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -249,7 +254,7 @@ struct Model {
   std::string what;
 
   Model(const std::string &so, const std::string &weights, int device, bool dry,
-        const std::string &role)
+        int cudaGraphs, const std::string &role)
       : what(role) {
     if (dry)
       check(kiln_model_load_dry(so.c_str(), &model), ("loading the " + role + " (dry)").c_str());
@@ -257,6 +262,13 @@ struct Model {
       check(kiln_model_load(so.c_str(), weights.c_str(), device, &model),
             ("loading the " + role).c_str());
     check(kiln_model_get_info(model, &info), "kiln_model_get_info");
+    check(kiln_rt_set_max_graphs(kiln_model_context(model), cudaGraphs),
+          "kiln_rt_set_max_graphs");
+  }
+  kiln_rt_graph_stats_t graphs() const {
+    kiln_rt_graph_stats_t stats{};
+    check(kiln_rt_graph_stats(kiln_model_context(model), &stats), "kiln_rt_graph_stats");
+    return stats;
   }
   ~Model() { kiln_model_unload(model); }
   Model(const Model &) = delete;
@@ -537,6 +549,11 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   s += "  \"mean_tokens_per_step\": " +
        number(r.steps ? static_cast<double>(r.decodeTokens) / r.steps : 0) + ",\n";
   s += "  \"steps\": " + std::to_string(r.steps) + ",\n";
+  const kiln_rt_graph_stats_t graphs = target.graphs();
+  s += "  \"cuda_graphs\": {\"max\": " + std::to_string(o.cudaGraphs) +
+       ", \"captured\": " + std::to_string(graphs.graphs) +
+       ", \"replayed_steps\": " + std::to_string(graphs.replays) +
+       ", \"bytes\": " + std::to_string(graphs.graph_bytes) + "},\n";
   if (r.teacher) {
     s += "  \"teacher_forced\": {\"positions\": " + std::to_string(r.tfPositions) +
          ", \"agree\": " + std::to_string(r.tfAgree) + ", \"mismatch_positions\": [";
@@ -563,11 +580,11 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
 
 int run(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
-  Model target(o.model, o.weights, o.device, o.dry, "model " + o.model);
+  Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, "model " + o.model);
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
     draft = std::make_unique<Model>(o.draftModel, o.draftWeights, o.device, o.dry,
-                                    "draft model " + o.draftModel);
+                                    o.cudaGraphs, "draft model " + o.draftModel);
     if (draft->info.vocab_size != target.info.vocab_size)
       die("the draft model's vocab_size " + std::to_string(draft->info.vocab_size) +
           " differs from the target's " + std::to_string(target.info.vocab_size));
@@ -623,6 +640,11 @@ int run(int argc, char **argv) {
   if (r.teacher)
     std::printf("teacher-forced: %lld of %lld positions agree\n",
                 static_cast<long long>(r.tfAgree), static_cast<long long>(r.tfPositions));
+  const kiln_rt_graph_stats_t graphs = target.graphs();
+  std::printf("cuda graphs: %d decode step shape(s) captured, %llu step(s) replayed, %llu "
+              "bytes\n",
+              graphs.graphs, static_cast<unsigned long long>(graphs.replays),
+              static_cast<unsigned long long>(graphs.graph_bytes));
   std::printf("device memory: planned %llu bytes, used %llu at load, %llu now\n",
               static_cast<unsigned long long>(kiln_model_planned_bytes(target.model)),
               static_cast<unsigned long long>(kiln_model_device_bytes_used(target.model)),

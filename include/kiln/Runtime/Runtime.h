@@ -162,6 +162,28 @@ kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *out, int64_t 
 kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t rows,
                                   int64_t cols);
 
+/* Runs one step's forward pass: `forward` is the compiled model's entry
+ * (kiln_model_forward). DECODE steps go through CUDA graphs: a step shape (batch,
+ * q_len, logit rows, the split-KV key bound) runs eagerly the first time it is seen,
+ * is captured the second time and replayed from then on (one graph launch instead of
+ * the forward's host calls). Replay gives the same bits as eager launches: the graph
+ * holds the same launches, and their per-step inputs live in the io region, uploaded
+ * by kiln_rt_set_batch. A step whose capture fails (a call that needs per-step host
+ * work) or beyond the graph limit runs eagerly. Returns the step's status, like
+ * kiln_rt_status. */
+typedef void (*kiln_rt_forward_fn)(kiln_rt_context_t *ctx);
+kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward);
+/* At most max_graphs step shapes are captured (0: no graphs, every step eager);
+ * default KILN_RT_DEFAULT_MAX_GRAPHS. Lowering it drops the graphs captured so far. */
+#define KILN_RT_DEFAULT_MAX_GRAPHS 64
+kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs);
+typedef struct kiln_rt_graph_stats {
+  int32_t graphs;       /* step shapes captured */
+  uint64_t replays;     /* steps that ran as a graph launch */
+  uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
+} kiln_rt_graph_stats_t;
+kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_stats_t *out);
+
 /* Kernel launches issued so far (launcher calls; a split-KV decode's combine is not
  * counted separately) and host->device uploads. */
 uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);

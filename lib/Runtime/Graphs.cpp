@@ -1,0 +1,182 @@
+// CUDA graphs of decode steps (kiln_rt_forward, Runtime.h).
+//
+// A decode step of a given shape issues the same launches with the same arguments every
+// time: the per-step data (token ids, positions, seq_lens, block tables, ...) is read
+// from the io region, which kiln_rt_set_batch uploads before the forward runs, and the
+// only host values the launches take are the batch, q_len, the logit rows and the
+// split-KV key bound, which make the key. So a step captured once replays bit for bit.
+// The first step of a shape runs eagerly, so that one-time host work (cuBLASLt plans,
+// kernel attributes, module loading) is never captured; the second is captured and
+// launched; later ones are replayed.
+#include "Context.h"
+
+#include <cstdio>
+
+using namespace kiln::rt;
+
+namespace {
+
+const char *kForward = "kiln_rt_forward";
+
+GraphKey keyOf(const kiln_rt_context *ctx) {
+  return GraphKey{ctx->batch, ctx->qLen, ctx->numLogitRows, ctx->keyBound};
+}
+
+// Resets what the forward's calls set on the host, for a second run of the same step.
+void restartStep(kiln_rt_context *ctx) {
+  ctx->status = KILN_OK;
+  ctx->message.clear();
+  ctx->opIndex = 0;
+  ctx->lastAttention = -1;
+  ctx->logits = nullptr;
+}
+
+// Restores the host-side effects the captured forward had, as if it had run again.
+void replayHostEffects(kiln_rt_context *ctx, const StepGraph &graph) {
+  ctx->logits = graph.logits;
+  ctx->logitRows = graph.logitRows;
+  ctx->logitCols = graph.logitCols;
+  ctx->logitsGeneration = ctx->logits ? ctx->generation : ~0ull;
+  ctx->opIndex = graph.opIndex;
+  ctx->lastAttention = graph.lastAttention;
+  ctx->launches += graph.launches;
+}
+
+size_t freeDeviceBytes() {
+  size_t freeBytes = 0, total = 0;
+  if (cudaMemGetInfo(&freeBytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return freeBytes;
+}
+
+kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph) {
+  replayHostEffects(ctx, graph);
+  cudaError_t e = cudaGraphLaunch(graph.exec, ctx->stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail(KILN_ERROR_CUDA, "%s: cudaGraphLaunch of the decode step (batch %d, q_len %d): %s",
+         kForward, ctx->batch, ctx->qLen, cudaGetErrorString(e));
+    return static_cast<kiln_status_t>(record(ctx, KILN_ERROR_CUDA));
+  }
+  ++ctx->graphReplays;
+  return KILN_OK;
+}
+
+// Captures the forward into `graph`. False when the capture failed: the step's host
+// state is then reset so that it can run eagerly.
+bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph) {
+  const uint64_t launchesBefore = ctx->launches;
+  if (cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  ctx->capturing = true;
+  forward(ctx);
+  ctx->capturing = false;
+  cudaGraph_t captured = nullptr;
+  cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
+  bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
+  if (usable) {
+    const size_t freeBefore = freeDeviceBytes();
+    usable = cudaGraphInstantiate(&graph.exec, captured, 0) == cudaSuccess &&
+         cudaGraphUpload(graph.exec, ctx->stream) == cudaSuccess;
+    const size_t freeAfter = freeDeviceBytes();
+    if (freeBefore > freeAfter)
+      ctx->graphBytes += freeBefore - freeAfter;
+  }
+  if (captured)
+    cudaGraphDestroy(captured);
+  if (!usable) {
+    cudaGetLastError();
+    if (graph.exec)
+      cudaGraphExecDestroy(graph.exec);
+    graph.exec = nullptr;
+    ctx->launches = launchesBefore;
+    restartStep(ctx);
+    return false;
+  }
+  graph.logits = ctx->logitsGeneration == ctx->generation ? ctx->logits : nullptr;
+  graph.logitRows = ctx->logitRows;
+  graph.logitCols = ctx->logitCols;
+  graph.opIndex = ctx->opIndex;
+  graph.lastAttention = ctx->lastAttention;
+  graph.launches = ctx->launches - launchesBefore;
+  ctx->launches = launchesBefore; // launchGraph counts them
+  ++ctx->capturedGraphs;
+  return true;
+}
+
+} // namespace
+
+void kiln::rt::destroyGraphs(kiln_rt_context *ctx) {
+  for (auto &entry : ctx->graphs)
+    if (entry.second.exec)
+      cudaGraphExecDestroy(entry.second.exec);
+  ctx->graphs.clear();
+  ctx->capturedGraphs = 0;
+}
+
+kiln_status_t kiln::rt::refuseCapture(kiln_rt_context *ctx, const char *fn) {
+  if (!ctx || !ctx->capturing)
+    return KILN_OK;
+  fail(KILN_ERROR_UNSUPPORTED, "%s cannot be captured in a CUDA graph", fn);
+  return static_cast<kiln_status_t>(record(ctx, KILN_ERROR_UNSUPPORTED));
+}
+
+extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", kForward);
+  if (!forward)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: forward is null", kForward);
+  const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
+                         ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0;
+  if (!graphable) {
+    forward(ctx);
+    return kiln_rt_status(ctx);
+  }
+  auto [it, firstTime] = ctx->graphs.try_emplace(keyOf(ctx));
+  StepGraph &graph = it->second;
+  if (graph.exec)
+    return launchGraph(ctx, graph);
+  if (firstTime || graph.eagerOnly) {
+    forward(ctx);
+    return kiln_rt_status(ctx);
+  }
+  if (cudaSetDevice(ctx->device) != cudaSuccess || ctx->capturedGraphs >= ctx->maxGraphs ||
+      !capture(ctx, forward, graph)) {
+    cudaGetLastError();
+    graph.eagerOnly = true;
+    forward(ctx);
+    return kiln_rt_status(ctx);
+  }
+  return launchGraph(ctx, graph);
+}
+
+extern "C" kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs) {
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_set_max_graphs: context is null");
+  if (max_graphs < 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_set_max_graphs: max_graphs %d < 0",
+                max_graphs);
+  if (max_graphs < ctx->maxGraphs && !ctx->dry) {
+    cudaSetDevice(ctx->device);
+    cudaStreamSynchronize(ctx->stream);
+    destroyGraphs(ctx);
+    cudaGetLastError();
+  }
+  ctx->maxGraphs = max_graphs;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
+                                             kiln_rt_graph_stats_t *out) {
+  if (!ctx || !out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_graph_stats: %s is null",
+                ctx ? "out" : "context");
+  out->graphs = ctx->capturedGraphs;
+  out->replays = ctx->graphReplays;
+  out->graph_bytes = ctx->graphBytes;
+  return ok();
+}
