@@ -154,6 +154,8 @@ struct kiln_rt_context {
   int32_t capturedGraphs = 0;
   uint64_t graphBytes = 0; // device memory the instantiated graphs took
   uint64_t graphReplays = 0;
+  uint64_t decodeSteps = 0;
+  double decodeHostSeconds = 0;
 
   // Legacy bind-based families.
   kiln::rt::LegacyBatch legacy;

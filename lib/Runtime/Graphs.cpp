@@ -10,7 +10,7 @@
 // launched; later ones are replayed.
 #include "Context.h"
 
-#include <cstdio>
+#include <chrono>
 
 using namespace kiln::rt;
 
@@ -125,11 +125,30 @@ kiln_status_t kiln::rt::refuseCapture(kiln_rt_context *ctx, const char *fn) {
   return static_cast<kiln_status_t>(record(ctx, KILN_ERROR_UNSUPPORTED));
 }
 
+namespace {
+
+kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward);
+
+} // namespace
+
 extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", kForward);
   if (!forward)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: forward is null", kForward);
+  if (!ctx->hasBatch || ctx->phase != KILN_RT_PHASE_DECODE)
+    return runForward(ctx, forward);
+  const auto start = std::chrono::steady_clock::now();
+  const kiln_status_t status = runForward(ctx, forward);
+  ctx->decodeHostSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++ctx->decodeSteps;
+  return status;
+}
+
+namespace {
+
+kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
                          ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0;
   if (!graphable) {
@@ -153,6 +172,8 @@ extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward
   }
   return launchGraph(ctx, graph);
 }
+
+} // namespace
 
 extern "C" kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs) {
   if (!ctx)
@@ -178,5 +199,7 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   out->graphs = ctx->capturedGraphs;
   out->replays = ctx->graphReplays;
   out->graph_bytes = ctx->graphBytes;
+  out->decode_steps = ctx->decodeSteps;
+  out->decode_host_seconds = ctx->decodeHostSeconds;
   return ok();
 }

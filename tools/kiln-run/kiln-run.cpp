@@ -284,6 +284,11 @@ struct Model {
   int32_t len(size_t i) const { return kiln_model_seq_len(model, seqs[i]); }
 };
 
+// Host time kiln_rt_forward spent per decode step (issuing launches, not waiting).
+double hostMicrosPerStep(const kiln_rt_graph_stats_t &stats) {
+  return stats.decode_steps ? 1e6 * stats.decode_host_seconds / stats.decode_steps : 0.0;
+}
+
 double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -554,6 +559,7 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        ", \"captured\": " + std::to_string(graphs.graphs) +
        ", \"replayed_steps\": " + std::to_string(graphs.replays) +
        ", \"bytes\": " + std::to_string(graphs.graph_bytes) + "},\n";
+  s += "  \"host_us_per_decode_step\": " + number(hostMicrosPerStep(graphs)) + ",\n";
   if (r.teacher) {
     s += "  \"teacher_forced\": {\"positions\": " + std::to_string(r.tfPositions) +
          ", \"agree\": " + std::to_string(r.tfAgree) + ", \"mismatch_positions\": [";
@@ -642,9 +648,9 @@ int run(int argc, char **argv) {
                 static_cast<long long>(r.tfAgree), static_cast<long long>(r.tfPositions));
   const kiln_rt_graph_stats_t graphs = target.graphs();
   std::printf("cuda graphs: %d decode step shape(s) captured, %llu step(s) replayed, %llu "
-              "bytes\n",
+              "bytes; host time %.1f us per decode step\n",
               graphs.graphs, static_cast<unsigned long long>(graphs.replays),
-              static_cast<unsigned long long>(graphs.graph_bytes));
+              static_cast<unsigned long long>(graphs.graph_bytes), hostMicrosPerStep(graphs));
   std::printf("device memory: planned %llu bytes, used %llu at load, %llu now\n",
               static_cast<unsigned long long>(kiln_model_planned_bytes(target.model)),
               static_cast<unsigned long long>(kiln_model_device_bytes_used(target.model)),

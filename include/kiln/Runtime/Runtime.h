@@ -181,6 +181,9 @@ typedef struct kiln_rt_graph_stats {
   int32_t graphs;       /* step shapes captured */
   uint64_t replays;     /* steps that ran as a graph launch */
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
+  uint64_t decode_steps;       /* decode steps run through kiln_rt_forward */
+  double decode_host_seconds;  /* host time kiln_rt_forward spent in them (issuing the
+                                  launches or the graph launch; not waiting for the GPU) */
 } kiln_rt_graph_stats_t;
 kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_stats_t *out);
 
