@@ -37,6 +37,7 @@ void kiln::buildDeployPipeline(OpPassManager &pm, const DeployOptions &options) 
   KilnPlanMemoryOptions plan;
   plan.usableFraction = options.usableFraction;
   plan.fillKv = options.fillKv;
+  plan.reserveBytes = options.reserveBytes;
   pm.addPass(createKilnPlanMemory(plan));
 }
 
@@ -55,6 +56,7 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
   Option<std::string> kvDtype{*this, "kv-dtype", llvm::cl::desc("bf16, f16, f32, fp8")};
   Option<double> usableFraction{*this, "usable-fraction", llvm::cl::init(0.9)};
   Option<bool> fillKv{*this, "fill-kv", llvm::cl::init(false)};
+  Option<uint64_t> reserveBytes{*this, "reserve-bytes", llvm::cl::init(0)};
   Option<bool> remarks{*this, "remarks", llvm::cl::init(false)};
   ListOption<std::string> force{*this, "force", llvm::cl::desc("Kernel overrides")};
 
@@ -74,6 +76,7 @@ struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions>
     options.kvDtype = kvDtype;
     options.usableFraction = usableFraction;
     options.fillKv = fillKv;
+    options.reserveBytes = reserveBytes;
     options.emitRemarks = remarks;
     options.force.assign(force.begin(), force.end());
     return options;

@@ -74,8 +74,14 @@ cl::opt<unsigned> maxStepTokens("max-step-tokens",
 cl::opt<double> usableFraction("usable-fraction",
                                cl::desc("share of device memory the plan may use"),
                                cl::init(0.9), cl::cat(memoryCategory));
-cl::opt<bool> fillKv("fill-kv", cl::desc("give the KV pools all memory left over"),
+cl::opt<bool> fillKv("fill-kv",
+                     cl::desc("give the KV pools all memory the weights, activations, "
+                              "workspace and per-step buffers leave"),
                      cl::init(false), cl::cat(memoryCategory));
+cl::opt<uint64_t> reserveBytes("reserve-bytes",
+                               cl::desc("bytes kept out of the cache budget (on top of what "
+                                        "--fill-kv reserves for activations by itself)"),
+                               cl::init(0), cl::cat(memoryCategory));
 cl::list<std::string> forceKernels("force-kernel",
                                    cl::desc("kernel override: variant or family=variant"),
                                    cl::cat(targetCategory));
@@ -158,6 +164,43 @@ LogicalResult planDeviceMemory(ModuleOp module) {
   if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))
     module->setAttr(kiln::KilnDialect::kDeviceMemoryAttrName, memory);
   return success();
+}
+
+/// The deploy pipeline with the tool's pass-manager options; the pass result.
+LogicalResult runDeploy(ModuleOp module, const kiln::DeployOptions &options) {
+  PassManager pm(module.getContext(), ModuleOp::getOperationName());
+  if (failed(applyPassManagerCLOptions(pm)))
+    return failure();
+  applyDefaultTimingPassManagerCLOptions(pm);
+  kiln::buildDeployPipeline(pm, options);
+  return pm.run(module);
+}
+
+/// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace
+/// and per-step buffers are only known after the activation plan: they are planned on
+/// a copy deployed without fill-kv (none of them depends on the KV page count), and
+/// their bytes are reserved. nullopt when the copy cannot be planned (the final device
+/// check still guards the result).
+std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, kiln::DeployOptions options) {
+  if (!hasEntry(module))
+    return std::nullopt;
+  OwningOpRef<ModuleOp> probe = module.clone();
+  options.fillKv = false;
+  // A copy that does not fit still plans its activations; its diagnostics are not the
+  // user's business (the real deploy reports).
+  ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
+  (void)runDeploy(*probe, options);
+  if (!(*probe)->hasAttr(kiln::KilnDialect::kPlanAttrName) || failed(planDeviceMemory(*probe)))
+    return std::nullopt;
+  auto memory = (*probe)->getAttrOfType<kiln::DeviceMemoryAttr>(
+      kiln::KilnDialect::kDeviceMemoryAttrName);
+  if (!memory)
+    return std::nullopt;
+  uint64_t bytes = 0;
+  for (uint64_t part : {memory.getActivations(), memory.getWorkspace(), memory.getIo()})
+    if (__builtin_add_overflow(bytes, part, &bytes))
+      return std::nullopt;
+  return bytes;
 }
 
 /// Writes the output through a temporary file beside `path`, renamed over it only when
@@ -409,15 +452,15 @@ int compile(int argc, char **argv) {
     options.kvDtype = kvDtype;
     options.usableFraction = usableFraction;
     options.fillKv = fillKv;
+    options.reserveBytes = reserveBytes;
     options.emitRemarks = remarks;
     options.force.assign(forceKernels.begin(), forceKernels.end());
+    if (fillKv)
+      if (std::optional<uint64_t> nonCache = nonCacheDeviceBytes(*module, options))
+        if (__builtin_add_overflow(options.reserveBytes, *nonCache, &options.reserveBytes))
+          return fail("--reserve-bytes plus the activations overflow 64 bits");
 
-    PassManager pm(&context, ModuleOp::getOperationName());
-    if (failed(applyPassManagerCLOptions(pm)))
-      return fail("invalid pass manager options");
-    applyDefaultTimingPassManagerCLOptions(pm);
-    kiln::buildDeployPipeline(pm, options);
-    LogicalResult result = pm.run(*module);
+    LogicalResult result = runDeploy(*module, options);
     auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
     bool doesNotFit = plan && !plan.getFits();
     if (failed(result) && !doesNotFit)

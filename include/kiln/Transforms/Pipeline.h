@@ -26,6 +26,7 @@ struct DeployOptions {
   std::string kvDtype;             // "bf16", "f16", "f32", "fp8"; empty: keep
   double usableFraction = 0.9;     // share of device memory the plan may use
   bool fillKv = false;             // give the KV pools all memory left over
+  uint64_t reserveBytes = 0;       // kept out of the cache budget (activations, workspace)
   bool emitRemarks = false;        // explain rejected kernel candidates
   std::vector<std::string> force;  // kernel overrides: "variant" or "family=variant"
 };
