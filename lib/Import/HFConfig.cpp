@@ -811,16 +811,18 @@ std::optional<std::pair<unsigned, unsigned>> kiln::findExcessiveJsonNesting(Stri
   return std::nullopt;
 }
 
-OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
-                                          MLIRContext *ctx, const ImportOptions &options) {
-  ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
-                   tensor::TensorDialect>();
+namespace {
+
+/// Parses config.json text into `m` (with the Eagle3 head layer when asked); every
+/// error is a diagnostic.
+LogicalResult readModelSpec(StringRef text, StringRef file, MLIRContext *ctx,
+                            const ImportOptions &options, ModelSpec &m) {
   Location fileLoc = FileLineColLoc::get(ctx, file, 1, 1);
   if (auto deep = findExcessiveJsonNesting(text, kMaxJsonNesting)) {
     emitError(FileLineColLoc::get(ctx, file, deep->first, deep->second))
         << "malformed JSON: nested deeper than " << kMaxJsonNesting
         << " levels (a config.json is a few levels deep)";
-    return nullptr;
+    return failure();
   }
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed) {
@@ -835,20 +837,19 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
       message = rest;
     }
     emitError(loc) << "malformed JSON: " << message;
-    return nullptr;
+    return failure();
   }
   const json::Object *root = parsed->getAsObject();
   if (!root) {
     emitError(fileLoc) << "a config.json must hold a JSON object at top level";
-    return nullptr;
+    return failure();
   }
   Reader r(text, file, ctx, *root);
   r.requiredFor = "every config";
   std::optional<StringRef> modelType = r.getString("model_type");
   if (!modelType)
-    return nullptr;
+    return failure();
   r.requiredFor = ("model_type '" + *modelType + "'").str();
-  ModelSpec m;
   m.modelType = modelType->str();
   m.name = options.modelName.empty() ? defaultName(file) : options.modelName;
   LogicalResult read = failure();
@@ -862,16 +863,16 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
   } else {
     r.error("model_type") << "unsupported model_type '" << *modelType
                           << "'; supported: " << llvm::join(supportedModelTypes(), ", ");
-    return nullptr;
+    return failure();
   }
   if (failed(read) || r.failedAny())
-    return nullptr;
+    return failure();
   if (options.eagle3Head) {
     bool mla = m.modelType == "deepseek_v2" || m.modelType == "deepseek_v3";
     if (!mla && m.heads == 0) {
       emitError(fileLoc) << "an Eagle3 head needs the target's attention shapes, "
                                     "but the model has no attention layer";
-      return nullptr;
+      return failure();
     }
     int64_t index = m.numLayers;
     for (const LayerSpec &layer : m.layers)
@@ -879,6 +880,26 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
     m.layers.push_back({mla ? LayerKind::mla : LayerKind::attention, index, std::nullopt,
                         DraftKind::eagle3});
   }
+  return success();
+}
+
+} // namespace
+
+std::optional<ConfigEstimate> kiln::estimateHFConfig(StringRef text, StringRef file,
+                                                     MLIRContext *ctx) {
+  ModelSpec m;
+  if (failed(readModelSpec(text, file, ctx, ImportOptions{}, m)))
+    return std::nullopt;
+  return ConfigEstimate{m.numLayers, estimateWeightBytes(m)};
+}
+
+OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
+                                          MLIRContext *ctx, const ImportOptions &options) {
+  ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
+                   tensor::TensorDialect>();
+  ModelSpec m;
+  if (failed(readModelSpec(text, file, ctx, options, m)))
+    return nullptr;
   if (m.isDense())
     return buildDenseDecoder(m, file, ctx, options);
   return buildSkeleton(m, file, ctx, options);

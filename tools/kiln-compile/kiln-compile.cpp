@@ -203,6 +203,44 @@ std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, kiln::DeployOptions
   return bytes;
 }
 
+/// Layers beyond which a model whose weights alone cannot fit is refused from its
+/// config, without its graph or report (the largest published models have ~100 layers).
+constexpr int64_t kQuickRefusalLayers = 1024;
+
+/// A config of more than kQuickRefusalLayers layers whose weights alone exceed the
+/// target's usable memory is refused before its graph is built: importing and deploying
+/// 100k layers takes a minute, for a report of 100k lines and the same verdict. The
+/// message is kiln-plan-memory's; the estimate never exceeds the exact weights, so
+/// nothing that fits is refused. Smaller models get the full report as before.
+std::optional<std::string> weightsCannotFit(StringRef text, StringRef path,
+                                            MLIRContext *context) {
+  kiln::TargetAttr target =
+      kiln::TargetAttr::getPreset(context, targetName.empty() ? std::string("h200")
+                                                              : targetName.getValue());
+  if (!target || target.getMemoryBytes() == 0)
+    return std::nullopt;
+  std::optional<kiln::ConfigEstimate> estimate;
+  {
+    // A config that does not read is the import's to report.
+    ScopedDiagnosticHandler quiet(context, [](Diagnostic &) { return success(); });
+    estimate = kiln::estimateHFConfig(text, path, context);
+  }
+  if (!estimate || estimate->layers <= kQuickRefusalLayers)
+    return std::nullopt;
+  const uint64_t ranks = tp.getNumOccurrences() ? tp : 1;
+  const uint64_t weights = estimate->weightBytes / ranks;
+  const uint64_t usable = static_cast<uint64_t>(target.getMemoryBytes() * usableFraction);
+  if (weights < usable)
+    return std::nullopt;
+  char fraction[32];
+  std::snprintf(fraction, sizeof(fraction), "%g", usableFraction.getValue());
+  return "model weights (" + kiln::formatBytes(weights) + " per rank, estimated from the " +
+         std::to_string(estimate->layers) + "-layer config) exceed the usable " +
+         kiln::formatBytes(usable) + " of '" + target.getName().str() + "' (" +
+         kiln::formatBytes(target.getMemoryBytes()) + " x " + std::string(fraction) +
+         "); use more tensor-parallel ranks or a larger target";
+}
+
 /// Writes the output through a temporary file beside `path`, renamed over it only when
 /// everything was written: a failure leaves an existing file as it was. "-" is stdout.
 LogicalResult writeOutput(StringRef path,
@@ -251,9 +289,9 @@ bool overwritesInput(StringRef output, ArrayRef<std::string> inputs) {
   return false;
 }
 
-int fail(const llvm::Twine &message) {
+int fail(const llvm::Twine &message, int exitCode = 1) {
   llvm::errs() << "kiln-compile: error: " << message << "\n";
-  return 1;
+  return exitCode;
 }
 
 /// "none" or "<mode>:<N>" with N >= 1.
@@ -379,6 +417,9 @@ int compile(int argc, char **argv) {
     if (isMlir) {
       module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
     } else {
+      if (!importOnly)
+        if (std::optional<std::string> tooBig = weightsCannotFit(text, path, &context))
+          return fail(*tooBig, 2);
       kiln::ImportOptions importOptions;
       importOptions.eagle3Head = specMode == "eagle3";
       module = kiln::importHFConfig(text, path, &context, importOptions);

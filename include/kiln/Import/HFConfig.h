@@ -37,6 +37,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -73,6 +74,18 @@ mlir::OwningOpRef<mlir::ModuleOp> importHFConfig(llvm::StringRef json,
                                                  llvm::StringRef fileName,
                                                  mlir::MLIRContext *context,
                                                  const ImportOptions &options = {});
+
+/// What a config.json's dimensions say without building the graph: its layer count and
+/// weight bytes (parameters x dtype bytes; biases and q/k norms left out, so it never
+/// exceeds the exact total). A driver can refuse a model whose weights alone cannot fit
+/// before spending a minute on a graph of 100k layers. nullopt (with diagnostics) when
+/// the config does not read.
+struct ConfigEstimate {
+  int64_t layers = 0;
+  uint64_t weightBytes = 0;
+};
+std::optional<ConfigEstimate> estimateHFConfig(llvm::StringRef json, llvm::StringRef fileName,
+                                               mlir::MLIRContext *context);
 
 /// Reads `path` and imports it; a missing/unreadable file is an error diagnostic.
 mlir::OwningOpRef<mlir::ModuleOp> importHFConfigFile(llvm::StringRef path,
