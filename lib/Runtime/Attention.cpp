@@ -252,6 +252,8 @@ extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint
                               num_kv_heads, head_dim, page_size, window, decode_kernel,
                               prefill_kernel, spec_dec_mode, softmax_scale, paged);
   if (s == KILN_OK)
+    s = checkLaunch(c, ctx);
+  if (s == KILN_OK)
     ctx->lastAttention = layer;
   return record(ctx, s);
 }

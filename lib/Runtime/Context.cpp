@@ -552,8 +552,9 @@ extern "C" kiln_status_t kiln_rt_synchronize(kiln_rt_context_t *ctx) {
     e = cudaStreamSynchronize(ctx->stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return fail(KILN_ERROR_CUDA, "kiln_rt_synchronize: cudaStreamSynchronize: %s",
-                cudaGetErrorString(e));
+    return noteCudaError(ctx, e,
+                         fail(KILN_ERROR_CUDA, "kiln_rt_synchronize: cudaStreamSynchronize: %s",
+                              cudaGetErrorString(e)));
   }
   return kiln::kernels::ok();
 }
@@ -589,6 +590,8 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   ctx->lastAttention = -1;
   ctx->logits = nullptr;
   ctx->tokens = 0;
+  if (kiln_status_t s = refuseIfFaulted(ctx, fn); s != KILN_OK)
+    return s;
   if (!batch)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: batch is null", fn);
   const kiln_rt_batch_t &b = *batch;
@@ -853,6 +856,8 @@ namespace {
 kiln_status_t checkResults(const char *fn, kiln_rt_context_t *ctx, int64_t rows) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", fn);
+  if (kiln_status_t s = refuseIfFaulted(ctx, fn); s != KILN_OK)
+    return s;
   if (ctx->status != KILN_OK) {
     std::string message = ctx->message;
     return fail(ctx->status, "%s: the step failed: %s", fn, message.c_str());
@@ -899,7 +904,8 @@ extern "C" kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *ou
                            cudaMemcpyDeviceToHost, ctx->stream)) != cudaSuccess)
     return c.cuda(e, "cudaMemcpyAsync of the argmax");
   if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
-    return c.cuda(e, "cudaStreamSynchronize (the step's kernels or the argmax failed)");
+    return noteCudaError(
+        ctx, e, c.cuda(e, "cudaStreamSynchronize (the step's kernels or the argmax failed)"));
   std::memcpy(out, ctx->argmaxHost, rows * sizeof(int32_t));
   return kiln::kernels::ok();
 }
@@ -930,7 +936,8 @@ extern "C" kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out,
   if (e != cudaSuccess)
     return c.cuda(e, "cudaMemcpyAsync of the logits");
   if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
-    return c.cuda(e, "cudaStreamSynchronize (the step's kernels failed)");
+    return noteCudaError(ctx, e,
+                         c.cuda(e, "cudaStreamSynchronize (the step's kernels failed)"));
   for (size_t i = 0; i < n; ++i)
     out[i] = bf16ToFloat(ctx->logitsHost[i]);
   return kiln::kernels::ok();

@@ -147,6 +147,11 @@ struct kiln_rt_context {
 
   uint64_t launches = 0;
 
+  // Device faults (Faults.cpp): a sticky CUDA error leaves the context unusable.
+  bool checkEachLaunch = false; // synchronize after every launch, naming the faulting op
+  bool faulted = false;
+  std::string faultMessage;
+
   // CUDA graphs of decode steps (Graphs.cpp).
   int32_t maxGraphs = KILN_RT_DEFAULT_MAX_GRAPHS; // 0: every step launches eagerly
   bool capturing = false;
@@ -180,6 +185,16 @@ namespace kiln::rt {
 kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
 // Destroys every captured graph (the context's teardown).
 void destroyGraphs(kiln_rt_context *ctx);
+
+// A CUDA error of the step: a sticky fault (illegal address, launch failure, ...) marks
+// the context unusable with `message` (kiln_last_error() of the failing call) before
+// the status is returned. Returns `status`.
+kiln_status_t noteCudaError(kiln_rt_context *ctx, cudaError_t e, kiln_status_t status);
+// KILN_OK, or (once a fault was seen) an error naming the fault; `fn` is the entry point.
+kiln_status_t refuseIfFaulted(const kiln_rt_context *ctx, const char *fn);
+// After a launch of call `c`: with checkEachLaunch (and outside a capture), waits for it
+// and turns a device fault into an error naming the op or layer.
+kiln_status_t checkLaunch(const struct Call &c, kiln_rt_context *ctx);
 
 // Formats errors of one entry-point call. Attention/legacy calls: "<fn> (<kernel>):
 // layer <n>: ..."; graph ops (no layer argument): "<fn>: op <i> of the step (after

@@ -44,7 +44,7 @@ kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, con
   ++ctx->launches;
   if (s != KILN_OK)
     return c.launcher(s, name);
-  return KILN_OK;
+  return checkLaunch(c, ctx);
 }
 
 } // namespace

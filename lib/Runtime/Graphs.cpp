@@ -58,7 +58,7 @@ kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph) {
     cudaGetLastError();
     fail(KILN_ERROR_CUDA, "%s: cudaGraphLaunch of the decode step (batch %d, q_len %d): %s",
          kForward, ctx->batch, ctx->qLen, cudaGetErrorString(e));
-    return static_cast<kiln_status_t>(record(ctx, KILN_ERROR_CUDA));
+    return noteCudaError(ctx, e, static_cast<kiln_status_t>(record(ctx, KILN_ERROR_CUDA)));
   }
   ++ctx->graphReplays;
   return KILN_OK;
@@ -136,6 +136,8 @@ extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", kForward);
   if (!forward)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: forward is null", kForward);
+  if (kiln_status_t s = refuseIfFaulted(ctx, kForward); s != KILN_OK)
+    return s;
   if (!ctx->hasBatch || ctx->phase != KILN_RT_PHASE_DECODE)
     return runForward(ctx, forward);
   const auto start = std::chrono::steady_clock::now();
@@ -150,7 +152,8 @@ namespace {
 
 kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
-                         ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0;
+                         ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0 &&
+                         !ctx->checkEachLaunch;
   if (!graphable) {
     forward(ctx);
     return kiln_rt_status(ctx);

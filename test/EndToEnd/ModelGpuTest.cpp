@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -473,6 +475,74 @@ TEST(ModelGpu, GraphReplayEqualsEager) {
               static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(graphed))));
   kiln_model_unload(graphed);
   kiln_model_unload(eager);
+}
+
+// ---- device faults ---------------------------------------------------------------------
+
+// One decode step whose block table is corrupted on the device, behind
+// kiln_rt_set_batch's checks (page ids 2^30: terabytes past the cache): with checked
+// launches the step fails naming layer 0's attention and the illegal access, and the
+// context then refuses every step. Prints FAULT-REPORTED and exits 0 when all of that
+// holds (it runs in a child process: the fault loses the process's CUDA context).
+[[noreturn]] void corruptBlockTableStep() {
+  auto failWith = [](const std::string &why) {
+    std::fprintf(stderr, "fault test: %s\n", why.c_str());
+    std::exit(1);
+  };
+  const std::string dir = tempDir();
+  writeSafetensors(dir, randomWeights(KILN_TINY, 5));
+  kiln_model_t *m = nullptr;
+  if (kiln_model_load(KILN_TINY, dir.c_str(), 0, &m) != KILN_OK)
+    failWith("load: " + lastError());
+  kiln_rt_context_t *ctx = kiln_model_context(m);
+  auto forward = reinterpret_cast<kiln_rt_forward_fn>(
+      dlsym(dlopen(KILN_TINY, RTLD_NOW), "kiln_model_forward"));
+  if (!forward)
+    failWith("no kiln_model_forward in the model");
+  kiln_rt_set_check_launches(ctx, 1);
+  const kiln_rt_config_t *cfg = kiln_rt_config(ctx);
+  const int64_t pages = kiln_rt_max_pages_per_seq(cfg->max_seq_len, cfg->page_size);
+  std::vector<int32_t> table(static_cast<size_t>(pages), 0);
+  const int32_t qLen = 1, seqLen = 1, token = 5, row = 0;
+  kiln_rt_batch_t b{};
+  b.phase = KILN_RT_PHASE_DECODE;
+  b.batch = 1;
+  b.q_lens = &qLen;
+  b.seq_lens = &seqLen;
+  b.block_table = table.data();
+  b.token_ids = &token;
+  b.logit_rows = &row;
+  b.num_logit_rows = 1;
+  if (kiln_rt_set_batch(ctx, &b) != KILN_OK || kiln_rt_synchronize(ctx) != KILN_OK)
+    failWith("set_batch: " + lastError());
+  const kiln_rt_io_layout_t io = kiln_rt_io_layout(cfg->max_batch, cfg->max_step_tokens,
+                                                   cfg->max_logit_rows, pages);
+  std::vector<int32_t> bad(static_cast<size_t>(pages), 1 << 30);
+  if (cudaMemcpy(static_cast<char *>(kiln_rt_io(ctx)) + io.block_table, bad.data(),
+                 bad.size() * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess)
+    failWith("cudaMemcpy of the corrupt table");
+  if (kiln_rt_forward(ctx, forward) != KILN_ERROR_CUDA)
+    failWith("the faulting step did not fail with KILN_ERROR_CUDA: " + lastError());
+  const std::string fault = lastError();
+  if (fault.find("kiln_rt_attention") == std::string::npos ||
+      fault.find("layer 0") == std::string::npos ||
+      fault.find("illegal memory access") == std::string::npos)
+    failWith("the fault does not name layer 0's attention and the access: " + fault);
+  if (!kiln_rt_is_faulted(ctx))
+    failWith("the context is not marked faulted");
+  if (kiln_rt_set_batch(ctx, &b) != KILN_ERROR_CUDA ||
+      lastError().find("unusable after a device fault") == std::string::npos ||
+      lastError().find("layer 0") == std::string::npos)
+    failWith("a later step was not refused with the fault: " + lastError());
+  std::fprintf(stderr, "FAULT-REPORTED: %s\n", fault.c_str());
+  std::exit(0);
+}
+
+TEST(ModelGpu, KernelFaultNamesTheLayerAndRetiresTheContext) {
+  KILN_REQUIRE_GPU();
+  (void)kEager;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(corruptBlockTableStep(), ::testing::ExitedWithCode(0), "FAULT-REPORTED");
 }
 
 // ---- kiln-run ---------------------------------------------------------------------------

@@ -366,6 +366,13 @@ TEST(RuntimeCpu, ForwardAndGraphLimits) {
   ASSERT_EQ(kiln_rt_graph_stats(d.ctx, &stats), KILN_OK);
   EXPECT_EQ(stats.graphs, 0);
   EXPECT_EQ(stats.replays, 0u);
+  // Checked launches are a no-op without a device; no fault is ever seen.
+  EXPECT_EQ(kiln_rt_set_check_launches(nullptr, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_check_launches(d.ctx, 1), KILN_OK);
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK);
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
+  EXPECT_EQ(kiln_rt_is_faulted(d.ctx), 0);
+  EXPECT_EQ(kiln_rt_is_faulted(nullptr), 0);
 }
 
 // attention(layer, kv offset, ...) with the tiny shapes.

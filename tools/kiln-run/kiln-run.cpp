@@ -26,7 +26,7 @@ const char *kUsage =
     "                [--spec ngram:K | --draft-model DRAFT.so --draft-weights DIR "
     "--spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
-    "                [--device N] [--cuda-graphs N] [--dry]\n"
+    "                [--device N] [--cuda-graphs N] [--check-launches] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -39,6 +39,8 @@ const char *kUsage =
     "  --device N             CUDA device (default 0)\n"
     "  --cuda-graphs N        capture at most N decode step shapes in CUDA graphs\n"
     "                         (default 64; 0: every step launches eagerly)\n"
+    "  --check-launches       wait for every kernel, so a device fault names its op and\n"
+    "                         layer (debugging; slow, no CUDA graphs)\n"
     "  --dry                  validation only (no GPU): one prefill and one decode step\n";
 
 struct Options {
@@ -46,6 +48,7 @@ struct Options {
   int maxNewTokens = -1;
   int device = 0;
   int cudaGraphs = KILN_RT_DEFAULT_MAX_GRAPHS;
+  bool checkLaunches = false;
   bool dry = false;
   enum class Spec { None, Ngram, Draft } spec = Spec::None;
   int k = 0;
@@ -108,6 +111,8 @@ Options parseOptions(int argc, char **argv) {
       o.device = parseInt(value(), "--device");
     } else if (a == "--cuda-graphs") {
       o.cudaGraphs = parseInt(value(), "--cuda-graphs");
+    } else if (a == "--check-launches") {
+      o.checkLaunches = true;
     } else if (a == "--dry") {
       o.dry = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -254,7 +259,7 @@ struct Model {
   std::string what;
 
   Model(const std::string &so, const std::string &weights, int device, bool dry,
-        int cudaGraphs, const std::string &role)
+        int cudaGraphs, bool checkLaunches, const std::string &role)
       : what(role) {
     if (dry)
       check(kiln_model_load_dry(so.c_str(), &model), ("loading the " + role + " (dry)").c_str());
@@ -264,6 +269,8 @@ struct Model {
     check(kiln_model_get_info(model, &info), "kiln_model_get_info");
     check(kiln_rt_set_max_graphs(kiln_model_context(model), cudaGraphs),
           "kiln_rt_set_max_graphs");
+    check(kiln_rt_set_check_launches(kiln_model_context(model), checkLaunches),
+          "kiln_rt_set_check_launches");
   }
   kiln_rt_graph_stats_t graphs() const {
     kiln_rt_graph_stats_t stats{};
@@ -586,11 +593,13 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
 
 int run(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
-  Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, "model " + o.model);
+  Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, o.checkLaunches,
+               "model " + o.model);
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
     draft = std::make_unique<Model>(o.draftModel, o.draftWeights, o.device, o.dry,
-                                    o.cudaGraphs, "draft model " + o.draftModel);
+                                    o.cudaGraphs, o.checkLaunches,
+                                    "draft model " + o.draftModel);
     if (draft->info.vocab_size != target.info.vocab_size)
       die("the draft model's vocab_size " + std::to_string(draft->info.vocab_size) +
           " differs from the target's " + std::to_string(target.info.vocab_size));

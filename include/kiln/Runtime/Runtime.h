@@ -187,6 +187,16 @@ typedef struct kiln_rt_graph_stats {
 } kiln_rt_graph_stats_t;
 kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_stats_t *out);
 
+/* Device faults. A kernel fault (an illegal address, e.g. from a corrupt block table; a
+ * launch failure) is a sticky CUDA error: the step that sees it fails with KILN_ERROR_CUDA
+ * naming the step, and from then on every kiln_rt_set_batch, kiln_rt_forward and result
+ * read of the context fails with that message (the process's CUDA context is lost; the
+ * context must be destroyed). With checked launches on, every launch is waited for, so
+ * the error names the op and layer that faulted (slow: for debugging; CUDA graphs are
+ * not captured meanwhile). */
+kiln_status_t kiln_rt_set_check_launches(kiln_rt_context_t *ctx, int32_t on);
+int32_t kiln_rt_is_faulted(const kiln_rt_context_t *ctx);
+
 /* Kernel launches issued so far (launcher calls; a split-KV decode's combine is not
  * counted separately) and host->device uploads. */
 uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);
