@@ -24,6 +24,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -475,6 +476,66 @@ TEST(ModelGpu, GraphReplayEqualsEager) {
               static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(graphed))));
   kiln_model_unload(graphed);
   kiln_model_unload(eager);
+}
+
+// ---- threads -----------------------------------------------------------------------------
+
+// Greedy tokens of `steps` decode steps after prefilling `prompts`, on its own model load.
+std::vector<int32_t> greedyRun(const std::string &weights,
+                               const std::vector<std::vector<int32_t>> &prompts, int steps,
+                               std::string &error) {
+  kiln_model_t *m = nullptr;
+  std::vector<int32_t> out;
+  if (kiln_model_load(KILN_TINY, weights.c_str(), 0, &m) != KILN_OK) {
+    error = "load: " + lastError();
+    return out;
+  }
+  const int32_t n = static_cast<int32_t>(prompts.size());
+  std::vector<int32_t> ids(n), next(n), lens;
+  std::vector<const int32_t *> ptrs;
+  for (const auto &p : prompts) {
+    ptrs.push_back(p.data());
+    lens.push_back(static_cast<int32_t>(p.size()));
+  }
+  for (auto &id : ids)
+    if (kiln_model_add_sequence(m, &id) != KILN_OK)
+      error = "add_sequence: " + lastError();
+  if (error.empty() &&
+      kiln_model_prefill(m, ids.data(), n, ptrs.data(), lens.data(), next.data(), nullptr) !=
+          KILN_OK)
+    error = "prefill: " + lastError();
+  for (int step = 0; error.empty() && step < steps; ++step) {
+    out.insert(out.end(), next.begin(), next.end());
+    std::vector<int32_t> in = next;
+    if (kiln_model_decode(m, ids.data(), n, in.data(), 1, next.data(), nullptr) != KILN_OK)
+      error = "decode: " + lastError();
+  }
+  kiln_model_unload(m);
+  return out;
+}
+
+// Two contexts driven from two threads at once generate what one context generates
+// alone (each has its own stream, cuBLASLt handle, graphs and error state).
+TEST(ModelGpu, TwoContextsOnTwoThreads) {
+  KILN_REQUIRE_GPU();
+  (void)kEager;
+  const std::string dir = tempDir();
+  writeSafetensors(dir, randomWeights(KILN_TINY, 77));
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7}, {100, 200}};
+  std::string aloneError;
+  const std::vector<int32_t> alone = greedyRun(dir, prompts, 16, aloneError);
+  ASSERT_TRUE(aloneError.empty()) << aloneError;
+  std::vector<int32_t> results[2];
+  std::string errors[2];
+  std::thread threads[2];
+  for (int t = 0; t < 2; ++t)
+    threads[t] = std::thread([&, t] { results[t] = greedyRun(dir, prompts, 16, errors[t]); });
+  for (auto &thread : threads)
+    thread.join();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
+    EXPECT_EQ(results[t], alone) << "thread " << t;
+  }
 }
 
 // ---- device faults ---------------------------------------------------------------------
