@@ -125,11 +125,12 @@ struct SelectKernelsPass : public kiln::impl::KilnSelectKernelsBase<SelectKernel
     if (!prefill)
       return failure();
 
-    op->setAttr("decode_kernel", builder.getStringAttr(decode->name));
-    op->setAttr("prefill_kernel", builder.getStringAttr(prefill->name));
+    const bool attentionLike =
+        op.getOpFamily() == OpFamily::attention || op.getOpFamily() == OpFamily::mla;
+    op.setChosenKernels(decode->name, prefill->name,
+                        attentionLike ? std::optional<SpecDecMode>(mode) : std::nullopt);
     numSelected += 2;
-    if (op.getOpFamily() == OpFamily::attention || op.getOpFamily() == OpFamily::mla) {
-      op->setAttr("spec_dec_mode", SpecDecModeAttr::get(op->getContext(), mode));
+    if (attentionLike) {
       numMultiToken += mode == SpecDecMode::multi_token;
       numExtendContext += mode == SpecDecMode::extend_context;
     }

@@ -48,7 +48,21 @@ def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
     InterfaceMethod<[{What the op needs of a kernel under `runtime` (head dim, cache
       dtype, page size, heads, attached speculative resources): the kernel registry's
       query, so that kiln-select-kernels names no op.}],
-      "::kiln::KernelShape", "getKernelShape", (ins "::kiln::RuntimeAttr":$runtime)>
+      "::kiln::KernelShape", "getKernelShape", (ins "::kiln::RuntimeAttr":$runtime)>,
+    InterfaceMethod<[{Records the kernels kiln-select-kernels chose (registry names) and,
+      for attention-like families, the speculative decode mode (default: the
+      `decode_kernel`, `prefill_kernel` and `spec_dec_mode` attributes the lowering
+      reads).}],
+      "void", "setChosenKernels",
+      (ins "::llvm::StringRef":$decode, "::llvm::StringRef":$prefill,
+           "std::optional<::kiln::SpecDecMode>":$mode), [{}], [{
+        ::mlir::Builder builder($_op->getContext());
+        $_op->setAttr("decode_kernel", builder.getStringAttr(decode));
+        $_op->setAttr("prefill_kernel", builder.getStringAttr(prefill));
+        if (mode)
+          $_op->setAttr("spec_dec_mode",
+                        ::kiln::SpecDecModeAttr::get($_op->getContext(), *mode));
+      }]>
   ];
 }
 
