@@ -183,15 +183,10 @@ LogicalResult LayerRoller::localizeSegments() {
   return success();
 }
 
-/// Same op, attributes equal but for constants' values and the layer mark, operands
-/// from the same relative position or the same outside value.
-bool LayerRoller::sameShape(Operation *a, Operation *b,
-                            const DenseMap<Operation *, unsigned> &posA,
-                            const DenseMap<Operation *, unsigned> &posB) const {
-  if (a->getName() != b->getName() || a->getNumOperands() != b->getNumOperands() ||
-      a->getResultTypes() != b->getResultTypes() || a->getNumRegions() != 0 ||
-      b->getNumRegions() != 0 || a->getNumSuccessors() != 0 || b->getNumSuccessors() != 0)
-    return false;
+/// Attributes equal but for the layer mark and, on constants, the value. Slow (it
+/// builds the dictionaries): only for the few ops whose properties or discardable
+/// attributes differ.
+bool sameAttributesButConstants(Operation *a, Operation *b) {
   Attribute valueA, valueB;
   bool constants = matchPattern(a, m_Constant(&valueA)) && matchPattern(b, m_Constant(&valueB));
   ArrayRef<NamedAttribute> attrsA = a->getAttrDictionary().getValue();
@@ -206,6 +201,23 @@ bool LayerRoller::sameShape(Operation *a, Operation *b,
     if (!constants || x.getValue() != valueA || y.getValue() != valueB)
       return false;
   }
+  return true;
+}
+
+/// Same op, attributes equal but for constants' values and the layer mark, operands
+/// from the same relative position or the same outside value.
+bool LayerRoller::sameShape(Operation *a, Operation *b,
+                            const DenseMap<Operation *, unsigned> &posA,
+                            const DenseMap<Operation *, unsigned> &posB) const {
+  if (a->getName() != b->getName() || a->getNumOperands() != b->getNumOperands() ||
+      a->getResultTypes() != b->getResultTypes() || a->getNumRegions() != 0 ||
+      b->getNumRegions() != 0 || a->getNumSuccessors() != 0 || b->getNumSuccessors() != 0)
+    return false;
+  bool sameAttributes =
+      a->getDiscardableAttrDictionary() == b->getDiscardableAttrDictionary() &&
+      a->getName().compareOpProperties(a->getPropertiesStorage(), b->getPropertiesStorage());
+  if (!sameAttributes && !sameAttributesButConstants(a, b))
+    return false;
   for (auto [x, y] : llvm::zip(a->getOperands(), b->getOperands())) {
     Operation *defA = x.getDefiningOp();
     Operation *defB = y.getDefiningOp();
