@@ -16,6 +16,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
@@ -43,13 +44,17 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm) {
   pm.addPass(createKilnPlanActivations());
 }
 
-void kiln::buildBufferLoweringPipeline(OpPassManager &pm) {
+void kiln::buildBufferLoweringPipeline(OpPassManager &pm, const LoweringOptions &options) {
   buildActivationPlanningPipeline(pm);
   pm.addPass(createConvertKilnToRuntimeCalls());
+  // Every stage after this one is linear in the ops of the step; rolled, a step has
+  // one copy of a layer whatever the number of layers (docs/overview.md).
+  if (options.rollLayers)
+    pm.addPass(createKilnRollLayers());
 }
 
-void kiln::buildLoweringPipeline(OpPassManager &pm) {
-  buildBufferLoweringPipeline(pm);
+void kiln::buildLoweringPipeline(OpPassManager &pm, const LoweringOptions &options) {
+  buildBufferLoweringPipeline(pm, options);
   pm.addPass(createConvertKilnToLLVM());
 }
 
@@ -57,7 +62,7 @@ void kiln::registerAllDialects(DialectRegistry &registry) {
   registry.insert<KilnDialect, func::FuncDialect, arith::ArithDialect, math::MathDialect,
                   tensor::TensorDialect, memref::MemRefDialect,
                   bufferization::BufferizationDialect, cf::ControlFlowDialect,
-                  index::IndexDialect, LLVM::LLVMDialect, ub::UBDialect>();
+                  index::IndexDialect, LLVM::LLVMDialect, ub::UBDialect, scf::SCFDialect>();
   kiln::registerBufferizableOpInterfaceExternalModels(registry);
   tensor::registerBufferizableOpInterfaceExternalModels(registry);
   arith::registerBufferizableOpInterfaceExternalModels(registry);

@@ -116,6 +116,11 @@ cl::opt<EmitKind> emitKind(
                clEnumValN(EmitKind::so, "so", "a shared object (needs -o) linked against "
                                               "libkiln_runtime.so")),
     cl::cat(outputCategory));
+cl::opt<bool> noRollLayers(
+    "no-roll-layers",
+    cl::desc("keep the step's layers unrolled (kiln-roll-layers off; for tests and "
+             "comparisons: the calls are the same)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -529,10 +534,14 @@ int compile(int argc, char **argv) {
                   "' holds kiln ops too (a draft model compiles to its own shared object "
                   "for kiln-run --draft-model; Eagle3 heads are not lowered yet)");
     PassManager lowering(&context, ModuleOp::getOperationName());
+    if (failed(applyPassManagerCLOptions(lowering)))
+      return 1;
+    kiln::LoweringOptions loweringOptions;
+    loweringOptions.rollLayers = !noRollLayers;
     if (emitKind == EmitKind::lowered)
-      kiln::buildBufferLoweringPipeline(lowering);
+      kiln::buildBufferLoweringPipeline(lowering, loweringOptions);
     else
-      kiln::buildLoweringPipeline(lowering);
+      kiln::buildLoweringPipeline(lowering, loweringOptions);
     if (failed(lowering.run(*module)))
       return 1;
     if (emitKind == EmitKind::so) {

@@ -28,13 +28,14 @@ def ConvertKilnToRuntimeCalls : Pass<"convert-kiln-to-runtime-calls", "mlir::Mod
 def ConvertKilnToLLVM : Pass<"convert-kiln-to-llvm", "mlir::ModuleOp"> {
   let summary = "Lower a module of runtime calls on buffers to the LLVM dialect";
   let description = [{
-    `kiln.buffer_from_pointer` becomes a memref descriptor over its pointer; memref,
-    func, arith, index and cf go to LLVM with upstream patterns, in one full
+    `kiln.buffer_from_pointer` becomes a memref descriptor over its pointer; scf
+    (the loop of `kiln-roll-layers`) becomes cf; memref, func, arith, index and cf go
+    to LLVM with upstream patterns, in one full
     conversion followed by the reconciliation of casts. A `memref.alloc` left over is
     an error: every buffer of a compiled step lives in a planned arena.
   }];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::affine::AffineDialect",
-                           "::mlir::arith::ArithDialect"];
+                           "::mlir::arith::ArithDialect", "::mlir::cf::ControlFlowDialect"];
 }
 
 #endif

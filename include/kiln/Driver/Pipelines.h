@@ -4,7 +4,8 @@
 //   buildDeployPipeline     configure, insert caches, drop speculative-only resources,
 //                           verify, select kernels, plan the caches and the weights
 //   buildLoweringPipeline   one-shot bufferization, entry binding, activation plan,
-//                           kiln ops to runtime calls, LLVM dialect
+//                           kiln ops to runtime calls, layers rolled into a loop,
+//                           LLVM dialect
 // The deploy options live in kiln/Transforms/Pipeline.h (DeployOptions).
 //
 //===----------------------------------------------------------------------===//
@@ -17,10 +18,17 @@
 
 namespace kiln {
 
+/// Choices of the lowering pipelines.
+struct LoweringOptions {
+  /// Roll the repeated decoder layers of the step into a loop (kiln-roll-layers): the
+  /// same calls, with compile time and code size independent of the layer count.
+  bool rollLayers = true;
+};
+
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`
 /// translates). The module needs `kiln.plan` (kiln-deploy) and one `kiln.entry`
 /// function.
-void buildLoweringPipeline(mlir::OpPassManager &pm);
+void buildLoweringPipeline(mlir::OpPassManager &pm, const LoweringOptions &options = {});
 
 /// Bufferization, entry binding and the activation plan: enough to know every device
 /// byte (`kiln.device_memory`) for the report.
@@ -28,7 +36,8 @@ void buildActivationPlanningPipeline(mlir::OpPassManager &pm);
 
 /// The part of the lowering that stays in Kiln's and upstream's dialects (buffers,
 /// runtime calls), for inspection with `--emit=mlir-lowered` and in lit tests.
-void buildBufferLoweringPipeline(mlir::OpPassManager &pm);
+void buildBufferLoweringPipeline(mlir::OpPassManager &pm,
+                                 const LoweringOptions &options = {});
 
 } // namespace kiln
 

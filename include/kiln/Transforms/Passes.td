@@ -173,4 +173,40 @@ def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
   ];
 }
 
+
+def KilnRollLayers : Pass<"kiln-roll-layers", "mlir::ModuleOp"> {
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+  let summary = "Roll the repeated decoder layers of a lowered step into a loop over a table";
+  let description = [{
+    Runs on runtime calls (after `convert-kiln-to-runtime-calls`, before
+    `convert-kiln-to-llvm`). A compiled step is unrolled: every layer repeats the same
+    calls with other constants (weight and activation offsets, the layer index, KV
+    offsets), so the LLVM conversion, translation and code generation would otherwise
+    grow with the number of layers. The anchors are the calls marked `kiln.layer` (the
+    calls of cached ops); segment i holds the ops after anchor i up to and including
+    anchor i+1. Pure ops a segment uses from outside itself (views over the arenas,
+    their sizes, constants) are first cloned into it, so that each segment stands on
+    its own. The longest run of leading segments that match the first one op for op
+    (same names, types and attributes; operands from the same position of the segment
+    or the same value from before the segments; constants may differ) becomes an
+    `scf.for` over a constant table (`llvm.mlir.global` of i64, one row per segment,
+    one column per constant that differs: integers and indices as their value, floats
+    as their bits) whose body is one segment with those constants loaded from the
+    row. The calls, their arguments and their order are those of the unrolled step.
+    Fewer than two matching segments, an op with regions or successors, or a value of
+    a rolled segment used outside it that is not pure leave the function as it was.
+  }];
+  let options = [
+    Option<"emitRemarks", "remarks", "bool", "false",
+           "Emit a remark on each function that is rolled or not rolled, saying why">
+  ];
+  let statistics = [
+    Statistic<"numRolled", "layers-rolled", "Segments (layers) rolled into loops">,
+    Statistic<"numColumns", "table-columns", "Columns of the per-layer tables">,
+    Statistic<"numOpsBefore", "ops-before", "Ops of the rolled functions before">,
+    Statistic<"numOpsAfter", "ops-after", "Ops of the rolled functions after">
+  ];
+}
+
 #endif

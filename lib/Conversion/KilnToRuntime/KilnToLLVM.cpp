@@ -12,6 +12,7 @@
 #include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
@@ -84,6 +85,8 @@ struct ConvertKilnToLLVMPass : public kiln::impl::ConvertKilnToLLVMBase<ConvertK
     OpPassManager views(ModuleOp::getOperationName());
     views.addPass(memref::createExpandStridedMetadataPass());
     views.addPass(createLowerAffinePass());
+    // A rolled step's loop over its layers (kiln-roll-layers) becomes branches.
+    views.addPass(createSCFToControlFlowPass());
     if (failed(runPipeline(views, module)))
       return signalPassFailure();
 
@@ -101,6 +104,7 @@ struct ConvertKilnToLLVMPass : public kiln::impl::ConvertKilnToLLVMBase<ConvertK
       return signalPassFailure();
 
     // Kiln's markers have no meaning in LLVM IR (translation would warn about them).
+    module.walk([](LLVM::CallOp call) { call->removeAttr(KilnDialect::kLayerAttrName); });
     module.walk([](LLVM::LLVMFuncOp fn) {
       fn->removeAttr(KilnDialect::kEntryAttrName);
       for (unsigned i = 0; i < fn.getNumArguments(); ++i)

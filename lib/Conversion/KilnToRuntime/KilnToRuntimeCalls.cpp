@@ -196,8 +196,15 @@ struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInter
         return failure();
       operands.push_back(*value);
     }
-    if (failed(callRuntime(rewriter, op, call->callee, operands, rewriter.getI32Type())))
+    FailureOr<Value> result =
+        callRuntime(rewriter, op, call->callee, operands, rewriter.getI32Type());
+    if (failed(result))
       return failure();
+    // The call of a cached op starts its layer's kernels: kiln-roll-layers anchors on
+    // this mark, so that it asks the interface rather than knowing callee names.
+    if (auto cached = dyn_cast<CachedOpInterface>(op.getOperation()))
+      result->getDefiningOp()->setAttr(KilnDialect::kLayerAttrName,
+                                       rewriter.getI64IntegerAttr(cached.getLayerIndex()));
     rewriter.eraseOp(op);
     return success();
   }

@@ -67,9 +67,18 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op, NamedAttribut
       return op->emitError() << "'" << name << "' is a unit attribute of the model function";
     return success();
   }
+  if (name == kLayerAttrName) {
+    auto layer = dyn_cast<IntegerAttr>(value);
+    if (!layer || !layer.getType().isInteger(64) || layer.getInt() < 0 ||
+        op->getNumRegions() != 0)
+      return op->emitError() << "'" << name
+                             << "' is the non-negative i64 decoder layer of a runtime call";
+    return success();
+  }
   return op->emitError() << "unknown kiln attribute '" << name
                          << "'; expected one of kiln.target, kiln.spec, kiln.runtime, "
-                            "kiln.model, kiln.plan, kiln.device_memory, kiln.entry";
+                            "kiln.model, kiln.plan, kiln.device_memory, kiln.entry, "
+                            "kiln.layer";
 }
 
 LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned argIndex,

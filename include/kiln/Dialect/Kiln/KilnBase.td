@@ -43,6 +43,9 @@ def Kiln_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kInputAttrName = "kiln.input";
     static constexpr ::llvm::StringLiteral kOutputAttrName = "kiln.output";
     static constexpr ::llvm::StringLiteral kContextAttrName = "kiln.context";
+    /// The decoder layer of a runtime call lowered from a cached op (on func.call):
+    /// the anchor `kiln-roll-layers` splits the step's layers at.
+    static constexpr ::llvm::StringLiteral kLayerAttrName = "kiln.layer";
 
   private:
     void registerAttributes();

@@ -1,0 +1,169 @@
+//===- CallTrace.cpp - the runtime calls of compiled forward functions ----===//
+//
+// Usage: kiln-call-trace A.so B.so
+// Runs the forward function of two compiled models against a recording stand-in for
+// the runtime and checks that they make the same calls with the same arguments in the
+// same order. It exists for kiln-roll-layers, which must not change a step's calls:
+// A is a model compiled with the layers rolled into a loop, B the same model unrolled
+// (kiln-compile --no-roll-layers).
+//
+// The stand-in functions are defined here and exported from the executable, so the
+// dynamic linker binds the model's imports to them before libkiln_runtime.so. The
+// arenas are fake addresses: compiled code only offsets them and passes them on.
+// Only the calls of dense decoders (what llama-tiny imports) are defined; a model
+// importing another one would reach the real runtime with a fake context and crash,
+// which fails the test rather than passing it.
+//
+//===----------------------------------------------------------------------===//
+#include <dlfcn.h>
+
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<std::string> trace;
+
+/// An argument as text: integers and pointers as numbers, floats as their bits (so
+/// that equal means bit-equal).
+struct Arg {
+  Arg(const void *pointer) : text(hex(reinterpret_cast<uintptr_t>(pointer))) {}
+  Arg(int32_t value) : text(std::to_string(value)) {}
+  Arg(int64_t value) : text(std::to_string(value)) {}
+  Arg(uint64_t value) : text(std::to_string(value)) {}
+  Arg(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    text = "f" + hex(bits);
+  }
+  static std::string hex(uint64_t value) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "0x%" PRIx64, value);
+    return buffer;
+  }
+  std::string text;
+};
+
+int32_t record(const char *name, std::initializer_list<Arg> args) {
+  std::string line = name;
+  for (const Arg &arg : args)
+    line += " " + arg.text;
+  trace.push_back(std::move(line));
+  return 0; // KILN_OK
+}
+
+// Fake, distinct regions; the inputs describe a step of 5 tokens and 2 logit rows.
+void *fake(uintptr_t address) { return reinterpret_cast<void *>(address); }
+constexpr uintptr_t kWeights = 0x100000000000, kActivations = 0x200000000000,
+                    kInputs = 0x300000000000;
+constexpr int64_t kInputSizes[] = {5, 5, 2};
+
+} // namespace
+
+extern "C" {
+using ctx_t = void;
+void *kiln_rt_weights(ctx_t *) { return fake(kWeights); }
+void *kiln_rt_activations(ctx_t *) { return fake(kActivations); }
+void *kiln_rt_input(ctx_t *, int32_t which) { return fake(kInputs + 0x1000000 * which); }
+int64_t kiln_rt_input_size(ctx_t *, int32_t which) {
+  return which >= 0 && which < 3 ? kInputSizes[which] : -1;
+}
+int32_t kiln_rt_embedding(ctx_t *, const void *ids, const void *table, void *out,
+                          int64_t tokens, int64_t vocab, int64_t hidden) {
+  return record("embedding", {ids, table, out, tokens, vocab, hidden});
+}
+int32_t kiln_rt_rms_norm(ctx_t *, const void *x, const void *weight, void *out, int64_t rows,
+                         int64_t dim, float eps) {
+  return record("rms_norm", {x, weight, out, rows, dim, eps});
+}
+int32_t kiln_rt_linear(ctx_t *, const void *x, const void *w, const void *bias, void *out,
+                       int64_t m, int64_t n, int64_t k) {
+  return record("linear", {x, w, bias, out, m, n, k});
+}
+int32_t kiln_rt_rope(ctx_t *, const void *x, const void *positions, void *out, int64_t tokens,
+                     int64_t heads, int64_t head_dim, int32_t rope_type, float theta,
+                     float factor, float low, float high, int64_t original_max_position,
+                     float attention_factor) {
+  return record("rope", {x, positions, out, tokens, heads, head_dim, rope_type, theta, factor,
+                         low, high, original_max_position, attention_factor});
+}
+int32_t kiln_rt_add(ctx_t *, const void *a, const void *b, void *out, int64_t n) {
+  return record("add", {a, b, out, n});
+}
+int32_t kiln_rt_swiglu(ctx_t *, const void *gate, const void *up, void *out, int64_t n) {
+  return record("swiglu", {gate, up, out, n});
+}
+int32_t kiln_rt_gather_rows(ctx_t *, const void *x, const void *rows, void *out,
+                            int64_t num_rows, int64_t dim, int64_t num_source_rows) {
+  return record("gather_rows", {x, rows, out, num_rows, dim, num_source_rows});
+}
+int32_t kiln_rt_attention(ctx_t *, int32_t layer, uint64_t kv_offset, const void *q,
+                          const void *k, const void *v, void *out, int64_t tokens,
+                          int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                          int32_t page_size, int32_t window, int32_t decode_kernel,
+                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale) {
+  return record("attention", {layer, kv_offset, q, k, v, out, tokens, num_heads, num_kv_heads,
+                              head_dim, page_size, window, decode_kernel, prefill_kernel,
+                              spec_dec_mode, softmax_scale});
+}
+int32_t kiln_rt_output(ctx_t *, int32_t which, const void *data, int64_t rows, int64_t cols) {
+  return record("output", {which, data, rows, cols});
+}
+}
+
+namespace {
+
+/// The calls of `path`'s forward function, or false when it cannot be run.
+bool traceModel(const char *path, std::vector<std::string> &calls) {
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    std::fprintf(stderr, "kiln-call-trace: dlopen %s: %s\n", path, dlerror());
+    return false;
+  }
+  auto forward = reinterpret_cast<void (*)(void *)>(dlsym(handle, "kiln_model_forward"));
+  if (!forward) {
+    std::fprintf(stderr, "kiln-call-trace: %s has no kiln_model_forward\n", path);
+    return false;
+  }
+  trace.clear();
+  static char context; // never read: every call it is passed to is recorded here
+  forward(&context);
+  calls = trace;
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: kiln-call-trace A.so B.so\n");
+    return 2;
+  }
+  std::vector<std::string> a, b;
+  if (!traceModel(argv[1], a) || !traceModel(argv[2], b))
+    return 1;
+  if (a.empty()) {
+    std::fprintf(stderr, "kiln-call-trace: %s made no call\n", argv[1]);
+    return 1;
+  }
+  size_t common = std::min(a.size(), b.size());
+  for (size_t i = 0; i < common; ++i)
+    if (a[i] != b[i]) {
+      std::printf("call %zu differs:\n  %s\n  %s\n", i, a[i].c_str(), b[i].c_str());
+      return 1;
+    }
+  if (a.size() != b.size()) {
+    std::printf("%zu calls against %zu\n", a.size(), b.size());
+    return 1;
+  }
+  size_t attention = 0;
+  for (const std::string &call : a)
+    attention += call.rfind("attention ", 0) == 0;
+  std::printf("same calls: %zu (%zu attention)\n", a.size(), attention);
+  return 0;
+}
