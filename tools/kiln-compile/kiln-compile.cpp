@@ -22,6 +22,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/ScopeExit.h"
@@ -152,6 +153,29 @@ SmallVector<func::FuncOp> sideFunctions(ModuleOp module) {
   return side;
 }
 
+cl::opt<bool> verifyEach("verify-each",
+                         cl::desc("verify the IR after every pass (slower; each stage's "
+                                  "result is verified either way)"),
+                         cl::init(false), cl::cat(outputCategory));
+
+/// A pass manager of kiln-compile: the tool's pass-manager options; the IR is verified
+/// once at the end of the stage rather than after every pass (the verifier was a fifth
+/// of compile time), unless --verify-each.
+LogicalResult configure(PassManager &pm) {
+  if (failed(applyPassManagerCLOptions(pm)))
+    return failure();
+  applyDefaultTimingPassManagerCLOptions(pm);
+  pm.enableVerifier(verifyEach);
+  return success();
+}
+
+/// Runs a stage and verifies its result once.
+LogicalResult runStage(PassManager &pm, ModuleOp module) {
+  if (failed(pm.run(module)))
+    return failure();
+  return verifyEach ? success() : verify(module);
+}
+
 /// For a whole model, runs the buffer lowering on a copy to learn its activation
 /// arena, and records `kiln.device_memory` (weights, caches, activations, workspace,
 /// io) on the module for the report.
@@ -163,8 +187,10 @@ LogicalResult planDeviceMemory(ModuleOp module) {
   for (func::FuncOp fn : sideFunctions(*copy))
     fn.erase();
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
+  if (failed(configure(pm)))
+    return failure();
   kiln::buildActivationPlanningPipeline(pm);
-  if (failed(pm.run(*copy)))
+  if (failed(runStage(pm, *copy)))
     return failure();
   if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))
     module->setAttr(kiln::KilnDialect::kDeviceMemoryAttrName, memory);
@@ -174,11 +200,10 @@ LogicalResult planDeviceMemory(ModuleOp module) {
 /// The deploy pipeline with the tool's pass-manager options; the pass result.
 LogicalResult runDeploy(ModuleOp module, const kiln::DeployOptions &options) {
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  if (failed(applyPassManagerCLOptions(pm)))
+  if (failed(configure(pm)))
     return failure();
-  applyDefaultTimingPassManagerCLOptions(pm);
   kiln::buildDeployPipeline(pm, options);
-  return pm.run(module);
+  return runStage(pm, module);
 }
 
 /// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace
@@ -534,7 +559,7 @@ int compile(int argc, char **argv) {
                   "' holds kiln ops too (a draft model compiles to its own shared object "
                   "for kiln-run --draft-model; Eagle3 heads are not lowered yet)");
     PassManager lowering(&context, ModuleOp::getOperationName());
-    if (failed(applyPassManagerCLOptions(lowering)))
+    if (failed(configure(lowering)))
       return 1;
     kiln::LoweringOptions loweringOptions;
     loweringOptions.rollLayers = !noRollLayers;
@@ -542,7 +567,7 @@ int compile(int argc, char **argv) {
       kiln::buildBufferLoweringPipeline(lowering, loweringOptions);
     else
       kiln::buildLoweringPipeline(lowering, loweringOptions);
-    if (failed(lowering.run(*module)))
+    if (failed(runStage(lowering, *module)))
       return 1;
     if (emitKind == EmitKind::so) {
       kiln::SharedObjectOptions soOptions;
