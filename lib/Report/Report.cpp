@@ -364,6 +364,60 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
 // HTML
 //===----------------------------------------------------------------------===//
 
+/// Device memory as one stacked bar: weights, the caches (their speculative-only share
+/// hatched), activations, workspace and per-step buffers, against the target's memory.
+/// Only for whole models (their every device byte is known).
+static void printDeviceBar(const ReportData &d, llvm::raw_ostream &os) {
+  if (!d.device || d.memoryBytes == 0)
+    return;
+  const ReportData::DeviceMemory &m = *d.device;
+  const uint64_t speculative = std::min(d.speculativeBytes, m.caches);
+  struct Segment {
+    const char *label;
+    uint64_t bytes;
+    const char *fill;
+  };
+  const Segment segments[] = {{"weights", m.weights, "#888"},
+                              {"caches", m.caches - speculative, "#3a7bd5"},
+                              {"speculative-only caches", speculative, "url(#speculative)"},
+                              {"activations", m.activations, "#2e9e5b"},
+                              {"workspace", m.workspace, "#8e44ad"},
+                              {"io", m.io, "#555"}};
+  const double scale = double(std::max(d.memoryBytes, m.total));
+  const unsigned width = 800, barHeight = 28, legendRow = 18;
+  const unsigned height = barHeight + 30 + legendRow * (std::size(segments) + 1);
+  os << "<h2>Device memory</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+     << width + 20 << "\" height=\"" << height
+     << "\" role=\"img\" aria-label=\"device memory, stacked\">\n"
+     << "<defs><pattern id=\"speculative\" width=\"6\" height=\"6\" "
+        "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+        "<rect width=\"6\" height=\"6\" fill=\"#d58a3a\"/>"
+        "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#fff\" stroke-width=\"2\"/>"
+        "</pattern></defs>\n";
+  double x = 0;
+  for (const Segment &segment : segments) {
+    const double w = double(segment.bytes) / scale * width;
+    os << "<rect class=\"device\" x=\"" << unsigned(x) << "\" y=\"0\" width=\""
+       << unsigned(w + 0.5) << "\" height=\"" << barHeight << "\" fill=\"" << segment.fill
+       << "\"><title>" << segment.label << ": " << escapeHtml(formatBytes(segment.bytes))
+       << "</title></rect>\n";
+    x += w;
+  }
+  const unsigned capacity = unsigned(double(d.memoryBytes) / scale * width);
+  os << "<line x1=\"" << capacity << "\" y1=\"0\" x2=\"" << capacity << "\" y2=\""
+     << barHeight + 6 << "\" stroke=\"#b00\" stroke-dasharray=\"4 3\"/>\n";
+  unsigned y = barHeight + 24;
+  for (const Segment &segment : segments) {
+    os << "<rect x=\"0\" y=\"" << y - 11 << "\" width=\"12\" height=\"12\" fill=\""
+       << segment.fill << "\"/><text x=\"18\" y=\"" << y << "\" font-size=\"12\">"
+       << segment.label << ": " << escapeHtml(formatBytes(segment.bytes)) << "</text>\n";
+    y += legendRow;
+  }
+  os << "<text x=\"18\" y=\"" << y << "\" font-size=\"12\">total "
+     << escapeHtml(formatBytes(m.total)) << " of " << escapeHtml(formatBytes(d.memoryBytes))
+     << " (dashed line)</text>\n</svg>\n";
+}
+
 static void printHtml(const ReportData &d, llvm::raw_ostream &os) {
   std::string title = "Kiln report: " + d.modelName + " on " + d.targetName;
   os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
@@ -392,6 +446,8 @@ static void printHtml(const ReportData &d, llvm::raw_ostream &os) {
   if (d.unmanagedBytes > 0)
     os << "<p class=\"bad\">" << escapeHtml(formatBytes(d.unmanagedBytes))
        << " are unmanaged allocations outside Kiln's pools.</p>\n";
+
+  printDeviceBar(d, os);
 
   // Bars: categories, then pools.
   struct Bar {
