@@ -4,7 +4,12 @@
 //  2. it puts kiln.attention inside its own linalg graph, bufferizes the whole function
 //     with upstream one-shot bufferization, and applies only Kiln's runtime-call
 //     patterns: the attention becomes a call on its own buffers while the embedder's
-//     linalg ops are kept, in place, for the embedder's own lowering.
+//     linalg ops are kept, in place, for the embedder's own lowering;
+//  3. it brings its own attention op (ConsumerOps.h, a dialect of its own in plain C++)
+//     and Kiln gives it a KV cache, a kernel, planned memory and a runtime call through
+//     the interfaces alone.
+#include "ConsumerOps.h"
+
 #include "kiln/Conversion/KilnToRuntime.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/InitAll.h"
@@ -52,6 +57,32 @@ module {
     %v3 = tensor.expand_shape %v [[0], [1, 2]] output_shape [16, 1, 128] : tensor<16x128xbf16> into tensor<16x1x128xbf16>
     %a = kiln.attention layer 0 %q3, %k3, %v3 {num_heads = 2, num_kv_heads = 1, head_dim = 128}
       : tensor<16x2x128xbf16>, tensor<16x1x128xbf16>, tensor<16x1x128xbf16> -> tensor<16x2x128xbf16>
+    %a2 = tensor.collapse_shape %a [[0], [1, 2]] : tensor<16x2x128xbf16> into tensor<16x256xbf16>
+    %out = linalg.add ins(%x, %a2 : tensor<16x256xbf16>, tensor<16x256xbf16>) outs(%eq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
+    return %out : tensor<16x256xbf16>
+  }
+}
+)mlir";
+
+// Part 3's layer: the embedder's own attention op between its linalg projections.
+const char *kOwnOpLayer = R"mlir(
+module {
+  func.func @layer(%ctx: !llvm.ptr {kiln.context}, %x: tensor<16x256xbf16>,
+                   %wq: tensor<256x256xbf16>, %wk: tensor<256x128xbf16>,
+                   %wv: tensor<256x128xbf16>) -> tensor<16x256xbf16> {
+    %zero = arith.constant 0.0 : bf16
+    %eq = tensor.empty() : tensor<16x256xbf16>
+    %fq = linalg.fill ins(%zero : bf16) outs(%eq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
+    %q = linalg.matmul ins(%x, %wq : tensor<16x256xbf16>, tensor<256x256xbf16>) outs(%fq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
+    %ek = tensor.empty() : tensor<16x128xbf16>
+    %fk = linalg.fill ins(%zero : bf16) outs(%ek : tensor<16x128xbf16>) -> tensor<16x128xbf16>
+    %k = linalg.matmul ins(%x, %wk : tensor<16x256xbf16>, tensor<256x128xbf16>) outs(%fk : tensor<16x128xbf16>) -> tensor<16x128xbf16>
+    %v = linalg.matmul ins(%x, %wv : tensor<16x256xbf16>, tensor<256x128xbf16>) outs(%fk : tensor<16x128xbf16>) -> tensor<16x128xbf16>
+    %q3 = tensor.expand_shape %q [[0], [1, 2]] output_shape [16, 2, 128] : tensor<16x256xbf16> into tensor<16x2x128xbf16>
+    %k3 = tensor.expand_shape %k [[0], [1, 2]] output_shape [16, 1, 128] : tensor<16x128xbf16> into tensor<16x1x128xbf16>
+    %v3 = tensor.expand_shape %v [[0], [1, 2]] output_shape [16, 1, 128] : tensor<16x128xbf16> into tensor<16x1x128xbf16>
+    %a = "consumer.attention"(%q3, %k3, %v3) {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 128 : i64}
+      : (tensor<16x2x128xbf16>, tensor<16x1x128xbf16>, tensor<16x1x128xbf16>) -> tensor<16x2x128xbf16>
     %a2 = tensor.collapse_shape %a [[0], [1, 2]] : tensor<16x2x128xbf16> into tensor<16x256xbf16>
     %out = linalg.add ins(%x, %a2 : tensor<16x256xbf16>, tensor<16x256xbf16>) outs(%eq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
     return %out : tensor<16x256xbf16>
@@ -153,6 +184,65 @@ int inPlaceLowering(mlir::MLIRContext &context) {
   return matmuls == 3 && adds == 1 && attentionCalls == 1 ? 0 : 1;
 }
 
+/// One-shot bufferization of a whole function, then Kiln's runtime-call patterns on the
+/// ops that implement RuntimeCallOpInterface; everything else stays for the embedder.
+mlir::LogicalResult bufferizeAndCallRuntime(mlir::MLIRContext &context, mlir::ModuleOp module) {
+  mlir::PassManager pm(&context, mlir::ModuleOp::getOperationName());
+  mlir::bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      mlir::bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferize));
+  if (mlir::failed(pm.run(module)))
+    return mlir::failure();
+  mlir::ConversionTarget target(context);
+  target.addLegalDialect<mlir::linalg::LinalgDialect, mlir::memref::MemRefDialect,
+                         mlir::arith::ArithDialect, mlir::func::FuncDialect,
+                         mlir::LLVM::LLVMDialect>();
+  target.addIllegalDialect<kiln::KilnDialect, consumer::ConsumerDialect>();
+  target.addLegalOp<kiln::CacheResourceOp>();
+  mlir::RewritePatternSet patterns(&context);
+  kiln::populateKilnToRuntimeCallPatterns(patterns);
+  return mlir::applyPartialConversion(module, target, std::move(patterns));
+}
+
+/// Part 3: the embedder's own op, through Kiln's interfaces alone.
+int ownOp(mlir::MLIRContext &context) {
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(kOwnOpLayer, &context);
+  if (!module)
+    return fail("failed to parse the layer with the embedder's own op");
+  if (mlir::failed(deploy(context, *module, "none")))
+    return fail("deploy pipeline failed on the embedder's own op");
+  auto plan = (*module)->getAttrOfType<kiln::PlanAttr>("kiln.plan");
+  std::string kernel;
+  unsigned cached = 0;
+  module->walk([&](consumer::CachedAttentionOp op) {
+    ++cached;
+    if (auto name = op->getAttrOfType<mlir::StringAttr>("decode_kernel"))
+      kernel = name.getValue().str();
+  });
+  if (mlir::failed(bufferizeAndCallRuntime(context, *module)))
+    return fail("lowering the embedder's own op failed");
+  unsigned calls = 0, matmuls = 0, left = 0;
+  module->walk([&](mlir::Operation *op) {
+    if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op))
+      calls += call.getCallee() == "kiln_rt_attention" && call->hasAttr("kiln.layer");
+    matmuls += mlir::isa<mlir::linalg::MatmulOp>(op);
+    left += op->getDialect() && op->getDialect()->getNamespace() == "consumer";
+  });
+  // 4 sequences x 1024 tokens x [2 x 1 x 128] bf16 of KV.
+  const uint64_t expected = 4ull * 1024 * 2 * 1 * 128 * 2;
+  std::printf("kiln-consumer: own op: %u cached, plan %llu bytes, decode kernel %s, %u "
+              "kiln_rt_attention call, %u linalg.matmul kept, %u consumer ops left\n",
+              cached, static_cast<unsigned long long>(plan ? plan.getTotalBytes() : 0),
+              kernel.c_str(), calls, matmuls, left);
+  return cached == 1 && plan && plan.getTotalBytes() == expected && kernel == "gqa_decode" &&
+                 calls == 1 && matmuls == 3 && left == 0
+             ? 0
+             : 1;
+}
+
 } // namespace
 
 int main() {
@@ -160,9 +250,12 @@ int main() {
   kiln::registerAllDialects(registry);
   registry.insert<mlir::linalg::LinalgDialect>();
   mlir::linalg::registerBufferizableOpInterfaceExternalModels(registry);
+  consumer::registerConsumerDialect(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   if (int status = registryAndPlan(context))
     return status;
-  return inPlaceLowering(context);
+  if (int status = inPlaceLowering(context))
+    return status;
+  return ownOp(context);
 }
