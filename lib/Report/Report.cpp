@@ -68,9 +68,9 @@ ReportData kiln::collectReport(ModuleOp module) {
     d.kvPages = plan.getKvPages();
     d.fits = plan.getFits();
     for (PoolAttr pool : plan.getPoolList()) {
-      d.pools.push_back({pool.getName().str(), pool.getCategory().str(), pool.getBytes(),
+      d.pools.push_back({pool.getName().str(), stringifyPoolCategory(pool.getCategory()).str(), pool.getBytes(),
                          pool.getResources()});
-      poolCategory[pool.getName().str()] = pool.getCategory().str();
+      poolCategory[pool.getName().str()] = stringifyPoolCategory(pool.getCategory()).str();
     }
   }
 

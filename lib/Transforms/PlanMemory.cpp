@@ -294,7 +294,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         }
       }
       poolAttrs.push_back(PoolAttr::get(module.getContext(), name,
-                                        stringifyPoolCategory(category), poolOffset,
+                                        category, poolOffset,
                                         offset - poolOffset, members.size()));
     }
     uint64_t total = offset;

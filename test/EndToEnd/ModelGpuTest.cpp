@@ -545,8 +545,9 @@ TEST(ModelGpu, ContinuousBatchingMatchesOneAtATime) {
       const int t = step - joinStep[i]; // 0: the prompt; t: fed token t - 1
       if (t < 0 || t > kNew)
         continue;
-      if (t == 0)
+      if (t == 0) {
         ASSERT_EQ(kiln_model_add_sequence(m, &ids[i]), KILN_OK);
+      }
       stepIds.push_back(ids[i]);
       tokens.push_back(t == 0 ? prompts[i].data() : &fed[i][t - 1]);
       lens.push_back(t == 0 ? static_cast<int32_t>(prompts[i].size()) : 1);
@@ -560,8 +561,9 @@ TEST(ModelGpu, ContinuousBatchingMatchesOneAtATime) {
     for (size_t r = 0; r < who.size(); ++r) {
       const size_t i = who[r];
       mixed[i].emplace_back(logits.begin() + r * V, logits.begin() + (r + 1) * V);
-      if (static_cast<int>(mixed[i].size()) == kNew + 1) // done: it leaves
+      if (static_cast<int>(mixed[i].size()) == kNew + 1) { // done: it leaves
         ASSERT_EQ(kiln_model_remove_sequence(m, ids[i]), KILN_OK);
+      }
     }
   }
   double worst = 0;

@@ -87,8 +87,8 @@ module attributes {
   kiln.model = #kiln.model<name = "tiny-hybrid", model_type = "nemotron_h", num_layers = 3, dtype = bf16, weight_bytes = 100>,
   kiln.plan = #kiln.plan<total_bytes = 7500, kv_bytes = 1500, state_bytes = 2000, speculative_bytes = 4500,
                          unmanaged_bytes = 4000, budget_bytes = 5000, kv_pages = 8, fits = false,
-                         pools = [#kiln.pool<"kv.full.d128.bf16", category = "kv", offset = 0, bytes = 1500, resources = 2>,
-                                  #kiln.pool<"state", category = "state", offset = 1500, bytes = 2000, resources = 1>]>
+                         pools = [#kiln.pool<"kv.full.d128.bf16", category = kv, offset = 0, bytes = 1500, resources = 2>,
+                                  #kiln.pool<"state", category = state, offset = 1500, bytes = 2000, resources = 1>]>
 } {
   func.func @forward(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>,
                      %x: tensor<?x16x64xbf16>, %dt: tensor<?x16xbf16>, %bc: tensor<?x2x128xbf16>,

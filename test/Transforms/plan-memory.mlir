@@ -3,7 +3,7 @@
 // Two KV pools (sliding window and full), one state pool; offsets 256-byte aligned,
 // pools in a fixed order; totals by category, speculative bytes as a cross-cut.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: kiln.plan = #kiln.plan<total_bytes = 51380224, kv_bytes = 16777216, state_bytes = 34603008, speculative_bytes = 33554432, unmanaged_bytes = 0, budget_bytes = 135098892288, kv_pages = 32, fits = true, pools = [#kiln.pool<"kv.full.d128.bf16", category = "kv", offset = 0, bytes = 8388608, resources = 1>, #kiln.pool<"kv.w512.d128.bf16", category = "kv", offset = 8388608, bytes = 8388608, resources = 1>, #kiln.pool<"state", category = "state", offset = 16777216, bytes = 34603008, resources = 2>]>
+// CHECK-SAME: kiln.plan = #kiln.plan<total_bytes = 51380224, kv_bytes = 16777216, state_bytes = 34603008, speculative_bytes = 33554432, unmanaged_bytes = 0, budget_bytes = 135098892288, kv_pages = 32, fits = true, pools = [#kiln.pool<"kv.full.d128.bf16", category = kv, offset = 0, bytes = 8388608, resources = 1>, #kiln.pool<"kv.w512.d128.bf16", category = kv, offset = 8388608, bytes = 8388608, resources = 1>, #kiln.pool<"state", category = state, offset = 16777216, bytes = 34603008, resources = 2>]>
 // CHECK: kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 {bytes = 8388608 : i64, offset = 0 : i64, pool = "kv.full.d128.bf16"}
 // CHECK: kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 512 {bytes = 8388608 : i64, offset = 8388608 : i64, pool = "kv.w512.d128.bf16"}
 // CHECK: kiln.cache_resource layer 2 unit [8, 64, 128] of f32 {bytes = 1048576 : i64, offset = 16777216 : i64, pool = "state"}

@@ -163,17 +163,6 @@ bool kiln::isPerTokenKind(ResourceKind kind) {
          kind == ResourceKind::draft_kv;
 }
 
-StringRef kiln::stringifyPoolCategory(PoolCategory category) {
-  switch (category) {
-  case PoolCategory::kv:
-    return "kv";
-  case PoolCategory::state:
-    return "state";
-  case PoolCategory::unmanaged:
-    return "unmanaged";
-  }
-  return "unknown";
-}
 
 StringRef kiln::stringifyOpFamily(OpFamily family) {
   switch (family) {

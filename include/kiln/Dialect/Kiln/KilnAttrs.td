@@ -140,7 +140,7 @@ def Kiln_PoolAttr : Kiln_Attr<"Pool", "pool"> {
   }];
   let parameters = (ins
     StringRefParameter<"pool name">:$name,
-    StringRefParameter<"kv, state or unmanaged">:$category,
+    EnumParameter<Kiln_PoolCategory>:$category,
     "uint64_t":$offset,
     "uint64_t":$bytes,
     "unsigned":$resources

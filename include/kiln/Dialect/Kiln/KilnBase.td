@@ -60,6 +60,12 @@ class Kiln_I32Enum<string name, string summary, list<I32EnumAttrCase> cases>
   let genSpecializedAttr = 0;
 }
 
+def Kiln_PoolCategory : Kiln_I32Enum<"PoolCategory", "memory pool category of the plan", [
+  I32EnumAttrCase<"kv", 0>,        // paged per-token caches, one pool per (window, head dim, dtype)
+  I32EnumAttrCase<"state", 1>,     // per-slot states
+  I32EnumAttrCase<"unmanaged", 2>  // allocated outside Kiln's pools (warned about)
+]>;
+
 def Kiln_ResourceKind : Kiln_I32Enum<"ResourceKind", "kind of a cache resource", [
   I32EnumAttrCase<"kv", 0>,
   I32EnumAttrCase<"mla_latent", 1>,

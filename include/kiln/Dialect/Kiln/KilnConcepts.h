@@ -37,10 +37,6 @@ llvm::ArrayRef<TargetFeature> allTargetFeatures();
 /// How a resource is allocated.
 enum class AllocationUnit { perSlot, perToken };
 
-/// Where the memory planner puts a resource.
-enum class PoolCategory { kv, state, unmanaged };
-llvm::StringRef stringifyPoolCategory(PoolCategory category);
-
 /// Kernel family serving a cached op.
 enum class OpFamily { attention, mla, ssm, conv };
 llvm::StringRef stringifyOpFamily(OpFamily family);
