@@ -25,6 +25,7 @@
 #include "mlir/Transforms/DialectConversion.h"
 
 #include <cstdio>
+#include <string>
 
 namespace {
 
@@ -64,31 +65,20 @@ module {
 }
 )mlir";
 
-// Part 3's layer: the embedder's own attention op between its linalg projections.
-const char *kOwnOpLayer = R"mlir(
-module {
-  func.func @layer(%ctx: !llvm.ptr {kiln.context}, %x: tensor<16x256xbf16>,
-                   %wq: tensor<256x256xbf16>, %wk: tensor<256x128xbf16>,
-                   %wv: tensor<256x128xbf16>) -> tensor<16x256xbf16> {
-    %zero = arith.constant 0.0 : bf16
-    %eq = tensor.empty() : tensor<16x256xbf16>
-    %fq = linalg.fill ins(%zero : bf16) outs(%eq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
-    %q = linalg.matmul ins(%x, %wq : tensor<16x256xbf16>, tensor<256x256xbf16>) outs(%fq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
-    %ek = tensor.empty() : tensor<16x128xbf16>
-    %fk = linalg.fill ins(%zero : bf16) outs(%ek : tensor<16x128xbf16>) -> tensor<16x128xbf16>
-    %k = linalg.matmul ins(%x, %wk : tensor<16x256xbf16>, tensor<256x128xbf16>) outs(%fk : tensor<16x128xbf16>) -> tensor<16x128xbf16>
-    %v = linalg.matmul ins(%x, %wv : tensor<16x256xbf16>, tensor<256x128xbf16>) outs(%fk : tensor<16x128xbf16>) -> tensor<16x128xbf16>
-    %q3 = tensor.expand_shape %q [[0], [1, 2]] output_shape [16, 2, 128] : tensor<16x256xbf16> into tensor<16x2x128xbf16>
-    %k3 = tensor.expand_shape %k [[0], [1, 2]] output_shape [16, 1, 128] : tensor<16x128xbf16> into tensor<16x1x128xbf16>
-    %v3 = tensor.expand_shape %v [[0], [1, 2]] output_shape [16, 1, 128] : tensor<16x128xbf16> into tensor<16x1x128xbf16>
-    %a = "consumer.attention"(%q3, %k3, %v3) {layer = 0 : i64, num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 128 : i64}
-      : (tensor<16x2x128xbf16>, tensor<16x1x128xbf16>, tensor<16x1x128xbf16>) -> tensor<16x2x128xbf16>
-    %a2 = tensor.collapse_shape %a [[0], [1, 2]] : tensor<16x2x128xbf16> into tensor<16x256xbf16>
-    %out = linalg.add ins(%x, %a2 : tensor<16x256xbf16>, tensor<16x256xbf16>) outs(%eq : tensor<16x256xbf16>) -> tensor<16x256xbf16>
-    return %out : tensor<16x256xbf16>
-  }
+// Part 3's layer: part 2's, with the embedder's own attention op in place of Kiln's.
+std::string ownOpLayer() {
+  std::string text = kLinalgLayer;
+  const std::string kilnOp = "kiln.attention layer 0 %q3, %k3, %v3 {num_heads = 2, "
+                             "num_kv_heads = 1, head_dim = 128}\n      : tensor<16x2x128xbf16>, "
+                             "tensor<16x1x128xbf16>, tensor<16x1x128xbf16> -> "
+                             "tensor<16x2x128xbf16>";
+  const std::string ownOp =
+      "\"consumer.attention\"(%q3, %k3, %v3) {layer = 0 : i64, num_heads = 2 : i64, "
+      "num_kv_heads = 1 : i64, head_dim = 128 : i64}\n      : (tensor<16x2x128xbf16>, "
+      "tensor<16x1x128xbf16>, tensor<16x1x128xbf16>) -> tensor<16x2x128xbf16>";
+  const size_t at = text.find(kilnOp);
+  return at == std::string::npos ? std::string() : text.replace(at, kilnOp.size(), ownOp);
 }
-)mlir";
 
 int fail(const char *what) {
   std::fprintf(stderr, "kiln-consumer: %s\n", what);
@@ -208,8 +198,11 @@ mlir::LogicalResult bufferizeAndCallRuntime(mlir::MLIRContext &context, mlir::Mo
 
 /// Part 3: the embedder's own op, through Kiln's interfaces alone.
 int ownOp(mlir::MLIRContext &context) {
+  const std::string text = ownOpLayer();
+  if (text.empty())
+    return fail("part 2's layer no longer holds the kiln.attention part 3 replaces");
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(kOwnOpLayer, &context);
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
   if (!module)
     return fail("failed to parse the layer with the embedder's own op");
   if (mlir::failed(deploy(context, *module, "none")))
