@@ -128,52 +128,6 @@ int registryAndPlan(mlir::MLIRContext &context) {
   return plan && plan.getTotalBytes() == expected && kernel == "consumer_decode" ? 0 : 1;
 }
 
-/// Part 2: Kiln lowers its op in place inside the embedder's linalg graph.
-int inPlaceLowering(mlir::MLIRContext &context) {
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(kLinalgLayer, &context);
-  if (!module)
-    return fail("failed to parse the linalg layer");
-  kiln::KernelRegistry::global() = kiln::KernelRegistry::builtin();
-  if (mlir::failed(deploy(context, *module, "none")))
-    return fail("deploy pipeline failed on the linalg layer");
-
-  mlir::PassManager pm(&context, mlir::ModuleOp::getOperationName());
-  mlir::bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      mlir::bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(mlir::bufferization::createOneShotBufferizePass(bufferize));
-  if (mlir::failed(pm.run(*module)))
-    return fail("bufferization failed");
-
-  // The embedder's own conversion: Kiln's ops must go, everything else stays.
-  mlir::ConversionTarget target(context);
-  target.addLegalDialect<mlir::linalg::LinalgDialect, mlir::memref::MemRefDialect,
-                         mlir::arith::ArithDialect, mlir::func::FuncDialect,
-                         mlir::LLVM::LLVMDialect>();
-  target.addIllegalDialect<kiln::KilnDialect>();
-  target.addLegalOp<kiln::CacheResourceOp>();
-  mlir::RewritePatternSet patterns(&context);
-  kiln::populateKilnToRuntimeCallPatterns(patterns);
-  if (mlir::failed(mlir::applyPartialConversion(*module, target, std::move(patterns))))
-    return fail("Kiln's runtime-call patterns failed");
-
-  unsigned matmuls = 0, attentionCalls = 0, adds = 0;
-  module->walk([&](mlir::Operation *op) {
-    if (mlir::isa<mlir::linalg::MatmulOp>(op))
-      ++matmuls;
-    if (mlir::isa<mlir::linalg::AddOp>(op))
-      ++adds;
-    if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op))
-      attentionCalls += call.getCallee() == "kiln_rt_attention";
-  });
-  std::printf("kiln-consumer: in place: %u linalg.matmul, %u linalg.add kept, %u "
-              "kiln_rt_attention call\n",
-              matmuls, adds, attentionCalls);
-  return matmuls == 3 && adds == 1 && attentionCalls == 1 ? 0 : 1;
-}
-
 /// One-shot bufferization of a whole function, then Kiln's runtime-call patterns on the
 /// ops that implement RuntimeCallOpInterface; everything else stays for the embedder.
 mlir::LogicalResult bufferizeAndCallRuntime(mlir::MLIRContext &context, mlir::ModuleOp module) {
@@ -194,6 +148,35 @@ mlir::LogicalResult bufferizeAndCallRuntime(mlir::MLIRContext &context, mlir::Mo
   mlir::RewritePatternSet patterns(&context);
   kiln::populateKilnToRuntimeCallPatterns(patterns);
   return mlir::applyPartialConversion(module, target, std::move(patterns));
+}
+
+/// Part 2: Kiln lowers its op in place inside the embedder's linalg graph.
+int inPlaceLowering(mlir::MLIRContext &context) {
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(kLinalgLayer, &context);
+  if (!module)
+    return fail("failed to parse the linalg layer");
+  kiln::KernelRegistry::global() = kiln::KernelRegistry::builtin();
+  if (mlir::failed(deploy(context, *module, "none")))
+    return fail("deploy pipeline failed on the linalg layer");
+
+  // The embedder's own conversion: Kiln's ops must go, everything else stays.
+  if (mlir::failed(bufferizeAndCallRuntime(context, *module)))
+    return fail("bufferization or Kiln's runtime-call patterns failed");
+
+  unsigned matmuls = 0, attentionCalls = 0, adds = 0;
+  module->walk([&](mlir::Operation *op) {
+    if (mlir::isa<mlir::linalg::MatmulOp>(op))
+      ++matmuls;
+    if (mlir::isa<mlir::linalg::AddOp>(op))
+      ++adds;
+    if (auto call = mlir::dyn_cast<mlir::func::CallOp>(op))
+      attentionCalls += call.getCallee() == "kiln_rt_attention";
+  });
+  std::printf("kiln-consumer: in place: %u linalg.matmul, %u linalg.add kept, %u "
+              "kiln_rt_attention call\n",
+              matmuls, adds, attentionCalls);
+  return matmuls == 3 && adds == 1 && attentionCalls == 1 ? 0 : 1;
 }
 
 /// Part 3: the embedder's own op, through Kiln's interfaces alone.
