@@ -578,17 +578,21 @@ extern "C" void kiln_rt_clear_status(kiln_rt_context_t *ctx) {
 
 // ---- the step ----------------------------------------------------------------------------
 
+void kiln::rt::restartForward(kiln_rt_context *ctx) {
+  ctx->status = KILN_OK;
+  ctx->message.clear();
+  ctx->opIndex = 0;
+  ctx->lastAttention = -1;
+  ctx->logits = nullptr;
+}
+
 namespace {
 
 kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   const char *fn = "kiln_rt_set_batch";
   ctx->hasBatch = false;
-  ctx->status = KILN_OK;
-  ctx->message.clear();
   ++ctx->generation;
-  ctx->opIndex = 0;
-  ctx->lastAttention = -1;
-  ctx->logits = nullptr;
+  restartForward(ctx);
   ctx->tokens = 0;
   if (kiln_status_t s = refuseIfFaulted(ctx, fn); s != KILN_OK)
     return s;

@@ -183,6 +183,10 @@ namespace kiln::rt {
 // SSM, conv and MLA calls): while a step is being captured they fail the step with
 // KILN_ERROR_UNSUPPORTED, and kiln_rt_forward runs it eagerly instead.
 kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
+// Clears what a step's forward calls set on the host (sticky status, op index, last
+// attention, logits): at kiln_rt_set_batch, and before an eager rerun of a step whose
+// capture failed.
+void restartForward(kiln_rt_context *ctx);
 // Destroys every captured graph (the context's teardown).
 void destroyGraphs(kiln_rt_context *ctx);
 

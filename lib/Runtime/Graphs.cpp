@@ -22,15 +22,6 @@ GraphKey keyOf(const kiln_rt_context *ctx) {
   return GraphKey{ctx->batch, ctx->qLen, ctx->numLogitRows, ctx->keyBound};
 }
 
-// Resets what the forward's calls set on the host, for a second run of the same step.
-void restartStep(kiln_rt_context *ctx) {
-  ctx->status = KILN_OK;
-  ctx->message.clear();
-  ctx->opIndex = 0;
-  ctx->lastAttention = -1;
-  ctx->logits = nullptr;
-}
-
 // Restores the host-side effects the captured forward had, as if it had run again.
 void replayHostEffects(kiln_rt_context *ctx, const StepGraph &graph) {
   ctx->logits = graph.logits;
@@ -94,7 +85,7 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
       cudaGraphExecDestroy(graph.exec);
     graph.exec = nullptr;
     ctx->launches = launchesBefore;
-    restartStep(ctx);
+    restartForward(ctx); // the step runs again, eagerly
     return false;
   }
   graph.logits = ctx->logitsGeneration == ctx->generation ? ctx->logits : nullptr;
