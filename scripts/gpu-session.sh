@@ -11,7 +11,9 @@
 # (bench/Model/bench_model.py, .carry/models/llama-3.1-8b-bench.so); kernels = the kernels
 # against PyTorch on identical inputs (test/Parity/kernel_parity.py) and the GEMM
 # benchmark (bench/Gemm/bench_gemm.py); order = test/Parity/order_check.py (does a prompt's
-# logits depend on its place in the packed batch), after parity.
+# logits depend on its place in the packed batch), after parity; trace =
+# test/Parity/trace_compare.py (Kiln's prefill op by op against transformers bf16 and
+# fp32, through kiln-run --trace), building the parity models if parity did not run.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
@@ -68,6 +70,18 @@ if has order; then
     echo "order check $family rc=$? ($(elapsed))"; tail -12 "$out/order-$family.log"
   done
 fi
+if has trace; then
+  models=${KILN_PARITY_MODELS:-/tmp/kiln-parity-models}
+  [ -d "$models/llama" ] || python3 "$root/test/Parity/make_models.py" \
+    --configs "$root/test/Parity/configs" --out "$models" > "$out/parity-models.log" 2>&1
+  for family in ${KILN_TRACE_FAMILIES:-llama mistral qwen2 qwen3}; do
+    (cd "$root/test/Parity" && timeout 120 python3 trace_compare.py --family "$family" \
+       --models "$models" --so-dir "$root/.carry/models" --kiln-run "$build/bin/kiln-run" \
+       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" --out "$out") \
+      > "$out/trace-$family.log" 2>&1
+    echo "trace compare $family rc=$? ($(elapsed))"; cat "$out/trace-$family.log"
+  done
+fi
 if has kernels; then
   timeout 200 python3 "$root/test/Parity/kernel_parity.py" --lib "$build/lib/libkiln_runtime.so" \
     --out "$out" > "$out/kernel-parity.log" 2>&1
@@ -81,7 +95,9 @@ if has sanitize; then
   # read) and the graph kernels; each tool bounded in time.
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for run in "memcheck DecodeGpuTest GqaDecodeGpu.*" "racecheck DecodeGpuTest GqaDecodeGpu.SplitKv" \
-             "initcheck DecodeGpuTest GqaDecodeGpu.SplitKv" "memcheck GraphGpuTest GraphGpu.*:-GraphGpu.GemmRowsDoNotDependOnM"; do
+             "initcheck DecodeGpuTest GqaDecodeGpu.SplitKv" "memcheck GraphGpuTest GraphGpu.*:-GraphGpu.GemmRowsDoNotDependOnM" \
+             "memcheck ModelGpuTest ModelGpu.*:-ModelGpu.KernelFault*:ModelGpu.KilnRun*" \
+             "memcheck PrefillFmhaGpuTest *" "memcheck MambaGpuTest *"; do
     read -r tool binary filter <<< "$run"
     timeout 100 "$cs" --tool "$tool" --error-exitcode 9 "$build/bin/$binary" \
       --gtest_filter="$filter" > "$out/sanitize-$tool-$binary.log" 2>&1

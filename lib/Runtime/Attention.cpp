@@ -254,6 +254,8 @@ extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint
   if (s == KILN_OK)
     s = checkLaunch(c, ctx);
   if (s == KILN_OK)
+    s = traceOutput(c, ctx, out, tokens, static_cast<int64_t>(num_heads) * head_dim);
+  if (s == KILN_OK)
     ctx->lastAttention = layer;
   return record(ctx, s);
 }

@@ -152,6 +152,10 @@ struct kiln_rt_context {
   bool faulted = false;
   std::string faultMessage;
 
+  // Activation trace (Trace.cpp): every op's output written under traceDir ("" = off).
+  std::string traceDir;
+  uint64_t tracedOps = 0;
+
   // CUDA graphs of decode steps (Graphs.cpp).
   int32_t maxGraphs = KILN_RT_DEFAULT_MAX_GRAPHS; // 0: every step launches eagerly
   bool capturing = false;
@@ -199,6 +203,11 @@ kiln_status_t refuseIfFaulted(const kiln_rt_context *ctx, const char *fn);
 // After a launch of call `c`: with checkEachLaunch (and outside a capture), waits for it
 // and turns a device fault into an error naming the op or layer.
 kiln_status_t checkLaunch(const struct Call &c, kiln_rt_context *ctx);
+
+// With a trace directory set (kiln_rt_set_trace, outside a capture): waits for call
+// `c`'s launch and writes its output, `rows` x `cols` bf16 at `out`, to the directory.
+kiln_status_t traceOutput(const struct Call &c, kiln_rt_context *ctx, const void *out,
+                          int64_t rows, int64_t cols);
 
 // Formats errors of one entry-point call. Attention/legacy calls: "<fn> (<kernel>):
 // layer <n>: ..."; graph ops (no layer argument): "<fn>: op <i> of the step (after

@@ -40,11 +40,16 @@ uint64_t bytesOf(std::initializer_list<int64_t> factors) {
   return b;
 }
 
-kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const char *name) {
+// After a launch: its status, the checked-launch wait, and the trace of its output
+// (`rows` x `cols` bf16 at `out`).
+kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const char *name,
+                       const void *out, int64_t rows, int64_t cols) {
   ++ctx->launches;
   if (s != KILN_OK)
     return c.launcher(s, name);
-  return checkLaunch(c, ctx);
+  if (kiln_status_t checked = checkLaunch(c, ctx); checked != KILN_OK)
+    return checked;
+  return traceOutput(c, ctx, out, rows, cols);
 }
 
 } // namespace
@@ -77,7 +82,7 @@ extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, co
     return launched(c, ctx,
                     kiln_embedding_bf16(static_cast<const int32_t *>(ids), table, out, tokens,
                                         vocab, hidden, ctx->stream),
-                    "kiln_embedding_bf16");
+                    "kiln_embedding_bf16", out, tokens, hidden);
   };
   return record(ctx, run());
 }
@@ -104,7 +109,7 @@ extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const
     if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
       return s;
     return launched(c, ctx, kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, ctx->stream),
-                    "kiln_rms_norm_bf16");
+                    "kiln_rms_norm_bf16", out, rows, dim);
   };
   return record(ctx, run());
 }
@@ -133,7 +138,7 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
     return launched(c, ctx,
                     kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
                                    KILN_GEMM_WORKSPACE_BYTES, ctx->stream),
-                    "kiln_gemm_bf16");
+                    "kiln_gemm_bf16", out, m, n);
   };
   return record(ctx, run());
 }
@@ -206,7 +211,7 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
     return launched(c, ctx,
                     kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens,
                                    heads, head_dim, &rope, ctx->stream),
-                    "kiln_rope_bf16");
+                    "kiln_rope_bf16", out, tokens, heads * head_dim);
   };
   return record(ctx, run());
 }
@@ -231,7 +236,8 @@ kiln_status_t runElementwise(const Call &c, kiln_rt_context *ctx, const char *lh
     return KILN_OK;
   if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
     return s;
-  return launched(c, ctx, launch(lhs, rhs, out, n, ctx->stream), launcherName);
+  return launched(c, ctx, launch(lhs, rhs, out, n, ctx->stream), launcherName, out, 1,
+                  n);
 }
 } // namespace
 
@@ -275,7 +281,7 @@ extern "C" int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, co
     return launched(c, ctx,
                     kiln_gather_rows_bf16(x, static_cast<const int32_t *>(rows), out, num_rows,
                                           dim, num_source_rows, ctx->stream),
-                    "kiln_gather_rows_bf16");
+                    "kiln_gather_rows_bf16", out, num_rows, dim);
   };
   return record(ctx, run());
 }

@@ -144,7 +144,7 @@ namespace {
 kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
                          ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0 &&
-                         !ctx->checkEachLaunch;
+                         !ctx->checkEachLaunch && ctx->traceDir.empty();
   if (!graphable) {
     forward(ctx);
     return kiln_rt_status(ctx);

@@ -769,6 +769,64 @@ int runKiln(const std::string &args, const std::string &log) {
   return rc;
 }
 
+// ---- the activation trace ----------------------------------------------------------------
+
+// A traced prefill lists every op of the step, each file holds its rows x cols bf16, the
+// lm_head's output is the logits the step returned, and traced decode steps run eagerly.
+TEST(ModelGpu, TraceListsEveryOpAndMatchesTheLogits) {
+  KILN_REQUIRE_GPU();
+  (void)kEager;
+  const std::string dir = tempDir(), trace = dir + "/trace";
+  writeSafetensors(dir, randomWeights(KILN_TINY, 77));
+  kiln_model_t *model = nullptr;
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &model), KILN_OK) << lastError();
+  kiln_rt_context_t *ctx = kiln_model_context(model);
+  ASSERT_EQ(kiln_rt_set_trace(ctx, trace.c_str()), KILN_OK) << lastError();
+  std::vector<int32_t> ids(2), next(2), a(5, 3), b(37, 11);
+  for (auto &id : ids)
+    ASSERT_EQ(kiln_model_add_sequence(model, &id), KILN_OK);
+  const int32_t *prompts[] = {a.data(), b.data()};
+  const int32_t lens[] = {5, 37};
+  std::vector<float> logits(2 * V);
+  ASSERT_EQ(kiln_model_prefill(model, ids.data(), 2, prompts, lens, next.data(), logits.data()),
+            KILN_OK) << lastError();
+
+  std::istringstream tsv(readFile(trace + "/trace.tsv"));
+  std::string line;
+  int ops = 0, attentions = 0;
+  std::vector<float> lmHead;
+  while (std::getline(tsv, line)) {
+    std::istringstream fields(line);
+    long long step, op, layer, rows, cols;
+    std::string fn, file;
+    ASSERT_TRUE(fields >> step >> op >> fn >> layer >> rows >> cols >> file) << line;
+    EXPECT_EQ(op, ++ops) << "ops are listed in order, each once";
+    attentions += fn == "kiln_rt_attention";
+    const std::string data = readFile(trace + "/" + file);
+    ASSERT_EQ(data.size(), static_cast<size_t>(rows * cols * 2)) << line;
+    if (fn == "kiln_rt_linear" && cols == V) {
+      lmHead.resize(static_cast<size_t>(rows * cols));
+      for (size_t i = 0; i < lmHead.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, data.data() + 2 * i, 2);
+        lmHead[i] = fromBf16(h);
+      }
+    }
+  }
+  EXPECT_EQ(attentions, 2) << "one attention call per layer of the tiny model";
+  EXPECT_GT(ops, 10);
+  ASSERT_EQ(lmHead.size(), logits.size()) << "the lm_head is traced on the logit rows";
+  EXPECT_EQ(std::memcmp(lmHead.data(), logits.data(), logits.size() * sizeof(float)), 0);
+
+  for (int i = 0; i < 3; ++i) // the same decode shape three times: would be captured
+    ASSERT_EQ(kiln_model_decode(model, ids.data(), 2, next.data(), 1, next.data(), nullptr),
+              KILN_OK) << lastError();
+  kiln_rt_graph_stats_t stats{};
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 0) << "traced steps must run eagerly";
+  kiln_model_unload(model);
+}
+
 TEST(ModelGpu, KilnRunSpeculationIsLossless) {
   KILN_REQUIRE_GPU();
   const std::string dir = tempDir(), target = dir + "/target", draft = dir + "/draft";

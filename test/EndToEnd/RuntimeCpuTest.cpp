@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -373,6 +375,44 @@ TEST(RuntimeCpu, ForwardAndGraphLimits) {
   EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
   EXPECT_EQ(kiln_rt_is_faulted(d.ctx), 0);
   EXPECT_EQ(kiln_rt_is_faulted(nullptr), 0);
+}
+
+// The trace creates its directory, and refuses a file or a non-empty directory: it never
+// mixes with or overwrites what is there. A dry context writes nothing.
+TEST(RuntimeCpu, TraceDirectoryRules) {
+  EXPECT_EQ(kiln_rt_set_trace(nullptr, "/tmp/x"), KILN_ERROR_INVALID_ARGUMENT);
+  Dry d;
+  char base[] = "/tmp/kiln-trace-XXXXXX";
+  ASSERT_NE(mkdtemp(base), nullptr);
+  const std::string root = base;
+  const std::string fresh = root + "/a/b";
+  ASSERT_EQ(kiln_rt_set_trace(d.ctx, fresh.c_str()), KILN_OK) << lastError();
+  Step s(KILN_RT_PHASE_DECODE, {1}, {10});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK);
+  EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(), d.a(), 8), KILN_OK);
+  EXPECT_EQ(std::fopen((fresh + "/trace.tsv").c_str(), "r"), nullptr) << "dry contexts trace";
+
+  const std::string user = root + "/a/b/mine.txt";
+  std::FILE *f = std::fopen(user.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("keep me", f);
+  std::fclose(f);
+  EXPECT_EQ(kiln_rt_set_trace(d.ctx, fresh.c_str()), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("is not empty"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_set_trace(d.ctx, user.c_str()), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("is not a directory"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_set_trace(d.ctx, ""), KILN_OK);
+  EXPECT_EQ(kiln_rt_set_trace(d.ctx, nullptr), KILN_OK);
+  f = std::fopen(user.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char text[16] = {};
+  EXPECT_NE(std::fgets(text, sizeof text, f), nullptr);
+  std::fclose(f);
+  EXPECT_STREQ(text, "keep me");
+  std::remove(user.c_str());
+  std::remove(fresh.c_str());
+  std::remove((root + "/a").c_str());
+  std::remove(root.c_str());
 }
 
 // attention(layer, kv offset, ...) with the tiny shapes.

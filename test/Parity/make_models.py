@@ -58,9 +58,40 @@ def build_model(config, device):
         except TypeError:
             model = AutoModelForCausalLM.from_config(
                 config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
-    model = model.to(device=device, dtype=torch.bfloat16)
+    # Parameters only: Module.to(dtype) would cast RoPE's inv_freq buffer to bf16 as well.
+    for param in model.parameters():
+        param.data = param.data.to(device=device, dtype=torch.bfloat16)
+    model = model.to(device=device)
+    keep_rope_in_float32(model)
     model.eval()
     return model
+
+
+def keep_rope_in_float32(model):
+    """RoPE's inverse frequencies as transformers computes them: float32.
+
+    A model cast with `.to(torch.bfloat16)` rounds the inv_freq buffer to bf16 too, which
+    transformers' from_pretrained never does: every angle is then off by up to 2^-9 of
+    itself, so the reference's rotated q/k drift from the model's with the position
+    (3.5e-2 relative at positions 64-129 of the llama parity model, where bf16 rounding
+    alone is 2e-3; test/Parity/trace_compare.py, 2026-12-03). Recomputed here if a
+    transformers version builds the buffer in the model's dtype.
+    """
+    for name, module in model.named_modules():
+        inv = getattr(module, "inv_freq", None)
+        if not torch.is_tensor(inv) or inv.dtype == torch.float32:
+            continue
+        init = getattr(module, "rope_init_fn", None)
+        if init is None:
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+            rope_type = getattr(module, "rope_type", "default")
+            init = ROPE_INIT_FUNCTIONS.get(rope_type) or \
+                getattr(module, "compute_default_rope_parameters")
+        fresh, _ = init(module.config, inv.device)
+        module.inv_freq = fresh.to(torch.float32)
+        if torch.is_tensor(getattr(module, "original_inv_freq", None)):
+            module.original_inv_freq = module.inv_freq.clone()
+        print(f"{name}.inv_freq was {inv.dtype}: recomputed in float32")
 
 
 @torch.no_grad()

@@ -26,7 +26,7 @@ const char *kUsage =
     "                [--spec ngram:K | --draft-model DRAFT.so --draft-weights DIR "
     "--spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
-    "                [--device N] [--cuda-graphs N] [--check-launches] [--dry]\n"
+    "                [--device N] [--cuda-graphs N] [--check-launches] [--trace DIR] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -41,10 +41,13 @@ const char *kUsage =
     "                         (default 64; 0: every step launches eagerly)\n"
     "  --check-launches       wait for every kernel, so a device fault names its op and\n"
     "                         layer (debugging; slow, no CUDA graphs)\n"
+    "  --trace DIR            write every op's output of the model's steps to DIR (new or\n"
+    "                         empty; DIR/trace.tsv lists them; slow, no CUDA graphs)\n"
     "  --dry                  validation only (no GPU): one prefill and one decode step\n";
 
 struct Options {
-  std::string model, weights, prompts, json, logits, teacherForced, draftModel, draftWeights;
+  std::string model, weights, prompts, json, logits, teacherForced, draftModel, draftWeights,
+      trace;
   int maxNewTokens = -1;
   int device = 0;
   int cudaGraphs = KILN_RT_DEFAULT_MAX_GRAPHS;
@@ -113,6 +116,8 @@ Options parseOptions(int argc, char **argv) {
       o.cudaGraphs = parseInt(value(), "--cuda-graphs");
     } else if (a == "--check-launches") {
       o.checkLaunches = true;
+    } else if (a == "--trace") {
+      o.trace = value();
     } else if (a == "--dry") {
       o.dry = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -595,6 +600,9 @@ int run(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
   Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, o.checkLaunches,
                "model " + o.model);
+  if (!o.trace.empty())
+    check(kiln_rt_set_trace(kiln_model_context(target.model), o.trace.c_str()),
+          "--trace");
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
     draft = std::make_unique<Model>(o.draftModel, o.draftWeights, o.device, o.dry,

@@ -197,6 +197,15 @@ kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_st
 kiln_status_t kiln_rt_set_check_launches(kiln_rt_context_t *ctx, int32_t on);
 int32_t kiln_rt_is_faulted(const kiln_rt_context_t *ctx);
 
+/* The activation trace, for finding where a model's numbers part from a reference's:
+ * with `dir` set, every graph op and attention call of every later step waits for its
+ * kernel and writes its bf16 output to dir/s<step>-o<op>.bin, and appends a line to
+ * dir/trace.tsv: step, op index, function, layer (-1 for graph ops), rows, cols, file.
+ * `dir` is created, and must not exist or be empty (nothing of the user's is
+ * overwritten). Slow, for debugging: steps run eagerly, never from CUDA graphs.
+ * NULL or "" stops tracing. test/Parity/trace_compare.py reads it. */
+kiln_status_t kiln_rt_set_trace(kiln_rt_context_t *ctx, const char *dir);
+
 /* Kernel launches issued so far (launcher calls; a split-KV decode's combine is not
  * counted separately) and host->device uploads. */
 uint64_t kiln_rt_launch_count(const kiln_rt_context_t *ctx);
