@@ -42,43 +42,29 @@ void kiln::buildDeployPipeline(OpPassManager &pm, const DeployOptions &options) 
 }
 
 namespace {
-/// `kiln-deploy` options as kiln-opt sees them.
+/// `kiln-deploy{...}` options as kiln-opt sees them: the rows of DeployOptions.def (a
+/// count of 0 keeps the module's value).
 struct DeployPipelineOptions : public PassPipelineOptions<DeployPipelineOptions> {
-  Option<std::string> target{*this, "target", llvm::cl::desc("Preset or sm_XY")};
-  Option<std::string> spec{*this, "spec",
-                           llvm::cl::desc("none, mtp:N, eagle3:N, draft:N, ngram:N")};
-  Option<std::string> ssmMode{*this, "ssm-mode", llvm::cl::desc("rewind or replay")};
-  Option<unsigned> maxBatch{*this, "max-batch", llvm::cl::init(0)};
-  Option<unsigned> maxSeqLen{*this, "max-seq-len", llvm::cl::init(0)};
-  Option<unsigned> pageSize{*this, "page-size", llvm::cl::init(0)};
-  Option<unsigned> tp{*this, "tp", llvm::cl::init(0)};
-  Option<unsigned> maxStepTokens{*this, "max-step-tokens", llvm::cl::init(0)};
-  Option<std::string> kvDtype{*this, "kv-dtype", llvm::cl::desc("bf16, f16, f32, fp8")};
-  Option<double> usableFraction{*this, "usable-fraction", llvm::cl::init(0.9)};
-  Option<bool> fillKv{*this, "fill-kv", llvm::cl::init(false)};
-  Option<uint64_t> reserveBytes{*this, "reserve-bytes", llvm::cl::init(0)};
-  Option<bool> remarks{*this, "remarks", llvm::cl::init(false)};
-  ListOption<std::string> force{*this, "force", llvm::cl::desc("Kernel overrides")};
+#define KILN_DEPLOY_STRING(field, flag, category, help)                                    \
+  Option<std::string> field{*this, flag, llvm::cl::desc(help)};
+#define KILN_DEPLOY_COUNT(field, flag, category, help)                                     \
+  Option<unsigned> field{*this, flag, llvm::cl::desc(help), llvm::cl::init(0)};
+#define KILN_DEPLOY_SCALAR(type, field, flag, default, category, help)                     \
+  Option<type> field{*this, flag, llvm::cl::desc(help), llvm::cl::init(default)};
+#define KILN_DEPLOY_LIST(field, flag, category, help)                                      \
+  ListOption<std::string> field{*this, flag, llvm::cl::desc(help)};
+#include "kiln/Transforms/DeployOptions.def"
 
   kiln::DeployOptions toDeployOptions() const {
     kiln::DeployOptions options;
-    options.target = target;
-    options.spec = spec;
-    options.ssmMode = ssmMode;
-    auto set = [](unsigned value) {
-      return value ? std::optional<unsigned>(value) : std::nullopt;
-    };
-    options.maxBatch = set(maxBatch);
-    options.maxSeqLen = set(maxSeqLen);
-    options.pageSize = set(pageSize);
-    options.tp = set(tp);
-    options.maxStepTokens = set(maxStepTokens);
-    options.kvDtype = kvDtype;
-    options.usableFraction = usableFraction;
-    options.fillKv = fillKv;
-    options.reserveBytes = reserveBytes;
-    options.emitRemarks = remarks;
-    options.force.assign(force.begin(), force.end());
+#define KILN_DEPLOY_STRING(field, flag, category, help) options.field = field;
+#define KILN_DEPLOY_COUNT(field, flag, category, help)                                     \
+  if (field)                                                                               \
+    options.field = field;
+#define KILN_DEPLOY_SCALAR(type, field, flag, default, category, help) options.field = field;
+#define KILN_DEPLOY_LIST(field, flag, category, help)                                      \
+  options.field.assign(field.begin(), field.end());
+#include "kiln/Transforms/DeployOptions.def"
     return options;
   }
 };

@@ -2,7 +2,7 @@
 // (An op that cannot be lowered also gets the conversion driver's "failed to legalize".)
 // A kernel the registry plans but the runtime does not have cannot be lowered, even
 // when forced.
-// RUN: not kiln-opt %S/Inputs/tiny.mlir --kiln-deploy="target=h200 force=prefill_fmha_sm90" --kiln-lower 2>&1 | FileCheck %s --check-prefix=PLANNED
+// RUN: not kiln-opt %S/Inputs/tiny.mlir --kiln-deploy="target=h200 force-kernel=prefill_fmha_sm90" --kiln-lower 2>&1 | FileCheck %s --check-prefix=PLANNED
 // PLANNED: error: 'kiln.cached_attention' op kernel 'prefill_fmha_sm90' is planned but not implemented; it cannot be lowered
 // PLANNED-NOT: kiln_model_forward
 

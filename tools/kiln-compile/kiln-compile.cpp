@@ -14,6 +14,7 @@
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Import/HFConfig.h"
 #include "kiln/Report/Report.h"
+#include "kiln/Driver/DeployCommandLine.h"
 #include "kiln/Driver/Pipelines.h"
 #include "kiln/InitAll.h"
 
@@ -52,40 +53,8 @@ cl::OptionCategory outputCategory("Output");
 
 cl::opt<std::string> modelPath(cl::Positional, cl::desc("[MODEL: config.json or .mlir]"),
                                cl::init(""), cl::cat(importCategory));
-cl::opt<std::string> targetName("target",
-                                cl::desc("GPU preset (h200, l40s, rtx5090, b200, ...) or sm_XY "
-                                         "(default: h200, or what a .mlir input says)"),
-                                cl::init(""), cl::cat(targetCategory));
-cl::opt<std::string> specName("spec",
-                              cl::desc("speculation: none, mtp:N, eagle3:N, draft:N, ngram:N "
-                                       "(default: none, or what a .mlir input says)"),
-                              cl::init(""), cl::cat(specCategory));
-cl::opt<std::string> ssmMode("ssm-mode", cl::desc("SSM state recovery: rewind or replay"),
-                             cl::init(""), cl::cat(specCategory));
-cl::opt<unsigned> maxBatch("max-batch", cl::desc("sequences / state slots"), cl::cat(memoryCategory));
-cl::opt<unsigned> maxSeqLen("max-seq-len", cl::desc("tokens per sequence"), cl::cat(memoryCategory));
-cl::opt<unsigned> pageSize("page-size", cl::desc("tokens per KV page"), cl::cat(memoryCategory));
-cl::opt<std::string> kvDtype("kv-dtype", cl::desc("KV cache dtype: bf16, f16, f32, fp8"),
-                             cl::init(""), cl::cat(memoryCategory));
-cl::opt<unsigned> tp("tp", cl::desc("tensor parallel ranks"), cl::cat(memoryCategory));
-cl::opt<unsigned> maxStepTokens("max-step-tokens",
-                                cl::desc("tokens of one forward step (prefill chunk); sizes "
-                                         "the activation arena"),
-                                cl::cat(memoryCategory));
-cl::opt<double> usableFraction("usable-fraction",
-                               cl::desc("share of device memory the plan may use"),
-                               cl::init(0.9), cl::cat(memoryCategory));
-cl::opt<bool> fillKv("fill-kv",
-                     cl::desc("give the KV pools all memory the weights, activations, "
-                              "workspace and per-step buffers leave"),
-                     cl::init(false), cl::cat(memoryCategory));
-cl::opt<uint64_t> reserveBytes("reserve-bytes",
-                               cl::desc("bytes kept out of the cache budget (on top of what "
-                                        "--fill-kv reserves for activations by itself)"),
-                               cl::init(0), cl::cat(memoryCategory));
-cl::list<std::string> forceKernels("force-kernel",
-                                   cl::desc("kernel override: variant or family=variant"),
-                                   cl::cat(targetCategory));
+// The deploy flags (--target, --spec, --max-batch, ...): kiln/Transforms/DeployOptions.def.
+kiln::DeployCommandLine deployFlags({targetCategory, specCategory, memoryCategory});
 cl::opt<std::string> draftModelPath(
     "draft-model",
     cl::desc("config.json of the draft model of a two-model setup (--spec draft:N); its "
@@ -99,8 +68,6 @@ cl::opt<std::string> runtimeLibrary(
     cl::init(""),
 #endif
     cl::cat(outputCategory));
-cl::opt<bool> remarks("kernel-remarks", cl::desc("explain rejected kernel candidates"),
-                      cl::init(false), cl::cat(targetCategory));
 cl::opt<kiln::ReportFormat> reportFormat(
     "report", cl::desc("report format"), cl::init(kiln::ReportFormat::text),
     cl::values(clEnumValN(kiln::ReportFormat::text, "text", "readable tables"),
@@ -243,10 +210,10 @@ constexpr int64_t kQuickRefusalLayers = 1024;
 /// message is kiln-plan-memory's; the estimate never exceeds the exact weights, so
 /// nothing that fits is refused. Smaller models get the full report as before.
 std::optional<std::string> weightsCannotFit(StringRef text, StringRef path,
+                                            const kiln::DeployOptions &flags,
                                             MLIRContext *context) {
-  kiln::TargetAttr target =
-      kiln::TargetAttr::getPreset(context, targetName.empty() ? std::string("h200")
-                                                              : targetName.getValue());
+  kiln::TargetAttr target = kiln::TargetAttr::getPreset(
+      context, flags.target.empty() ? std::string("h200") : flags.target);
   if (!target || target.getMemoryBytes() == 0)
     return std::nullopt;
   std::optional<kiln::ConfigEstimate> estimate;
@@ -257,13 +224,14 @@ std::optional<std::string> weightsCannotFit(StringRef text, StringRef path,
   }
   if (!estimate || estimate->layers <= kQuickRefusalLayers)
     return std::nullopt;
-  const uint64_t ranks = tp.getNumOccurrences() ? tp : 1;
+  const uint64_t ranks = flags.tp.value_or(1);
   const uint64_t weights = estimate->weightBytes / ranks;
-  const uint64_t usable = static_cast<uint64_t>(target.getMemoryBytes() * usableFraction);
+  const uint64_t usable =
+      static_cast<uint64_t>(target.getMemoryBytes() * flags.usableFraction);
   if (weights < usable)
     return std::nullopt;
   char fraction[32];
-  std::snprintf(fraction, sizeof(fraction), "%g", usableFraction.getValue());
+  std::snprintf(fraction, sizeof(fraction), "%g", flags.usableFraction);
   return "model weights (" + kiln::formatBytes(weights) + " per rank, estimated from the " +
          std::to_string(estimate->layers) + "-layer config) exceed the usable " +
          kiln::formatBytes(usable) + " of '" + target.getName().str() + "' (" +
@@ -398,14 +366,14 @@ int compile(int argc, char **argv) {
   context.loadAllAvailableDialects();
 
   // Validate options before doing any work.
+  const kiln::DeployOptions flags = deployFlags.get();
+  if (std::string problem = deployFlags.validate(); !problem.empty())
+    return fail(problem);
+  const std::string &specName = flags.spec, &targetName = flags.target;
   std::string specMode;
   if (!specName.empty() && !validSpec(specName, specMode))
     return fail("invalid --spec '" + specName +
                 "'; expected none, mtp:N, eagle3:N, draft:N or ngram:N (N >= 1)");
-  if (!ssmMode.empty() && ssmMode != "rewind" && ssmMode != "replay")
-    return fail("invalid --ssm-mode '" + ssmMode + "'; expected rewind or replay");
-  if (!kvDtype.empty() && !llvm::is_contained({"bf16", "f16", "f32", "fp8"}, kvDtype))
-    return fail("invalid --kv-dtype '" + kvDtype + "'; expected bf16, f16, f32 or fp8");
   if (!targetName.empty() && !kiln::TargetAttr::getPreset(&context, targetName)) {
     std::string presets;
     for (const kiln::TargetPreset &preset : kiln::targetPresets())
@@ -413,13 +381,6 @@ int compile(int argc, char **argv) {
     return fail("unknown target '" + targetName + "'; expected a preset (" + presets +
                 ") or sm_XY with a supported SM");
   }
-  // Zero is never a size: every count option rejects it the same way (the passes' own
-  // options use 0 for "keep the module's value", which a driver flag does not need).
-  for (const cl::opt<unsigned> *count : {&maxBatch, &maxSeqLen, &pageSize, &tp, &maxStepTokens})
-    if (count->getNumOccurrences() && *count == 0)
-      return fail("--" + count->ArgStr.str() + " must be >= 1");
-  if (!(usableFraction > 0.0 && usableFraction <= 1.0))
-    return fail("--usable-fraction must be in (0, 1]");
 
   std::string path = modelPath.empty() ? defaultModel() : modelPath.getValue();
   if (overwritesInput(outputFile, {path, draftModelPath.getValue()}))
@@ -448,7 +409,7 @@ int compile(int argc, char **argv) {
       module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
     } else {
       if (!importOnly)
-        if (std::optional<std::string> tooBig = weightsCannotFit(text, path, &context))
+        if (std::optional<std::string> tooBig = weightsCannotFit(text, path, flags, &context))
           return fail(*tooBig, 2);
       kiln::ImportOptions importOptions;
       importOptions.eagle3Head = specMode == "eagle3";
@@ -502,31 +463,12 @@ int compile(int argc, char **argv) {
 
   bool ranPipeline = false;
   if (!importOnly) {
-    kiln::DeployOptions options;
-    options.target = targetName;
+    kiln::DeployOptions options = flags;
     if (options.target.empty() && !(*module)->hasAttr(kiln::KilnDialect::kTargetAttrName))
       options.target = "h200";
-    options.spec = specName;
     if (options.spec.empty() && !isMlir)
       options.spec = "none";
-    options.ssmMode = ssmMode;
-    if (maxBatch.getNumOccurrences())
-      options.maxBatch = maxBatch;
-    if (maxSeqLen.getNumOccurrences())
-      options.maxSeqLen = maxSeqLen;
-    if (pageSize.getNumOccurrences())
-      options.pageSize = pageSize;
-    if (tp.getNumOccurrences())
-      options.tp = tp;
-    if (maxStepTokens.getNumOccurrences())
-      options.maxStepTokens = maxStepTokens;
-    options.kvDtype = kvDtype;
-    options.usableFraction = usableFraction;
-    options.fillKv = fillKv;
-    options.reserveBytes = reserveBytes;
-    options.emitRemarks = remarks;
-    options.force.assign(forceKernels.begin(), forceKernels.end());
-    if (fillKv)
+    if (options.fillKv)
       if (std::optional<uint64_t> nonCache = nonCacheDeviceBytes(*module, options))
         if (__builtin_add_overflow(options.reserveBytes, *nonCache, &options.reserveBytes))
           return fail("--reserve-bytes plus the activations overflow 64 bits");

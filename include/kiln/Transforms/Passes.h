@@ -3,6 +3,7 @@
 #define KILN_TRANSFORMS_PASSES_H
 
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Transforms/Pipeline.h" // kDefaultUsableFraction, a pass option default
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"

@@ -96,7 +96,7 @@ def KilnPlanMemory : Pass<"kiln-plan-memory", "mlir::ModuleOp"> {
     `offset`), and their exact total replaces the importer's estimate in the budget.
   }];
   let options = [
-    Option<"usableFraction", "usable-fraction", "double", "0.9",
+    Option<"usableFraction", "usable-fraction", "double", "kiln::kDefaultUsableFraction",
            "Share of the target's memory the plan may use">,
     Option<"fillKv", "fill-kv", "bool", "false",
            "Give the KV pools all memory the budget leaves">,

@@ -11,24 +11,25 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln {
 
-/// Options of the deploy pipeline. Unset values keep what the module already says.
+/// The share of the target's memory a plan may use unless told otherwise (the rest is
+/// the CUDA context, the allocator's slack and other processes).
+inline constexpr double kDefaultUsableFraction = 0.9;
+
+/// Options of the deploy pipeline (rows of DeployOptions.def). Unset values keep what
+/// the module already says.
 struct DeployOptions {
-  std::string target;              // preset ("h200") or "sm_XY"; empty: keep
-  std::string spec;                // "none", "mtp:3", "eagle3:3", "draft:4", "ngram:3"
-  std::string ssmMode;             // "rewind" or "replay"; empty: rewind
-  std::optional<unsigned> maxBatch, maxSeqLen, pageSize, tp, maxStepTokens;
-  std::string kvDtype;             // "bf16", "f16", "f32", "fp8"; empty: keep
-  double usableFraction = 0.9;     // share of device memory the plan may use
-  bool fillKv = false;             // give the KV pools all memory left over
-  uint64_t reserveBytes = 0;       // kept out of the cache budget (activations, workspace)
-  bool emitRemarks = false;        // explain rejected kernel candidates
-  std::vector<std::string> force;  // kernel overrides: "variant" or "family=variant"
+#define KILN_DEPLOY_STRING(field, flag, category, help) std::string field;
+#define KILN_DEPLOY_COUNT(field, flag, category, help) std::optional<unsigned> field;
+#define KILN_DEPLOY_SCALAR(type, field, flag, default, category, help) type field = default;
+#define KILN_DEPLOY_LIST(field, flag, category, help) std::vector<std::string> field;
+#include "kiln/Transforms/DeployOptions.def"
 };
 
 /// Adds the deploy pipeline to `pm` (which must nest on builtin.module).
