@@ -9,7 +9,7 @@
 // keys, and can ask for the lowering pipeline after the deploy pipeline:
 //
 //   // deploy: target=l40s spec=mtp:3 ssm-mode=replay max-batch=8 usable-fraction=0.5
-//   // deploy: spec=ngram:4 fill-kv force=attention=gqa_decode lower
+//   // deploy: spec=ngram:4 fill-kv force-kernel=attention=gqa_decode lower
 //
 // Without it the module's own attributes decide. What the harness bounds, and why:
 //  - inputs over 64 KiB (libFuzzer's -max_len keeps them far smaller anyway);
@@ -68,11 +68,18 @@ struct HarnessOptions {
   bool lower = false;
 };
 
-std::optional<unsigned> parseUnsigned(llvm::StringRef value) {
+// One deploy option from its "key=value" word, by the field's type (a bare key sets a
+// bool; a value that does not read leaves the field as it was).
+void assign(std::string &field, llvm::StringRef value) { field = value.str(); }
+void assign(std::optional<unsigned> &field, llvm::StringRef value) {
   unsigned result = 0;
-  if (value.getAsInteger(10, result))
-    return std::nullopt;
-  return result;
+  field = value.getAsInteger(10, result) ? std::nullopt : std::optional<unsigned>(result);
+}
+void assign(double &field, llvm::StringRef value) { (void)value.getAsDouble(field); }
+void assign(uint64_t &field, llvm::StringRef value) { (void)value.getAsInteger(10, field); }
+void assign(bool &field, llvm::StringRef value) { field = value.empty() || value == "true"; }
+void assign(std::vector<std::string> &field, llvm::StringRef value) {
+  field.push_back(value.str());
 }
 
 /// Reads the "// deploy: ..." line. Keys and values it does not understand are skipped:
@@ -87,33 +94,20 @@ HarnessOptions readOptions(llvm::StringRef firstLine) {
   kiln::DeployOptions &d = options.deploy;
   for (llvm::StringRef word : words) {
     auto [key, value] = word.split('=');
-    if (key == "target")
-      d.target = value.str();
-    else if (key == "spec")
-      d.spec = value.str();
-    else if (key == "ssm-mode")
-      d.ssmMode = value.str();
-    else if (key == "kv-dtype")
-      d.kvDtype = value.str();
-    else if (key == "max-batch")
-      d.maxBatch = parseUnsigned(value);
-    else if (key == "max-seq-len")
-      d.maxSeqLen = parseUnsigned(value);
-    else if (key == "page-size")
-      d.pageSize = parseUnsigned(value);
-    else if (key == "tp")
-      d.tp = parseUnsigned(value);
-    else if (key == "max-step-tokens")
-      d.maxStepTokens = parseUnsigned(value);
-    else if (key == "usable-fraction")
-      (void)value.getAsDouble(d.usableFraction);
-    else if (key == "fill-kv")
-      d.fillKv = true;
-    else if (key == "remarks")
-      d.emitRemarks = true;
-    else if (key == "force")
-      d.force.push_back(value.str());
-    else if (key == "lower")
+    // The keys are kiln-deploy's option names (kiln/Transforms/DeployOptions.def).
+#define KILN_DEPLOY_ROW(field, flag)                                                       \
+  if (key == flag) {                                                                       \
+    assign(d.field, value);                                                                \
+    continue;                                                                              \
+  }
+#define KILN_DEPLOY_STRING(field, flag, category, help) KILN_DEPLOY_ROW(field, flag)
+#define KILN_DEPLOY_COUNT(field, flag, category, help) KILN_DEPLOY_ROW(field, flag)
+#define KILN_DEPLOY_SCALAR(type, field, flag, default, category, help)                     \
+  KILN_DEPLOY_ROW(field, flag)
+#define KILN_DEPLOY_LIST(field, flag, category, help) KILN_DEPLOY_ROW(field, flag)
+#include "kiln/Transforms/DeployOptions.def"
+#undef KILN_DEPLOY_ROW
+    if (key == "lower")
       options.lower = true;
   }
   return options;
