@@ -4,6 +4,7 @@
 
 #include "GraphInternal.h"
 #include "RopeFrequencies.h"
+#include "ArgChecker.h"
 #include "StatusInternal.h"
 
 #include <cmath>
@@ -15,70 +16,7 @@ using namespace kiln::graph;
 
 namespace {
 
-// Each check records the message and returns false on failure.
-struct Checker {
-  const char *kernel;
-  kiln_status_t status = KILN_OK;
-
-  bool notNull(const void *p, const char *arg) {
-    if (p)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", kernel, arg);
-    return false;
-  }
-  // Device data of `bytes`-byte elements must be aligned to its element size.
-  bool elementAligned(const void *p, unsigned bytes, const char *arg) {
-    if ((reinterpret_cast<uintptr_t>(p) % bytes) == 0)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not %u-byte aligned", kernel, arg,
-                  bytes);
-    return false;
-  }
-  bool nonNegative(int64_t v, const char *arg) {
-    if (v >= 0)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is negative (%lld)", kernel, arg,
-                  static_cast<long long>(v));
-    return false;
-  }
-  bool positive(int64_t v, const char *arg) {
-    if (v > 0)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be > 0 (got %lld)", kernel, arg,
-                  static_cast<long long>(v));
-    return false;
-  }
-  bool atMost(int64_t v, int64_t limit, const char *arg) {
-    if (v <= limit)
-      return true;
-    status = fail(KILN_ERROR_UNSUPPORTED, "%s: %s = %lld exceeds the supported maximum %lld",
-                  kernel, arg, static_cast<long long>(v), static_cast<long long>(limit));
-    return false;
-  }
-  // a * b * ... elements of 2 bytes must be addressable with int64 byte offsets.
-  bool sizeFits(int64_t a, int64_t b, const char *what) {
-    int64_t elements;
-    if (!__builtin_mul_overflow(a, b, &elements) &&
-        elements <= std::numeric_limits<int64_t>::max() / 2)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s (%lld x %lld) is too large", kernel,
-                  what, static_cast<long long>(a), static_cast<long long>(b));
-    return false;
-  }
-  bool finite(float v, const char *arg) {
-    if (std::isfinite(v))
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not finite", kernel, arg);
-    return false;
-  }
-  bool positiveFloat(float v, const char *arg) {
-    if (std::isfinite(v) && v > 0.0f)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be finite and > 0 (got %g)", kernel,
-                  arg, static_cast<double>(v));
-    return false;
-  }
-};
+using Checker = ArgChecker;
 
 kiln_status_t launched(const char *kernel, cudaError_t error) {
   if (error != cudaSuccess)

@@ -3,6 +3,7 @@
 #include "kiln/Kernels/Mamba.h"
 
 #include "MambaInternal.h"
+#include "ArgChecker.h"
 #include "StatusInternal.h"
 
 #include <cstdint>
@@ -14,61 +15,9 @@ namespace {
 
 int elemSize(kiln_dtype_t t) { return t == KILN_DTYPE_F32 ? 4 : 2; }
 
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// Each check returns false after recording the message.
-struct Checker {
-  const char *kernel;
-  kiln_status_t status = KILN_OK;
-
-  bool notNull(const void *p, const char *arg) {
-    if (p)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", kernel, arg);
-    return false;
-  }
-  bool positive(int64_t v, const char *arg) {
-    if (v > 0)
-      return true;
-    status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be > 0 (got %lld)", kernel, arg,
-                  static_cast<long long>(v));
-    return false;
-  }
-  bool atMost(int64_t v, int64_t limit, const char *arg) {
-    if (v <= limit)
-      return true;
-    status = fail(KILN_ERROR_UNSUPPORTED, "%s: %s = %lld exceeds the supported maximum %lld",
-                  kernel, arg, static_cast<long long>(v), static_cast<long long>(limit));
-    return false;
-  }
-  // Resolves a stride: negative is an error, 0 becomes the packed default.
-  bool stride(int64_t &v, int64_t packed, const char *arg) {
-    if (v < 0) {
-      status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is negative (%lld)", kernel, arg,
-                    static_cast<long long>(v));
-      return false;
-    }
-    if (v == 0)
-      v = packed;
-    return true;
-  }
-  // A stride used for 16-byte vector accesses: its byte size must be a multiple of 16.
-  bool vecStride(int64_t &v, int64_t packed, int elem, const char *arg) {
-    if (!stride(v, packed, arg))
-      return false;
-    if ((v * elem) % 16 == 0)
-      return true;
-    status = fail(KILN_ERROR_UNSUPPORTED,
-                  "%s: %s = %lld elements is not a multiple of 16 bytes (16-byte accesses)",
-                  kernel, arg, static_cast<long long>(v));
-    return false;
-  }
-  bool isAligned(const void *p, const char *arg) {
-    if (aligned16(p))
-      return true;
-    status = fail(KILN_ERROR_UNSUPPORTED, "%s: %s is not 16-byte aligned", kernel, arg);
-    return false;
-  }
+// The Mamba launchers' checks: the shared ones and the activation dtypes.
+struct Checker : ArgChecker {
+  using ArgChecker::ArgChecker;
   bool activationDtype(kiln_dtype_t t, const char *arg) {
     if (t == KILN_DTYPE_BF16 || t == KILN_DTYPE_F16)
       return true;
@@ -133,7 +82,7 @@ bool checkSsmCommon(Checker &c, const SsmCommon &p) {
                     p.batch, p.numSlots);
     return false;
   }
-  return c.isAligned(p.state, "state");
+  return c.aligned16(p.state, "state");
 }
 
 } // namespace
@@ -217,7 +166,7 @@ extern "C" kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_
                    p.x, p.dt, p.A, p.B, p.C, p.out};
   if (!checkSsmCommon(c, common))
     return c.status;
-  if (!c.notNull(p.intermediate, "intermediate") || !c.isAligned(p.intermediate, "intermediate"))
+  if (!c.notNull(p.intermediate, "intermediate") || !c.aligned16(p.intermediate, "intermediate"))
     return c.status;
   const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size,
                 G = p.n_groups;
@@ -345,9 +294,9 @@ bool checkConvCommon(Checker &c, const ConvCommon &p) {
                     p.batch, p.numSlots);
     return false;
   }
-  return c.isAligned(p.state, "state") && c.isAligned(p.x, "x") &&
-         c.isAligned(p.weight, "weight") && (!p.bias || c.isAligned(p.bias, "bias")) &&
-         c.isAligned(p.out, "out");
+  return c.aligned16(p.state, "state") && c.aligned16(p.x, "x") &&
+         c.aligned16(p.weight, "weight") && (!p.bias || c.aligned16(p.bias, "bias")) &&
+         c.aligned16(p.out, "out");
 }
 
 } // namespace
@@ -398,7 +347,7 @@ extern "C" kiln_status_t kiln_conv_update_spec(const kiln_conv_update_spec_param
                     p.num_tokens, p.conv_dim, p.width, p.dtype, p.x, p.weight, p.bias, p.out};
   if (!checkConvCommon(c, common))
     return c.status;
-  if (!c.notNull(p.intermediate, "intermediate") || !c.isAligned(p.intermediate, "intermediate"))
+  if (!c.notNull(p.intermediate, "intermediate") || !c.aligned16(p.intermediate, "intermediate"))
     return c.status;
   const int64_t D = p.conv_dim, K = p.width - 1, T = p.num_tokens;
   const int se = elemSize(p.state_dtype);
