@@ -55,7 +55,7 @@ namespace json = llvm::json;
 llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
   static const llvm::StringRef types[] = {"llama",       "mistral",     "qwen2",
                                           "qwen3",       "deepseek_v2", "deepseek_v3",
-                                          "nemotron_h"};
+                                          "nemotron_h",  "qwen3_next"};
   return types;
 }
 
@@ -620,6 +620,95 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
   return readSlidingWindows(r, m);
 }
 
+/// Qwen3-Next: Gated DeltaNet layers with one gated full-attention layer every
+/// `full_attention_interval` (or as `layer_types` says), and a MoE block with a shared
+/// expert in every layer (`decoder_sparse_step` 1, no `mlp_only_layers`; others are
+/// refused rather than planned wrongly).
+LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
+  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
+    return failure();
+  m.gatedAttention = true;
+  m.qkNorm = true;
+  std::optional<int64_t> hk = r.getInt("linear_num_key_heads");
+  std::optional<int64_t> hv = r.getInt("linear_num_value_heads");
+  std::optional<int64_t> dk = r.getInt("linear_key_head_dim");
+  std::optional<int64_t> dv = r.getInt("linear_value_head_dim");
+  std::optional<int64_t> k = r.getInt("linear_conv_kernel_dim");
+  if (!hk || !hv || !dk || !dv || !k)
+    return failure();
+  m.gdnKeyHeads = *hk;
+  m.gdnValueHeads = *hv;
+  m.gdnKeyDim = *dk;
+  m.gdnValueDim = *dv;
+  m.gdnConvKernel = *k;
+  if (m.gdnValueHeads % m.gdnKeyHeads != 0) {
+    r.error("linear_num_value_heads")
+        << "linear_num_value_heads (" << m.gdnValueHeads
+        << ") must be a multiple of linear_num_key_heads (" << m.gdnKeyHeads << ")";
+    return failure();
+  }
+  if (m.gdnConvKernel < 2 || m.gdnConvKernel > 4) {
+    r.error("linear_conv_kernel_dim") << "linear_conv_kernel_dim = " << m.gdnConvKernel
+                                      << " is not supported (the conv kernels take 2 to 4)";
+    return failure();
+  }
+  if (m.gdnKeyHeads * m.gdnKeyDim > Reader::kMaxConfigInt ||
+      m.gdnValueHeads * m.gdnValueDim > Reader::kMaxConfigInt ||
+      m.gdnConvDim() > Reader::kMaxConfigInt) {
+    r.error("linear_num_value_heads")
+        << "the Gated DeltaNet conv dimension (2 x linear_num_key_heads x "
+           "linear_key_head_dim + linear_num_value_heads x linear_value_head_dim = "
+        << m.gdnConvDim() << ") is implausibly large (more than 2^31)";
+    return failure();
+  }
+  if (const json::Array *types = r.object.getArray("layer_types")) {
+    if (static_cast<int64_t>(types->size()) != m.numLayers) {
+      r.error("layer_types") << "field 'layer_types' has " << types->size()
+                             << " entries but num_hidden_layers is " << m.numLayers;
+      return failure();
+    }
+    for (auto [i, type] : llvm::enumerate(*types)) {
+      std::optional<StringRef> name = type.getAsString();
+      if (!name || (*name != "linear_attention" && *name != "full_attention")) {
+        r.error("layer_types") << "'layer_types' entry " << i
+                               << " must be \"linear_attention\" or \"full_attention\"";
+        return failure();
+      }
+      m.layers.push_back({*name == "full_attention" ? LayerKind::attention : LayerKind::gdn,
+                          static_cast<int64_t>(i), std::nullopt, std::nullopt});
+    }
+  } else {
+    int64_t interval = r.getIntOr("full_attention_interval", 4);
+    if (r.failedAny())
+      return failure();
+    for (int64_t i = 0; i < m.numLayers; ++i)
+      m.layers.push_back({(i + 1) % interval == 0 ? LayerKind::attention : LayerKind::gdn, i,
+                          std::nullopt, std::nullopt});
+  }
+  if (r.getIntOr("decoder_sparse_step", 1, 1) != 1) {
+    r.error("decoder_sparse_step") << "decoder_sparse_step other than 1 (dense MLP layers "
+                                      "between MoE layers) is not supported";
+    return failure();
+  }
+  if (const json::Array *dense = r.object.getArray("mlp_only_layers"); dense && !dense->empty()) {
+    r.error("mlp_only_layers") << "'mlp_only_layers' (dense MLP layers) is not supported";
+    return failure();
+  }
+  std::optional<int64_t> experts = r.getInt("num_experts");
+  std::optional<int64_t> moeInter = r.getInt("moe_intermediate_size");
+  if (!experts || !moeInter)
+    return failure();
+  m.experts = *experts;
+  m.moeIntermediate = *moeInter;
+  m.sharedIntermediate = r.getIntOr("shared_expert_intermediate_size", 0, 0);
+  m.sharedExperts = m.sharedIntermediate > 0 ? 1 : 0;
+  if (std::optional<bool> slide = r.getBool("use_sliding_window"); slide && *slide) {
+    r.error("use_sliding_window") << "sliding-window attention in Qwen3-Next is not supported";
+    return failure();
+  }
+  return r.failedAny() ? failure() : success();
+}
+
 uint64_t estimateWeightBytes(const ModelSpec &m) {
   // Parameters in double: sums stay exact below 2^53 and never overflow.
   double embed = double(m.vocab) * m.hidden * (m.tied ? 1 : 2);
@@ -632,9 +721,23 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
     norms += m.hidden;
     switch (layer.kind) {
     case LayerKind::attention:
-      linear += double(m.hidden) * m.heads * m.headDim * 2 +
+      // q (twice as wide when it carries the output gate), o, k, v.
+      linear += double(m.hidden) * m.heads * m.headDim * (m.gatedAttention ? 3 : 2) +
                 2.0 * m.hidden * m.kvHeads * m.headDim;
+      if (m.qkNorm)
+        norms += 2.0 * m.headDim;
       break;
+    case LayerKind::gdn: {
+      // in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (beta, the decay
+      // input a), out_proj; the conv weights, A_log, dt_bias and the gated norm.
+      double keys = double(m.gdnKeyHeads) * m.gdnKeyDim;
+      double values = double(m.gdnValueHeads) * m.gdnValueDim;
+      linear += double(m.hidden) * (2 * keys + 2 * values + 2.0 * m.gdnValueHeads) +
+                values * m.hidden;
+      norms += double(m.gdnConvDim()) * m.gdnConvKernel + 2.0 * m.gdnValueHeads +
+               m.gdnValueDim;
+      break;
+    }
     case LayerKind::mla: {
       double qk = double(m.qkNope + m.qkRope);
       linear += m.qLoraRank ? double(m.hidden) * m.qLoraRank + double(m.qLoraRank) * m.heads * qk
@@ -663,6 +766,14 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
       linear += m.experts * perExpert + m.sharedExperts * shared + double(m.hidden) * m.experts;
       break;
     }
+    }
+    if (m.modelType == "qwen3_next") {
+      // Every layer's sparse MoE block: routed experts, the shared expert and its
+      // sigmoid gate, the router; the post-attention norm.
+      double perExpert = 3.0 * m.hidden * m.moeIntermediate;
+      linear += m.experts * perExpert + 3.0 * m.hidden * m.sharedIntermediate +
+                double(m.hidden) * (m.experts + 1);
+      norms += m.hidden;
     }
   }
   double bytes = (embed + norms) * m.dtypeBytes + linear * m.linearBytes;
@@ -747,6 +858,22 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
                                  i64(m.mHeadDim), i64(m.stateSize), i64(m.nGroups), draft);
       results.push_back(convOp.getOut());
       results.push_back(ssmOp.getOut());
+      break;
+    }
+    case LayerKind::gdn: {
+      int64_t convDim = m.gdnConvDim();
+      auto convOp = CausalConvOp::create(b, loc, tensor({convDim}), arg({convDim}),
+                                         i64(layer.index), i64(convDim),
+                                         i64(m.gdnConvKernel), b.getUnitAttr(), draft);
+      Value qk = arg({m.gdnKeyHeads, m.gdnKeyDim});
+      Value v = arg({m.gdnValueHeads, m.gdnValueDim});
+      Value gb = arg({m.gdnValueHeads});
+      auto gdnOp = GatedDeltaNetOp::create(
+          b, loc, tensor({m.gdnValueHeads, m.gdnValueDim}), qk, qk, v, gb, gb,
+          i64(layer.index), i64(m.gdnKeyHeads), i64(m.gdnValueHeads), i64(m.gdnKeyDim),
+          i64(m.gdnValueDim), draft);
+      results.push_back(convOp.getOut());
+      results.push_back(gdnOp.getOut());
       break;
     }
     case LayerKind::mlp:
@@ -860,6 +987,8 @@ LogicalResult readModelSpec(StringRef text, StringRef file, MLIRContext *ctx,
     read = readDeepSeek(r, m);
   } else if (*modelType == "nemotron_h") {
     read = readNemotronH(r, m);
+  } else if (*modelType == "qwen3_next") {
+    read = readQwen3Next(r, m);
   } else {
     r.error("model_type") << "unsupported model_type '" << *modelType
                           << "'; supported: " << llvm::join(supportedModelTypes(), ", ");

@@ -94,7 +94,8 @@ private:
   bool failed = false;
 };
 
-enum class LayerKind { attention, mla, mamba, mlp, moe };
+/// `gdn`: a Gated DeltaNet layer (Qwen3-Next linear attention) with its causal conv.
+enum class LayerKind { attention, mla, mamba, mlp, moe, gdn };
 
 struct LayerSpec {
   LayerKind kind;
@@ -118,6 +119,10 @@ struct ModelSpec {
   // Mamba2
   int64_t mHeads = 0, mHeadDim = 0, stateSize = 0, nGroups = 0, convKernel = 0;
   bool silu = true;
+  // Gated DeltaNet (Qwen3-Next)
+  int64_t gdnKeyHeads = 0, gdnValueHeads = 0, gdnKeyDim = 0, gdnValueDim = 0,
+          gdnConvKernel = 0;
+  bool gatedAttention = false; // Qwen3-Next: q_proj also yields a per-head output gate
   // MLP / MoE
   int64_t intermediate = 0, moeIntermediate = 0, experts = 0, sharedExperts = 0,
           sharedIntermediate = 0;
@@ -130,6 +135,10 @@ struct ModelSpec {
   llvm::SmallVector<LayerSpec> layers;
 
   int64_t convDim() const { return mHeads * mHeadDim + 2 * nGroups * stateSize; }
+  /// The Gated DeltaNet conv runs over the q, k and v projections together.
+  int64_t gdnConvDim() const {
+    return 2 * gdnKeyHeads * gdnKeyDim + gdnValueHeads * gdnValueDim;
+  }
   /// The dense families get the whole decoder graph; the others a cache skeleton.
   bool isDense() const {
     return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" ||

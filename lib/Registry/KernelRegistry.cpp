@@ -65,6 +65,10 @@ std::vector<KernelVariant> builtinVariants() {
        .smemBytes = 161 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
        .implemented = false, .priority = 20,
        .note = "Hopper wgmma/TMA prefill (planned)"});
+  add({.name = "prefill_fmha_d256", .family = OpFamily::attention,
+       .phase = Phase::prefill, .minSm = 80, .maxSm = 121, .headDims = {256},
+       .dtypes = kBf16 | kF16, .implemented = false, .priority = 10,
+       .note = "causal prefill at head_dim 256 (Qwen3-Next's full attention) (planned)"});
   // MLA, decode. Latent pool [pages, 64, 576].
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},
@@ -111,6 +115,21 @@ std::vector<KernelVariant> builtinVariants() {
   add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
        .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
        .note = "causal conv1d over a prompt (planned)"});
+  // Gated DeltaNet (Qwen3-Next): planned. Selected and reported so a plan names them;
+  // the lowering refuses a planned kernel.
+  add({.name = "gdn_update", .family = OpFamily::gdn, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
+       .note = "gated delta rule, one token, state in place (planned)"});
+  add({.name = "gdn_update_spec", .family = OpFamily::gdn, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
+       .implemented = false, .priority = 10,
+       .note = "1 + draft tokens, state after each into intermediates (planned)"});
+  add({.name = "gdn_update_replay", .family = OpFamily::gdn, .phase = Phase::decode,
+       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
+       .priority = 10, .note = "replay-mode update from the saved k/v/g/beta (planned)"});
+  add({.name = "gdn_chunk_prefill", .family = OpFamily::gdn, .phase = Phase::prefill,
+       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
+       .note = "chunkwise (WY) gated delta rule over a prompt (planned)"});
   // The runtime id of every implemented variant comes from the ABI table by name.
   for (KernelVariant &variant : table)
     if (variant.implemented)

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/Report/Report.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Registry/KernelRegistry.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -117,8 +118,10 @@ ReportData kiln::collectReport(ModuleOp module) {
       // The spec-dec mode describes how decode handles draft tokens; prefill has none.
       std::optional<std::string> phaseMode =
           phase == "decode" ? mode : (mode ? std::optional<std::string>("single_token") : mode);
+      const KernelVariant *variant = KernelRegistry::global().lookup(kernel.getValue());
       d.kernels.push_back({cached.getLayerIndex(), opName, phase.str(),
-                           kernel.getValue().str(), phaseMode, draft});
+                           kernel.getValue().str(), phaseMode, draft,
+                           variant && !variant->implemented});
     }
   });
   std::stable_sort(d.resources.begin(), d.resources.end(),
@@ -265,11 +268,11 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
     os << "  " << pad(r.name, 34) << pad(r.pool, 11) << pad(r.speculativeOnly ? "yes" : "", 10)
        << padLeft(formatBytes(r.bytes), 14) << "\n";
 
-  os << "\nKernels\n  " << pad("layer", 7) << pad("op", 15) << pad("phase", 9) << pad("kernel", 28)
+  os << "\nKernels\n  " << pad("layer", 7) << pad("op", 17) << pad("phase", 9) << pad("kernel", 32)
      << "spec_dec_mode\n";
   for (const ReportKernel &k : d.kernels)
-    os << "  " << pad(std::to_string(k.layer), 7) << pad(k.op, 15) << pad(k.phase, 9)
-       << pad(k.kernel, 28) << k.specDecMode.value_or("-")
+    os << "  " << pad(std::to_string(k.layer), 7) << pad(k.op, 17) << pad(k.phase, 9)
+       << pad(k.kernel + (k.planned ? " (planned)" : ""), 32) << k.specDecMode.value_or("-")
        << (k.draft ? "  (draft " + *k.draft + ")" : std::string()) << "\n";
   if (d.kernels.empty())
     os << "  (none selected)\n";
@@ -333,6 +336,7 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
             j.attribute("spec_dec_mode", *k.specDecMode);
           else
             j.attribute("spec_dec_mode", nullptr);
+          j.attribute("implemented", !k.planned);
         });
     });
     j.attributeObject("memory", [&] {
@@ -505,7 +509,7 @@ static void printHtml(const ReportData &d, llvm::raw_ostream &os) {
       if (k.layer != layer)
         continue;
       os << (first ? "" : "<br>") << escapeHtml(k.op) << " " << escapeHtml(k.phase) << ": "
-         << escapeHtml(k.kernel);
+         << escapeHtml(k.kernel) << (k.planned ? " (planned)" : "");
       if (k.specDecMode)
         os << " (" << escapeHtml(*k.specDecMode) << ")";
       if (k.draft)

@@ -440,8 +440,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t steps = config.spec.getTokensPerStep(), perStep = 0, rest = 0;
     for (const PlannedResource &planned : resources) {
       ResourceKind kind = planned.op.getKind();
-      if (kind == ResourceKind::intermediate_ssm_state ||
-          kind == ResourceKind::intermediate_conv_state)
+      if (isPerDraftStepKind(kind))
         perStep += planned.bytes / steps;
       else
         rest += planned.bytes;

@@ -47,7 +47,8 @@
 // CHECK-NEXT:     "op": "attention",
 // CHECK-NEXT:     "phase": "decode",
 // CHECK-NEXT:     "kernel": "gqa_decode",
-// CHECK-NEXT:     "spec_dec_mode": "multi_token"
+// CHECK-NEXT:     "spec_dec_mode": "multi_token",
+// CHECK-NEXT:     "implemented": true
 // CHECK-NEXT:   },
 // CHECK-NEXT:   {
 // CHECK-NEXT:     "layer": 0,

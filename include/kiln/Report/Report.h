@@ -34,11 +34,12 @@ struct ReportResource {
 
 struct ReportKernel {
   int64_t layer = 0;
-  std::string op;    // attention, mla_attention, ssm, causal_conv
+  std::string op;    // attention, mla_attention, ssm, causal_conv, gated_delta_net
   std::string phase; // decode, prefill
   std::string kernel;
   std::optional<std::string> specDecMode;
   std::optional<std::string> draft; // draft kind of the layer, if any
+  bool planned = false;             // the registry's variant is not implemented yet
 };
 
 struct ReportPool {

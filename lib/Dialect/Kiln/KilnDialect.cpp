@@ -144,6 +144,7 @@ bool kiln::isSpeculativeOnlyKind(ResourceKind kind) {
   case ResourceKind::mla_latent:
   case ResourceKind::ssm_state:
   case ResourceKind::conv_state:
+  case ResourceKind::gdn_state:
     return false;
   case ResourceKind::intermediate_ssm_state:
   case ResourceKind::intermediate_conv_state:
@@ -153,6 +154,10 @@ bool kiln::isSpeculativeOnlyKind(ResourceKind kind) {
   case ResourceKind::replay_dacs:
   case ResourceKind::replay_index:
   case ResourceKind::draft_kv:
+  case ResourceKind::intermediate_gdn_state:
+  case ResourceKind::gdn_replay_k:
+  case ResourceKind::gdn_replay_v:
+  case ResourceKind::gdn_replay_gb:
     return true;
   }
   return false;
@@ -161,6 +166,12 @@ bool kiln::isSpeculativeOnlyKind(ResourceKind kind) {
 bool kiln::isPerTokenKind(ResourceKind kind) {
   return kind == ResourceKind::kv || kind == ResourceKind::mla_latent ||
          kind == ResourceKind::draft_kv;
+}
+
+bool kiln::isPerDraftStepKind(ResourceKind kind) {
+  return kind == ResourceKind::intermediate_ssm_state ||
+         kind == ResourceKind::intermediate_conv_state ||
+         kind == ResourceKind::intermediate_gdn_state;
 }
 
 
@@ -174,6 +185,8 @@ StringRef kiln::stringifyOpFamily(OpFamily family) {
     return "ssm";
   case OpFamily::conv:
     return "causal_conv";
+  case OpFamily::gdn:
+    return "gated_delta_net";
   }
   return "unknown";
 }

@@ -159,6 +159,31 @@ LogicalResult verifySsmOp(OpT op) {
 }
 
 template <typename OpT>
+LogicalResult verifyGdnOp(OpT op) {
+  Operation *raw = op.getOperation();
+  if (failed(checkLayer(raw, op.getLayer())) ||
+      failed(checkPositive(raw, "num_k_heads", op.getNumKHeads())) ||
+      failed(checkPositive(raw, "num_v_heads", op.getNumVHeads())) ||
+      failed(checkPositive(raw, "head_k_dim", op.getHeadKDim())) ||
+      failed(checkPositive(raw, "head_v_dim", op.getHeadVDim())))
+    return failure();
+  if (op.getNumVHeads() % op.getNumKHeads() != 0)
+    return op.emitOpError() << "num_v_heads (" << op.getNumVHeads()
+                            << ") must be a multiple of num_k_heads (" << op.getNumKHeads()
+                            << ")";
+  int64_t hk = op.getNumKHeads(), hv = op.getNumVHeads(), dk = op.getHeadKDim(),
+          dv = op.getHeadVDim();
+  if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, hk, dk})) ||
+      failed(checkShape(raw, "k", op.getK(), {kAnyDim, hk, dk})) ||
+      failed(checkShape(raw, "v", op.getV(), {kAnyDim, hv, dv})) ||
+      failed(checkShape(raw, "g", op.getG(), {kAnyDim, hv})) ||
+      failed(checkShape(raw, "beta", op.getBeta(), {kAnyDim, hv})) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, hv, dv})))
+    return failure();
+  return success();
+}
+
+template <typename OpT>
 LogicalResult verifyConvOp(OpT op) {
   Operation *raw = op.getOperation();
   if (failed(checkLayer(raw, op.getLayer())) ||
@@ -264,11 +289,13 @@ LogicalResult AttentionOp::verify() { return verifyAttentionOp(*this); }
 LogicalResult MlaAttentionOp::verify() { return verifyMlaOp(*this); }
 LogicalResult SsmOp::verify() { return verifySsmOp(*this); }
 LogicalResult CausalConvOp::verify() { return verifyConvOp(*this); }
+LogicalResult GatedDeltaNetOp::verify() { return verifyGdnOp(*this); }
 
 int64_t AttentionOp::getLayerIndex() { return getLayer(); }
 int64_t MlaAttentionOp::getLayerIndex() { return getLayer(); }
 int64_t SsmOp::getLayerIndex() { return getLayer(); }
 int64_t CausalConvOp::getLayerIndex() { return getLayer(); }
+int64_t GatedDeltaNetOp::getLayerIndex() { return getLayer(); }
 
 SmallVector<ResourceRequest> AttentionOp::getResourceRequests(SpecAttr spec,
                                                               RuntimeAttr runtime) {
@@ -333,6 +360,36 @@ SmallVector<ResourceRequest> CausalConvOp::getResourceRequests(SpecAttr spec,
   return requests;
 }
 
+SmallVector<ResourceRequest> GatedDeltaNetOp::getResourceRequests(SpecAttr spec,
+                                                                  RuntimeAttr runtime) {
+  int64_t hk = getNumKHeads(), hv = getNumVHeads(), dk = getHeadKDim(), dv = getHeadVDim();
+  // The recurrent state is kept like a Mamba2 state (the runtime's SSM state dtype,
+  // f32 unless the config says otherwise), divided across TP ranks by value head.
+  Type stateType = runtime.getSsmStateType();
+  Type modelType = cast<RankedTensorType>(getV().getType()).getElementType();
+  Type f32 = Float32Type::get(getContext());
+  Type i32 = IntegerType::get(getContext(), 32);
+  SmallVector<ResourceRequest> requests = {
+      {ResourceKind::gdn_state, {hv, dk, dv}, stateType, 0, std::nullopt}};
+  if (!spec)
+    return requests;
+  int64_t steps = spec.getTokensPerStep();
+  if (spec.getSsm() == SsmSpecMode::rewind) {
+    requests.push_back({ResourceKind::intermediate_gdn_state, {steps, hv, dk, dv}, stateType,
+                        1, std::nullopt});
+    return requests;
+  }
+  // Replay: k, v, g and beta of the last two steps, from which the state after the
+  // accepted prefix is recomputed (q does not enter the state).
+  requests.push_back(
+      {ResourceKind::gdn_replay_k, {2, steps, hk, dk}, modelType, 2, std::nullopt});
+  requests.push_back(
+      {ResourceKind::gdn_replay_v, {2, steps, hv, dv}, modelType, 2, std::nullopt});
+  requests.push_back({ResourceKind::gdn_replay_gb, {2, hv, steps, 2}, f32, 1, std::nullopt});
+  requests.push_back({ResourceKind::replay_index, {2}, i32, std::nullopt, std::nullopt});
+  return requests;
+}
+
 namespace {
 /// `tensor.empty` of `type`, its dynamic dimensions read from the same dimensions of
 /// `like` (the token dimension of an input).
@@ -383,6 +440,18 @@ Operation *SsmOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
       get(ResourceKind::replay_x), get(ResourceKind::replay_b), get(ResourceKind::replay_dt),
       get(ResourceKind::replay_dacs), get(ResourceKind::replay_index), init, getLayerAttr(),
       getNumHeadsAttr(), getHeadDimAttr(), getStateSizeAttr(), getNGroupsAttr(),
+      getDraftAttr(), nullptr, nullptr, nullptr);
+}
+
+Operation *GatedDeltaNetOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
+  auto get = [&](ResourceKind kind) { return findResource(resources, kind); };
+  Value init = emptyLike(builder, getLoc(), getOut().getType(), getV());
+  return CachedGatedDeltaNetOp::create(
+      builder, getLoc(), getOut().getType(), getQ(), getK(), getV(), getG(), getBeta(),
+      get(ResourceKind::gdn_state), get(ResourceKind::intermediate_gdn_state),
+      get(ResourceKind::gdn_replay_k), get(ResourceKind::gdn_replay_v),
+      get(ResourceKind::gdn_replay_gb), get(ResourceKind::replay_index), init, getLayerAttr(),
+      getNumKHeadsAttr(), getNumVHeadsAttr(), getHeadKDimAttr(), getHeadVDimAttr(),
       getDraftAttr(), nullptr, nullptr, nullptr);
 }
 
@@ -557,6 +626,49 @@ void CachedSsmOp::detachResource(Value resource) {
                               getReplayDacsMutable(), getReplayIndexMutable()});
 }
 
+// Gated DeltaNet
+LogicalResult CachedGatedDeltaNetOp::verify() {
+  if (failed(verifyGdnOp(*this)) || failed(verifyDestination(*this, getV(), getInit())) ||
+      failed(verifySlots(*this, getCacheSlots(), {"state"})))
+    return failure();
+  bool anyReplay = getReplayK() || getReplayV() || getReplayGb() || getReplayIndex();
+  bool allReplay = getReplayK() && getReplayV() && getReplayGb() && getReplayIndex();
+  if (anyReplay && !allReplay)
+    return emitOpError() << "replay slots are all-or-none: replay mode needs replay_k, "
+                            "replay_v, replay_gb and replay_index";
+  if (anyReplay && getIntermediate())
+    return emitOpError() << "'intermediate' (rewind mode) and the replay slots (replay "
+                            "mode) are exclusive";
+  return success();
+}
+int64_t CachedGatedDeltaNetOp::getLayerIndex() { return getLayer(); }
+OpFamily CachedGatedDeltaNetOp::getOpFamily() { return OpFamily::gdn; }
+
+KernelShape CachedGatedDeltaNetOp::getKernelShape(RuntimeAttr runtime) {
+  KernelShape shape;
+  shape.headDim = getHeadKDim();
+  shape.dtype = runtime.getSsmStateType();
+  shape.numHeads = getNumVHeads() / (runtime ? runtime.getTp() : 1);
+  shape.needsIntermediates = static_cast<bool>(getIntermediate());
+  shape.needsReplay = static_cast<bool>(getReplayK());
+  return shape;
+}
+std::optional<DraftKind> CachedGatedDeltaNetOp::getDraftKind() { return getDraft(); }
+SmallVector<CacheSlot> CachedGatedDeltaNetOp::getCacheSlots() {
+  return {CacheSlot{"state", {ResourceKind::gdn_state}, false, getState()},
+          CacheSlot{"intermediate", {ResourceKind::intermediate_gdn_state}, true,
+                    getIntermediate()},
+          CacheSlot{"replay_k", {ResourceKind::gdn_replay_k}, true, getReplayK()},
+          CacheSlot{"replay_v", {ResourceKind::gdn_replay_v}, true, getReplayV()},
+          CacheSlot{"replay_gb", {ResourceKind::gdn_replay_gb}, true, getReplayGb()},
+          CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
+}
+void CachedGatedDeltaNetOp::detachResource(Value resource) {
+  clearSlotHolding(resource, {getIntermediateMutable(), getReplayKMutable(),
+                              getReplayVMutable(), getReplayGbMutable(),
+                              getReplayIndexMutable()});
+}
+
 // Conv
 LogicalResult CachedCausalConvOp::verify() {
   if (failed(verifyConvOp(*this)) || failed(verifyDestination(*this, getX(), getInit())))
@@ -646,6 +758,11 @@ FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
   return emitOpError() << "layer " << getLayer()
                        << ": in-place lowering of Mamba2 SSM is not implemented yet (whole "
                           "Mamba2 models come with the Nemotron-H import)";
+}
+FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
+  return emitOpError() << "layer " << getLayer()
+                       << ": Gated DeltaNet has no runtime kernel yet (its decode update "
+                          "and chunked prefill are planned in the kernel registry)";
 }
 FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
   return emitOpError() << "layer " << getLayer()

@@ -19,7 +19,8 @@ for path in sys.argv[1:]:
         assert r["name"] == "layer%d.%s" % (r["layer"], r["kind"]), r
         assert isinstance(r["bytes"], int) and r["bytes"] >= 0
     for k in d["kernels"]:
-        assert set(k) == {"layer", "op", "phase", "kernel", "spec_dec_mode"}, k
+        assert set(k) == {"layer", "op", "phase", "kernel", "spec_dec_mode", "implemented"}, k
+        assert isinstance(k["implemented"], bool), k
         assert k["op"] in {"attention", "mla_attention", "ssm", "causal_conv"}, k
         assert k["phase"] in {"decode", "prefill"}, k
     m = d["memory"]

@@ -78,7 +78,14 @@ def Kiln_ResourceKind : Kiln_I32Enum<"ResourceKind", "kind of a cache resource",
   I32EnumAttrCase<"replay_dt", 8>,
   I32EnumAttrCase<"replay_dacs", 9>,
   I32EnumAttrCase<"replay_index", 10>,
-  I32EnumAttrCase<"draft_kv", 11>
+  I32EnumAttrCase<"draft_kv", 11>,
+  // Gated DeltaNet (Qwen3-Next linear attention): the recurrent state, its per-draft
+  // copies (rewind), and the inputs replay recomputes the accepted prefix from.
+  I32EnumAttrCase<"gdn_state", 12>,
+  I32EnumAttrCase<"intermediate_gdn_state", 13>,
+  I32EnumAttrCase<"gdn_replay_k", 14>,
+  I32EnumAttrCase<"gdn_replay_v", 15>,
+  I32EnumAttrCase<"gdn_replay_gb", 16>
 ]>;
 def Kiln_ResourceKindAttr : EnumAttr<Kiln_Dialect, Kiln_ResourceKind, "resource_kind">;
 

@@ -38,13 +38,16 @@ llvm::ArrayRef<TargetFeature> allTargetFeatures();
 enum class AllocationUnit { perSlot, perToken };
 
 /// Kernel family serving a cached op.
-enum class OpFamily { attention, mla, ssm, conv };
+enum class OpFamily { attention, mla, ssm, conv, gdn };
 llvm::StringRef stringifyOpFamily(OpFamily family);
 
 /// Kinds that exist only for speculative decoding.
 bool isSpeculativeOnlyKind(ResourceKind kind);
 /// Kinds allocated per token (KV pages) rather than per sequence slot.
 bool isPerTokenKind(ResourceKind kind);
+/// Speculative kinds holding one entry per verified token (1 + max_draft_len): their
+/// bytes grow with the draft length (the intermediate states of rewind mode).
+bool isPerDraftStepKind(ResourceKind kind);
 
 /// One resource slot of a cached op.
 struct CacheSlot {

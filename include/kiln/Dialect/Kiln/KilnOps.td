@@ -89,6 +89,13 @@ defvar SsmAttrs = (ins
     I64Attr:$state_size,
     I64Attr:$n_groups,
     OptionalAttr<Kiln_DraftKindAttr>:$draft);
+defvar GdnAttrs = (ins
+    I64Attr:$layer,
+    I64Attr:$num_k_heads,
+    I64Attr:$num_v_heads,
+    I64Attr:$head_k_dim,
+    I64Attr:$head_v_dim,
+    OptionalAttr<Kiln_DraftKindAttr>:$draft);
 defvar ConvAttrs = (ins
     I64Attr:$layer,
     I64Attr:$conv_dim,
@@ -156,7 +163,7 @@ def Kiln_SsmOp : Kiln_LayerOp<"ssm", [
 
 def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [
     DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
-  let summary = "depthwise causal conv1d of a Mamba2 layer";
+  let summary = "depthwise causal conv1d of a Mamba2 or Gated DeltaNet layer";
   let description = [{
     `x: [tokens, conv_dim]`, result like `x`; `kernel_size` in [2, 4] (the decode
     kernels support up to 4); `silu` applies SiLU to the output.
@@ -165,6 +172,29 @@ def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
     `layer` $layer $x attr-dict `:` type($x) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [
+    DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
+  let summary = "Gated DeltaNet linear attention of one layer (Qwen3-Next)";
+  let description = [{
+    The gated delta rule over a recurrent state `S: [num_v_heads, head_k_dim,
+    head_v_dim]` per sequence: for each token, `S = exp(g) * S`, then
+    `S += beta * k (v - S^T k)^T`, and the output is `S^T q`. Value heads share key
+    heads in groups (`num_v_heads` a multiple of `num_k_heads`).
+    `q`, `k: [tokens, num_k_heads, head_k_dim]` (already normalized and convolved),
+    `v: [tokens, num_v_heads, head_v_dim]`, `g`, `beta: [tokens, num_v_heads]`
+    (log decay and write strength); result like `v`. The layer's causal conv is a
+    separate `kiln.causal_conv` over the concatenated q/k/v projections.
+  }];
+  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v,
+                            AnyRankedTensor:$g, AnyRankedTensor:$beta), GdnAttrs);
+  let results = (outs AnyRankedTensor:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $k `,` $v `,` $g `,` $beta attr-dict `:` type($q) `,` type($k)
+    `,` type($v) `,` type($g) `,` type($beta) `->` type($out)
   }];
   let hasVerifier = 1;
 }
@@ -253,6 +283,39 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
     (`replay_index` `(` $replay_index^ `:` qualified(type($replay_index)) `)`)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($x) `,` type($dt) `,` type($b) `,` type($c) (`->` type($out)^)?
+  }];
+}
+
+def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
+                                                [AttrSizedOperandSegments]> {
+  let summary = "Gated DeltaNet updating its recurrent state";
+  let description = [{
+    Like `kiln.gated_delta_net`, with the `state` resource (`gdn_state`) and the
+    speculative slots: `intermediate` (rewind mode: the state after each verified
+    token) or the replay buffers `replay_k`, `replay_v`, `replay_gb`, `replay_index`
+    (replay mode: the last two steps' inputs). With speculation off all speculative
+    slots are empty.
+  }];
+  let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v, AnyShaped:$g,
+                            AnyShaped:$beta, Kiln_CacheType:$state,
+                            Optional<Kiln_CacheType>:$intermediate,
+                            Optional<Kiln_CacheType>:$replay_k,
+                            Optional<Kiln_CacheType>:$replay_v,
+                            Optional<Kiln_CacheType>:$replay_gb,
+                            Optional<Kiln_CacheType>:$replay_index, AnyShaped:$init),
+                       GdnAttrs, SelectionAttrs);
+  let results = (outs Optional<AnyRankedTensor>:$out);
+  let assemblyFormat = [{
+    `layer` $layer $q `,` $k `,` $v `,` $g `,` $beta
+    `state` `(` $state `:` qualified(type($state)) `)`
+    (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
+    (`replay_k` `(` $replay_k^ `:` qualified(type($replay_k)) `)`)?
+    (`replay_v` `(` $replay_v^ `:` qualified(type($replay_v)) `)`)?
+    (`replay_gb` `(` $replay_gb^ `:` qualified(type($replay_gb)) `)`)?
+    (`replay_index` `(` $replay_index^ `:` qualified(type($replay_index)) `)`)?
+    `outs` `(` $init `:` type($init) `)`
+    attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($g) `,` type($beta)
+    (`->` type($out)^)?
   }];
 }
 
