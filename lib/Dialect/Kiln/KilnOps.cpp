@@ -735,6 +735,20 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
   if (offset < 0)
     return emitOpError() << "layer " << getLayer()
                          << ": the KV resource has no planned offset; run kiln-plan-memory";
+  // kiln_rt_attention carries no dtype: its kernels read q and the cache as bf16. A
+  // cache planned in another dtype would be read as bf16, so it cannot be lowered.
+  Type bf16 = BFloat16Type::get(getContext());
+  auto resource = getKv().getDefiningOp<CacheResourceOp>();
+  Type cacheType = resource ? resource.getElementType() : Type();
+  if (cacheType && cacheType != bf16)
+    return emitOpError() << "layer " << getLayer() << ": the KV cache is " << cacheType
+                         << ", but the runtime's attention path reads bf16 caches only "
+                            "(kv_dtype is a planning option for other dtypes); compile with "
+                            "--kv-dtype bf16 to run the model";
+  Type qType = cast<ShapedType>(getQ().getType()).getElementType();
+  if (qType != bf16)
+    return emitOpError() << "layer " << getLayer() << ": q is " << qType
+                         << ", but the runtime's attention path takes bf16 activations only";
   return RuntimeCall{
       "kiln_rt_attention",
       {RuntimeArg::i32(getLayer()), RuntimeArg::i64(offset), RuntimeArg::pointer(getQ()),
