@@ -518,12 +518,21 @@ extern "C" kiln_status_t kiln_mla_decode_small_smem(const kiln_mla_decode_params
   return runMla(kernel, p, false);
 }
 
-extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
-  constexpr const char *kernel = "kv_append";
-  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
-  KILN_REQUIRE(p->k, KILN_ERROR_INVALID_ARGUMENT, "%s: k is null", kernel);
-  KILN_REQUIRE(p->v, KILN_ERROR_INVALID_ARGUMENT, "%s: v is null", kernel);
-  KILN_REQUIRE(p->kv_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is null", kernel);
+namespace {
+// Where each appended token goes: the fields both append launchers (GQA KV and MLA
+// latent) take from their params alike.
+template <typename Args, typename Params> void fillTokenTables(Args &args, const Params *p) {
+  args.blockTable = p->block_table;
+  args.tokenBatch = p->token_batch;
+  args.tokenPos = p->token_pos;
+  args.numTokens = p->num_tokens;
+  args.batch = p->batch;
+  args.numPages = p->num_pages;
+  args.maxPages = p->max_pages_per_seq;
+}
+
+// The checks both append launchers make alike: the token tables and the dtype.
+template <typename Params> kiln_status_t checkAppendCommon(const char *kernel, const Params *p) {
   kiln_status_t status = validateTokenTables(kernel, p->block_table, p->token_batch, p->token_pos,
                                              p->num_tokens, p->batch, p->num_pages,
                                              p->max_pages_per_seq);
@@ -531,6 +540,19 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
     return status;
   KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
                "%s: dtype %d unsupported (BF16 or F16)", kernel, static_cast<int>(p->dtype));
+  return KILN_OK;
+}
+} // namespace
+
+extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
+  constexpr const char *kernel = "kv_append";
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
+  KILN_REQUIRE(p->k, KILN_ERROR_INVALID_ARGUMENT, "%s: k is null", kernel);
+  KILN_REQUIRE(p->v, KILN_ERROR_INVALID_ARGUMENT, "%s: v is null", kernel);
+  KILN_REQUIRE(p->kv_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is null", kernel);
+  kiln_status_t status = checkAppendCommon(kernel, p);
+  if (status != KILN_OK)
+    return status;
   KILN_REQUIRE(p->kv_heads >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_heads %d < 1", kernel,
                p->kv_heads);
   KILN_REQUIRE(p->head_dim == 64 || p->head_dim == 128 || p->head_dim == 256,
@@ -555,16 +577,10 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   args.kStride = kStride;
   args.vStride = vStride;
   args.cache = static_cast<uint16_t *>(p->kv_cache);
-  args.blockTable = p->block_table;
-  args.tokenBatch = p->token_batch;
-  args.tokenPos = p->token_pos;
-  args.numTokens = p->num_tokens;
-  args.batch = p->batch;
+  fillTokenTables(args, p);
   args.kvHeads = p->kv_heads;
   args.headDim = p->head_dim;
   args.pageSize = p->page_size;
-  args.numPages = p->num_pages;
-  args.maxPages = p->max_pages_per_seq;
   long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
   if ((status = launch(kernel, kvAppendKernel(), dim3(static_cast<unsigned>((chunks + 255) / 256)),
                        dim3(256), &args, 0, p->stream)) != KILN_OK)
@@ -578,13 +594,9 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   KILN_REQUIRE(p->kv_c, KILN_ERROR_INVALID_ARGUMENT, "%s: kv_c is null", kernel);
   KILN_REQUIRE(p->k_pe, KILN_ERROR_INVALID_ARGUMENT, "%s: k_pe is null", kernel);
   KILN_REQUIRE(p->latent_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: latent_cache is null", kernel);
-  kiln_status_t status = validateTokenTables(kernel, p->block_table, p->token_batch, p->token_pos,
-                                             p->num_tokens, p->batch, p->num_pages,
-                                             p->max_pages_per_seq);
+  kiln_status_t status = checkAppendCommon(kernel, p);
   if (status != KILN_OK)
     return status;
-  KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
-               "%s: dtype %d unsupported (BF16 or F16)", kernel, static_cast<int>(p->dtype));
   long long kvCStride = p->kv_c_token_stride ? p->kv_c_token_stride : KILN_MLA_KV_LORA_RANK;
   long long kPeStride = p->k_pe_token_stride ? p->k_pe_token_stride : KILN_MLA_ROPE_DIM;
   if ((status = checkStride(kernel, "kv_c_token_stride", kvCStride, KILN_MLA_KV_LORA_RANK)) !=
@@ -602,13 +614,7 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   args.kvCStride = kvCStride;
   args.kPeStride = kPeStride;
   args.cache = static_cast<uint16_t *>(p->latent_cache);
-  args.blockTable = p->block_table;
-  args.tokenBatch = p->token_batch;
-  args.tokenPos = p->token_pos;
-  args.numTokens = p->num_tokens;
-  args.batch = p->batch;
-  args.numPages = p->num_pages;
-  args.maxPages = p->max_pages_per_seq;
+  fillTokenTables(args, p);
   long long chunks = static_cast<long long>(p->num_tokens) * (KILN_MLA_HEAD_DIM / 8);
   if ((status = launch(kernel, mlaKvAppendKernel(),
                        dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,

@@ -85,6 +85,29 @@ bool checkSsmCommon(Checker &c, const SsmCommon &p) {
   return c.aligned16(p.state, "state");
 }
 
+// The launch fields the single-token and the speculative ssm launchers take from their
+// params alike (the params structs share these member names).
+template <typename Params>
+void fillSsmOperands(SsmArgs &a, const Params &p, int32_t numTokens) {
+  a.numSlots = p.num_slots;
+  a.indices = p.state_indices;
+  a.batch = p.batch;
+  a.numTokens = numTokens;
+  a.heads = p.heads;
+  a.headDim = p.head_dim;
+  a.headsPerGroup = p.heads / p.n_groups;
+  a.x = p.x;
+  a.dt = p.dt;
+  a.dtBias = p.dt_bias;
+  a.A = p.A;
+  a.D = p.D;
+  a.B = p.B;
+  a.C = p.C;
+  a.z = p.z;
+  a.out = p.out;
+  a.dtSoftplus = p.dt_softplus;
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_ssm_update(const kiln_ssm_update_params_t *params) {
@@ -136,23 +159,7 @@ extern "C" kiln_status_t kiln_ssm_update(const kiln_ssm_update_params_t *params)
   a.outHead = a.inHead;
   a.outDim = a.inDim;
   a.outToken = 0;
-  a.numSlots = p.num_slots;
-  a.indices = p.state_indices;
-  a.batch = p.batch;
-  a.numTokens = 1;
-  a.heads = p.heads;
-  a.headDim = p.head_dim;
-  a.headsPerGroup = p.heads / p.n_groups;
-  a.x = p.x;
-  a.dt = p.dt;
-  a.dtBias = p.dt_bias;
-  a.A = p.A;
-  a.D = p.D;
-  a.B = p.B;
-  a.C = p.C;
-  a.z = p.z;
-  a.out = p.out;
-  a.dtSoftplus = p.dt_softplus;
+  fillSsmOperands(a, p, 1);
   return launchSsmUpdate(a, p.state_dtype, p.dtype, p.state_size, p.stream);
 }
 
@@ -226,23 +233,7 @@ extern "C" kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_
     return ok();
   a.stateIn = p.state;
   a.stateOut = p.intermediate;
-  a.numSlots = p.num_slots;
-  a.indices = p.state_indices;
-  a.batch = p.batch;
-  a.numTokens = p.num_tokens;
-  a.heads = p.heads;
-  a.headDim = p.head_dim;
-  a.headsPerGroup = p.heads / p.n_groups;
-  a.x = p.x;
-  a.dt = p.dt;
-  a.dtBias = p.dt_bias;
-  a.A = p.A;
-  a.D = p.D;
-  a.B = p.B;
-  a.C = p.C;
-  a.z = p.z;
-  a.out = p.out;
-  a.dtSoftplus = p.dt_softplus;
+  fillSsmOperands(a, p, p.num_tokens);
   return launchSsmUpdateSpec(a, p.state_dtype, p.dtype, p.state_size, p.stream);
 }
 
@@ -299,6 +290,21 @@ bool checkConvCommon(Checker &c, const ConvCommon &p) {
          c.aligned16(p.out, "out");
 }
 
+// The launch fields both conv launchers take from their params alike.
+template <typename Params>
+void fillConvOperands(ConvArgs &a, const Params &p, int32_t numTokens) {
+  a.numSlots = p.num_slots;
+  a.indices = p.state_indices;
+  a.batch = p.batch;
+  a.numTokens = numTokens;
+  a.convDim = p.conv_dim;
+  a.x = p.x;
+  a.weight = p.weight;
+  a.bias = p.bias;
+  a.out = p.out;
+  a.silu = p.silu;
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_conv_update(const kiln_conv_update_params_t *params) {
@@ -325,16 +331,7 @@ extern "C" kiln_status_t kiln_conv_update(const kiln_conv_update_params_t *param
   a.stateOut = p.state;
   a.outSlot = a.inSlot;
   a.outToken = 0;
-  a.numSlots = p.num_slots;
-  a.indices = p.state_indices;
-  a.batch = p.batch;
-  a.numTokens = 1;
-  a.convDim = p.conv_dim;
-  a.x = p.x;
-  a.weight = p.weight;
-  a.bias = p.bias;
-  a.out = p.out;
-  a.silu = p.silu;
+  fillConvOperands(a, p, 1);
   return launchConvUpdate(a, p.state_dtype, p.dtype, p.width, false, p.stream);
 }
 
@@ -371,15 +368,6 @@ extern "C" kiln_status_t kiln_conv_update_spec(const kiln_conv_update_spec_param
     return ok();
   a.stateIn = p.state;
   a.stateOut = p.intermediate;
-  a.numSlots = p.num_slots;
-  a.indices = p.state_indices;
-  a.batch = p.batch;
-  a.numTokens = p.num_tokens;
-  a.convDim = p.conv_dim;
-  a.x = p.x;
-  a.weight = p.weight;
-  a.bias = p.bias;
-  a.out = p.out;
-  a.silu = p.silu;
+  fillConvOperands(a, p, p.num_tokens);
   return launchConvUpdate(a, p.state_dtype, p.dtype, p.width, true, p.stream);
 }
