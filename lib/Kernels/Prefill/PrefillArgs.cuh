@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 namespace kiln::kernels::prefill {
 
 inline FmhaArgs makeArgs(const kiln_prefill_fmha_params_t &p) {
@@ -113,6 +115,17 @@ template <> struct DefaultConfig<128> {
   static constexpr bool QREG = true;
 };
 
+// Calls `launch(T{}, std::integral_constant<int, D>{})` with the element type and head
+// dim of the shipped instantiations (validated before: bf16/fp16, head_dim 64 or 128).
+template <typename Launch>
+inline cudaError_t forShippedConfig(kiln_dtype_t dtype, int headDim, Launch &&launch) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (dtype == KILN_DTYPE_BF16)
+    return headDim == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
+  return headDim == 64 ? launch(__half{}, D64{}) : launch(__half{}, D128{});
+}
+
 template <bool PAGED, typename Params>
 inline kiln_status_t dispatch(const Params &p, const char *name) {
   kiln_status_t st = checkDeviceSm80(name);
@@ -120,23 +133,12 @@ inline kiln_status_t dispatch(const Params &p, const char *name) {
     return st;
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  cudaError_t err = cudaErrorInvalidValue;
-#define KILN_PREFILL_CASE(T, D)                                                                \
-  err = launchPrefillFmha<T, D, DefaultConfig<D>::BM, DefaultConfig<D>::BN,                    \
-                          DefaultConfig<D>::STAGES, PAGED, DefaultConfig<D>::MT,               \
-                          DefaultConfig<D>::QREG>(a, p.batch, p.max_seqlen_q, p.q_heads, stream)
-  if (p.dtype == KILN_DTYPE_BF16) {
-    if (p.head_dim == 64)
-      KILN_PREFILL_CASE(__nv_bfloat16, 64);
-    else
-      KILN_PREFILL_CASE(__nv_bfloat16, 128);
-  } else {
-    if (p.head_dim == 64)
-      KILN_PREFILL_CASE(__half, 64);
-    else
-      KILN_PREFILL_CASE(__half, 128);
-  }
-#undef KILN_PREFILL_CASE
+  const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {
+    using T = decltype(t);
+    using C = DefaultConfig<decltype(d)::value>;
+    return launchPrefillFmha<T, decltype(d)::value, C::BM, C::BN, C::STAGES, PAGED, C::MT,
+                             C::QREG>(a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  });
   return launchResult(err, name);
 }
 

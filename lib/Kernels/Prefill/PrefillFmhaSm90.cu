@@ -23,22 +23,12 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
     return st;
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  cudaError_t err;
-#define KILN_PREFILL_CASE(T, D)                                                                \
-  err = launchPrefillFmhaSm90<T, D, Sm90Config<D>::BN, Sm90Config<D>::STAGES, PAGED>(         \
-      a, p.batch, p.max_seqlen_q, p.q_heads, stream)
-  if (p.dtype == KILN_DTYPE_BF16) {
-    if (p.head_dim == 64)
-      KILN_PREFILL_CASE(__nv_bfloat16, 64);
-    else
-      KILN_PREFILL_CASE(__nv_bfloat16, 128);
-  } else {
-    if (p.head_dim == 64)
-      KILN_PREFILL_CASE(__half, 64);
-    else
-      KILN_PREFILL_CASE(__half, 128);
-  }
-#undef KILN_PREFILL_CASE
+  const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {
+    using T = decltype(t);
+    using C = Sm90Config<decltype(d)::value>;
+    return launchPrefillFmhaSm90<T, decltype(d)::value, C::BN, C::STAGES, PAGED>(
+        a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  });
   return launchResult(err, name);
 }
 
