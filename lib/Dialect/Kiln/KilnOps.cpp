@@ -510,6 +510,33 @@ LogicalResult verifySlots(CachedOpInterface op, ArrayRef<CacheSlot> slots,
 }
 
 /// Empties whichever optional slot holds `resource`.
+/// How a recurrent op recovers the state of the accepted drafts: rewind keeps the state
+/// after each draft in `intermediate`, replay keeps the inputs in the `replay_*` slots.
+/// All replay slots or none, and never both modes.
+LogicalResult verifyRecoverySlots(Operation *op, ArrayRef<CacheSlot> slots) {
+  SmallVector<StringRef> replay;
+  bool anyReplay = false, allReplay = true, rewind = false;
+  for (const CacheSlot &slot : slots) {
+    if (slot.name == "intermediate") {
+      rewind = static_cast<bool>(slot.value);
+    } else if (slot.name.starts_with("replay_")) {
+      replay.push_back(slot.name);
+      anyReplay |= static_cast<bool>(slot.value);
+      allReplay &= static_cast<bool>(slot.value);
+    }
+  }
+  if (anyReplay && !allReplay) {
+    std::string names;
+    for (auto [i, name] : llvm::enumerate(replay))
+      names += (i == 0 ? "" : i + 1 == replay.size() ? " and " : ", ") + name.str();
+    return op->emitOpError() << "replay slots are all-or-none: replay mode needs " << names;
+  }
+  if (anyReplay && rewind)
+    return op->emitOpError() << "'intermediate' (rewind mode) and the replay slots (replay "
+                                "mode) are exclusive";
+  return success();
+}
+
 void clearSlotHolding(Value resource, ArrayRef<MutableOperandRange> optionalSlots) {
   for (MutableOperandRange slot : optionalSlots)
     if (slot.size() == 1 && slot[0].get() == resource) {
@@ -586,17 +613,7 @@ LogicalResult CachedSsmOp::verify() {
   if (failed(verifySsmOp(*this)) || failed(verifyDestination(*this, getX(), getInit())) ||
       failed(verifySlots(*this, getCacheSlots(), {"state"})))
     return failure();
-  bool anyReplay = getReplayX() || getReplayB() || getReplayDt() || getReplayDacs() ||
-                   getReplayIndex();
-  bool allReplay = getReplayX() && getReplayB() && getReplayDt() && getReplayDacs() &&
-                   getReplayIndex();
-  if (anyReplay && !allReplay)
-    return emitOpError() << "replay slots are all-or-none: replay mode needs replay_x, "
-                            "replay_b, replay_dt, replay_dacs and replay_index";
-  if (anyReplay && getIntermediate())
-    return emitOpError() << "'intermediate' (rewind mode) and the replay slots (replay "
-                            "mode) are exclusive";
-  return success();
+  return verifyRecoverySlots(*this, getCacheSlots());
 }
 int64_t CachedSsmOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedSsmOp::getOpFamily() { return OpFamily::ssm; }
@@ -631,15 +648,7 @@ LogicalResult CachedGatedDeltaNetOp::verify() {
   if (failed(verifyGdnOp(*this)) || failed(verifyDestination(*this, getV(), getInit())) ||
       failed(verifySlots(*this, getCacheSlots(), {"state"})))
     return failure();
-  bool anyReplay = getReplayK() || getReplayV() || getReplayGb() || getReplayIndex();
-  bool allReplay = getReplayK() && getReplayV() && getReplayGb() && getReplayIndex();
-  if (anyReplay && !allReplay)
-    return emitOpError() << "replay slots are all-or-none: replay mode needs replay_k, "
-                            "replay_v, replay_gb and replay_index";
-  if (anyReplay && getIntermediate())
-    return emitOpError() << "'intermediate' (rewind mode) and the replay slots (replay "
-                            "mode) are exclusive";
-  return success();
+  return verifyRecoverySlots(*this, getCacheSlots());
 }
 int64_t CachedGatedDeltaNetOp::getLayerIndex() { return getLayer(); }
 OpFamily CachedGatedDeltaNetOp::getOpFamily() { return OpFamily::gdn; }
