@@ -39,6 +39,29 @@ kiln_status_t runSequentialPrefill(const Call &c, kiln_rt_context *ctx, uint64_t
   }
   return kiln::kernels::ok();
 }
+
+// The single-token state update of a step: a decode step launches `launch` once for the
+// batch (and forgets the layer's last speculative commit), a prefill runs it token by
+// token (runSequentialPrefill). Shared by the SSM and the conv layers.
+template <typename Params, typename PointAtRow>
+kiln_status_t runStateUpdate(const Call &c, kiln_rt_context *ctx, int32_t phase, int32_t layer,
+                             const char *commitKey, uint64_t stateOffset, uint64_t slotBytes,
+                             Params &p, kiln_status_t (*launch)(const Params *),
+                             const char *launchName, const char *prefillName,
+                             PointAtRow pointAtRow) {
+  if (phase == KILN_RT_PHASE_DECODE)
+    ctx->commits.erase({layer, commitKey});
+  if (ctx->dry)
+    return kiln::kernels::ok();
+  if (phase != KILN_RT_PHASE_DECODE)
+    return runSequentialPrefill(c, ctx, stateOffset, slotBytes, p, launch, prefillName,
+                                pointAtRow);
+  kiln_status_t s = launch(&p);
+  ++ctx->launches;
+  if (s != KILN_OK)
+    return c.launcher(s, launchName);
+  return kiln::kernels::ok();
+}
 } // namespace
 
 // ---- Mamba2 SSM --------------------------------------------------------------------------
@@ -202,22 +225,10 @@ extern "C" kiln_status_t kiln_rt_ssm(kiln_rt_context_t *ctx, int32_t phase, int3
   p.out_stride_head = head_dim;
   p.dt_softplus = 1;
   p.stream = ctx->stream;
-  if (phase == KILN_RT_PHASE_DECODE) {
-    ctx->commits.erase({layer, "ssm"});
-    if (ctx->dry)
-      return kiln::kernels::ok();
-    kiln_status_t s = kiln_ssm_update(&p);
-    ++ctx->launches;
-    if (s != KILN_OK)
-      return c.launcher(s, "kiln_ssm_update");
-    return kiln::kernels::ok();
-  }
-
-  if (ctx->dry)
-    return kiln::kernels::ok();
-  return runSequentialPrefill(
-      c, ctx, state_offset, slotBytes, p, kiln_ssm_update,
-      "kiln_ssm_update (sequential prefill)", [&](kiln_ssm_update_params_t &q, int row) {
+  return runStateUpdate(
+      c, ctx, phase, layer, "ssm", state_offset, slotBytes, p, kiln_ssm_update,
+      "kiln_ssm_update", "kiln_ssm_update (sequential prefill)",
+      [&](kiln_ssm_update_params_t &q, int row) {
         q.x = static_cast<const char *>(x) + row * HP * kBf16;
         q.dt = static_cast<const char *>(dt) + static_cast<int64_t>(row) * num_heads * kBf16;
         q.B = static_cast<const char *>(B) + row * GN * kBf16;
@@ -336,22 +347,10 @@ extern "C" kiln_status_t kiln_rt_conv(kiln_rt_context_t *ctx, int32_t phase, int
   p.out_stride_batch = conv_dim;
   p.silu = silu ? 1 : 0;
   p.stream = ctx->stream;
-  if (phase == KILN_RT_PHASE_DECODE) {
-    ctx->commits.erase({layer, "conv"});
-    if (ctx->dry)
-      return kiln::kernels::ok();
-    kiln_status_t s = kiln_conv_update(&p);
-    ++ctx->launches;
-    if (s != KILN_OK)
-      return c.launcher(s, "kiln_conv_update");
-    return kiln::kernels::ok();
-  }
-
-  if (ctx->dry)
-    return kiln::kernels::ok();
-  return runSequentialPrefill(
-      c, ctx, state_offset, slotBytes, p, kiln_conv_update,
-      "kiln_conv_update (sequential prefill)", [&](kiln_conv_update_params_t &q, int row) {
+  return runStateUpdate(
+      c, ctx, phase, layer, "conv", state_offset, slotBytes, p, kiln_conv_update,
+      "kiln_conv_update", "kiln_conv_update (sequential prefill)",
+      [&](kiln_conv_update_params_t &q, int row) {
         q.x = static_cast<const char *>(x) + static_cast<int64_t>(row) * conv_dim * kBf16;
         q.out = static_cast<char *>(out) + static_cast<int64_t>(row) * conv_dim * kBf16;
       });
