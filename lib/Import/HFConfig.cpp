@@ -516,6 +516,14 @@ LogicalResult readDeepSeek(Reader &r, ModelSpec &m) {
   return success();
 }
 
+/// The causal conv kernels take widths 2 to 4 (Mamba2's and Gated DeltaNet's conv).
+LogicalResult checkConvKernel(Reader &r, StringRef key, int64_t width) {
+  if (width >= 2 && width <= 4)
+    return success();
+  r.error(key) << key << " = " << width << " is not supported (the conv kernels take 2 to 4)";
+  return failure();
+}
+
 LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
   if (failed(readCommon(r, m)))
     return failure();
@@ -585,11 +593,8 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
                                  << ") must be a multiple of n_groups (" << m.nGroups << ")";
       return failure();
     }
-    if (m.convKernel < 2 || m.convKernel > 4) {
-      r.error("conv_kernel") << "conv_kernel = " << m.convKernel
-                             << " is not supported (the conv kernels take 2 to 4)";
+    if (failed(checkConvKernel(r, "conv_kernel", m.convKernel)))
       return failure();
-    }
     if (std::optional<StringRef> act = r.getString("mamba_hidden_act", false))
       m.silu = *act == "silu" || *act == "swish";
     if (r.has("mamba_ssm_cache_dtype")) {
@@ -629,29 +634,22 @@ LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
     return failure();
   m.gatedAttention = true;
   m.qkNorm = true;
-  std::optional<int64_t> hk = r.getInt("linear_num_key_heads");
-  std::optional<int64_t> hv = r.getInt("linear_num_value_heads");
-  std::optional<int64_t> dk = r.getInt("linear_key_head_dim");
-  std::optional<int64_t> dv = r.getInt("linear_value_head_dim");
-  std::optional<int64_t> k = r.getInt("linear_conv_kernel_dim");
-  if (!hk || !hv || !dk || !dv || !k)
+  for (auto [key, field] : {std::pair<StringRef, int64_t *>{"linear_num_key_heads", &m.gdnKeyHeads},
+                             {"linear_num_value_heads", &m.gdnValueHeads},
+                             {"linear_key_head_dim", &m.gdnKeyDim},
+                             {"linear_value_head_dim", &m.gdnValueDim},
+                             {"linear_conv_kernel_dim", &m.gdnConvKernel}})
+    *field = r.getInt(key).value_or(0);
+  if (r.failedAny())
     return failure();
-  m.gdnKeyHeads = *hk;
-  m.gdnValueHeads = *hv;
-  m.gdnKeyDim = *dk;
-  m.gdnValueDim = *dv;
-  m.gdnConvKernel = *k;
   if (m.gdnValueHeads % m.gdnKeyHeads != 0) {
     r.error("linear_num_value_heads")
         << "linear_num_value_heads (" << m.gdnValueHeads
         << ") must be a multiple of linear_num_key_heads (" << m.gdnKeyHeads << ")";
     return failure();
   }
-  if (m.gdnConvKernel < 2 || m.gdnConvKernel > 4) {
-    r.error("linear_conv_kernel_dim") << "linear_conv_kernel_dim = " << m.gdnConvKernel
-                                      << " is not supported (the conv kernels take 2 to 4)";
+  if (failed(checkConvKernel(r, "linear_conv_kernel_dim", m.gdnConvKernel)))
     return failure();
-  }
   if (m.gdnKeyHeads * m.gdnKeyDim > Reader::kMaxConfigInt ||
       m.gdnValueHeads * m.gdnValueDim > Reader::kMaxConfigInt ||
       m.gdnConvDim() > Reader::kMaxConfigInt) {
