@@ -40,6 +40,29 @@ uint64_t bytesOf(std::initializer_list<int64_t> factors) {
   return b;
 }
 
+// One device range a graph op reads or writes (checkRange's arguments).
+struct Range {
+  const char *what;
+  const void *p;
+  uint64_t bytes;
+  uint64_t align;
+  bool output;
+};
+
+kiln_status_t checkRanges(const Call &c, const kiln_rt_context *ctx,
+                          std::initializer_list<Range> ranges) {
+  for (const Range &r : ranges)
+    if (kiln_status_t s = checkRange(c, ctx, r.what, r.p, r.bytes, r.align, r.output);
+        s != KILN_OK)
+      return s;
+  return KILN_OK;
+}
+
+// bf16 data of `rows` x `cols` elements.
+Range bf16(const char *what, const void *p, int64_t rows, int64_t cols, bool output = false) {
+  return {what, p, bytesOf({rows, cols, 2}), 2, output};
+}
+
 // After a launch: its status, the checked-launch wait, and the trace of its output
 // (`rows` x `cols` bf16 at `out`).
 kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const char *name,
@@ -50,6 +73,18 @@ kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, con
   if (kiln_status_t checked = checkLaunch(c, ctx); checked != KILN_OK)
     return checked;
   return traceOutput(c, ctx, out, rows, cols);
+}
+
+// The end of every validated graph op: nothing more in a dry context, else the launch
+// on the context's device and what follows it (launched).
+template <typename Launch>
+kiln_status_t launchValidated(const Call &c, kiln_rt_context *ctx, const char *name,
+                              const void *out, int64_t rows, int64_t cols, Launch launch) {
+  if (ctx->dry)
+    return KILN_OK;
+  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    return s;
+  return launched(c, ctx, launch(), name, out, rows, cols);
 }
 
 } // namespace
@@ -65,24 +100,16 @@ extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, co
       return c.error(KILN_ERROR_INVALID_ARGUMENT, "vocab %lld != the model's vocab_size %lld",
                      static_cast<long long>(vocab),
                      static_cast<long long>(ctx->config.vocab_size));
-    if (kiln_status_t s = checkRange(c, ctx, "ids", ids, bytesOf({tokens, 4}), 4, false);
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {{"ids", ids, bytesOf({tokens, 4}), 4, false},
+                                       bf16("table", table, vocab, hidden),
+                                       bf16("out", out, tokens, hidden, true)});
         s != KILN_OK)
       return s;
-    if (kiln_status_t s =
-            checkRange(c, ctx, "table", table, bytesOf({vocab, hidden, 2}), 2, false);
-        s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({tokens, hidden, 2}), 2, true);
-        s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-      return s;
-    return launched(c, ctx,
-                    kiln_embedding_bf16(static_cast<const int32_t *>(ids), table, out, tokens,
-                                        vocab, hidden, ctx->stream),
-                    "kiln_embedding_bf16", out, tokens, hidden);
+    return launchValidated(c, ctx, "kiln_embedding_bf16", out, tokens, hidden, [&] {
+      return kiln_embedding_bf16(static_cast<const int32_t *>(ids), table, out, tokens, vocab,
+                                 hidden, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -95,21 +122,14 @@ extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const
       return s;
     if (!(eps >= 0) || std::isinf(eps))
       return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
-    if (kiln_status_t s = checkRange(c, ctx, "x", x, bytesOf({rows, dim, 2}), 2, false);
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, rows, dim), bf16("weight", weight, 1, dim),
+                                       bf16("out", out, rows, dim, true)});
         s != KILN_OK)
       return s;
-    if (kiln_status_t s = checkRange(c, ctx, "weight", weight, bytesOf({dim, 2}), 2, false);
-        s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({rows, dim, 2}), 2, true);
-        s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-      return s;
-    return launched(c, ctx, kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, ctx->stream),
-                    "kiln_rms_norm_bf16", out, rows, dim);
+    return launchValidated(c, ctx, "kiln_rms_norm_bf16", out, rows, dim, [&] {
+      return kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -120,25 +140,18 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
   auto run = [&]() -> kiln_status_t {
     if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
       return s;
-    if (kiln_status_t s = checkRange(c, ctx, "x", x, bytesOf({m, k, 2}), 2, false); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRange(c, ctx, "w", w, bytesOf({n, k, 2}), 2, false); s != KILN_OK)
-      return s;
-    if (bias)
-      if (kiln_status_t s = checkRange(c, ctx, "bias", bias, bytesOf({n, 2}), 2, false);
-          s != KILN_OK)
-        return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({m, n, 2}), 2, true);
+    if (kiln_status_t s = checkRanges(c, ctx, {bf16("x", x, m, k), bf16("w", w, n, k)});
         s != KILN_OK)
       return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    if (bias)
+      if (kiln_status_t s = checkRanges(c, ctx, {bf16("bias", bias, 1, n)}); s != KILN_OK)
+        return s;
+    if (kiln_status_t s = checkRanges(c, ctx, {bf16("out", out, m, n, true)}); s != KILN_OK)
       return s;
-    return launched(c, ctx,
-                    kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
-                                   KILN_GEMM_WORKSPACE_BYTES, ctx->stream),
-                    "kiln_gemm_bf16", out, m, n);
+    return launchValidated(c, ctx, "kiln_gemm_bf16", out, m, n, [&] {
+      return kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
+                            KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -184,21 +197,12 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
     if (tokens != ctx->tokens)
       return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d tokens",
                      static_cast<long long>(tokens), ctx->tokens);
-    if (kiln_status_t s =
-            checkRange(c, ctx, "x", x, bytesOf({tokens, heads, head_dim, 2}), 2, false);
+    if (kiln_status_t s = checkRanges(
+            c, ctx,
+            {bf16("x", x, tokens, heads * head_dim),
+             {"positions", positions, bytesOf({tokens, 4}), 4, false},
+             bf16("out", out, tokens, heads * head_dim, true)});
         s != KILN_OK)
-      return s;
-    if (kiln_status_t s =
-            checkRange(c, ctx, "positions", positions, bytesOf({tokens, 4}), 4, false);
-        s != KILN_OK)
-      return s;
-    if (kiln_status_t s =
-            checkRange(c, ctx, "out", out, bytesOf({tokens, heads, head_dim, 2}), 2, true);
-        s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
       return s;
     kiln_rope_params_t rope{};
     rope.type = rope_type;
@@ -208,10 +212,10 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
     rope.high = high;
     rope.original_max_position = original_max_position;
     rope.attention_factor = attention_factor;
-    return launched(c, ctx,
-                    kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens,
-                                   heads, head_dim, &rope, ctx->stream),
-                    "kiln_rope_bf16", out, tokens, heads * head_dim);
+    return launchValidated(c, ctx, "kiln_rope_bf16", out, tokens, heads * head_dim, [&] {
+      return kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens, heads,
+                            head_dim, &rope, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -227,17 +231,13 @@ kiln_status_t runElementwise(const Call &c, kiln_rt_context *ctx, const char *lh
                              int64_t n, ElementwiseLauncher launch, const char *launcherName) {
   if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
     return s;
-  for (auto [name, p] : {std::pair<const char *, const void *>{lhsName, lhs}, {rhsName, rhs}})
-    if (kiln_status_t s = checkRange(c, ctx, name, p, bytesOf({n, 2}), 2, false); s != KILN_OK)
-      return s;
-  if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({n, 2}), 2, true); s != KILN_OK)
+  if (kiln_status_t s = checkRanges(c, ctx,
+                                    {bf16(lhsName, lhs, 1, n), bf16(rhsName, rhs, 1, n),
+                                     bf16("out", out, 1, n, true)});
+      s != KILN_OK)
     return s;
-  if (ctx->dry)
-    return KILN_OK;
-  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-    return s;
-  return launched(c, ctx, launch(lhs, rhs, out, n, ctx->stream), launcherName, out, 1,
-                  n);
+  return launchValidated(c, ctx, launcherName, out, 1, n,
+                         [&] { return launch(lhs, rhs, out, n, ctx->stream); });
 }
 } // namespace
 
@@ -264,24 +264,16 @@ extern "C" int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, co
             c, {{"num_rows", num_rows}, {"dim", dim}, {"num_source_rows", num_source_rows}});
         s != KILN_OK)
       return s;
-    if (kiln_status_t s =
-            checkRange(c, ctx, "x", x, bytesOf({num_source_rows, dim, 2}), 2, false);
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, num_source_rows, dim),
+                                       {"rows", rows, bytesOf({num_rows, 4}), 4, false},
+                                       bf16("out", out, num_rows, dim, true)});
         s != KILN_OK)
       return s;
-    if (kiln_status_t s = checkRange(c, ctx, "rows", rows, bytesOf({num_rows, 4}), 4, false);
-        s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRange(c, ctx, "out", out, bytesOf({num_rows, dim, 2}), 2, true);
-        s != KILN_OK)
-      return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-      return s;
-    return launched(c, ctx,
-                    kiln_gather_rows_bf16(x, static_cast<const int32_t *>(rows), out, num_rows,
-                                          dim, num_source_rows, ctx->stream),
-                    "kiln_gather_rows_bf16", out, num_rows, dim);
+    return launchValidated(c, ctx, "kiln_gather_rows_bf16", out, num_rows, dim, [&] {
+      return kiln_gather_rows_bf16(x, static_cast<const int32_t *>(rows), out, num_rows, dim,
+                                   num_source_rows, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
