@@ -62,6 +62,57 @@ kiln_status_t runStateUpdate(const Call &c, kiln_rt_context *ctx, int32_t phase,
     return c.launcher(s, launchName);
   return kiln::kernels::ok();
 }
+// An SSM call's device operands (bound by name, or the state in the cache region).
+struct SsmOperands {
+  void *state, *x, *dt, *B, *C, *out, *z;
+  const float *A, *D, *dtBias;
+};
+
+// The fields the single-token and the speculative SSM params share, for `tokens` tokens
+// per sequence (1: the single-token kernel; its params have no token strides).
+template <typename Params>
+void fillSsmParams(Params &p, const SsmOperands &o, const LegacyBatch &b, int32_t tokens,
+                   int32_t numHeads, int32_t headDim, int32_t stateSize, int32_t nGroups,
+                   int32_t stateDtype, cudaStream_t stream) {
+  const int64_t HP = static_cast<int64_t>(numHeads) * headDim;
+  const int64_t GN = static_cast<int64_t>(nGroups) * stateSize;
+  const int64_t PN = static_cast<int64_t>(headDim) * stateSize;
+  p.state = o.state;
+  p.state_dtype = static_cast<kiln_dtype_t>(stateDtype);
+  p.state_stride_slot = numHeads * PN;
+  p.state_stride_head = PN;
+  p.state_stride_dim = stateSize;
+  p.num_slots = b.num_slots;
+  p.state_indices = b.slot_indices;
+  p.batch = b.batch;
+  p.heads = numHeads;
+  p.head_dim = headDim;
+  p.state_size = stateSize;
+  p.n_groups = nGroups;
+  p.dtype = KILN_DTYPE_BF16;
+  p.x = o.x;
+  p.x_stride_batch = HP * tokens;
+  p.x_stride_head = headDim;
+  p.dt = o.dt;
+  p.dt_stride_batch = static_cast<int64_t>(numHeads) * tokens;
+  p.dt_bias = o.dtBias;
+  p.A = o.A;
+  p.B = o.B;
+  p.B_stride_batch = GN * tokens;
+  p.B_stride_group = stateSize;
+  p.C = o.C;
+  p.C_stride_batch = GN * tokens;
+  p.C_stride_group = stateSize;
+  p.D = o.D;
+  p.z = o.z;
+  p.z_stride_batch = HP * tokens;
+  p.z_stride_head = headDim;
+  p.out = o.out;
+  p.out_stride_batch = HP * tokens;
+  p.out_stride_head = headDim;
+  p.dt_softplus = 1;
+  p.stream = stream;
+}
 } // namespace
 
 // ---- Mamba2 SSM --------------------------------------------------------------------------
@@ -128,56 +179,27 @@ extern "C" kiln_status_t kiln_rt_ssm(kiln_rt_context_t *ctx, int32_t phase, int3
   const int64_t GN = static_cast<int64_t>(n_groups) * state_size;
   const int64_t PN = static_cast<int64_t>(head_dim) * state_size;
   const int64_t HPN = num_heads * PN;
+  const SsmOperands operands{ctx->dry ? nullptr : at(ctx->base[kCaches], state_offset),
+                             x, dt, B, C, out, z, static_cast<const float *>(A),
+                             static_cast<const float *>(D), static_cast<const float *>(dtBias)};
 
   if (phase == KILN_RT_PHASE_DECODE && spec) {
     kiln_ssm_update_spec_params_t p{};
-    p.state = ctx->dry ? nullptr : at(ctx->base[kCaches], state_offset);
-    p.state_dtype = static_cast<kiln_dtype_t>(state_dtype);
-    p.state_stride_slot = HPN;
-    p.state_stride_head = PN;
-    p.state_stride_dim = state_size;
-    p.num_slots = b.num_slots;
-    p.state_indices = b.slot_indices;
-    p.intermediate = ctx->dry ? nullptr : at(ctx->base[kCaches], static_cast<uint64_t>(intermediate_offset));
+    fillSsmParams(p, operands, b, T, num_heads, head_dim, state_size, n_groups, state_dtype,
+                  ctx->stream);
+    p.num_tokens = T;
+    p.intermediate = ctx->dry ? nullptr
+                              : at(ctx->base[kCaches], static_cast<uint64_t>(intermediate_offset));
     p.inter_stride_slot = HPN * T;
     p.inter_stride_token = HPN;
     p.inter_stride_head = PN;
     p.inter_stride_dim = state_size;
-    p.batch = b.batch;
-    p.num_tokens = T;
-    p.heads = num_heads;
-    p.head_dim = head_dim;
-    p.state_size = state_size;
-    p.n_groups = n_groups;
-    p.dtype = KILN_DTYPE_BF16;
-    p.x = x;
-    p.x_stride_batch = HP * T;
     p.x_stride_token = HP;
-    p.x_stride_head = head_dim;
-    p.dt = dt;
-    p.dt_stride_batch = static_cast<int64_t>(num_heads) * T;
     p.dt_stride_token = num_heads;
-    p.dt_bias = static_cast<const float *>(dtBias);
-    p.A = static_cast<const float *>(A);
-    p.B = B;
-    p.B_stride_batch = GN * T;
     p.B_stride_token = GN;
-    p.B_stride_group = state_size;
-    p.C = C;
-    p.C_stride_batch = GN * T;
     p.C_stride_token = GN;
-    p.C_stride_group = state_size;
-    p.D = static_cast<const float *>(D);
-    p.z = z;
-    p.z_stride_batch = HP * T;
     p.z_stride_token = HP;
-    p.z_stride_head = head_dim;
-    p.out = out;
-    p.out_stride_batch = HP * T;
     p.out_stride_token = HP;
-    p.out_stride_head = head_dim;
-    p.dt_softplus = 1;
-    p.stream = ctx->stream;
     ctx->commits[{layer, "ssm"}] =
         CommitEntry{state_offset, static_cast<uint64_t>(intermediate_offset), slotBytes, T};
     if (ctx->dry)
@@ -190,41 +212,8 @@ extern "C" kiln_status_t kiln_rt_ssm(kiln_rt_context_t *ctx, int32_t phase, int3
   }
 
   kiln_ssm_update_params_t p{};
-  p.state = ctx->dry ? nullptr : at(ctx->base[kCaches], state_offset);
-  p.state_dtype = static_cast<kiln_dtype_t>(state_dtype);
-  p.state_stride_slot = HPN;
-  p.state_stride_head = PN;
-  p.state_stride_dim = state_size;
-  p.num_slots = b.num_slots;
-  p.state_indices = b.slot_indices;
-  p.batch = b.batch;
-  p.heads = num_heads;
-  p.head_dim = head_dim;
-  p.state_size = state_size;
-  p.n_groups = n_groups;
-  p.dtype = KILN_DTYPE_BF16;
-  p.x = x;
-  p.x_stride_batch = HP;
-  p.x_stride_head = head_dim;
-  p.dt = dt;
-  p.dt_stride_batch = num_heads;
-  p.dt_bias = static_cast<const float *>(dtBias);
-  p.A = static_cast<const float *>(A);
-  p.B = B;
-  p.B_stride_batch = GN;
-  p.B_stride_group = state_size;
-  p.C = C;
-  p.C_stride_batch = GN;
-  p.C_stride_group = state_size;
-  p.D = static_cast<const float *>(D);
-  p.z = z;
-  p.z_stride_batch = HP;
-  p.z_stride_head = head_dim;
-  p.out = out;
-  p.out_stride_batch = HP;
-  p.out_stride_head = head_dim;
-  p.dt_softplus = 1;
-  p.stream = ctx->stream;
+  fillSsmParams(p, operands, b, 1, num_heads, head_dim, state_size, n_groups, state_dtype,
+                ctx->stream);
   return runStateUpdate(
       c, ctx, phase, layer, "ssm", state_offset, slotBytes, p, kiln_ssm_update,
       "kiln_ssm_update", "kiln_ssm_update (sequential prefill)",
