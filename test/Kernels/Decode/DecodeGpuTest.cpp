@@ -30,8 +30,9 @@ template <typename T> struct DeviceBuffer {
   T *ptr = nullptr;
   size_t count = 0;
   explicit DeviceBuffer(size_t n) : count(n) {
-    if (n)
+    if (n) {
       EXPECT_EQ(cudaMalloc(&ptr, n * sizeof(T)), cudaSuccess);
+    }
   }
   explicit DeviceBuffer(const std::vector<T> &host) : DeviceBuffer(host.size()) { upload(host); }
   ~DeviceBuffer() { cudaFree(ptr); }

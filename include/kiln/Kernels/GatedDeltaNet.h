@@ -1,0 +1,68 @@
+/* Gated DeltaNet decode update (Qwen3-Next linear attention), C ABI.
+ *
+ * Registry names: "gdn_update" (intermediate == NULL) and "gdn_update_spec".
+ *
+ * Per sequence b (slot s = state_indices[b]), value head h (key head kh = h / (v_heads /
+ * k_heads)), for each of its num_tokens tokens t in order, with the recurrent state
+ * S = state[s, h] of [k_dim, v_dim] fp32:
+ *   if l2norm_qk: q = q / sqrt(sum(q^2) + 1e-6), k = k / sqrt(sum(k^2) + 1e-6)
+ *   S    = exp(g[b,t,h]) * S
+ *   mem  = S^T k                                  (v_dim)
+ *   S    = S + k (beta[b,t,h] * (v[b,t,h] - mem))^T
+ *   out[b,t,h] = scale * S^T q                    (scale 0: 1 / sqrt(k_dim))
+ * which is transformers' torch_recurrent_gated_delta_rule (Qwen3NextGatedDeltaNet).
+ *
+ * Conventions (as the Mamba2 kernels, include/kiln/Kernels/Mamba.h):
+ *  - state_indices[batch] (device int32) maps a sequence to its slot; a negative index
+ *    or one >= num_slots marks padding: nothing of that sequence is read or written.
+ *    NULL means slot = b.
+ *  - intermediate == NULL: the slot's state is updated in place (after all tokens).
+ *    Otherwise (rewind-mode speculation) the slot's state is only read, and the state
+ *    after each token t is written to intermediate[s, t]; it is bit-identical to the
+ *    slot's state after t + 1 tokens of in-place updates.
+ *  - Tensors are packed: q, k [batch, num_tokens, k_heads, k_dim]; v, out [batch,
+ *    num_tokens, v_heads, v_dim] in `dtype` (BF16 or F16); g, beta [batch, num_tokens,
+ *    v_heads] fp32; state [num_slots, v_heads, k_dim, v_dim] fp32; intermediate
+ *    [num_slots, num_tokens, v_heads, k_dim, v_dim] fp32. All math is fp32.
+ *  - Supported: k_dim and v_dim 64 or 128, num_tokens 1..64, v_heads a multiple of
+ *    k_heads; pointers 16-byte aligned.
+ *  - Every argument is validated before any CUDA call; errors name the argument
+ *    (kiln_last_error()). */
+#ifndef KILN_KERNELS_GATEDDELTANET_H
+#define KILN_KERNELS_GATEDDELTANET_H
+
+#include <stdint.h>
+
+#include "kiln/Kernels/Status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_KERNEL_GDN_UPDATE "gdn_update"
+#define KILN_KERNEL_GDN_UPDATE_SPEC "gdn_update_spec"
+#define KILN_GDN_MAX_TOKENS 64
+
+typedef struct kiln_gdn_update_params {
+  void *state; /* [num_slots, v_heads, k_dim, v_dim] fp32 */
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL */
+  void *intermediate;           /* NULL, or [num_slots, num_tokens, v_heads, k_dim, v_dim] */
+  int32_t batch, num_tokens;
+  int32_t k_heads, v_heads, k_dim, v_dim;
+  kiln_dtype_t dtype; /* of q, k, v, out */
+  const void *q, *k, *v;
+  const float *g, *beta;
+  void *out;
+  int32_t l2norm_qk;
+  float scale;
+  void *stream;
+} kiln_gdn_update_params_t;
+
+kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,59 @@
+// C ABI launcher of the Gated DeltaNet update: argument validation (before any CUDA call,
+// so it runs without a GPU too), then the CUDA dispatch.
+#include "kiln/Kernels/GatedDeltaNet.h"
+
+#include "ArgChecker.h"
+#include "GdnInternal.h"
+#include "StatusInternal.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <utility>
+
+using namespace kiln::kernels;
+
+extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params) {
+  ArgChecker c{"gdn_update"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_gdn_update_params_t &p = *params;
+  if (p.intermediate)
+    c.kernel = "gdn_update_spec";
+  if (!c.notNull(p.state, "state") || !c.notNull(p.q, "q") || !c.notNull(p.k, "k") ||
+      !c.notNull(p.v, "v") || !c.notNull(p.g, "g") || !c.notNull(p.beta, "beta") ||
+      !c.notNull(p.out, "out"))
+    return c.status;
+  if (!c.nonNegative(p.batch, "batch") || !c.positive(p.num_tokens, "num_tokens") ||
+      !c.atMost(p.num_tokens, KILN_GDN_MAX_TOKENS, "num_tokens") ||
+      !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
+      !c.positive(p.v_heads, "v_heads"))
+    return c.status;
+  if (p.v_heads % p.k_heads != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: v_heads (%d) must be a multiple of k_heads (%d)", c.kernel, p.v_heads,
+                p.k_heads);
+  for (auto [dim, name] : {std::pair<int32_t, const char *>{p.k_dim, "k_dim"},
+                           {p.v_dim, "v_dim"}})
+    if (dim != 64 && dim != 128)
+      return fail(KILN_ERROR_UNSUPPORTED, "%s: %s %d unsupported (64 or 128)", c.kernel, name,
+                  dim);
+  if (p.dtype != KILN_DTYPE_BF16 && p.dtype != KILN_DTYPE_F16)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (BF16 or F16)", c.kernel,
+                static_cast<int>(p.dtype));
+  if (!(std::isfinite(p.scale) && p.scale >= 0.0f))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g must be finite and >= 0 (0: "
+                "1/sqrt(k_dim))", c.kernel, static_cast<double>(p.scale));
+  if (!p.state_indices && p.batch > p.num_slots)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
+                p.num_slots);
+  if (!c.aligned16(p.state, "state") || (p.intermediate && !c.aligned16(p.intermediate,
+                                                                       "intermediate")) ||
+      !c.aligned16(p.q, "q") || !c.aligned16(p.k, "k") || !c.aligned16(p.v, "v") ||
+      !c.aligned16(p.out, "out"))
+    return c.status;
+  if (p.batch == 0)
+    return ok();
+  const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
+  return gdn::launchGdnUpdate(p, scale);
+}
