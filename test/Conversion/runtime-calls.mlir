@@ -36,8 +36,9 @@
 // CHECK: call @kiln_rt_input(%[[CTX]], %[[K1]])
 // CHECK: %[[POS:.*]] = kiln.buffer_from_pointer
 // CHECK: %[[K2:.*]] = arith.constant 2 : i32
-// CHECK: call @kiln_rt_input(%[[CTX]], %[[K2]])
-// CHECK: %[[ROWS:.*]] = kiln.buffer_from_pointer {{.*}} : !llvm.ptr -> memref<?xi32>
+// CHECK: %[[ROWSP:.*]] = call @kiln_rt_input(%[[CTX]], %[[K2]])
+// CHECK: %[[ROWSI:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[ROWS:.*]] = kiln.buffer_from_pointer %[[ROWSP]][%[[ROWSI]]] : !llvm.ptr -> memref<?xi32>
 // CHECK: %[[T:.*]] = memref.dim %[[IDS]]
 // CHECK: %[[R:.*]] = memref.dim %[[ROWS]]
 // Weights: their planned offsets into the weight allocation.
@@ -60,69 +61,42 @@
 // CHECK: %[[A1:.*]] = arith.constant 65536 : i64
 // CHECK: %[[NP:.*]] = llvm.getelementptr %[[ACT]][%[[A1]]]
 // CHECK: %[[N:.*]] = kiln.buffer_from_pointer %[[NP]][%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
-// CHECK: %[[G:.*]] = kiln.buffer_from_pointer {{.*}}[%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
+// CHECK: %[[G:.*]] = kiln.buffer_from_pointer %[[GP:[0-9a-z_]+]][%[[T]]] : !llvm.ptr -> memref<?x128xbf16>
 
-// embedding(ctx, ids, table, out, tokens, vocab, hidden): a pointer is the aligned
-// pointer plus the buffer's offset in bytes.
-// CHECK: memref.extract_aligned_pointer_as_index %[[IDS]]
-// CHECK: memref.extract_strided_metadata %[[IDS]]
-// CHECK: %[[EB:.*]] = arith.constant 4 : index
-// CHECK: arith.muli %{{.*}}, %[[EB]] : index
-// CHECK: %[[P0:.*]] = llvm.inttoptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[WE]]
-// CHECK: %[[P1:.*]] = llvm.inttoptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[H]]
-// CHECK: %[[P2:.*]] = llvm.inttoptr
-// CHECK: memref.dim %[[IDS]], %{{.*}} : memref<?xi32>
-// CHECK: %[[TOKENS:.*]] = arith.index_cast %{{.*}} : index to i64
-// CHECK: memref.dim %[[WE]], %{{.*}} : memref<512x128xbf16>
-// CHECK: %[[VOCAB:.*]] = arith.index_cast
-// CHECK: memref.dim %[[WE]], %{{.*}} : memref<512x128xbf16>
-// CHECK: %[[HIDDEN:.*]] = arith.index_cast
-// CHECK: call @kiln_rt_embedding(%[[CTX]], %[[P0]], %[[P1]], %[[P2]], %[[TOKENS]], %[[VOCAB]], %[[HIDDEN]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+// embedding(ctx, ids, table, out, tokens, vocab, hidden): a buffer made over a runtime
+// pointer passes that pointer; static sizes are constants, dynamic ones the sizes the
+// buffer was made with.
+// CHECK: %[[TOKENS:.*]] = arith.index_cast %[[IDSI]] : index to i64
+// CHECK: %[[VOCAB:.*]] = arith.constant 512 : i64
+// CHECK: %[[HIDDEN:.*]] = arith.constant 128 : i64
+// CHECK: call @kiln_rt_embedding(%[[CTX]], %[[IDSP]], %[[WEP]], %[[HP]], %[[TOKENS]], %[[VOCAB]], %[[HIDDEN]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
 
 // rms_norm(ctx, x, weight, out, rows, dim, eps)
-// CHECK: memref.extract_aligned_pointer_as_index %[[H]]
-// CHECK: %[[P0:.*]] = llvm.inttoptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[WN]]
-// CHECK: %[[P1:.*]] = llvm.inttoptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[N]]
-// CHECK: %[[P2:.*]] = llvm.inttoptr
-// CHECK: %[[ROWS_:.*]] = arith.index_cast %{{.*}} : index to i64
-// CHECK: %[[DIM:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[ROWS_:.*]] = arith.index_cast %[[T]] : index to i64
+// CHECK: %[[DIM:.*]] = arith.constant 128 : i64
 // CHECK: %[[EPS:.*]] = arith.constant 9.99999974E-6 : f32
-// CHECK: call @kiln_rt_rms_norm(%[[CTX]], %[[P0]], %[[P1]], %[[P2]], %[[ROWS_]], %[[DIM]], %[[EPS]])
-// A per-head norm: rows are tokens x heads (the leading dimensions), dim the last.
+// CHECK: call @kiln_rt_rms_norm(%[[CTX]], %[[HP]], %[[WNP]], %[[NP]], %[[ROWS_]], %[[DIM]], %[[EPS]])
+// A per-head norm: rows are tokens x heads (the leading dimensions), dim the last; a
+// reshape of a runtime buffer starts at its pointer.
 // CHECK: %[[X3:.*]] = memref.expand_shape %[[H]]
-// CHECK: memref.dim %[[X3]], %{{.*}} : memref<?x4x32xbf16>
-// CHECK: arith.muli
-// CHECK: memref.dim %[[X3]], %{{.*}} : memref<?x4x32xbf16>
-// CHECK: %[[LEAD:.*]] = arith.muli
-// CHECK: arith.index_cast %[[LEAD]] : index to i64
-// CHECK: call @kiln_rt_rms_norm(
+// CHECK-NOT: memref.extract_aligned_pointer_as_index
+// CHECK: %[[T3:.*]] = memref.dim %[[X3]], %{{.*}} : memref<?x4x32xbf16>
+// CHECK: %[[C4:.*]] = arith.constant 4 : index
+// CHECK: %[[LEAD:.*]] = arith.muli %[[T3]], %[[C4]] : index
+// CHECK: %[[LEAD64:.*]] = arith.index_cast %[[LEAD]] : index to i64
+// CHECK: %[[D32:.*]] = arith.constant 32 : i64
+// CHECK: call @kiln_rt_rms_norm(%[[CTX]], %[[HP]], %{{[^,]*}}, %[[NP]], %[[LEAD64]], %[[D32]],
 
 // linear(ctx, x, w, bias or null, out, m, n, k)
-// CHECK: memref.extract_aligned_pointer_as_index %[[N]]
-// CHECK: %[[P0:.*]] = llvm.inttoptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[WQ]]
-// CHECK: %[[P1:.*]] = llvm.inttoptr
 // CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
-// CHECK: memref.extract_aligned_pointer_as_index %[[G]]
-// CHECK: %[[P3:.*]] = llvm.inttoptr
-// CHECK: memref.dim %[[N]], %{{.*}}
-// CHECK: %[[M:.*]] = arith.index_cast
-// CHECK: memref.dim %[[WQ]], %{{.*}}
-// CHECK: %[[NN:.*]] = arith.index_cast
-// CHECK: memref.dim %[[WQ]], %{{.*}}
-// CHECK: %[[K:.*]] = arith.index_cast
-// CHECK: call @kiln_rt_linear(%[[CTX]], %[[P0]], %[[P1]], %[[NULL]], %[[P3]], %[[M]], %[[NN]], %[[K]])
-// CHECK: memref.extract_aligned_pointer_as_index %[[BIAS]]
-// CHECK: %[[PB:.*]] = llvm.inttoptr
-// CHECK: call @kiln_rt_linear(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %[[PB]], %{{[^,]*}},
+// CHECK: %[[M:.*]] = arith.index_cast %[[T]] : index to i64
+// CHECK: %[[NN:.*]] = arith.constant 128 : i64
+// CHECK: %[[K:.*]] = arith.constant 128 : i64
+// CHECK: call @kiln_rt_linear(%[[CTX]], %[[NP]], %{{[^,]*}}, %[[NULL]], %{{[^,]*}}, %[[M]], %[[NN]], %[[K]])
+// CHECK: call @kiln_rt_linear(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}},
 
 // rope(ctx, x, positions, out, tokens, heads, head_dim, type, theta, factor, low, high,
 //      original_max_position, attention_factor): llama3 is KILN_RT_ROPE_LLAMA3 (2).
-// CHECK: memref.extract_aligned_pointer_as_index %[[POS]]
 // CHECK: %[[TYPE:.*]] = arith.constant 2 : i32
 // CHECK: %[[THETA:.*]] = arith.constant 5.000000e+05 : f32
 // CHECK: %[[FACTOR:.*]] = arith.constant 8.000000e+00 : f32
@@ -153,23 +127,18 @@
 // CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]])
 
 // gather_rows(ctx, x, rows, out, num_rows, dim, num_source_rows)
-// CHECK: %[[LAST:.*]] = kiln.buffer_from_pointer {{.*}}[%[[R]]] : !llvm.ptr -> memref<?x128xbf16>
-// CHECK: memref.extract_aligned_pointer_as_index %[[G]]
-// CHECK: memref.extract_aligned_pointer_as_index %[[ROWS]]
-// CHECK: memref.extract_aligned_pointer_as_index %[[LAST]]
-// CHECK: memref.dim %[[ROWS]]
-// CHECK: memref.dim %[[G]], %{{.*}}
-// CHECK: memref.dim %[[G]], %{{.*}}
-// CHECK: call @kiln_rt_gather_rows(%[[CTX]],
+// CHECK: %[[LAST:.*]] = kiln.buffer_from_pointer %[[LASTP:[0-9a-z_]+]][%[[R]]] : !llvm.ptr -> memref<?x128xbf16>
+// CHECK: %[[NROWS:.*]] = arith.index_cast %[[ROWSI]] : index to i64
+// CHECK: %[[GDIM:.*]] = arith.constant 128 : i64
+// CHECK: %[[NSRC:.*]] = arith.index_cast %[[T]] : index to i64
+// CHECK: call @kiln_rt_gather_rows(%[[CTX]], %[[GP]], %[[ROWSP]], %[[LASTP]], %[[NROWS]], %[[GDIM]], %[[NSRC]])
 // CHECK: call @kiln_rt_linear(%[[CTX]],
 
 // output(ctx, KILN_RT_OUTPUT_LOGITS (0), data, rows, cols)
 // CHECK: %[[LOGITS:.*]] = arith.constant 0 : i32
-// CHECK: memref.extract_aligned_pointer_as_index
-// CHECK: %[[PL:.*]] = llvm.inttoptr
-// CHECK: %[[LR:.*]] = arith.index_cast
-// CHECK: %[[LC:.*]] = arith.index_cast
-// CHECK: call @kiln_rt_output(%[[CTX]], %[[LOGITS]], %[[PL]], %[[LR]], %[[LC]]) : (!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
+// CHECK: %[[LR:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[LC:.*]] = arith.constant 512 : i64
+// CHECK: call @kiln_rt_output(%[[CTX]], %[[LOGITS]], %{{[^,]*}}, %[[LR]], %[[LC]]) : (!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
 // CHECK-NEXT: return
 
 // The manifest: the plan's numbers, then each weight with dtype, shape, offset and
@@ -250,10 +219,9 @@ module attributes {kiln.model = #kiln.model<name = "tiny model", model_type = "l
 // CHECK: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[Y]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[SUM]]
-// CHECK: memref.dim %[[X]], %{{.*}}
-// CHECK: arith.muli
-// CHECK: memref.dim %[[X]], %{{.*}}
-// CHECK: %[[ELEMS:.*]] = arith.muli
+// CHECK: %[[ROWSX:.*]] = memref.dim %[[X]], %{{.*}}
+// CHECK: %[[C128:.*]] = arith.constant 128 : index
+// CHECK: %[[ELEMS:.*]] = arith.muli %[[ROWSX]], %[[C128]] : index
 // CHECK: %[[N:.*]] = arith.index_cast %[[ELEMS]] : index to i64
 // CHECK: call @kiln_rt_add(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[N]])
 // CHECK: memref.copy %[[SUM]], %[[Y]]

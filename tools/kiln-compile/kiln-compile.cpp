@@ -461,6 +461,8 @@ int compile(int argc, char **argv) {
     return 1;
   }
 
+  const bool lowers = emitKind == EmitKind::llvm || emitKind == EmitKind::so ||
+                     emitKind == EmitKind::lowered;
   bool ranPipeline = false;
   if (!importOnly) {
     kiln::DeployOptions options = flags;
@@ -479,12 +481,12 @@ int compile(int argc, char **argv) {
     if (failed(result) && !doesNotFit)
       return 1;
     ranPipeline = true;
-    if (succeeded(result) && failed(planDeviceMemory(*module)))
+    // The lowering plans the activations of the module itself; only a report needs them
+    // planned on a copy.
+    if (succeeded(result) && !lowers && failed(planDeviceMemory(*module)))
       return 1;
   }
 
-  bool lowers = emitKind == EmitKind::llvm || emitKind == EmitKind::so ||
-                emitKind == EmitKind::lowered;
   if (lowers) {
     auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
     if (!ranPipeline || !plan || !plan.getFits())

@@ -91,11 +91,25 @@ Value i64Of(OpBuilder &builder, Location loc, Value index) {
 }
 
 /// Device address of the first element of `buffer` (the aligned pointer plus the
-/// buffer's offset), or null for an absent optional operand.
+/// buffer's offset), or null for an absent optional operand. A buffer made over a
+/// runtime pointer (`kiln.buffer_from_pointer`: contiguous, offset 0) is that pointer:
+/// most operands are, and the metadata extraction would be dead weight per call.
 Value pointerOf(OpBuilder &builder, Location loc, Value buffer) {
   Type ptr = pointerType(builder.getContext());
   if (!buffer)
     return LLVM::ZeroOp::create(builder, loc, ptr);
+  // Reshapes of a contiguous buffer start where it starts.
+  Value source = buffer;
+  while (Operation *def = source.getDefiningOp()) {
+    if (auto expand = dyn_cast<memref::ExpandShapeOp>(def))
+      source = expand.getSrc();
+    else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def))
+      source = collapse.getSrc();
+    else
+      break;
+  }
+  if (auto made = source.getDefiningOp<BufferFromPointerOp>())
+    return made.getPointer();
   auto type = cast<MemRefType>(buffer.getType());
   Value base = memref::ExtractAlignedPointerAsIndexOp::create(builder, loc, buffer);
   auto metadata = memref::ExtractStridedMetadataOp::create(builder, loc, buffer);
@@ -106,14 +120,42 @@ Value pointerOf(OpBuilder &builder, Location loc, Value buffer) {
   return LLVM::IntToPtrOp::create(builder, loc, ptr, i64Of(builder, loc, address));
 }
 
-/// Product of dimensions [first, last) of `buffer` as i64.
+/// Dimension `dim` of `buffer` when it is dynamic: the size a `kiln.buffer_from_pointer`
+/// was made with, else a `memref.dim`.
+Value dynamicDim(OpBuilder &builder, Location loc, Value buffer, int64_t dim) {
+  if (auto made = buffer.getDefiningOp<BufferFromPointerOp>()) {
+    auto type = cast<MemRefType>(buffer.getType());
+    unsigned dynamicIndex = 0;
+    for (int64_t d = 0; d < dim; ++d)
+      dynamicIndex += type.isDynamicDim(d);
+    return made.getSizes()[dynamicIndex];
+  }
+  return memref::DimOp::create(builder, loc, buffer, dim);
+}
+
+/// Product of dimensions [first, last) of `buffer` as i64: the static ones multiplied
+/// at compile time, one multiplication per dynamic one.
 Value productOfDims(OpBuilder &builder, Location loc, Value buffer, int64_t first,
                     int64_t last) {
-  Value product = arith::ConstantIndexOp::create(builder, loc, 1);
-  for (int64_t dim = first; dim < last; ++dim)
-    product = arith::MulIOp::create(builder, loc, product,
-                                    memref::DimOp::create(builder, loc, buffer, dim));
-  return i64Of(builder, loc, product);
+  auto type = cast<MemRefType>(buffer.getType());
+  int64_t staticProduct = 1;
+  Value dynamicProduct;
+  for (int64_t dim = first; dim < last; ++dim) {
+    if (!type.isDynamicDim(dim)) {
+      staticProduct *= type.getDimSize(dim);
+      continue;
+    }
+    Value size = dynamicDim(builder, loc, buffer, dim);
+    dynamicProduct =
+        dynamicProduct ? arith::MulIOp::create(builder, loc, dynamicProduct, size) : size;
+  }
+  if (!dynamicProduct)
+    return arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(staticProduct))
+        .getResult();
+  if (staticProduct != 1)
+    dynamicProduct = arith::MulIOp::create(
+        builder, loc, dynamicProduct, arith::ConstantIndexOp::create(builder, loc, staticProduct));
+  return i64Of(builder, loc, dynamicProduct);
 }
 
 FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg &arg) {
