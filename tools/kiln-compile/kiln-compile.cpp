@@ -11,39 +11,23 @@
 // See docs/kiln-compile.md.
 //
 //===----------------------------------------------------------------------===//
-#include "kiln/Dialect/Kiln/Kiln.h"
-#include "kiln/Import/HFConfig.h"
-#include "kiln/Report/Report.h"
+#include "kiln/Driver/Compile.h"
 #include "kiln/Driver/DeployCommandLine.h"
-#include "kiln/Driver/Pipelines.h"
 #include "kiln/InitAll.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
-#include "llvm/ADT/ScopeExit.h"
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/thread.h"
-#include "kiln/Target/AOT.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/thread.h"
 
 using namespace mlir;
 namespace cl = llvm::cl;
 
 namespace {
-enum class EmitKind { report, mlir, lowered, llvm, so };
+using kiln::EmitKind;
 
 cl::OptionCategory importCategory("Import");
 cl::OptionCategory targetCategory("Target");
@@ -99,239 +83,11 @@ std::string defaultModel() {
   return std::string(KILN_SOURCE_DIR) + "/examples/models/nvidia-nemotron-nano-9b-v2.json";
 }
 
-bool hasEntry(ModuleOp module) {
-  return llvm::any_of(module.getOps<func::FuncOp>(), [](func::FuncOp fn) {
-    return fn->hasAttr(kiln::KilnDialect::kEntryAttrName);
-  });
-}
-
-/// Functions besides the model function that hold kiln ops (an Eagle3 head skeleton, a
-/// merged draft model): planned and reported, but not part of the compiled model.
-SmallVector<func::FuncOp> sideFunctions(ModuleOp module) {
-  SmallVector<func::FuncOp> side;
-  for (auto fn : module.getOps<func::FuncOp>()) {
-    if (fn->hasAttr(kiln::KilnDialect::kEntryAttrName) || fn.isExternal())
-      continue;
-    bool hasKilnOps = false;
-    fn.walk([&](Operation *op) { hasKilnOps |= isa<kiln::KilnDialect>(op->getDialect()); });
-    if (hasKilnOps)
-      side.push_back(fn);
-  }
-  return side;
-}
-
 cl::opt<bool> verifyEach("verify-each",
                          cl::desc("verify the IR after every pass (slower; each stage's "
                                   "result is verified either way)"),
                          cl::init(false), cl::cat(outputCategory));
 
-/// A pass manager of kiln-compile: the tool's pass-manager options; the IR is verified
-/// once at the end of the stage rather than after every pass (the verifier was a fifth
-/// of compile time), unless --verify-each.
-LogicalResult configure(PassManager &pm) {
-  if (failed(applyPassManagerCLOptions(pm)))
-    return failure();
-  applyDefaultTimingPassManagerCLOptions(pm);
-  pm.enableVerifier(verifyEach);
-  return success();
-}
-
-/// Runs a stage and verifies its result once.
-LogicalResult runStage(PassManager &pm, ModuleOp module) {
-  if (failed(pm.run(module)))
-    return failure();
-  return verifyEach ? success() : verify(module);
-}
-
-/// For a whole model, runs the buffer lowering on a copy to learn its activation
-/// arena, and records `kiln.device_memory` (weights, caches, activations, workspace,
-/// io) on the module for the report.
-LogicalResult planDeviceMemory(ModuleOp module) {
-  auto plan = module->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
-  if (!plan || !hasEntry(module))
-    return success();
-  OwningOpRef<ModuleOp> copy = module.clone();
-  for (func::FuncOp fn : sideFunctions(*copy))
-    fn.erase();
-  PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  if (failed(configure(pm)))
-    return failure();
-  kiln::buildActivationPlanningPipeline(pm);
-  if (failed(runStage(pm, *copy)))
-    return failure();
-  if (Attribute memory = (*copy)->getAttr(kiln::KilnDialect::kDeviceMemoryAttrName))
-    module->setAttr(kiln::KilnDialect::kDeviceMemoryAttrName, memory);
-  return success();
-}
-
-/// The deploy pipeline with the tool's pass-manager options; the pass result.
-LogicalResult runDeploy(ModuleOp module, const kiln::DeployOptions &options) {
-  PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  if (failed(configure(pm)))
-    return failure();
-  kiln::buildDeployPipeline(pm, options);
-  return runStage(pm, module);
-}
-
-/// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace
-/// and per-step buffers are only known after the activation plan: they are planned on
-/// a copy deployed without fill-kv (none of them depends on the KV page count), and
-/// their bytes are reserved. nullopt when the copy cannot be planned (the final device
-/// check still guards the result).
-std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, kiln::DeployOptions options) {
-  if (!hasEntry(module))
-    return std::nullopt;
-  OwningOpRef<ModuleOp> probe = module.clone();
-  options.fillKv = false;
-  // A copy that does not fit still plans its activations; its diagnostics are not the
-  // user's business (the real deploy reports).
-  ScopedDiagnosticHandler quiet(module.getContext(), [](Diagnostic &) { return success(); });
-  (void)runDeploy(*probe, options);
-  if (!(*probe)->hasAttr(kiln::KilnDialect::kPlanAttrName) || failed(planDeviceMemory(*probe)))
-    return std::nullopt;
-  auto memory = (*probe)->getAttrOfType<kiln::DeviceMemoryAttr>(
-      kiln::KilnDialect::kDeviceMemoryAttrName);
-  if (!memory)
-    return std::nullopt;
-  uint64_t bytes = 0;
-  for (uint64_t part : {memory.getActivations(), memory.getWorkspace(), memory.getIo()})
-    if (__builtin_add_overflow(bytes, part, &bytes))
-      return std::nullopt;
-  return bytes;
-}
-
-/// Layers beyond which a model whose weights alone cannot fit is refused from its
-/// config, without its graph or report (the largest published models have ~100 layers).
-constexpr int64_t kQuickRefusalLayers = 1024;
-
-/// A config of more than kQuickRefusalLayers layers whose weights alone exceed the
-/// target's usable memory is refused before its graph is built: importing and deploying
-/// 100k layers takes a minute, for a report of 100k lines and the same verdict. The
-/// message is kiln-plan-memory's; the estimate never exceeds the exact weights, so
-/// nothing that fits is refused. Smaller models get the full report as before.
-std::optional<std::string> weightsCannotFit(StringRef text, StringRef path,
-                                            const kiln::DeployOptions &flags,
-                                            MLIRContext *context) {
-  kiln::TargetAttr target = kiln::TargetAttr::getPreset(
-      context, flags.target.empty() ? std::string("h200") : flags.target);
-  if (!target || target.getMemoryBytes() == 0)
-    return std::nullopt;
-  std::optional<kiln::ConfigEstimate> estimate;
-  {
-    // A config that does not read is the import's to report.
-    ScopedDiagnosticHandler quiet(context, [](Diagnostic &) { return success(); });
-    estimate = kiln::estimateHFConfig(text, path, context);
-  }
-  if (!estimate || estimate->layers <= kQuickRefusalLayers)
-    return std::nullopt;
-  const uint64_t ranks = flags.tp.value_or(1);
-  const uint64_t weights = estimate->weightBytes / ranks;
-  const uint64_t usable =
-      static_cast<uint64_t>(target.getMemoryBytes() * flags.usableFraction);
-  if (weights < usable)
-    return std::nullopt;
-  char fraction[32];
-  std::snprintf(fraction, sizeof(fraction), "%g", flags.usableFraction);
-  return "model weights (" + kiln::formatBytes(weights) + " per rank, estimated from the " +
-         std::to_string(estimate->layers) + "-layer config) exceed the usable " +
-         kiln::formatBytes(usable) + " of '" + target.getName().str() + "' (" +
-         kiln::formatBytes(target.getMemoryBytes()) + " x " + std::string(fraction) +
-         "); use more tensor-parallel ranks or a larger target";
-}
-
-/// Writes the output through a temporary file beside `path`, renamed over it only when
-/// everything was written: a failure leaves an existing file as it was. "-" is stdout.
-LogicalResult writeOutput(StringRef path,
-                          llvm::function_ref<LogicalResult(llvm::raw_ostream &)> write) {
-  if (path == "-")
-    return write(llvm::outs());
-  SmallString<128> temporary;
-  int fd = -1;
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".kiln-tmp-%%%%%%", fd,
-                                                           temporary)) {
-    llvm::errs() << "kiln-compile: error: cannot create a file beside '" << path
-                 << "': " << ec.message() << "\n";
-    return failure();
-  }
-  llvm::scope_exit removeTemporary([&] { llvm::sys::fs::remove(temporary); });
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    if (failed(write(os)))
-      return failure();
-    os.flush();
-    if (os.has_error()) {
-      llvm::errs() << "kiln-compile: error: writing '" << path
-                   << "' failed: " << os.error().message() << "\n";
-      os.clear_error();
-      return failure();
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temporary, path)) {
-    llvm::errs() << "kiln-compile: error: cannot replace '" << path << "': " << ec.message()
-                 << "\n";
-    return failure();
-  }
-  return success();
-}
-
-/// True when `output` names the same file as one of the inputs (also through a hard
-/// link), which writing would destroy.
-bool overwritesInput(StringRef output, ArrayRef<std::string> inputs) {
-  if (output == "-")
-    return false;
-  for (const std::string &input : inputs) {
-    bool same = false;
-    if (!input.empty() && !llvm::sys::fs::equivalent(input, output, same) && same)
-      return true;
-  }
-  return false;
-}
-
-int fail(const llvm::Twine &message, int exitCode = 1) {
-  llvm::errs() << "kiln-compile: error: " << message << "\n";
-  return exitCode;
-}
-
-/// "none" or "<mode>:<N>" with N >= 1.
-bool validSpec(llvm::StringRef spec, std::string &mode) {
-  if (spec == "none") {
-    mode = "none";
-    return true;
-  }
-  auto [name, count] = spec.split(':');
-  unsigned n = 0;
-  if (count.empty() || count.getAsInteger(10, n) || n == 0)
-    return false;
-  mode = name.str();
-  return name == "mtp" || name == "eagle3" || name == "draft" || name == "ngram";
-}
-
-/// "file:line:col: " instead of the loc(...) syntax; the layer name of a NameLoc goes
-/// after the severity.
-std::string describeLocation(Location loc, std::string &layerName) {
-  if (auto name = dyn_cast<NameLoc>(loc)) {
-    layerName = name.getName().getValue().str();
-    loc = name.getChildLoc();
-  }
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  if (auto file = dyn_cast<FileLineColLoc>(loc))
-    os << file.getFilename().getValue() << ":" << file.getLine() << ":" << file.getColumn()
-       << ": ";
-  else if (!isa<UnknownLoc>(loc))
-    os << loc << ": ";
-  return out;
-}
-
-bool hasDraftLayers(ModuleOp module, kiln::DraftKind kind) {
-  bool found = false;
-  module.walk([&](Operation *op) {
-    if (auto draft = op->getAttrOfType<kiln::DraftKindAttr>("draft"))
-      if (draft.getValue() == kind)
-        found = true;
-  });
-  return found;
-}
 } // namespace
 
 int compile(int argc, char **argv);
@@ -346,6 +102,7 @@ int main(int argc, char **argv) {
   return status;
 }
 
+/// The flags, as one kiln::CompileOptions; the compilation is kiln::compile.
 int compile(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
@@ -359,188 +116,36 @@ int compile(int argc, char **argv) {
       "kiln-compile: plan caches and kernels of an LLM for a GPU\n\n"
       "Exit codes: 0 compiled and fits; 1 bad input or unsupported configuration;\n"
       "2 compiled but does not fit (report printed).\n");
+  if (std::string problem = deployFlags.validate(); !problem.empty()) {
+    llvm::errs() << "kiln-compile: error: " << problem << "\n";
+    return 1;
+  }
 
   DialectRegistry registry;
   kiln::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-
-  // Validate options before doing any work.
-  const kiln::DeployOptions flags = deployFlags.get();
-  if (std::string problem = deployFlags.validate(); !problem.empty())
-    return fail(problem);
-  const std::string &specName = flags.spec, &targetName = flags.target;
-  std::string specMode;
-  if (!specName.empty() && !validSpec(specName, specMode))
-    return fail("invalid --spec '" + specName +
-                "'; expected none, mtp:N, eagle3:N, draft:N or ngram:N (N >= 1)");
-  if (!targetName.empty() && !kiln::TargetAttr::getPreset(&context, targetName)) {
-    std::string presets;
-    for (const kiln::TargetPreset &preset : kiln::targetPresets())
-      presets += (presets.empty() ? "" : ", ") + preset.name.str();
-    return fail("unknown target '" + targetName + "'; expected a preset (" + presets +
-                ") or sm_XY with a supported SM");
-  }
-
-  std::string path = modelPath.empty() ? defaultModel() : modelPath.getValue();
-  if (overwritesInput(outputFile, {path, draftModelPath.getValue()}))
-    return fail("-o '" + outputFile + "' is an input of this compilation; refusing to "
-                "overwrite it");
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
-  if (!buffer)
-    return fail("cannot read '" + path + "': " + buffer.getError().message());
-
-  // Diagnostics go to stderr, with the source line where the location is known.
-  llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
-  llvm::StringRef text = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer();
   // Dumping the whole module with every pass error buries the message; keep it opt-in.
   if (auto *flag = cl::getRegisteredOptions().lookup("mlir-print-op-on-diagnostic");
       !flag || !flag->getNumOccurrences())
     context.printOpOnDiagnostic(false);
 
-  OwningOpRef<ModuleOp> module;
-  bool isMlir = llvm::StringRef(path).ends_with(".mlir");
-  {
-    // Input errors show the offending source line.
-    SourceMgrDiagnosticHandler inputHandler(sourceMgr, &context, llvm::errs());
-    if (isMlir) {
-      module = parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
-    } else {
-      if (!importOnly)
-        if (std::optional<std::string> tooBig = weightsCannotFit(text, path, flags, &context))
-          return fail(*tooBig, 2);
-      kiln::ImportOptions importOptions;
-      importOptions.eagle3Head = specMode == "eagle3";
-      module = kiln::importHFConfig(text, path, &context, importOptions);
-    }
-  }
-  if (!module)
-    return 1;
-  if (!draftModelPath.empty()) {
-    if (specMode != "draft")
-      return fail("--draft-model needs a two-model spec, --spec draft:N");
-    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> draftBuffer =
-        llvm::MemoryBuffer::getFile(draftModelPath, /*IsText=*/true);
-    if (!draftBuffer)
-      return fail("cannot read '" + draftModelPath + "': " +
-                  draftBuffer.getError().message());
-    unsigned draftId = sourceMgr.AddNewSourceBuffer(std::move(*draftBuffer), llvm::SMLoc());
-    SourceMgrDiagnosticHandler draftHandler(sourceMgr, &context, llvm::errs());
-    OwningOpRef<ModuleOp> draft = kiln::importHFConfig(
-        sourceMgr.getMemoryBuffer(draftId)->getBuffer(), draftModelPath, &context);
-    if (!draft || failed(kiln::attachDraftModel(*module, std::move(draft))))
-      return 1;
-  }
-  // Later diagnostics (passes) are about the model, not a line of the input.
-  ScopedDiagnosticHandler passHandler(&context, [](Diagnostic &diag) {
-    auto print = [](Diagnostic &d) {
-      std::string layerName;
-      llvm::errs() << describeLocation(d.getLocation(), layerName);
-      switch (d.getSeverity()) {
-      case DiagnosticSeverity::Error: llvm::errs() << "error: "; break;
-      case DiagnosticSeverity::Warning: llvm::errs() << "warning: "; break;
-      case DiagnosticSeverity::Remark: llvm::errs() << "remark: "; break;
-      case DiagnosticSeverity::Note: llvm::errs() << "note: "; break;
-      }
-      if (!layerName.empty())
-        llvm::errs() << layerName << ": ";
-      llvm::errs() << d << "\n";
-    };
-    print(diag);
-    for (Diagnostic &note : diag.getNotes())
-      print(note);
+  kiln::CompileOptions options;
+  options.modelPath = modelPath.empty() ? defaultModel() : modelPath.getValue();
+  options.draftModelPath = draftModelPath;
+  options.importOnly = importOnly;
+  options.deploy = deployFlags.get();
+  options.lowering.rollLayers = !noRollLayers;
+  options.emit = emitKind;
+  options.reportFormat = reportFormat;
+  options.outputPath = outputFile;
+  options.runtimeLibrary = runtimeLibrary;
+  options.verifyEach = verifyEach;
+  options.configurePassManager = [](PassManager &pm) -> LogicalResult {
+    if (failed(applyPassManagerCLOptions(pm)))
+      return failure();
+    applyDefaultTimingPassManagerCLOptions(pm);
     return success();
-  });
-
-  if (specMode == "mtp" && !hasDraftLayers(*module, kiln::DraftKind::mtp)) {
-    emitError(module->getLoc())
-        << "--spec " << specName
-        << " asks for MTP, but the model has no MTP layers (num_nextn_predict_layers)";
-    return 1;
-  }
-
-  const bool lowers = emitKind == EmitKind::llvm || emitKind == EmitKind::so ||
-                     emitKind == EmitKind::lowered;
-  bool ranPipeline = false;
-  if (!importOnly) {
-    kiln::DeployOptions options = flags;
-    if (options.target.empty() && !(*module)->hasAttr(kiln::KilnDialect::kTargetAttrName))
-      options.target = "h200";
-    if (options.spec.empty() && !isMlir)
-      options.spec = "none";
-    if (options.fillKv)
-      if (std::optional<uint64_t> nonCache = nonCacheDeviceBytes(*module, options))
-        if (__builtin_add_overflow(options.reserveBytes, *nonCache, &options.reserveBytes))
-          return fail("--reserve-bytes plus the activations overflow 64 bits");
-
-    LogicalResult result = runDeploy(*module, options);
-    auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
-    bool doesNotFit = plan && !plan.getFits();
-    if (failed(result) && !doesNotFit)
-      return 1;
-    ranPipeline = true;
-    // The lowering plans the activations of the module itself; only a report needs them
-    // planned on a copy.
-    if (succeeded(result) && !lowers && failed(planDeviceMemory(*module)))
-      return 1;
-  }
-
-  if (lowers) {
-    auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
-    if (!ranPipeline || !plan || !plan.getFits())
-      return fail("--emit=" + std::string(emitKind == EmitKind::so      ? "so"
-                                          : emitKind == EmitKind::llvm ? "llvm"
-                                                                       : "lowered") +
-                  " needs a compiled model that fits; see the report (--emit=report)");
-    if (!hasEntry(*module))
-      return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
-                  "this module has only cache ops");
-    if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
-      return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
-                  side.front().getSymName() +
-                  "' holds kiln ops too (a draft model compiles to its own shared object "
-                  "for kiln-run --draft-model; Eagle3 heads are not lowered yet)");
-    PassManager lowering(&context, ModuleOp::getOperationName());
-    if (failed(configure(lowering)))
-      return 1;
-    kiln::LoweringOptions loweringOptions;
-    loweringOptions.rollLayers = !noRollLayers;
-    if (emitKind == EmitKind::lowered)
-      kiln::buildBufferLoweringPipeline(lowering, loweringOptions);
-    else
-      kiln::buildLoweringPipeline(lowering, loweringOptions);
-    if (failed(runStage(lowering, *module)))
-      return 1;
-    if (emitKind == EmitKind::so) {
-      kiln::SharedObjectOptions soOptions;
-      soOptions.outputPath = outputFile;
-      soOptions.runtimeLibrary = runtimeLibrary;
-      return failed(kiln::emitSharedObject(*module, soOptions)) ? 1 : 0;
-    }
-  }
-
-  LogicalResult written = writeOutput(outputFile, [&](llvm::raw_ostream &os) {
-    if (emitKind == EmitKind::mlir || emitKind == EmitKind::lowered) {
-      module->print(os);
-      os << "\n";
-      return success();
-    }
-    if (emitKind == EmitKind::llvm)
-      return kiln::emitLLVMIR(*module, os);
-    kiln::printReport(*module, reportFormat, os);
-    return success();
-  });
-  if (failed(written))
-    return 1;
-
-  auto plan = (*module)->getAttrOfType<kiln::PlanAttr>(kiln::KilnDialect::kPlanAttrName);
-  if (plan && !plan.getFits()) {
-    llvm::errs() << "kiln-compile: compiled, but the plan does not fit the budget (exit "
-                    "code 2); the report lists the largest consumers\n";
-    return 2;
-  }
-  (void)ranPipeline;
-  return 0;
+  };
+  return kiln::compile(context, options);
 }
