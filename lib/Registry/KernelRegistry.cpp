@@ -63,8 +63,7 @@ std::vector<KernelVariant> builtinVariants() {
        .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
        .smemBytes = 161 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
-       .implemented = false, .priority = 20,
-       .note = "Hopper wgmma/TMA prefill (planned)"});
+       .priority = 20, .note = "Hopper wgmma prefill (dense and paged extend)"});
   add({.name = "prefill_fmha_d256", .family = OpFamily::attention,
        .phase = Phase::prefill, .minSm = 80, .maxSm = 121, .headDims = {256},
        .dtypes = kBf16 | kF16, .implemented = false, .priority = 10,
