@@ -39,8 +39,12 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm) {
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   pm.addPass(createKilnBindEntry());
   // Folds memref.dim of allocations to their size operands, so every dynamic size
-  // traces back to the step's inputs.
-  pm.addPass(createCanonicalizerPass());
+  // traces back to the step's inputs. The step is one block: region simplification
+  // (dead-block and liveness sweeps over every op) would find nothing, at a third of
+  // the pass's time.
+  GreedyRewriteConfig folding;
+  folding.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+  pm.addPass(createCanonicalizerPass(folding));
   pm.addPass(createKilnPlanActivations());
 }
 
