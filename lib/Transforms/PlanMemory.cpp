@@ -381,6 +381,49 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
            << (groups[i].speculative ? " (speculative-only)" : "") << " "
            << formatBytes(groups[i].bytes);
     suggestWhatFits(diag, resources, config, budget);
+    suggestOtherSsmMode(diag, module, resources, config, total, budget);
+  }
+
+  /// The other SSM recovery mode's speculative-only state, asked of the cached ops
+  /// (CachedOpInterface::getResourceRequestsUnder) and sized as this plan sizes per-slot
+  /// resources: rewind keeps a state per verified token, replay the last steps' inputs,
+  /// so one of them is often far smaller.
+  void suggestOtherSsmMode(InFlightDiagnostic &diag, ModuleOp module,
+                           ArrayRef<PlannedResource> resources, const ModuleConfig &config,
+                           uint64_t total, uint64_t budget) {
+    SpecAttr spec = config.spec;
+    RuntimeAttr runtime = config.runtime;
+    if (!spec || !runtime)
+      return;
+    const SsmSpecMode other =
+        spec.getSsm() == SsmSpecMode::rewind ? SsmSpecMode::replay : SsmSpecMode::rewind;
+    SpecAttr otherSpec =
+        SpecAttr::get(module.getContext(), spec.getMode(), spec.getMaxDraftLen(), other);
+    uint64_t otherBytes = 0;
+    module.walk([&](CachedOpInterface op) {
+      for (const ResourceRequest &request : op.getResourceRequestsUnder(otherSpec, runtime)) {
+        if (!isSpeculativeOnlyKind(request.kind) || isPerTokenKind(request.kind))
+          continue;
+        uint64_t bytes = getElementBytes(request.elementType);
+        for (int64_t dim : shardUnitShape(request.unit, request.shard, runtime.getTp()))
+          bytes = llvm::SaturatingMultiply(bytes, static_cast<uint64_t>(dim));
+        bytes = llvm::SaturatingMultiply<uint64_t>(bytes, runtime.getMaxBatch());
+        otherBytes = llvm::SaturatingAdd(otherBytes, alignSaturating(bytes));
+      }
+    });
+    uint64_t currentBytes = 0;
+    for (const PlannedResource &planned : resources)
+      if (planned.op.isSpeculativeOnly() &&
+          planned.op.getAllocationUnit() == AllocationUnit::perSlot)
+        currentBytes = llvm::SaturatingAdd(currentBytes, planned.bytes);
+    if (otherBytes == 0 || otherBytes >= currentBytes)
+      return;
+    const uint64_t withOther = total - currentBytes + otherBytes;
+    diag.attachNote() << "with --ssm-mode " << stringifySsmSpecMode(other)
+                      << " the speculative-only states take " << formatBytes(otherBytes)
+                      << " instead of " << formatBytes(currentBytes) << ": the plan "
+                      << (withOther <= budget ? "fits" : "still does not fit") << " ("
+                      << formatBytes(withOther) << ")";
   }
 
   /// Notes on what would fit the budget, each changing one limit: the largest

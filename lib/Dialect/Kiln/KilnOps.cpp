@@ -322,12 +322,14 @@ SmallVector<ResourceRequest> MlaAttentionOp::getResourceRequests(SpecAttr spec,
   return {};
 }
 
-SmallVector<ResourceRequest> SsmOp::getResourceRequests(SpecAttr spec, RuntimeAttr runtime) {
-  int64_t h = getNumHeads(), p = getHeadDim(), n = getStateSize(), g = getNGroups();
+namespace {
+/// The resources of a Mamba2 mixer (model and cached op alike).
+SmallVector<ResourceRequest> ssmRequests(MLIRContext *context, int64_t h, int64_t p,
+                                         int64_t n, int64_t g, Type modelType,
+                                         SpecAttr spec, RuntimeAttr runtime) {
   Type stateType = runtime.getSsmStateType();
-  Type modelType = cast<RankedTensorType>(getX().getType()).getElementType();
-  Type f32 = Float32Type::get(getContext());
-  Type i32 = IntegerType::get(getContext(), 32);
+  Type f32 = Float32Type::get(context);
+  Type i32 = IntegerType::get(context, 32);
   SmallVector<ResourceRequest> requests = {
       {ResourceKind::ssm_state, {h, p, n}, stateType, 0, std::nullopt}};
   if (!spec)
@@ -347,10 +349,8 @@ SmallVector<ResourceRequest> SsmOp::getResourceRequests(SpecAttr spec, RuntimeAt
   return requests;
 }
 
-SmallVector<ResourceRequest> CausalConvOp::getResourceRequests(SpecAttr spec,
-                                                               RuntimeAttr) {
-  Type modelType = cast<RankedTensorType>(getX().getType()).getElementType();
-  int64_t c = getConvDim(), w = getKernelSize() - 1;
+/// The resources of a causal conv (model and cached op alike).
+SmallVector<ResourceRequest> convRequests(int64_t c, int64_t w, Type modelType, SpecAttr spec) {
   SmallVector<ResourceRequest> requests = {
       {ResourceKind::conv_state, {c, w}, modelType, 0, std::nullopt}};
   if (spec)
@@ -360,15 +360,15 @@ SmallVector<ResourceRequest> CausalConvOp::getResourceRequests(SpecAttr spec,
   return requests;
 }
 
-SmallVector<ResourceRequest> GatedDeltaNetOp::getResourceRequests(SpecAttr spec,
-                                                                  RuntimeAttr runtime) {
-  int64_t hk = getNumKHeads(), hv = getNumVHeads(), dk = getHeadKDim(), dv = getHeadVDim();
+/// The resources of a Gated DeltaNet layer (model and cached op alike).
+SmallVector<ResourceRequest> gdnRequests(MLIRContext *context, int64_t hk, int64_t hv,
+                                         int64_t dk, int64_t dv, Type modelType,
+                                         SpecAttr spec, RuntimeAttr runtime) {
   // The recurrent state is kept like a Mamba2 state (the runtime's SSM state dtype,
   // f32 unless the config says otherwise), divided across TP ranks by value head.
   Type stateType = runtime.getSsmStateType();
-  Type modelType = cast<RankedTensorType>(getV().getType()).getElementType();
-  Type f32 = Float32Type::get(getContext());
-  Type i32 = IntegerType::get(getContext(), 32);
+  Type f32 = Float32Type::get(context);
+  Type i32 = IntegerType::get(context, 32);
   SmallVector<ResourceRequest> requests = {
       {ResourceKind::gdn_state, {hv, dk, dv}, stateType, 0, std::nullopt}};
   if (!spec)
@@ -388,6 +388,25 @@ SmallVector<ResourceRequest> GatedDeltaNetOp::getResourceRequests(SpecAttr spec,
   requests.push_back({ResourceKind::gdn_replay_gb, {2, hv, steps, 2}, f32, 1, std::nullopt});
   requests.push_back({ResourceKind::replay_index, {2}, i32, std::nullopt, std::nullopt});
   return requests;
+}
+
+} // namespace
+
+SmallVector<ResourceRequest> SsmOp::getResourceRequests(SpecAttr spec, RuntimeAttr runtime) {
+  return ssmRequests(getContext(), getNumHeads(), getHeadDim(), getStateSize(), getNGroups(),
+                     cast<ShapedType>(getX().getType()).getElementType(), spec, runtime);
+}
+
+SmallVector<ResourceRequest> CausalConvOp::getResourceRequests(SpecAttr spec, RuntimeAttr) {
+  return convRequests(getConvDim(), getKernelSize() - 1,
+                      cast<ShapedType>(getX().getType()).getElementType(), spec);
+}
+
+SmallVector<ResourceRequest> GatedDeltaNetOp::getResourceRequests(SpecAttr spec,
+                                                                  RuntimeAttr runtime) {
+  return gdnRequests(getContext(), getNumKHeads(), getNumVHeads(), getHeadKDim(),
+                     getHeadVDim(), cast<ShapedType>(getV().getType()).getElementType(), spec,
+                     runtime);
 }
 
 namespace {
@@ -573,6 +592,10 @@ SmallVector<CacheSlot> CachedAttentionOp::getCacheSlots() {
     return {CacheSlot{"kv", {ResourceKind::draft_kv}, true, getKv()}};
   return {CacheSlot{"kv", {ResourceKind::kv}, false, getKv()}};
 }
+SmallVector<ResourceRequest> CachedAttentionOp::getResourceRequestsUnder(SpecAttr,
+                                                                           RuntimeAttr) {
+  return {}; // its needs do not depend on the SSM recovery mode
+}
 void CachedAttentionOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getKvMutable()});
 }
@@ -603,6 +626,10 @@ SmallVector<CacheSlot> CachedMlaAttentionOp::getCacheSlots() {
   if (getDraft())
     return {CacheSlot{"cache", {ResourceKind::draft_kv}, true, getCache()}};
   return {CacheSlot{"cache", {ResourceKind::mla_latent}, false, getCache()}};
+}
+SmallVector<ResourceRequest> CachedMlaAttentionOp::getResourceRequestsUnder(SpecAttr,
+                                                                              RuntimeAttr) {
+  return {}; // its needs do not depend on the SSM recovery mode
 }
 void CachedMlaAttentionOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getCacheMutable()});
@@ -636,6 +663,11 @@ SmallVector<CacheSlot> CachedSsmOp::getCacheSlots() {
           CacheSlot{"replay_dt", {ResourceKind::replay_dt}, true, getReplayDt()},
           CacheSlot{"replay_dacs", {ResourceKind::replay_dacs}, true, getReplayDacs()},
           CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
+}
+SmallVector<ResourceRequest> CachedSsmOp::getResourceRequestsUnder(SpecAttr spec,
+                                                                     RuntimeAttr runtime) {
+  return ssmRequests(getContext(), getNumHeads(), getHeadDim(), getStateSize(), getNGroups(),
+                     cast<ShapedType>(getX().getType()).getElementType(), spec, runtime);
 }
 void CachedSsmOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getIntermediateMutable(), getReplayXMutable(),
@@ -672,6 +704,12 @@ SmallVector<CacheSlot> CachedGatedDeltaNetOp::getCacheSlots() {
           CacheSlot{"replay_gb", {ResourceKind::gdn_replay_gb}, true, getReplayGb()},
           CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
 }
+SmallVector<ResourceRequest> CachedGatedDeltaNetOp::getResourceRequestsUnder(
+    SpecAttr spec, RuntimeAttr runtime) {
+  return gdnRequests(getContext(), getNumKHeads(), getNumVHeads(), getHeadKDim(),
+                     getHeadVDim(), cast<ShapedType>(getV().getType()).getElementType(), spec,
+                     runtime);
+}
 void CachedGatedDeltaNetOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getIntermediateMutable(), getReplayKMutable(),
                               getReplayVMutable(), getReplayGbMutable(),
@@ -698,6 +736,11 @@ SmallVector<CacheSlot> CachedCausalConvOp::getCacheSlots() {
   return {CacheSlot{"state", {ResourceKind::conv_state}, false, getState()},
           CacheSlot{"intermediate", {ResourceKind::intermediate_conv_state}, true,
                     getIntermediate()}};
+}
+SmallVector<ResourceRequest> CachedCausalConvOp::getResourceRequestsUnder(SpecAttr spec,
+                                                                            RuntimeAttr) {
+  return convRequests(getConvDim(), getKernelSize() - 1,
+                      cast<ShapedType>(getX().getType()).getElementType(), spec);
 }
 void CachedCausalConvOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getIntermediateMutable()});

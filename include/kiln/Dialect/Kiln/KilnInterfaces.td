@@ -45,6 +45,14 @@ def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
       "void", "detachResource", (ins "::mlir::Value":$resource)>,
     InterfaceMethod<"Draft-layer marker, if the op belongs to a draft layer.",
       "std::optional<::kiln::DraftKind>", "getDraftKind">,
+    InterfaceMethod<[{The resources the op would need under another speculation setup
+      `spec` (the planner's what-if hints, e.g. the other SSM recovery mode), as its
+      model op would have asked kiln-insert-caches; empty (the default) when the op
+      does not say.}],
+      "::llvm::SmallVector<::kiln::ResourceRequest>", "getResourceRequestsUnder",
+      (ins "::kiln::SpecAttr":$spec, "::kiln::RuntimeAttr":$runtime), [{}], [{
+        return {};
+      }]>,
     InterfaceMethod<[{What the op needs of a kernel under `runtime` (head dim, cache
       dtype, page size, heads, attached speculative resources): the kernel registry's
       query, so that kiln-select-kernels names no op.}],

@@ -208,7 +208,7 @@ def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [
 // work on memrefs, yield nothing, and lower in place to one runtime call.
 class Kiln_CachedOp<string mnemonic, list<Trait> traits = []>
     : Kiln_Op<mnemonic, !listconcat(traits, [
-        DeclareOpInterfaceMethods<Kiln_CachedOpInterface>,
+        DeclareOpInterfaceMethods<Kiln_CachedOpInterface, ["getResourceRequestsUnder"]>,
         DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
         DestinationStyleOpInterface,
         MemoryEffects<[MemRead, MemWrite]>])> {
