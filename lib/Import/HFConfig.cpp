@@ -676,7 +676,7 @@ LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
                           static_cast<int64_t>(i), std::nullopt, std::nullopt});
     }
   } else {
-    int64_t interval = r.getIntOr("full_attention_interval", 4);
+    int64_t interval = r.getIntOr("full_attention_interval", 4, 1);
     if (r.failedAny())
       return failure();
     for (int64_t i = 0; i < m.numLayers; ++i)
