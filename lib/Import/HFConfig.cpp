@@ -273,6 +273,18 @@ std::optional<Type> parseDtype(Reader &r, StringRef key, Type fallback) {
 
 /// Window of attention layer `i` (of `n`), from `layer_types`, `use_sliding_window`,
 /// `sliding_window` and Qwen's `max_window_layers`.
+/// `layer_types` when the config has it (null when not): one entry per layer, or a
+/// diagnostic naming the count (failure).
+FailureOr<const json::Array *> readLayerTypes(Reader &r, const ModelSpec &m) {
+  const json::Array *types = r.object.getArray("layer_types");
+  if (types && static_cast<int64_t>(types->size()) != m.numLayers) {
+    r.error("layer_types") << "field 'layer_types' has " << types->size()
+                           << " entries but num_hidden_layers is " << m.numLayers;
+    return failure();
+  }
+  return types;
+}
+
 LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
   std::optional<int64_t> window;
   if (r.has("sliding_window"))
@@ -282,12 +294,10 @@ LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
   std::optional<bool> use = r.getBool("use_sliding_window");
   if (r.failedAny())
     return failure();
-  if (const json::Array *types = r.object.getArray("layer_types")) {
-    if (static_cast<int64_t>(types->size()) != m.numLayers) {
-      r.error("layer_types") << "field 'layer_types' has " << types->size()
-                             << " entries but num_hidden_layers is " << m.numLayers;
-      return failure();
-    }
+  FailureOr<const json::Array *> layerTypes = readLayerTypes(r, m);
+  if (failed(layerTypes))
+    return failure();
+  if (const json::Array *types = *layerTypes) {
     for (LayerSpec &layer : m.layers) {
       std::optional<StringRef> t = (*types)[layer.index].getAsString();
       if (!t) {
@@ -659,12 +669,10 @@ LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
         << m.gdnConvDim() << ") is implausibly large (more than 2^31)";
     return failure();
   }
-  if (const json::Array *types = r.object.getArray("layer_types")) {
-    if (static_cast<int64_t>(types->size()) != m.numLayers) {
-      r.error("layer_types") << "field 'layer_types' has " << types->size()
-                             << " entries but num_hidden_layers is " << m.numLayers;
-      return failure();
-    }
+  FailureOr<const json::Array *> layerTypes = readLayerTypes(r, m);
+  if (failed(layerTypes))
+    return failure();
+  if (const json::Array *types = *layerTypes) {
     for (auto [i, type] : llvm::enumerate(*types)) {
       std::optional<StringRef> name = type.getAsString();
       if (!name || (*name != "linear_attention" && *name != "full_attention")) {
