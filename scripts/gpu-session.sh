@@ -110,6 +110,7 @@ if has sanitize; then
     sanitize_one "$1" GraphGpuTest '*:-GraphGpu.GemmRowsDoNotDependOnM'
     sanitize_one "$1" MambaGpuTest '*'
     sanitize_one "$1" PrefillFmhaGpuTest '*'
+    sanitize_one "$1" GdnGpuTest '*'
   }
   for tool in memcheck racecheck initcheck synccheck; do
     lane "$tool" > "$out/sanitize-lane-$tool.txt" 2>&1 &
