@@ -430,7 +430,6 @@ int compile(MLIRContext &context, const CompileOptions &o) {
                     "report lists the largest consumers\n";
     return 2;
   }
-  (void)ranPipeline;
   return 0;
 }
 

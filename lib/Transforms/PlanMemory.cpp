@@ -404,10 +404,10 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       for (const ResourceRequest &request : op.getResourceRequestsUnder(otherSpec, runtime)) {
         if (!isSpeculativeOnlyKind(request.kind) || isPerTokenKind(request.kind))
           continue;
-        uint64_t bytes = getElementBytes(request.elementType);
-        for (int64_t dim : shardUnitShape(request.unit, request.shard, runtime.getTp()))
-          bytes = llvm::SaturatingMultiply(bytes, static_cast<uint64_t>(dim));
-        bytes = llvm::SaturatingMultiply<uint64_t>(bytes, runtime.getMaxBatch());
+        std::optional<uint64_t> unit = computeUnitBytes(
+            shardUnitShape(request.unit, request.shard, runtime.getTp()), request.elementType);
+        uint64_t bytes = llvm::SaturatingMultiply<uint64_t>(unit.value_or(UINT64_MAX),
+                                                            runtime.getMaxBatch());
         otherBytes = llvm::SaturatingAdd(otherBytes, alignSaturating(bytes));
       }
     });

@@ -123,13 +123,8 @@ Value pointerOf(OpBuilder &builder, Location loc, Value buffer) {
 /// Dimension `dim` of `buffer` when it is dynamic: the size a `kiln.buffer_from_pointer`
 /// was made with, else a `memref.dim`.
 Value dynamicDim(OpBuilder &builder, Location loc, Value buffer, int64_t dim) {
-  if (auto made = buffer.getDefiningOp<BufferFromPointerOp>()) {
-    auto type = cast<MemRefType>(buffer.getType());
-    unsigned dynamicIndex = 0;
-    for (int64_t d = 0; d < dim; ++d)
-      dynamicIndex += type.isDynamicDim(d);
-    return made.getSizes()[dynamicIndex];
-  }
+  if (auto made = buffer.getDefiningOp<BufferFromPointerOp>())
+    return made.getSizes()[cast<MemRefType>(buffer.getType()).getDynamicDimIndex(dim)];
   return memref::DimOp::create(builder, loc, buffer, dim);
 }
 

@@ -235,8 +235,12 @@ uint64_t kiln::tokensPerSequence(RuntimeAttr runtime, int64_t window) {
 
 std::optional<uint64_t> kiln::computeUnitBytes(CacheResourceInterface resource,
                                                RuntimeAttr runtime) {
-  std::optional<uint64_t> bytes = getElementBytes(resource.getResourceElementType());
-  for (int64_t dim : resource.getUnitShape(runtime)) {
+  return computeUnitBytes(resource.getUnitShape(runtime), resource.getResourceElementType());
+}
+
+std::optional<uint64_t> kiln::computeUnitBytes(ArrayRef<int64_t> shape, Type elementType) {
+  std::optional<uint64_t> bytes = getElementBytes(elementType);
+  for (int64_t dim : shape) {
     if (dim < 0)
       return std::nullopt;
     bytes = llvm::checkedMulUnsigned<uint64_t>(*bytes, static_cast<uint64_t>(dim));

@@ -83,6 +83,8 @@ constexpr uint64_t kMaxPlanBytes = static_cast<uint64_t>(INT64_MAX);
 /// product of its shape and element size exceeds kMaxPlanBytes.
 std::optional<uint64_t> computeUnitBytes(CacheResourceInterface resource,
                                          RuntimeAttr runtime);
+/// The same for a unit of `shape` (one TP rank's) of `elementType`.
+std::optional<uint64_t> computeUnitBytes(llvm::ArrayRef<int64_t> shape, mlir::Type elementType);
 
 /// Bytes of a resource under `runtime`: slots = max_batch for per-slot kinds;
 /// pages = max_batch * ceil(tokens per sequence / page_size) for per-token kinds
