@@ -322,12 +322,14 @@ def main():
             kiln[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
             graphs = (result or {}).get("cuda_graphs", {})
             host = (result or {}).get("host_us_per_decode_step")
+            replayed = (result or {}).get("host_us_per_replayed_step")
             result = kiln_run(args, prompts, DECODE_NEW, args.work, f"decode-b{batch}-eager",
                               ("--cuda-graphs", "0"))
             eager[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
             stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs, "
                   f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
-                  f"host {host} us/step with graphs, "
+                  f"host {host} us/step with graphs ({replayed} us per replayed step: "
+                  f"set_batch + graph launch), "
                   f"{(result or {}).get('host_us_per_decode_step')} eager)")
         result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")

@@ -7,6 +7,7 @@
 #include "kiln/Kernels/Graph.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -757,8 +758,14 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
 extern "C" kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_set_batch: context is null");
+  const auto start = std::chrono::steady_clock::now();
   kiln_status_t s = setBatch(ctx, batch);
   record(ctx, s);
+  if (s == KILN_OK && ctx->phase == KILN_RT_PHASE_DECODE) {
+    ctx->decodeSetBatchSeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++ctx->decodeBatches;
+  }
   return s;
 }
 

@@ -164,7 +164,10 @@ struct kiln_rt_context {
   uint64_t graphBytes = 0; // device memory the instantiated graphs took
   uint64_t graphReplays = 0;
   uint64_t decodeSteps = 0;
-  double decodeHostSeconds = 0;
+  double decodeHostSeconds = 0; // kiln_rt_forward of every decode step
+  double replayHostSeconds = 0; // kiln_rt_forward of the replayed ones alone
+  uint64_t decodeBatches = 0;   // kiln_rt_set_batch of decode steps
+  double decodeSetBatchSeconds = 0;
 
   // Legacy bind-based families.
   kiln::rt::LegacyBatch legacy;

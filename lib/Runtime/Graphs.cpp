@@ -132,9 +132,13 @@ extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward
   if (!ctx->hasBatch || ctx->phase != KILN_RT_PHASE_DECODE)
     return runForward(ctx, forward);
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t replaysBefore = ctx->graphReplays;
   const kiln_status_t status = runForward(ctx, forward);
-  ctx->decodeHostSeconds +=
+  const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ctx->decodeHostSeconds += seconds;
+  if (ctx->graphReplays != replaysBefore)
+    ctx->replayHostSeconds += seconds;
   ++ctx->decodeSteps;
   return status;
 }
@@ -195,5 +199,8 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   out->graph_bytes = ctx->graphBytes;
   out->decode_steps = ctx->decodeSteps;
   out->decode_host_seconds = ctx->decodeHostSeconds;
+  out->replay_host_seconds = ctx->replayHostSeconds;
+  out->decode_batches = ctx->decodeBatches;
+  out->decode_set_batch_seconds = ctx->decodeSetBatchSeconds;
   return ok();
 }

@@ -405,8 +405,9 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
               static_cast<unsigned long long>(now),
               static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(m))),
               graphs.graphs, static_cast<unsigned long long>(graphs.graph_bytes));
-  if (deviceMemoryIsOurs())
+  if (deviceMemoryIsOurs()) {
     EXPECT_EQ(now, planned + graphs.graph_bytes);
+  }
   kiln_model_unload(m);
 }
 
@@ -487,6 +488,16 @@ TEST(ModelGpu, GraphReplayEqualsEager) {
   // Three shapes, each eager once and then captured and launched: 5 + 3 + 3 graph steps.
   EXPECT_EQ(on.graphs, 3);
   EXPECT_EQ(on.replays, 11u);
+  // The replayed steps' host time is part of every decode step's, and each replay is a
+  // graph launch, far cheaper than an eager step of the same shape.
+  EXPECT_GT(on.replay_host_seconds, 0.0);
+  EXPECT_LT(on.replay_host_seconds, on.decode_host_seconds);
+  EXPECT_EQ(on.decode_batches, on.decode_steps);
+  EXPECT_LT(on.replay_host_seconds / on.replays, off.decode_host_seconds / off.decode_steps);
+  std::printf("  host per decode step: %.1f us eager, %.1f us per replay (set_batch %.1f us)\n",
+              1e6 * off.decode_host_seconds / off.decode_steps,
+              1e6 * on.replay_host_seconds / on.replays,
+              1e6 * on.decode_set_batch_seconds / on.decode_batches);
   std::printf("  3 graphs: %llu bytes of device memory; %llu launches eager, %llu graphed\n",
               static_cast<unsigned long long>(on.graph_bytes),
               static_cast<unsigned long long>(kiln_rt_launch_count(kiln_model_context(eager))),
@@ -870,8 +881,9 @@ TEST(ModelGpu, KilnRunSpeculationIsLossless) {
     EXPECT_EQ(o.size(), 24u);
   EXPECT_EQ(readFile(dir + "/logits.bin").size(), 4u * V * sizeof(float));
   const double planned = numberOf(plainJson, "planned_device_bytes");
-  if (deviceMemoryIsOurs())
+  if (deviceMemoryIsOurs()) {
     EXPECT_LE(std::fabs(numberOf(plainJson, "used_device_bytes") - planned), planned * 0.01);
+  }
 
   struct Mode {
     const char *name;

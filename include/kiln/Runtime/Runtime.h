@@ -183,7 +183,12 @@ typedef struct kiln_rt_graph_stats {
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
   uint64_t decode_steps;       /* decode steps run through kiln_rt_forward */
   double decode_host_seconds;  /* host time kiln_rt_forward spent in them (issuing the
-                                  launches or the graph launch; not waiting for the GPU) */
+                                  launches or the graph launch; not waiting for the GPU),
+                                  first eager steps and captures included */
+  double replay_host_seconds;  /* the part of it spent in the `replays` steps */
+  uint64_t decode_batches;     /* kiln_rt_set_batch calls of decode steps */
+  double decode_set_batch_seconds; /* host time those took (validation, the io region's
+                                      upload) */
 } kiln_rt_graph_stats_t;
 kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_stats_t *out);
 
