@@ -15,6 +15,9 @@ A random-weight model with Llama-3.1-8B's shapes (examples/models/llama-3.1-8b-i
 Bounds: decode = batch / ((weight bytes read per step + KV bytes read per step) / read
 rate), the KV at the mean context; prefill = tokens / (model FLOPs / matmul rate), the
 FLOPs of the linear layers plus causal attention (the lm_head of the last token only).
+Each decode batch also runs a second Kiln variant (--second): eager launches
+(--cuda-graphs 0, the default) or cuBLASLt's heuristic GEMM algorithms
+(--gemm-policy heuristic: what batch invariance costs).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -254,14 +257,19 @@ def fmt(x, spec):
     return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
 
 
-def print_table(rows):
-    """kiln: CUDA graphs on (kiln-run's default); eager: --cuda-graphs 0."""
-    print(f"{'case':<14}{'kiln tok/s':>12}{'eager tok/s':>13}{'bound':>12}{'kiln %':>8}"
+SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic")}
+
+
+def print_table(rows, second):
+    """kiln: CUDA graphs on, row-invariant GEMMs (kiln-run's defaults); then the second
+    variant: eager (--cuda-graphs 0) or heuristic (--gemm-policy heuristic, with graphs)."""
+    second_head = f"{second} tok/s"
+    print(f"{'case':<14}{'kiln tok/s':>12}{second_head:>16}{'bound':>12}{'kiln %':>8}"
           f"{'hf tok/s':>12}{'hf %':>7}{'kiln/hf':>9}")
     for r in rows:
         pct = lambda v: None if v is None else 100 * v / r["bound"]  # noqa: E731
         ratio = r["kiln"] / r["hf"] if r["kiln"] and r["hf"] else None
-        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{fmt(r.get('eager'), '13.0f')}"
+        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{fmt(r.get('second'), '16.0f')}"
               f"{r['bound']:12.0f}{fmt(pct(r['kiln']), '8.1f')}{fmt(r['hf'], '12.0f')}"
               f"{fmt(pct(r['hf']), '7.1f')}{fmt(ratio, '9.2f')}")
 
@@ -281,6 +289,8 @@ def main():
     parser.add_argument("--skip-kiln", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--timeout", type=int, default=180, help="seconds per kiln-run")
+    parser.add_argument("--second", choices=sorted(SECOND_VARIANTS), default="eager",
+                        help="the second Kiln variant of every decode batch")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -314,7 +324,7 @@ def main():
     del model
     torch.cuda.empty_cache()
 
-    kiln, eager = {}, {}
+    kiln, second = {}, {}
     if run_kiln:
         for batch in DECODE_BATCHES:
             prompts = random_ids(batch, DECODE_PROMPT, vocab, batch)
@@ -323,14 +333,15 @@ def main():
             graphs = (result or {}).get("cuda_graphs", {})
             host = (result or {}).get("host_us_per_decode_step")
             replayed = (result or {}).get("host_us_per_replayed_step")
-            result = kiln_run(args, prompts, DECODE_NEW, args.work, f"decode-b{batch}-eager",
-                              ("--cuda-graphs", "0"))
-            eager[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
+            result = kiln_run(args, prompts, DECODE_NEW, args.work,
+                              f"decode-b{batch}-{args.second}", SECOND_VARIANTS[args.second])
+            second[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
             stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs, "
                   f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
                   f"host {host} us/step with graphs ({replayed} us per replayed step: "
                   f"set_batch + graph launch), "
-                  f"{(result or {}).get('host_us_per_decode_step')} eager)")
+                  f"{(result or {}).get('host_us_per_decode_step')} {args.second}; "
+                  f"{args.second}: {second[f'decode b{batch}']} tok/s)")
         result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
         stamp("kiln prefill")
@@ -340,11 +351,12 @@ def main():
     rows.append({"case": "prefill 4k", "bound": prefill_bound(costs, PREFILL_LEN, flop_rate)})
     for row in rows:
         row["kiln"], row["hf"] = kiln.get(row["case"]), hf.get(row["case"])
-        row["eager"] = eager.get(row["case"])
-    print_table(rows)
+        row["second"] = second.get(row["case"])
+    print_table(rows, args.second)
     summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
                "matmul_flops_per_s": flop_rate,
-               "costs": costs, "rows": rows, "decode_prompt": DECODE_PROMPT,
+               "costs": costs, "rows": rows, "second_variant": args.second,
+               "decode_prompt": DECODE_PROMPT,
                "decode_new_tokens": DECODE_NEW, "prefill_tokens": PREFILL_LEN,
                "gpu": torch.cuda.get_device_name()}
     (args.out / "bench-model.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -189,6 +189,36 @@ extern "C" kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t 
   return ok();
 }
 
+extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
+                                                 kiln_gemm_policy_t policy) {
+  const char *fn = "kiln_rt_set_gemm_policy";
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", fn);
+  if (policy != KILN_GEMM_ROW_INVARIANT && policy != KILN_GEMM_HEURISTIC)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: policy %d is neither ROW_INVARIANT (%d) nor "
+                "HEURISTIC (%d)", fn, static_cast<int>(policy), KILN_GEMM_ROW_INVARIANT,
+                KILN_GEMM_HEURISTIC);
+  if (policy == KILN_GEMM_HEURISTIC && ctx->config.max_draft_len > 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: the model verifies up to %lld draft tokens a step; its GEMM rows must stay "
+                "invariant for speculation to be lossless (HEURISTIC refused)",
+                fn, static_cast<long long>(ctx->config.max_draft_len));
+  if (ctx->dry || !ctx->gemm) {
+    ctx->gemmPolicy = policy;
+    return ok();
+  }
+  cudaSetDevice(ctx->device);
+  cudaStreamSynchronize(ctx->stream);
+  destroyGraphs(ctx);
+  cudaGetLastError();
+  if (kiln_status_t s = kiln_gemm_set_policy(ctx->gemm, policy); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s", fn, message.c_str());
+  }
+  ctx->gemmPolicy = policy;
+  return ok();
+}
+
 extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
                                              kiln_rt_graph_stats_t *out) {
   if (!ctx || !out)

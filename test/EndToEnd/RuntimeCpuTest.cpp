@@ -377,6 +377,35 @@ TEST(RuntimeCpu, ForwardAndGraphLimits) {
   EXPECT_EQ(kiln_rt_is_faulted(nullptr), 0);
 }
 
+// The GEMM policy: two values, and HEURISTIC only where no speculation needs invariant
+// rows. Decode steps also count their kiln_rt_set_batch in the graph statistics.
+TEST(RuntimeCpu, GemmPolicyRules) {
+  EXPECT_EQ(kiln_rt_set_gemm_policy(nullptr, KILN_GEMM_HEURISTIC), KILN_ERROR_INVALID_ARGUMENT);
+  Dry speculative; // tinyConfig verifies up to 3 drafts
+  EXPECT_EQ(kiln_rt_set_gemm_policy(speculative.ctx, static_cast<kiln_gemm_policy_t>(7)),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("policy 7 is neither ROW_INVARIANT (0) nor HEURISTIC (1)"),
+            std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_set_gemm_policy(speculative.ctx, KILN_GEMM_HEURISTIC),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("up to 3 draft tokens a step; its GEMM rows must stay invariant"),
+            std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_set_gemm_policy(speculative.ctx, KILN_GEMM_ROW_INVARIANT), KILN_OK);
+  kiln_rt_config_t plain = tinyConfig();
+  plain.max_draft_len = 0;
+  Dry d(plain);
+  EXPECT_EQ(kiln_rt_set_gemm_policy(d.ctx, KILN_GEMM_HEURISTIC), KILN_OK) << lastError();
+  Step s(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK) << lastError();
+  kiln_rt_graph_stats_t stats{};
+  ASSERT_EQ(kiln_rt_graph_stats(d.ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.decode_batches, 1u);
+  EXPECT_GE(stats.decode_set_batch_seconds, 0.0);
+  EXPECT_EQ(stats.replay_host_seconds, 0.0);
+}
+
 // The trace creates its directory, and refuses a file or a non-empty directory: it never
 // mixes with or overwrites what is there. A dry context writes nothing.
 TEST(RuntimeCpu, TraceDirectoryRules) {

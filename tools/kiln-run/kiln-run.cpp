@@ -26,7 +26,8 @@ const char *kUsage =
     "                [--spec ngram:K | --draft-model DRAFT.so --draft-weights DIR "
     "--spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
-    "                [--device N] [--cuda-graphs N] [--check-launches] [--trace DIR] [--dry]\n"
+    "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--check-launches]\n"
+    "                [--trace DIR] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -39,6 +40,9 @@ const char *kUsage =
     "  --device N             CUDA device (default 0)\n"
     "  --cuda-graphs N        capture at most N decode step shapes in CUDA graphs\n"
     "                         (default 64; 0: every step launches eagerly)\n"
+    "  --gemm-policy P        row-invariant (default: a sequence's bits do not depend on\n"
+    "                         the batch; speculation needs it) or heuristic (cuBLASLt's\n"
+    "                         fastest algorithm per shape; models without speculation)\n"
     "  --check-launches       wait for every kernel, so a device fault names its op and\n"
     "                         layer (debugging; slow, no CUDA graphs)\n"
     "  --trace DIR            write every op's output of the model's steps to DIR (new or\n"
@@ -51,6 +55,7 @@ struct Options {
   int maxNewTokens = -1;
   int device = 0;
   int cudaGraphs = KILN_RT_DEFAULT_MAX_GRAPHS;
+  kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool checkLaunches = false;
   bool dry = false;
   enum class Spec { None, Ngram, Draft } spec = Spec::None;
@@ -114,6 +119,14 @@ Options parseOptions(int argc, char **argv) {
       o.device = parseInt(value(), "--device");
     } else if (a == "--cuda-graphs") {
       o.cudaGraphs = parseInt(value(), "--cuda-graphs");
+    } else if (a == "--gemm-policy") {
+      const std::string policy = value();
+      if (policy == "row-invariant")
+        o.gemmPolicy = KILN_GEMM_ROW_INVARIANT;
+      else if (policy == "heuristic")
+        o.gemmPolicy = KILN_GEMM_HEURISTIC;
+      else
+        die("--gemm-policy " + policy + ": expected row-invariant or heuristic");
     } else if (a == "--check-launches") {
       o.checkLaunches = true;
     } else if (a == "--trace") {
@@ -581,6 +594,8 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        ", \"captured\": " + std::to_string(graphs.graphs) +
        ", \"replayed_steps\": " + std::to_string(graphs.replays) +
        ", \"bytes\": " + std::to_string(graphs.graph_bytes) + "},\n";
+  s += std::string("  \"gemm_policy\": \"") +
+       (o.gemmPolicy == KILN_GEMM_HEURISTIC ? "heuristic" : "row-invariant") + "\",\n";
   s += "  \"host_us_per_decode_step\": " + number(hostMicrosPerStep(graphs)) + ",\n";
   s += "  \"host_us_per_replayed_step\": " + number(hostMicrosPerReplayedStep(graphs)) + ",\n";
   s += "  \"host_us_per_set_batch\": " +
@@ -619,6 +634,8 @@ int run(int argc, char **argv) {
   if (!o.trace.empty())
     check(kiln_rt_set_trace(kiln_model_context(target.model), o.trace.c_str()),
           "--trace");
+  check(kiln_rt_set_gemm_policy(kiln_model_context(target.model), o.gemmPolicy),
+        "--gemm-policy");
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
     draft = std::make_unique<Model>(o.draftModel, o.draftWeights, o.device, o.dry,

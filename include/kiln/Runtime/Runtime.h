@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Status.h"
 #include "kiln/Runtime/Layout.h"
 
@@ -177,6 +178,15 @@ kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward
  * default KILN_RT_DEFAULT_MAX_GRAPHS. Lowering it drops the graphs captured so far. */
 #define KILN_RT_DEFAULT_MAX_GRAPHS 64
 kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs);
+/* How GEMMs pick their cuBLASLt algorithm (include/kiln/Kernels/Gemm.h;
+ * docs/runtime.md, "Batch invariance"). KILN_GEMM_ROW_INVARIANT, the default: a row's
+ * bits do not depend on the other rows of the step, up to max_batch * (1 +
+ * max_draft_len) rows, so a sequence decodes the same in any batch and a verify step
+ * reproduces decode steps (what lossless greedy speculation needs). KILN_GEMM_HEURISTIC:
+ * cuBLASLt's best algorithm per shape (faster at small batch), a row's last bits may
+ * change with the batch. Refused for a model compiled with speculation (max_draft_len >
+ * 0). Drops the CUDA graphs captured so far (they hold the previous algorithms). */
+kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx, kiln_gemm_policy_t policy);
 typedef struct kiln_rt_graph_stats {
   int32_t graphs;       /* step shapes captured */
   uint64_t replays;     /* steps that ran as a graph launch */
