@@ -80,7 +80,7 @@ LogicalResult planDeviceMemory(ModuleOp module, const CompileOptions &o) {
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
   if (failed(configure(pm, o)))
     return failure();
-  buildActivationPlanningPipeline(pm);
+  buildActivationPlanningPipeline(pm, o.lowering);
   if (failed(runStage(pm, *copy, o)))
     return failure();
   if (Attribute memory = (*copy)->getAttr(KilnDialect::kDeviceMemoryAttrName))

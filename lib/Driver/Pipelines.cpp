@@ -25,7 +25,9 @@
 
 using namespace mlir;
 
-void kiln::buildActivationPlanningPipeline(OpPassManager &pm) {
+void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOptions &options) {
+  if (options.fuseResidualNorm)
+    pm.addPass(createKilnFuseResidualNorm());
   bufferization::OneShotBufferizePassOptions bufferize;
   // Every Kiln op writes into a destination of its own (a fresh tensor.empty, or an
   // output the entry owns), so one-shot's read-after-write analysis finds no conflict
@@ -49,7 +51,7 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm) {
 }
 
 void kiln::buildBufferLoweringPipeline(OpPassManager &pm, const LoweringOptions &options) {
-  buildActivationPlanningPipeline(pm);
+  buildActivationPlanningPipeline(pm, options);
   pm.addPass(createConvertKilnToRuntimeCalls());
   // Every stage after this one is linear in the ops of the step; rolled, a step has
   // one copy of a layer whatever the number of layers (docs/overview.md).

@@ -210,8 +210,9 @@ kiln_status_t checkLaunch(const struct Call &c, kiln_rt_context *ctx);
 
 // With a trace directory set (kiln_rt_set_trace, outside a capture): waits for call
 // `c`'s launch and writes its output, `rows` x `cols` bf16 at `out`, to the directory.
+// `part` names a second output of one op (its file and trace.tsv row get the suffix).
 kiln_status_t traceOutput(const struct Call &c, kiln_rt_context *ctx, const void *out,
-                          int64_t rows, int64_t cols);
+                          int64_t rows, int64_t cols, const char *part = nullptr);
 
 // Formats errors of one entry-point call. Attention/legacy calls: "<fn> (<kernel>):
 // layer <n>: ..."; graph ops (no layer argument): "<fn>: op <i> of the step (after

@@ -134,6 +134,39 @@ extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const
   return record(ctx, run());
 }
 
+extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,
+                                        const void *weight, void *sum, void *out, int64_t rows,
+                                        int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_add_rms_norm")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
+      return s;
+    if (!(eps >= 0) || std::isinf(eps))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+    if (sum == out)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "sum and out are the same buffer (the norm would overwrite the residual)");
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("a", a, rows, dim), bf16("b", b, rows, dim),
+                                       bf16("weight", weight, 1, dim),
+                                       bf16("sum", sum, rows, dim, true),
+                                       bf16("out", out, rows, dim, true)});
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    const kiln_status_t s =
+        kiln_add_rms_norm_bf16(a, b, weight, sum, out, rows, dim, eps, ctx->stream);
+    if (kiln_status_t traced = launched(c, ctx, s, "kiln_add_rms_norm_bf16", out, rows, dim);
+        traced != KILN_OK)
+      return traced;
+    return traceOutput(c, ctx, sum, rows, dim, "sum");
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w,
                                   const void *bias, void *out, int64_t m, int64_t n, int64_t k) {
   KILN_RT_GRAPH_ENTER("kiln_rt_linear")

@@ -45,7 +45,7 @@ kiln_status_t writeFile(const Call &c, const std::string &path, const void *data
 } // namespace
 
 kiln_status_t kiln::rt::traceOutput(const Call &c, kiln_rt_context *ctx, const void *out,
-                                    int64_t rows, int64_t cols) {
+                                    int64_t rows, int64_t cols, const char *part) {
   if (ctx->traceDir.empty() || ctx->capturing || ctx->dry)
     return KILN_OK;
   uint64_t bytes = 0;
@@ -57,13 +57,15 @@ kiln_status_t kiln::rt::traceOutput(const Call &c, kiln_rt_context *ctx, const v
   if (cudaError_t e = cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost);
       e != cudaSuccess)
     return noteCudaError(ctx, e, c.cuda(e, "trace: copying the output"));
+  const std::string suffix = part ? std::string("-") + part : std::string();
   const std::string file = "s" + std::to_string(ctx->generation) + "-o" +
-                           std::to_string(ctx->opIndex) + ".bin";
+                           std::to_string(ctx->opIndex) + suffix + ".bin";
   if (kiln_status_t s = writeFile(c, ctx->traceDir + "/" + file, host.data(), bytes, "wb");
       s != KILN_OK)
     return s;
   const std::string line = std::to_string(ctx->generation) + "\t" +
-                           std::to_string(ctx->opIndex) + "\t" + c.fn + "\t" +
+                           std::to_string(ctx->opIndex) + "\t" + c.fn +
+                           (part ? std::string(":") + part : std::string()) + "\t" +
                            std::to_string(c.layer) + "\t" + std::to_string(rows) + "\t" +
                            std::to_string(cols) + "\t" + file + "\n";
   ++ctx->tracedOps;

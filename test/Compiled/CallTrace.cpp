@@ -81,6 +81,10 @@ int32_t kiln_rt_rms_norm(ctx_t *, const void *x, const void *weight, void *out, 
                          int64_t dim, float eps) {
   return record("rms_norm", {x, weight, out, rows, dim, eps});
 }
+int32_t kiln_rt_add_rms_norm(ctx_t *, const void *a, const void *b, const void *weight,
+                             void *sum, void *out, int64_t rows, int64_t dim, float eps) {
+  return record("add_rms_norm", {a, b, weight, sum, out, rows, dim, eps});
+}
 int32_t kiln_rt_linear(ctx_t *, const void *x, const void *w, const void *bias, void *out,
                        int64_t m, int64_t n, int64_t k) {
   return record("linear", {x, w, bias, out, m, n, k});

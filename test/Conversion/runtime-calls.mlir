@@ -12,6 +12,7 @@
 // CHECK-DAG: func.func private @kiln_rt_activations(!llvm.ptr) -> !llvm.ptr
 // CHECK-DAG: func.func private @kiln_rt_embedding(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_rms_norm(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_add_rms_norm(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_linear(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_rope(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i32, f32, f32, f32, f32, i64, f32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
@@ -109,6 +110,11 @@
 // add / swiglu(ctx, a, b, out, elements)
 // CHECK: call @kiln_rt_add(%[[CTX]],
 // CHECK: call @kiln_rt_swiglu(%[[CTX]],
+// add_rms_norm(ctx, a, b, weight, sum, out, rows, dim, eps)
+// CHECK: %[[AROWS:.*]] = arith.index_cast %[[T]] : index to i64
+// CHECK: %[[ADIM:.*]] = arith.constant 128 : i64
+// CHECK: %[[AEPS:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK: call @kiln_rt_add_rms_norm(%[[CTX]], %[[HP]], %[[NP]], %[[WNP]], %[[GP]], %[[HP]], %[[AROWS]], %[[ADIM]], %[[AEPS]])
 
 // attention(ctx, layer, kv_offset, q, k, v, out, tokens, heads, kv_heads, head_dim,
 //           page_size, window, decode_kernel, prefill_kernel, spec_dec_mode, scale):
@@ -196,6 +202,7 @@ module attributes {kiln.model = #kiln.model<name = "tiny model", model_type = "l
     kiln.rope ins(%h3, %pos : memref<?x4x32xbf16>, memref<?xi32>) outs(%n3 : memref<?x4x32xbf16>) {rope = #kiln.rope<type = llama3, theta = 500000.0, factor = 8.0, low = 1.0, high = 4.0, original_max_position = 8192>}
     kiln.add ins(%h, %n : memref<?x128xbf16>, memref<?x128xbf16>) outs(%g : memref<?x128xbf16>)
     kiln.swiglu ins(%h, %n : memref<?x128xbf16>, memref<?x128xbf16>) outs(%g : memref<?x128xbf16>)
+    kiln.add_rms_norm ins(%h, %n, %wn : memref<?x128xbf16>, memref<?x128xbf16>, memref<128xbf16>) outs(%g, %h : memref<?x128xbf16>, memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
     %q = memref.expand_shape %h [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>
     %k = memref.expand_shape %n [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>
     %o = memref.expand_shape %g [[0], [1, 2]] output_shape [%t, 2, 64] : memref<?x128xbf16> into memref<?x2x64xbf16>

@@ -251,6 +251,10 @@ TEST(RuntimeCpu, GraphOpValidation) {
             KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(4096), d.a(), 1024), KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_swiglu(d.ctx, d.a(), d.a(4096), d.a(8192), 1024), KILN_OK) << lastError();
+  // The fused residual add + norm, its sum over the residual.
+  EXPECT_EQ(kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(1 << 20), d.w(512 * 256 * 2), d.a(),
+                                 d.a(2 << 20), 12, 256, 1e-6f),
+            KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_gather_rows(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_LOGIT_ROWS),
                                 d.a(1 << 20), 2, 256, 12),
             KILN_OK) << lastError();
@@ -295,6 +299,13 @@ TEST(RuntimeCpu, GraphOpValidation) {
        [&] { return kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, d.a(), 3, 512); }},
       {"eps -1 must be finite",
        [&] { return kiln_rt_rms_norm(d.ctx, d.a(), d.w(), d.a(), 1, 8, -1.f); }},
+      {"kiln_rt_add_rms_norm: op 1 of the prefill step (before the first attention): sum and "
+       "out are the same buffer",
+       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(64), d.a(64), 1, 8, 1e-6f); }},
+      {"sum (offset 0 of the weights region) is an output",
+       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.w(), d.a(64), 1, 8, 1e-6f); }},
+      {"dim 0 outside",
+       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(), d.a(64), 1, 0, 1e-6f); }},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);

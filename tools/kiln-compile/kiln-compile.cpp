@@ -73,6 +73,11 @@ cl::opt<bool> noRollLayers(
     cl::desc("keep the step's layers unrolled (kiln-roll-layers off; for tests and "
              "comparisons: the calls are the same)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> noFuseResidualNorm(
+    "no-fuse-residual-norm",
+    cl::desc("keep each residual add and the norm of its sum apart (kiln-fuse-residual-norm "
+             "off; for comparisons: the bits are the same)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -136,6 +141,7 @@ int compile(int argc, char **argv) {
   options.importOnly = importOnly;
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
+  options.lowering.fuseResidualNorm = !noFuseResidualNorm;
   options.emit = emitKind;
   options.reportFormat = reportFormat;
   options.outputPath = outputFile;

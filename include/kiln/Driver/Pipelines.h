@@ -23,6 +23,9 @@ struct LoweringOptions {
   /// Roll the repeated decoder layers of the step into a loop (kiln-roll-layers): the
   /// same calls, with compile time and code size independent of the layer count.
   bool rollLayers = true;
+  /// Fuse each residual add with the norm of its sum (kiln-fuse-residual-norm): the
+  /// same bits in one kernel instead of two.
+  bool fuseResidualNorm = true;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`
@@ -32,7 +35,8 @@ void buildLoweringPipeline(mlir::OpPassManager &pm, const LoweringOptions &optio
 
 /// Bufferization, entry binding and the activation plan: enough to know every device
 /// byte (`kiln.device_memory`) for the report.
-void buildActivationPlanningPipeline(mlir::OpPassManager &pm);
+void buildActivationPlanningPipeline(mlir::OpPassManager &pm,
+                                     const LoweringOptions &options = {});
 
 /// The part of the lowering that stays in Kiln's and upstream's dialects (buffers,
 /// runtime calls), for inspection with `--emit=mlir-lowered` and in lit tests.

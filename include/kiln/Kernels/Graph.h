@@ -14,6 +14,7 @@
  *    kernel and the argument (kiln_last_error()); a failed launch returns
  *    KILN_ERROR_CUDA. A size of 0 (no rows, no tokens) is a no-op returning KILN_OK.
  *  - add, swiglu, rms_norm and rope may run in place (out == x, a, b, gate or up);
+ *    add_rms_norm may write its sum over a or b;
  *    embedding, gather_rows and argmax must not alias their output with an input.
  *  - Indices live on the device, so the host cannot check them: an embedding id or a
  *    gathered row outside its table yields a row of zeros instead of an out-of-bounds
@@ -55,6 +56,14 @@ kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *table, void *o
  * q/k norms). */
 kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, void *out,
                                  int64_t rows, int64_t dim, float eps, void *stream);
+
+/* The residual add and the norm that reads it, in one pass: sum = bf16(a + b) (the
+ * residual stream, [rows, dim]), then out = kiln_rms_norm_bf16(sum). Bit for bit
+ * kiln_add_bf16 followed by kiln_rms_norm_bf16. sum may be a or b; out must not be sum
+ * (the norm would overwrite the residual). */
+kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, const void *weight,
+                                     void *sum, void *out, int64_t rows, int64_t dim,
+                                     float eps, void *stream);
 
 /* Rotate-half RoPE (HF apply_rotary_pos_emb) of x [tokens, heads, head_dim] at
  * positions [tokens] into out (same shape, may be x). head_dim even, <= 512. */

@@ -235,6 +235,11 @@ int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *t
                           int64_t tokens, int64_t vocab, int64_t hidden);
 int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight, void *out,
                          int64_t rows, int64_t dim, float eps);
+/* The residual add and the norm of its result (kiln.add_rms_norm): sum = a + b [rows, dim],
+ * out = rms_norm(sum); sum may be a or b, not out. */
+int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,
+                             const void *weight, void *sum, void *out, int64_t rows,
+                             int64_t dim, float eps);
 int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, const void *bias,
                        void *out, int64_t m, int64_t n, int64_t k);
 int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions, void *out,

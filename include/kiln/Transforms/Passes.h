@@ -11,6 +11,8 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Pass/Pass.h"
 
+#include "llvm/ADT/Statistic.h"
+
 namespace kiln {
 
 #define GEN_PASS_DECL
@@ -18,6 +20,11 @@ namespace kiln {
 
 #define GEN_PASS_REGISTRATION
 #include "kiln/Transforms/Passes.h.inc"
+
+/// kiln.add followed by kiln.rms_norm of its sum -> kiln.add_rms_norm (on tensors).
+/// `fused` (may be null) counts the rewrites.
+void populateFuseResidualNormPatterns(mlir::RewritePatternSet &patterns,
+                                      llvm::Statistic *fused = nullptr);
 
 } // namespace kiln
 

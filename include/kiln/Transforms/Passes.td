@@ -139,6 +139,23 @@ def KilnSelectKernels : Pass<"kiln-select-kernels", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnFuseResidualNorm : Pass<"kiln-fuse-residual-norm", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
+  let summary = "Fuse each residual add with the RMSNorm that reads its sum";
+  let description = [{
+    Runs on tensors, before bufferization. A decoder layer adds a sublayer's output to
+    the residual stream and normalizes the sum right away (post-attention norm, the next
+    layer's input norm, the final norm). `kiln.rms_norm` of a rank-2 `kiln.add` result
+    becomes one `kiln.add_rms_norm` that yields both the sum (the stream, for its later
+    users) and the normed rows: one kernel instead of two, the sum read from registers
+    instead of memory, with the bits of the pair. The fused op takes the norm's place,
+    so an add whose sum is used before the norm is left alone.
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused", "Residual adds fused into the norm of their sum">
+  ];
+}
+
 def KilnBindEntry : Pass<"kiln-bind-entry", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect", "::mlir::LLVM::LLVMDialect"];
   let summary = "Make the bufferized model function the runtime's entry point";

@@ -924,6 +924,7 @@ Type i32Type(Operation *op) { return IntegerType::get(op->getContext(), 32); }
   }
 KILN_COMPUTE_EFFECTS(EmbeddingOp)
 KILN_COMPUTE_EFFECTS(RmsNormOp)
+KILN_COMPUTE_EFFECTS(AddRmsNormOp)
 KILN_COMPUTE_EFFECTS(LinearOp)
 KILN_COMPUTE_EFFECTS(RopeOp)
 KILN_COMPUTE_EFFECTS(AddOp)
@@ -979,6 +980,42 @@ FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
                      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
                       RuntimeArg::pointer(getInit()), RuntimeArg::leadingElements(getInput()),
                       RuntimeArg::dim(getInput(), last),
+                      RuntimeArg::f32(getEpsilon().convertToDouble())}};
+}
+
+LogicalResult AddRmsNormOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "lhs", getLhs(), 2)) ||
+      failed(checkSameShape(op, "lhs", getLhs(), "rhs", getRhs())) ||
+      failed(checkSameShape(op, "lhs", getLhs(), "sum_init", getSumInit())) ||
+      failed(checkSameShape(op, "lhs", getLhs(), "norm_init", getNormInit())) ||
+      failed(checkRank(op, "weight", getWeight(), 1)) ||
+      failed(checkDimEquals(op, "weight", getWeight(), 0, sizeOf(getLhs(), 1),
+                            "the normalized size")))
+    return failure();
+  Type element = shapedOf(getLhs()).getElementType();
+  for (auto [name, value] : {std::pair<StringRef, Value>{"rhs", getRhs()},
+                             {"weight", getWeight()},
+                             {"sum_init", getSumInit()},
+                             {"norm_init", getNormInit()}})
+    if (failed(checkElementType(op, name, value, element)))
+      return failure();
+  if (getSumInit() == getNormInit())
+    return emitOpError() << "'sum_init' and 'norm_init' are the same value (the norm would "
+                            "overwrite the residual)";
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0) || !std::isfinite(eps))
+    return emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
+  return success();
+}
+FailureOr<RuntimeCall> AddRmsNormOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_add_rms_norm",
+                     {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
+                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
+                      RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
+                      RuntimeArg::dim(getLhs(), 1),
                       RuntimeArg::f32(getEpsilon().convertToDouble())}};
 }
 

@@ -154,17 +154,42 @@ __global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t
 }
 
 // ---- rms_norm ------------------------------------------------------------------------
+// Where the 16-byte path of a norm kernel reads its row: x itself, or the residual sum
+// a + b, which it also stores (the residual stream) with the add kernel's rounding, so the
+// fused add + norm gives the bits of the add kernel followed by the norm kernel.
+struct RowOfX {
+  const uint16_t *x;
+  __device__ __forceinline__ uint4 load(int64_t offset) const {
+    return *reinterpret_cast<const uint4 *>(x + offset);
+  }
+};
+struct RowOfSum {
+  const uint16_t *a, *b; // may alias sum: each chunk is read before it is written, by one thread
+  uint16_t *sum;
+  __device__ __forceinline__ uint4 load(int64_t offset) const {
+    float fa[kVecElems], fb[kVecElems];
+    unpack8(*reinterpret_cast<const uint4 *>(a + offset), fa);
+    unpack8(*reinterpret_cast<const uint4 *>(b + offset), fb);
+    const AddOp add;
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e)
+      fa[e] = add(fa[e], fb[e]);
+    const uint4 packed = pack8(fa);
+    *reinterpret_cast<uint4 *>(sum + offset) = packed;
+    return packed;
+  }
+};
+
 // One block per row; out may be x (a row is read completely before the block-wide sum
 // and written after it, each element by the thread that read it). Vector path: each thread keeps its kCache 16-byte chunks of the row
 // in registers between the statistics and the output pass.
-template <int kCache>
-__global__ void rmsNormVecKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
+template <int kCache, class Source>
+__global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight,
                                  uint16_t *out, int64_t rows, int dim, float eps) {
   __shared__ float scratch[33];
   const int vectors = dim / kVecElems;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const uint4 *x4 = reinterpret_cast<const uint4 *>(x + r * dim);
     uint4 *o4 = reinterpret_cast<uint4 *>(out + r * dim);
     uint4 cache[kCache];
     float sumSq = 0.0f;
@@ -172,7 +197,7 @@ __global__ void rmsNormVecKernel(const uint16_t *x, const uint16_t *__restrict__
     for (int c = 0; c < kCache; ++c) {
       const int v = threadIdx.x + c * blockDim.x;
       if (v < vectors) {
-        cache[c] = x4[v];
+        cache[c] = src.load(r * dim + static_cast<int64_t>(v) * kVecElems);
         float f[kVecElems];
         unpack8(cache[c], f);
 #pragma unroll
@@ -202,19 +227,19 @@ __global__ void rmsNormVecKernel(const uint16_t *x, const uint16_t *__restrict__
 // would leave most of a block idle and make block scheduling the bottleneck for
 // Qwen3's per-head q/k norms: tokens x heads rows of head_dim.)
 constexpr int kRmsWarpsPerBlock = 8;
-__global__ void rmsNormWarpKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
+template <class Source>
+__global__ void rmsNormWarpKernel(Source src, const uint16_t *__restrict__ weight,
                                   uint16_t *out, int64_t rows, int dim, float eps) {
   const int vectors = dim / kVecElems;
   const int lane = threadIdx.x & 31;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRmsWarpsPerBlock + (threadIdx.x >> 5);
        r < rows; r += static_cast<int64_t>(gridDim.x) * kRmsWarpsPerBlock) {
-    const uint4 *x4 = reinterpret_cast<const uint4 *>(x + r * dim);
     uint4 *o4 = reinterpret_cast<uint4 *>(out + r * dim);
     float f[kVecElems];
     float sumSq = 0.0f;
     if (lane < vectors) {
-      unpack8(x4[lane], f);
+      unpack8(src.load(r * dim + static_cast<int64_t>(lane) * kVecElems), f);
 #pragma unroll
       for (int e = 0; e < kVecElems; ++e)
         sumSq += f[e] * f[e];
@@ -388,27 +413,65 @@ cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, i
   return cudaGetLastError();
 }
 
+namespace {
+
+// The 16-byte rms_norm paths take rows of up to this many 16-byte chunks.
+constexpr int64_t kRmsMaxVectors = 4096;
+
+// The 16-byte paths by row length (dim a multiple of 8 and at most 8 * kRmsMaxVectors;
+// weight and out 16-byte aligned, and whatever `src` reads).
+template <class Source>
+void launchRmsNormVec(Source src, const uint16_t *weight, uint16_t *out, int64_t rows,
+                      int64_t dim, float eps, cudaStream_t stream) {
+  const int64_t vectors = dim / kVecElems;
+  if (vectors <= 32) {
+    const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
+    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
+        src, weight, out, rows, static_cast<int>(dim), eps);
+  } else if (vectors <= 1024) {
+    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
+        src, weight, out, rows, static_cast<int>(dim), eps);
+  } else {
+    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
+        src, weight, out, rows, static_cast<int>(dim), eps);
+  }
+}
+
+bool rmsNormVecFits(int64_t dim) {
+  return dim % kVecElems == 0 && dim / kVecElems <= kRmsMaxVectors;
+}
+
+} // namespace
+
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream) {
   const auto *px = static_cast<const uint16_t *>(x);
   const auto *pw = static_cast<const uint16_t *>(weight);
   auto *po = static_cast<uint16_t *>(out);
-  const int64_t vectors = dim / kVecElems;
-  const bool vec = dim % kVecElems == 0 && aligned16(x) && aligned16(weight) && aligned16(out);
-  if (vec && vectors <= 32) {
-    const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
-    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
-        px, pw, po, rows, static_cast<int>(dim), eps);
-  } else if (vec && vectors <= 1024) {
-    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
-        px, pw, po, rows, static_cast<int>(dim), eps);
-  } else if (vec && vectors <= 4096) {
-    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
-        px, pw, po, rows, static_cast<int>(dim), eps);
+  if (rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out)) {
+    launchRmsNormVec(RowOfX{px}, pw, po, rows, dim, eps, stream);
   } else {
     const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
     rmsNormScalarKernel<<<rowGrid(rows), threads, 0, stream>>>(px, pw, po, rows, dim, eps);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum,
+                             void *out, int64_t rows, int64_t dim, float eps,
+                             cudaStream_t stream) {
+  const bool fused = rmsNormVecFits(dim) && aligned16(a) && aligned16(b) && aligned16(sum) &&
+                     aligned16(weight) && aligned16(out);
+  if (!fused) {
+    // The add and the norm one after the other: the same bits by construction.
+    if (cudaError_t e = launchAdd(a, b, sum, rows * dim, stream); e != cudaSuccess)
+      return e;
+    return launchRmsNorm(sum, weight, out, rows, dim, eps, stream);
+  }
+  launchRmsNormVec(RowOfSum{static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b),
+                            static_cast<uint16_t *>(sum)},
+                   static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows,
+                   dim, eps, stream);
   return cudaGetLastError();
 }
 

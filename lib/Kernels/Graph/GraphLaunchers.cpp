@@ -142,6 +142,30 @@ extern "C" kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, v
   return launched(c.kernel, launchRmsNorm(x, weight, out, rows, dim, eps, asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b,
+                                                const void *weight, void *sum, void *out,
+                                                int64_t rows, int64_t dim, float eps,
+                                                void *stream) {
+  Checker c{"kiln_add_rms_norm_bf16"};
+  if (!c.notNull(a, "a") || !c.notNull(b, "b") || !c.notNull(weight, "weight") ||
+      !c.notNull(sum, "sum") || !c.notNull(out, "out") || !c.elementAligned(a, 2, "a") ||
+      !c.elementAligned(b, 2, "b") || !c.elementAligned(weight, 2, "weight") ||
+      !c.elementAligned(sum, 2, "sum") || !c.elementAligned(out, 2, "out") ||
+      !c.nonNegative(rows, "rows") || !c.positive(dim, "dim") || !c.sizeFits(rows, dim, "a"))
+    return c.status;
+  if (out == sum)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: out and sum are the same buffer (the norm would overwrite the residual)",
+                c.kernel);
+  if (!std::isfinite(eps) || eps < 0.0f)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0 (got %g)",
+                c.kernel, static_cast<double>(eps));
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel,
+                  launchAddRmsNorm(a, b, weight, sum, out, rows, dim, eps, asStream(stream)));
+}
+
 extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
                                         int64_t tokens, int64_t heads, int64_t head_dim,
                                         const kiln_rope_params_t *rope, void *stream) {

@@ -81,6 +81,52 @@ func.func @f(%ids: tensor<?xi32>, %t: tensor<512x128xbf16>, %o: tensor<?x64xbf16
 }
 
 //===----------------------------------------------------------------------===//
+// kiln.add_rms_norm
+//===----------------------------------------------------------------------===//
+
+// -----
+func.func @f(%x: tensor<?x4x32xbf16>, %w: tensor<32xbf16>, %s: tensor<?x4x32xbf16>, %o: tensor<?x4x32xbf16>) {
+  // expected-error @below {{'lhs' must have rank 2, got 'tensor<?x4x32xbf16>'}}
+  %0:2 = kiln.add_rms_norm ins(%x, %x, %w : tensor<?x4x32xbf16>, tensor<?x4x32xbf16>, tensor<32xbf16>) outs(%s, %o : tensor<?x4x32xbf16>, tensor<?x4x32xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x4x32xbf16>, tensor<?x4x32xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x128xbf16>, %y: tensor<?x64xbf16>, %w: tensor<128xbf16>, %s: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) {
+  // expected-error @below {{'lhs' 'tensor<?x128xbf16>' and 'rhs' 'tensor<?x64xbf16>' must have the same shape}}
+  %0:2 = kiln.add_rms_norm ins(%x, %y, %w : tensor<?x128xbf16>, tensor<?x64xbf16>, tensor<128xbf16>) outs(%s, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x128xbf16>, %w: tensor<64xbf16>, %s: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) {
+  // expected-error @below {{dimension 0 of 'weight' (64) must equal the normalized size (128)}}
+  %0:2 = kiln.add_rms_norm ins(%x, %x, %w : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<64xbf16>) outs(%s, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xf16>, %s: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) {
+  // expected-error @below {{'weight' must have element type 'bf16', got 'f16'}}
+  %0:2 = kiln.add_rms_norm ins(%x, %x, %w : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xf16>) outs(%s, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: memref<?x128xbf16>, %w: memref<128xbf16>, %s: memref<?x128xbf16>) {
+  // expected-error @below {{'sum_init' and 'norm_init' are the same value (the norm would overwrite the residual)}}
+  kiln.add_rms_norm ins(%x, %x, %w : memref<?x128xbf16>, memref<?x128xbf16>, memref<128xbf16>) outs(%s, %s : memref<?x128xbf16>, memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xbf16>, %s: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) {
+  // expected-error @below {{'epsilon' must be a positive finite number, got 0}}
+  %0:2 = kiln.add_rms_norm ins(%x, %x, %w : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%s, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 0.0 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
 // kiln.rms_norm
 //===----------------------------------------------------------------------===//
 

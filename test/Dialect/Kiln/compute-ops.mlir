@@ -58,6 +58,9 @@ module attributes {
     %r3 = kiln.rope ins(%x3, %pos : tensor<?x4x32xbf16>, tensor<?xi32>) outs(%init3 : tensor<?x4x32xbf16>) {rope = #kiln.rope<type = yarn, theta = 1000000.0, factor = 4.0, low = 12.0, high = 25.0, original_max_position = 32768, attention_factor = 1.1386>} -> tensor<?x4x32xbf16>
     // CHECK: kiln.add ins(%[[H]], %{{[^ ]*}} : tensor<?x128xbf16>, tensor<?x128xbf16>) outs(%{{[^ ]*}} : tensor<?x128xbf16>) -> tensor<?x128xbf16>
     %s = kiln.add ins(%h, %n : tensor<?x128xbf16>, tensor<?x128xbf16>) outs(%init : tensor<?x128xbf16>) -> tensor<?x128xbf16>
+    // CHECK: kiln.add_rms_norm ins(%[[H]], %{{[^ ]*}}, %[[WN]] : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%{{[^ ]*}}, %{{[^ ]*}} : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 9.99999974E-6 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+    %e128 = tensor.empty(%t) : tensor<?x128xbf16>
+    %fs:2 = kiln.add_rms_norm ins(%h, %n, %wn : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%init, %e128 : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
     // CHECK: kiln.swiglu ins(%{{[^ ]*}}, %{{[^ ]*}} : tensor<?x256xbf16>, tensor<?x256xbf16>) outs(%{{[^ ]*}} : tensor<?x256xbf16>) -> tensor<?x256xbf16>
     %sw = kiln.swiglu ins(%lb, %lb : tensor<?x256xbf16>, tensor<?x256xbf16>) outs(%init256 : tensor<?x256xbf16>) -> tensor<?x256xbf16>
     // CHECK: %[[LAST:.*]] = kiln.gather_rows ins(%{{[^ ]*}}, %[[ROWS]] : tensor<?x128xbf16>, tensor<?xi32>) outs(%{{[^ ]*}} : tensor<?x128xbf16>) -> tensor<?x128xbf16>

@@ -283,6 +283,28 @@ TEST(GraphValidation, RmsNorm) {
   EXPECT_EQ(kiln_rms_norm_bf16(x, w, o, 0, 8, 1e-6f, nullptr), KILN_OK);
 }
 
+TEST(GraphValidation, AddRmsNorm) {
+  const char *k = "kiln_add_rms_norm_bf16";
+  void *a = fake(0x10000), *b = fake(0x20000), *w = fake(0x30000), *s = fake(0x40000),
+       *o = fake(0x50000);
+  expectError(kiln_add_rms_norm_bf16(nullptr, b, w, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k, "a");
+  expectError(kiln_add_rms_norm_bf16(a, nullptr, w, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k, "b");
+  expectError(kiln_add_rms_norm_bf16(a, b, nullptr, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "weight");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, nullptr, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "sum");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, fake(0x40001), o, 2, 8, 1e-6f, nullptr), kInvalid,
+              k, "sum");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, s, nullptr, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "out");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, s, s, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "out and sum are the same buffer");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, s, o, -1, 8, 1e-6f, nullptr), kInvalid, k, "rows");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, s, o, 2, 0, 1e-6f, nullptr), kInvalid, k, "dim");
+  expectError(kiln_add_rms_norm_bf16(a, b, w, s, o, 2, 8, NAN, nullptr), kInvalid, k, "eps");
+  EXPECT_EQ(kiln_add_rms_norm_bf16(a, b, w, a, o, 0, 8, 1e-6f, nullptr), KILN_OK);
+}
+
 TEST(GraphValidation, Rope) {
   const char *k = "kiln_rope_bf16";
   void *x = fake(0x10000), *o = fake(0x20000);

@@ -217,6 +217,46 @@ TEST(GraphGpu, RmsNorm) {
   checkRmsNorm(4, 2048, 1e-6f, 0, true, rng);     // in place
 }
 
+// The fused residual add + norm against the two kernels it replaces, bitwise: the sum
+// and the normed output, on every path (warp, block, 4 chunks, the unfused fallback of
+// odd sizes and misaligned pointers), and with the sum written over `a`.
+void checkAddRmsNorm(int64_t rows, int64_t dim, size_t offset, bool sumOverA,
+                     std::mt19937 &rng) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " offset " +
+               std::to_string(offset) + (sumOverA ? " sum over a" : ""));
+  const int64_t n = rows * dim;
+  const auto a = randomBf16(n, rng, 1.0f), b = randomBf16(n, rng, 0.5f);
+  const auto w = randomBf16(dim, rng, 0.2f, 1.0f);
+  auto da = upload(a, offset), db = upload(b, offset), dw = upload(w, offset);
+  auto dsum = poisoned((n + offset) * 2), dout = poisoned((n + offset) * 2);
+  uint16_t *sum = sumOverA ? da->at<uint16_t>(offset) : dsum->at<uint16_t>(offset);
+  KILN_OK_(kiln_add_rms_norm_bf16(da->at<uint16_t>(offset), db->at<uint16_t>(offset),
+                                  dw->at<uint16_t>(offset), sum, dout->at<uint16_t>(offset),
+                                  rows, dim, 1e-5f, nullptr));
+  const auto gotSum = download(sum, n), gotOut = download(dout->at<uint16_t>(offset), n);
+  // The unfused pair on fresh copies.
+  auto ra = upload(a, offset), rb = upload(b, offset);
+  auto rsum = poisoned((n + offset) * 2), rout = poisoned((n + offset) * 2);
+  KILN_OK_(kiln_add_bf16(ra->at<uint16_t>(offset), rb->at<uint16_t>(offset),
+                         rsum->at<uint16_t>(offset), n, nullptr));
+  KILN_OK_(kiln_rms_norm_bf16(rsum->at<uint16_t>(offset), dw->at<uint16_t>(offset),
+                              rout->at<uint16_t>(offset), rows, dim, 1e-5f, nullptr));
+  EXPECT_EQ(gotSum, download(rsum->at<uint16_t>(offset), n)) << "the residual sum differs";
+  EXPECT_EQ(gotOut, download(rout->at<uint16_t>(offset), n)) << "the normed output differs";
+}
+
+TEST(GraphGpu, AddRmsNormIsAddThenNorm) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  checkAddRmsNorm(1, 4096, 0, false, rng);    // Llama-8B decode row: block per row
+  checkAddRmsNorm(64, 4096, 0, true, rng);    // in place over the residual
+  checkAddRmsNorm(3, 16384, 0, false, rng);   // 4 chunks per thread
+  checkAddRmsNorm(300, 128, 0, false, rng);   // warp per row
+  checkAddRmsNorm(2, 40000, 0, false, rng);   // beyond the register cache: unfused
+  checkAddRmsNorm(5, 100, 0, false, rng);     // dim not a multiple of 8: unfused
+  checkAddRmsNorm(9, 256, 1, true, rng);      // misaligned: unfused
+}
+
 // ---- rope ------------------------------------------------------------------------------
 kiln_rope_params_t rope(int32_t type, float theta, float factor = 1.0f, float low = 1.0f,
                         float high = 4.0f, int64_t original = 8192, float attention = 1.0f) {

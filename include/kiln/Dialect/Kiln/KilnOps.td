@@ -385,6 +385,35 @@ def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
                        F32Attr:$epsilon);
 }
 
+def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+  let summary = "a residual add and the RMSNorm of its sum, in one pass";
+  let description = [{
+    `sum = lhs + rhs` (written to `sum_init`: the residual stream) and
+    `norm = rms_norm(sum, weight, epsilon)` (written to `norm_init`), both
+    `[tokens, hidden]`: exactly `kiln.add` followed by `kiln.rms_norm` of its result,
+    with the same roundings, in one kernel that reads the row once.
+    `kiln-fuse-residual-norm` forms it. On tensors it yields `(sum, norm)`; on memrefs
+    it yields nothing and lowers to `kiln_rt_add_rms_norm`.
+  }];
+  let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$weight,
+                       AnyShaped:$sum_init, AnyShaped:$norm_init, F32Attr:$epsilon);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let hasVerifier = 1;
+  let assemblyFormat = [{
+    `ins` `(` $lhs `,` $rhs `,` $weight `:` type($lhs) `,` type($rhs) `,` type($weight) `)`
+    `outs` `(` $sum_init `,` $norm_init `:` type($sum_init) `,` type($norm_init) `)`
+    attr-dict (`->` type($results)^)?
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/2);
+    }
+  }];
+}
+
 def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
   let summary = "x times the transposed weight, plus an optional bias (nn.Linear)";
   let description = [{
