@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one entry point of Kiln's benchmarks (GPU machine, repository root):
-#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, model (default: all)
+#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, model, runtime
+#                                 (default: all)
 # Builds the CUDA half once (-DKILN_BUILD_COMPILER=OFF, sm_90a) into
 # ${KILN_BENCH_BUILD:-/tmp/kiln-bench-build} and runs each family's benchmark with its
 # peers in the same run; logs and JSON go to ${OUT:-/tmp/kiln-bench-out}/<family>.
@@ -10,7 +11,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BENCH_BUILD:-/tmp/kiln-bench-build}
 out=${OUT:-/tmp/kiln-bench-out}
-families=${*:-decode prefill mamba gemm model}
+families=${*:-decode prefill mamba gemm model runtime}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -36,7 +37,13 @@ for family in $families; do
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
       --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
-  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, model)"; status=1; continue ;;
+  runtime)
+    # CUDA graph launch cost against PyTorch's graph replay (bench/Runtime/NOTES.md).
+    nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt \
+      -o "$build/graph_launch" && "$build/graph_launch" &&
+      python3 "$root/bench/Runtime/graph_launch_peer.py" ;;
+  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, model, runtime)"
+     status=1; continue ;;
   esac > "$out/$family.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || status=1

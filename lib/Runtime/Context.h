@@ -167,6 +167,7 @@ struct kiln_rt_context {
   uint64_t decodeSteps = 0;
   double decodeHostSeconds = 0; // kiln_rt_forward of every decode step
   double replayHostSeconds = 0; // kiln_rt_forward of the replayed ones alone
+  double graphLaunchSeconds = 0; // the cudaGraphLaunch calls within them
   uint64_t decodeBatches = 0;   // kiln_rt_set_batch of decode steps
   double decodeSetBatchSeconds = 0;
 

@@ -11,6 +11,8 @@
 #include "Context.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 using namespace kiln::rt;
 
@@ -44,7 +46,10 @@ size_t freeDeviceBytes() {
 
 kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph) {
   replayHostEffects(ctx, graph);
+  const auto start = std::chrono::steady_clock::now();
   cudaError_t e = cudaGraphLaunch(graph.exec, ctx->stream);
+  ctx->graphLaunchSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (e != cudaSuccess) {
     cudaGetLastError();
     fail(KILN_ERROR_CUDA, "%s: cudaGraphLaunch of the decode step (batch %d, q_len %d): %s",
@@ -53,6 +58,17 @@ kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph) {
   }
   ++ctx->graphReplays;
   return KILN_OK;
+}
+
+// KILN_GRAPH_DOT=PREFIX (a debugging aid, docs/runtime.md): each captured step graph is
+// written as Graphviz to PREFIX<n>.dot, with its nodes' types and parameters.
+void dumpGraph(const kiln_rt_context *ctx, cudaGraph_t graph) {
+  const char *prefix = std::getenv("KILN_GRAPH_DOT");
+  if (!prefix || !*prefix)
+    return;
+  const std::string path = prefix + std::to_string(ctx->capturedGraphs) + ".dot";
+  if (cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsVerbose) != cudaSuccess)
+    cudaGetLastError();
 }
 
 // Captures the forward into `graph`. False when the capture failed: the step's host
@@ -69,6 +85,8 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   cudaGraph_t captured = nullptr;
   cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
   bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
+  if (usable)
+    dumpGraph(ctx, captured);
   if (usable) {
     const size_t freeBefore = freeDeviceBytes();
     usable = cudaGraphInstantiate(&graph.exec, captured, 0) == cudaSuccess &&
@@ -230,6 +248,7 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   out->decode_steps = ctx->decodeSteps;
   out->decode_host_seconds = ctx->decodeHostSeconds;
   out->replay_host_seconds = ctx->replayHostSeconds;
+  out->graph_launch_seconds = ctx->graphLaunchSeconds;
   out->decode_batches = ctx->decodeBatches;
   out->decode_set_batch_seconds = ctx->decodeSetBatchSeconds;
   return ok();

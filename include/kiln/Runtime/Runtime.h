@@ -196,6 +196,7 @@ typedef struct kiln_rt_graph_stats {
                                   launches or the graph launch; not waiting for the GPU),
                                   first eager steps and captures included */
   double replay_host_seconds;  /* the part of it spent in the `replays` steps */
+  double graph_launch_seconds; /* the part of that spent in cudaGraphLaunch */
   uint64_t decode_batches;     /* kiln_rt_set_batch calls of decode steps */
   double decode_set_batch_seconds; /* host time those took (validation, the io region's
                                       upload) */
