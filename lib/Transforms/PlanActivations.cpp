@@ -18,6 +18,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNPLANACTIVATIONS
@@ -36,6 +37,11 @@ struct PlannedBuffer {
   uint64_t bytes = 0;
   unsigned start = 0, end = 0;
   uint64_t offset = 0;
+  /// Buffers (indices) this one may be placed exactly over: inputs of the op that first
+  /// writes it, which die there and which that op may overwrite
+  /// (OverwritesInputsOpInterface).
+  SmallVector<unsigned, 2> overwritable;
+  bool placed = false;
 };
 
 /// Upper bounds of dynamic sizes, traced back to the step's inputs.
@@ -117,8 +123,45 @@ unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned>
   return last;
 }
 
-/// Linear-scan first fit: buffers in order of allocation; each goes at the lowest
-/// aligned offset that overlaps no buffer still live (the active set, small in a
+/// First position at which `root` or a view of it is used.
+unsigned firstUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
+  unsigned first = std::numeric_limits<unsigned>::max();
+  SmallVector<Value> worklist = {root};
+  while (!worklist.empty()) {
+    Value value = worklist.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      if (std::optional<unsigned> position = positionIn(block, user, positions))
+        first = std::min(first, *position);
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user))
+        if (view.getViewSource() == value)
+          llvm::append_range(worklist, user->getResults());
+    }
+  }
+  return first;
+}
+
+/// Exactly over one of `buffer`'s overwritable inputs (placed, still live, no smaller),
+/// where no other live buffer overlaps: the offset, if there is one.
+std::optional<uint64_t> overwriteOffset(const PlannedBuffer &buffer,
+                                        ArrayRef<PlannedBuffer> buffers,
+                                        ArrayRef<PlannedBuffer *> active) {
+  for (unsigned index : buffer.overwritable) {
+    const PlannedBuffer &input = buffers[index];
+    if (!input.placed || input.bytes < buffer.bytes || !llvm::is_contained(active, &input))
+      continue;
+    const uint64_t begin = input.offset, end = input.offset + buffer.bytes;
+    bool free = llvm::none_of(active, [&](const PlannedBuffer *other) {
+      return other != &input && other->offset < end && begin < other->offset + other->bytes;
+    });
+    if (free)
+      return begin;
+  }
+  return std::nullopt;
+}
+
+/// Linear-scan first fit: buffers in order of allocation; each goes exactly over an
+/// input it may overwrite (see PlannedBuffer::overwritable) when it can, else at the
+/// lowest aligned offset that overlaps no buffer still live (the active set, small in a
 /// decoder: the residual stream and a layer's temporaries), so planning stays linear in
 /// the number of buffers. Returns the arena size.
 uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
@@ -130,6 +173,7 @@ uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
   uint64_t arena = 0;
   for (PlannedBuffer *buffer : order) {
     llvm::erase_if(active, [&](PlannedBuffer *other) { return other->end < buffer->start; });
+    std::optional<uint64_t> over = overwriteOffset(*buffer, buffers, active);
     SmallVector<std::pair<uint64_t, uint64_t>> taken; // [begin, end) in bytes
     for (PlannedBuffer *other : active)
       taken.push_back({other->offset, other->offset + other->bytes});
@@ -140,8 +184,9 @@ uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
         break;
       offset = std::max(offset, llvm::alignTo(end, kAlignment));
     }
-    buffer->offset = offset;
-    arena = std::max(arena, llvm::alignTo(offset + buffer->bytes, kAlignment));
+    buffer->offset = over.value_or(offset);
+    buffer->placed = true;
+    arena = std::max(arena, llvm::alignTo(buffer->offset + buffer->bytes, kAlignment));
     active.push_back(buffer);
   }
   return arena;
@@ -254,12 +299,38 @@ struct PlanActivationsPass
     });
     if (walk.wasInterrupted())
       return std::nullopt;
+    findOverwritableInputs(buffers, block, positions);
 
     uint64_t arena = assignOffsets(buffers);
     for (PlannedBuffer &buffer : buffers)
       replaceWithArenaBuffer(buffer);
     numBuffers += buffers.size();
     return arena;
+  }
+
+  /// For each buffer first used as the init of an op that may overwrite some of its
+  /// inputs: those inputs that are whole buffers of this plan and die at that op.
+  static void findOverwritableInputs(MutableArrayRef<PlannedBuffer> buffers, Block &block,
+                                     const DenseMap<Operation *, unsigned> &positions) {
+    DenseMap<Value, unsigned> indexOf;
+    for (auto [index, buffer] : llvm::enumerate(buffers))
+      indexOf[buffer.alloc.getResult()] = index;
+    for (PlannedBuffer &buffer : buffers) {
+      Value value = buffer.alloc.getResult();
+      const unsigned first = firstUse(value, block, positions);
+      for (OpOperand &init : value.getUses()) {
+        auto op = dyn_cast<OverwritesInputsOpInterface>(init.getOwner());
+        if (!op || positionIn(block, op, positions) != first)
+          continue;
+        for (OpOperand &input : op->getOpOperands()) {
+          auto it = indexOf.find(input.get());
+          if (it == indexOf.end() || &input == &init || !op.mayOverwriteInput(init, input))
+            continue;
+          if (buffers[it->second].end == first)
+            buffer.overwritable.push_back(it->second);
+        }
+      }
+    }
   }
 
   std::optional<uint64_t> allocationBytes(memref::AllocOp alloc, SizeBounds &bounds) {

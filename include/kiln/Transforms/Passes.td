@@ -176,7 +176,10 @@ def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
     with a `kiln.context` argument becomes a `kiln.activation_buffer` at an offset of
     the activation arena. A buffer is live from its allocation to the last use of it or
     of any view of it (`ViewLikeOpInterface`); buffers whose lifetimes do not overlap
-    share bytes (linear-scan first fit in allocation order, 256-byte aligned). Dynamic
+    share bytes (linear-scan first fit in allocation order, 256-byte aligned). A buffer
+    first written as the init of an op that may overwrite some of its inputs
+    (`OverwritesInputsOpInterface`) goes exactly over such an input when that input's
+    last use is this op and no other live buffer is in the way. Dynamic
     sizes are bounded by the step limits (`max_step_tokens` for token counts,
     `max_logit_rows` for logit rows); a size that cannot be bounded is an error. The module gets
     `kiln.device_memory`: weights, caches, activations, workspace and the runtime's

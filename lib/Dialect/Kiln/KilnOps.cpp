@@ -1008,6 +1008,12 @@ LogicalResult AddRmsNormOp::verify() {
     return emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
   return success();
 }
+bool AddRmsNormOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  const bool isInit = &init == &getSumInitMutable() || &init == &getNormInitMutable();
+  const bool isSummand = &input == &getLhsMutable() || &input == &getRhsMutable();
+  return isInit && isSummand;
+}
+
 FailureOr<RuntimeCall> AddRmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
@@ -1101,6 +1107,12 @@ FailureOr<RuntimeCall> elementwiseCall(OpT op, StringRef callee, Value a, Value 
 } // namespace
 
 LogicalResult AddOp::verify() { return verifyElementwise(*this, "lhs", getLhs(), "rhs", getRhs()); }
+bool AddOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input != &getInitMutable();
+}
+bool SwigluOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input != &getInitMutable();
+}
 FailureOr<RuntimeCall> AddOp::getRuntimeCall() {
   return elementwiseCall(*this, "kiln_rt_add", getLhs(), getRhs());
 }

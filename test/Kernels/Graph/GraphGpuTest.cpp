@@ -150,7 +150,8 @@ TEST(GraphGpu, AddAndSwiglu) {
       tally.expectRare();
     }
   }
-  // In place: out == a.
+  // In place: add's out == a, swiglu's out == up (kiln-plan-activations places an
+  // element-wise op's output over an input that dies there); the same bits as apart.
   const int64_t n = 4096;
   const auto a = randomBf16(n, rng, 1.0f), b = randomBf16(n, rng, 1.0f);
   auto da = upload(a), db = upload(b);
@@ -158,6 +159,12 @@ TEST(GraphGpu, AddAndSwiglu) {
   std::vector<uint16_t> want(n);
   addReference(a.data(), b.data(), want.data(), n);
   EXPECT_EQ(download(da->at<uint16_t>(), n), want);
+  auto ga = upload(a), gb = upload(b), apart = poisoned(n * 2);
+  KILN_OK_(kiln_swiglu_bf16(ga->at<uint16_t>(), gb->at<uint16_t>(), apart->at<uint16_t>(), n,
+                            nullptr));
+  KILN_OK_(kiln_swiglu_bf16(ga->at<uint16_t>(), gb->at<uint16_t>(), gb->at<uint16_t>(), n,
+                            nullptr));
+  EXPECT_EQ(download(gb->at<uint16_t>(), n), download(apart->at<uint16_t>(), n));
 }
 
 // ---- rms_norm --------------------------------------------------------------------------
@@ -219,21 +226,23 @@ TEST(GraphGpu, RmsNorm) {
 
 // The fused residual add + norm against the two kernels it replaces, bitwise: the sum
 // and the normed output, on every path (warp, block, 4 chunks, the unfused fallback of
-// odd sizes and misaligned pointers), and with the sum written over `a`.
-void checkAddRmsNorm(int64_t rows, int64_t dim, size_t offset, bool sumOverA,
+// odd sizes and misaligned pointers), with the sum written over `a` and the normed rows
+// over `b` (what kiln-plan-activations does when both die at the op).
+void checkAddRmsNorm(int64_t rows, int64_t dim, size_t offset, bool inPlace,
                      std::mt19937 &rng) {
   SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " offset " +
-               std::to_string(offset) + (sumOverA ? " sum over a" : ""));
+               std::to_string(offset) + (inPlace ? " sum over a, out over b" : ""));
   const int64_t n = rows * dim;
   const auto a = randomBf16(n, rng, 1.0f), b = randomBf16(n, rng, 0.5f);
   const auto w = randomBf16(dim, rng, 0.2f, 1.0f);
   auto da = upload(a, offset), db = upload(b, offset), dw = upload(w, offset);
   auto dsum = poisoned((n + offset) * 2), dout = poisoned((n + offset) * 2);
-  uint16_t *sum = sumOverA ? da->at<uint16_t>(offset) : dsum->at<uint16_t>(offset);
+  uint16_t *sum = inPlace ? da->at<uint16_t>(offset) : dsum->at<uint16_t>(offset);
+  uint16_t *out = inPlace ? db->at<uint16_t>(offset) : dout->at<uint16_t>(offset);
   KILN_OK_(kiln_add_rms_norm_bf16(da->at<uint16_t>(offset), db->at<uint16_t>(offset),
-                                  dw->at<uint16_t>(offset), sum, dout->at<uint16_t>(offset),
-                                  rows, dim, 1e-5f, nullptr));
-  const auto gotSum = download(sum, n), gotOut = download(dout->at<uint16_t>(offset), n);
+                                  dw->at<uint16_t>(offset), sum, out, rows, dim, 1e-5f,
+                                  nullptr));
+  const auto gotSum = download(sum, n), gotOut = download(out, n);
   // The unfused pair on fresh copies.
   auto ra = upload(a, offset), rb = upload(b, offset);
   auto rsum = poisoned((n + offset) * 2), rout = poisoned((n + offset) * 2);

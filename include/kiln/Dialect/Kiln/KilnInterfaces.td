@@ -114,4 +114,21 @@ def Kiln_RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
   ];
 }
 
+def Kiln_OverwritesInputsOpInterface : OpInterface<"OverwritesInputsOpInterface"> {
+  let cppNamespace = "::kiln";
+  let description = [{
+    A destination-style op whose kernel reads every element of some inputs before it
+    writes the same element of an output, in the same thread: that output may take the
+    bytes of such an input whose last use is this op. `kiln-plan-activations` then
+    places the output exactly over the input instead of beside it, so the op's inputs
+    and outputs are not all live at once.
+  }];
+  let methods = [
+    InterfaceMethod<[{True when the output written through `init` may be placed exactly
+      over the buffer read through `input` (both operands of this op).}],
+      "bool", "mayOverwriteInput", (ins "::mlir::OpOperand &":$init,
+                                        "::mlir::OpOperand &":$input)>
+  ];
+}
+
 #endif // KILN_INTERFACES_TD

@@ -357,8 +357,9 @@ class Kiln_ComputeOp<string mnemonic, list<Trait> traits = []>
 }
 
 // Two operands read, one written.
-class Kiln_BinaryComputeOp<string mnemonic, string lhs, string rhs>
-    : Kiln_ComputeOp<mnemonic> {
+class Kiln_BinaryComputeOp<string mnemonic, string lhs, string rhs,
+                           list<Trait> traits = []>
+    : Kiln_ComputeOp<mnemonic, traits> {
   let assemblyFormat = "`ins` `(` $" # lhs # " `,` $" # rhs # " `:` type($" # lhs #
       ") `,` type($" # rhs # ") `)` `outs` `(` $init `:` type($init) `)` attr-dict"
       " (`->` type($result)^)?";
@@ -388,7 +389,8 @@ def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
 def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
-    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "a residual add and the RMSNorm of its sum, in one pass";
   let description = [{
     `sum = lhs + rhs` (written to `sum_init`: the residual stream) and
@@ -396,7 +398,9 @@ def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
     `[tokens, hidden]`: exactly `kiln.add` followed by `kiln.rms_norm` of its result,
     with the same roundings, in one kernel that reads the row once.
     `kiln-fuse-residual-norm` forms it. On tensors it yields `(sum, norm)`; on memrefs
-    it yields nothing and lowers to `kiln_rt_add_rms_norm`.
+    it yields nothing and lowers to `kiln_rt_add_rms_norm`. Each thread of the kernel
+    reads a chunk of `lhs` and `rhs` before it writes the same chunk of either output,
+    so the activation plan may put the outputs over the inputs that die here.
   }];
   let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$weight,
                        AnyShaped:$sum_init, AnyShaped:$norm_init, F32Attr:$epsilon);
@@ -439,12 +443,16 @@ def Kiln_RopeOp : Kiln_BinaryComputeOp<"rope", "input", "positions"> {
                        Kiln_RopeAttr:$rope);
 }
 
-def Kiln_AddOp : Kiln_BinaryComputeOp<"add", "lhs", "rhs"> {
+// Element-wise: each thread reads an element of both inputs before it writes that
+// element of the output, so the output may be placed over an input that dies here.
+def Kiln_AddOp : Kiln_BinaryComputeOp<"add", "lhs", "rhs",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "element-wise sum (the residual connection)";
   let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$init);
 }
 
-def Kiln_SwigluOp : Kiln_BinaryComputeOp<"swiglu", "gate", "up"> {
+def Kiln_SwigluOp : Kiln_BinaryComputeOp<"swiglu", "gate", "up",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "silu(gate) * up, the gated MLP activation";
   let arguments = (ins AnyShaped:$gate, AnyShaped:$up, AnyShaped:$init);
 }
