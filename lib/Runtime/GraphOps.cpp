@@ -114,14 +114,23 @@ extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, co
   return record(ctx, run());
 }
 
+namespace {
+// The sizes and epsilon of a norm (rms_norm, add_rms_norm).
+kiln_status_t checkNormShape(const Call &c, int64_t rows, int64_t dim, float eps) {
+  if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
+    return s;
+  if (!(eps >= 0) || std::isinf(eps))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+  return KILN_OK;
+}
+} // namespace
+
 extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight,
                                     void *out, int64_t rows, int64_t dim, float eps) {
   KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm")
   auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
+    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
       return s;
-    if (!(eps >= 0) || std::isinf(eps))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
     if (kiln_status_t s = checkRanges(c, ctx,
                                       {bf16("x", x, rows, dim), bf16("weight", weight, 1, dim),
                                        bf16("out", out, rows, dim, true)});
@@ -139,10 +148,8 @@ extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, c
                                         int64_t dim, float eps) {
   KILN_RT_GRAPH_ENTER("kiln_rt_add_rms_norm")
   auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
+    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
       return s;
-    if (!(eps >= 0) || std::isinf(eps))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
     if (sum == out)
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "sum and out are the same buffer (the norm would overwrite the residual)");

@@ -103,40 +103,40 @@ std::optional<unsigned> positionIn(Block &block, Operation *op,
   return positions.lookup(ancestor);
 }
 
-/// Last position at which `root` or a view of it is used; the block's end when it
-/// leaves the function (returned or handed to the runtime as an output).
-unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
-  unsigned last = 0;
+/// Calls `visit(user)` for every user of `root` and of the views of it.
+template <typename Visit> void forEachUser(Value root, Visit visit) {
   SmallVector<Value> worklist = {root};
   while (!worklist.empty()) {
     Value value = worklist.pop_back_val();
     for (Operation *user : value.getUsers()) {
-      if (isa<func::ReturnOp, OutputOp>(user))
-        return std::numeric_limits<unsigned>::max();
-      if (std::optional<unsigned> position = positionIn(block, user, positions))
-        last = std::max(last, *position);
+      visit(user);
       if (auto view = dyn_cast<ViewLikeOpInterface>(user))
         if (view.getViewSource() == value)
           llvm::append_range(worklist, user->getResults());
     }
   }
-  return last;
+}
+
+/// Last position at which `root` or a view of it is used; the block's end when it
+/// leaves the function (returned or handed to the runtime as an output).
+unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
+  unsigned last = 0;
+  bool leaves = false;
+  forEachUser(root, [&](Operation *user) {
+    leaves |= isa<func::ReturnOp, OutputOp>(user);
+    if (std::optional<unsigned> position = positionIn(block, user, positions))
+      last = std::max(last, *position);
+  });
+  return leaves ? std::numeric_limits<unsigned>::max() : last;
 }
 
 /// First position at which `root` or a view of it is used.
 unsigned firstUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
   unsigned first = std::numeric_limits<unsigned>::max();
-  SmallVector<Value> worklist = {root};
-  while (!worklist.empty()) {
-    Value value = worklist.pop_back_val();
-    for (Operation *user : value.getUsers()) {
-      if (std::optional<unsigned> position = positionIn(block, user, positions))
-        first = std::min(first, *position);
-      if (auto view = dyn_cast<ViewLikeOpInterface>(user))
-        if (view.getViewSource() == value)
-          llvm::append_range(worklist, user->getResults());
-    }
-  }
+  forEachUser(root, [&](Operation *user) {
+    if (std::optional<unsigned> position = positionIn(block, user, positions))
+      first = std::min(first, *position);
+  });
   return first;
 }
 
