@@ -10,18 +10,22 @@
 // The stand-in functions are defined here and exported from the executable, so the
 // dynamic linker binds the model's imports to them before libkiln_runtime.so. The
 // arenas are fake addresses: compiled code only offsets them and passes them on.
-// Only the calls of dense decoders (what llama-tiny imports) are defined; a model
-// importing another one would reach the real runtime with a fake context and crash,
-// which fails the test rather than passing it.
+// Only the calls of dense decoders (what llama-tiny imports) are defined; a model that
+// imports another kiln_rt_ function is refused before it runs (its call would reach the
+// real runtime with a fake context: at best an error status nobody sees, and a trace
+// without that call).
 //
 //===----------------------------------------------------------------------===//
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -122,8 +126,73 @@ int32_t kiln_rt_output(ctx_t *, int32_t which, const void *data, int64_t rows, i
 
 namespace {
 
+/// The kiln_rt_ functions the shared object at `path` imports (its undefined dynamic
+/// symbols), read from its ELF dynamic symbol table; false if it is not a 64-bit ELF.
+bool runtimeImports(const char *path, std::vector<std::string> &names) {
+  std::ifstream file(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), {});
+  auto inside = [&](uint64_t offset, uint64_t size) {
+    return offset <= bytes.size() && size <= bytes.size() - offset;
+  };
+  if (!inside(0, sizeof(Elf64_Ehdr)) || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
+      bytes[EI_CLASS] != ELFCLASS64)
+    return false;
+  Elf64_Ehdr header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  if (!inside(header.e_shoff, uint64_t(header.e_shnum) * sizeof(Elf64_Shdr)))
+    return false;
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  std::memcpy(sections.data(), bytes.data() + header.e_shoff,
+              sections.size() * sizeof(Elf64_Shdr));
+  for (const Elf64_Shdr &symbols : sections) {
+    if (symbols.sh_type != SHT_DYNSYM || symbols.sh_link >= sections.size())
+      continue;
+    const Elf64_Shdr &strings = sections[symbols.sh_link];
+    if (!inside(symbols.sh_offset, symbols.sh_size) ||
+        !inside(strings.sh_offset, strings.sh_size))
+      return false;
+    for (uint64_t at = 0; at + sizeof(Elf64_Sym) <= symbols.sh_size; at += sizeof(Elf64_Sym)) {
+      Elf64_Sym symbol;
+      std::memcpy(&symbol, bytes.data() + symbols.sh_offset + at, sizeof(symbol));
+      if (symbol.st_shndx != SHN_UNDEF || symbol.st_name >= strings.sh_size)
+        continue;
+      const char *name = bytes.data() + strings.sh_offset + symbol.st_name;
+      const size_t length = strnlen(name, strings.sh_size - symbol.st_name);
+      if (std::string(name, length).rfind("kiln_rt_", 0) == 0)
+        names.emplace_back(name, length);
+    }
+  }
+  return true;
+}
+
+/// True when every kiln_rt_ import of `path` binds to a stand-in of this executable.
+bool importsAreStubbed(const char *path) {
+  std::vector<std::string> names;
+  if (!runtimeImports(path, names)) {
+    std::fprintf(stderr, "kiln-call-trace: %s is not a 64-bit ELF shared object\n", path);
+    return false;
+  }
+  Dl_info self{};
+  if (!dladdr(reinterpret_cast<void *>(&record), &self))
+    return false;
+  bool stubbed = true;
+  for (const std::string &name : names) {
+    Dl_info where{};
+    void *address = dlsym(RTLD_DEFAULT, name.c_str());
+    if (!address || !dladdr(address, &where) || where.dli_fbase != self.dli_fbase) {
+      std::fprintf(stderr, "kiln-call-trace: %s imports %s, which the stand-in does not "
+                           "define (add it to test/Compiled/CallTrace.cpp)\n",
+                   path, name.c_str());
+      stubbed = false;
+    }
+  }
+  return stubbed;
+}
+
 /// The calls of `path`'s forward function, or false when it cannot be run.
 bool traceModel(const char *path, std::vector<std::string> &calls) {
+  if (!importsAreStubbed(path))
+    return false;
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     std::fprintf(stderr, "kiln-call-trace: dlopen %s: %s\n", path, dlerror());
