@@ -19,3 +19,8 @@ tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["kiln-opt", "kiln-compile"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.kiln_tools_dir, append_path=True)
+# kiln-run and libkiln_runtime.so are built with the runtime half, not in the sanitizer
+# build of the compiler half: tests of kiln-run say `REQUIRES: kiln-run`.
+config.substitutions.append(("%kiln_lib", os.path.join(config.kiln_obj_root, "lib")))
+if os.path.exists(os.path.join(config.kiln_tools_dir, "kiln-run")):
+    config.available_features.add("kiln-run")
