@@ -158,17 +158,26 @@ kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks
                          int maxSeqLen, int tileN, long long outRows, int dv,
                          size_t workspaceBytes, const void *workspace, bool forQuery,
                          SplitPlan *plan) {
-  int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
-  int splits = requested > 0 ? std::min(requested, maxTiles) : autoSplits(baseBlocks, slots, maxTiles);
+  const int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
+  // The splits that run: whole key tiles per split, so `splits` can round down (10
+  // tiles in 6 splits are 5 splits of 2 tiles). The query and the launch both size the
+  // partials by this count, so the queried workspace is always enough.
+  auto effective = [&](int splits) {
+    const int tilesPerSplit = (maxTiles + splits - 1) / splits;
+    return (maxTiles + tilesPerSplit - 1) / tilesPerSplit;
+  };
+  int splits = effective(requested > 0 ? std::min(requested, maxTiles)
+                                       : autoSplits(baseBlocks, slots, maxTiles));
   if (!forQuery && splits > 1) {
     size_t have = workspace ? workspaceBytes : 0;
     if (have < partialBytes(outRows, splits, dv)) {
       if (requested > 0)
         return fail(KILN_ERROR_INVALID_ARGUMENT,
-                    "%s: workspace_bytes %zu too small for num_splits %d (needs %zu)", kernel,
-                    have, splits, partialBytes(outRows, splits, dv));
+                    "%s: workspace_bytes %zu too small for num_splits %d (%d after rounding "
+                    "to whole key tiles; needs %zu)",
+                    kernel, have, requested, splits, partialBytes(outRows, splits, dv));
       splits = static_cast<int>(have / partialBytes(outRows, 1, dv));
-      splits = std::max(1, std::min(splits, maxTiles));
+      splits = effective(std::max(1, std::min(splits, maxTiles)));
     }
   }
   plan->splitTiles = (maxTiles + splits - 1) / splits;

@@ -221,11 +221,10 @@ void runGqaCase(const GqaCase &c) {
   p.dtype = c.dtype;
   p.num_splits = c.numSplits;
   p.split_keys = c.splitKeys;
+  // Exactly the queried workspace, explicit num_splits included (the query once
+  // returned less than the launcher then demanded for splits that round down).
   size_t wsBytes = 0;
   ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
-  if (c.numSplits > 1) // the query covers the automatic choice; forced splits need this much
-    wsBytes = std::max(wsBytes, static_cast<size_t>(c.batch) * c.qLen * qHeads * c.numSplits *
-                                    (D + 1) * sizeof(float));
   DeviceBuffer<float> dWs((wsBytes + 3) / 4);
   p.workspace = dWs.ptr;
   p.workspace_bytes = wsBytes;
