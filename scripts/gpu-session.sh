@@ -13,7 +13,8 @@
 # benchmark (bench/Gemm/bench_gemm.py); order = test/Parity/order_check.py (does a prompt's
 # logits depend on its place in the packed batch), after parity; trace =
 # test/Parity/trace_compare.py (Kiln's prefill op by op against transformers bf16 and
-# fp32, through kiln-run --trace), building the parity models if parity did not run.
+# fp32, through kiln-run --trace), building the parity models if parity did not run;
+# graphdiag = the CUDA graph of the replay test: cudaGraphLaunch time and node types.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
@@ -155,6 +156,20 @@ if has sanitize-model; then
   ) > "$out/sanitize-model.txt" 2>&1
   cat "$out/sanitize-model.txt"
   echo "sanitize-model done ($(elapsed))"
+fi
+if has graphdiag; then
+  # Why a replayed decode step costs ~100 us of host time when a bare graph of its size
+  # launches in ~5 (bench/Runtime/NOTES.md): the graph replay test with its cudaGraphLaunch
+  # time, and the captured graphs' node types (KILN_GRAPH_DOT).
+  mkdir -p "$out/graphs"
+  KILN_GRAPH_DOT="$out/graphs/step" timeout 120 "$build/bin/ModelGpuTest" \
+    --gtest_filter='ModelGpu.GraphReplayEqualsEager' > "$out/graphdiag.log" 2>&1
+  echo "graph replay test rc=$? ($(elapsed))"; grep -E "host per|graphs:|OK|FAILED" "$out/graphdiag.log"
+  for dot in "$out"/graphs/*.dot; do
+    [ -e "$dot" ] || continue
+    echo "$(basename "$dot"): $(grep -oE '\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|EVENT_WAIT|HOST|EMPTY|CHILD_GRAPH|MEM_ALLOC|MEM_FREE|CONDITIONAL)\b' "$dot" | sort | uniq -c | tr '\n' ' ')"
+  done
+  timeout 60 "$build/bin/graph_launch" 2>/dev/null | tail -3 || true
 fi
 if has bench; then
   OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
