@@ -169,7 +169,6 @@ if has graphdiag; then
     [ -e "$dot" ] || continue
     echo "$(basename "$dot"): $(grep -oE '\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|EVENT_WAIT|HOST|EMPTY|CHILD_GRAPH|MEM_ALLOC|MEM_FREE|CONDITIONAL)\b' "$dot" | sort | uniq -c | tr '\n' ' ')"
   done
-  timeout 60 "$build/bin/graph_launch" 2>/dev/null | tail -3 || true
 fi
 if has bench; then
   OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
