@@ -158,7 +158,6 @@ struct kiln_rt_context {
 
   // CUDA graphs of decode steps (Graphs.cpp).
   int32_t maxGraphs = KILN_RT_DEFAULT_MAX_GRAPHS; // 0: every step launches eagerly
-  kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool capturing = false;
   std::map<kiln::rt::GraphKey, kiln::rt::StepGraph> graphs;
   int32_t capturedGraphs = 0;

@@ -160,16 +160,15 @@ extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, c
                                        bf16("out", out, rows, dim, true)});
         s != KILN_OK)
       return s;
-    if (ctx->dry)
-      return KILN_OK;
-    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    if (kiln_status_t s = launchValidated(c, ctx, "kiln_add_rms_norm_bf16", out, rows, dim,
+                                          [&] {
+                                            return kiln_add_rms_norm_bf16(a, b, weight, sum, out,
+                                                                          rows, dim, eps,
+                                                                          ctx->stream);
+                                          });
+        s != KILN_OK)
       return s;
-    const kiln_status_t s =
-        kiln_add_rms_norm_bf16(a, b, weight, sum, out, rows, dim, eps, ctx->stream);
-    if (kiln_status_t traced = launched(c, ctx, s, "kiln_add_rms_norm_bf16", out, rows, dim);
-        traced != KILN_OK)
-      return traced;
-    return traceOutput(c, ctx, sum, rows, dim, "sum");
+    return traceOutput(c, ctx, sum, rows, dim, "sum"); // a no-op when dry
   };
   return record(ctx, run());
 }

@@ -85,9 +85,8 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   cudaGraph_t captured = nullptr;
   cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
   bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
-  if (usable)
-    dumpGraph(ctx, captured);
   if (usable) {
+    dumpGraph(ctx, captured);
     const size_t freeBefore = freeDeviceBytes();
     usable = cudaGraphInstantiate(&graph.exec, captured, 0) == cudaSuccess &&
          cudaGraphUpload(graph.exec, ctx->stream) == cudaSuccess;
@@ -221,10 +220,8 @@ extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
                 "%s: the model verifies up to %lld draft tokens a step; its GEMM rows must stay "
                 "invariant for speculation to be lossless (HEURISTIC refused)",
                 fn, static_cast<long long>(ctx->config.max_draft_len));
-  if (ctx->dry || !ctx->gemm) {
-    ctx->gemmPolicy = policy;
-    return ok();
-  }
+  if (ctx->dry || !ctx->gemm)
+    return ok(); // validation only: no GEMM runs
   cudaSetDevice(ctx->device);
   cudaStreamSynchronize(ctx->stream);
   destroyGraphs(ctx);
@@ -233,7 +230,6 @@ extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
     std::string message = kiln_last_error();
     return fail(s, "%s: %s", fn, message.c_str());
   }
-  ctx->gemmPolicy = policy;
   return ok();
 }
 

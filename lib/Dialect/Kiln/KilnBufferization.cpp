@@ -58,8 +58,8 @@ void attachDestinationStyleModels(MLIRContext *context) {
 
 void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, KilnDialect *) {
-    attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp, AddOp, SwigluOp,
-                                 GatherRowsOp, CachedAttentionOp, CachedMlaAttentionOp,
+    attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp,
+                                 AddOp, SwigluOp, GatherRowsOp, CachedAttentionOp, CachedMlaAttentionOp,
                                  CachedSsmOp, CachedCausalConvOp>(context);
     WeightRefOp::attachInterface<WeightRefModel>(*context);
   });

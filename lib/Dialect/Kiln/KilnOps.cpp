@@ -915,6 +915,13 @@ LogicalResult checkDimEquals(Operation *op, StringRef name, Value value, int64_t
 }
 
 Type i32Type(Operation *op) { return IntegerType::get(op->getContext(), 32); }
+
+LogicalResult checkEpsilon(Operation *op, APFloat epsilon) {
+  double eps = epsilon.convertToDouble();
+  if (!(eps > 0) || !std::isfinite(eps))
+    return op->emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
+  return success();
+}
 } // namespace
 
 #define KILN_COMPUTE_EFFECTS(OpT)                                                          \
@@ -967,10 +974,7 @@ LogicalResult RmsNormOp::verify() {
       failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
       failed(checkElementType(op, "init", getInit(), input.getElementType())))
     return failure();
-  double eps = getEpsilon().convertToDouble();
-  if (!(eps > 0) || !std::isfinite(eps))
-    return emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
-  return success();
+  return checkEpsilon(op, getEpsilon());
 }
 FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
@@ -1003,10 +1007,7 @@ LogicalResult AddRmsNormOp::verify() {
   if (getSumInit() == getNormInit())
     return emitOpError() << "'sum_init' and 'norm_init' are the same value (the norm would "
                             "overwrite the residual)";
-  double eps = getEpsilon().convertToDouble();
-  if (!(eps > 0) || !std::isfinite(eps))
-    return emitOpError() << "'epsilon' must be a positive finite number, got " << eps;
-  return success();
+  return checkEpsilon(op, getEpsilon());
 }
 bool AddRmsNormOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
   const bool isInit = &init == &getSumInitMutable() || &init == &getNormInitMutable();
@@ -1096,6 +1097,12 @@ LogicalResult verifyElementwise(OpT op, StringRef lhs, Value a, StringRef rhs, V
   return success();
 }
 
+/// An element-wise op's output may go over either input.
+template <typename OpT>
+bool elementwiseMayOverwrite(OpT op, OpOperand &init, OpOperand &input) {
+  return &init == &op.getInitMutable() && &input != &op.getInitMutable();
+}
+
 template <typename OpT>
 FailureOr<RuntimeCall> elementwiseCall(OpT op, StringRef callee, Value a, Value b) {
   if (failed(requireBuffers(op)))
@@ -1108,10 +1115,10 @@ FailureOr<RuntimeCall> elementwiseCall(OpT op, StringRef callee, Value a, Value 
 
 LogicalResult AddOp::verify() { return verifyElementwise(*this, "lhs", getLhs(), "rhs", getRhs()); }
 bool AddOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
-  return &init == &getInitMutable() && &input != &getInitMutable();
+  return elementwiseMayOverwrite(*this, init, input);
 }
 bool SwigluOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
-  return &init == &getInitMutable() && &input != &getInitMutable();
+  return elementwiseMayOverwrite(*this, init, input);
 }
 FailureOr<RuntimeCall> AddOp::getRuntimeCall() {
   return elementwiseCall(*this, "kiln_rt_add", getLhs(), getRhs());

@@ -125,6 +125,17 @@ extern "C" kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *row
                                              asStream(stream)));
 }
 
+namespace {
+// A norm's epsilon: finite and >= 0 (0 only divides by zero on an all-zero row).
+bool normEpsilonValid(Checker &c, float eps) {
+  if (std::isfinite(eps) && eps >= 0.0f)
+    return true;
+  c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0 (got %g)",
+                  c.kernel, static_cast<double>(eps));
+  return false;
+}
+} // namespace
+
 extern "C" kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, void *out,
                                             int64_t rows, int64_t dim, float eps,
                                             void *stream) {
@@ -134,9 +145,8 @@ extern "C" kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, v
       !c.elementAligned(out, 2, "out") || !c.nonNegative(rows, "rows") ||
       !c.positive(dim, "dim") || !c.sizeFits(rows, dim, "x"))
     return c.status;
-  if (!std::isfinite(eps) || eps < 0.0f)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0 (got %g)",
-                c.kernel, static_cast<double>(eps));
+  if (!normEpsilonValid(c, eps))
+    return c.status;
   if (rows == 0)
     return ok();
   return launched(c.kernel, launchRmsNorm(x, weight, out, rows, dim, eps, asStream(stream)));
@@ -157,9 +167,8 @@ extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b,
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: out and sum are the same buffer (the norm would overwrite the residual)",
                 c.kernel);
-  if (!std::isfinite(eps) || eps < 0.0f)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps must be finite and >= 0 (got %g)",
-                c.kernel, static_cast<double>(eps));
+  if (!normEpsilonValid(c, eps))
+    return c.status;
   if (rows == 0)
     return ok();
   return launched(c.kernel,
