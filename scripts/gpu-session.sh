@@ -164,7 +164,7 @@ if has graphdiag; then
   mkdir -p "$out/graphs"
   KILN_GRAPH_DOT="$out/graphs/step" timeout 120 "$build/bin/ModelGpuTest" \
     --gtest_filter='ModelGpu.GraphReplayEqualsEager' > "$out/graphdiag.log" 2>&1
-  echo "graph replay test rc=$? ($(elapsed))"; grep -E "host per|graphs:|OK|FAILED" "$out/graphdiag.log"
+  echo "graph replay test rc=$? ($(elapsed))"; grep -E "host per|replayed step|graphs:|OK|FAILED" "$out/graphdiag.log"
   for dot in "$out"/graphs/*.dot; do
     [ -e "$dot" ] || continue
     echo "$(basename "$dot"): $(grep -oE '\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|EVENT_WAIT|HOST|EMPTY|CHILD_GRAPH|MEM_ALLOC|MEM_FREE|CONDITIONAL)\b' "$dot" | sort | uniq -c | tr '\n' ' ')"

@@ -333,13 +333,15 @@ def main():
             graphs = (result or {}).get("cuda_graphs", {})
             host = (result or {}).get("host_us_per_decode_step")
             replayed = (result or {}).get("host_us_per_replayed_step")
+            p50 = (result or {}).get("host_us_replayed_step_p50")
+            p99 = (result or {}).get("host_us_replayed_step_p99")
             result = kiln_run(args, prompts, DECODE_NEW, args.work,
                               f"decode-b{batch}-{args.second}", SECOND_VARIANTS[args.second])
             second[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
             stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs, "
                   f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
                   f"host {host} us/step with graphs ({replayed} us per replayed step: "
-                  f"set_batch + graph launch), "
+                  f"set_batch + graph launch; median {p50}, p99 {p99}), "
                   f"{(result or {}).get('host_us_per_decode_step')} {args.second}; "
                   f"{args.second}: {second[f'decode b{batch}']} tok/s)")
         result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")

@@ -2,6 +2,7 @@
 // the sticky status, the step (kiln_rt_set_batch), the step inputs compiled code reads,
 // kiln_rt_output and reading the results back. See include/kiln/Runtime/Runtime.h.
 #include "Context.h"
+#include "RuntimeKernels.h"
 
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
@@ -440,14 +441,20 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
   ctx->logitsHostElems = static_cast<size_t>(c.max_logit_rows) *
                          static_cast<size_t>(std::max<int64_t>(c.vocab_size, 1));
   if ((e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->ioHost), c.io_bytes,
-                         cudaHostAllocDefault)) != cudaSuccess ||
+                         cudaHostAllocMapped)) != cudaSuccess ||
       (e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->argmaxHost),
-                         c.max_logit_rows * sizeof(int32_t), cudaHostAllocDefault)) !=
+                         c.max_logit_rows * sizeof(int32_t), cudaHostAllocMapped)) !=
           cudaSuccess ||
       (e = cudaHostAlloc(reinterpret_cast<void **>(&ctx->logitsHost),
                          ctx->logitsHostElems * sizeof(uint16_t), cudaHostAllocDefault)) !=
           cudaSuccess)
     return cleanup(oom(e), "cudaHostAlloc of the pinned staging", e);
+  void *ioDevice = nullptr, *argmaxDevice = nullptr;
+  if ((e = cudaHostGetDevicePointer(&ioDevice, ctx->ioHost, 0)) != cudaSuccess ||
+      (e = cudaHostGetDevicePointer(&argmaxDevice, ctx->argmaxHost, 0)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaHostGetDevicePointer of the pinned staging", e);
+  ctx->ioHostDevice = static_cast<const uint32_t *>(ioDevice);
+  ctx->argmaxHostDevice = static_cast<int32_t *>(argmaxDevice);
   std::memset(ctx->ioHost, 0, c.io_bytes);
   if ((e = cudaDeviceSynchronize()) != cudaSuccess)
     return cleanup(KILN_ERROR_CUDA, "cudaDeviceSynchronize", e);
@@ -557,6 +564,7 @@ extern "C" kiln_status_t kiln_rt_synchronize(kiln_rt_context_t *ctx) {
                          fail(KILN_ERROR_CUDA, "kiln_rt_synchronize: cudaStreamSynchronize: %s",
                               cudaGetErrorString(e)));
   }
+  noteStreamIdle(ctx);
   return kiln::kernels::ok();
 }
 
@@ -585,13 +593,16 @@ void kiln::rt::restartForward(kiln_rt_context *ctx) {
   ctx->opIndex = 0;
   ctx->lastAttention = -1;
   ctx->logits = nullptr;
+  ctx->argmaxGeneration = ~0ull;
 }
 
 namespace {
 
-kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
+// Validates the step and fills the pinned staging; the upload is the caller's.
+kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   const char *fn = "kiln_rt_set_batch";
   ctx->hasBatch = false;
+  ctx->uploadPending = false;
   ++ctx->generation;
   restartForward(ctx);
   ctx->tokens = 0;
@@ -651,12 +662,17 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
     maxQ = std::max(maxQ, q);
     maxSeq = std::max(maxSeq, s);
   }
-  if (b.slots)
-    for (int i = 0; i < b.batch; ++i)
-      for (int j = 0; j < i; ++j)
-        if (b.slots[i] == b.slots[j])
-          return fail(KILN_ERROR_INVALID_ARGUMENT,
-                      "%s (%s): sequences %d and %d share slot %d", fn, phase, j, i, b.slots[i]);
+  if (b.slots) {
+    // Linear in the batch: this runs on every step's host path.
+    std::vector<uint8_t> &seen = ctx->slotSeen;
+    seen.assign(static_cast<size_t>(cfg.max_batch), 0);
+    for (int i = 0; i < b.batch; ++i) {
+      if (seen[b.slots[i]])
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): two sequences share slot %d "
+                    "(the second is sequence %d)", fn, phase, b.slots[i], i);
+      seen[b.slots[i]] = 1;
+    }
+  }
   if (tokens > cfg.max_step_tokens)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s (%s): %lld tokens > max_step_tokens %lld", fn, phase,
@@ -702,10 +718,12 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
     Call c{fn};
     // The previous step's upload must have left the staging before it is rewritten.
     cudaError_t e = cudaSetDevice(ctx->device);
-    if (e == cudaSuccess)
-      e = cudaEventSynchronize(ctx->uploaded);
+    if (e == cudaSuccess && ctx->uploadInFlight)
+      e = ctx->uploadEvented ? cudaEventSynchronize(ctx->uploaded)
+                             : cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess)
-      return c.cuda(e, "waiting for the previous step's upload");
+      return noteCudaError(ctx, e, c.cuda(e, "waiting for the previous step's upload"));
+    ctx->uploadInFlight = false;
     char *h = ctx->ioHost;
     auto *ids = reinterpret_cast<int32_t *>(h + ctx->io.token_ids);
     auto *pos = reinterpret_cast<int32_t *>(h + ctx->io.positions);
@@ -728,12 +746,8 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
     std::memcpy(cu, ctx->cuHost.data(), ctx->cuHost.size() * sizeof(int32_t));
     std::memcpy(rows, b.logit_rows, static_cast<size_t>(b.num_logit_rows) * sizeof(int32_t));
     std::memcpy(table, b.block_table, static_cast<size_t>(b.batch) * P * sizeof(int32_t));
-    size_t span = ctx->io.block_table + static_cast<size_t>(b.batch) * P * sizeof(int32_t);
-    if ((e = cudaMemcpyAsync(ctx->base[kIo], h, span, cudaMemcpyHostToDevice, ctx->stream)) !=
-            cudaSuccess ||
-        (e = cudaEventRecord(ctx->uploaded, ctx->stream)) != cudaSuccess)
-      return c.cuda(e, "cudaMemcpyAsync of the step inputs");
-    ++ctx->launches;
+    ctx->uploadBytes = ctx->io.block_table + static_cast<size_t>(b.batch) * P * sizeof(int32_t);
+    ctx->uploadPending = true;
   }
   ctx->phase = b.phase;
   ctx->batch = b.batch;
@@ -753,20 +767,48 @@ kiln_status_t setBatch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
 
 } // namespace
 
+kiln_status_t kiln::rt::uploadStep(kiln_rt_context *ctx) {
+  // A capture copies even when set_batch already did: the graph is replayed for steps
+  // whose upload is left to it.
+  if (ctx->dry || (!ctx->uploadPending && !ctx->capturing))
+    return ok();
+  Call c{ctx->capturing ? "kiln_rt_forward" : "kiln_rt_set_batch"};
+  cudaError_t e = kiln::runtime::launchCopyFromHost(
+      ctx->ioHostDevice, reinterpret_cast<uint32_t *>(ctx->base[kIo]),
+      ctx->uploadBytes / sizeof(uint32_t), ctx->stream);
+  if (e != cudaSuccess)
+    return c.cuda(e, "the copy of the step inputs from the pinned staging");
+  ++ctx->launches;
+  if (ctx->capturing)
+    return ok();
+  if ((e = cudaEventRecord(ctx->uploaded, ctx->stream)) != cudaSuccess)
+    return c.cuda(e, "cudaEventRecord after the step inputs' copy");
+  noteUploadIssued(ctx, /*evented=*/true);
+  return ok();
+}
+
+kiln_status_t kiln::rt::setBatch(kiln_rt_context *ctx, const kiln_rt_batch_t *batch,
+                                 Upload upload) {
+  const auto start = std::chrono::steady_clock::now();
+  kiln_status_t s = prepareStep(ctx, batch);
+  if (s == KILN_OK && upload == Upload::Now && (s = uploadStep(ctx)) != KILN_OK)
+    ctx->hasBatch = false;
+  record(ctx, s);
+  ctx->lastSetBatchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s == KILN_OK && ctx->phase == KILN_RT_PHASE_DECODE) {
+    ctx->decodeSetBatchSeconds += ctx->lastSetBatchSeconds;
+    ++ctx->decodeBatches;
+  }
+  return s;
+}
+
 // A failed kiln_rt_set_batch makes the step fail: its message is what every compiled-code
 // call of the step (and kiln_rt_status) returns.
 extern "C" kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_set_batch: context is null");
-  const auto start = std::chrono::steady_clock::now();
-  kiln_status_t s = setBatch(ctx, batch);
-  record(ctx, s);
-  if (s == KILN_OK && ctx->phase == KILN_RT_PHASE_DECODE) {
-    ctx->decodeSetBatchSeconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ++ctx->decodeBatches;
-  }
-  return s;
+  return setBatch(ctx, batch, Upload::Now);
 }
 
 extern "C" int64_t kiln_rt_step_tokens(const kiln_rt_context_t *ctx) {
@@ -891,6 +933,19 @@ float bf16ToFloat(uint16_t v) {
 
 } // namespace
 
+kiln_status_t kiln::rt::issueArgmax(kiln_rt_context *ctx) {
+  Call c{ctx->capturing ? "kiln_rt_forward" : "kiln_rt_read_argmax"};
+  const int64_t rows = ctx->logitRows;
+  // Written straight to the pinned host array (mapped): no copy node in the graph.
+  kiln_status_t s = kiln_argmax_bf16(ctx->logits, ctx->argmaxHostDevice, rows, ctx->logitCols,
+                                     ctx->stream);
+  ++ctx->launches;
+  if (s != KILN_OK)
+    return c.launcher(s, "kiln_argmax_bf16");
+  ctx->argmaxGeneration = ctx->generation;
+  return ok();
+}
+
 extern "C" kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *out,
                                              int64_t rows) {
   const char *fn = "kiln_rt_read_argmax";
@@ -906,17 +961,13 @@ extern "C" kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *ou
   cudaError_t e = cudaSetDevice(ctx->device);
   if (e != cudaSuccess)
     return c.cuda(e, "cudaSetDevice");
-  auto *dev = ioPtr<int32_t>(ctx, ctx->io.argmax);
-  kiln_status_t s = kiln_argmax_bf16(ctx->logits, dev, rows, ctx->logitCols, ctx->stream);
-  ++ctx->launches;
-  if (s != KILN_OK)
-    return c.launcher(s, "kiln_argmax_bf16");
-  if ((e = cudaMemcpyAsync(ctx->argmaxHost, dev, rows * sizeof(int32_t),
-                           cudaMemcpyDeviceToHost, ctx->stream)) != cudaSuccess)
-    return c.cuda(e, "cudaMemcpyAsync of the argmax");
+  if (ctx->argmaxGeneration != ctx->generation)
+    if (kiln_status_t s = issueArgmax(ctx); s != KILN_OK)
+      return s;
   if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
     return noteCudaError(
         ctx, e, c.cuda(e, "cudaStreamSynchronize (the step's kernels or the argmax failed)"));
+  noteStreamIdle(ctx);
   std::memcpy(out, ctx->argmaxHost, rows * sizeof(int32_t));
   return kiln::kernels::ok();
 }
@@ -949,6 +1000,7 @@ extern "C" kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out,
   if ((e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess)
     return noteCudaError(ctx, e,
                          c.cuda(e, "cudaStreamSynchronize (the step's kernels failed)"));
+  noteStreamIdle(ctx);
   for (size_t i = 0; i < n; ++i)
     out[i] = bf16ToFloat(ctx->logitsHost[i]);
   return kiln::kernels::ok();

@@ -91,6 +91,7 @@ struct StepGraph {
   int64_t logitRows = 0, logitCols = 0, opIndex = 0;
   int32_t lastAttention = -1;
   uint64_t launches = 0;
+  bool argmax = false; // holds the argmax and its copy to the host
 };
 
 } // namespace kiln::rt
@@ -101,7 +102,22 @@ struct kiln_rt_context {
   int smemOptin = 0;
   cudaStream_t stream = nullptr;
   kiln_gemm_t *gemm = nullptr;
-  cudaEvent_t uploaded = nullptr; // after the last step upload (staging reusable)
+  cudaEvent_t uploaded = nullptr; // after an eager step upload (staging reusable)
+  // The step's upload: the staging's bytes to copy, and whether kiln_rt_set_batch left
+  // the copy to kiln_rt_forward (kiln_model's steps). Every decode graph holds its
+  // upload, so a replay costs one cudaGraphLaunch and no copy call.
+  size_t uploadBytes = 0;
+  bool uploadPending = false;
+  // An upload was issued and the stream not synchronized since; `uploadEvented` when
+  // `uploaded` follows it (eager uploads; a graph's upload has no event: the stream is
+  // waited for instead).
+  bool uploadInFlight = false;
+  bool uploadEvented = false;
+  std::vector<uint8_t> slotSeen; // set_batch's distinct-slots check, [max_batch]
+  // kiln_model's steps: the forward also issues the argmax of the logits and its copy to
+  // argmaxHost (inside the step's graph), so reading it is one stream synchronization.
+  bool argmaxWithStep = false;
+  uint64_t argmaxGeneration = ~0ull; // the step whose argmax is issued
 
   kiln_rt_config_t config{};
   int32_t maxPagesPerSeq = 0;
@@ -115,9 +131,14 @@ struct kiln_rt_context {
   uint64_t size[kiln::rt::kNumRegions] = {};
   size_t freeBefore = 0; // cudaMemGetInfo before the allocation
 
-  // Pinned host staging: io arrays (mirror of the io region), argmax, logits.
+  // Pinned host staging: io arrays (mirror of the io region), argmax, logits. The first
+  // two are mapped into the device (their device addresses below): the step's kernels
+  // read the inputs from, and write the argmax to, host memory, so a decode graph holds
+  // kernels only.
   char *ioHost = nullptr;
   int32_t *argmaxHost = nullptr;
+  const uint32_t *ioHostDevice = nullptr;
+  int32_t *argmaxHostDevice = nullptr;
   uint16_t *logitsHost = nullptr;
   size_t logitsHostElems = 0;
 
@@ -162,13 +183,20 @@ struct kiln_rt_context {
   std::map<kiln::rt::GraphKey, kiln::rt::StepGraph> graphs;
   int32_t capturedGraphs = 0;
   uint64_t graphBytes = 0; // device memory the instantiated graphs took
-  uint64_t graphReplays = 0;
+  uint64_t graphReplays = 0; // launches of a graph captured by an earlier step
   uint64_t decodeSteps = 0;
   double decodeHostSeconds = 0; // kiln_rt_forward of every decode step
   double replayHostSeconds = 0; // kiln_rt_forward of the replayed ones alone
+  double captureHostSeconds = 0; // kiln_rt_forward of the steps that captured a graph
   double graphLaunchSeconds = 0; // the cudaGraphLaunch calls within them
   uint64_t decodeBatches = 0;   // kiln_rt_set_batch of decode steps
   double decodeSetBatchSeconds = 0;
+  double lastSetBatchSeconds = 0; // the current step's kiln_rt_set_batch
+  // Host microseconds of the last kReplaySamples replayed steps (set_batch + forward),
+  // a ring: the stats' percentiles.
+  static constexpr size_t kReplaySamples = 4096;
+  float replayMicros[kReplaySamples] = {};
+  uint64_t replaySamples = 0;
 
   // Legacy bind-based families.
   kiln::rt::LegacyBatch legacy;
@@ -197,6 +225,25 @@ kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
 void restartForward(kiln_rt_context *ctx);
 // Destroys every captured graph (the context's teardown).
 void destroyGraphs(kiln_rt_context *ctx);
+
+// How kiln_rt_set_batch hands the step's inputs to the device: at once (the public
+// entry point: any compiled-code call may follow), or left to kiln_rt_forward, which
+// copies them eagerly or as the first node of the step's CUDA graph.
+enum class Upload { Now, WithForward };
+kiln_status_t setBatch(kiln_rt_context *ctx, const kiln_rt_batch_t *batch, Upload upload);
+// Issues the pending upload on the stream (inside a capture: as graph nodes).
+kiln_status_t uploadStep(kiln_rt_context *ctx);
+// The step's upload was put on the stream (a copy, or a graph holding one).
+inline void noteUploadIssued(kiln_rt_context *ctx, bool evented) {
+  ctx->uploadPending = false;
+  ctx->uploadInFlight = true;
+  ctx->uploadEvented = evented;
+}
+// With argmaxWithStep, after the forward: the argmax of the step's logits and its copy
+// to the pinned argmaxHost, on the stream (inside a capture: as graph nodes).
+kiln_status_t issueArgmax(kiln_rt_context *ctx);
+// The stream was synchronized: every upload issued so far has left the staging.
+inline void noteStreamIdle(kiln_rt_context *ctx) { ctx->uploadInFlight = false; }
 
 // A CUDA error of the step: a sticky fault (illegal address, launch failure, ...) marks
 // the context unusable with `message` (kiln_last_error() of the failing call) before

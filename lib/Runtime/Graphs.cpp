@@ -10,6 +10,7 @@
 // launched; later ones are replayed.
 #include "Context.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -33,6 +34,15 @@ void replayHostEffects(kiln_rt_context *ctx, const StepGraph &graph) {
   ctx->opIndex = graph.opIndex;
   ctx->lastAttention = graph.lastAttention;
   ctx->launches += graph.launches;
+  if (graph.argmax)
+    ctx->argmaxGeneration = ctx->generation;
+}
+
+// kiln_model's steps end with their argmax (Context.h, argmaxWithStep).
+void issueStepArgmax(kiln_rt_context *ctx) {
+  if (ctx->argmaxWithStep && ctx->status == KILN_OK && ctx->logits &&
+      ctx->logitsGeneration == ctx->generation)
+    record(ctx, issueArgmax(ctx));
 }
 
 size_t freeDeviceBytes() {
@@ -44,20 +54,48 @@ size_t freeDeviceBytes() {
   return freeBytes;
 }
 
-kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph) {
+// The graph holds the step's upload (capture), so the launch issues it.
+kiln_status_t launchGraph(kiln_rt_context *ctx, StepGraph &graph, bool replay) {
   replayHostEffects(ctx, graph);
   const auto start = std::chrono::steady_clock::now();
   cudaError_t e = cudaGraphLaunch(graph.exec, ctx->stream);
-  ctx->graphLaunchSeconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (replay)
+    ctx->graphLaunchSeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (e != cudaSuccess) {
     cudaGetLastError();
     fail(KILN_ERROR_CUDA, "%s: cudaGraphLaunch of the decode step (batch %d, q_len %d): %s",
          kForward, ctx->batch, ctx->qLen, cudaGetErrorString(e));
     return noteCudaError(ctx, e, static_cast<kiln_status_t>(record(ctx, KILN_ERROR_CUDA)));
   }
-  ++ctx->graphReplays;
+  noteUploadIssued(ctx, /*evented=*/false);
+  if (replay)
+    ++ctx->graphReplays;
   return KILN_OK;
+}
+
+// Runs the forward's launches one by one, after the step's upload if still pending.
+kiln_status_t runEagerly(kiln_rt_context *ctx, kiln_rt_forward_fn forward) {
+  if (ctx->status == KILN_OK)
+    if (kiln_status_t s = uploadStep(ctx); s != KILN_OK)
+      return static_cast<kiln_status_t>(record(ctx, s));
+  forward(ctx);
+  issueStepArgmax(ctx);
+  return kiln_rt_status(ctx);
+}
+
+void sampleReplay(kiln_rt_context *ctx, double micros) {
+  ctx->replayMicros[ctx->replaySamples++ % kiln_rt_context::kReplaySamples] =
+      static_cast<float>(micros);
+}
+
+// The q-quantile (0..1) of the samples, nearest rank; 0 without samples.
+double quantile(std::vector<float> samples, double q) {
+  if (samples.empty())
+    return 0.0;
+  const size_t rank = static_cast<size_t>(q * static_cast<double>(samples.size() - 1) + 0.5);
+  std::nth_element(samples.begin(), samples.begin() + rank, samples.end());
+  return samples[rank];
 }
 
 // KILN_GRAPH_DOT=PREFIX (a debugging aid, docs/runtime.md): each captured step graph is
@@ -80,7 +118,10 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
     return false;
   }
   ctx->capturing = true;
-  forward(ctx);
+  if (uploadStep(ctx) == KILN_OK) {
+    forward(ctx);
+    issueStepArgmax(ctx);
+  }
   ctx->capturing = false;
   cudaGraph_t captured = nullptr;
   cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
@@ -110,6 +151,7 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   graph.logitCols = ctx->logitCols;
   graph.opIndex = ctx->opIndex;
   graph.lastAttention = ctx->lastAttention;
+  graph.argmax = ctx->argmaxGeneration == ctx->generation;
   graph.launches = ctx->launches - launchesBefore;
   ctx->launches = launchesBefore; // launchGraph counts them
   ++ctx->capturedGraphs;
@@ -150,12 +192,16 @@ extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward
     return runForward(ctx, forward);
   const auto start = std::chrono::steady_clock::now();
   const uint64_t replaysBefore = ctx->graphReplays;
+  const int32_t capturesBefore = ctx->capturedGraphs;
   const kiln_status_t status = runForward(ctx, forward);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ctx->decodeHostSeconds += seconds;
-  if (ctx->graphReplays != replaysBefore)
+  if (ctx->graphReplays != replaysBefore) {
     ctx->replayHostSeconds += seconds;
+    sampleReplay(ctx, 1e6 * (seconds + ctx->lastSetBatchSeconds));
+  } else if (ctx->capturedGraphs != capturesBefore)
+    ctx->captureHostSeconds += seconds;
   ++ctx->decodeSteps;
   return status;
 }
@@ -166,26 +212,21 @@ kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
                          ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0 &&
                          !ctx->checkEachLaunch && ctx->traceDir.empty();
-  if (!graphable) {
-    forward(ctx);
-    return kiln_rt_status(ctx);
-  }
+  if (!graphable)
+    return runEagerly(ctx, forward);
   auto [it, firstTime] = ctx->graphs.try_emplace(keyOf(ctx));
   StepGraph &graph = it->second;
   if (graph.exec)
-    return launchGraph(ctx, graph);
-  if (firstTime || graph.eagerOnly) {
-    forward(ctx);
-    return kiln_rt_status(ctx);
-  }
+    return launchGraph(ctx, graph, /*replay=*/true);
+  if (firstTime || graph.eagerOnly)
+    return runEagerly(ctx, forward);
   if (cudaSetDevice(ctx->device) != cudaSuccess || ctx->capturedGraphs >= ctx->maxGraphs ||
       !capture(ctx, forward, graph)) {
     cudaGetLastError();
     graph.eagerOnly = true;
-    forward(ctx);
-    return kiln_rt_status(ctx);
+    return runEagerly(ctx, forward);
   }
-  return launchGraph(ctx, graph);
+  return launchGraph(ctx, graph, /*replay=*/false);
 }
 
 } // namespace
@@ -244,8 +285,16 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   out->decode_steps = ctx->decodeSteps;
   out->decode_host_seconds = ctx->decodeHostSeconds;
   out->replay_host_seconds = ctx->replayHostSeconds;
+  out->capture_host_seconds = ctx->captureHostSeconds;
   out->graph_launch_seconds = ctx->graphLaunchSeconds;
   out->decode_batches = ctx->decodeBatches;
   out->decode_set_batch_seconds = ctx->decodeSetBatchSeconds;
-  return ok();
+  return guarded("kiln_rt_graph_stats", [&] {
+    const size_t n = static_cast<size_t>(
+        std::min<uint64_t>(ctx->replaySamples, kiln_rt_context::kReplaySamples));
+    const std::vector<float> samples(ctx->replayMicros, ctx->replayMicros + n);
+    out->replay_step_us_p50 = quantile(samples, 0.5);
+    out->replay_step_us_p99 = quantile(samples, 0.99);
+    return ok();
+  });
 }

@@ -309,7 +309,9 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
   b.logit_rows = m->rows.data();
   b.num_logit_rows = numRows;
   ++m->steps;
-  if (kiln_status_t s = kiln_rt_set_batch(m->ctx, &b); s != KILN_OK) {
+  // The upload is left to the forward: a replayed decode step's graph holds it.
+  if (kiln_status_t s = kiln::rt::setBatch(m->ctx, &b, kiln::rt::Upload::WithForward);
+      s != KILN_OK) {
     std::string message = kiln_last_error();
     return fail(s, "%s: %s step of %d sequence(s), %d token(s): %s", fn,
                 kiln_rt_phase_name(phase), n, total, message.c_str());
@@ -425,6 +427,7 @@ extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weight
       fail(s, "%s: %s: %s", fn, so_path, message.c_str());
       return failed(s);
     }
+    m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
     if (kiln_status_t s = loadWeights(fn, m, weights_path); s != KILN_OK)
       return failed(s);
     m->usedBytes = kiln_rt_device_bytes_used(m->ctx);

@@ -1,6 +1,8 @@
 // Device helpers of the Kiln runtime; see RuntimeKernels.h.
 #include "RuntimeKernels.h"
 
+#include <algorithm>
+
 namespace kiln::runtime {
 namespace {
 
@@ -37,6 +39,13 @@ __global__ void tokenIndexKernel(TokenIndexArgs a, bool prefill) {
     for (int p = threadIdx.x; p < a.max_pages; p += blockDim.x)
       a.expanded_table[static_cast<long long>(t) * a.max_pages + p] =
           a.block_table[static_cast<long long>(b) * a.max_pages + p];
+}
+
+__global__ void copyFromHostKernel(const uint32_t *__restrict__ src, uint32_t *__restrict__ dst,
+                                   size_t words) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
 }
 
 __global__ void zeroSlotsKernel(unsigned char *base, size_t slotStride, size_t slotBytes,
@@ -93,6 +102,16 @@ cudaError_t launchTokenIndex(const TokenIndexArgs &args, bool prefill, cudaStrea
   if (!prefill && args.cu_extend && args.batch + 1 > blocks)
     blocks = args.batch + 1;
   tokenIndexKernel<<<blocks, 64, 0, stream>>>(args, prefill);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCopyFromHost(const uint32_t *src, uint32_t *dst, size_t words,
+                               cudaStream_t stream) {
+  if (words == 0)
+    return cudaSuccess;
+  // Each thread's reads cross the host link: many in flight hide its latency.
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((words + 255) / 256, 132));
+  copyFromHostKernel<<<blocks, 256, 0, stream>>>(src, dst, words);
   return cudaGetLastError();
 }
 

@@ -33,6 +33,13 @@ struct TokenIndexArgs {
 };
 cudaError_t launchTokenIndex(const TokenIndexArgs &args, bool prefill, cudaStream_t stream);
 
+// Copies `words` 32-bit words from `src`, host memory mapped into the device (pinned,
+// cudaHostAllocMapped), to device memory `dst`. A kernel rather than a copy so that a
+// CUDA graph holding it stays all-kernel: copy nodes make a graph launch several times
+// slower on the host (docs/performance.md, "Host time of a decode step").
+cudaError_t launchCopyFromHost(const uint32_t *src, uint32_t *dst, size_t words,
+                               cudaStream_t stream);
+
 // Zeroes slot_bytes bytes at base + slot * slot_stride for the slot of every sequence
 // b < batch (slot_indices[b], or b when null; out-of-range slots are skipped).
 cudaError_t launchZeroSlots(void *base, size_t slot_stride, size_t slot_bytes,

@@ -598,6 +598,8 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        (o.gemmPolicy == KILN_GEMM_HEURISTIC ? "heuristic" : "row-invariant") + "\",\n";
   s += "  \"host_us_per_decode_step\": " + number(hostMicrosPerStep(graphs)) + ",\n";
   s += "  \"host_us_per_replayed_step\": " + number(hostMicrosPerReplayedStep(graphs)) + ",\n";
+  s += "  \"host_us_replayed_step_p50\": " + number(graphs.replay_step_us_p50) + ",\n";
+  s += "  \"host_us_replayed_step_p99\": " + number(graphs.replay_step_us_p99) + ",\n";
   s += "  \"host_us_per_set_batch\": " +
        number(graphs.decode_batches ? 1e6 * graphs.decode_set_batch_seconds /
                                           graphs.decode_batches
@@ -699,10 +701,11 @@ int run(int argc, char **argv) {
   const kiln_rt_graph_stats_t graphs = target.graphs();
   std::printf("cuda graphs: %d decode step shape(s) captured, %llu step(s) replayed, %llu "
               "bytes; host time %.1f us per decode step, %.1f us per replayed step "
-              "(set_batch + graph launch)\n",
+              "(set_batch + graph launch; median %.1f, p99 %.1f)\n",
               graphs.graphs, static_cast<unsigned long long>(graphs.replays),
               static_cast<unsigned long long>(graphs.graph_bytes), hostMicrosPerStep(graphs),
-              hostMicrosPerReplayedStep(graphs));
+              hostMicrosPerReplayedStep(graphs), graphs.replay_step_us_p50,
+              graphs.replay_step_us_p99);
   std::printf("device memory: planned %llu bytes, used %llu at load, %llu now\n",
               static_cast<unsigned long long>(kiln_model_planned_bytes(target.model)),
               static_cast<unsigned long long>(kiln_model_device_bytes_used(target.model)),

@@ -168,8 +168,9 @@ kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t ro
  * q_len, logit rows, the split-KV key bound) runs eagerly the first time it is seen,
  * is captured the second time and replayed from then on (one graph launch instead of
  * the forward's host calls). Replay gives the same bits as eager launches: the graph
- * holds the same launches, and their per-step inputs live in the io region, uploaded
- * by kiln_rt_set_batch. A step whose capture fails (a call that needs per-step host
+ * holds the same launches, and their per-step inputs live in the io region, copied
+ * from kiln_rt_set_batch's pinned staging (a graph starts with that copy, so a replay
+ * is one cudaGraphLaunch). A step whose capture fails (a call that needs per-step host
  * work) or beyond the graph limit runs eagerly. Returns the step's status, like
  * kiln_rt_status. */
 typedef void (*kiln_rt_forward_fn)(kiln_rt_context_t *ctx);
@@ -189,17 +190,22 @@ kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs)
 kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx, kiln_gemm_policy_t policy);
 typedef struct kiln_rt_graph_stats {
   int32_t graphs;       /* step shapes captured */
-  uint64_t replays;     /* steps that ran as a graph launch */
+  uint64_t replays;     /* steps that launched a graph captured by an earlier step */
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
   uint64_t decode_steps;       /* decode steps run through kiln_rt_forward */
   double decode_host_seconds;  /* host time kiln_rt_forward spent in them (issuing the
                                   launches or the graph launch; not waiting for the GPU),
                                   first eager steps and captures included */
   double replay_host_seconds;  /* the part of it spent in the `replays` steps */
+  double capture_host_seconds; /* the part spent in the `graphs` steps that captured (and
+                                  then launched) a graph: instantiation, upload */
   double graph_launch_seconds; /* the part of that spent in cudaGraphLaunch */
   uint64_t decode_batches;     /* kiln_rt_set_batch calls of decode steps */
   double decode_set_batch_seconds; /* host time those took (validation, the io region's
                                       upload) */
+  double replay_step_us_p50; /* host microseconds of a replayed decode step, set_batch +
+                                kiln_rt_forward: median and 99th percentile over the last */
+  double replay_step_us_p99; /* 4,096 replays (0 before the first) */
 } kiln_rt_graph_stats_t;
 kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx, kiln_rt_graph_stats_t *out);
 
