@@ -98,8 +98,8 @@ LogicalResult runDeploy(ModuleOp module, const DeployOptions &options,
   return runStage(pm, module, o);
 }
 
-/// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace
-/// and per-step buffers are only known after the activation plan: they are planned on
+/// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace,
+/// per-step buffers and CUDA graphs' reserve are only known after the activation plan: they are planned on
 /// a copy deployed without fill-kv (none of them depends on the KV page count), and
 /// their bytes are reserved. nullopt when the copy cannot be planned (the final device
 /// check still guards the result).
@@ -120,7 +120,8 @@ std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, DeployOptions optio
   if (!memory)
     return std::nullopt;
   uint64_t bytes = 0;
-  for (uint64_t part : {memory.getActivations(), memory.getWorkspace(), memory.getIo()})
+  for (uint64_t part : {memory.getActivations(), memory.getWorkspace(), memory.getIo(),
+                        memory.getCudaGraphs()})
     if (__builtin_add_overflow(bytes, part, &bytes))
       return std::nullopt;
   return bytes;

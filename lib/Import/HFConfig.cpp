@@ -907,7 +907,9 @@ void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
                                  m.dtype, weightBytes));
   module->setAttr(KilnDialect::kRuntimeAttrName,
                   RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize, m.dtype, 1,
-                                   m.stateDtype, /*max_step_tokens=*/0));
+                                   m.stateDtype, /*max_step_tokens=*/0,
+                                   /*cuda_graphs=*/kDefaultCudaGraphs,
+                                   /*cuda_graph_batches=*/DenseI32ArrayAttr()));
 }
 
 /// llvm::json::parse recurses once per nesting level, so a hostile file of 50,000 '['

@@ -51,7 +51,9 @@ ReportData kiln::collectReport(ModuleOp module) {
     device.activations = memory.getActivations();
     device.workspace = memory.getWorkspace();
     device.io = memory.getIo();
-    device.total = memory.getTotal().value_or(UINT64_MAX);
+    device.allocation = memory.getTotal().value_or(UINT64_MAX);
+    device.cudaGraphs = memory.getCudaGraphs();
+    device.total = memory.getDeviceTotal().value_or(UINT64_MAX);
     device.maxStepTokens = memory.getMaxStepTokens();
     device.maxLogitRows = memory.getMaxLogitRows();
     device.activationBuffers = memory.getActivationBuffers();
@@ -241,13 +243,15 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
 
   if (d.device) {
     const ReportData::DeviceMemory &m = *d.device;
-    os << "\nDevice memory (what the runtime allocates)\n";
+    os << "\nDevice memory (the runtime's one allocation, then the CUDA graphs' reserve)\n";
     auto row = [&](StringRef label, uint64_t bytes) { printBytesRow(os, label, bytes); };
     row("weights", m.weights);
     row("caches", m.caches);
     row("activations", m.activations);
     row("workspace", m.workspace);
     row("io", m.io);
+    row("allocation", m.allocation);
+    row("cuda graphs", m.cudaGraphs);
     row("device total", m.total);
     os << "  activations: " << m.activationBuffers << " buffers, step of up to "
        << m.maxStepTokens << " tokens and " << m.maxLogitRows << " logit rows\n";
@@ -355,6 +359,8 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
         j.attribute("activations_bytes", d.device->activations);
         j.attribute("workspace_bytes", d.device->workspace);
         j.attribute("io_bytes", d.device->io);
+        j.attribute("allocation_bytes", d.device->allocation);
+        j.attribute("cuda_graph_bytes", d.device->cudaGraphs);
         j.attribute("total_bytes", d.device->total);
         j.attribute("max_step_tokens", d.device->maxStepTokens);
         j.attribute("max_logit_rows", d.device->maxLogitRows);
@@ -386,7 +392,8 @@ static void printDeviceBar(const ReportData &d, llvm::raw_ostream &os) {
                               {"speculative-only caches", speculative, "url(#speculative)"},
                               {"activations", m.activations, "#2e9e5b"},
                               {"workspace", m.workspace, "#8e44ad"},
-                              {"io", m.io, "#555"}};
+                              {"io", m.io, "#555"},
+                              {"cuda graphs (reserve)", m.cudaGraphs, "#c0392b"}};
   const double scale = double(std::max(d.memoryBytes, m.total));
   const unsigned width = 800, barHeight = 28, legendRow = 18;
   const unsigned height = barHeight + 30 + legendRow * (std::size(segments) + 1);

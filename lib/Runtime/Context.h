@@ -179,6 +179,12 @@ struct kiln_rt_context {
 
   // CUDA graphs of decode steps (Graphs.cpp).
   int32_t maxGraphs = KILN_RT_DEFAULT_MAX_GRAPHS; // 0: every step launches eagerly
+  // kiln_model's contexts take these from the manifest (the plan's reserve): only
+  // decode steps of these batches are captured (empty: every batch), and no capture
+  // once the graphs took more than graphByteLimit bytes.
+  std::vector<int32_t> graphBatches;
+  uint64_t graphByteLimit = UINT64_MAX;
+  bool graphBytesExhausted = false;
   bool capturing = false;
   std::map<kiln::rt::GraphKey, kiln::rt::StepGraph> graphs;
   int32_t capturedGraphs = 0;

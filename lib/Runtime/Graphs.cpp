@@ -134,6 +134,11 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
     const size_t freeAfter = freeDeviceBytes();
     if (freeBefore > freeAfter)
       ctx->graphBytes += freeBefore - freeAfter;
+    // Over the plan's reserve: this graph is not kept, and no other shape is captured.
+    if (ctx->graphBytes > ctx->graphByteLimit) {
+      ctx->graphBytesExhausted = true;
+      usable = false;
+    }
   }
   if (captured)
     cudaGraphDestroy(captured);
@@ -166,6 +171,8 @@ void kiln::rt::destroyGraphs(kiln_rt_context *ctx) {
       cudaGraphExecDestroy(entry.second.exec);
   ctx->graphs.clear();
   ctx->capturedGraphs = 0;
+  ctx->graphBytes = 0; // freed with the executables
+  ctx->graphBytesExhausted = false;
 }
 
 kiln_status_t kiln::rt::refuseCapture(kiln_rt_context *ctx, const char *fn) {
@@ -208,6 +215,16 @@ extern "C" kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward
 
 namespace {
 
+// Whether the current decode step's shape may get a graph: within the shape count, the
+// memory reserve and the captured batches.
+bool mayCapture(const kiln_rt_context *ctx) {
+  if (ctx->capturedGraphs >= ctx->maxGraphs || ctx->graphBytesExhausted ||
+      ctx->graphByteLimit == 0)
+    return false;
+  const std::vector<int32_t> &batches = ctx->graphBatches;
+  return batches.empty() || std::binary_search(batches.begin(), batches.end(), ctx->batch);
+}
+
 kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
   const bool graphable = !ctx->dry && ctx->hasBatch && ctx->status == KILN_OK &&
                          ctx->phase == KILN_RT_PHASE_DECODE && ctx->maxGraphs > 0 &&
@@ -220,7 +237,7 @@ kiln_status_t runForward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward) {
     return launchGraph(ctx, graph, /*replay=*/true);
   if (firstTime || graph.eagerOnly)
     return runEagerly(ctx, forward);
-  if (cudaSetDevice(ctx->device) != cudaSuccess || ctx->capturedGraphs >= ctx->maxGraphs ||
+  if (!mayCapture(ctx) || cudaSetDevice(ctx->device) != cudaSuccess ||
       !capture(ctx, forward, graph)) {
     cudaGetLastError();
     graph.eagerOnly = true;
@@ -245,6 +262,37 @@ extern "C" kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t 
   }
   ctx->maxGraphs = max_graphs;
   return ok();
+}
+
+extern "C" kiln_status_t kiln_rt_set_graph_limits(kiln_rt_context_t *ctx,
+                                                  const int32_t *batches, int32_t num_batches,
+                                                  uint64_t max_bytes) {
+  const char *fn = "kiln_rt_set_graph_limits";
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", fn);
+  if (num_batches < 0 || (num_batches > 0 && !batches))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %d batches at %p", fn, num_batches,
+                static_cast<const void *>(batches));
+  for (int32_t i = 0; i < num_batches; ++i) {
+    if (batches[i] < 1 || batches[i] > ctx->config.max_batch)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: batches[%d] = %d outside [1, max_batch %lld]",
+                  fn, i, batches[i], static_cast<long long>(ctx->config.max_batch));
+    if (i > 0 && batches[i] <= batches[i - 1])
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: batches must be ascending without repeats (%d then %d)", fn,
+                  batches[i - 1], batches[i]);
+  }
+  return guarded(fn, [&] {
+    if (!ctx->dry) {
+      cudaSetDevice(ctx->device);
+      cudaStreamSynchronize(ctx->stream);
+      destroyGraphs(ctx);
+      cudaGetLastError();
+    }
+    ctx->graphBatches.assign(batches, batches + num_batches);
+    ctx->graphByteLimit = max_bytes;
+    return ok();
+  });
 }
 
 extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
@@ -282,6 +330,7 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   out->graphs = ctx->capturedGraphs;
   out->replays = ctx->graphReplays;
   out->graph_bytes = ctx->graphBytes;
+  out->graph_byte_limit = ctx->graphByteLimit;
   out->decode_steps = ctx->decodeSteps;
   out->decode_host_seconds = ctx->decodeHostSeconds;
   out->replay_host_seconds = ctx->replayHostSeconds;

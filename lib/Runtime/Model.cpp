@@ -428,6 +428,17 @@ extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weight
       return failed(s);
     }
     m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
+    // The compile-time choice of CUDA graphs and their memory reserve (the plan's).
+    const std::vector<int32_t> &batches = m->manifest.cudaGraphBatches;
+    if (kiln_status_t s = kiln_rt_set_max_graphs(m->ctx, static_cast<int32_t>(
+                                                             m->manifest.cudaGraphs));
+        s != KILN_OK)
+      return failed(s);
+    if (kiln_status_t s = kiln_rt_set_graph_limits(m->ctx, batches.data(),
+                                                   static_cast<int32_t>(batches.size()),
+                                                   m->manifest.cudaGraphBytes);
+        s != KILN_OK)
+      return failed(s);
     if (kiln_status_t s = loadWeights(fn, m, weights_path); s != KILN_OK)
       return failed(s);
     m->usedBytes = kiln_rt_device_bytes_used(m->ctx);

@@ -63,17 +63,47 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
       kv = *parsed;
     }
     auto pick = [](unsigned option, unsigned current) { return option ? option : current; };
+    if (cudaGraphs < -1)
+      return module.emitError() << "cuda-graphs = " << cudaGraphs
+                                << " must be a count of step shapes (0: no CUDA graphs)";
+    FailureOr<DenseI32ArrayAttr> batches =
+        parseGraphBatches(module, old ? old.getCudaGraphBatches() : DenseI32ArrayAttr());
+    if (failed(batches))
+      return failure();
     auto attr = RuntimeAttr::getChecked(
         [&] { return module.emitError(); }, context,
         pick(maxBatch, old ? old.getMaxBatch() : 64),
         pick(maxSeqLen, old ? old.getMaxSeqLen() : 8192),
         pick(pageSize, old ? old.getPageSize() : 64), kv, pick(tp, old ? old.getTp() : 1),
         old ? old.getStateDtype() : Type(),
-        pick(maxStepTokens, old ? old.getMaxStepTokens() : 0));
+        pick(maxStepTokens, old ? old.getMaxStepTokens() : 0),
+        cudaGraphs >= 0 ? static_cast<unsigned>(cudaGraphs)
+                        : (old ? old.getCudaGraphs() : kDefaultCudaGraphs),
+        *batches);
     if (!attr)
       return failure();
     module->setAttr(KilnDialect::kRuntimeAttrName, attr);
     return success();
+  }
+
+  /// `cuda-graph-batches`: "" keeps `current`, "all" drops the list, else ascending
+  /// batch sizes separated by commas (the attribute's verifier checks their range).
+  FailureOr<DenseI32ArrayAttr> parseGraphBatches(ModuleOp module, DenseI32ArrayAttr current) {
+    if (cudaGraphBatches.empty())
+      return current;
+    if (cudaGraphBatches == "all")
+      return DenseI32ArrayAttr();
+    SmallVector<int32_t> batches;
+    SmallVector<StringRef> items;
+    StringRef(cudaGraphBatches).split(items, ',');
+    for (StringRef item : items) {
+      int32_t batch = 0;
+      if (item.trim().getAsInteger(10, batch))
+        return module.emitError() << "cuda-graph-batches: '" << item.trim()
+                                  << "' is not a batch size (expected e.g. 1,2,4,8 or all)";
+      batches.push_back(batch);
+    }
+    return DenseI32ArrayAttr::get(module.getContext(), batches);
   }
 
   LogicalResult applySpec(ModuleOp module) {

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/Support/MathExtras.h"
@@ -202,7 +203,7 @@ struct PlanActivationsPass
       return signalPassFailure();
     }
     StepLimits limits = getStepLimits(config);
-    uint64_t arena = 0;
+    uint64_t arena = 0, launches = 0;
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (!hasContextArgument(fn))
         continue;
@@ -210,9 +211,10 @@ struct PlanActivationsPass
       if (!bytes)
         return signalPassFailure();
       arena = std::max(arena, *bytes);
+      launches = std::max(launches, estimateLaunches(fn));
     }
     arenaBytes = arena;
-    DeviceMemoryAttr memory = deviceMemory(module, config, limits, arena);
+    DeviceMemoryAttr memory = deviceMemory(module, config, limits, arena, launches);
     module->setAttr(KilnDialect::kDeviceMemoryAttrName, memory);
     if (failed(checkFitsTarget(module, config.target, config.runtime.getTp(), memory)))
       return signalPassFailure();
@@ -230,7 +232,7 @@ struct PlanActivationsPass
     uint64_t weights = memory.getWeights() / static_cast<uint64_t>(std::max<int64_t>(tp, 1));
     std::optional<uint64_t> total = 0;
     for (uint64_t part : {weights, memory.getCaches(), memory.getActivations(),
-                          memory.getWorkspace(), memory.getIo()})
+                          memory.getWorkspace(), memory.getIo(), memory.getCudaGraphs()})
       if (total && __builtin_add_overflow(*total, part, &*total))
         total = std::nullopt;
     if (total && *total <= target.getMemoryBytes())
@@ -246,7 +248,8 @@ struct PlanActivationsPass
         {"activations", memory.getActivations(),
          "lower max_step_tokens (it bounds every activation buffer)"},
         {"workspace", memory.getWorkspace(), "lower max_batch or the draft length"},
-        {"io", memory.getIo(), "lower max_step_tokens or max_batch"}};
+        {"io", memory.getIo(), "lower max_step_tokens or max_batch"},
+        {"cuda graphs", memory.getCudaGraphs(), "lower --cuda-graphs"}};
     llvm::stable_sort(categories,
                       [](const Category &a, const Category &b) { return a.bytes > b.bytes; });
     InFlightDiagnostic diag = module.emitError()
@@ -369,8 +372,20 @@ struct PlanActivationsPass
     alloc.erase();
   }
 
+  /// An upper bound of the kernel launches of one step, for the CUDA graphs' reserve:
+  /// two per Kiln op that writes a destination (a GEMM may add a split-K reduction,
+  /// split-KV attention a combine), plus the step's input copy and argmax.
+  static uint64_t estimateLaunches(func::FuncOp fn) {
+    uint64_t ops = 0;
+    fn.walk([&](DestinationStyleOpInterface op) {
+      if (isa<KilnDialect>(op->getDialect()))
+        ++ops;
+    });
+    return 2 * ops + 2;
+  }
+
   DeviceMemoryAttr deviceMemory(ModuleOp module, const ModuleConfig &config,
-                                const StepLimits &limits, uint64_t arena) {
+                                const StepLimits &limits, uint64_t arena, uint64_t launches) {
     uint64_t weights = 0;
     for (WeightOp weight : module.getOps<WeightOp>())
       if (std::optional<int64_t> offset = weight.getOffset())
@@ -400,8 +415,10 @@ struct PlanActivationsPass
     workspace += kiln_rt_granule_padding(subtotal);
     uint64_t numBuffersPlanned = 0;
     module.walk([&](ActivationBufferOp) { ++numBuffersPlanned; });
+    const uint64_t graphs = kiln_rt_graph_reserve_bytes(runtime.getCudaGraphs(), launches);
     return DeviceMemoryAttr::get(module.getContext(), weights, caches, arena, workspace, io,
-                                 limits.maxStepTokens, limits.maxLogitRows, numBuffersPlanned);
+                                 limits.maxStepTokens, limits.maxLogitRows, numBuffersPlanned,
+                                 graphs);
   }
 };
 } // namespace

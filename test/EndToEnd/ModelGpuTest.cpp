@@ -517,6 +517,51 @@ TEST(ModelGpu, GraphReplayEqualsEager) {
   kiln_model_unload(eager);
 }
 
+// The compile-time graph choices: the manifest's reserve is the context's byte limit;
+// only the listed batches are captured; a zero limit captures nothing.
+TEST(ModelGpu, GraphLimitsChooseWhatIsCaptured) {
+  KILN_REQUIRE_GPU();
+  const std::string dir = tempDir();
+  writeSafetensors(dir, randomWeights(KILN_TINY, 99));
+  kiln_model_t *model = nullptr;
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &model), KILN_OK) << lastError();
+  kiln_rt_context_t *ctx = kiln_model_context(model);
+  kiln_rt_graph_stats_t stats{};
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graph_byte_limit, kiln_rt_graph_reserve_bytes(KILN_RT_DEFAULT_MAX_GRAPHS,
+                                                                 20 * 2 + 8));
+  std::vector<int32_t> ids(3), next(3 * 4);
+  std::vector<int32_t> prompt(9, 7);
+  const int32_t *prompts[3] = {prompt.data(), prompt.data(), prompt.data()};
+  const int32_t lens[3] = {9, 9, 9};
+  for (auto &id : ids)
+    ASSERT_EQ(kiln_model_add_sequence(model, &id), KILN_OK);
+  ASSERT_EQ(kiln_model_prefill(model, ids.data(), 3, prompts, lens, next.data(), nullptr),
+            KILN_OK) << lastError();
+  auto decode = [&](int n, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const std::vector<int32_t> in(next.begin(), next.begin() + n);
+      ASSERT_EQ(kiln_model_decode(model, ids.data(), n, in.data(), 1, next.data(), nullptr),
+                KILN_OK) << lastError();
+    }
+  };
+  const int32_t onlyTwo[] = {2};
+  ASSERT_EQ(kiln_rt_set_graph_limits(ctx, onlyTwo, 1, UINT64_MAX), KILN_OK);
+  decode(3, 4); // batch 3 is not listed: eager
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 0);
+  decode(2, 4); // eager, captured, replayed twice
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 1);
+  EXPECT_EQ(stats.replays, 2u);
+  ASSERT_EQ(kiln_rt_set_graph_limits(ctx, nullptr, 0, 0), KILN_OK); // no reserve
+  decode(2, 4);
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 0);
+  EXPECT_EQ(stats.replays, 2u);
+  kiln_model_unload(model);
+}
+
 // ---- continuous batching ---------------------------------------------------------------
 
 // Logits rows of one sequence: row 0 after its prompt, row t after its t-th fed token.

@@ -388,6 +388,28 @@ TEST(RuntimeCpu, ForwardAndGraphLimits) {
   EXPECT_EQ(kiln_rt_is_faulted(nullptr), 0);
 }
 
+// Graph limits: batches ascending within [1, max_batch], a byte limit; validation only
+// without a device.
+TEST(RuntimeCpu, GraphLimitsAreValidated) {
+  Dry d;
+  const int32_t good[] = {1, 2, 4}, descending[] = {2, 1}, zero[] = {0}, tooBig[] = {1, 5};
+  EXPECT_EQ(kiln_rt_set_graph_limits(nullptr, good, 3, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, nullptr, 2, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, good, -1, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, descending, 2, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("ascending without repeats (2 then 1)"), std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, zero, 1, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, tooBig, 2, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("batches[1] = 5 outside [1, max_batch 4]"), std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, good, 3, UINT64_MAX), KILN_OK);
+  EXPECT_EQ(kiln_rt_set_graph_limits(d.ctx, nullptr, 0, 0), KILN_OK);
+  kiln_rt_graph_stats_t stats{};
+  ASSERT_EQ(kiln_rt_graph_stats(d.ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graph_byte_limit, 0u);
+}
+
 // The GEMM policy: two values, and HEURISTIC only where no speculation needs invariant
 // rows. Decode steps also count their kiln_rt_set_batch in the graph statistics.
 TEST(RuntimeCpu, GemmPolicyRules) {

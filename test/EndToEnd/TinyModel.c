@@ -48,6 +48,9 @@
 #define EPS 1e-6f
 #define THETA 10000.0f
 
+/* An upper bound of one step's launches, for the CUDA graphs' reserve (a decode step of
+ * the two-layer model is 38 kernels, input copy and argmax included). */
+#define TINY_LAUNCHES_PER_STEP (20 * TINY_LAYERS + 8)
 #define A256(x) ((((uint64_t)(x)) + 255u) / 256u * 256u)
 
 enum { W_EMBED, W_NORM, W_HEAD, W_LAYER0 };
@@ -123,11 +126,15 @@ static void build(void) {
                    "max_batch %d\nmax_seq_len %d\npage_size %d\nkv_pages %d\n"
                    "max_step_tokens %d\nmax_logit_rows %d\nmax_draft_len %d\n"
                    "weight_bytes %llu\ncache_bytes %llu\nspeculative_bytes 0\n"
-                   "activation_bytes %llu\nworkspace_bytes %llu\nio_bytes %llu\n",
+                   "activation_bytes %llu\nworkspace_bytes %llu\nio_bytes %llu\n"
+                   "cuda_graphs %d\ncuda_graph_bytes %llu\ncuda_graph_batches all\n",
                    TINY_NAME, V, H, TINY_LAYERS, MAX_BATCH, MAX_SEQ, PAGE, KV_PAGES, MAX_STEP,
                    MAX_ROWS, TINY_DRAFT, (unsigned long long)weightBytes,
                    (unsigned long long)cacheBytes, (unsigned long long)actBytes,
-                   (unsigned long long)workspaceBytes, (unsigned long long)ioBytes);
+                   (unsigned long long)workspaceBytes, (unsigned long long)ioBytes,
+                   KILN_RT_DEFAULT_MAX_GRAPHS,
+                   (unsigned long long)kiln_rt_graph_reserve_bytes(KILN_RT_DEFAULT_MAX_GRAPHS,
+                                                                   TINY_LAUNCHES_PER_STEP));
   for (int i = 0; i < NUM_WEIGHTS; ++i) {
     char shape[48];
     if (dims[i][1])

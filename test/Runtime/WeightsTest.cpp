@@ -569,11 +569,14 @@ std::vector<std::string> validLines() {
       "activation_bytes 8388608",
       "workspace_bytes 33554432",
       "io_bytes 65536",
-      "weight model.embed_tokens.weight bf16 1024x256 0 524288",       // line 19
+      "cuda_graphs 64",
+      "cuda_graph_bytes 134217728",
+      "cuda_graph_batches 1,2,4,8,16",
+      "weight model.embed_tokens.weight bf16 1024x256 0 524288",       // line 22
       "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072",
-      "weight model.norm.weight f32 128 655360 512",                   // line 21
+      "weight model.norm.weight f32 128 655360 512",                   // line 24
       "weight empty.weight i32 0x4 655360 0",
-      "end",                                                           // line 23
+      "end",                                                           // line 26
   };
 }
 
@@ -626,6 +629,9 @@ TEST(Manifest, Valid) {
   EXPECT_EQ(m.activationBytes, 8388608u);
   EXPECT_EQ(m.workspaceBytes, 33554432u);
   EXPECT_EQ(m.ioBytes, 65536u);
+  EXPECT_EQ(m.cudaGraphs, 64);
+  EXPECT_EQ(m.cudaGraphBytes, 134217728u);
+  EXPECT_EQ(m.cudaGraphBatches, (std::vector<int32_t>{1, 2, 4, 8, 16}));
   EXPECT_EQ(m.totalBytes(), 655872u + 2097152u + 8388608u + 33554432u + 65536u);
   ASSERT_EQ(m.weights.size(), 4u);
   EXPECT_EQ(m.weights[0].name, "model.embed_tokens.weight");
@@ -666,43 +672,52 @@ TEST(Manifest, Errors) {
   expectManifestError(with(5, "hidden_size 256"), 5, "duplicate 'hidden_size' (first on line 4)");
   expectManifestError(with(5, "name other"), 5, "duplicate 'name'");
   expectManifestError(with(5, "kiln-model 1"), 5, "only be the first line");
-  expectManifestError(with(5, nullptr), 22, "missing 'num_layers'");
-  expectManifestError(with(2, nullptr), 22, "missing 'name'");
+  expectManifestError(with(5, nullptr), 25, "missing 'num_layers'");
+  expectManifestError(with(2, nullptr), 25, "missing 'name'");
   expectManifestError(with(13, "weight_bytes 18446744073709551616"), 13, "does not fit in 64 bits");
-  expectManifestError(with(13, "weight_bytes 1000"), 19, "outside weight_bytes 1000");
+  expectManifestError(with(13, "weight_bytes 1000"), 22, "outside weight_bytes 1000");
   expectManifestError(with(15, "speculative_bytes 4194304"), 15, "exceeds cache_bytes");
-  expectManifestError(with(16, "activation_bytes 18446744073709551615"), 23, "overflow 64 bits");
+  expectManifestError(with(16, "activation_bytes 18446744073709551615"), 26, "overflow 64 bits");
   // Weights.
-  expectManifestError(with(21, "weight model.norm.weight f8 128 655360 512"), 21, "unknown dtype 'f8'");
-  expectManifestError(with(21, "weight model.norm.weight BF16 128 655360 256"), 21, "unknown dtype 'BF16'");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 655360 256"), 21, "is 512 bytes, not 256");
-  expectManifestError(with(21, "weight model.norm.weight f32 128x 655360 512"), 21, "dimension '' is empty");
-  expectManifestError(with(21, "weight model.norm.weight f32 -128 655360 512"), 21, "is negative");
-  expectManifestError(with(21, "weight model.norm.weight f32 12a8 655360 512"), 21, "not a decimal number");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 655361 512"), 21, "not 256-byte aligned");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 -5 512"), 21, "is negative");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 655360"), 21, "(5 fields found)");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 18446744073709551360 512"), 21,
+  expectManifestError(with(24, "weight model.norm.weight f8 128 655360 512"), 24, "unknown dtype 'f8'");
+  expectManifestError(with(24, "weight model.norm.weight BF16 128 655360 256"), 24, "unknown dtype 'BF16'");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 655360 256"), 24, "is 512 bytes, not 256");
+  expectManifestError(with(24, "weight model.norm.weight f32 128x 655360 512"), 24, "dimension '' is empty");
+  expectManifestError(with(24, "weight model.norm.weight f32 -128 655360 512"), 24, "is negative");
+  expectManifestError(with(24, "weight model.norm.weight f32 12a8 655360 512"), 24, "not a decimal number");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 655361 512"), 24, "not 256-byte aligned");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 -5 512"), 24, "is negative");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 655360"), 24, "(5 fields found)");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 18446744073709551360 512"), 24,
                       "offset + bytes overflows");
-  expectManifestError(with(21, "weight model.norm.weight f32 128 1048576 512"), 21, "outside weight_bytes");
-  expectManifestError(with(21, "weight model.embed_tokens.weight f32 128 655360 512"), 21,
-                      "duplicate weight 'model.embed_tokens.weight' (first on line 19)");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 1048576 512"), 24, "outside weight_bytes");
+  expectManifestError(with(24, "weight model.embed_tokens.weight f32 128 655360 512"), 24,
+                      "duplicate weight 'model.embed_tokens.weight' (first on line 22)");
   // Overflowing shapes.
-  expectManifestError(with(21, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 21, "overflows 64 bits");
-  expectManifestError(with(21, "weight model.norm.weight f32 9223372036854775807 655360 512"), 21, "overflows 64 bits");
-  expectManifestError(with(21, "weight model.norm.weight bf16 9223372036854775808 655360 512"), 21, "too large");
+  expectManifestError(with(24, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 24, "overflows 64 bits");
+  expectManifestError(with(24, "weight model.norm.weight f32 9223372036854775807 655360 512"), 24, "overflows 64 bits");
+  expectManifestError(with(24, "weight model.norm.weight bf16 9223372036854775808 655360 512"), 24, "too large");
   // Overlapping weights (named with both lines).
-  expectManifestError(with(21, "weight model.norm.weight f32 128 524544 512"), 21, "overlap (the other is on line 20)");
-  expectManifestError(with(19, "weight model.embed_tokens.weight bf16 1024x256 256 524288"), 20, "overlap");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 524544 512"), 24, "overlap (the other is on line 23)");
+  expectManifestError(with(22, "weight model.embed_tokens.weight bf16 1024x256 256 524288"), 23, "overlap");
+  // CUDA graphs.
+  expectManifestError(with(21, "cuda_graph_batches 1,4,2"), 21, "ascending without repeats");
+  expectManifestError(with(21, "cuda_graph_batches 1,17"), 21, "batch 17 outside [1, max_batch 16]");
+  expectManifestError(with(21, "cuda_graph_batches 0"), 21, "batch 0 outside");
+  expectManifestError(with(21, "cuda_graph_batches 1,,2"), 21, "'' is empty");
+  expectManifestError(with(21, "cuda_graph_batches"), 21, "takes the form");
+  expectManifestError(with(21, nullptr), 25, "missing 'cuda_graph_batches'");
+  expectManifestError(with(19, "cuda_graphs 5000"), 19, "cuda_graphs 5000 > 4096");
+  expectManifestError(with(20, nullptr), 25, "missing 'cuda_graph_bytes'");
   // Structure.
-  expectManifestError(with(23, nullptr), 22, "no 'end' line");
-  expectManifestError(with(23, "end now"), 23, "takes the form 'end'");
+  expectManifestError(with(26, nullptr), 25, "no 'end' line");
+  expectManifestError(with(26, "end now"), 26, "takes the form 'end'");
   {
     std::vector<std::string> lines = validLines();
     lines.push_back("vocab_size 2");
-    expectManifestError(lines, 24, "text after 'end' (line 23)");
+    expectManifestError(lines, 27, "text after 'end' (line 26)");
     lines.back() = "";
-    expectManifestError(lines, 24, "text after 'end'");
+    expectManifestError(lines, 27, "text after 'end'");
   }
   expectManifestError({}, 1, "empty manifest");
   {

@@ -1,5 +1,6 @@
 // Attributes, presets, interface queries and byte formulas of the kiln dialect.
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Runtime/Layout.h"
 #include "kiln/InitAll.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -22,7 +23,8 @@ protected:
   }
   RuntimeAttr runtime(unsigned batch, unsigned seq, unsigned page = 64, unsigned tp = 1) {
     return RuntimeAttr::get(&context, batch, seq, page, Builder(&context).getBF16Type(), tp,
-                            Type(), /*max_step_tokens=*/0);
+                            Type(), /*max_step_tokens=*/0, kDefaultCudaGraphs,
+                            DenseI32ArrayAttr());
   }
   /// Bytes of the single resource declared by `resourceIr` under `config`.
   uint64_t bytesOf(StringRef resourceIr, RuntimeAttr config) {
@@ -209,15 +211,27 @@ TEST_F(DialectTest, StepLimits) {
   EXPECT_EQ(limits.maxStepTokens, 4096u);
   EXPECT_EQ(limits.maxDraftLen, 3u);
   config.runtime = RuntimeAttr::get(&context, 4, 8192, 64, Builder(&context).getBF16Type(),
-                                    1, Type(), /*max_step_tokens=*/512);
+                                    1, Type(), /*max_step_tokens=*/512, kDefaultCudaGraphs,
+                                    DenseI32ArrayAttr());
   EXPECT_EQ(getStepLimits(config).maxStepTokens, 512u);
   EXPECT_EQ(getStepLimits(ModuleConfig()).maxStepTokens, 0u);
 }
 
 TEST_F(DialectTest, DeviceMemoryTotal) {
-  auto memory = DeviceMemoryAttr::get(&context, 1, 2, 4, 8, 16, 0, 0, 0);
-  EXPECT_EQ(memory.getTotal(), 31u);
-  auto overflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 1, 0, 0, 0, 0, 0, 0);
+  auto memory = DeviceMemoryAttr::get(&context, 1, 2, 4, 8, 16, 0, 0, 0, 32);
+  EXPECT_EQ(memory.getTotal(), 31u); // the allocation: the graphs' reserve is the driver's
+  EXPECT_EQ(memory.getDeviceTotal(), 63u);
+  auto overflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 1, 0, 0, 0, 0, 0, 0, 0);
   EXPECT_FALSE(overflow.getTotal());
+  auto graphsOverflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 0, 0, 0, 0, 0, 0, 0, 1);
+  EXPECT_EQ(graphsOverflow.getTotal(), UINT64_MAX);
+  EXPECT_FALSE(graphsOverflow.getDeviceTotal());
+}
+
+TEST_F(DialectTest, GraphReserveIsWholePagesPerShape) {
+  // 300 launches of 4 KiB: 1.17 MiB, one 2 MiB page a shape.
+  EXPECT_EQ(kiln_rt_graph_reserve_bytes(64, 300), 64u * (2u << 20));
+  EXPECT_EQ(kiln_rt_graph_reserve_bytes(2, 600), 2u * (4u << 20));
+  EXPECT_EQ(kiln_rt_graph_reserve_bytes(0, 600), 0u);
 }
 } // namespace

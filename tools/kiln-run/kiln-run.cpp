@@ -593,7 +593,8 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   s += "  \"cuda_graphs\": {\"max\": " + std::to_string(o.cudaGraphs) +
        ", \"captured\": " + std::to_string(graphs.graphs) +
        ", \"replayed_steps\": " + std::to_string(graphs.replays) +
-       ", \"bytes\": " + std::to_string(graphs.graph_bytes) + "},\n";
+       ", \"bytes\": " + std::to_string(graphs.graph_bytes) +
+       ", \"reserved_bytes\": " + std::to_string(graphs.graph_byte_limit) + "},\n";
   s += std::string("  \"gemm_policy\": \"") +
        (o.gemmPolicy == KILN_GEMM_HEURISTIC ? "heuristic" : "row-invariant") + "\",\n";
   s += "  \"host_us_per_decode_step\": " + number(hostMicrosPerStep(graphs)) + ",\n";
@@ -700,10 +701,11 @@ int run(int argc, char **argv) {
                 static_cast<long long>(r.tfAgree), static_cast<long long>(r.tfPositions));
   const kiln_rt_graph_stats_t graphs = target.graphs();
   std::printf("cuda graphs: %d decode step shape(s) captured, %llu step(s) replayed, %llu "
-              "bytes; host time %.1f us per decode step, %.1f us per replayed step "
+              "bytes of %llu reserved; host time %.1f us per decode step, %.1f us per replayed step "
               "(set_batch + graph launch; median %.1f, p99 %.1f)\n",
               graphs.graphs, static_cast<unsigned long long>(graphs.replays),
-              static_cast<unsigned long long>(graphs.graph_bytes), hostMicrosPerStep(graphs),
+              static_cast<unsigned long long>(graphs.graph_bytes),
+              static_cast<unsigned long long>(graphs.graph_byte_limit), hostMicrosPerStep(graphs),
               hostMicrosPerReplayedStep(graphs), graphs.replay_step_us_p50,
               graphs.replay_step_us_p99);
   std::printf("device memory: planned %llu bytes, used %llu at load, %llu now\n",

@@ -63,9 +63,11 @@ struct ReportData {
            unmanagedBytes = 0, budgetBytes = 0, kvPages = 0;
   bool fits = true;
   /// Every device byte of a whole compiled model (`kiln.device_memory`), when the
-  /// module has an entry function; what the runtime allocates.
+  /// module has an entry function: the runtime's one allocation, and the reserve of the
+  /// driver memory its CUDA graphs may take; `total` is their sum.
   struct DeviceMemory {
-    uint64_t weights = 0, caches = 0, activations = 0, workspace = 0, io = 0, total = 0;
+    uint64_t weights = 0, caches = 0, activations = 0, workspace = 0, io = 0;
+    uint64_t allocation = 0, cudaGraphs = 0, total = 0;
     uint64_t maxStepTokens = 0, maxLogitRows = 0, activationBuffers = 0;
   };
   std::optional<DeviceMemory> device;

@@ -136,6 +136,19 @@ static inline uint64_t kiln_rt_granule_padding(uint64_t total_bytes) {
          KILN_RT_DEVICE_GRANULE;
 }
 
+/* CUDA graphs of decode steps: the driver memory an instantiated graph takes (its kernel
+ * nodes' parameters and launch state) is outside the allocation, so the plan reserves
+ * it: KILN_RT_GRAPH_NODE_BYTES a launch of the step (the largest classic kernel
+ * parameter block, 4 KiB), rounded up to whole 2 MiB pages, per captured shape. The
+ * runtime measures what each capture took and captures no further shape once the
+ * reserve would be exceeded. At most KILN_RT_MAX_GRAPHS shapes. */
+#define KILN_RT_GRAPH_NODE_BYTES 4096ull
+#define KILN_RT_MAX_GRAPHS 4096
+static inline uint64_t kiln_rt_graph_reserve_bytes(uint64_t graphs, uint64_t launches_per_step) {
+  const uint64_t perGraph = launches_per_step * KILN_RT_GRAPH_NODE_BYTES;
+  return graphs * (perGraph + kiln_rt_granule_padding(perGraph));
+}
+
 /* Bytes of the workspace: the GEMM workspace, then the split-KV partials. */
 static inline uint64_t kiln_rt_workspace_bytes(int64_t max_decode_tokens, int64_t max_q_heads,
                                                int64_t max_head_dim) {

@@ -23,6 +23,11 @@ struct Manifest {
   int64_t vocabSize = 0, hiddenSize = 0, numLayers = 0, maxBatch = 0, maxSeqLen = 0, pageSize = 0, kvPages = 0,
           maxStepTokens = 0, maxLogitRows = 0, maxDraftLen = 0;
   uint64_t weightBytes = 0, cacheBytes = 0, speculativeBytes = 0, activationBytes = 0, workspaceBytes = 0, ioBytes = 0;
+  // CUDA graphs of decode steps: at most cudaGraphs shapes, in cudaGraphBytes of driver
+  // memory (outside the allocation), of the batches listed (empty: every batch).
+  int64_t cudaGraphs = 0;
+  uint64_t cudaGraphBytes = 0;
+  std::vector<int32_t> cudaGraphBatches;
   std::vector<ManifestWeight> weights;   // in manifest order
   // weight + cache + activation + workspace + io bytes (speculative bytes are part of
   // the cache bytes). parseManifest rejects a manifest whose sum overflows; on a

@@ -179,6 +179,13 @@ kiln_status_t kiln_rt_forward(kiln_rt_context_t *ctx, kiln_rt_forward_fn forward
  * default KILN_RT_DEFAULT_MAX_GRAPHS. Lowering it drops the graphs captured so far. */
 #define KILN_RT_DEFAULT_MAX_GRAPHS 64
 kiln_status_t kiln_rt_set_max_graphs(kiln_rt_context_t *ctx, int32_t max_graphs);
+/* Which decode steps may be captured, beyond max_graphs: only batches in `batches`
+ * (ascending, each in [1, max_batch]; num_batches 0: every batch), and no shape once the
+ * graphs took more than max_bytes of device memory (0: no graphs; UINT64_MAX: no
+ * limit). kiln_model contexts start with the manifest's cuda_graph_batches and
+ * cuda_graph_bytes (the plan's reserve). Drops the graphs captured so far. */
+kiln_status_t kiln_rt_set_graph_limits(kiln_rt_context_t *ctx, const int32_t *batches,
+                                       int32_t num_batches, uint64_t max_bytes);
 /* How GEMMs pick their cuBLASLt algorithm (include/kiln/Kernels/Gemm.h;
  * docs/runtime.md, "Batch invariance"). KILN_GEMM_ROW_INVARIANT, the default: a row's
  * bits do not depend on the other rows of the step, up to max_batch * (1 +
@@ -192,6 +199,8 @@ typedef struct kiln_rt_graph_stats {
   int32_t graphs;       /* step shapes captured */
   uint64_t replays;     /* steps that launched a graph captured by an earlier step */
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
+  uint64_t graph_byte_limit; /* kiln_model: the plan's reserve (manifest cuda_graph_bytes);
+                                no shape is captured beyond it; UINT64_MAX otherwise */
   uint64_t decode_steps;       /* decode steps run through kiln_rt_forward */
   double decode_host_seconds;  /* host time kiln_rt_forward spent in them (issuing the
                                   launches or the graph launch; not waiting for the GPU),

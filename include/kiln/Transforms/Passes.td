@@ -22,7 +22,12 @@ def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
     Option<"tp", "tp", "unsigned", "0", "Tensor-parallel ranks; 0: keep">,
     Option<"maxStepTokens", "max-step-tokens", "unsigned", "0",
            "Tokens of one forward step (sizes the activation arena); 0: keep">,
-    Option<"kvDtype", "kv-dtype", "std::string", "\"\"", "bf16, f16, f32, fp8">
+    Option<"kvDtype", "kv-dtype", "std::string", "\"\"", "bf16, f16, f32, fp8">,
+    Option<"cudaGraphs", "cuda-graphs", "int", "-1",
+           "Decode step shapes captured in CUDA graphs (0: none); -1: keep">,
+    Option<"cudaGraphBatches", "cuda-graph-batches", "std::string", "\"\"",
+           "Batch sizes whose decode steps are captured, e.g. 1,2,4,8 (all: every "
+           "batch); empty: keep">
   ];
 }
 

@@ -79,7 +79,15 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
      << "speculative_bytes " << plan.getSpeculativeBytes() << "\n"
      << "activation_bytes " << memory.getActivations() << "\n"
      << "workspace_bytes " << memory.getWorkspace() << "\n"
-     << "io_bytes " << memory.getIo() << "\n";
+     << "io_bytes " << memory.getIo() << "\n"
+     << "cuda_graphs " << config.runtime.getCudaGraphs() << "\n"
+     << "cuda_graph_bytes " << memory.getCudaGraphs() << "\n"
+     << "cuda_graph_batches ";
+  if (DenseI32ArrayAttr batches = config.runtime.getCudaGraphBatches())
+    llvm::interleave(batches.asArrayRef(), os, ",");
+  else
+    os << "all";
+  os << "\n";
   for (WeightOp weight : module.getOps<WeightOp>()) {
     StringRef weightName = weight.getSymName();
     if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))

@@ -1,5 +1,6 @@
 //===- KilnAttrs.cpp - module configuration attributes --------------------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Runtime/Layout.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -201,7 +202,8 @@ static bool isSupportedCacheElementType(Type type) {
 LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                   unsigned maxBatch, unsigned maxSeqLen, unsigned pageSize,
                                   Type kvDtype, unsigned tp, Type stateDtype,
-                                  unsigned maxStepTokens) {
+                                  unsigned maxStepTokens, unsigned cudaGraphs,
+                                  DenseI32ArrayAttr cudaGraphBatches) {
   if (maxBatch < 1)
     return emitError() << "#kiln.runtime: max_batch must be >= 1";
   if (maxSeqLen < 1)
@@ -217,6 +219,23 @@ LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (stateDtype && !isa<BFloat16Type, Float16Type, Float32Type>(stateDtype))
     return emitError() << "#kiln.runtime: state_dtype " << stateDtype
                        << " is not one of bf16, f16, f32";
+  if (cudaGraphs > KILN_RT_MAX_GRAPHS)
+    return emitError() << "#kiln.runtime: cuda_graphs = " << cudaGraphs << " > "
+                       << KILN_RT_MAX_GRAPHS << " step shapes";
+  if (cudaGraphBatches) {
+    ArrayRef<int32_t> batches = cudaGraphBatches.asArrayRef();
+    if (batches.empty())
+      return emitError() << "#kiln.runtime: cuda_graph_batches is empty (leave it out to "
+                            "capture every batch, or set cuda_graphs = 0 for none)";
+    for (size_t i = 0; i < batches.size(); ++i) {
+      if (batches[i] < 1 || static_cast<unsigned>(batches[i]) > maxBatch)
+        return emitError() << "#kiln.runtime: cuda_graph_batches[" << i << "] = " << batches[i]
+                           << " outside [1, max_batch " << maxBatch << "]";
+      if (i > 0 && batches[i] <= batches[i - 1])
+        return emitError() << "#kiln.runtime: cuda_graph_batches must be ascending without "
+                              "repeats (" << batches[i - 1] << " then " << batches[i] << ")";
+    }
+  }
   return success();
 }
 
@@ -262,6 +281,13 @@ std::optional<uint64_t> DeviceMemoryAttr::getTotal() const {
   for (uint64_t part : {getWeights(), getCaches(), getActivations(), getWorkspace(), getIo()})
     if (__builtin_add_overflow(total, part, &total))
       return std::nullopt;
+  return total;
+}
+
+std::optional<uint64_t> DeviceMemoryAttr::getDeviceTotal() const {
+  std::optional<uint64_t> total = getTotal();
+  if (!total || __builtin_add_overflow(*total, getCudaGraphs(), &*total))
+    return std::nullopt;
   return total;
 }
 

@@ -2,6 +2,7 @@
 #include "kiln/Runtime/Manifest.h"
 
 #include "Json.h"
+#include "kiln/Runtime/Layout.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -32,6 +33,7 @@ constexpr IntKey kIntKeys[] = {
     {"max_seq_len", &Manifest::maxSeqLen},    {"page_size", &Manifest::pageSize},
     {"kv_pages", &Manifest::kvPages},         {"max_step_tokens", &Manifest::maxStepTokens},
     {"max_logit_rows", &Manifest::maxLogitRows}, {"max_draft_len", &Manifest::maxDraftLen},
+    {"cuda_graphs", &Manifest::cudaGraphs},
 };
 struct ByteKey {
   const char *key;
@@ -41,6 +43,7 @@ constexpr ByteKey kByteKeys[] = {
     {"weight_bytes", &Manifest::weightBytes},         {"cache_bytes", &Manifest::cacheBytes},
     {"speculative_bytes", &Manifest::speculativeBytes}, {"activation_bytes", &Manifest::activationBytes},
     {"workspace_bytes", &Manifest::workspaceBytes},   {"io_bytes", &Manifest::ioBytes},
+    {"cuda_graph_bytes", &Manifest::cudaGraphBytes},
 };
 constexpr size_t kNumInt = sizeof(kIntKeys) / sizeof(kIntKeys[0]);
 constexpr size_t kNumByte = sizeof(kByteKeys) / sizeof(kByteKeys[0]);
@@ -92,7 +95,7 @@ uint64_t Manifest::totalBytes() const {
 bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   error.clear();
   Manifest m;
-  size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0;
+  size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0, batchesLine = 0;
   std::vector<WeightLine> weightLines;
   std::unordered_map<std::string, size_t> weightLineOf;  // name -> line
   size_t line = 0, pos = 0;
@@ -166,6 +169,31 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
         return fail(line, "duplicate 'name' (first on line " + std::to_string(nameLine) + ")");
       nameLine = line;
       m.name = std::string(fields[1]);
+      continue;
+    }
+    if (key == "cuda_graph_batches") {
+      if (!arity(2, "cuda_graph_batches all|B1,B2,..."))
+        return false;
+      if (batchesLine)
+        return fail(line, "duplicate 'cuda_graph_batches' (first on line " + std::to_string(batchesLine) + ")");
+      batchesLine = line;
+      if (fields[1] == "all")
+        continue;
+      std::string_view list = fields[1];
+      for (size_t start = 0;;) {
+        size_t comma = list.find(',', start);
+        std::string_view item = list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+        uint64_t batch;
+        const char *why;
+        if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), batch, why))
+          return fail(line, "cuda_graph_batches: '" + std::string(item) + "' " + why + " (expected all or e.g. 1,2,4)");
+        if (!m.cudaGraphBatches.empty() && static_cast<int32_t>(batch) <= m.cudaGraphBatches.back())
+          return fail(line, "cuda_graph_batches must be ascending without repeats");
+        m.cudaGraphBatches.push_back(static_cast<int32_t>(batch));
+        if (comma == std::string_view::npos)
+          break;
+        start = comma + 1;
+      }
       continue;
     }
     if (key == "weight") {
@@ -271,6 +299,15 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   for (size_t i = 0; i < kNumByte; ++i)
     if (!byteLine[i])
       return fail(endLine, std::string("missing '") + kByteKeys[i].key + "'");
+  if (!batchesLine)
+    return fail(endLine, "missing 'cuda_graph_batches'");
+  for (int32_t batch : m.cudaGraphBatches)
+    if (batch < 1 || batch > m.maxBatch)
+      return fail(batchesLine, "cuda_graph_batches: batch " + std::to_string(batch) + " outside [1, max_batch " +
+                                   std::to_string(m.maxBatch) + "]");
+  if (m.cudaGraphs > KILN_RT_MAX_GRAPHS)
+    return fail(intLine[kNumInt - 1] /* cuda_graphs */, "cuda_graphs " + std::to_string(m.cudaGraphs) + " > " +
+                                                          std::to_string(KILN_RT_MAX_GRAPHS) + " step shapes");
   if (m.speculativeBytes > m.cacheBytes)
     return fail(byteLine[2] /* speculative_bytes */, "speculative_bytes " + std::to_string(m.speculativeBytes) +
                                  " exceeds cache_bytes " + std::to_string(m.cacheBytes) + " (it is a part of them)");

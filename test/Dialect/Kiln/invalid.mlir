@@ -58,6 +58,22 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, 
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, page_size = 512, kv_dtype = bf16>} {}
 
 // -----
+// expected-error @below {{#kiln.runtime: cuda_graph_batches is empty (leave it out to capture every batch, or set cuda_graphs = 0 for none)}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 8, kv_dtype = bf16, cuda_graph_batches = []>} {}
+
+// -----
+// expected-error @below {{#kiln.runtime: cuda_graph_batches[0] = 0 outside [1, max_batch 4]}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 8, kv_dtype = bf16, cuda_graph_batches = [0, 2]>} {}
+
+// -----
+// expected-error @below {{#kiln.runtime: cuda_graph_batches must be ascending without repeats (2 then 2)}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 8, kv_dtype = bf16, cuda_graph_batches = [1, 2, 2]>} {}
+
+// -----
+// expected-error @below {{#kiln.runtime: cuda_graphs = 4097 > 4096 step shapes}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 8, kv_dtype = bf16, cuda_graphs = 4097>} {}
+
+// -----
 // expected-error @below {{#kiln.runtime: tp = 3 must be a power of two}}
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, kv_dtype = bf16, tp = 3>} {}
 

@@ -55,6 +55,8 @@ struct StepLimits {
 };
 /// Tokens a prefill step holds unless `max_step_tokens` says otherwise.
 constexpr uint64_t kDefaultPrefillTokens = 2048;
+/// Decode step shapes captured in CUDA graphs unless `#kiln.runtime` says otherwise.
+constexpr unsigned kDefaultCudaGraphs = 64;
 /// max_logit_rows = max_batch x (1 + max_draft_len); max_step_tokens from
 /// `kiln.runtime`, or the larger of max_logit_rows and min(max_seq_len, 2048).
 StepLimits getStepLimits(const ModuleConfig &config);

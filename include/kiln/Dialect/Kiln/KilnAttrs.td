@@ -92,6 +92,12 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     `max_step_tokens` bounds the tokens of one forward step (a prefill batch, or
     `max_batch` x (1 + drafts) in decode) and so sizes the activation arena; 0 means
     `max(max_batch x (1 + max_draft_len), min(max_seq_len, 2048))`.
+
+    Decode steps run as CUDA graphs: at most `cuda_graphs` step shapes are captured
+    (default 64; 0: every step launches eagerly), each with a device-memory reserve in
+    the plan (`#kiln.device_memory`'s `cuda_graphs`), and only steps whose batch is in
+    `cuda_graph_batches` (ascending, each in [1, max_batch]; absent: every batch) are
+    captured, the others launch eagerly.
   }];
   let parameters = (ins
     "unsigned":$max_batch,
@@ -100,7 +106,9 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     "::mlir::Type":$kv_dtype,
     DefaultValuedParameter<"unsigned", "1">:$tp,
     OptionalParameter<"::mlir::Type">:$state_dtype,
-    DefaultValuedParameter<"unsigned", "0">:$max_step_tokens
+    DefaultValuedParameter<"unsigned", "0">:$max_step_tokens,
+    DefaultValuedParameter<"unsigned", "::kiln::kDefaultCudaGraphs">:$cuda_graphs,
+    OptionalParameter<"::mlir::DenseI32ArrayAttr">:$cuda_graph_batches
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -212,7 +220,9 @@ def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
     Set by `kiln-plan-activations`: the weight allocation, the cache arena (`kiln.plan`),
     the activation arena (every intermediate buffer of a step, reused by liveness), the
     kernels' workspace and the runtime's per-step buffers (`io`). The runtime allocates
-    exactly `total` bytes.
+    exactly `total` bytes. `cuda_graphs` is the driver memory the decode steps' CUDA
+    graphs may take on top (`#kiln.runtime`'s `cuda_graphs` shapes, each reserved by its
+    launch count); the runtime stops capturing before it exceeds it.
 
     ```mlir
     #kiln.device_memory<weights = 1048576, caches = 2097152, activations = 524288,
@@ -228,12 +238,17 @@ def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
     "uint64_t":$io,
     "uint64_t":$max_step_tokens,
     "uint64_t":$max_logit_rows,
-    "uint64_t":$activation_buffers
+    "uint64_t":$activation_buffers,
+    DefaultValuedParameter<"uint64_t", "0">:$cuda_graphs
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let extraClassDeclaration = [{
-    /// The sum of all categories; nullopt on overflow.
+    /// The one allocation: weights, caches, activations, workspace and io; nullopt on
+    /// overflow.
     std::optional<uint64_t> getTotal() const;
+    /// Everything the model takes of the device: the allocation plus the CUDA graphs'
+    /// reserve; nullopt on overflow.
+    std::optional<uint64_t> getDeviceTotal() const;
   }];
 }
 
