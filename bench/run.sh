@@ -39,7 +39,7 @@ for family in $families; do
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
   runtime)
     # CUDA graph launch cost against PyTorch's graph replay (bench/Runtime/NOTES.md).
-    nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt \
+    nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
       -o "$build/graph_launch" && "$build/graph_launch" &&
       python3 "$root/bench/Runtime/graph_launch_peer.py" ;;
   *) echo "unknown family '$family' (decode, prefill, mamba, gemm, model, runtime)"

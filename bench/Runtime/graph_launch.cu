@@ -13,12 +13,22 @@
 //            waited for the tail-launched graph.
 // PyTorch's torch.cuda.CUDAGraph replay of N small ops is the peer (graph_launch_peer.py).
 //
-// Build: nvcc -O2 -arch=sm_90a -rdc=true graph_launch.cu -lcudadevrt -o graph_launch
+// Then the node kinds a Kiln decode step holds besides plain kernels, each as a chain of
+// N nodes of that kind alone (host launch only), to find which makes a real step's graph
+// launch cost 5-20 µs when a plain one of its size costs 2-4 (docs/performance.md, "Host
+// time of a decode step"): kernels launched with a cluster dimension (cuBLASLt's sm_90
+// GEMMs), with programmatic dependent launch, 32 distinct kernel functions in turn, and
+// cuBLASLt bf16 GEMMs of a decode step's shape (m = 1, n = k = 4096).
+//
+// Build: nvcc -O2 -arch=sm_90a -rdc=true graph_launch.cu -lcudadevrt -lcublasLt -o graph_launch
+#include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #define CHECK(expr)                                                                        \
@@ -39,6 +49,12 @@ template <int Bytes>
 __global__ void bump(unsigned long long *counter, Params<Bytes> params) {
   if (threadIdx.x == 0 && blockIdx.x == 0)
     atomicAdd(counter, 1ull + (params.payload[0] & 0));
+}
+
+// One of 32 distinct functions (a decode step runs ~15 distinct kernels a layer).
+template <int Id> __global__ void distinct(unsigned long long *counter) {
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    atomicAdd(counter, 1ull + Id * 0ull);
 }
 
 __global__ void tailLaunch(cudaGraphExec_t graph) {
@@ -156,6 +172,164 @@ void run(cudaStream_t stream, unsigned long long *counter, unsigned long long *h
   CHECK(cudaGraphDestroy(graph));
 }
 
+// ---- node kinds -------------------------------------------------------------------
+
+#define CHECK_LT(expr)                                                                     \
+  do {                                                                                     \
+    cublasStatus_t s_ = (expr);                                                            \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+      std::fprintf(stderr, "%s:%d: %s: status %d\n", __FILE__, __LINE__, #expr,             \
+                   static_cast<int>(s_));                                                  \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+using KernelFn = void (*)(unsigned long long *);
+
+template <int... Ids> void distinctTable(KernelFn *out, std::integer_sequence<int, Ids...>) {
+  ((out[Ids] = distinct<Ids>), ...);
+}
+
+// Launches `kernel` with the attributes of one node kind.
+void launchWith(cudaStream_t stream, KernelFn kernel, unsigned long long *counter,
+                bool cluster, bool pdl) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(cluster ? 2 : 1);
+  config.blockDim = dim3(32);
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (cluster) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = 2;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (pdl) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
+  CHECK(cudaLaunchKernelEx(&config, kernel, counter));
+}
+
+// A bf16 GEMM of a decode step's shape, y[1, n] = x[1, k] W[n, k]^T, with the heuristic's
+// first algorithm; its workspace is preallocated, as Kiln's is.
+struct Gemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void *w = nullptr, *x = nullptr, *y = nullptr, *workspace = nullptr;
+  size_t workspaceBytes = 32u << 20;
+  int n = 4096, k = 4096;
+
+  Gemm() {
+    CHECK_LT(cublasLtCreate(&handle));
+    CHECK(cudaMalloc(&w, size_t(n) * k * 2));
+    CHECK(cudaMalloc(&x, size_t(k) * 2));
+    CHECK(cudaMalloc(&y, size_t(n) * 2));
+    CHECK(cudaMalloc(&workspace, workspaceBytes));
+    CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t transpose = CUBLAS_OP_T;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                            sizeof(transpose)));
+    // Column-major: C[n, 1] = W^T[n, k] x[k, 1], W stored [k, n] column-major = [n, k] rows.
+    CHECK_LT(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, 1, k));
+    CHECK_LT(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, 1, n));
+    cublasLtMatmulPreference_t preference = nullptr;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&preference));
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(preference,
+                                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspaceBytes, sizeof(workspaceBytes)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, preference, 1, &result,
+                                            &found));
+    if (found < 1) {
+      std::fprintf(stderr, "cuBLASLt found no algorithm\n");
+      std::exit(1);
+    }
+    algo = result.algo;
+    CHECK_LT(cublasLtMatmulPreferenceDestroy(preference));
+  }
+  void launch(cudaStream_t stream) {
+    const float one = 1.0f, zero = 0.0f;
+    CHECK_LT(cublasLtMatmul(handle, op, &one, w, a, x, b, &zero, y, c, y, c, &algo, workspace,
+                            workspaceBytes, stream));
+  }
+  ~Gemm() {
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(handle);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(workspace);
+  }
+};
+
+// Host µs of one cudaGraphLaunch of the graph `enqueue` captures, the stream drained.
+template <typename Enqueue> double hostLaunchMicros(cudaStream_t stream, Enqueue enqueue) {
+  enqueue(); // outside capture first: module loading, cuBLASLt's lazy setup
+  CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphUpload(exec, stream));
+  const int iterations = 50;
+  double total = 0;
+  for (int i = 0; i < iterations + 3; ++i) {
+    CHECK(cudaStreamSynchronize(stream));
+    const auto a = Clock::now();
+    CHECK(cudaGraphLaunch(exec, stream));
+    const auto b = Clock::now();
+    if (i >= 3)
+      total += micros(a, b);
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  return total / iterations;
+}
+
+void runNodeKinds(cudaStream_t stream, unsigned long long *counter) {
+  KernelFn functions[32];
+  distinctTable(functions, std::make_integer_sequence<int, 32>{});
+  Gemm gemm;
+  std::printf("\nhost µs of one cudaGraphLaunch, a chain of N nodes of one kind\n");
+  std::printf("%8s %10s %10s %10s %12s %10s\n", "nodes", "plain", "cluster", "pdl",
+              "distinct32", "cublasLt");
+  for (int nodes : {64, 256, 512}) {
+    auto chain = [&](bool cluster, bool pdl, bool distinctFns) {
+      return hostLaunchMicros(stream, [&] {
+        for (int i = 0; i < nodes; ++i)
+          launchWith(stream, distinctFns ? functions[i % 32] : functions[0], counter, cluster,
+                     pdl);
+      });
+    };
+    const double plain = chain(false, false, false);
+    const double cluster = chain(true, false, false);
+    const double pdl = chain(false, true, false);
+    const double many = chain(false, false, true);
+    const double gemms = hostLaunchMicros(stream, [&] {
+      for (int i = 0; i < nodes; ++i)
+        gemm.launch(stream);
+    });
+    std::printf("%8d %10.2f %10.2f %10.2f %12.2f %10.2f\n", nodes, plain, cluster, pdl, many,
+                gemms);
+  }
+}
+
 int main() {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -171,6 +345,7 @@ int main() {
     run<64>(stream, counter, hostCounter, kernels);
     run<1024>(stream, counter, hostCounter, kernels);
   }
+  runNodeKinds(stream, counter);
   CHECK(cudaFree(counter));
   CHECK(cudaFreeHost(hostCounter));
   return 0;
