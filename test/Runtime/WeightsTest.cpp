@@ -702,6 +702,7 @@ TEST(Manifest, Errors) {
   expectManifestError(with(22, "weight model.embed_tokens.weight bf16 1024x256 256 524288"), 23, "overlap");
   // CUDA graphs.
   expectManifestError(with(21, "cuda_graph_batches 1,4,2"), 21, "ascending without repeats");
+  expectManifestError(with(22, "cuda_graph_batches all"), 22, "duplicate 'cuda_graph_batches' (first on line 21)");
   expectManifestError(with(21, "cuda_graph_batches 1,17"), 21, "batch 17 outside [1, max_batch 16]");
   expectManifestError(with(21, "cuda_graph_batches 0"), 21, "batch 0 outside");
   expectManifestError(with(21, "cuda_graph_batches 1,,2"), 21, "'' is empty");

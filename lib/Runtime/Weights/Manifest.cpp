@@ -75,6 +75,28 @@ bool parseNumber(std::string_view text, uint64_t max, uint64_t &out, const char 
   return true;
 }
 
+// `1,2,4`: ascending batch sizes; on failure `why` says what is wrong.
+bool parseBatchList(std::string_view list, std::vector<int32_t> &out, std::string &why) {
+  for (size_t start = 0;;) {
+    size_t comma = list.find(',', start);
+    std::string_view item = list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    uint64_t batch;
+    const char *problem;
+    if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), batch, problem)) {
+      why = "'" + std::string(item) + "' " + problem + " (expected all or e.g. 1,2,4)";
+      return false;
+    }
+    if (!out.empty() && static_cast<int32_t>(batch) <= out.back()) {
+      why = "batches must be ascending without repeats";
+      return false;
+    }
+    out.push_back(static_cast<int32_t>(batch));
+    if (comma == std::string_view::npos)
+      return true;
+    start = comma + 1;
+  }
+}
+
 std::string lineText(size_t line) { return "line " + std::to_string(line) + ": "; }
 
 struct WeightLine {
@@ -162,38 +184,25 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       endLine = line;
       continue;
     }
+    // The first occurrence of a key records its line in `at`; a second is an error.
+    auto once = [&](size_t &at) {
+      if (at)
+        return fail(line, "duplicate '" + std::string(key) + "' (first on line " + std::to_string(at) + ")");
+      at = line;
+      return true;
+    };
     if (key == "name") {
-      if (!arity(2, "name NAME"))
+      if (!arity(2, "name NAME") || !once(nameLine))
         return false;
-      if (nameLine)
-        return fail(line, "duplicate 'name' (first on line " + std::to_string(nameLine) + ")");
-      nameLine = line;
       m.name = std::string(fields[1]);
       continue;
     }
     if (key == "cuda_graph_batches") {
-      if (!arity(2, "cuda_graph_batches all|B1,B2,..."))
+      if (!arity(2, "cuda_graph_batches all|B1,B2,...") || !once(batchesLine))
         return false;
-      if (batchesLine)
-        return fail(line, "duplicate 'cuda_graph_batches' (first on line " + std::to_string(batchesLine) + ")");
-      batchesLine = line;
-      if (fields[1] == "all")
-        continue;
-      std::string_view list = fields[1];
-      for (size_t start = 0;;) {
-        size_t comma = list.find(',', start);
-        std::string_view item = list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-        uint64_t batch;
-        const char *why;
-        if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), batch, why))
-          return fail(line, "cuda_graph_batches: '" + std::string(item) + "' " + why + " (expected all or e.g. 1,2,4)");
-        if (!m.cudaGraphBatches.empty() && static_cast<int32_t>(batch) <= m.cudaGraphBatches.back())
-          return fail(line, "cuda_graph_batches must be ascending without repeats");
-        m.cudaGraphBatches.push_back(static_cast<int32_t>(batch));
-        if (comma == std::string_view::npos)
-          break;
-        start = comma + 1;
-      }
+      std::string why;
+      if (fields[1] != "all" && !parseBatchList(fields[1], m.cudaGraphBatches, why))
+        return fail(line, "cuda_graph_batches: " + why);
       continue;
     }
     if (key == "weight") {
@@ -259,29 +268,23 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       if (key != kIntKeys[i].key)
         continue;
       known = true;
-      if (!arity(2, "KEY NUMBER"))
+      if (!arity(2, "KEY NUMBER") || !once(intLine[i]))
         return false;
-      if (intLine[i])
-        return fail(line, "duplicate '" + std::string(key) + "' (first on line " + std::to_string(intLine[i]) + ")");
       uint64_t value;
       const char *why;
       if (!parseNumber(fields[1], static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), value, why))
         return fail(line, std::string(key) + ": '" + std::string(fields[1]) + "' " + why);
       m.*(kIntKeys[i].field) = static_cast<int64_t>(value);
-      intLine[i] = line;
     }
     for (size_t i = 0; i < kNumByte && !known; ++i) {
       if (key != kByteKeys[i].key)
         continue;
       known = true;
-      if (!arity(2, "KEY BYTES"))
+      if (!arity(2, "KEY BYTES") || !once(byteLine[i]))
         return false;
-      if (byteLine[i])
-        return fail(line, "duplicate '" + std::string(key) + "' (first on line " + std::to_string(byteLine[i]) + ")");
       const char *why;
       if (!parseNumber(fields[1], std::numeric_limits<uint64_t>::max(), m.*(kByteKeys[i].field), why))
         return fail(line, std::string(key) + ": '" + std::string(fields[1]) + "' " + why);
-      byteLine[i] = line;
     }
     if (!known)
       return fail(line, "unknown key '" + std::string(key) + "'");
