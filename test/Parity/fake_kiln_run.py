@@ -28,8 +28,9 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--logits")
     parser.add_argument("--teacher-forced")
+    parser.add_argument("--cuda-graphs", type=int, default=64)
     parser.add_argument("--break", dest="breakage", default="",
-                        choices=["", "tokens", "logits", "memory", "crash"])
+                        choices=["", "tokens", "logits", "memory", "crash", "graphs"])
     args = parser.parse_args()
     if args.breakage == "crash":
         print("fake kiln-run: asked to crash", file=sys.stderr)
@@ -43,12 +44,15 @@ def main():
         tokens, logits = greedy_with_logits(model, prompt, args.max_new_tokens, "cuda")
         outputs.append(tokens)
         first.append(logits[0].cpu())
-    if args.breakage == "tokens":
+    eager = args.cuda_graphs == 0
+    if args.breakage == "tokens" or (args.breakage == "graphs" and eager):
         outputs[-1][3] = (outputs[-1][3] + 1) % len(first[0])
     result = {"outputs": outputs, "decode_tokens_per_s": 1.0, "prefill_tokens_per_s": 1.0,
               "acceptance_rate": 0.5 if args.spec else None, "steps": args.max_new_tokens,
               "planned_device_bytes": 1000,
-              "used_device_bytes": 1100 if args.breakage == "memory" else 1004}
+              "used_device_bytes": 1100 if args.breakage == "memory" else 1004,
+              "cuda_graphs": {"max": args.cuda_graphs, "captured": 0 if eager else 1,
+                              "replayed_steps": 0 if eager else args.max_new_tokens - 2}}
     if args.teacher_forced:
         continuations = json.loads(Path(args.teacher_forced).read_text())["continuations"]
         mismatches, positions = [], 0

@@ -11,6 +11,8 @@ For every family built by make_models.py:
               margin of every step.
   kiln-run    every prompt in one batch, in these modes:
               nospec     <family>-nospec.so: tokens, prefill logits, memory
+              eager      <family>-nospec.so --cuda-graphs 0: every decode step launched
+                         eagerly, against nospec's replayed CUDA graphs
               tf         <family>-nospec.so --teacher-forced (the reference's tokens)
               ngram      <family>-ngram.so --spec ngram:4
               draft      <family>-draft.so + the 1-layer draft model --spec draft:4
@@ -29,6 +31,8 @@ Checks (one line per family and mode, PASS or FAIL with the numbers):
   logits     prefill logits at each prompt's last token: ||k - r|| / ||r|| <= --logit-rtol.
   tf         teacher-forced argmax: every disagreement must be at a near-tie step.
   lossless   speculative outputs == the nospec outputs exactly (Kiln against Kiln).
+  graphs     eager outputs == the nospec outputs exactly, nospec replayed CUDA graphs and
+             eager replayed none.
   memory     used device bytes within --mem-rtol of the planned bytes.
 A kiln-run failure is a FAIL with its stderr shown; the other cases still run. The
 summary goes to OUT/parity.json; the exit status is 1 if anything failed.
@@ -50,7 +54,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_models import build_model  # noqa: E402  (same folder; one way to load)
 
-ALL_MODES = ["nospec", "tf", "ngram", "draft", "selfdraft"]
+ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft"]
 SPEC_MODES = {"ngram", "draft", "selfdraft"}
 DRAFT_LEN = 4
 
@@ -195,7 +199,7 @@ def kiln_env(lib_dirs):
 
 def mode_command(mode, family, work, args):
     """kiln-run's arguments for one mode, or a reason why it cannot run."""
-    so = {"nospec": "nospec", "tf": "nospec", "ngram": "ngram",
+    so = {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
           "draft": "draft", "selfdraft": "draft"}[mode]
     model_so = args.so_dir / f"{family}-{so}.so"
     cmd = [str(args.kiln_run), str(model_so), "--weights", str(args.models / family),
@@ -205,6 +209,8 @@ def mode_command(mode, family, work, args):
     needed = [model_so]
     if mode == "nospec":
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
+    elif mode == "eager":
+        cmd += ["--cuda-graphs", "0"]
     elif mode == "tf":
         cmd += ["--teacher-forced", str(work / "continuations.json")]
     elif mode == "ngram":
@@ -366,6 +372,19 @@ def check_lossless(kiln, nospec, count):
     return not diffs, text, {"differs": diffs}
 
 
+def check_graphs(tokens, result, nospec_tokens, nospec_result, count):
+    """Eager launches give the tokens the replayed graphs gave."""
+    if nospec_tokens is None or nospec_result is None:
+        return False, "graphs unchecked: no nospec outputs", {}
+    replayed = (nospec_result.get("cuda_graphs") or {}).get("replayed_steps", 0)
+    eager_replayed = (result.get("cuda_graphs") or {}).get("replayed_steps", 0)
+    same, text, details = check_lossless(tokens, nospec_tokens, count)
+    ok = same and replayed > 0 and eager_replayed == 0
+    text = ("eager == graphs" if same else "eager != graphs: " + text) + \
+        f" ({replayed} steps replayed with graphs, {eager_replayed} without)"
+    return ok, text, {**details, "replayed": replayed, "eager_replayed": eager_replayed}
+
+
 def check_memory(result, rtol):
     planned, used = result.get("planned_device_bytes"), result.get("used_device_bytes")
     if not planned or used is None:
@@ -379,7 +398,7 @@ def check_memory(result, rtol):
 # One family
 # ----------------------------------------------------------------------------------------
 
-def evaluate_mode(mode, result, ref, prompts, nospec_tokens, work, vocab, args):
+def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
     """All checks of one successful kiln-run; (ok, text, details)."""
     checks = []
     count = args.max_new_tokens
@@ -387,10 +406,14 @@ def evaluate_mode(mode, result, ref, prompts, nospec_tokens, work, vocab, args):
         checks.append(("tf", check_teacher_forced(result, ref, count)))
     else:
         tokens = generated_tokens(result.get("outputs", []), prompts)
+        nospec_tokens = generated_tokens(nospec.get("outputs", []), prompts) if nospec else None
         checks.append(("tokens", check_tokens(tokens, ref, count)))
         if mode == "nospec":
             checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
                                                   args.logit_rtol)))
+        elif mode == "eager":
+            checks.append(("graphs", check_graphs(tokens, result, nospec_tokens, nospec,
+                                                  count)))
         elif nospec_tokens is not None:
             checks.append(("lossless", check_lossless(tokens, nospec_tokens, count)))
         else:
@@ -434,7 +457,7 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
-    rows, nospec_tokens = [], None
+    rows, nospec = [], None
     for mode in args.modes:
         cmd, error = mode_command(mode, family, work, args)
         result = None
@@ -444,9 +467,9 @@ def run_family(family, args, out, env):
             rows.append((mode, False, f"kiln-run failed: {error}", {"error": error}))
             continue
         if mode == "nospec":
-            nospec_tokens = generated_tokens(result.get("outputs", []), prompts)
-        ok, text, details = evaluate_mode(mode, result, ref, prompts, nospec_tokens, work,
-                                          vocab, args)
+            nospec = result
+        ok, text, details = evaluate_mode(mode, result, ref, prompts, nospec, work, vocab,
+                                          args)
         details["kiln_run"] = {k: v for k, v in result.items() if k != "outputs"}
         rows.append((mode, ok, text, details))
     return rows, {"prompts": [len(p) for p in prompts], "near_tie_steps": small,
