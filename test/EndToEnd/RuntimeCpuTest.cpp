@@ -118,14 +118,15 @@ TEST(RuntimeCpu, ConfigValidation) {
 }
 
 TEST(RuntimeCpu, LayoutFormulas) {
-  // Every array rounded up to 256 bytes; block table before argmax.
+  // Every array rounded up to 256 bytes; the block table last (a step uploads up to its
+  // used rows).
   kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16);
   EXPECT_EQ(l.token_ids, 0u);
   EXPECT_EQ(l.positions, 1024u);
   EXPECT_EQ(l.token_batch, 2048u);
   EXPECT_EQ(l.logit_rows, 3072u);
-  EXPECT_EQ(l.block_table + 256u, l.argmax);
-  EXPECT_EQ(l.bytes, 3072u + 256 * 6);
+  EXPECT_EQ(l.block_table + 256u, l.bytes);
+  EXPECT_EQ(l.bytes, 3072u + 256 * 5);
   EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
   EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
   // Split partials: 16 splits x every decode row (tokens x heads) x (d + 1) x 4.

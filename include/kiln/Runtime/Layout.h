@@ -13,9 +13,9 @@
  *   cu_seqlens  [max_batch + 1]        token offsets of the sequences (varlen attention)
  *   slots       [max_batch]            state slot of each sequence
  *   block_table [max_batch * max_pages_per_seq]  page ids, one row per sequence
- *   argmax      [max_logit_rows]       greedy tokens of the logit rows (device -> host)
- * The first eight arrays are uploaded from pinned host memory in ONE copy per step
- * (everything up to the used part of block_table, which is last for that reason).
+ * They are uploaded from pinned host memory in ONE copy per step (everything up to the
+ * used part of block_table, which is last for that reason); the greedy tokens of the
+ * logit rows go straight to mapped pinned host memory, not through this buffer.
  *
  * workspace_bytes = KILN_GEMM_WORKSPACE_BYTES (cuBLASLt) + split-KV partials:
  *   align256(KILN_RT_DECODE_SPLITS * max_decode_tokens * max_q_heads
@@ -63,7 +63,6 @@ typedef struct kiln_rt_io_layout {
   uint64_t cu_seqlens;
   uint64_t slots;
   uint64_t block_table;
-  uint64_t argmax;
   uint64_t bytes;
 } kiln_rt_io_layout_t;
 
@@ -90,8 +89,6 @@ static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t m
   at += kiln_rt_align(b * 4u);
   l.block_table = at;
   at += kiln_rt_align(b * p * 4u);
-  l.argmax = at;
-  at += kiln_rt_align(r * 4u);
   l.bytes = at;
   return l;
 }
