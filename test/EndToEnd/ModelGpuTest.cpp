@@ -562,6 +562,86 @@ TEST(ModelGpu, GraphLimitsChooseWhatIsCaptured) {
   kiln_model_unload(model);
 }
 
+// The runtime's own step API on a model's context — kiln_rt_set_batch (which uploads at
+// once), kiln_rt_forward with the compiled forward, kiln_rt_read_argmax — gives the
+// tokens kiln_model's steps give (whose upload and argmax ride inside the forward), with
+// the decode steps captured and replayed: a graph must upload the inputs itself even
+// when set_batch already did.
+TEST(ModelGpu, RuntimeStepApiMatchesTheModelApi) {
+  KILN_REQUIRE_GPU();
+  const std::string dir = tempDir();
+  writeSafetensors(dir, randomWeights(KILN_TINY, 555));
+  kiln_model_t *served = nullptr, *raw = nullptr;
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &served), KILN_OK) << lastError();
+  ASSERT_EQ(kiln_model_load(KILN_TINY, dir.c_str(), 0, &raw), KILN_OK) << lastError();
+  void *handle = dlopen(KILN_TINY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto forward = reinterpret_cast<kiln_rt_forward_fn>(dlsym(handle, "kiln_model_forward"));
+  ASSERT_NE(forward, nullptr);
+  kiln_model_info_t info{};
+  ASSERT_EQ(kiln_model_get_info(raw, &info), KILN_OK);
+  const int32_t P = static_cast<int32_t>((info.max_seq_len + info.page_size - 1) / info.page_size);
+  ASSERT_LE(2 * P, info.kv_pages);
+
+  const std::vector<std::vector<int32_t>> prompts = {{3, 14, 15, 92, 65},
+                                                     {2, 71, 82, 81, 82, 84, 59, 4, 52, 35, 3}};
+  const int steps = 6;
+  // kiln_model: prefill, then `steps` decode steps of both sequences.
+  std::vector<int32_t> ids(2), served_tokens;
+  for (auto &id : ids)
+    ASSERT_EQ(kiln_model_add_sequence(served, &id), KILN_OK);
+  const int32_t *ptrs[2] = {prompts[0].data(), prompts[1].data()};
+  const int32_t lens[2] = {5, 11};
+  std::vector<int32_t> next(2);
+  ASSERT_EQ(kiln_model_prefill(served, ids.data(), 2, ptrs, lens, next.data(), nullptr), KILN_OK)
+      << lastError();
+  served_tokens.insert(served_tokens.end(), next.begin(), next.end());
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<int32_t> in = next;
+    ASSERT_EQ(kiln_model_decode(served, ids.data(), 2, in.data(), 1, next.data(), nullptr),
+              KILN_OK) << lastError();
+    served_tokens.insert(served_tokens.end(), next.begin(), next.end());
+  }
+
+  // The runtime API: sequence i holds pages [i * P, (i + 1) * P), slot i.
+  kiln_rt_context_t *ctx = kiln_model_context(raw);
+  std::vector<int32_t> table(2 * static_cast<size_t>(P));
+  for (int32_t i = 0; i < 2 * P; ++i)
+    table[i] = i;
+  const int32_t slots[2] = {0, 1};
+  std::vector<int32_t> raw_tokens;
+  auto step = [&](int32_t phase, std::vector<int32_t> q, std::vector<int32_t> seq,
+                  std::vector<int32_t> tokens, std::vector<int32_t> rows) {
+    kiln_rt_batch_t b{};
+    b.phase = phase;
+    b.batch = 2;
+    b.q_lens = q.data();
+    b.seq_lens = seq.data();
+    b.block_table = table.data();
+    b.slots = slots;
+    b.token_ids = tokens.data();
+    b.logit_rows = rows.data();
+    b.num_logit_rows = 2;
+    ASSERT_EQ(kiln_rt_set_batch(ctx, &b), KILN_OK) << lastError();
+    ASSERT_EQ(kiln_rt_forward(ctx, forward), KILN_OK) << lastError();
+    ASSERT_EQ(kiln_rt_read_argmax(ctx, next.data(), 2), KILN_OK) << lastError();
+    raw_tokens.insert(raw_tokens.end(), next.begin(), next.end());
+  };
+  std::vector<int32_t> packed(prompts[0]);
+  packed.insert(packed.end(), prompts[1].begin(), prompts[1].end());
+  step(KILN_RT_PHASE_PREFILL, {5, 11}, {5, 11}, packed, {4, 15});
+  for (int s = 0; s < steps; ++s)
+    step(KILN_RT_PHASE_DECODE, {1, 1}, {5 + s + 1, 11 + s + 1}, next, {0, 1});
+  EXPECT_EQ(raw_tokens, served_tokens);
+  kiln_rt_graph_stats_t stats{};
+  ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
+  EXPECT_EQ(stats.graphs, 1);
+  EXPECT_EQ(stats.replays, static_cast<uint64_t>(steps - 2)); // eager, captured, replays
+  dlclose(handle);
+  kiln_model_unload(raw);
+  kiln_model_unload(served);
+}
+
 // ---- continuous batching ---------------------------------------------------------------
 
 // Logits rows of one sequence: row 0 after its prompt, row t after its t-th fed token.
