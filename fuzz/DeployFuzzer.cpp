@@ -75,6 +75,7 @@ void assign(std::optional<unsigned> &field, llvm::StringRef value) {
   unsigned result = 0;
   field = value.getAsInteger(10, result) ? std::nullopt : std::optional<unsigned>(result);
 }
+void assign(int &field, llvm::StringRef value) { (void)value.getAsInteger(10, field); }
 void assign(double &field, llvm::StringRef value) { (void)value.getAsDouble(field); }
 void assign(uint64_t &field, llvm::StringRef value) { (void)value.getAsInteger(10, field); }
 void assign(bool &field, llvm::StringRef value) { field = value.empty() || value == "true"; }
