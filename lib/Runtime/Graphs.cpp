@@ -327,6 +327,7 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
   if (!ctx || !out)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_graph_stats: %s is null",
                 ctx ? "out" : "context");
+  out->max_graphs = ctx->maxGraphs;
   out->graphs = ctx->capturedGraphs;
   out->replays = ctx->graphReplays;
   out->graph_bytes = ctx->graphBytes;

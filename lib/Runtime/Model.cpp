@@ -128,6 +128,19 @@ kiln_status_t openModel(const char *fn, const char *soPath, kiln_model *m,
 }
 
 // Sequence bookkeeping sized from the manifest.
+// The compile-time choice of CUDA graphs: how many shapes, of which batches, within the
+// plan's memory reserve (the manifest's cuda_graphs, cuda_graph_batches,
+// cuda_graph_bytes).
+kiln_status_t applyGraphChoices(kiln_model *m) {
+  const std::vector<int32_t> &batches = m->manifest.cudaGraphBatches;
+  if (kiln_status_t s = kiln_rt_set_max_graphs(m->ctx, static_cast<int32_t>(
+                                                           m->manifest.cudaGraphs));
+      s != KILN_OK)
+    return s;
+  return kiln_rt_set_graph_limits(m->ctx, batches.data(), static_cast<int32_t>(batches.size()),
+                                  m->manifest.cudaGraphBytes);
+}
+
 void initSequences(kiln_model *m) {
   const auto &mf = m->manifest;
   m->pagesPerSeq = static_cast<int32_t>(kiln_rt_max_pages_per_seq(mf.maxSeqLen, mf.pageSize));
@@ -428,16 +441,7 @@ extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weight
       return failed(s);
     }
     m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
-    // The compile-time choice of CUDA graphs and their memory reserve (the plan's).
-    const std::vector<int32_t> &batches = m->manifest.cudaGraphBatches;
-    if (kiln_status_t s = kiln_rt_set_max_graphs(m->ctx, static_cast<int32_t>(
-                                                             m->manifest.cudaGraphs));
-        s != KILN_OK)
-      return failed(s);
-    if (kiln_status_t s = kiln_rt_set_graph_limits(m->ctx, batches.data(),
-                                                   static_cast<int32_t>(batches.size()),
-                                                   m->manifest.cudaGraphBytes);
-        s != KILN_OK)
+    if (kiln_status_t s = applyGraphChoices(m); s != KILN_OK)
       return failed(s);
     if (kiln_status_t s = loadWeights(fn, m, weights_path); s != KILN_OK)
       return failed(s);
@@ -469,6 +473,8 @@ extern "C" kiln_status_t kiln_model_load_dry(const char *so_path, kiln_model_t *
       fail(s, "%s: %s: %s", fn, so_path, message.c_str());
       return failed(s);
     }
+    if (kiln_status_t s = applyGraphChoices(m); s != KILN_OK)
+      return failed(s);
     initSequences(m);
     *out = m;
     return kiln::kernels::ok();

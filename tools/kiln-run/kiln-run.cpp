@@ -39,7 +39,8 @@ const char *kUsage =
     "                         and count where kiln's argmax agrees with its next token\n"
     "  --device N             CUDA device (default 0)\n"
     "  --cuda-graphs N        capture at most N decode step shapes in CUDA graphs\n"
-    "                         (default 64; 0: every step launches eagerly)\n"
+    "                         (default: the model's, kiln-compile --cuda-graphs; 0: every\n"
+    "                         step launches eagerly; always within the plan's reserve)\n"
     "  --gemm-policy P        row-invariant (default: a sequence's bits do not depend on\n"
     "                         the batch; speculation needs it) or heuristic (cuBLASLt's\n"
     "                         fastest algorithm per shape; models without speculation)\n"
@@ -54,7 +55,7 @@ struct Options {
       trace;
   int maxNewTokens = -1;
   int device = 0;
-  int cudaGraphs = KILN_RT_DEFAULT_MAX_GRAPHS;
+  int cudaGraphs = -1; // the model's (its manifest's cuda_graphs)
   kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool checkLaunches = false;
   bool dry = false;
@@ -285,8 +286,9 @@ struct Model {
       check(kiln_model_load(so.c_str(), weights.c_str(), device, &model),
             ("loading the " + role).c_str());
     check(kiln_model_get_info(model, &info), "kiln_model_get_info");
-    check(kiln_rt_set_max_graphs(kiln_model_context(model), cudaGraphs),
-          "kiln_rt_set_max_graphs");
+    if (cudaGraphs >= 0)
+      check(kiln_rt_set_max_graphs(kiln_model_context(model), cudaGraphs),
+            "kiln_rt_set_max_graphs");
     check(kiln_rt_set_check_launches(kiln_model_context(model), checkLaunches),
           "kiln_rt_set_check_launches");
   }
@@ -590,7 +592,7 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        number(r.steps ? static_cast<double>(r.decodeTokens) / r.steps : 0) + ",\n";
   s += "  \"steps\": " + std::to_string(r.steps) + ",\n";
   const kiln_rt_graph_stats_t graphs = target.graphs();
-  s += "  \"cuda_graphs\": {\"max\": " + std::to_string(o.cudaGraphs) +
+  s += "  \"cuda_graphs\": {\"max\": " + std::to_string(graphs.max_graphs) +
        ", \"captured\": " + std::to_string(graphs.graphs) +
        ", \"replayed_steps\": " + std::to_string(graphs.replays) +
        ", \"bytes\": " + std::to_string(graphs.graph_bytes) +

@@ -196,6 +196,7 @@ kiln_status_t kiln_rt_set_graph_limits(kiln_rt_context_t *ctx, const int32_t *ba
  * 0). Drops the CUDA graphs captured so far (they hold the previous algorithms). */
 kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx, kiln_gemm_policy_t policy);
 typedef struct kiln_rt_graph_stats {
+  int32_t max_graphs;   /* step shapes that may be captured (kiln_rt_set_max_graphs) */
   int32_t graphs;       /* step shapes captured */
   uint64_t replays;     /* steps that launched a graph captured by an earlier step */
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
