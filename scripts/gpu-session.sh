@@ -15,6 +15,8 @@
 # test/Parity/trace_compare.py (Kiln's prefill op by op against transformers bf16 and
 # fp32, through kiln-run --trace), building the parity models if parity did not run;
 # graphdiag = the CUDA graph of the replay test: cudaGraphLaunch time and node types.
+# launchbench = bench/Runtime/graph_launch.cu alone (nvcc here, ~20 s): graph launch cost
+# by size and by node kind (plain, cluster, PDL, distinct functions, cuBLASLt GEMMs).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/kiln-gpu-out}
@@ -169,6 +171,13 @@ if has graphdiag; then
     [ -e "$dot" ] || continue
     echo "$(basename "$dot"): $(grep -oE '\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|EVENT_WAIT|HOST|EMPTY|CHILD_GRAPH|MEM_ALLOC|MEM_FREE|CONDITIONAL)\b' "$dot" | sort | uniq -c | tr '\n' ' ')"
   done
+fi
+if has launchbench; then
+  nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
+    -o "$out/graph_launch" > "$out/launchbench.log" 2>&1 &&
+    timeout 200 "$out/graph_launch" >> "$out/launchbench.log" 2>&1
+  echo "graph launch bench rc=$? ($(elapsed))"; tail -25 "$out/launchbench.log"
+  rm -f "$out/graph_launch"
 fi
 if has bench; then
   OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
