@@ -6,6 +6,7 @@
 #include "kiln/Report/Report.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Registry/KernelRegistry.h"
+#include "kiln/Runtime/Layout.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -23,6 +24,18 @@ using namespace kiln;
 // Collection
 //===----------------------------------------------------------------------===//
 
+
+/// How many decode step shapes (CUDA-graph keys: batch, q_len, split-KV key chunk) a
+/// model has, against how many the runtime may capture.
+static void countDecodeShapes(RuntimeAttr runtime, unsigned maxDraftLen,
+                              ReportData::DeviceMemory &device) {
+  DenseI32ArrayAttr batches = runtime.getCudaGraphBatches();
+  device.graphBatches = batches ? batches.size() : runtime.getMaxBatch();
+  device.qLens = 1 + maxDraftLen;
+  device.keyChunks = kiln_rt_decode_key_chunks(runtime.getMaxSeqLen());
+  device.decodeShapes = runtime.getDecodeStepShapes(maxDraftLen);
+  device.graphShapes = runtime.getCapturableShapes(maxDraftLen);
+}
 
 ReportData kiln::collectReport(ModuleOp module) {
   ReportData d;
@@ -54,6 +67,8 @@ ReportData kiln::collectReport(ModuleOp module) {
     device.allocation = memory.getTotal().value_or(UINT64_MAX);
     device.cudaGraphs = memory.getCudaGraphs();
     device.total = memory.getDeviceTotal().value_or(UINT64_MAX);
+    if (RuntimeAttr runtime = config.runtime)
+      countDecodeShapes(runtime, d.maxDraftLen, device);
     device.maxStepTokens = memory.getMaxStepTokens();
     device.maxLogitRows = memory.getMaxLogitRows();
     device.activationBuffers = memory.getActivationBuffers();
@@ -255,6 +270,12 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
     row("device total", m.total);
     os << "  activations: " << m.activationBuffers << " buffers, step of up to "
        << m.maxStepTokens << " tokens and " << m.maxLogitRows << " logit rows\n";
+    os << "  cuda graphs: up to " << m.graphShapes << " of " << m.decodeShapes
+       << " decode step shapes (" << m.graphBatches << " batch sizes x " << m.qLens
+       << " q_lens x " << m.keyChunks << " key chunks)";
+    if (m.graphShapes)
+      os << ", " << formatBytes(m.cudaGraphs / m.graphShapes) << " reserved each";
+    os << "; the others launch eagerly\n";
   }
 
   if (!d.pools.empty()) {
@@ -361,6 +382,8 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
         j.attribute("io_bytes", d.device->io);
         j.attribute("allocation_bytes", d.device->allocation);
         j.attribute("cuda_graph_bytes", d.device->cudaGraphs);
+        j.attribute("cuda_graph_shapes", d.device->graphShapes);
+        j.attribute("decode_step_shapes", d.device->decodeShapes);
         j.attribute("total_bytes", d.device->total);
         j.attribute("max_step_tokens", d.device->maxStepTokens);
         j.attribute("max_logit_rows", d.device->maxLogitRows);

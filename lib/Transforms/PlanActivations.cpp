@@ -415,7 +415,9 @@ struct PlanActivationsPass
     workspace += kiln_rt_granule_padding(subtotal);
     uint64_t numBuffersPlanned = 0;
     module.walk([&](ActivationBufferOp) { ++numBuffersPlanned; });
-    const uint64_t graphs = kiln_rt_graph_reserve_bytes(runtime.getCudaGraphs(), launches);
+    // Shapes beyond those decode steps can have are never captured: no reserve for them.
+    const uint64_t graphs =
+        kiln_rt_graph_reserve_bytes(runtime.getCapturableShapes(limits.maxDraftLen), launches);
     return DeviceMemoryAttr::get(module.getContext(), weights, caches, arena, workspace, io,
                                  limits.maxStepTokens, limits.maxLogitRows, numBuffersPlanned,
                                  graphs);

@@ -114,6 +114,13 @@ static inline int64_t kiln_rt_decode_split_keys(int64_t max_seq_len) {
   return keys < KILN_RT_MIN_SPLIT_KEYS ? KILN_RT_MIN_SPLIT_KEYS : keys;
 }
 
+/* Key chunks that cover max_seq_len: the values a decode step's key bound (its longest
+ * sequence rounded up to a chunk) takes, one CUDA graph each. */
+static inline int64_t kiln_rt_decode_key_chunks(int64_t max_seq_len) {
+  const int64_t keys = kiln_rt_decode_split_keys(max_seq_len);
+  return max_seq_len > 0 ? (max_seq_len + keys - 1) / keys : 1;
+}
+
 /* Split-KV partials part of the workspace (see above). */
 static inline uint64_t kiln_rt_split_workspace_bytes(int64_t max_decode_tokens,
                                                      int64_t max_q_heads,

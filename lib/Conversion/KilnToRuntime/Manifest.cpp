@@ -80,7 +80,7 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
      << "activation_bytes " << memory.getActivations() << "\n"
      << "workspace_bytes " << memory.getWorkspace() << "\n"
      << "io_bytes " << memory.getIo() << "\n"
-     << "cuda_graphs " << config.runtime.getCudaGraphs() << "\n"
+     << "cuda_graphs " << config.runtime.getCapturableShapes(limits.maxDraftLen) << "\n"
      << "cuda_graph_bytes " << memory.getCudaGraphs() << "\n"
      << "cuda_graph_batches ";
   if (DenseI32ArrayAttr batches = config.runtime.getCudaGraphBatches())

@@ -8,6 +8,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -237,6 +238,17 @@ LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     }
   }
   return success();
+}
+
+uint64_t RuntimeAttr::getDecodeStepShapes(unsigned maxDraftLen) const {
+  DenseI32ArrayAttr batches = getCudaGraphBatches();
+  const uint64_t numBatches = batches ? batches.size() : getMaxBatch();
+  return numBatches * (1 + uint64_t(maxDraftLen)) *
+         static_cast<uint64_t>(kiln_rt_decode_key_chunks(getMaxSeqLen()));
+}
+
+uint64_t RuntimeAttr::getCapturableShapes(unsigned maxDraftLen) const {
+  return std::min<uint64_t>(getCudaGraphs(), getDecodeStepShapes(maxDraftLen));
 }
 
 uint64_t RuntimeAttr::getMaxPagesPerSequence() const {

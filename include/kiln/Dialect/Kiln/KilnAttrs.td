@@ -117,6 +117,11 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     ::mlir::Type getSsmStateType() const;
     /// KV pages one sequence may hold: ceil(max_seq_len / page_size).
     uint64_t getMaxPagesPerSequence() const;
+    /// Distinct shapes (CUDA-graph keys) decode steps of the captured batches can have:
+    /// batches x q_lens (1 + max_draft_len) x split-KV key chunks.
+    uint64_t getDecodeStepShapes(unsigned maxDraftLen) const;
+    /// Step shapes the runtime may capture: cuda_graphs, at most the shapes there are.
+    uint64_t getCapturableShapes(unsigned maxDraftLen) const;
   }];
 }
 
