@@ -63,8 +63,9 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
       kv = *parsed;
     }
     auto pick = [](unsigned option, unsigned current) { return option ? option : current; };
-    if (cudaGraphs < -1)
-      return module.emitError() << "cuda-graphs = " << cudaGraphs
+    const int graphs = cudaGraphs;
+    if (graphs < -1)
+      return module.emitError() << "cuda-graphs = " << graphs
                                 << " must be a count of step shapes (0: no CUDA graphs)";
     FailureOr<DenseI32ArrayAttr> batches =
         parseGraphBatches(module, old ? old.getCudaGraphBatches() : DenseI32ArrayAttr());
@@ -77,8 +78,8 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
         pick(pageSize, old ? old.getPageSize() : 64), kv, pick(tp, old ? old.getTp() : 1),
         old ? old.getStateDtype() : Type(),
         pick(maxStepTokens, old ? old.getMaxStepTokens() : 0),
-        cudaGraphs >= 0 ? static_cast<unsigned>(cudaGraphs)
-                        : (old ? old.getCudaGraphs() : kDefaultCudaGraphs),
+        graphs >= 0 ? static_cast<unsigned>(graphs)
+                    : (old ? old.getCudaGraphs() : kDefaultCudaGraphs),
         *batches);
     if (!attr)
       return failure();
