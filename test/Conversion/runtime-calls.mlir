@@ -149,7 +149,7 @@
 
 // The manifest: the plan's numbers, then each weight with dtype, shape, offset and
 // bytes; whitespace in the model name becomes '_'.
-// CHECK: llvm.mlir.global internal constant @kiln_manifest_text("kiln-model 1\0Aname tiny_model\0Avocab_size 512\0Ahidden_size 128\0Anum_layers 1\0Amax_batch 4\0Amax_seq_len 256\0Apage_size 16\0Akv_pages 64\0Amax_step_tokens 256\0Amax_logit_rows 4\0Amax_draft_len 0\0Aweight_bytes 164608\0Acache_bytes 262144\0Aspeculative_bytes 0\0Aactivation_bytes 2048\0Aworkspace_bytes 33587712\0Aio_bytes 4608\0A
+// CHECK: llvm.mlir.global internal constant @kiln_manifest_text("kiln-model 2\0Aname tiny_model\0Avocab_size 512\0Ahidden_size 128\0Anum_layers 1\0Amax_batch 4\0Amax_seq_len 256\0Apage_size 16\0Akv_pages 64\0Amax_step_tokens 256\0Amax_logit_rows 4\0Amax_draft_len 0\0Aweight_bytes 164608\0Acache_bytes 262144\0Aspeculative_bytes 0\0Aactivation_bytes 2048\0Aworkspace_bytes 33587712\0Aio_bytes 4608\0A
 // CHECK-SAME: weight model.embed_tokens.weight bf16 512x128 0 131072\0A
 // CHECK-SAME: weight model.norm.weight bf16 128 131072 256\0A
 // CHECK-SAME: weight model.bias bf16 128 131328 256\0A

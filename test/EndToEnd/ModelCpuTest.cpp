@@ -61,7 +61,7 @@ TEST(ModelCpu, LoadAndInfo) {
   EXPECT_EQ(info.max_draft_len, 4);
   EXPECT_EQ(info.dry, 1);
   EXPECT_STREQ(kiln_model_name(t.m), "tiny-qwen2");
-  EXPECT_EQ(std::string(kiln_model_manifest_text(t.m)).rfind("kiln-model 1\n", 0), 0u);
+  EXPECT_EQ(std::string(kiln_model_manifest_text(t.m)).rfind("kiln-model 2\n", 0), 0u);
   const uint64_t planned = info.weight_bytes + info.cache_bytes + info.activation_bytes +
                            info.workspace_bytes + info.io_bytes;
   EXPECT_EQ(kiln_model_planned_bytes(t.m), planned);

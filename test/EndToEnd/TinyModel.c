@@ -122,7 +122,7 @@ static void build(void) {
   actBytes += kiln_rt_granule_padding(weightBytes + cacheBytes + actBytes + workspaceBytes +
                                       ioBytes);
   int n = snprintf(manifest, sizeof(manifest),
-                   "kiln-model 1\nname %s\nvocab_size %d\nhidden_size %d\nnum_layers %d\n"
+                   "kiln-model 2\nname %s\nvocab_size %d\nhidden_size %d\nnum_layers %d\n"
                    "max_batch %d\nmax_seq_len %d\npage_size %d\nkv_pages %d\n"
                    "max_step_tokens %d\nmax_logit_rows %d\nmax_draft_len %d\n"
                    "weight_bytes %llu\ncache_bytes %llu\nspeculative_bytes 0\n"

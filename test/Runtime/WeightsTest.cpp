@@ -551,7 +551,7 @@ using kiln::runtime::parseManifest;
 
 std::vector<std::string> validLines() {
   return {
-      "kiln-model 1",
+      "kiln-model 2",
       "name llama-tiny",
       "vocab_size 1024",
       "hidden_size 256",
@@ -657,8 +657,9 @@ TEST(Manifest, Valid) {
 }
 
 TEST(Manifest, Errors) {
-  expectManifestError(with(1, "kiln-model 2"), 1, "unsupported manifest version '2'");
-  expectManifestError(with(1, "hello"), 1, "kiln-model 1");
+  expectManifestError(with(1, "kiln-model 3"), 1, "unsupported manifest version '3' (this runtime reads 2)");
+  expectManifestError(with(1, "hello"), 1, "kiln-model 2");
+  expectManifestError(with(1, "kiln-model 1"), 1, "compiled by an older kiln-compile");
   expectManifestError(with(5, "num_layerz 2"), 5, "unknown key 'num_layerz'");
   expectManifestError(with(5, "num_layers -2"), 5, "num_layers: '-2' is negative");
   expectManifestError(with(5, "num_layers 9223372036854775808"), 5, "too large");
@@ -671,7 +672,7 @@ TEST(Manifest, Errors) {
   expectManifestError(with(5, ""), 5, "empty line");
   expectManifestError(with(5, "hidden_size 256"), 5, "duplicate 'hidden_size' (first on line 4)");
   expectManifestError(with(5, "name other"), 5, "duplicate 'name'");
-  expectManifestError(with(5, "kiln-model 1"), 5, "only be the first line");
+  expectManifestError(with(5, "kiln-model 2"), 5, "only be the first line");
   expectManifestError(with(5, nullptr), 25, "missing 'num_layers'");
   expectManifestError(with(2, nullptr), 25, "missing 'name'");
   expectManifestError(with(13, "weight_bytes 18446744073709551616"), 13, "does not fit in 64 bits");

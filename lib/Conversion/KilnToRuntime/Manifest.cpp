@@ -62,7 +62,7 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
   std::string name = config.model ? config.model.getName().str() : "model";
   std::replace_if(name.begin(), name.end(), [](char c) { return c <= ' '; }, '_');
   StepLimits limits = getStepLimits(config);
-  os << "kiln-model 1\n"
+  os << "kiln-model 2\n"
      << "name " << name << "\n"
      << "vocab_size " << vocab << "\n"
      << "hidden_size " << hidden << "\n"

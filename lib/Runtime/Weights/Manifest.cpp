@@ -169,11 +169,14 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
 
     if (line == 1) {
       if (key != "kiln-model")
-        return fail(line, "expected 'kiln-model 1' (not a Kiln model manifest)");
+        return fail(line, "expected 'kiln-model 2' (not a Kiln model manifest)");
       if (!arity(2, "kiln-model VERSION"))
         return false;
-      if (fields[1] != "1")
-        return fail(line, "unsupported manifest version '" + std::string(fields[1]) + "' (this runtime reads 1)");
+      if (fields[1] == "1")
+        return fail(line, "manifest version 1: the model was compiled by an older kiln-compile (before the "
+                          "CUDA-graph plan); compile it again");
+      if (fields[1] != "2")
+        return fail(line, "unsupported manifest version '" + std::string(fields[1]) + "' (this runtime reads 2)");
       continue;
     }
     if (key == "kiln-model")
@@ -291,7 +294,7 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   }
 
   if (line == 0)
-    return fail(1, "empty manifest (expected 'kiln-model 1')");
+    return fail(1, "empty manifest (expected 'kiln-model 2')");
   if (!endLine)
     return fail(line, "no 'end' line (the manifest is truncated)");
   if (!nameLine)
