@@ -338,7 +338,8 @@ def main():
             result = kiln_run(args, prompts, DECODE_NEW, args.work,
                               f"decode-b{batch}-{args.second}", SECOND_VARIANTS[args.second])
             second[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
-            stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs, "
+            stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs of "
+                  f"{graphs.get('shapes_seen')} shapes seen, "
                   f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
                   f"host {host} us/step with graphs ({replayed} us per replayed step: "
                   f"set_batch + graph launch; median {p50}, p99 {p99}), "

@@ -329,6 +329,7 @@ extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
                 ctx ? "out" : "context");
   out->max_graphs = ctx->maxGraphs;
   out->graphs = ctx->capturedGraphs;
+  out->shapes_seen = ctx->graphs.size();
   out->replays = ctx->graphReplays;
   out->graph_bytes = ctx->graphBytes;
   out->graph_byte_limit = ctx->graphByteLimit;

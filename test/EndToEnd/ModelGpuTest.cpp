@@ -488,6 +488,8 @@ TEST(ModelGpu, GraphReplayEqualsEager) {
   // Three shapes, each eager once, then captured (and launched), then replayed: 4 + 2 + 2
   // replays.
   EXPECT_EQ(on.graphs, 3);
+  EXPECT_EQ(on.shapes_seen, 3u);
+  EXPECT_EQ(off.shapes_seen, 0u); // graphs off: shapes are not tracked
   EXPECT_EQ(on.replays, 8u);
   EXPECT_GT(on.capture_host_seconds, 0.0);
   // The replayed steps' host time is part of every decode step's, and each replay is a
@@ -550,6 +552,7 @@ TEST(ModelGpu, GraphLimitsChooseWhatIsCaptured) {
   decode(3, 4); // batch 3 is not listed: eager
   ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
   EXPECT_EQ(stats.graphs, 0);
+  EXPECT_EQ(stats.shapes_seen, 1u);
   decode(2, 4); // eager, captured, replayed twice
   ASSERT_EQ(kiln_rt_graph_stats(ctx, &stats), KILN_OK);
   EXPECT_EQ(stats.graphs, 1);

@@ -594,6 +594,7 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   const kiln_rt_graph_stats_t graphs = target.graphs();
   s += "  \"cuda_graphs\": {\"max\": " + std::to_string(graphs.max_graphs) +
        ", \"captured\": " + std::to_string(graphs.graphs) +
+       ", \"shapes_seen\": " + std::to_string(graphs.shapes_seen) +
        ", \"replayed_steps\": " + std::to_string(graphs.replays) +
        ", \"bytes\": " + std::to_string(graphs.graph_bytes) +
        ", \"reserved_bytes\": " + std::to_string(graphs.graph_byte_limit) + "},\n";
@@ -702,10 +703,11 @@ int run(int argc, char **argv) {
     std::printf("teacher-forced: %lld of %lld positions agree\n",
                 static_cast<long long>(r.tfAgree), static_cast<long long>(r.tfPositions));
   const kiln_rt_graph_stats_t graphs = target.graphs();
-  std::printf("cuda graphs: %d decode step shape(s) captured, %llu step(s) replayed, %llu "
-              "bytes of %llu reserved; host time %.1f us per decode step, %.1f us per replayed step "
-              "(set_batch + graph launch; median %.1f, p99 %.1f)\n",
-              graphs.graphs, static_cast<unsigned long long>(graphs.replays),
+  std::printf("cuda graphs: %d decode step shape(s) captured of %llu seen, %llu step(s) "
+              "replayed, %llu bytes of %llu reserved; host time %.1f us per decode step, "
+              "%.1f us per replayed step (set_batch + graph launch; median %.1f, p99 %.1f)\n",
+              graphs.graphs, static_cast<unsigned long long>(graphs.shapes_seen),
+              static_cast<unsigned long long>(graphs.replays),
               static_cast<unsigned long long>(graphs.graph_bytes),
               static_cast<unsigned long long>(graphs.graph_byte_limit), hostMicrosPerStep(graphs),
               hostMicrosPerReplayedStep(graphs), graphs.replay_step_us_p50,

@@ -198,6 +198,9 @@ kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx, kiln_gemm_policy_t
 typedef struct kiln_rt_graph_stats {
   int32_t max_graphs;   /* step shapes that may be captured (kiln_rt_set_max_graphs) */
   int32_t graphs;       /* step shapes captured */
+  uint64_t shapes_seen; /* distinct decode step shapes run while graphs were on, since
+                           they were last dropped (captured, or eager: seen once, an
+                           unlisted batch, over a limit) */
   uint64_t replays;     /* steps that launched a graph captured by an earlier step */
   uint64_t graph_bytes; /* device memory the instantiated graphs took (cudaMemGetInfo) */
   uint64_t graph_byte_limit; /* kiln_model: the plan's reserve (manifest cuda_graph_bytes);
