@@ -6,7 +6,6 @@
 #include "kiln/Report/Report.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Registry/KernelRegistry.h"
-#include "kiln/Runtime/Layout.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -29,10 +28,9 @@ using namespace kiln;
 /// model has, against how many the runtime may capture.
 static void countDecodeShapes(RuntimeAttr runtime, unsigned maxDraftLen,
                               ReportData::DeviceMemory &device) {
-  DenseI32ArrayAttr batches = runtime.getCudaGraphBatches();
-  device.graphBatches = batches ? batches.size() : runtime.getMaxBatch();
+  device.graphBatches = runtime.getGraphBatchCount();
   device.qLens = 1 + maxDraftLen;
-  device.keyChunks = kiln_rt_decode_key_chunks(runtime.getMaxSeqLen());
+  device.keyChunks = runtime.getDecodeKeyChunks();
   device.decodeShapes = runtime.getDecodeStepShapes(maxDraftLen);
   device.graphShapes = runtime.getCapturableShapes(maxDraftLen);
 }

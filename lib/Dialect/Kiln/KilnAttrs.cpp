@@ -240,11 +240,17 @@ LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-uint64_t RuntimeAttr::getDecodeStepShapes(unsigned maxDraftLen) const {
+uint64_t RuntimeAttr::getGraphBatchCount() const {
   DenseI32ArrayAttr batches = getCudaGraphBatches();
-  const uint64_t numBatches = batches ? batches.size() : getMaxBatch();
-  return numBatches * (1 + uint64_t(maxDraftLen)) *
-         static_cast<uint64_t>(kiln_rt_decode_key_chunks(getMaxSeqLen()));
+  return batches ? batches.size() : getMaxBatch();
+}
+
+uint64_t RuntimeAttr::getDecodeKeyChunks() const {
+  return static_cast<uint64_t>(kiln_rt_decode_key_chunks(getMaxSeqLen()));
+}
+
+uint64_t RuntimeAttr::getDecodeStepShapes(unsigned maxDraftLen) const {
+  return getGraphBatchCount() * (1 + uint64_t(maxDraftLen)) * getDecodeKeyChunks();
 }
 
 uint64_t RuntimeAttr::getCapturableShapes(unsigned maxDraftLen) const {

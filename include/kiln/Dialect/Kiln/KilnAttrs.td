@@ -117,8 +117,12 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     ::mlir::Type getSsmStateType() const;
     /// KV pages one sequence may hold: ceil(max_seq_len / page_size).
     uint64_t getMaxPagesPerSequence() const;
+    /// Batch sizes whose decode steps are captured: cuda_graph_batches, or every one.
+    uint64_t getGraphBatchCount() const;
+    /// Split-KV key chunks covering max_seq_len (a decode step's key bound).
+    uint64_t getDecodeKeyChunks() const;
     /// Distinct shapes (CUDA-graph keys) decode steps of the captured batches can have:
-    /// batches x q_lens (1 + max_draft_len) x split-KV key chunks.
+    /// batches x q_lens (1 + max_draft_len) x key chunks.
     uint64_t getDecodeStepShapes(unsigned maxDraftLen) const;
     /// Step shapes the runtime may capture: cuda_graphs, at most the shapes there are.
     uint64_t getCapturableShapes(unsigned maxDraftLen) const;
