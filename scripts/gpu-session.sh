@@ -15,6 +15,8 @@
 # test/Parity/trace_compare.py (Kiln's prefill op by op against transformers bf16 and
 # fp32, through kiln-run --trace), building the parity models if parity did not run;
 # graphdiag = the CUDA graph of the replay test: cudaGraphLaunch time and node types.
+# profile = bench/Model/kernel_profile.py: ncu's time and DRAM bytes of each
+# kernel of the 8B decode step (KILN_PROFILE_BATCHES, default "1 64").
 # launchbench = bench/Runtime/graph_launch.cu alone (nvcc here, ~20 s): graph launch cost
 # by size and by node kind (plain, cluster, PDL, distinct functions, cuBLASLt GEMMs).
 set -u
@@ -180,10 +182,26 @@ if has launchbench; then
   rm -f "$out/graph_launch"
 fi
 if has bench; then
-  OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
+  mkdir -p "$out/bench/graphs"
+  KILN_BENCH_GRAPH_DOT="$out/bench/graphs" OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
     "$root/bench/Model/bench_model.py" --kiln-run "$build/bin/kiln-run" \
     --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
     --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" \
     --second "${KILN_BENCH_SECOND:-eager}" > "$out/bench-model.log" 2>&1
   echo "bench rc=$? ($(elapsed))"; tail -20 "$out/bench-model.log"
+  for dot in "$out"/bench/graphs/*-0.dot; do
+    [ -e "$dot" ] || continue
+    echo "$(basename "$dot"): $(grep -oE '\b(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|EVENT_WAIT|HOST|EMPTY|CHILD_GRAPH|MEM_ALLOC|MEM_FREE|CONDITIONAL)\b' "$dot" | sort | uniq -c | tr '\n' ' ')"
+  done
+  tar -czf "$out/bench-graphs.tgz" -C "$out/bench" graphs && rm -rf "$out/bench/graphs"
+fi
+if has profile; then
+  # Where the 8B decode step's GPU time goes, kernel by kernel (ncu).
+  for batch in ${KILN_PROFILE_BATCHES:-1 64}; do
+    timeout 300 python3 "$root/bench/Model/kernel_profile.py" --kiln-run "$build/bin/kiln-run" \
+      --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" --lib-dir "$build/lib" \
+      --lib-dir "$build/lib/Runtime" --batch "$batch" --ceiling-tbs "${KILN_CEILING_TBS:-4.25}" \
+      --raw "$out/profile-b$batch.csv" > "$out/profile-b$batch.log" 2>&1
+    echo "profile b$batch rc=$? ($(elapsed))"; head -30 "$out/profile-b$batch.log"
+  done
 fi

@@ -233,6 +233,8 @@ def kiln_run(args, prompts, new_tokens, work, name, extra=()):
            "--prompts", str(prompts_path), "--max-new-tokens", str(new_tokens),
            "--json", str(json_path), *extra]
     env = dict(os.environ)
+    if env.get("KILN_BENCH_GRAPH_DOT"):  # dump each captured graph (gpu-session.sh bench)
+        env["KILN_GRAPH_DOT"] = f"{env['KILN_BENCH_GRAPH_DOT']}/{name}-"
     env["LD_LIBRARY_PATH"] = ":".join([str(d) for d in args.lib_dir] +
                                       [env.get("LD_LIBRARY_PATH", "")])
     try:
@@ -288,6 +290,8 @@ def main():
                         default=Path(os.environ.get("OUT", "/tmp/kiln-gpu-out")))
     parser.add_argument("--skip-kiln", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="write the random weights into --work and stop")
     parser.add_argument("--timeout", type=int, default=180, help="seconds per kiln-run")
     parser.add_argument("--second", choices=sorted(SECOND_VARIANTS), default="eager",
                         help="the second Kiln variant of every decode batch")
@@ -301,6 +305,11 @@ def main():
     clock = time.perf_counter()
     stamp = lambda what: print(f"  {what} ({time.perf_counter() - clock:.0f} s)", flush=True)  # noqa: E731
 
+    if args.prepare_only:  # the weights alone (bench/Model/kernel_profile.py)
+        model, _ = build_hf_model(args.config)
+        write_safetensors(model.state_dict(), args.work / "model.safetensors")
+        stamp(f"weights written to {args.work}")
+        return
     copy_rate, read_rate, flop_rate = copy_bandwidth(), read_bandwidth(), matmul_flops()
     stamp(f"ceilings: read {read_rate / 1e12:.2f} TB/s (copy {copy_rate / 1e12:.2f} TB/s "
           f"read+write), matmul {flop_rate / 1e12:.0f} TFLOP/s")
@@ -335,6 +344,8 @@ def main():
             replayed = (result or {}).get("host_us_per_replayed_step")
             p50 = (result or {}).get("host_us_replayed_step_p50")
             p99 = (result or {}).get("host_us_replayed_step_p99")
+            launch = (result or {}).get("host_us_per_graph_launch")
+            set_batch = (result or {}).get("host_us_per_set_batch")
             result = kiln_run(args, prompts, DECODE_NEW, args.work,
                               f"decode-b{batch}-{args.second}", SECOND_VARIANTS[args.second])
             second[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
@@ -342,7 +353,7 @@ def main():
                   f"{graphs.get('shapes_seen')} shapes seen, "
                   f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
                   f"host {host} us/step with graphs ({replayed} us per replayed step: "
-                  f"set_batch + graph launch; median {p50}, p99 {p99}), "
+                  f"set_batch {set_batch} + graph launch {launch}; median {p50}, p99 {p99}), "
                   f"{(result or {}).get('host_us_per_decode_step')} {args.second}; "
                   f"{args.second}: {second[f'decode b{batch}']} tok/s)")
         result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")

@@ -275,8 +275,21 @@ struct Gemm {
   }
 };
 
-// Host µs of one cudaGraphLaunch of the graph `enqueue` captures, the stream drained.
-template <typename Enqueue> double hostLaunchMicros(cudaStream_t stream, Enqueue enqueue) {
+// Keeps one SM busy for about `nanos` of GPU time (a decode step's kernels before the
+// host's next launch).
+__global__ void spinFor(unsigned long long nanos) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < nanos);
+}
+
+// Host µs of one cudaGraphLaunch of the graph `enqueue` captures, the stream drained;
+// with `busyMicros`, the stream first ran a kernel of that length and the host waited
+// for it in cudaStreamSynchronize, as kiln-run waits for each step's tokens.
+template <typename Enqueue>
+double hostLaunchMicros(cudaStream_t stream, Enqueue enqueue, double busyMicros = 0) {
   enqueue(); // outside capture first: module loading, cuBLASLt's lazy setup
   CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph = nullptr;
@@ -289,6 +302,8 @@ template <typename Enqueue> double hostLaunchMicros(cudaStream_t stream, Enqueue
   const int iterations = 50;
   double total = 0;
   for (int i = 0; i < iterations + 3; ++i) {
+    if (busyMicros > 0)
+      spinFor<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(busyMicros * 1e3));
     CHECK(cudaStreamSynchronize(stream));
     const auto a = Clock::now();
     CHECK(cudaGraphLaunch(exec, stream));
@@ -330,6 +345,21 @@ void runNodeKinds(cudaStream_t stream, unsigned long long *counter) {
   }
 }
 
+// Whether a launch costs more after the host waited for a long step: a 512-node chain
+// (a decode step's size) launched after the GPU ran 0 µs to 5 ms.
+void runAfterBusy(cudaStream_t stream, unsigned long long *counter) {
+  KernelFn functions[32];
+  distinctTable(functions, std::make_integer_sequence<int, 32>{});
+  std::printf("\nhost µs of one cudaGraphLaunch of 512 plain nodes, after the host waited "
+              "for a kernel of T µs\n");
+  std::printf("%10s %10s\n", "T us", "launch us");
+  for (double busy : {0.0, 100.0, 1000.0, 5000.0})
+    std::printf("%10.0f %10.2f\n", busy, hostLaunchMicros(stream, [&] {
+                  for (int i = 0; i < 512; ++i)
+                    launchWith(stream, functions[0], counter, false, false);
+                }, busy));
+}
+
 int main() {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -346,6 +376,7 @@ int main() {
     run<1024>(stream, counter, hostCounter, kernels);
   }
   runNodeKinds(stream, counter);
+  runAfterBusy(stream, counter);
   CHECK(cudaFree(counter));
   CHECK(cudaFreeHost(hostCounter));
   return 0;

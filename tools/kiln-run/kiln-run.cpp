@@ -604,6 +604,8 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   s += "  \"host_us_per_replayed_step\": " + number(hostMicrosPerReplayedStep(graphs)) + ",\n";
   s += "  \"host_us_replayed_step_p50\": " + number(graphs.replay_step_us_p50) + ",\n";
   s += "  \"host_us_replayed_step_p99\": " + number(graphs.replay_step_us_p99) + ",\n";
+  s += "  \"host_us_per_graph_launch\": " +
+       number(graphs.replays ? 1e6 * graphs.graph_launch_seconds / graphs.replays : 0.0) + ",\n";
   s += "  \"host_us_per_set_batch\": " +
        number(graphs.decode_batches ? 1e6 * graphs.decode_set_batch_seconds /
                                           graphs.decode_batches
