@@ -4,6 +4,8 @@
 //           the paged prefill kernel instead.
 //   PREFILL kv_append, then prefill_fmha on the packed prompts (positions from 0).
 //   EXTEND  kv_append, then prefill_fmha_paged (chunks continuing cached sequences).
+// A sliding window (window > 0) is honoured by every kernel: a query sees its last
+// `window` keys (Hugging Face's sliding_window convention, the query's own key included).
 // Everything the host can check is checked before the first launch; for decode the
 // launcher's own validation (its workspace query) runs before the cache is written.
 #include "Context.h"
@@ -45,9 +47,6 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                    "prefill_fmha_sm90)",
                    prefill_kernel, kiln_rt_kernel_name(prefill_kernel),
                    kiln_rt_phase_name(phase));
-  if (window > 0)
-    return c.error(KILN_ERROR_UNSUPPORTED,
-                   "sliding-window attention (window %d) is not supported yet", window);
   if (window < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "window %d < 0", window);
   if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0)
@@ -141,6 +140,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // Fixed key chunks (Layout.h): a query's bits do not depend on the step's batch or
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
+    gp.window = window;
     gp.stream = ctx->stream;
     size_t wsBytes = 0; // validates the decode launch before the cache is written
     if (kiln_status_t s = kiln_gqa_decode_workspace_bytes(&gp, &wsBytes); s != KILN_OK)
@@ -194,6 +194,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     fp.dtype = KILN_DTYPE_BF16;
     fp.softmax_scale = scale;
     fp.causal = 1;
+    fp.window = window;
     fp.stream = ctx->stream;
     s = kiln_prefill_fmha_variant(&fp, variant);
     ++ctx->launches;
@@ -219,6 +220,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   pp.dtype = KILN_DTYPE_BF16;
   pp.softmax_scale = scale;
   pp.causal = 1;
+  pp.window = window;
   pp.stream = ctx->stream;
   s = kiln_prefill_fmha_paged_variant(&pp, variant);
   ++ctx->launches;

@@ -328,8 +328,8 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t pages = 0;
     for (const PlannedResource &planned : resources)
       if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
-        pages = std::max(pages, tokensPerSequence(runtime, planned.op.getWindowTokens()) /
-                                    runtime.getPageSize() * runtime.getMaxBatch());
+        pages = std::max(pages, tokensPerSequence(runtime) / runtime.getPageSize() *
+                                    runtime.getMaxBatch());
     return pages;
   }
 
@@ -439,18 +439,14 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       return;
     uint64_t usable = budget - slack;
     uint64_t perSequence = 0, statePerSequence = 0, kvPerToken = 0;
-    bool windowed = false;
     for (const PlannedResource &planned : resources) {
       if (planned.op.getAllocationUnit() == AllocationUnit::perSlot) {
         perSequence = llvm::SaturatingAdd(perSequence, planned.unitBytes);
         statePerSequence = llvm::SaturatingAdd(statePerSequence, planned.unitBytes);
         continue;
       }
-      int64_t window = planned.op.getWindowTokens();
-      windowed |= window > 0 && static_cast<uint64_t>(window) < runtime.getMaxSeqLen();
       perSequence = llvm::SaturatingAdd(
-          perSequence,
-          llvm::SaturatingMultiply(planned.unitBytes, tokensPerSequence(runtime, window)));
+          perSequence, llvm::SaturatingMultiply(planned.unitBytes, tokensPerSequence(runtime)));
       kvPerToken = llvm::SaturatingAdd(kvPerToken, planned.unitBytes);
     }
     if (perSequence == 0)
@@ -463,7 +459,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       diag.attachNote() << "not even one sequence of " << runtime.getMaxSeqLen()
                         << " tokens fits";
     uint64_t states = llvm::SaturatingMultiply<uint64_t>(statePerSequence, runtime.getMaxBatch());
-    if (!windowed && kvPerToken && usable > states) {
+    if (kvPerToken && usable > states) {
       uint64_t page = runtime.getPageSize();
       uint64_t tokens = (usable - states) /
                         llvm::SaturatingMultiply<uint64_t>(kvPerToken, runtime.getMaxBatch()) /

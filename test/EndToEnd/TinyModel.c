@@ -26,7 +26,7 @@
 #ifndef TINY_DRAFT
 #define TINY_DRAFT 4
 #endif
-#ifndef TINY_BUG /* 1: layer 1 asks for sliding-window attention (a failing forward) */
+#ifndef TINY_BUG /* 1: layer 1 passes a negative attention window (a failing forward) */
 #define TINY_BUG 0
 #endif
 #ifndef TINY_NAME
@@ -179,7 +179,7 @@ void kiln_model_forward(kiln_rt_context_t *ctx) {
                  1.0f, 0.0f, 0.0f, 0, 1.0f);
     kiln_rt_attention(ctx, l, (uint64_t)l * poolBytes, A + act[A_QR], A + act[A_KR],
                       A + act[A_V], A + act[A_ATT], T, NH, KVH, D, PAGE,
-                      TINY_BUG && l == 1 ? 4096 : 0,
+                      TINY_BUG && l == 1 ? -1 : 0,
                       KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, spec, 0.0f);
     kiln_rt_linear(ctx, A + act[A_ATT], W + w[L_OW], NULL, A + act[A_O], T, H, NH * D);
     kiln_rt_add(ctx, x, A + act[A_O], y, T * H);

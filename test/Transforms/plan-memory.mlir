@@ -20,6 +20,24 @@ module attributes {kiln.target = #kiln.target<"h200">, kiln.spec = #kiln.spec<mo
 }
 
 // -----
+// A sliding-window pool holds as many pages as a full one: KV pages are one id space
+// shared by every layer (one block table), so a window of 128 tokens under a
+// max_seq_len of 512 does not shrink its pool.
+// CHECK-LABEL: module attributes
+// CHECK-SAME: kv_bytes = 16777216
+// CHECK-SAME: kv_pages = 32
+// CHECK: kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 {bytes = 8388608 : i64
+// CHECK: kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 128 {bytes = 8388608 : i64, offset = 8388608 : i64, pool = "kv.w128.d128.bf16"}
+module attributes {kiln.target = #kiln.target<"h200">,
+                   kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 512, kv_dtype = bf16>} {
+  func.func @f() {
+    %0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : !kiln.cache<kv>
+    %1 = kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 128 : !kiln.cache<kv>
+    return
+  }
+}
+
+// -----
 // tp = 4 divides heads; weights per rank come off the budget.
 // CHECK-LABEL: module attributes
 // CHECK-SAME: total_bytes = 3145728, kv_bytes = 2097152, state_bytes = 1048576

@@ -114,7 +114,8 @@ TEST_F(DialectTest, KvBytes) {
       "%r = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 shard 1 : !kiln.cache<kv>",
       runtime(64, 8192));
   EXPECT_EQ(bytes, 64ull * 8192 * 2 * 8 * 128 * 2);
-  // Sequence length rounds up to whole pages; a sliding window caps it.
+  // Sequence length rounds up to whole pages; a sliding window does not cap it (its
+  // layer keeps the pages of the one block table every layer shares).
   EXPECT_EQ(bytesOf("%r = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : "
                     "!kiln.cache<kv>",
                     runtime(1, 100)),
@@ -122,7 +123,7 @@ TEST_F(DialectTest, KvBytes) {
   EXPECT_EQ(bytesOf("%r = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 256 "
                     ": !kiln.cache<kv>",
                     runtime(2, 8192)),
-            2ull * 256 * 2 * 8 * 128 * 2);
+            2ull * 8192 * 2 * 8 * 128 * 2);
 }
 
 // MLA: 576 values per token whatever the head count.

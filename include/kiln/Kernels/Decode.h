@@ -10,7 +10,8 @@
  *   q / out       [batch, q_len, q_heads, head_dim] (GQA); MLA: q [batch, q_len, heads, 576],
  *                 out [batch, q_len, heads, 512].
  * Token i (0-based) of the q_len new tokens of sequence b attends to cache positions
- * p < seq_lens[b] - q_len + 1 + i (causal among the new tokens).
+ * p < seq_lens[b] - q_len + 1 + i (causal among the new tokens), and with a sliding
+ * window W (gqa_decode's `window`) p >= seq_lens[b] - q_len + 1 + i - W.
  *
  * Every launcher validates its arguments before touching CUDA and returns
  * KILN_ERROR_INVALID_ARGUMENT / KILN_ERROR_UNSUPPORTED with a message (kiln_last_error())
@@ -70,6 +71,10 @@ typedef struct kiln_gqa_decode_params {
    * launcher never falls back to fewer splits in this mode. */
   int split_keys;
   void *stream;          /* cudaStream_t */
+  /* > 0: sliding window. Token i of sequence b (position p = seq_lens[b] - q_len + i)
+   * sees keys p - window + 1 .. p only, and no key below seq_lens[b] - q_len - window + 1
+   * is read (its page may be recycled). 0: every key up to p. */
+  int window;
 } kiln_gqa_decode_params_t;
 
 /* Workspace bytes kiln_gqa_decode needs for these params on the current device (0 when

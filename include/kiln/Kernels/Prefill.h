@@ -9,7 +9,9 @@
  * GQA: q head h reads kv head h / (q_heads / kv_heads).
  * Causal masks are aligned to the bottom-right: query t of a sequence with q_len queries
  * and k_len keys sees keys 0 .. t + (k_len - q_len). A query that sees no key (only when
- * q_len > k_len) gets an output of zeros.
+ * q_len > k_len) gets an output of zeros. With a sliding window W (`window` > 0, causal
+ * only) it sees keys t + (k_len - q_len) - W + 1 .. t + (k_len - q_len), and no key below
+ * the first query's window is read (a paged cache may have recycled its page).
  *
  * Paged variant ("extend context"): K and V are read from a paged cache
  *   kv_cache    [num_pages, 2, page_size, kv_heads, head_dim]  (index 0: K, 1: V)
@@ -57,6 +59,7 @@ typedef struct kiln_prefill_fmha_params {
   float softmax_scale;  /* usually 1 / sqrt(head_dim); must be finite and > 0 */
   int32_t causal;       /* 1: bottom-right causal mask; 0: none */
   void *stream;         /* cudaStream_t; NULL = default stream */
+  int32_t window;       /* > 0: sliding window of that many keys (needs causal); 0: none */
 } kiln_prefill_fmha_params_t;
 
 typedef struct kiln_prefill_fmha_paged_params {
@@ -81,6 +84,7 @@ typedef struct kiln_prefill_fmha_paged_params {
   float softmax_scale;
   int32_t causal;
   void *stream;
+  int32_t window; /* > 0: sliding window (needs causal); 0: none */
 } kiln_prefill_fmha_paged_params_t;
 
 /* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). */

@@ -225,10 +225,8 @@ SmallVector<int64_t> kiln::shardUnitShape(ArrayRef<int64_t> unit,
   return shape;
 }
 
-uint64_t kiln::tokensPerSequence(RuntimeAttr runtime, int64_t window) {
+uint64_t kiln::tokensPerSequence(RuntimeAttr runtime) {
   uint64_t tokens = runtime.getMaxSeqLen();
-  if (window > 0)
-    tokens = std::min<uint64_t>(tokens, static_cast<uint64_t>(window));
   uint64_t page = runtime.getPageSize();
   return (tokens + page - 1) / page * page;
 }
@@ -259,7 +257,7 @@ static std::optional<uint64_t> resourceUnits(CacheResourceInterface resource,
   if (kvPagesOverride)
     return llvm::checkedMulUnsigned<uint64_t>(*kvPagesOverride, runtime.getPageSize());
   return llvm::checkedMulUnsigned<uint64_t>(
-      tokensPerSequence(runtime, resource.getWindowTokens()), runtime.getMaxBatch());
+      tokensPerSequence(runtime), runtime.getMaxBatch());
 }
 
 std::optional<uint64_t> kiln::computeResourceBytes(CacheResourceInterface resource,
@@ -287,7 +285,7 @@ std::string kiln::describeResourceBytes(CacheResourceInterface resource, Runtime
   else if (kvPagesOverride)
     os << *kvPagesOverride << " pages x " << runtime.getPageSize() << " tokens";
   else
-    os << tokensPerSequence(runtime, resource.getWindowTokens())
+    os << tokensPerSequence(runtime)
        << " tokens per sequence x " << runtime.getMaxBatch() << " sequences (max_batch)";
   return text;
 }

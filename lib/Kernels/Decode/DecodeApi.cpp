@@ -264,6 +264,8 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
                p->num_splits, KILN_DECODE_MAX_SPLITS);
   KILN_REQUIRE(p->split_keys >= 0, KILN_ERROR_INVALID_ARGUMENT, "%s: split_keys %d < 0", kGqa,
                p->split_keys);
+  KILN_REQUIRE(p->window >= 0, KILN_ERROR_INVALID_ARGUMENT, "%s: window %d < 0", kGqa,
+               p->window);
   KILN_REQUIRE(p->split_keys == 0 || p->num_splits == 0, KILN_ERROR_INVALID_ARGUMENT,
                "%s: num_splits %d and split_keys %d are exclusive", kGqa, p->num_splits,
                p->split_keys);
@@ -480,6 +482,7 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.maxPages = p->max_pages_per_seq;
   args.numSplits = plan.numSplits;
   args.splitTiles = plan.splitTiles;
+  args.window = p->window;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
   if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,

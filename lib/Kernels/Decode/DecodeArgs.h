@@ -18,6 +18,7 @@ struct GqaArgs {
   int rowBlocks; // blocks of MT*16 query rows per kv head (grid.y = kvHeads * rowBlocks)
   int pageSize, pageShift, maxPages;
   int numSplits, splitTiles; // keys per split = splitTiles * tileN
+  int window;                // > 0: sliding window (keys per query), 0: every key
   float scaleLog2;
 };
 

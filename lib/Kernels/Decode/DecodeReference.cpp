@@ -7,26 +7,27 @@
 namespace kiln::reference {
 
 namespace {
-// Softmax-weighted sum over `count` keys: scores[j] -> out[d] = sum_j p_j v(j)[d].
+// Softmax-weighted sum over keys first..end-1: scores[j] -> out[d] = sum_j p_j v(j)[d].
 template <typename KeyFn, typename ValueFn>
-void attendRow(int count, int dv, double scale, KeyFn dot, ValueFn value, double *out) {
+void attendRow(int first, int end, int dv, double scale, KeyFn dot, ValueFn value, double *out) {
   std::fill(out, out + dv, 0.0);
-  if (count <= 0)
+  first = std::max(first, 0);
+  if (end <= first)
     return;
-  std::vector<double> scores(count);
+  std::vector<double> scores(end - first);
   double maxScore = -INFINITY;
-  for (int j = 0; j < count; ++j) {
-    scores[j] = dot(j) * scale;
-    maxScore = std::max(maxScore, scores[j]);
+  for (int j = first; j < end; ++j) {
+    scores[j - first] = dot(j) * scale;
+    maxScore = std::max(maxScore, scores[j - first]);
   }
   double total = 0;
-  for (int j = 0; j < count; ++j) {
-    scores[j] = std::exp(scores[j] - maxScore);
-    total += scores[j];
+  for (double &score : scores) {
+    score = std::exp(score - maxScore);
+    total += score;
   }
-  for (int j = 0; j < count; ++j) {
+  for (int j = first; j < end; ++j) {
     const float *v = value(j);
-    double w = scores[j] / total;
+    double w = scores[j - first] / total;
     for (int d = 0; d < dv; ++d)
       out[d] += w * v[d];
   }
@@ -35,7 +36,7 @@ void attendRow(int count, int dv, double scale, KeyFn dot, ValueFn value, double
 
 std::vector<double> gqaDecode(const PagedShape &s, const std::vector<float> &q,
                               const std::vector<float> &kv, const std::vector<int32_t> &blockTable,
-                              const std::vector<int32_t> &seqLens, double scale) {
+                              const std::vector<int32_t> &seqLens, double scale, int window) {
   const int D = s.headDim, group = s.qHeads / s.kvHeads;
   std::vector<double> out(static_cast<size_t>(s.batch) * s.qLen * s.qHeads * D);
   auto row = [&](int b, int pos, int half, int h) {
@@ -51,7 +52,7 @@ std::vector<double> gqaDecode(const PagedShape &s, const std::vector<float> &q,
         int kvh = h / group;
         int count = seqLens[b] - s.qLen + 1 + i;
         attendRow(
-            count, D, scale,
+            window > 0 ? count - window : 0, count, D, scale,
             [&](int j) {
               const float *k = row(b, j, 0, kvh);
               double acc = 0;
@@ -80,7 +81,7 @@ std::vector<double> mlaDecode(int batch, int qLen, int heads, int maxPages,
         size_t r = (static_cast<size_t>(b) * qLen + i) * heads + h;
         const float *qr = q.data() + r * Dqk;
         attendRow(
-            seqLens[b] - qLen + 1 + i, Dv, scale,
+            0, seqLens[b] - qLen + 1 + i, Dv, scale,
             [&](int j) {
               const float *k = key(j);
               double acc = 0;

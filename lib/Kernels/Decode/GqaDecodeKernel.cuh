@@ -12,6 +12,12 @@
 // bits for the same query, or greedy speculation is not lossless). So the key split
 // between warps (WARPS_N) is fixed per head_dim, never chosen from MT, and the split-KV
 // chunks are anchored at key 0 (num_splits/split_keys chosen by the caller).
+//
+// Sliding window (args.window > 0): query token i at position p = seq_len - q_len + i
+// sees keys (p - window, p]. The block starts at the first tile that holds a key some
+// row of it sees; the tiles it skips are masked for every row, and a masked tile leaves
+// a row's running max, sum and output exactly as they were, so skipping changes no bit.
+// Keys below the block's lowest visible key are never read (their pages may be recycled).
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
@@ -56,8 +62,14 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   const int seqLen = args.seqLens[b];
   const int allRows = args.qLen * args.group;
   const int rows = min(C::ROWS, allRows - rowBase); // this block's rows
-  const int start = split * args.splitTiles * C::TILE_N;
-  const int end = min(seqLen, start + args.splitTiles * C::TILE_N);
+  const int splitStart = split * args.splitTiles * C::TILE_N;
+  const int end = min(seqLen, splitStart + args.splitTiles * C::TILE_N);
+  // The block's lowest visible key (its first query token's window), 0 without window.
+  const int keyFloor =
+      args.window > 0 ? max(0, seqLen - args.qLen + rowBase / args.group - args.window + 1) : 0;
+  const int start =
+      keyFloor > splitStart ? splitStart + (keyFloor - splitStart) / C::TILE_N * C::TILE_N
+                            : splitStart;
   const int numTiles = end > start ? (end - start + C::TILE_N - 1) / C::TILE_N : 0;
   const T *q = static_cast<const T *>(args.q);
   const T *kv = static_cast<const T *>(args.kv);
@@ -83,7 +95,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
     for (int c = tid; c < C::TILE_N * C::CH; c += C::THREADS) {
       int key = c / C::CH, ch = c % C::CH;
       int pos = base + key;
-      bool valid = pos < end;
+      bool valid = pos < end && pos >= keyFloor;
       const T *src = kv;
       if (valid) {
         size_t page = static_cast<size_t>(table[pos >> args.pageShift]);
@@ -105,11 +117,13 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   const int mt = warp % MT, wn = warp / MT;
   const int g = lane / 4, t4 = lane % 4;
   const int row0 = mt * 16 + g, row1 = row0 + 8;
-  // Key limit per row: causal among the q_len new tokens.
-  const int lim0 =
-      row0 < rows ? min(end, seqLen - args.qLen + 1 + (rowBase + row0) / args.group) : end;
-  const int lim1 =
-      row1 < rows ? min(end, seqLen - args.qLen + 1 + (rowBase + row1) / args.group) : end;
+  // Key limit per row: causal among the q_len new tokens; the window's first key.
+  const int past0 = seqLen - args.qLen + 1 + (rowBase + row0) / args.group; // keys < this
+  const int past1 = seqLen - args.qLen + 1 + (rowBase + row1) / args.group;
+  const int lim0 = row0 < rows ? min(end, past0) : end;
+  const int lim1 = row1 < rows ? min(end, past1) : end;
+  const int lo0 = args.window > 0 && row0 < rows ? past0 - args.window : 0;
+  const int lo1 = args.window > 0 && row1 < rows ? past1 - args.window : 0;
 
   float o[D / 8][4];
 #pragma unroll
@@ -171,8 +185,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         int pos = posBase + j * 8 + e;
-        s[j][e] = pos < lim0 ? s[j][e] * args.scaleLog2 : -INFINITY;
-        s[j][2 + e] = pos < lim1 ? s[j][2 + e] * args.scaleLog2 : -INFINITY;
+        s[j][e] = pos < lim0 && pos >= lo0 ? s[j][e] * args.scaleLog2 : -INFINITY;
+        s[j][2 + e] = pos < lim1 && pos >= lo1 ? s[j][2 + e] * args.scaleLog2 : -INFINITY;
         mx0 = fmaxf(mx0, s[j][e]);
         mx1 = fmaxf(mx1, s[j][2 + e]);
       }

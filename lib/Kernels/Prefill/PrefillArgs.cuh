@@ -29,6 +29,7 @@ inline FmhaArgs makeArgs(const kiln_prefill_fmha_params_t &p) {
   a.group = p.q_heads / p.kv_heads;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   a.causal = p.causal;
+  a.window = p.window;
   return a;
 }
 
@@ -51,6 +52,7 @@ inline FmhaArgs makeArgs(const kiln_prefill_fmha_paged_params_t &p) {
   a.group = p.q_heads / p.kv_heads;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   a.causal = p.causal;
+  a.window = p.window;
   return a;
 }
 

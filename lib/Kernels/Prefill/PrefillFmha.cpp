@@ -20,7 +20,8 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 kiln_status_t validateCommon(const char *name, const void *q, const void *out,
                              const int32_t *cuQ, int32_t batch, int32_t totalQ,
                              int32_t maxSeqlenQ, int32_t qHeads, int32_t kvHeads,
-                             int32_t headDim, kiln_dtype_t dtype, float scale, int32_t causal) {
+                             int32_t headDim, kiln_dtype_t dtype, float scale, int32_t causal,
+                             int32_t window) {
   if (!q)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", name);
   if (!out)
@@ -66,6 +67,11 @@ kiln_status_t validateCommon(const char *name, const void *q, const void *out,
                 name, static_cast<double>(scale));
   if (causal != 0 && causal != 1)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: causal = %d must be 0 or 1", name, causal);
+  if (window < 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: window = %d is negative", name, window);
+  if (window > 0 && !causal)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: a sliding window (window = %d) needs causal = 1", name, window);
   return KILN_OK;
 }
 
@@ -113,7 +119,8 @@ ResolvedStrides resolveStrides(const kiln_prefill_fmha_paged_params_t &p) {
 kiln_status_t validateDense(const kiln_prefill_fmha_params_t &p, const char *name) {
   kiln_status_t st =
       validateCommon(name, p.q, p.out, p.cu_seqlens_q, p.batch, p.total_q, p.max_seqlen_q,
-                     p.q_heads, p.kv_heads, p.head_dim, p.dtype, p.softmax_scale, p.causal);
+                     p.q_heads, p.kv_heads, p.head_dim, p.dtype, p.softmax_scale, p.causal,
+                     p.window);
   if (st != KILN_OK)
     return st;
   if (!p.k)
@@ -144,7 +151,8 @@ kiln_status_t validateDense(const kiln_prefill_fmha_params_t &p, const char *nam
 kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const char *name) {
   kiln_status_t st =
       validateCommon(name, p.q, p.out, p.cu_seqlens_q, p.batch, p.total_q, p.max_seqlen_q,
-                     p.q_heads, p.kv_heads, p.head_dim, p.dtype, p.softmax_scale, p.causal);
+                     p.q_heads, p.kv_heads, p.head_dim, p.dtype, p.softmax_scale, p.causal,
+                     p.window);
   if (st != KILN_OK)
     return st;
   if (!p.kv_cache)

@@ -33,6 +33,7 @@ struct FmhaArgs {
   int32_t group;            // q_heads / kv_heads
   float scale_log2;         // softmax_scale * log2(e)
   int32_t causal;
+  int32_t window;           // > 0: sliding window (keys per query, causal); 0: none
 };
 
 template <typename T> struct MmaType;
@@ -149,6 +150,10 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   if (a.causal)
     nEnd = min(kLen, m0 + BM + diag);
   const int nTiles = nEnd > 0 ? (nEnd + BN - 1) / BN : 0;
+  // Sliding window: the block's lowest visible key (its first row's window) and the
+  // first tile holding it. Keys below are never read: a paged cache may recycle them.
+  const int keyFloor = a.window > 0 ? max(0, m0 + diag - a.window + 1) : 0;
+  const int jFirst = keyFloor / BN;
   const int kvHead = head / a.group;
 
   const T *qBase = static_cast<const T *>(a.q) + static_cast<int64_t>(qStart) * a.q_tok +
@@ -188,7 +193,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       const int i = tid + it * NTHREADS;
       const int row = i / CHUNKS, ch = i % CHUNKS;
       const int key = n0 + row;
-      const bool valid = key < kLen;
+      const bool valid = key < kLen && key >= keyFloor;
       const T *srcK = kBase;
       const T *srcV = vBase;
       if (valid) {
@@ -209,12 +214,12 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
     }
   };
 
-  // Prologue: group 0 = Q (+ tile 0), groups 1..STAGES-2 = tiles 1..STAGES-2; iteration j
-  // commits the group of tile j + STAGES - 1, so tile j is always group j.
+  // Prologue: group 0 = Q (+ tile jFirst), groups 1..STAGES-2 = the next tiles; iteration
+  // j commits the group of tile j + STAGES - 1, so tile j is always group j - jFirst.
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nTiles)
-      loadKV(s, s);
+    if (jFirst + s < nTiles)
+      loadKV(jFirst + s, s);
     cpAsyncCommit();
   }
 
@@ -235,14 +240,18 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   const int warpRow0 = m0 + warp * WROWS; // first query row (in the sequence) of this warp
   // Keys this warp can see: [0, warpNEnd).
   const int warpNEnd = a.causal ? min(kLen, warpRow0 + WROWS + diag) : kLen;
+  // With a window: keys below this are masked for all of this warp's rows, and keys below
+  // windowMaskEnd for some of them.
+  const int warpNBegin = a.window > 0 ? warpRow0 + diag - a.window + 1 : 0;
+  const int windowMaskEnd = a.window > 0 ? warpRow0 + WROWS - 1 + diag - a.window + 1 : 0;
   // ldmatrix address of this lane's Q A-fragment row/col (add mt * 16 rows, kk * 16 cols).
   const int qRowL = warp * WROWS + (lane & 15), qColL = (lane >> 4) * 8;
 
-  for (int j = 0; j < nTiles; ++j) {
+  for (int j = jFirst; j < nTiles; ++j) {
     cpAsyncWait<STAGES - 2>();
     __syncthreads();
     if constexpr (QREG) {
-      if (j == 0) {
+      if (j == jFirst) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -253,13 +262,13 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
     {
       const int next = j + STAGES - 1;
       if (next < nTiles)
-        loadKV(next, next % STAGES);
+        loadKV(next, (next - jFirst) % STAGES);
       cpAsyncCommit();
     }
     const int n0 = j * BN;
-    if (n0 >= warpNEnd)
+    if (n0 >= warpNEnd || n0 + BN <= warpNBegin)
       continue; // every key of this tile is masked for this warp's rows
-    const int stage = j % STAGES;
+    const int stage = (j - jFirst) % STAGES;
     const T *tK = sK + stage * BN * D;
     const T *tV = sV + stage * BN * D;
 
@@ -294,7 +303,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
     }
 
     // Mask (tail of the key sequence, causal diagonal) only where needed.
-    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag);
+    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
+                          n0 < windowMaskEnd;
     if (needMask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -304,7 +314,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
           for (int e = 0; e < 4; ++e) {
             const int key = n0 + nt * 8 + 2 * t + (e & 1);
             const int qrow = warpRow0 + mt * 16 + g + (e >> 1) * 8;
-            const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
+            const bool visible = key < kLen && (!a.causal || key <= qrow + diag) &&
+                                 (a.window <= 0 || key > qrow + diag - a.window);
             if (!visible)
               s[mt][nt][e] = NEG_INF;
           }

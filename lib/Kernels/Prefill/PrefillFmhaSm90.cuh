@@ -93,6 +93,9 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
   if (a.causal)
     nEnd = min(kLen, m0 + BM + diag);
   const int nTiles = nEnd > 0 ? (nEnd + BN - 1) / BN : 0;
+  // Sliding window (as in PrefillFmhaKernel.cuh): first visible key and its tile.
+  const int keyFloor = a.window > 0 ? max(0, m0 + diag - a.window + 1) : 0;
+  const int jFirst = keyFloor / BN;
   const int kvHead = head / a.group;
 
   const T *qBase = static_cast<const T *>(a.q) + static_cast<int64_t>(qStart) * a.q_tok +
@@ -128,7 +131,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       const int i = tid + it * NTHREADS;
       const int row = i / CHUNKS, ch = i % CHUNKS;
       const int key = n0 + row;
-      const bool valid = key < kLen;
+      const bool valid = key < kLen && key >= keyFloor;
       const T *srcK = kBase;
       const T *srcV = vBase;
       if (valid) {
@@ -150,8 +153,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nTiles)
-      loadKV(s, s);
+    if (jFirst + s < nTiles)
+      loadKV(jFirst + s, s);
     cpAsyncCommit();
   }
 
@@ -171,21 +174,23 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
   const int wgRow0 = m0 + wg * 64;
   const int warpRow0 = wgRow0 + (warp & 3) * 16;
   const int wgNEnd = a.causal ? min(kLen, wgRow0 + 64 + diag) : kLen;
+  const int wgNBegin = a.window > 0 ? wgRow0 + diag - a.window + 1 : 0;
+  const int windowMaskEnd = a.window > 0 ? warpRow0 + 15 + diag - a.window + 1 : 0;
 
-  for (int j = 0; j < nTiles; ++j) {
+  for (int j = jFirst; j < nTiles; ++j) {
     cpAsyncWait<STAGES - 2>();
     fenceProxyAsync(); // cp.async (generic proxy) writes -> wgmma (async proxy) reads
     __syncthreads();
     {
       const int next = j + STAGES - 1;
       if (next < nTiles)
-        loadKV(next, next % STAGES);
+        loadKV(next, (next - jFirst) % STAGES);
       cpAsyncCommit();
     }
     const int n0 = j * BN;
-    if (n0 >= wgNEnd)
+    if (n0 >= wgNEnd || n0 + BN <= wgNBegin)
       continue; // warpgroup-uniform: no key of this tile is visible to its 64 rows
-    const int stage = j % STAGES;
+    const int stage = (j - jFirst) % STAGES;
     const uint32_t tK = sKAddr + stage * BN * D * 2;
     const uint32_t tV = sVAddr + stage * BN * D * 2;
 
@@ -203,7 +208,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     wgmma::wait<0>();
     fenceOperands(s);
 
-    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag);
+    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
+                          n0 < windowMaskEnd;
     if (needMask) {
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt)
@@ -211,7 +217,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
         for (int e = 0; e < 4; ++e) {
           const int key = n0 + nt * 8 + 2 * t + (e & 1);
           const int qrow = warpRow0 + g + (e >> 1) * 8;
-          const bool visible = key < kLen && (!a.causal || key <= qrow + diag);
+          const bool visible = key < kLen && (!a.causal || key <= qrow + diag) &&
+                               (a.window <= 0 || key > qrow + diag - a.window);
           if (!visible)
             s[nt * 4 + e] = NEG_INF;
         }

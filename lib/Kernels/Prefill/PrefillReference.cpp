@@ -10,7 +10,7 @@ namespace kiln::reference {
 void prefillAttentionReference(const float *q, const float *k, const float *v, double *out,
                                const int32_t *cu_q, const int32_t *cu_k, int batch,
                                int q_heads, int kv_heads, int head_dim, double softmax_scale,
-                               bool causal) {
+                               bool causal, int window) {
   const int group = q_heads / kv_heads;
   std::vector<double> scores;
   for (int b = 0; b < batch; ++b) {
@@ -23,12 +23,13 @@ void prefillAttentionReference(const float *q, const float *k, const float *v, d
         const float *qi = q + (static_cast<int64_t>(qStart + i) * q_heads + h) * head_dim;
         double *oi = out + (static_cast<int64_t>(qStart + i) * q_heads + h) * head_dim;
         const int visible = causal ? std::clamp(i + (kLen - qLen) + 1, 0, kLen) : kLen;
+        const int first = causal && window > 0 ? std::max(0, visible - window) : 0;
         for (int d = 0; d < head_dim; ++d)
           oi[d] = 0.0;
-        if (visible == 0)
+        if (visible <= first)
           continue;
         double maxScore = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < visible; ++j) {
+        for (int j = first; j < visible; ++j) {
           const float *kj = k + (static_cast<int64_t>(kStart + j) * kv_heads + kh) * head_dim;
           double dot = 0.0;
           for (int d = 0; d < head_dim; ++d)
@@ -37,11 +38,11 @@ void prefillAttentionReference(const float *q, const float *k, const float *v, d
           maxScore = std::max(maxScore, scores[j]);
         }
         double sum = 0.0;
-        for (int j = 0; j < visible; ++j) {
+        for (int j = first; j < visible; ++j) {
           scores[j] = std::exp(scores[j] - maxScore);
           sum += scores[j];
         }
-        for (int j = 0; j < visible; ++j) {
+        for (int j = first; j < visible; ++j) {
           const float *vj = v + (static_cast<int64_t>(kStart + j) * kv_heads + kh) * head_dim;
           const double w = scores[j] / sum;
           for (int d = 0; d < head_dim; ++d)

@@ -162,6 +162,7 @@ struct GqaCase {
   int batch = 3, kvHeads = 2, minLen = 1, maxLen = 300;
   int numSplits = 0; // 0 = automatic
   int splitKeys = 0; // > 0: fixed key chunks (batch-invariant mode)
+  int window = 0;    // > 0: sliding window
 };
 
 std::string describe(const GqaCase &c) {
@@ -170,7 +171,7 @@ std::string describe(const GqaCase &c) {
          " group=" + std::to_string(c.group) + " q_len=" + std::to_string(c.qLen) +
          " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
          " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits) +
-         " split_keys=" + std::to_string(c.splitKeys);
+         " split_keys=" + std::to_string(c.splitKeys) + " window=" + std::to_string(c.window);
 }
 
 void runGqaCase(const GqaCase &c) {
@@ -206,9 +207,21 @@ void runGqaCase(const GqaCase &c) {
         std::fill(kvBits.begin() + at, kvBits.begin() + at + c.kvHeads * D, kNanBits);
       }
   }
+  // With a window, also the keys below every query's window: the kernel must not read
+  // them (a recycled page holds anything).
+  if (c.window > 0)
+    for (int b = 0; b < c.batch; ++b)
+      for (int pos = 0; pos < layout.seqLens[b] - c.qLen - c.window + 1; ++pos) {
+        size_t page = layout.blockTable[static_cast<size_t>(b) * layout.maxPages +
+                                        pos / c.pageSize];
+        for (int half = 0; half < 2; ++half) {
+          size_t at = ((page * 2 + half) * c.pageSize + pos % c.pageSize) * c.kvHeads * D;
+          std::fill(kvBits.begin() + at, kvBits.begin() + at + c.kvHeads * D, kNanBits);
+        }
+      }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  std::vector<double> ref =
-      kiln::reference::gqaDecode(shape, qVals, kvVals, layout.blockTable, layout.seqLens, scale);
+  std::vector<double> ref = kiln::reference::gqaDecode(shape, qVals, kvVals, layout.blockTable,
+                                                       layout.seqLens, scale, c.window);
 
   DeviceBuffer<uint16_t> dQ(qBits), dKv(kvBits), dOut(qBits.size());
   DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
@@ -221,6 +234,7 @@ void runGqaCase(const GqaCase &c) {
   p.dtype = c.dtype;
   p.num_splits = c.numSplits;
   p.split_keys = c.splitKeys;
+  p.window = c.window;
   // Exactly the queried workspace, explicit num_splits included (the query once
   // returned less than the launcher then demanded for splits that round down).
   size_t wsBytes = 0;
@@ -284,6 +298,24 @@ TEST(GqaDecodeGpu, SplitKv) {
   runGqaCase(e);
 }
 
+// Sliding windows: shorter, equal to and longer than the tile (64/32 keys) and the split
+// chunk, with every split mode and multi-token rows whose windows differ per token.
+TEST(GqaDecodeGpu, SlidingWindowMatchesReference) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  for (int window : {1, 7, 64, 100, 257, 2000})
+    for (int headDim : {64, 128, 256}) {
+      GqaCase c{n % 2 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, headDim, n % 3 ? 16 : 64,
+                1 + 3 * (n % 3), 1 + n % 5};
+      c.maxLen = 1200;
+      c.window = window;
+      c.numSplits = n % 4 == 1 ? 1 : 0;
+      c.splitKeys = n % 4 == 2 ? 256 : 0;
+      ++n;
+      runGqaCase(c);
+    }
+}
+
 TEST(GqaDecodeGpu, FixedSplitKeysMatchReference) {
   KILN_REQUIRE_GPU();
   for (int headDim : {64, 128, 256})
@@ -303,6 +335,7 @@ struct InvariantRun {
   const std::vector<uint16_t> &kv;
   const PagedLayout &layout;
   int qHeads, kvHeads, headDim, pageSize, splitKeys;
+  int window = 0;
 };
 
 std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint16_t> &q,
@@ -318,6 +351,7 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(run.headDim));
   p.dtype = KILN_DTYPE_BF16;
   p.split_keys = run.splitKeys;
+  p.window = run.window;
   size_t wsBytes = 0;
   EXPECT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
   DeviceBuffer<float> dWs((wsBytes + 3) / 4);
@@ -332,8 +366,10 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
   KILN_REQUIRE_GPU();
   const int T = 5, kvHeads = 2, pageSize = 64;
   for (int headDim : {64, 128, 256})
-    for (int group : {4, 7}) {
-      SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group));
+    for (int group : {4, 7})
+      for (int window : {0, 77, 300}) {
+      SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
+                   " window=" + std::to_string(window));
       const int qHeads = kvHeads * group, batch = 3;
       PagedLayout layout = makeLayout(batch, T + 1, 1300, pageSize);
       std::vector<uint16_t> kvBits, qBits;
@@ -342,7 +378,7 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
                    kvBits, unused);
       const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
       randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
-      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256};
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256, window};
       const std::vector<uint16_t> verify =
           decodeBits(run, qBits, layout.blockTable, layout.seqLens, T);
       for (int t = 0; t < T; ++t) {

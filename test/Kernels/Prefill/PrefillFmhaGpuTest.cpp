@@ -60,7 +60,13 @@ struct Case {
   kiln_dtype_t dtype;
   bool causal;
   int pageSize = 0; // > 0: run the paged variant with this page size
+  int window = 0;   // > 0: sliding window
 };
+
+// Keys below this are outside every query's window in sequence b (0 without a window).
+int keyFloor(const Case &c, size_t b) {
+  return c.window > 0 ? std::max(0, c.kLens[b] - c.qLens[b] - c.window + 1) : 0;
+}
 
 std::vector<int32_t> prefix(const std::vector<int> &lens) {
   std::vector<int32_t> cu(lens.size() + 1, 0);
@@ -86,9 +92,10 @@ void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<
       maxErr = err;
   }
   EXPECT_EQ(bad, 0u) << "mismatches of " << ref.size();
-  std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d] max abs err %.3g over %zu values\n",
+  std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d window=%d] max abs err %.3g over %zu "
+              "values\n",
               c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16", c.headDim, c.qHeads, c.kvHeads,
-              c.causal, c.pageSize, maxErr, ref.size());
+              c.causal, c.pageSize, c.window, maxErr, ref.size());
 }
 
 void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant) {
@@ -118,6 +125,13 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     std::vector<uint16_t> kBits, vBits;
     randomTensor(rng, kvElems, 2.0f, c.dtype, kBits, kVals);
     randomTensor(rng, kvElems, 1.0f, c.dtype, vBits, vVals);
+    // Keys no query's window reaches are NaN on the device: they must not be read.
+    for (int b = 0; b < batch; ++b) {
+      const size_t rows = static_cast<size_t>(keyFloor(c, b)) * c.kvHeads * d;
+      const size_t at = static_cast<size_t>(cuK[b]) * c.kvHeads * d;
+      std::fill_n(kBits.begin() + at, rows, uint16_t{0xffff});
+      std::fill_n(vBits.begin() + at, rows, uint16_t{0xffff});
+    }
     DeviceBuffer<uint16_t> dK(kvElems), dV(kvElems);
     DeviceBuffer<int32_t> dCuK(cuK.size());
     dK.upload(kBits);
@@ -140,6 +154,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.dtype = c.dtype;
     p.softmax_scale = scale;
     p.causal = c.causal;
+    p.window = c.window;
     st = kiln_prefill_fmha_variant(&p, variant);
     if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
       return; // this variant cannot run here
@@ -176,6 +191,11 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
         std::copy_n(cacheVals.begin() + kOff, tok, kVals.begin() + (cuK[b] + j) * tok);
         std::copy_n(cacheVals.begin() + vOff, tok, vVals.begin() + (cuK[b] + j) * tok);
       }
+    // Pages wholly below every query's window are recycled: their table entries say -1,
+    // which the kernel must never follow.
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; (i + 1) * ps <= keyFloor(c, b); ++i)
+        table[static_cast<size_t>(b) * maxPages + i] = -1;
     DeviceBuffer<uint16_t> dCache(cacheBits.size());
     DeviceBuffer<int32_t> dTable(table.size()), dSeq(batch);
     dCache.upload(cacheBits);
@@ -200,6 +220,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.dtype = c.dtype;
     p.softmax_scale = scale;
     p.causal = c.causal;
+    p.window = c.window;
     st = kiln_prefill_fmha_paged_variant(&p, variant);
     if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
       return;
@@ -212,7 +233,8 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
   std::vector<double> ref(qElems);
   kiln::reference::prefillAttentionReference(qVals.data(), kVals.data(), vVals.data(),
                                              ref.data(), cuQ.data(), cuK.data(), batch,
-                                             c.qHeads, c.kvHeads, d, scale, c.causal);
+                                             c.qHeads, c.kvHeads, d, scale, c.causal,
+                                             c.window);
   std::printf("  variant %s:", variant == KILN_PREFILL_VARIANT_SM90 ? "sm90" : "sm80");
   compare(c, got, ref);
 }
@@ -284,4 +306,28 @@ TEST(PrefillFmhaGpu, PagedExtend) {
         runCase({qLens, kLens, 8, 2, d, dt, true, ps}, seed++);
   // A full prefill through the cache (q_len == k_len), GQA 8.
   runCase({{300, 129}, {300, 129}, 16, 2, 128, KILN_DTYPE_BF16, true, 16}, seed++);
+}
+
+// Sliding windows (Mistral, Qwen2's upper layers, gpt-oss's 128): windows under, at and
+// over the tiles (64 keys, 128 query rows), dense and paged with recycled pages, q_len ==
+// k_len and chunks continuing a prefix.
+TEST(PrefillFmhaGpu, SlidingWindow) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> lens = {1, 17, 64, 129, 700, 300};
+  const std::vector<int> qLens = {5, 100, 257, 1, 50, 130};
+  const std::vector<int> kLens = {5, 300, 1000, 700, 20, 129};
+  uint64_t seed = 500;
+  for (int window : {1, 16, 64, 100, 128, 333}) {
+    for (int d : kHeadDims) {
+      const kiln_dtype_t dt = kDtypes[seed % 2];
+      Case self{lens, lens, 8, 2, d, dt, true};
+      self.window = window;
+      runCase(self, seed++);
+      Case extend{qLens, kLens, 8, 1, d, dt, true};
+      extend.window = window;
+      runCase(extend, seed++);
+      extend.pageSize = window % 2 ? 7 : 16;
+      runCase(extend, seed++);
+    }
+  }
 }

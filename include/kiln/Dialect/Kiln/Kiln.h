@@ -69,9 +69,12 @@ uint64_t getElementBytes(mlir::Type type);
 llvm::SmallVector<int64_t> shardUnitShape(llvm::ArrayRef<int64_t> unit,
                                           std::optional<int64_t> shard, unsigned tp);
 
-/// Tokens per sequence a per-token resource holds: min(window, max_seq_len)
-/// rounded up to whole pages.
-uint64_t tokensPerSequence(RuntimeAttr runtime, int64_t window);
+/// Tokens per sequence a per-token resource holds: max_seq_len rounded up to whole
+/// pages. A sliding-window layer's pool too: the KV pages are one id space shared by
+/// every layer (one block table), so a windowed layer keeps the pages its sequence
+/// holds; a pool per window whose pages are recycled is the planned refinement
+/// (docs/overview.md, "Sliding windows").
+uint64_t tokensPerSequence(RuntimeAttr runtime);
 
 /// "1.50 GiB": binary units with two decimals (B below 1 KiB), up to EiB. The one
 /// formatter of sizes in diagnostics and reports.
