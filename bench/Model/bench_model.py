@@ -237,6 +237,7 @@ def kiln_run(args, prompts, new_tokens, work, name, extra=()):
         env["KILN_GRAPH_DOT"] = f"{env['KILN_BENCH_GRAPH_DOT']}/{name}-"
     env["LD_LIBRARY_PATH"] = ":".join([str(d) for d in args.lib_dir] +
                                       [env.get("LD_LIBRARY_PATH", "")])
+    env["KILN_GRAPH_LAUNCH_PROBE"] = "1"  # the bare launch of each graph, at teardown
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=args.timeout)
@@ -249,6 +250,9 @@ def kiln_run(args, prompts, new_tokens, work, name, extra=()):
         print(f"  kiln-run {name} exit {proc.returncode}: {proc.stderr.strip()[-600:]}",
               flush=True)
         return None
+    for line in proc.stderr.splitlines():
+        if line.startswith("kiln graph probe"):
+            print(f"  {name}: {line}", flush=True)
     return json.loads(json_path.read_text())
 
 

@@ -334,6 +334,7 @@ void releaseDevice(kiln_rt_context *ctx) {
   cudaSetDevice(ctx->device);
   if (ctx->stream)
     cudaStreamSynchronize(ctx->stream);
+  probeGraphLaunches(ctx);
   destroyGraphs(ctx);
   for (Buffer *b : {&ctx->split, &ctx->index, &ctx->accepted})
     if (b->ptr)

@@ -231,6 +231,9 @@ kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
 void restartForward(kiln_rt_context *ctx);
 // Destroys every captured graph (the context's teardown).
 void destroyGraphs(kiln_rt_context *ctx);
+// KILN_GRAPH_LAUNCH_PROBE=1: prints each captured graph's bare cudaGraphLaunch host time
+// (Graphs.cpp); called once, before the context releases its device memory.
+void probeGraphLaunches(kiln_rt_context *ctx);
 
 // How kiln_rt_set_batch hands the step's inputs to the device: at once (the public
 // entry point: any compiled-code call may follow), or left to kiln_rt_forward, which

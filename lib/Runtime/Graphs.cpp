@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -164,6 +165,42 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
 }
 
 } // namespace
+
+// KILN_GRAPH_LAUNCH_PROBE=1 (a debugging aid, docs/runtime.md): before the graphs are
+// destroyed, each is launched 20 more times, the stream drained before each, and the
+// host time of cudaGraphLaunch printed to stderr as min / median: the launch alone,
+// with the GPU idle and the host thread just back from a short wait, apart from what a
+// serving loop adds around it. The replays rewrite the last step's KV entries with the
+// same values.
+void kiln::rt::probeGraphLaunches(kiln_rt_context *ctx) {
+  const char *probe = std::getenv("KILN_GRAPH_LAUNCH_PROBE");
+  if (!probe || std::string(probe) != "1")
+    return;
+  for (auto &[key, graph] : ctx->graphs) {
+    if (!graph.exec)
+      continue;
+    std::vector<float> samples;
+    for (int i = 0; i < 20; ++i) {
+      if (cudaStreamSynchronize(ctx->stream) != cudaSuccess)
+        break;
+      const auto start = std::chrono::steady_clock::now();
+      if (cudaGraphLaunch(graph.exec, ctx->stream) != cudaSuccess)
+        break;
+      samples.push_back(static_cast<float>(
+          1e6 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+    cudaStreamSynchronize(ctx->stream);
+    cudaGetLastError();
+    if (samples.empty())
+      continue;
+    std::fprintf(stderr,
+                 "kiln graph probe: batch %d q_len %d: cudaGraphLaunch min %.2f us, median "
+                 "%.2f us over %zu launches (%llu launches captured)\n",
+                 key.batch, key.qLen, *std::min_element(samples.begin(), samples.end()),
+                 quantile(samples, 0.5), samples.size(),
+                 static_cast<unsigned long long>(graph.launches));
+  }
+}
 
 void kiln::rt::destroyGraphs(kiln_rt_context *ctx) {
   for (auto &entry : ctx->graphs)
