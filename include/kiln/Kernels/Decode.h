@@ -75,6 +75,10 @@ typedef struct kiln_gqa_decode_params {
    * sees keys p - window + 1 .. p only, and no key below seq_lens[b] - q_len - window + 1
    * is read (its page may be recycled). 0: every key up to p. */
   int window;
+  /* Device [q_heads] attention-sink logits (gpt-oss), in the units of softmax_scale * q.k,
+   * or NULL: head h's softmax gets the extra term exp(sinks[h] - max) in its
+   * denominator (a logit that takes probability mass and has no value). */
+  const float *sinks;
 } kiln_gqa_decode_params_t;
 
 /* Workspace bytes kiln_gqa_decode needs for these params on the current device (0 when

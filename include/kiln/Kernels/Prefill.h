@@ -12,6 +12,9 @@
  * q_len > k_len) gets an output of zeros. With a sliding window W (`window` > 0, causal
  * only) it sees keys t + (k_len - q_len) - W + 1 .. t + (k_len - q_len), and no key below
  * the first query's window is read (a paged cache may have recycled its page).
+ * Attention sinks (gpt-oss, `sinks` non-NULL): head h's softmax gets one more logit,
+ * sinks[h] (in the units of softmax_scale * q.k), that takes probability mass but has
+ * no value: out = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sinks[h] - m)).
  *
  * Paged variant ("extend context"): K and V are read from a paged cache
  *   kv_cache    [num_pages, 2, page_size, kv_heads, head_dim]  (index 0: K, 1: V)
@@ -60,6 +63,7 @@ typedef struct kiln_prefill_fmha_params {
   int32_t causal;       /* 1: bottom-right causal mask; 0: none */
   void *stream;         /* cudaStream_t; NULL = default stream */
   int32_t window;       /* > 0: sliding window of that many keys (needs causal); 0: none */
+  const float *sinks;   /* device [q_heads] attention-sink logits, or NULL (see above) */
 } kiln_prefill_fmha_params_t;
 
 typedef struct kiln_prefill_fmha_paged_params {
@@ -85,6 +89,7 @@ typedef struct kiln_prefill_fmha_paged_params {
   int32_t causal;
   void *stream;
   int32_t window; /* > 0: sliding window (needs causal); 0: none */
+  const float *sinks; /* device [q_heads] attention-sink logits, or NULL */
 } kiln_prefill_fmha_paged_params_t;
 
 /* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). */

@@ -200,9 +200,9 @@ kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, 
 
 kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO,
                             float *partLse, void *out, long long outRows, int numSplits, int dv,
-                            void *stream) {
+                            void *stream, const float *sinks = nullptr, int heads = 1) {
   const void *fn = dtype == KILN_DTYPE_BF16 ? splitCombineKernelBf16() : splitCombineKernelF16();
-  void *argv[] = {&partO, &partLse, &out, &numSplits, &dv};
+  void *argv[] = {&partO, &partLse, &out, &numSplits, &dv, &sinks, &heads};
   dim3 grid(static_cast<unsigned>(outRows));
   dim3 block(std::min(128, dv / 4));
   cudaError_t error =
@@ -483,6 +483,7 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.numSplits = plan.numSplits;
   args.splitTiles = plan.splitTiles;
   args.window = p->window;
+  args.sinks = p->sinks;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
   if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
@@ -490,7 +491,8 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
     return status;
   if (plan.numSplits > 1 &&
       (status = launchCombine(kGqa, p->dtype, args.partO, args.partLse, p->out, outRows,
-                              plan.numSplits, p->head_dim, p->stream)) != KILN_OK)
+                              plan.numSplits, p->head_dim, p->stream, p->sinks,
+                              p->q_heads)) != KILN_OK)
     return status;
   return ok();
 }

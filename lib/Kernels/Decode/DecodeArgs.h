@@ -19,6 +19,7 @@ struct GqaArgs {
   int pageSize, pageShift, maxPages;
   int numSplits, splitTiles; // keys per split = splitTiles * tileN
   int window;                // > 0: sliding window (keys per query), 0: every key
+  const float *sinks;        // [qHeads] attention-sink logits (scaled-score units) or null
   float scaleLog2;
 };
 

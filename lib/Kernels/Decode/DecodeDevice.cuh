@@ -99,10 +99,14 @@ __device__ __forceinline__ float quadSum(float v) {
 template <typename T>
 __global__ void splitCombineKernel(const float *__restrict__ partO,
                                    const float *__restrict__ partLse, T *__restrict__ out,
-                                   int numSplits, int dv) {
+                                   int numSplits, int dv, const float *__restrict__ sinks,
+                                   int heads) {
   const int row = blockIdx.x;
   const float *lse = partLse + static_cast<size_t>(row) * numSplits;
-  float maxLse = -INFINITY;
+  // An attention sink (row = ((b * q_len + t) * heads + head)) is one more partial
+  // with log-sum-exp sinks[head] * log2(e) and no value, added last.
+  const float sinkLse = sinks ? sinks[row % heads] * 1.4426950408889634f : -INFINITY;
+  float maxLse = sinkLse;
   for (int s = 0; s < numSplits; ++s)
     maxLse = fmaxf(maxLse, lse[s]);
   __shared__ float weights[KILN_DECODE_MAX_SPLITS]; // static: never sized by the launch
@@ -113,6 +117,8 @@ __global__ void splitCombineKernel(const float *__restrict__ partO,
     if (threadIdx.x == 0)
       weights[s] = w;
   }
+  if (sinks)
+    total += exp2f(sinkLse - maxLse);
   __syncthreads();
   const float inv = total > 0.f ? 1.f / total : 0.f;
   const float *o = partO + static_cast<size_t>(row) * numSplits * dv;

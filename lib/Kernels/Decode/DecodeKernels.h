@@ -21,7 +21,8 @@ KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
-// splitCombineKernel<T>(partO, partLse, out, numSplits, dv), no dynamic smem.
+// splitCombineKernel<T>(partO, partLse, out, numSplits, dv, sinks, heads), no dynamic
+// smem; sinks may be null (MLA has none).
 const void *splitCombineKernelBf16();
 const void *splitCombineKernelF16();
 // kv append kernels (args structs in DecodeArgs.h).

@@ -7,20 +7,22 @@
 namespace kiln::reference {
 
 namespace {
-// Softmax-weighted sum over keys first..end-1: scores[j] -> out[d] = sum_j p_j v(j)[d].
+// Softmax-weighted sum over keys first..end-1: scores[j] -> out[d] = sum_j p_j v(j)[d];
+// a sink logit (if any) joins the softmax without a value.
 template <typename KeyFn, typename ValueFn>
-void attendRow(int first, int end, int dv, double scale, KeyFn dot, ValueFn value, double *out) {
+void attendRow(int first, int end, int dv, double scale, KeyFn dot, ValueFn value, double *out,
+               const double *sink = nullptr) {
   std::fill(out, out + dv, 0.0);
   first = std::max(first, 0);
   if (end <= first)
     return;
   std::vector<double> scores(end - first);
-  double maxScore = -INFINITY;
+  double maxScore = sink ? *sink : -INFINITY;
   for (int j = first; j < end; ++j) {
     scores[j - first] = dot(j) * scale;
     maxScore = std::max(maxScore, scores[j - first]);
   }
-  double total = 0;
+  double total = sink ? std::exp(*sink - maxScore) : 0.0;
   for (double &score : scores) {
     score = std::exp(score - maxScore);
     total += score;
@@ -36,7 +38,8 @@ void attendRow(int first, int end, int dv, double scale, KeyFn dot, ValueFn valu
 
 std::vector<double> gqaDecode(const PagedShape &s, const std::vector<float> &q,
                               const std::vector<float> &kv, const std::vector<int32_t> &blockTable,
-                              const std::vector<int32_t> &seqLens, double scale, int window) {
+                              const std::vector<int32_t> &seqLens, double scale, int window,
+                              const std::vector<float> &sinks) {
   const int D = s.headDim, group = s.qHeads / s.kvHeads;
   std::vector<double> out(static_cast<size_t>(s.batch) * s.qLen * s.qHeads * D);
   auto row = [&](int b, int pos, int half, int h) {
@@ -51,6 +54,7 @@ std::vector<double> gqaDecode(const PagedShape &s, const std::vector<float> &q,
         const float *qr = q.data() + qi;
         int kvh = h / group;
         int count = seqLens[b] - s.qLen + 1 + i;
+        const double sink = sinks.empty() ? 0.0 : sinks[h];
         attendRow(
             window > 0 ? count - window : 0, count, D, scale,
             [&](int j) {
@@ -60,7 +64,8 @@ std::vector<double> gqaDecode(const PagedShape &s, const std::vector<float> &q,
                 acc += static_cast<double>(qr[d]) * k[d];
               return acc;
             },
-            [&](int j) { return row(b, j, 1, kvh); }, out.data() + qi);
+            [&](int j) { return row(b, j, 1, kvh); }, out.data() + qi,
+            sinks.empty() ? nullptr : &sink);
       }
   return out;
 }

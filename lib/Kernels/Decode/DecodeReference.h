@@ -17,11 +17,12 @@ struct PagedShape {
 // q [batch, qLen, qHeads, headDim], kv pool [pages, 2, pageSize, kvHeads, headDim],
 // blockTable [batch, maxPages], seqLens[batch] -> out [batch, qLen, qHeads, headDim].
 // Token i of sequence b attends to positions < seqLens[b] - qLen + 1 + i, and with a
-// window > 0 to the last `window` of those only.
+// window > 0 to the last `window` of those only; sinks (empty, or [qHeads] logits in
+// scaled-score units) join each head's softmax without a value.
 std::vector<double> gqaDecode(const PagedShape &shape, const std::vector<float> &q,
                               const std::vector<float> &kv, const std::vector<int32_t> &blockTable,
                               const std::vector<int32_t> &seqLens, double scale,
-                              int window = 0);
+                              int window = 0, const std::vector<float> &sinks = {});
 
 // q [batch, qLen, heads, 576], pool [pages, 64, 576] -> out [batch, qLen, heads, 512]
 // (K = all 576 values, V = the first 512).

@@ -18,6 +18,9 @@
 // row of it sees; the tiles it skips are masked for every row, and a masked tile leaves
 // a row's running max, sum and output exactly as they were, so skipping changes no bit.
 // Keys below the block's lowest visible key are never read (their pages may be recycled).
+//
+// Attention sinks (args.sinks, gpt-oss): a per-head logit in the softmax's denominator,
+// added where the splits are combined (or in the same arithmetic when there is one).
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
@@ -248,7 +251,19 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
       return;
     float inv = rowSum > 0.f ? 1.f / rowSum : 0.f;
     size_t fr = flatRow(r);
-    if (args.numSplits == 1) {
+    if (args.numSplits == 1 && args.sinks) {
+      // The combine's arithmetic for one split plus the sink (splitCombineKernel), so a
+      // step with and one without split-KV give the same bits.
+      const float lse = rowSum > 0.f ? rowMax + log2f(rowSum) : -INFINITY;
+      const float sinkLse = args.sinks[kvh * args.group + (rowBase + r) % args.group] *
+                            1.4426950408889634f;
+      const float maxLse = fmaxf(sinkLse, lse);
+      const float w = exp2f(lse - maxLse);
+      const float total = w + exp2f(sinkLse - maxLse);
+      const float invTotal = total > 0.f ? 1.f / total : 0.f;
+      *reinterpret_cast<uint32_t *>(static_cast<T *>(args.out) + fr * D + col) =
+          pack2<T>(w * (v0 * inv) * invTotal, w * (v1 * inv) * invTotal);
+    } else if (args.numSplits == 1) {
       *reinterpret_cast<uint32_t *>(static_cast<T *>(args.out) + fr * D + col) =
           pack2<T>(v0 * inv, v1 * inv);
     } else {

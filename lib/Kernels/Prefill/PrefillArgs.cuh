@@ -30,6 +30,7 @@ inline FmhaArgs makeArgs(const kiln_prefill_fmha_params_t &p) {
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   a.causal = p.causal;
   a.window = p.window;
+  a.sinks = p.sinks;
   return a;
 }
 
@@ -53,6 +54,7 @@ inline FmhaArgs makeArgs(const kiln_prefill_fmha_paged_params_t &p) {
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   a.causal = p.causal;
   a.window = p.window;
+  a.sinks = p.sinks;
   return a;
 }
 

@@ -34,7 +34,14 @@ struct FmhaArgs {
   float scale_log2;         // softmax_scale * log2(e)
   int32_t causal;
   int32_t window;           // > 0: sliding window (keys per query, causal); 0: none
+  const float *sinks;       // [q_heads] attention-sink logits (scaled-score units) or null
 };
+
+// The softmax denominator's share of a head's attention sink (gpt-oss): exp(sink - max)
+// in the kernels' base-2 domain, with rowMaxLog2 the row's running max times log2(e).
+__device__ __forceinline__ float sinkTerm(const float *sinks, int head, float rowMaxLog2) {
+  return sinks ? exp2f(sinks[head] * 1.4426950408889634f - rowMaxLog2) : 0.f;
+}
 
 template <typename T> struct MmaType;
 template <> struct MmaType<__nv_bfloat16> {
@@ -392,6 +399,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       float sum = rowSum[mt][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += sinkTerm(a.sinks, head,
+                      rowMax[mt][r] == NEG_INF ? 0.f : rowMax[mt][r] * a.scale_log2);
       inv[r] = sum > 0.f ? 1.f / sum : 0.f;
     }
 #pragma unroll

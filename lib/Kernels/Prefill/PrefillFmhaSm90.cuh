@@ -285,6 +285,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     float sum = rowSum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += sinkTerm(a.sinks, head, rowMax[r] == NEG_INF ? 0.f : rowMax[r] * a.scale_log2);
     inv[r] = sum > 0.f ? 1.f / sum : 0.f;
   }
   const int rowBase = warp * 16; // this warp's rows within the block

@@ -10,7 +10,7 @@ namespace kiln::reference {
 void prefillAttentionReference(const float *q, const float *k, const float *v, double *out,
                                const int32_t *cu_q, const int32_t *cu_k, int batch,
                                int q_heads, int kv_heads, int head_dim, double softmax_scale,
-                               bool causal, int window) {
+                               bool causal, int window, const float *sinks) {
   const int group = q_heads / kv_heads;
   std::vector<double> scores;
   for (int b = 0; b < batch; ++b) {
@@ -28,7 +28,8 @@ void prefillAttentionReference(const float *q, const float *k, const float *v, d
           oi[d] = 0.0;
         if (visible <= first)
           continue;
-        double maxScore = -std::numeric_limits<double>::infinity();
+        double maxScore =
+            sinks ? static_cast<double>(sinks[h]) : -std::numeric_limits<double>::infinity();
         for (int j = first; j < visible; ++j) {
           const float *kj = k + (static_cast<int64_t>(kStart + j) * kv_heads + kh) * head_dim;
           double dot = 0.0;
@@ -37,7 +38,7 @@ void prefillAttentionReference(const float *q, const float *k, const float *v, d
           scores[j] = dot * softmax_scale;
           maxScore = std::max(maxScore, scores[j]);
         }
-        double sum = 0.0;
+        double sum = sinks ? std::exp(static_cast<double>(sinks[h]) - maxScore) : 0.0;
         for (int j = first; j < visible; ++j) {
           scores[j] = std::exp(scores[j] - maxScore);
           sum += scores[j];

@@ -11,12 +11,13 @@ namespace kiln::reference {
 // sequence b owns q rows cu_q[b]..cu_q[b+1] and k rows cu_k[b]..cu_k[b+1] (host arrays).
 // Causal masks are bottom-right aligned: query t sees keys <= t + (k_len - q_len); a
 // query seeing no key gets zeros; a window > 0 (causal) leaves it the last `window` of
-// its keys. Inputs are the values the kernel sees (already rounded to bf16/fp16); all
+// its keys; sinks ([q_heads] logits in scaled-score units, or null) join each head's
+// softmax without a value. Inputs are the values the kernel sees (already rounded to bf16/fp16); all
 // math in double.
 void prefillAttentionReference(const float *q, const float *k, const float *v, double *out,
                                const int32_t *cu_q, const int32_t *cu_k, int batch,
                                int q_heads, int kv_heads, int head_dim, double softmax_scale,
-                               bool causal, int window = 0);
+                               bool causal, int window = 0, const float *sinks = nullptr);
 
 } // namespace kiln::reference
 

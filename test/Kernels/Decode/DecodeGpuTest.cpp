@@ -163,7 +163,16 @@ struct GqaCase {
   int numSplits = 0; // 0 = automatic
   int splitKeys = 0; // > 0: fixed key chunks (batch-invariant mode)
   int window = 0;    // > 0: sliding window
+  bool sinks = false; // per-head attention-sink logits
 };
+
+// Sink logits of `heads` heads: spread around the scores' range, so that they matter.
+std::vector<float> sinkLogits(int heads) {
+  std::vector<float> sinks(heads);
+  for (int h = 0; h < heads; ++h)
+    sinks[h] = -3.0f + 6.0f * static_cast<float>((h * 37) % 11) / 10.0f;
+  return sinks;
+}
 
 std::string describe(const GqaCase &c) {
   return std::string(c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16") + " D=" +
@@ -171,7 +180,8 @@ std::string describe(const GqaCase &c) {
          " group=" + std::to_string(c.group) + " q_len=" + std::to_string(c.qLen) +
          " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
          " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits) +
-         " split_keys=" + std::to_string(c.splitKeys) + " window=" + std::to_string(c.window);
+         " split_keys=" + std::to_string(c.splitKeys) + " window=" + std::to_string(c.window) +
+         (c.sinks ? " sinks" : "");
 }
 
 void runGqaCase(const GqaCase &c) {
@@ -220,8 +230,10 @@ void runGqaCase(const GqaCase &c) {
         }
       }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const std::vector<float> sinks = c.sinks ? sinkLogits(qHeads) : std::vector<float>{};
   std::vector<double> ref = kiln::reference::gqaDecode(shape, qVals, kvVals, layout.blockTable,
-                                                       layout.seqLens, scale, c.window);
+                                                       layout.seqLens, scale, c.window, sinks);
+  DeviceBuffer<float> dSinks(sinks.empty() ? std::vector<float>{0.f} : sinks);
 
   DeviceBuffer<uint16_t> dQ(qBits), dKv(kvBits), dOut(qBits.size());
   DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
@@ -235,6 +247,7 @@ void runGqaCase(const GqaCase &c) {
   p.num_splits = c.numSplits;
   p.split_keys = c.splitKeys;
   p.window = c.window;
+  p.sinks = c.sinks ? dSinks.ptr : nullptr;
   // Exactly the queried workspace, explicit num_splits included (the query once
   // returned less than the launcher then demanded for splits that round down).
   size_t wsBytes = 0;
@@ -316,6 +329,23 @@ TEST(GqaDecodeGpu, SlidingWindowMatchesReference) {
     }
 }
 
+// Attention sinks (gpt-oss) with every split mode, alone and with a window.
+TEST(GqaDecodeGpu, AttentionSinksMatchReference) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  for (int headDim : {64, 128, 256})
+    for (int mode = 0; mode < 3; ++mode) {
+      GqaCase c{KILN_DTYPE_BF16, headDim, 16, 8, 1 + n % 4};
+      c.maxLen = 900;
+      c.sinks = true;
+      c.numSplits = mode == 1 ? 1 : 0;
+      c.splitKeys = mode == 2 ? 256 : 0;
+      c.window = n % 2 ? 128 : 0;
+      ++n;
+      runGqaCase(c);
+    }
+}
+
 TEST(GqaDecodeGpu, FixedSplitKeysMatchReference) {
   KILN_REQUIRE_GPU();
   for (int headDim : {64, 128, 256})
@@ -336,6 +366,7 @@ struct InvariantRun {
   const PagedLayout &layout;
   int qHeads, kvHeads, headDim, pageSize, splitKeys;
   int window = 0;
+  const float *sinks = nullptr; // device
 };
 
 std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint16_t> &q,
@@ -352,6 +383,7 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   p.dtype = KILN_DTYPE_BF16;
   p.split_keys = run.splitKeys;
   p.window = run.window;
+  p.sinks = run.sinks;
   size_t wsBytes = 0;
   EXPECT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
   DeviceBuffer<float> dWs((wsBytes + 3) / 4);
@@ -368,6 +400,8 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
   for (int headDim : {64, 128, 256})
     for (int group : {4, 7})
       for (int window : {0, 77, 300}) {
+      // Sinks with the window of 77 (the one-split and the combined path must agree).
+      DeviceBuffer<float> dSinks(sinkLogits(kvHeads * group));
       SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
                    " window=" + std::to_string(window));
       const int qHeads = kvHeads * group, batch = 3;
@@ -378,7 +412,8 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
                    kvBits, unused);
       const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
       randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
-      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256, window};
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256, window,
+                       window == 77 ? dSinks.ptr : nullptr};
       const std::vector<uint16_t> verify =
           decodeBits(run, qBits, layout.blockTable, layout.seqLens, T);
       for (int t = 0; t < T; ++t) {

@@ -57,6 +57,28 @@ TEST(DecodeReference, MultiTokenIsCausalAmongNewTokens) {
   EXPECT_NEAR(out[1], 3.0, 1e-12); // token 1 sees positions 0, 1, 2
 }
 
+TEST(DecodeReference, SlidingWindowKeepsTheLastKeys) {
+  PagedShape s;
+  s.qLen = 2;
+  s.headDim = 1;
+  s.pageSize = 4;
+  // 4 cached positions (V 1, 2, 6, 100), K = 0: uniform weights over each window of 2.
+  std::vector<float> kv = {0, 0, 0, 0, /*V*/ 1, 2, 6, 100};
+  auto out = kiln::reference::gqaDecode(s, {1.f, 1.f}, kv, {0}, {4}, 1.0, /*window=*/2);
+  EXPECT_NEAR(out[0], 4.0, 1e-12);  // token 0 (position 2) sees positions 1, 2
+  EXPECT_NEAR(out[1], 53.0, 1e-12); // token 1 (position 3) sees positions 2, 3
+}
+
+TEST(DecodeReference, AttentionSinkTakesMassWithoutValue) {
+  PagedShape s;
+  s.headDim = 1;
+  // One key of score 1 (K = 2, q = 1, scale 0.5), V = 8, and a sink logit of 0:
+  // out = 8 * e / (e + 1).
+  std::vector<float> kv = {2, 8};
+  auto out = kiln::reference::gqaDecode(s, {1.f}, kv, {0}, {1}, 0.5, 0, {0.f});
+  EXPECT_NEAR(out[0], 8 * std::exp(1.0) / (std::exp(1.0) + 1), 1e-12);
+}
+
 TEST(DecodeReference, GroupedHeadsShareTheirKvHead) {
   PagedShape s;
   s.qHeads = 4;

@@ -61,6 +61,7 @@ struct Case {
   bool causal;
   int pageSize = 0; // > 0: run the paged variant with this page size
   int window = 0;   // > 0: sliding window
+  bool sinks = false; // per-head attention-sink logits
 };
 
 // Keys below this are outside every query's window in sequence b (0 without a window).
@@ -92,10 +93,10 @@ void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<
       maxErr = err;
   }
   EXPECT_EQ(bad, 0u) << "mismatches of " << ref.size();
-  std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d window=%d] max abs err %.3g over %zu "
-              "values\n",
+  std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d window=%d sinks=%d] max abs err %.3g "
+              "over %zu values\n",
               c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16", c.headDim, c.qHeads, c.kvHeads,
-              c.causal, c.pageSize, c.window, maxErr, ref.size());
+              c.causal, c.pageSize, c.window, c.sinks, maxErr, ref.size());
 }
 
 void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant) {
@@ -118,6 +119,12 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
   CUDA_OK(cudaMemset(dOut.ptr, 0xff, qElems * 2)); // NaN poison in bf16 and fp16
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int maxQ = *std::max_element(c.qLens.begin(), c.qLens.end());
+  std::vector<float> sinks(c.qHeads);
+  for (int h = 0; h < c.qHeads; ++h)
+    sinks[h] = -3.0f + 6.0f * static_cast<float>((h * 37) % 11) / 10.0f;
+  DeviceBuffer<float> dSinks(sinks.size());
+  dSinks.upload(sinks);
+  const float *sinkPtr = c.sinks ? dSinks.ptr : nullptr;
 
   kiln_status_t st;
   std::vector<uint16_t> cacheBits; // kept alive for the paged case
@@ -155,6 +162,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.softmax_scale = scale;
     p.causal = c.causal;
     p.window = c.window;
+    p.sinks = sinkPtr;
     st = kiln_prefill_fmha_variant(&p, variant);
     if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
       return; // this variant cannot run here
@@ -221,6 +229,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.softmax_scale = scale;
     p.causal = c.causal;
     p.window = c.window;
+    p.sinks = sinkPtr;
     st = kiln_prefill_fmha_paged_variant(&p, variant);
     if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
       return;
@@ -234,7 +243,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
   kiln::reference::prefillAttentionReference(qVals.data(), kVals.data(), vVals.data(),
                                              ref.data(), cuQ.data(), cuK.data(), batch,
                                              c.qHeads, c.kvHeads, d, scale, c.causal,
-                                             c.window);
+                                             c.window, c.sinks ? sinks.data() : nullptr);
   std::printf("  variant %s:", variant == KILN_PREFILL_VARIANT_SM90 ? "sm90" : "sm80");
   compare(c, got, ref);
 }
@@ -330,4 +339,21 @@ TEST(PrefillFmhaGpu, SlidingWindow) {
       runCase(extend, seed++);
     }
   }
+}
+
+// Attention sinks (gpt-oss): dense and paged, with and without a window.
+TEST(PrefillFmhaGpu, AttentionSinks) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {5, 100, 257, 1, 50, 130};
+  const std::vector<int> kLens = {5, 300, 1000, 700, 20, 129};
+  uint64_t seed = 600;
+  for (int d : kHeadDims)
+    for (int window : {0, 128}) {
+      Case c{qLens, kLens, 8, 2, d, kDtypes[seed % 2], true};
+      c.window = window;
+      c.sinks = true;
+      runCase(c, seed++);
+      c.pageSize = 16;
+      runCase(c, seed++);
+    }
 }

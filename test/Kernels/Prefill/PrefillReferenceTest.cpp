@@ -58,3 +58,26 @@ TEST(PrefillReference, BottomRightCausalAndGqa) {
   EXPECT_EQ(out[6], 4.0);
   EXPECT_EQ(out[7], 4.0);
 }
+
+// A window of 2 over 3 keys (q = 0: uniform weights): query 2 sees keys 1 and 2 only; a
+// sink logit of 0 next to one key of score 1 takes e^0 / (e + 1) of the mass.
+TEST(PrefillReference, SlidingWindowAndSink) {
+  const std::vector<float> q = {0, 0, 0};
+  const std::vector<float> k = {0, 0, 0};
+  const std::vector<float> v = {1, 2, 9};
+  const int32_t cu[] = {0, 3};
+  std::vector<double> out(3);
+  prefillAttentionReference(q.data(), k.data(), v.data(), out.data(), cu, cu, 1, 1, 1, 1, 1.0,
+                            true, /*window=*/2);
+  EXPECT_NEAR(out[0], 1.0, 1e-15);
+  EXPECT_NEAR(out[1], 1.5, 1e-15);
+  EXPECT_NEAR(out[2], 5.5, 1e-15);
+
+  const std::vector<float> q1 = {1}, k1 = {1}, v1 = {4}, sink = {0.f};
+  const int32_t one[] = {0, 1};
+  std::vector<double> out1(1);
+  prefillAttentionReference(q1.data(), k1.data(), v1.data(), out1.data(), one, one, 1, 1, 1, 1,
+                            1.0, true, 0, sink.data());
+  const double e = std::exp(1.0);
+  EXPECT_NEAR(out1[0], 4 * e / (e + 1), 1e-14);
+}
