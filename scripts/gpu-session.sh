@@ -17,6 +17,7 @@
 # graphdiag = the CUDA graph of the replay test: cudaGraphLaunch time and node types.
 # profile = bench/Model/kernel_profile.py: ncu's time and DRAM bytes of each
 # kernel of the 8B decode step (KILN_PROFILE_BATCHES, default "1 64").
+# decode = bench/Decode's kernel benchmark (bf16 and FP8 pools) with its PyTorch peers.
 # launchbench = bench/Runtime/graph_launch.cu alone (nvcc here, ~20 s): graph launch cost
 # by size and by node kind (plain, cluster, PDL, distinct functions, cuBLASLt GEMMs).
 set -u
@@ -94,6 +95,16 @@ if has kernels; then
   OUT="$out" timeout 240 python3 "$root/bench/Gemm/bench_gemm.py" \
     --lib "$build/lib/libkiln_runtime.so" > "$out/bench-gemm.log" 2>&1
   echo "gemm bench rc=$? ($(elapsed))"; cat "$out/bench-gemm.log"
+fi
+if has decode; then
+  # The decode kernels' benchmark (bench/Decode: gqa bf16 and FP8 pools, MLA) and its
+  # PyTorch peers; KILN_DECODE_BENCH_ARGS=--quick for the short grid.
+  timeout 200 "$build/bin/kiln_decode_bench" ${KILN_DECODE_BENCH_ARGS:-} > "$out/decode-kiln.jsonl" \
+    2> "$out/decode-bench.err"
+  echo "decode bench rc=$? ($(elapsed))"; tail -3 "$out/decode-bench.err"
+  timeout 240 python3 "$root/bench/Decode/peers.py" "$out/decode-kiln.jsonl" "$out" \
+    > "$out/decode-peers.log" 2>&1
+  echo "decode peers rc=$? ($(elapsed))"; cat "$out/results.md" 2>/dev/null || tail -20 "$out/decode-peers.log"
 fi
 if has sanitize; then
   # compute-sanitizer (issue 13): memcheck, racecheck, initcheck and synccheck on every

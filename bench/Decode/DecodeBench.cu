@@ -194,20 +194,24 @@ int main(int argc, char **argv) {
     cudaFree(sink);
   }
 
-  // gqa_decode: 32 q / 8 kv heads, d=128, page 64, bf16.
+  // gqa_decode: 32 q / 8 kv heads, d=128, page 64, bf16 q/out over a bf16 pool, then an
+  // FP8 e4m3 pool ("gqa_fp8": bytes counted as stored, one a value; the pool's random
+  // bf16 bits read as bytes, NaN bytes included, which costs the kernel nothing).
   const int Hq = 32, Hkv = 8, D = 128, page = 64;
   std::vector<int> Bs = {1, 16, 64, 128}, Ls = {1024, 4096, 8192, 32768};
   if (quick) {
     Bs = {1, 128};
     Ls = {8192};
   }
+  for (bool fp8 : {false, true})
   for (int qLen : {1, 4})
     for (int B : Bs)
       for (int L : Ls) {
-        double kvBytes = 2.0 * B * L * Hkv * D * 2;
+        const int kvElemBytes = fp8 ? 1 : 2;
+        double kvBytes = 2.0 * B * L * Hkv * D * kvElemBytes;
         if (kvBytes > 60e9)
           continue;
-        Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * 2);
+        Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * kvElemBytes);
         uint16_t *q, *out;
         CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
         CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
@@ -228,6 +232,7 @@ int main(int argc, char **argv) {
         prm.max_seq_len = L;
         prm.softmax_scale = 0.0883883f;
         prm.dtype = KILN_DTYPE_BF16;
+        prm.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
         prm.stream = stream;
         prm.block_table = p.tables[0];
         size_t ws = 0;
@@ -244,8 +249,8 @@ int main(int argc, char **argv) {
             },
             stream);
         int splits = ws ? static_cast<int>(ws / (static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4)) : 1;
-        std::printf("{\"kind\":\"gqa\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
-                    B, L, qLen, t * 1e6, kvBytes / t / 1e12, splits);
+        std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    fp8 ? "gqa_fp8" : "gqa", B, L, qLen, t * 1e6, kvBytes / t / 1e12, splits);
         std::fflush(stdout);
         cudaFree(q);
         cudaFree(out);

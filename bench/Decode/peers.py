@@ -3,7 +3,10 @@
 usage: python3 peers.py kiln.jsonl [out_dir]
 Peers: F.scaled_dot_product_attention with the cuDNN and flash backends on the same KV
 made contiguous ([B, Hkv, L, D], enable_gqa=True; q_len=4 runs without a mask, which
-only helps the peer), eager PyTorch absorbed MLA ([B, L, 576] latents). Same bytes
+only helps the peer), eager PyTorch absorbed MLA ([B, L, 576] latents); for Kiln's FP8
+pool (gqa_fp8) PyTorch dequantizing float8_e4m3fn K/V to bf16 and then cuDNN SDPA (how
+a framework without an FP8 attention kernel runs it; bytes = the FP8 bytes), and Kiln's
+own bf16 run of the shape (tokens/s ratio = time ratio). Same bytes
 formula as Kiln (K+V bytes read once). CUDA graphs of K calls (eager fallback), warm-up,
 median of 15; buffers rotate so >= 2 GiB is touched per graph."""
 import json, math, os, sys
@@ -73,6 +76,30 @@ def gqa_peers(B, L, q_len):
     return row
 
 
+def gqa_fp8_peer(B, L, q_len):
+    Hq, Hkv, D = 32, 8, 128
+    kv_bytes = 2 * B * Hkv * L * D
+    rot = rotations(kv_bytes)
+    qs = [torch.randn(B, Hq, q_len, D, dtype=torch.bfloat16, device=dev) for _ in range(rot)]
+    ks = [torch.randn(B, Hkv, L, D, device=dev).to(torch.float8_e4m3fn) for _ in range(rot)]
+    vs = [torch.randn(B, Hkv, L, D, device=dev).to(torch.float8_e4m3fn) for _ in range(rot)]
+    scale = torch.tensor(0.5, device=dev)
+
+    def run(i):
+        k = (ks[i].to(torch.bfloat16) * scale).to(torch.bfloat16)
+        v = (vs[i].to(torch.bfloat16) * scale).to(torch.bfloat16)
+        return F.scaled_dot_product_attention(qs[i], k, v, enable_gqa=True)
+
+    try:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            res = {"dequant_cudnn": kv_bytes / timed([lambda i=i: run(i) for i in range(rot)]) / 1e12}
+    except Exception as ex:
+        res = {"dequant_cudnn": None, "dequant_cudnn_error": f"{type(ex).__name__}: {str(ex)[:100]}"}
+    del qs, ks, vs
+    torch.cuda.empty_cache()
+    return res
+
+
 def mla_peer(B, L, heads, q_len):
     R, P = 512, 64
     nbytes = B * L * (R + P) * 2
@@ -118,6 +145,21 @@ def main():
         ratio = lambda k: None if not p.get(k) else r["TBps"] / p[k]
         lines.append(f"| B={r['B']} L={r['L']} q_len={r['q_len']} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | {r['splits']} | "
                      f"{fmt(p.get('cudnn'), '.3f')} | {fmt(p.get('flash'), '.3f')} | {fmt(ratio('cudnn'))} | {fmt(ratio('flash'))} |")
+        print(lines[-1], flush=True)
+    bf16 = {(r["B"], r["L"], r["q_len"]): r for r in rows if r["kind"] == "gqa"}
+    lines += ["", "| gqa decode, FP8 e4m3 pool (bf16 q/out) | Kiln TB/s (FP8 bytes) | % ceiling | "
+              "tokens/s vs Kiln bf16 | dequant+cuDNN TB/s | Kiln/peer |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["kind"] != "gqa_fp8":
+            continue
+        p = gqa_fp8_peer(r["B"], r["L"], r["q_len"])
+        r.update(p)
+        merged.append(r)
+        base = bf16.get((r["B"], r["L"], r["q_len"]))
+        speedup = None if not base else base["us"] / r["us"]
+        ratio = None if not p.get("dequant_cudnn") else r["TBps"] / p["dequant_cudnn"]
+        lines.append(f"| B={r['B']} L={r['L']} q_len={r['q_len']} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | "
+                     f"{fmt(speedup)} | {fmt(p.get('dequant_cudnn'), '.3f')} | {fmt(ratio)} |")
         print(lines[-1], flush=True)
     lines += ["", "| mla decode (576/512, page 64, bf16) | variant | Kiln TB/s | % ceiling | Kiln TFLOP/s | eager TB/s | Kiln/eager |", "|---|---|---|---|---|---|---|"]
     cache = {}

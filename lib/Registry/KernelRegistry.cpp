@@ -18,8 +18,10 @@ uint32_t kiln::dtypeBitOf(mlir::Type type) {
     return static_cast<uint32_t>(DtypeBit::f16);
   if (type.isF32())
     return static_cast<uint32_t>(DtypeBit::f32);
-  if (mlir::isa<mlir::Float8E4M3FNType, mlir::Float8E5M2Type>(type))
+  if (mlir::isa<mlir::Float8E4M3FNType>(type))
     return static_cast<uint32_t>(DtypeBit::fp8);
+  if (mlir::isa<mlir::Float8E5M2Type>(type))
+    return static_cast<uint32_t>(DtypeBit::fp8_e5m2);
   return 0;
 }
 
@@ -35,6 +37,7 @@ namespace {
 constexpr uint32_t kBf16 = static_cast<uint32_t>(DtypeBit::bf16);
 constexpr uint32_t kF16 = static_cast<uint32_t>(DtypeBit::f16);
 constexpr uint32_t kF32 = static_cast<uint32_t>(DtypeBit::f32);
+constexpr uint32_t kFp8 = static_cast<uint32_t>(DtypeBit::fp8);
 constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 
 // The table. Shared-memory figures are what each kernel's launcher requests per block
@@ -51,14 +54,16 @@ std::vector<KernelVariant> builtinVariants() {
   // Attention, decode. Paged KV [pages, 2, page, kv_heads, head_dim].
   add({.name = "gqa_decode", .family = OpFamily::attention, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128, 256},
-       .dtypes = kBf16 | kF16, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
+       .dtypes = kBf16 | kF16 | kFp8, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
        .maxQueryLen = 8, .priority = 10,
-       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts"});
+       .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts; FP8 "
+               "e4m3 pools widened to fp16 in shared memory"});
   // Attention, prefill (and the extend-context path for draft tokens).
   add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
        .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128},
-       .dtypes = kBf16 | kF16, .priority = 10,
-       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend"});
+       .dtypes = kBf16 | kF16 | kFp8, .priority = 10,
+       .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend (reads "
+               "FP8 e4m3 caches)"});
   add({.name = "prefill_fmha_sm90", .family = OpFamily::attention,
        .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
@@ -149,7 +154,7 @@ std::string featureList(uint32_t bits) {
 std::string dtypeList(uint32_t bits) {
   static const std::pair<uint32_t, const char *> names[] = {
       {kBf16, "bf16"}, {kF16, "f16"}, {kF32, "f32"},
-      {static_cast<uint32_t>(DtypeBit::fp8), "fp8"}};
+      {kFp8, "f8E4M3FN"}, {static_cast<uint32_t>(DtypeBit::fp8_e5m2), "f8E5M2"}};
   std::string text;
   for (auto [bit, name] : names)
     if (bits & bit)

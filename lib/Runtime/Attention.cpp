@@ -4,6 +4,9 @@
 //           the paged prefill kernel instead.
 //   PREFILL kv_append, then prefill_fmha on the packed prompts (positions from 0).
 //   EXTEND  kv_append, then prefill_fmha_paged (chunks continuing cached sequences).
+// An f8E4M3FN pool (kv_dtype) is quantized by kv_append with scale 1 (saturating) and
+// read by gqa_decode and the mma.sync paged prefill; a prompt's own attention in PREFILL
+// reads the step's bf16 K/V, as it is computed.
 // A sliding window (window > 0) is honoured by every kernel: a query sees its last
 // `window` keys (Hugging Face's sliding_window convention, the query's own key included).
 // Everything the host can check is checked before the first launch; for decode the
@@ -26,7 +29,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                         int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                         int32_t page_size, int32_t window, int32_t decode_kernel,
                         int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
-                        bool paged) {
+                        int32_t kv_dtype, bool paged) {
   const kiln_rt_config_t &cfg = ctx->config;
   if (layer < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "negative layer index");
@@ -49,6 +52,14 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                    kiln_rt_phase_name(phase));
   if (window < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "window %d < 0", window);
+  if (kv_dtype != KILN_RT_DTYPE_BF16 && kv_dtype != KILN_RT_DTYPE_F8E4M3FN)
+    return c.error(KILN_ERROR_UNSUPPORTED, "kv_dtype %d (%s) unsupported (bf16 or f8E4M3FN)",
+                   kv_dtype, kiln_rt_dtype_name(kv_dtype));
+  const bool fp8 = kv_dtype == KILN_RT_DTYPE_F8E4M3FN;
+  if (fp8 && !decode && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
+    return c.error(KILN_ERROR_UNSUPPORTED,
+                   "prefill_fmha_sm90 reads 16-bit caches only; an f8E4M3FN pool needs "
+                   "prefill_fmha");
   if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "num_heads %d must be a positive multiple of num_kv_heads %d", num_heads,
@@ -90,7 +101,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   uint64_t qBytes, kvBytes, poolBytes;
   if (!product(&qBytes, {tokens, num_heads, head_dim, 2}) ||
       !product(&kvBytes, {tokens, num_kv_heads, head_dim, 2}) ||
-      !product(&poolBytes, {cfg.kv_pages, 2, page_size, num_kv_heads, head_dim, 2}))
+      !product(&poolBytes, {cfg.kv_pages, 2, page_size, num_kv_heads, head_dim, fp8 ? 1 : 2}))
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "sizes overflow");
   if (kiln_status_t s = checkRange(c, ctx, "q", q, qBytes, 16, false); s != KILN_OK)
     return s;
@@ -141,6 +152,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
     gp.window = window;
+    gp.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
     gp.stream = ctx->stream;
     size_t wsBytes = 0; // validates the decode launch before the cache is written
     if (kiln_status_t s = kiln_gqa_decode_workspace_bytes(&gp, &wsBytes); s != KILN_OK)
@@ -162,6 +174,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   ap.num_pages = static_cast<int>(cfg.kv_pages);
   ap.max_pages_per_seq = P;
   ap.dtype = KILN_DTYPE_BF16;
+  ap.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
   ap.stream = ctx->stream;
   kiln_status_t s = kiln_kv_append(&ap);
   ++ctx->launches;
@@ -218,6 +231,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   pp.kv_heads = num_kv_heads;
   pp.head_dim = head_dim;
   pp.dtype = KILN_DTYPE_BF16;
+  pp.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
   pp.softmax_scale = scale;
   pp.causal = 1;
   pp.window = window;
@@ -234,7 +248,8 @@ extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint
                                      int64_t tokens, int32_t num_heads, int32_t num_kv_heads,
                                      int32_t head_dim, int32_t page_size, int32_t window,
                                      int32_t decode_kernel, int32_t prefill_kernel,
-                                     int32_t spec_dec_mode, float softmax_scale) {
+                                     int32_t spec_dec_mode, float softmax_scale,
+                                     int32_t kv_dtype) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_attention: layer %d: context is null",
                 layer);
@@ -252,7 +267,7 @@ extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint
   Call c{"kiln_rt_attention", kernel, layer, ctx};
   kiln_status_t s = attention(c, ctx, layer, kv_offset, q, k, v, out, tokens, num_heads,
                               num_kv_heads, head_dim, page_size, window, decode_kernel,
-                              prefill_kernel, spec_dec_mode, softmax_scale, paged);
+                              prefill_kernel, spec_dec_mode, softmax_scale, kv_dtype, paged);
   if (s == KILN_OK)
     s = checkLaunch(c, ctx);
   if (s == KILN_OK)

@@ -130,8 +130,12 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   if (usable) {
     dumpGraph(ctx, captured);
     const size_t freeBefore = freeDeviceBytes();
+    // The upload is stream-ordered and its memory may be taken when it runs, not when
+    // it is issued: wait for it (a capture is rare), so the measure is the graph's whole
+    // footprint every time rather than a race with the driver.
     usable = cudaGraphInstantiate(&graph.exec, captured, 0) == cudaSuccess &&
-         cudaGraphUpload(graph.exec, ctx->stream) == cudaSuccess;
+             cudaGraphUpload(graph.exec, ctx->stream) == cudaSuccess &&
+             cudaStreamSynchronize(ctx->stream) == cudaSuccess;
     const size_t freeAfter = freeDeviceBytes();
     if (freeBefore > freeAfter)
       ctx->graphBytes += freeBefore - freeAfter;

@@ -114,10 +114,11 @@ int32_t kiln_rt_attention(ctx_t *, int32_t layer, uint64_t kv_offset, const void
                           const void *k, const void *v, void *out, int64_t tokens,
                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                           int32_t page_size, int32_t window, int32_t decode_kernel,
-                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale) {
+                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
+                          int32_t kv_dtype) {
   return record("attention", {layer, kv_offset, q, k, v, out, tokens, num_heads, num_kv_heads,
                               head_dim, page_size, window, decode_kernel, prefill_kernel,
-                              spec_dec_mode, softmax_scale});
+                              spec_dec_mode, softmax_scale, kv_dtype});
 }
 int32_t kiln_rt_output(ctx_t *, int32_t which, const void *data, int64_t rows, int64_t cols) {
   return record("output", {which, data, rows, cols});

@@ -18,7 +18,7 @@
 // CHECK-DAG: func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_swiglu(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_gather_rows(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
-// CHECK-DAG: func.func private @kiln_rt_attention(!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_attention(!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, f32, i32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_output(!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
 
 // CHECK-LABEL: func.func @kiln_model_forward
@@ -117,7 +117,7 @@
 // CHECK: call @kiln_rt_add_rms_norm(%[[CTX]], %[[HP]], %[[NP]], %[[WNP]], %[[GP]], %[[HP]], %[[AROWS]], %[[ADIM]], %[[AEPS]])
 
 // attention(ctx, layer, kv_offset, q, k, v, out, tokens, heads, kv_heads, head_dim,
-//           page_size, window, decode_kernel, prefill_kernel, spec_dec_mode, scale):
+//           page_size, window, decode_kernel, prefill_kernel, spec_dec_mode, scale, kv_dtype):
 // the KV resource's planned offset, gqa_decode (1), prefill_fmha (2), single_token (0).
 // CHECK: %[[LAYER:.*]] = arith.constant 0 : i32
 // CHECK: %[[KVOFF:.*]] = arith.constant 4096 : i64
@@ -130,7 +130,8 @@
 // CHECK: %[[PRE:.*]] = arith.constant 2 : i32
 // CHECK: %[[MODE:.*]] = arith.constant 0 : i32
 // CHECK: %[[SCALE:.*]] = arith.constant 0.000000e+00 : f32
-// CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]])
+// CHECK: %[[KVDT:.*]] = arith.constant 0 : i32
+// CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]], %[[KVDT]])
 
 // gather_rows(ctx, x, rows, out, num_rows, dim, num_source_rows)
 // CHECK: %[[LAST:.*]] = kiln.buffer_from_pointer %[[LASTP:[0-9a-z_]+]][%[[R]]] : !llvm.ptr -> memref<?x128xbf16>

@@ -155,7 +155,8 @@ TEST(RuntimeCpu, NullContext) {
   EXPECT_NE(lastError().find("kiln_rt_linear: context is null"), std::string::npos)
       << lastError();
   EXPECT_EQ(kiln_rt_attention(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 64, 16,
-                              0, KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, 0, 0.f),
+                              0, KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, 0, 0.f,
+                              KILN_RT_DTYPE_BF16),
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("layer 1: context is null"), std::string::npos) << lastError();
   EXPECT_EQ(kiln_rt_set_batch(nullptr, nullptr), KILN_ERROR_INVALID_ARGUMENT);
@@ -481,10 +482,10 @@ TEST(RuntimeCpu, TraceDirectoryRules) {
 // attention(layer, kv offset, ...) with the tiny shapes.
 int32_t attend(Dry &d, int layer, uint64_t kvOffset, int tokens, int32_t decodeKernel,
                int32_t prefillKernel, int32_t spec, int headDim = 64, int page = 16,
-               int window = 0) {
+               int window = 0, int32_t kvDtype = KILN_RT_DTYPE_BF16) {
   return kiln_rt_attention(d.ctx, layer, kvOffset, d.a(0), d.a(1 << 20), d.a(2 << 20),
                            d.a(3 << 20), tokens, 4, 2, headDim, page, window, decodeKernel,
-                           prefillKernel, spec, 0.f);
+                           prefillKernel, spec, 0.f, kvDtype);
 }
 
 TEST(RuntimeCpu, AttentionValidation) {
@@ -499,6 +500,17 @@ TEST(RuntimeCpu, AttentionValidation) {
   EXPECT_EQ(kiln_rt_resource(d.ctx, 1, "kv", &off, &bytes), KILN_OK);
   EXPECT_EQ(off, kPool);
   EXPECT_EQ(bytes, kPool);
+  {
+    // An f8E4M3FN pool takes one byte an element: half the bf16 pool.
+    Dry f8;
+    ASSERT_EQ(kiln_rt_set_batch(f8.ctx, &dec.b), KILN_OK) << lastError();
+    EXPECT_EQ(attend(f8, 0, 0, 2, GQA, FMHA, KILN_RT_SINGLE_TOKEN, 64, 16, 0,
+                     KILN_RT_DTYPE_F8E4M3FN),
+              KILN_OK)
+        << lastError();
+    EXPECT_EQ(kiln_rt_resource(f8.ctx, 0, "kv", &off, &bytes), KILN_OK);
+    EXPECT_EQ(bytes, kPool / 2);
+  }
   struct Case {
     Step *step;
     std::function<int32_t()> call;
@@ -529,6 +541,14 @@ TEST(RuntimeCpu, AttentionValidation) {
        "support head_dim 64/128 (got 256)"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, -1); },
        KILN_ERROR_INVALID_ARGUMENT, "window -1 < 0"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_F16); },
+       KILN_ERROR_UNSUPPORTED, "kv_dtype 1 (f16) unsupported (bf16 or f8E4M3FN)"},
+      {&pre,
+       [&] {
+         return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 64, 16, 0,
+                       KILN_RT_DTYPE_F8E4M3FN);
+       },
+       KILN_ERROR_UNSUPPORTED, "an f8E4M3FN pool needs prefill_fmha"},
       {&dec, [&] { return attend(d, 2, kPool + kPool / 2, 2, GQA, FMHA, 0); },
        KILN_ERROR_INVALID_ARGUMENT, "does not fit in the caches"},
       {&dec, [&] { return attend(d, 2, kPool / 2, 2, GQA, FMHA, 0); },
@@ -540,19 +560,19 @@ TEST(RuntimeCpu, AttentionValidation) {
       {&dec,
        [&] {
          return kiln_rt_attention(d.ctx, 0, 0, d.a(8), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20),
-                                  2, 4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f);
+                                  2, 4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_INVALID_ARGUMENT, "q ("},
       {&dec,
        [&] {
          return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.w(), 2, 4, 2,
-                                  64, 16, 0, GQA, FMHA, 0, 0.f);
+                                  64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_INVALID_ARGUMENT, "is an output"},
       {&dec,
        [&] {
          return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20), 2,
-                                  68, 2, 64, 16, 0, GQA, FMHA, 0, 0.f);
+                                  68, 2, 64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_UNSUPPORTED, "1..16 query heads per KV head"},
   };

@@ -180,7 +180,8 @@ void kiln_model_forward(kiln_rt_context_t *ctx) {
     kiln_rt_attention(ctx, l, (uint64_t)l * poolBytes, A + act[A_QR], A + act[A_KR],
                       A + act[A_V], A + act[A_ATT], T, NH, KVH, D, PAGE,
                       TINY_BUG && l == 1 ? -1 : 0,
-                      KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, spec, 0.0f);
+                      KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, spec, 0.0f,
+                      KILN_RT_DTYPE_BF16);
     kiln_rt_linear(ctx, A + act[A_ATT], W + w[L_OW], NULL, A + act[A_O], T, H, NH * D);
     kiln_rt_add(ctx, x, A + act[A_O], y, T * H);
     kiln_rt_rms_norm(ctx, y, W + w[L_LN2], A + act[A_HN], T, H, EPS);

@@ -22,10 +22,10 @@ module attributes {kiln.target = #kiln.target<"h200">, kiln.runtime = #kiln.runt
 }
 
 // -----
-module attributes {kiln.target = #kiln.target<"h200">, kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = f8E4M3FN>} {
+module attributes {kiln.target = #kiln.target<"h200">, kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = f8E5M2>} {
   func.func @f(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>) {
-    %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of f8E4M3FN : !kiln.cache<kv>
-    // expected-error @below {{gqa_decode: dtype f8E4M3FN not in {bf16, f16}}}
+    %kv = kiln.cache_resource layer 0 unit [2, 8, 128] of f8E5M2 : !kiln.cache<kv>
+    // expected-error @below {{gqa_decode: dtype f8E5M2 not in {bf16, f16, f8E4M3FN}}}
     %0 = kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%q : tensor<?x32x128xbf16>) {num_heads = 32, num_kv_heads = 8, head_dim = 128}
       : tensor<?x32x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x32x128xbf16>
     return

@@ -88,16 +88,22 @@ TEST_F(RegistryTest, EmbedderAddsAVariant) {
   custom.minSm = 89;
   custom.requiredFeatures = static_cast<uint32_t>(TargetFeature::fp8);
   custom.headDims = {128};
-  custom.dtypes = static_cast<uint32_t>(DtypeBit::fp8);
+  custom.dtypes = static_cast<uint32_t>(DtypeBit::fp8_e5m2);
   custom.maxQueryLen = 4;
   custom.priority = 50;
   registry.add(custom);
+  // No built-in kernel reads e5m2: the embedder's is the only candidate where it runs.
   KernelQuery q = gqaDecode(4);
-  q.dtype = Float8E4M3FNType::get(&context);
+  q.dtype = Float8E5M2Type::get(&context);
   auto fitting = registry.candidates(q, TargetAttr::getPreset(&context, "l40s"));
   ASSERT_EQ(fitting.size(), 1u);
   EXPECT_EQ(fitting.front()->name, "my_fp8_decode");
   EXPECT_TRUE(registry.candidates(q, TargetAttr::getPreset(&context, "a100")).empty());
+  // e4m3 pools: the built-in gqa_decode reads them on any target.
+  q.dtype = Float8E4M3FNType::get(&context);
+  fitting = registry.candidates(q, TargetAttr::getPreset(&context, "a100"));
+  ASSERT_EQ(fitting.size(), 1u);
+  EXPECT_EQ(fitting.front()->name, "gqa_decode");
 }
 
 TEST_F(RegistryTest, MaxQueryLenComesFromImplementedVariants) {

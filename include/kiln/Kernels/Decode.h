@@ -37,7 +37,9 @@ extern "C" {
 
 /* ---- gqa_decode ------------------------------------------------------------------
  * head_dim 64/128/256; page_size 16/32/64/128; group = q_heads / kv_heads in 1..16;
- * q_len 1..8; dtype BF16 or F16 (q, kv, out share it); sm_80 or newer.
+ * q_len 1..8; dtype BF16 or F16 (q and out); the pool holds dtype, or FP8 e4m3 with
+ * per-KV-head dequantization scales (kv_dtype KILN_DTYPE_FP8_E4M3, BF16 q only); sm_80 or
+ * newer.
  * Split-KV: the launcher splits each sequence's keys into num_splits chunks (0 = choose
  * from batch, kv heads, max_seq_len and the SM count) and combines the partial results
  * in a second kernel. Partials live in the caller's workspace: query its size with
@@ -79,6 +81,11 @@ typedef struct kiln_gqa_decode_params {
    * or NULL: head h's softmax gets the extra term exp(sinks[h] - max) in its
    * denominator (a logit that takes probability mass and has no value). */
   const float *sinks;
+  /* The pool's element type: dtype, or KILN_DTYPE_FP8_E4M3 (then k_scale / v_scale are
+   * device [kv_heads] dequantization scales, value = e4m3 * scale; NULL = 1). */
+  kiln_dtype_t kv_dtype;
+  const float *k_scale;
+  const float *v_scale;
 } kiln_gqa_decode_params_t;
 
 /* Workspace bytes kiln_gqa_decode needs for these params on the current device (0 when
@@ -90,8 +97,10 @@ kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *params);
 /* ---- kv_append --------------------------------------------------------------------
  * Writes token t's K and V ([kv_heads, head_dim] each) into the pool at position
  * token_pos[t] of sequence token_batch[t]: page block_table[b][pos / page_size], slot
- * pos % page_size. Ragged: tokens of different sequences in any order. 16-bit dtypes
- * (BF16/F16; the bytes are copied). Token strides in elements, multiples of 8 (0 =
+ * pos % page_size. Ragged: tokens of different sequences in any order. k/v are BF16/F16
+ * (dtype); the pool holds dtype (the bytes are copied) or FP8 e4m3 (kv_dtype
+ * KILN_DTYPE_FP8_E4M3, BF16 k/v: each value is divided by its KV head's scale and
+ * rounded to nearest, saturating at +-448). Token strides in elements, multiples of 8 (0 =
  * kv_heads*head_dim). Entries whose batch/position/page fall outside the tables are
  * skipped by the kernel (the host cannot see device-side indices). */
 typedef struct kiln_kv_append_params {
@@ -112,6 +121,9 @@ typedef struct kiln_kv_append_params {
   int max_pages_per_seq;
   kiln_dtype_t dtype;
   void *stream;
+  kiln_dtype_t kv_dtype;  /* the pool's element type: dtype or KILN_DTYPE_FP8_E4M3 */
+  const float *k_scale;   /* FP8: device [kv_heads] scales, or NULL = 1 */
+  const float *v_scale;
 } kiln_kv_append_params_t;
 
 kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *params);

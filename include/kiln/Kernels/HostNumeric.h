@@ -1,5 +1,6 @@
-/* Host-side conversions between fp32 and the 16-bit storage types the kernels use,
- * for CPU references, tests and benchmarks (round to nearest even, like the device). */
+/* Host-side conversions between fp32 and the storage types the kernels use (bf16, f16,
+ * and the FP8 e4m3 of KV caches), for CPU references, tests and benchmarks (round to
+ * nearest even, like the device). */
 #ifndef KILN_KERNELS_HOSTNUMERIC_H
 #define KILN_KERNELS_HOSTNUMERIC_H
 
@@ -13,6 +14,10 @@ float kiln_bf16_to_float(uint16_t bits);
 uint16_t kiln_float_to_bf16(float value);
 float kiln_f16_to_float(uint16_t bits);
 uint16_t kiln_float_to_f16(float value);
+/* OCP e4m3 ("fn"): bias 7, no infinities, 0x7f / 0xff NaN, largest finite 448. The
+ * encoder saturates finite values beyond +-448 to +-448 (as kv_append does). */
+float kiln_e4m3_to_float(uint8_t bits);
+uint8_t kiln_float_to_e4m3(float value);
 
 #ifdef __cplusplus
 }

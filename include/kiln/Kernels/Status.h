@@ -22,7 +22,11 @@ typedef enum kiln_status {
 typedef enum kiln_dtype {
   KILN_DTYPE_BF16 = 0,
   KILN_DTYPE_F16 = 1,
-  KILN_DTYPE_F32 = 2
+  KILN_DTYPE_F32 = 2,
+  /* 3 is the runtime ABI's I32 (ABI.def shares these numbers). */
+  /* OCP e4m3 ("fn": no infinities, largest finite 448), KV caches only: stored with a
+   * dequantization scale, value = e4m3 * scale. */
+  KILN_DTYPE_FP8_E4M3 = 4
 } kiln_dtype_t;
 
 /* Message of the last failed call on this thread ("" after success). */

@@ -20,7 +20,8 @@
 namespace kiln {
 
 /// Storage types a kernel variant reads (bit flags).
-enum class DtypeBit : uint32_t { bf16 = 1, f16 = 2, f32 = 4, fp8 = 8 };
+// fp8: OCP e4m3 (f8E4M3FN); fp8_e5m2: f8E5M2 (no Kiln kernel reads it yet).
+enum class DtypeBit : uint32_t { bf16 = 1, f16 = 2, f32 = 4, fp8 = 8, fp8_e5m2 = 16 };
 /// The flag of `type`, or 0 for types no kernel handles.
 uint32_t dtypeBitOf(mlir::Type type);
 

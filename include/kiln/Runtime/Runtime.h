@@ -274,13 +274,16 @@ int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *r
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.
- * q, out [tokens, num_heads, head_dim], k, v [tokens, num_kv_heads, head_dim]; the KV
- * pool [kv_pages, 2, page_size, num_kv_heads, head_dim] bf16 at kv_offset in the caches. */
+ * q, out [tokens, num_heads, head_dim], k, v [tokens, num_kv_heads, head_dim] bf16; the
+ * KV pool [kv_pages, 2, page_size, num_kv_heads, head_dim] of kv_dtype (BF16, or
+ * F8E4M3FN: e4m3 with scale 1, values beyond +-448 saturate) at kv_offset in the caches.
+ * An FP8 pool is read by gqa_decode and the mma.sync paged prefill (prefill_fmha). */
 int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset,
                           const void *q, const void *k, const void *v, void *out, int64_t tokens,
                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                           int32_t page_size, int32_t window, int32_t decode_kernel,
-                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale);
+                          int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
+                          int32_t kv_dtype);
 int32_t kiln_rt_output(kiln_rt_context_t *ctx, int32_t which, const void *data, int64_t rows,
                        int64_t cols);
 

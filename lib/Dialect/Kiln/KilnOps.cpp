@@ -1,5 +1,6 @@
 //===- KilnOps.cpp - verifiers and interface implementations --------------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Runtime/Runtime.h" // kiln_rt_dtype_t codes of kiln_rt_attention
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
@@ -787,16 +788,19 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
   if (offset < 0)
     return emitOpError() << "layer " << getLayer()
                          << ": the KV resource has no planned offset; run kiln-plan-memory";
-  // kiln_rt_attention carries no dtype: its kernels read q and the cache as bf16. A
-  // cache planned in another dtype would be read as bf16, so it cannot be lowered.
+  // kiln_rt_attention takes bf16 activations and a bf16 or f8E4M3FN pool (kv_dtype);
+  // any other cache dtype has no kernel that reads it next to bf16 activations.
   Type bf16 = BFloat16Type::get(getContext());
   auto resource = getKv().getDefiningOp<CacheResourceOp>();
-  Type cacheType = resource ? resource.getElementType() : Type();
-  if (cacheType && cacheType != bf16)
+  Type cacheType = resource ? resource.getElementType() : bf16;
+  int64_t kvDtype = KILN_RT_DTYPE_BF16;
+  if (isa<Float8E4M3FNType>(cacheType))
+    kvDtype = KILN_RT_DTYPE_F8E4M3FN;
+  else if (cacheType != bf16)
     return emitOpError() << "layer " << getLayer() << ": the KV cache is " << cacheType
-                         << ", but the runtime's attention path reads bf16 caches only "
-                            "(kv_dtype is a planning option for other dtypes); compile with "
-                            "--kv-dtype bf16 to run the model";
+                         << ", but the runtime's attention kernels read bf16 or f8E4M3FN "
+                            "caches next to bf16 activations; compile with --kv-dtype bf16 "
+                            "or fp8 to run the model";
   Type qType = cast<ShapedType>(getQ().getType()).getElementType();
   if (qType != bf16)
     return emitOpError() << "layer " << getLayer() << ": q is " << qType
@@ -810,7 +814,7 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
        RuntimeArg::i32(getHeadDim()), RuntimeArg::i32(config.runtime.getPageSize()),
        RuntimeArg::i32(getSlidingWindow().value_or(0)), kernelArg(getDecodeKernelAttr()),
        kernelArg(getPrefillKernelAttr()), RuntimeArg::i32(specDecModeValue(getSpecDecMode())),
-       RuntimeArg::f32(0.0)}};
+       RuntimeArg::f32(0.0), RuntimeArg::i32(kvDtype)}};
 }
 
 // MLA, SSM and conv launches still take their parameters (A, D, dt_bias, conv weights)

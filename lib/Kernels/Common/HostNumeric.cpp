@@ -55,3 +55,37 @@ extern "C" uint16_t kiln_float_to_f16(float value) {
   return sign | static_cast<uint16_t>(biased << 10) |
          static_cast<uint16_t>(static_cast<uint32_t>(scaled) & 0x3ff);
 }
+
+extern "C" float kiln_e4m3_to_float(uint8_t bits) {
+  const uint32_t sign = bits >> 7, exponent = (bits >> 3) & 0xf, mantissa = bits & 7;
+  float magnitude;
+  if (exponent == 15 && mantissa == 7)
+    magnitude = NAN;
+  else if (exponent == 0)
+    magnitude = std::ldexp(static_cast<float>(mantissa), -9);
+  else
+    magnitude = std::ldexp(static_cast<float>(mantissa | 8), static_cast<int>(exponent) - 10);
+  return sign ? -magnitude : magnitude;
+}
+
+extern "C" uint8_t kiln_float_to_e4m3(float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  if (std::isnan(value))
+    return sign | 0x7f;
+  const float magnitude = std::fabs(value);
+  constexpr uint8_t kLargest = 0x7e; // 448 = 1.75 * 2^8
+  if (magnitude >= 448.0f)
+    return sign | kLargest;
+  if (magnitude < std::ldexp(1.0f, -6)) // subnormal: units of 2^-9 (8 units = 2^-6)
+    return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(magnitude, 9)));
+  int exponent;
+  const float fraction = std::frexp(magnitude, &exponent); // magnitude = fraction * 2^exponent
+  float scaled = std::nearbyint(std::ldexp(fraction, 4));   // 4 significant bits
+  if (scaled >= 16.0f) {
+    scaled /= 2.0f;
+    ++exponent;
+  }
+  const int biased = exponent - 1 + 7;
+  const uint8_t bits = static_cast<uint8_t>((biased << 3) | (static_cast<int>(scaled) & 7));
+  return sign | (bits > kLargest ? kLargest : bits);
+}

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 using namespace kiln::kernels;
@@ -219,6 +220,27 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
 
 constexpr const char *kGqa = "gqa_decode";
 
+// A pool holds the activations' dtype, or FP8 e4m3 written from (and read into) bf16.
+// Scales are only meaningful for FP8, so passing them for a 16-bit pool is an error
+// rather than silently ignored.
+kiln_status_t checkPoolDtype(const char *kernel, kiln_dtype_t dtype, kiln_dtype_t kvDtype,
+                             const float *kScale, const float *vScale) {
+  if (kvDtype == KILN_DTYPE_FP8_E4M3) {
+    KILN_REQUIRE(dtype == KILN_DTYPE_BF16, KILN_ERROR_UNSUPPORTED,
+                 "%s: an FP8 e4m3 pool needs BF16 activations (dtype %d)", kernel,
+                 static_cast<int>(dtype));
+    return KILN_OK;
+  }
+  KILN_REQUIRE(kvDtype == dtype, KILN_ERROR_UNSUPPORTED,
+               "%s: kv_dtype %d unsupported with dtype %d (the pool holds dtype, or FP8 "
+               "e4m3 = %d)",
+               kernel, static_cast<int>(kvDtype), static_cast<int>(dtype),
+               static_cast<int>(KILN_DTYPE_FP8_E4M3));
+  KILN_REQUIRE(!kScale && !vScale, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: k_scale / v_scale are for FP8 pools only", kernel);
+  return KILN_OK;
+}
+
 kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kGqa);
   KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kGqa);
@@ -228,6 +250,9 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kGqa);
   KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
                "%s: dtype %d unsupported (BF16 or F16)", kGqa, static_cast<int>(p->dtype));
+  if (kiln_status_t s = checkPoolDtype(kGqa, p->dtype, p->kv_dtype, p->k_scale, p->v_scale);
+      s != KILN_OK)
+    return s;
   KILN_REQUIRE(p->batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kGqa, p->batch);
   KILN_REQUIRE(p->q_len >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: q_len %d < 1", kGqa, p->q_len);
   KILN_REQUIRE(p->q_len <= 8, KILN_ERROR_UNSUPPORTED, "%s: q_len %d unsupported (1..8)", kGqa,
@@ -291,8 +316,9 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if (status != KILN_OK)
     return status;
   int mTiles = gqaMTiles(p);
-  *info = p->dtype == KILN_DTYPE_BF16 ? gqaKernelInfoBf16(p->head_dim, mTiles)
-                                      : gqaKernelInfoF16(p->head_dim, mTiles);
+  *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3 ? gqaKernelInfoBf16Fp8(p->head_dim, mTiles)
+          : p->dtype == KILN_DTYPE_BF16      ? gqaKernelInfoBf16(p->head_dim, mTiles)
+                                             : gqaKernelInfoF16(p->head_dim, mTiles);
   KILN_REQUIRE(info->fn, KILN_ERROR_UNSUPPORTED, "%s: no kernel for head_dim %d, %d row tiles",
                kGqa, p->head_dim, mTiles);
   DeviceProps props;
@@ -484,6 +510,8 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.splitTiles = plan.splitTiles;
   args.window = p->window;
   args.sinks = p->sinks;
+  args.kScale = p->k_scale;
+  args.vScale = p->v_scale;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
   if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
@@ -580,24 +608,31 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   if ((status = checkStride(kernel, "k_token_stride", kStride, row)) != KILN_OK ||
       (status = checkStride(kernel, "v_token_stride", vStride, row)) != KILN_OK)
     return status;
+  if ((status = checkPoolDtype(kernel, p->dtype, p->kv_dtype, p->k_scale, p->v_scale)) !=
+      KILN_OK)
+    return status;
   KILN_REQUIRE(aligned16(p->k) && aligned16(p->v) && aligned16(p->kv_cache),
                KILN_ERROR_INVALID_ARGUMENT, "%s: k, v and kv_cache must be 16-byte aligned",
                kernel);
   if (p->num_tokens == 0)
     return ok();
+  const bool fp8 = p->kv_dtype == KILN_DTYPE_FP8_E4M3;
   KvAppendArgs args{};
   args.k = static_cast<const uint16_t *>(p->k);
   args.v = static_cast<const uint16_t *>(p->v);
   args.kStride = kStride;
   args.vStride = vStride;
-  args.cache = static_cast<uint16_t *>(p->kv_cache);
+  args.cache = p->kv_cache;
   fillTokenTables(args, p);
   args.kvHeads = p->kv_heads;
   args.headDim = p->head_dim;
   args.pageSize = p->page_size;
+  args.kScale = p->k_scale;
+  args.vScale = p->v_scale;
   long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
-  if ((status = launch(kernel, kvAppendKernel(), dim3(static_cast<unsigned>((chunks + 255) / 256)),
-                       dim3(256), &args, 0, p->stream)) != KILN_OK)
+  if ((status = launch(kernel, fp8 ? kvAppendFp8Kernel() : kvAppendKernel(),
+                       dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,
+                       p->stream)) != KILN_OK)
     return status;
   return ok();
 }

@@ -20,6 +20,7 @@ struct GqaArgs {
   int numSplits, splitTiles; // keys per split = splitTiles * tileN
   int window;                // > 0: sliding window (keys per query), 0: every key
   const float *sinks;        // [qHeads] attention-sink logits (scaled-score units) or null
+  const float *kScale, *vScale; // FP8 pools: [kvHeads] dequantization scales, or null (1)
   float scaleLog2;
 };
 
@@ -40,9 +41,10 @@ struct KvAppendArgs {
   const uint16_t *k;
   const uint16_t *v;
   long long kStride, vStride; // elements per token
-  uint16_t *cache;
+  void *cache;                  // 16-bit elements, or FP8 e4m3 bytes (kvAppendFp8Device)
   const int32_t *blockTable, *tokenBatch, *tokenPos;
   int numTokens, batch, kvHeads, headDim, pageSize, numPages, maxPages;
+  const float *kScale, *vScale; // FP8: [kvHeads] scales, or null (1)
 };
 
 struct MlaKvAppendArgs {

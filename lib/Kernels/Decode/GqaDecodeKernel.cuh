@@ -21,21 +21,32 @@
 //
 // Attention sinks (args.sinks, gpt-oss): a per-head logit in the softmax's denominator,
 // added where the splits are combined (or in the same arithmetic when there is one).
+//
+// FP8 pools (F8): the tile's e4m3 bytes stream through the same pipeline (half the
+// bytes), and each tile is widened once into an fp16 tile in smem that the unchanged
+// mma.sync path reads. e4m3 -> fp16 is exact, so the math is fp16 x fp16 -> fp32: q is
+// rounded to fp16 once (clamped to its range), P too. A block holds one KV head, so that
+// head's scales are folded into the score scale (K) and the output (V).
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
 #include "DecodeArgs.h"
 #include "DecodeDevice.cuh"
 
+#include <cuda_fp8.h>
+#include <type_traits>
+
 namespace kiln::decode {
 
-template <int D, int MT> struct GqaConfig {
+template <int D, int MT, bool F8 = false> struct GqaConfig {
   static constexpr int TILE_N = D == 256 ? 32 : 64;
   static constexpr int WARPS_N = TILE_N / 16 < 4 ? TILE_N / 16 : 4; // independent of MT
   static constexpr int WARPS = MT * WARPS_N;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
-  static constexpr int STAGES = D == 64 ? 4 : D == 128 ? 3 : 2;
+  // FP8 tiles are half the bytes: more stages keep as many bytes in flight per SM as
+  // the 16-bit kernel (what bounds a streaming kernel), within 96 KiB a block.
+  static constexpr int STAGES = D == 64 ? (F8 ? 6 : 4) : D == 128 ? (F8 ? 4 : 3) : (F8 ? 3 : 2);
   // d <= 128: each warp keeps its Q fragments in registers (staged through the last
   // K/V slot), so the block fits 99 KiB parts; d = 256 keeps Q in smem.
   static constexpr bool Q_IN_REGS = D <= 128;
@@ -44,20 +55,58 @@ template <int D, int MT> struct GqaConfig {
   static constexpr int Q_ELEMS = ROWS * D;
   static constexpr int STAGE_ELEMS = 2 * TILE_N * D;
   static constexpr int Q_SMEM_ELEMS = Q_IN_REGS ? 0 : Q_ELEMS;
-  static constexpr int SMEM_BYTES = (Q_SMEM_ELEMS + STAGES * STAGE_ELEMS) * 2;
+  static constexpr int KV_BYTES = F8 ? 1 : 2;          // bytes per cached element
+  static constexpr int WIDE_ELEMS = F8 ? STAGE_ELEMS : 0; // the widened fp16 K/V tile
+  // [Q (d = 256)][widened tile (F8)][STAGES raw K/V tiles]
+  static constexpr int REGION_BYTES = WIDE_ELEMS * 2 + STAGES * STAGE_ELEMS * KV_BYTES;
+  static constexpr int SMEM_BYTES = Q_SMEM_ELEMS * 2 + REGION_BYTES;
   static_assert(!Q_IN_REGS || Q_ELEMS <= STAGE_ELEMS, "Q staging must fit one K/V slot");
   static_assert(KW % 16 == 0, "keys per warp must be a multiple of 16");
-  static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= STAGES * STAGE_ELEMS * 2,
+  static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= REGION_BYTES,
                 "merge buffer must fit in the K/V stages");
 };
 
-template <typename T, int D, int MT>
-__global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
+// 16 e4m3 values -> 16 fp16 values (exact).
+__device__ __forceinline__ void widenFp8x16(const uint4 &in, uint4 &lo, uint4 &hi) {
+  const __nv_fp8x2_storage_t *pairs = reinterpret_cast<const __nv_fp8x2_storage_t *>(&in);
+  uint32_t *out[2] = {reinterpret_cast<uint32_t *>(&lo), reinterpret_cast<uint32_t *>(&hi)};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
+    out[i / 4][i % 4] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  }
+}
+
+// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range.
+__device__ __forceinline__ uint4 bf16x8ToHalf(const uint4 &in) {
+  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
+  uint4 out;
+  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __bfloat1622float2(pairs[i]);
+    f.x = fminf(fmaxf(f.x, -65504.f), 65504.f);
+    f.y = fminf(fmaxf(f.y, -65504.f), 65504.f);
+    words[i] = pack2<__half>(f.x, f.y);
+  }
+  return out;
+}
+
+// T: q and out; F8: the pool holds e4m3 (else T). CT, the mma operand type, is fp16
+// over an FP8 pool.
+template <typename T, int D, int MT, bool F8>
+__global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
     gqaDecodeKernel(const GqaArgs args) {
-  using C = GqaConfig<D, MT>;
+  using C = GqaConfig<D, MT, F8>;
+  using CT = std::conditional_t<F8, __half, T>;
+  using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
   extern __shared__ __align__(16) unsigned char smemRaw[];
-  T *sKV = reinterpret_cast<T *>(smemRaw) + C::Q_SMEM_ELEMS;
-  T *sQ = C::Q_IN_REGS ? sKV + (C::STAGES - 1) * C::STAGE_ELEMS : reinterpret_cast<T *>(smemRaw);
+  unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
+  CT *sWide = reinterpret_cast<CT *>(region);                    // F8 only
+  KT *sKV = reinterpret_cast<KT *>(region + C::WIDE_ELEMS * 2); // raw K/V stages
+  CT *sQ = !C::Q_IN_REGS ? reinterpret_cast<CT *>(smemRaw)
+           : F8          ? sWide
+                         : reinterpret_cast<CT *>(sKV + (C::STAGES - 1) * C::STAGE_ELEMS);
 
   const int split = blockIdx.x, b = blockIdx.z;
   const int kvh = blockIdx.y / args.rowBlocks, rowBase = (blockIdx.y % args.rowBlocks) * C::ROWS;
@@ -75,7 +124,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
                             : splitStart;
   const int numTiles = end > start ? (end - start + C::TILE_N - 1) / C::TILE_N : 0;
   const T *q = static_cast<const T *>(args.q);
-  const T *kv = static_cast<const T *>(args.kv);
+  const KT *kv = static_cast<const KT *>(args.kv);
   const int32_t *table = args.blockTable + static_cast<size_t>(b) * args.maxPages;
 
   // Query rows rowBase + r = token * group + g  ->  q[b][token][kvh * group + g][:]
@@ -84,31 +133,58 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
     bool valid = r < rows;
     int token = (rowBase + r) / args.group, head = kvh * args.group + (rowBase + r) % args.group;
     const T *src = valid ? q + ((static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head) * D + ch * 8 : q;
-    cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
+    if constexpr (std::is_same_v<CT, T>) {
+      cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
+    } else {
+      const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(sQ + swz(r, ch, C::CH)) = bf16x8ToHalf(raw);
+    }
   }
   cpAsyncCommit();
 
   const size_t tokenStride = static_cast<size_t>(args.kvHeads) * D;
   // One block-table lookup and address per (key, chunk) serves both K and V.
   const size_t vOffset = static_cast<size_t>(args.pageSize) * tokenStride;
+  // 16-byte chunks of a key's row in the pool: 8 16-bit values, or 16 FP8 ones.
+  constexpr int KV_CH = D * C::KV_BYTES / 16;
+  constexpr int PER_CHUNK = 16 / C::KV_BYTES;
+  // Byte offset of 16-byte chunk `ch` of raw FP8 row `row` (K rows, then V rows): XOR
+  // swizzled within the row, so a column of chunks down 8 rows spreads over the banks.
+  auto rawAt = [](int row, int ch) { return row * D + ((ch ^ row) & (KV_CH - 1)) * 16; };
   auto loadTile = [&](int tile) {
-    T *dst = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
+    KT *dst = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
     const int base = start + tile * C::TILE_N;
 #pragma unroll
-    for (int c = tid; c < C::TILE_N * C::CH; c += C::THREADS) {
-      int key = c / C::CH, ch = c % C::CH;
+    for (int c = tid; c < C::TILE_N * KV_CH; c += C::THREADS) {
+      int key = c / KV_CH, ch = c % KV_CH;
       int pos = base + key;
       bool valid = pos < end && pos >= keyFloor;
-      const T *src = kv;
+      const KT *src = kv;
       if (valid) {
         size_t page = static_cast<size_t>(table[pos >> args.pageShift]);
         int slot = pos & (args.pageSize - 1);
         src = kv + (page * 2 * args.pageSize + slot) * tokenStride + static_cast<size_t>(kvh) * D +
-              ch * 8;
+              ch * PER_CHUNK;
       }
-      int at = swz(key, ch, C::CH);
+      int at = F8 ? rawAt(key, ch) : swz(key, ch, C::CH);
       cpAsync16(dst + at, src, valid);
       cpAsync16(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
+    }
+  };
+  // F8: raw tile -> the swizzled fp16 tile the mma path reads. Consecutive threads take
+  // consecutive rows of one chunk column: the raw tile's XOR swizzle (rawAt) and the
+  // fp16 tile's keep both the 16-byte reads and the stores free of bank conflicts.
+  auto widenTile = [&](int tile) {
+    const uint8_t *raw = reinterpret_cast<const uint8_t *>(sKV + (tile % C::STAGES) * C::STAGE_ELEMS);
+#pragma unroll
+    for (int c = tid; c < 2 * C::TILE_N * KV_CH; c += C::THREADS) {
+      const int row = c % (2 * C::TILE_N), ch = c / (2 * C::TILE_N); // K rows, then V rows
+      const int key = row % C::TILE_N;
+      uint4 lo, hi;
+      widenFp8x16(*reinterpret_cast<const uint4 *>(raw + rawAt(row, ch)), lo, hi);
+      CT *dst = sWide + (row / C::TILE_N) * C::TILE_N * D;
+      *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch, C::CH)) = lo;
+      *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch + 1, C::CH)) = hi;
     }
   };
   for (int s = 0; s < C::STAGES - 1; ++s) {
@@ -127,6 +203,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   const int lim1 = row1 < rows ? min(end, past1) : end;
   const int lo0 = args.window > 0 && row0 < rows ? past0 - args.window : 0;
   const int lo1 = args.window > 0 && row1 < rows ? past1 - args.window : 0;
+  // FP8: this KV head's dequantization scales (K's in the scores, V's in the output).
+  const float scaleLog2 = F8 && args.kScale ? args.scaleLog2 * args.kScale[kvh] : args.scaleLog2;
+  const float vScale = F8 && args.vScale ? args.vScale[kvh] : 1.f;
 
   float o[D / 8][4];
 #pragma unroll
@@ -152,8 +231,15 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
       loadTile(tile + C::STAGES - 1);
     cpAsyncCommit();
 
-    const T *sK = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
-    const T *sV = sK + C::TILE_N * D;
+    const CT *sK;
+    if constexpr (F8) {
+      widenTile(tile); // the barrier above: every warp is done with the last wide tile
+      __syncthreads();
+      sK = sWide;
+    } else {
+      sK = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
+    }
+    const CT *sV = sK + C::TILE_N * D;
     const int kBase = wn * C::KW;
 
     float s[C::KW / 8][4];
@@ -176,8 +262,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
         uint32_t bf[4];
         int key = kBase + j * 16 + (lane % 8) + (lane / 16) * 8;
         ldsmX4(bf, sK + swz(key, kk * 2 + (lane / 8) % 2, C::CH));
-        mma16816<T>(s[2 * j], a, bf[0], bf[1]);
-        mma16816<T>(s[2 * j + 1], a, bf[2], bf[3]);
+        mma16816<CT>(s[2 * j], a, bf[0], bf[1]);
+        mma16816<CT>(s[2 * j + 1], a, bf[2], bf[3]);
       }
     }
 
@@ -188,8 +274,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         int pos = posBase + j * 8 + e;
-        s[j][e] = pos < lim0 && pos >= lo0 ? s[j][e] * args.scaleLog2 : -INFINITY;
-        s[j][2 + e] = pos < lim1 && pos >= lo1 ? s[j][2 + e] * args.scaleLog2 : -INFINITY;
+        s[j][e] = pos < lim0 && pos >= lo0 ? s[j][e] * scaleLog2 : -INFINITY;
+        s[j][2 + e] = pos < lim1 && pos >= lo1 ? s[j][2 + e] * scaleLog2 : -INFINITY;
         mx0 = fmaxf(mx0, s[j][e]);
         mx1 = fmaxf(mx1, s[j][2 + e]);
       }
@@ -222,17 +308,17 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
 #pragma unroll
     for (int kk = 0; kk < C::KW / 16; ++kk) {
       uint32_t a[4];
-      a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      a[0] = pack2<CT>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack2<CT>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack2<CT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack2<CT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       int key = kBase + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t bf[4];
         ldsmX4T(bf, sV + swz(key, np * 2 + lane / 16, C::CH));
-        mma16816<T>(o[2 * np], a, bf[0], bf[1]);
-        mma16816<T>(o[2 * np + 1], a, bf[2], bf[3]);
+        mma16816<CT>(o[2 * np], a, bf[0], bf[1]);
+        mma16816<CT>(o[2 * np + 1], a, bf[2], bf[3]);
       }
     }
   }
@@ -250,6 +336,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
     if (r >= rows)
       return;
     float inv = rowSum > 0.f ? 1.f / rowSum : 0.f;
+    if constexpr (F8)
+      inv *= vScale;
     size_t fr = flatRow(r);
     if (args.numSplits == 1 && args.sinks) {
       // The combine's arithmetic for one split plus the sink (splitCombineKernel), so a
@@ -283,7 +371,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT>::THREADS)
   } else {
     // Merge key-split warps: stats then rescaled O through smem (K/V stages reused).
     __syncthreads();
-    float *sO = reinterpret_cast<float *>(sKV);         // [WARPS_N][ROWS][D]
+    float *sO = reinterpret_cast<float *>(region);      // [WARPS_N][ROWS][D]
     __shared__ float sM[C::WARPS_N][C::ROWS], sL[C::WARPS_N][C::ROWS];
     if (t4 == 0) {
       sM[wn][row0] = m0;

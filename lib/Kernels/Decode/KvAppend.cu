@@ -1,13 +1,16 @@
 // kv_append: scatter the step's new K/V (or MLA latents) into their cache pages.
 // One thread copies one 16-byte chunk; tokens may belong to any sequence and position.
+// FP8 pools: one thread quantizes 8 values (one 16-byte source chunk) to 8 bytes.
 #include "DecodeKernels.h"
 #include "DecodeArgs.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 namespace kiln::decode {
 
-__global__ void kvAppendDevice(const KvAppendArgs args) {
+template <bool FP8> __global__ void kvAppendDevice(const KvAppendArgs args) {
   const int chunksPerRow = args.headDim / 8;
   const long long perToken = 2LL * args.kvHeads * chunksPerRow;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -25,11 +28,29 @@ __global__ void kvAppendDevice(const KvAppendArgs args) {
     return;
   const uint16_t *src = (half ? args.v : args.k) +
                         token * (half ? args.vStride : args.kStride) + within * 8;
-  uint16_t *dst = args.cache +
-                  ((static_cast<size_t>(page) * 2 + half) * args.pageSize + pos % args.pageSize) *
-                      args.kvHeads * args.headDim +
-                  within * 8;
-  *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+  const size_t element =
+      ((static_cast<size_t>(page) * 2 + half) * args.pageSize + pos % args.pageSize) *
+          args.kvHeads * args.headDim +
+      within * 8;
+  if constexpr (FP8) {
+    const float *scales = half ? args.vScale : args.kScale;
+    const float inv = scales ? 1.f / scales[within / chunksPerRow] : 1.f;
+    const uint4 raw = *reinterpret_cast<const uint4 *>(src);
+    const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+    uint2 packed;
+    uint16_t *bytePairs = reinterpret_cast<uint16_t *>(&packed);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __bfloat1622float2(pairs[i]);
+      f.x *= inv;
+      f.y *= inv;
+      bytePairs[i] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
+    }
+    *reinterpret_cast<uint2 *>(static_cast<uint8_t *>(args.cache) + element) = packed;
+  } else {
+    *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(args.cache) + element) =
+        *reinterpret_cast<const uint4 *>(src);
+  }
 }
 
 __global__ void mlaKvAppendDevice(const MlaKvAppendArgs args) {
@@ -51,7 +72,10 @@ __global__ void mlaKvAppendDevice(const MlaKvAppendArgs args) {
   *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
 }
 
-const void *kvAppendKernel() { return reinterpret_cast<const void *>(&kvAppendDevice); }
+const void *kvAppendKernel() { return reinterpret_cast<const void *>(&kvAppendDevice<false>); }
+const void *kvAppendFp8Kernel() {
+  return reinterpret_cast<const void *>(&kvAppendDevice<true>);
+}
 const void *mlaKvAppendKernel() { return reinterpret_cast<const void *>(&mlaKvAppendDevice); }
 
 } // namespace kiln::decode

@@ -50,6 +50,8 @@ inline FmhaArgs makeArgs(const kiln_prefill_fmha_paged_params_t &p) {
   a.o_tok = s.o_tok, a.o_head = s.o_head;
   a.page_size = p.page_size;
   a.max_pages = p.max_pages_per_seq;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
   a.group = p.q_heads / p.kv_heads;
   a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   a.causal = p.causal;

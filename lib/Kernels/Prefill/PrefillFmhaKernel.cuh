@@ -7,14 +7,22 @@
 // tensor cores; P is re-packed from the S accumulators into A fragments without shared
 // memory. K/V tiles of BN keys are gathered either from a dense varlen tensor or from a
 // paged cache (PAGED), the only difference being the row address.
+//
+// An FP8 e4m3 paged cache (F8): the K/V tiles' bytes stream through the same ring, and
+// each tile is widened once into fp16 tiles the unchanged mma path reads (e4m3 -> fp16 is
+// exact); q is rounded to fp16 once (clamped to its range). One block is one q head, so
+// its KV head's scales fold into the score scale (K) and the output (V).
 #ifndef KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
 #define KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 namespace kiln::kernels::prefill {
 
@@ -35,6 +43,8 @@ struct FmhaArgs {
   int32_t causal;
   int32_t window;           // > 0: sliding window (keys per query, causal); 0: none
   const float *sinks;       // [q_heads] attention-sink logits (scaled-score units) or null
+  const float *k_scale;     // FP8 cache: [kv_heads] dequantization scales, or null (1)
+  const float *v_scale;
 };
 
 // The softmax denominator's share of a head's attention sink (gpt-oss): exp(sink - max)
@@ -109,16 +119,50 @@ template <int D> __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-template <int D, int BM, int BN, int STAGES>
+// [Q][K ring][V ring], plus the widened fp16 K and V tiles over an FP8 cache (whose
+// rings hold bytes).
+template <int D, int BM, int BN, int STAGES, bool F8 = false>
 constexpr int fmhaSmemBytes() {
-  return (BM * D + 2 * STAGES * BN * D) * 2;
+  return F8 ? (BM * D + 2 * BN * D) * 2 + 2 * STAGES * BN * D
+            : (BM * D + 2 * STAGES * BN * D) * 2;
+}
+
+// 16 e4m3 values -> 16 fp16 values (exact).
+__device__ __forceinline__ void widenE4m3x16(const uint4 &in, uint4 &lo, uint4 &hi) {
+  const __nv_fp8x2_storage_t *pairs = reinterpret_cast<const __nv_fp8x2_storage_t *>(&in);
+  uint32_t *out[2] = {reinterpret_cast<uint32_t *>(&lo), reinterpret_cast<uint32_t *>(&hi)};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
+    out[i / 4][i % 4] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  }
+}
+
+// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range.
+__device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {
+  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
+  uint4 out;
+  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    words[i] = MmaType<__half>::pack(fminf(fmaxf(f.x, -65504.f), 65504.f),
+                                     fminf(fmaxf(f.y, -65504.f), 65504.f));
+  }
+  return out;
 }
 
 // MT: 16-row m-tiles per warp (1: Q fragments in registers; 2: K/V fragments shared by
 // two m-tiles, halving shared-memory reads per FLOP, Q re-read from shared memory).
-template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT, bool QREG>
+// T: q and out; F8 (PAGED only): the cache holds e4m3 bytes, and CT, the mma operand
+// type, is fp16.
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT, bool QREG,
+          bool F8 = false>
 __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
   static_assert(D % 64 == 0 && BN % 16 == 0 && BM % (16 * MT) == 0 && STAGES >= 2, "tile");
+  static_assert(!F8 || PAGED, "FP8 is a paged cache's format");
+  using CT = std::conditional_t<F8, __half, T>;
+  using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
   constexpr int WROWS = 16 * MT;
   constexpr int NWARPS = BM / WROWS;
   constexpr int NTHREADS = NWARPS * 32;
@@ -127,9 +171,11 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   const float NEG_INF = -INFINITY;
 
   extern __shared__ __align__(128) unsigned char smemRaw[];
-  T *sQ = reinterpret_cast<T *>(smemRaw);
-  T *sK = sQ + BM * D;
-  T *sV = sK + STAGES * BN * D;
+  CT *sQ = reinterpret_cast<CT *>(smemRaw);
+  CT *sWideK = sQ + BM * D; // F8 only
+  CT *sWideV = sWideK + BN * D;
+  KT *sK = reinterpret_cast<KT *>(F8 ? sWideV + BN * D : sQ + BM * D);
+  KT *sV = sK + STAGES * BN * D;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -165,19 +211,22 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
 
   const T *qBase = static_cast<const T *>(a.q) + static_cast<int64_t>(qStart) * a.q_tok +
                    static_cast<int64_t>(head) * a.q_head;
-  const T *kBase;
-  const T *vBase;
+  const KT *kBase;
+  const KT *vBase;
   const int32_t *pageRow = nullptr;
   if constexpr (PAGED) {
-    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kvHead) * a.k_head;
+    kBase = static_cast<const KT *>(a.k) + static_cast<int64_t>(kvHead) * a.k_head;
     vBase = kBase + static_cast<int64_t>(a.page_size) * a.k_tok;
     pageRow = a.block_table + static_cast<int64_t>(b) * a.max_pages;
   } else {
-    kBase = static_cast<const T *>(a.k) + static_cast<int64_t>(kStart) * a.k_tok +
+    kBase = static_cast<const KT *>(a.k) + static_cast<int64_t>(kStart) * a.k_tok +
             static_cast<int64_t>(kvHead) * a.k_head;
-    vBase = static_cast<const T *>(a.v) + static_cast<int64_t>(kStart) * a.v_tok +
+    vBase = static_cast<const KT *>(a.v) + static_cast<int64_t>(kStart) * a.v_tok +
             static_cast<int64_t>(kvHead) * a.v_head;
   }
+  // FP8: this KV head's scales (K's in the scores, V's in the output).
+  const float scaleLog2 = F8 && a.k_scale ? a.scale_log2 * a.k_scale[kvHead] : a.scale_log2;
+  const float vScale = F8 && a.v_scale ? a.v_scale[kvHead] : 1.f;
 
   // ---- async loads ----------------------------------------------------------------
   {
@@ -188,36 +237,59 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       const int row = i / CHUNKS, ch = i % CHUNKS;
       const bool valid = m0 + row < qLen;
       const T *src = valid ? qBase + static_cast<int64_t>(m0 + row) * a.q_tok + ch * 8 : qBase;
-      cpAsync16(dst + swz<D>(row, ch * 8) * 2, src, valid ? 16 : 0);
+      if constexpr (std::is_same_v<CT, T>) {
+        cpAsync16(dst + swz<D>(row, ch * 8) * 2, src, valid ? 16 : 0);
+      } else {
+        const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4 *>(sQ + swz<D>(row, ch * 8)) = bf16x8ToFp16(raw);
+      }
     }
   }
+  // 16-byte chunks of a key row: 8 16-bit values, or 16 FP8 ones (unswizzled: the
+  // widening pass reads them in order).
+  constexpr int KV_CHUNKS = F8 ? D / 16 : CHUNKS;
+  constexpr int PER_CHUNK = F8 ? 16 : 8;
+  static_assert((BN * KV_CHUNKS) % NTHREADS == 0, "K/V loads");
   auto loadKV = [&](int tile, int stage) {
     const uint32_t dstK = smemAddr(sK + stage * BN * D);
     const uint32_t dstV = smemAddr(sV + stage * BN * D);
     const int n0 = tile * BN;
 #pragma unroll
-    for (int it = 0; it < BN * CHUNKS / NTHREADS; ++it) {
+    for (int it = 0; it < BN * KV_CHUNKS / NTHREADS; ++it) {
       const int i = tid + it * NTHREADS;
-      const int row = i / CHUNKS, ch = i % CHUNKS;
+      const int row = i / KV_CHUNKS, ch = i % KV_CHUNKS;
       const int key = n0 + row;
       const bool valid = key < kLen && key >= keyFloor;
-      const T *srcK = kBase;
-      const T *srcV = vBase;
+      const KT *srcK = kBase;
+      const KT *srcV = vBase;
       if (valid) {
         if constexpr (PAGED) {
           const int page = __ldg(pageRow + key / a.page_size);
           const int slot = key % a.page_size;
           const int64_t off = (static_cast<int64_t>(page) * 2 * a.page_size + slot) * a.k_tok;
-          srcK = kBase + off + ch * 8;
-          srcV = vBase + off + ch * 8;
+          srcK = kBase + off + ch * PER_CHUNK;
+          srcV = vBase + off + ch * PER_CHUNK;
         } else {
           srcK = kBase + static_cast<int64_t>(key) * a.k_tok + ch * 8;
           srcV = vBase + static_cast<int64_t>(key) * a.v_tok + ch * 8;
         }
       }
-      const int o = swz<D>(row, ch * 8) * 2;
+      const int o = F8 ? row * D + ch * 16 : swz<D>(row, ch * 8) * 2;
       cpAsync16(dstK + o, srcK, valid ? 16 : 0);
       cpAsync16(dstV + o, srcV, valid ? 16 : 0);
+    }
+  };
+  // F8: a stage's raw K and V tiles -> the swizzled fp16 tiles the mma path reads.
+  auto widenKV = [&](int stage) {
+    for (int i = tid; i < 2 * BN * (D / 16); i += NTHREADS) {
+      const int half = i / (BN * (D / 16)), rem = i % (BN * (D / 16));
+      const int row = rem / (D / 16), ch = rem % (D / 16);
+      const uint8_t *raw = reinterpret_cast<const uint8_t *>((half ? sV : sK) + stage * BN * D);
+      uint4 lo, hi;
+      widenE4m3x16(*reinterpret_cast<const uint4 *>(raw + row * D + ch * 16), lo, hi);
+      CT *dst = half ? sWideV : sWideK;
+      *reinterpret_cast<uint4 *>(dst + swz<D>(row, ch * 16)) = lo;
+      *reinterpret_cast<uint4 *>(dst + swz<D>(row, ch * 16 + 8)) = hi;
     }
   };
 
@@ -273,11 +345,15 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       cpAsyncCommit();
     }
     const int n0 = j * BN;
+    const int stage = (j - jFirst) % STAGES;
+    if constexpr (F8) {
+      widenKV(stage); // the barrier above: every warp is done with the last wide tiles
+      __syncthreads();
+    }
     if (n0 >= warpNEnd || n0 + BN <= warpNBegin)
       continue; // every key of this tile is masked for this warp's rows
-    const int stage = (j - jFirst) % STAGES;
-    const T *tK = sK + stage * BN * D;
-    const T *tV = sV + stage * BN * D;
+    const CT *tK = F8 ? sWideK : reinterpret_cast<const CT *>(sK) + stage * BN * D;
+    const CT *tV = F8 ? sWideV : reinterpret_cast<const CT *>(sV) + stage * BN * D;
 
     // S = Q K^T
     float s[MT][BN / 8][4];
@@ -303,8 +379,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const uint32_t(&af)[4] = QREG ? qf[QREG ? mt : 0][QREG ? kk : 0] : qa[QREG ? 0 : mt];
-          MmaType<T>::mma(s[mt][2 * np], af, bk[0], bk[1]);
-          MmaType<T>::mma(s[mt][2 * np + 1], af, bk[2], bk[3]);
+          MmaType<CT>::mma(s[mt][2 * np], af, bk[0], bk[1]);
+          MmaType<CT>::mma(s[mt][2 * np + 1], af, bk[2], bk[3]);
         }
       }
     }
@@ -341,7 +417,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mNew = fmaxf(rowMax[mt][r], mx);
         const float mUse = mNew == NEG_INF ? 0.f : mNew;
-        const float alpha = fastExp2((rowMax[mt][r] - mUse) * a.scale_log2);
+        const float alpha = fastExp2((rowMax[mt][r] - mUse) * scaleLog2);
         rowMax[mt][r] = mNew;
         rowSum[mt][r] *= alpha;
 #pragma unroll
@@ -349,12 +425,12 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
           o[mt][dn][2 * r] *= alpha;
           o[mt][dn][2 * r + 1] *= alpha;
         }
-        const float ms = mUse * a.scale_log2;
+        const float ms = mUse * scaleLog2;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt) {
-          const float p0 = fastExp2(fmaf(s[mt][nt][2 * r], a.scale_log2, -ms));
-          const float p1 = fastExp2(fmaf(s[mt][nt][2 * r + 1], a.scale_log2, -ms));
+          const float p0 = fastExp2(fmaf(s[mt][nt][2 * r], scaleLog2, -ms));
+          const float p1 = fastExp2(fmaf(s[mt][nt][2 * r + 1], scaleLog2, -ms));
           s[mt][nt][2 * r] = p0;
           s[mt][nt][2 * r + 1] = p1;
           sum += p0 + p1;
@@ -368,10 +444,10 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       uint32_t pa[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        pa[mt][0] = MmaType<T>::pack(s[mt][2 * kp][0], s[mt][2 * kp][1]);
-        pa[mt][1] = MmaType<T>::pack(s[mt][2 * kp][2], s[mt][2 * kp][3]);
-        pa[mt][2] = MmaType<T>::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
-        pa[mt][3] = MmaType<T>::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
+        pa[mt][0] = MmaType<CT>::pack(s[mt][2 * kp][0], s[mt][2 * kp][1]);
+        pa[mt][1] = MmaType<CT>::pack(s[mt][2 * kp][2], s[mt][2 * kp][3]);
+        pa[mt][2] = MmaType<CT>::pack(s[mt][2 * kp + 1][0], s[mt][2 * kp + 1][1]);
+        pa[mt][3] = MmaType<CT>::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
@@ -381,8 +457,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
         ldmatrixX4Trans(bv, smemAddr(tV + swz<D>(row, col)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          MmaType<T>::mma(o[mt][2 * dp], pa[mt], bv[0], bv[1]);
-          MmaType<T>::mma(o[mt][2 * dp + 1], pa[mt], bv[2], bv[3]);
+          MmaType<CT>::mma(o[mt][2 * dp], pa[mt], bv[0], bv[1]);
+          MmaType<CT>::mma(o[mt][2 * dp + 1], pa[mt], bv[2], bv[3]);
         }
       }
     }
@@ -400,8 +476,8 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       sum += sinkTerm(a.sinks, head,
-                      rowMax[mt][r] == NEG_INF ? 0.f : rowMax[mt][r] * a.scale_log2);
-      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+                      rowMax[mt][r] == NEG_INF ? 0.f : rowMax[mt][r] * scaleLog2);
+      inv[r] = sum > 0.f ? vScale / sum : 0.f;
     }
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
@@ -433,11 +509,11 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
 // Launches one instantiation; grid = (q_heads, batch, query blocks of the longest
 // sequence), blockIdx.z == 0 being the last (longest causal) block of each sequence.
 template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT = 1,
-          bool QREG = true>
+          bool QREG = true, bool F8 = false>
 cudaError_t launchPrefillFmha(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                               cudaStream_t stream) {
-  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES>();
-  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG>;
+  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES, F8>();
+  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG, F8>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)

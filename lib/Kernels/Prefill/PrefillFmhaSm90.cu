@@ -21,6 +21,13 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   kiln_status_t st = checkDeviceSm90(name);
   if (st != KILN_OK)
     return st;
+  if constexpr (PAGED) {
+    if (p.kv_dtype != p.dtype)
+      return fail(KILN_ERROR_UNSUPPORTED,
+                  "%s: variant sm90 reads 16-bit caches only (kv_dtype %d; the mma.sync "
+                  "variant reads FP8)",
+                  name, static_cast<int>(p.kv_dtype));
+  }
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {

@@ -16,6 +16,9 @@ kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const cha
 // instantiation for head_dim/dtype, launches on p.stream.
 kiln_status_t launchDenseSm80(const kiln_prefill_fmha_params_t &p, const char *name);
 kiln_status_t launchPagedSm80(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+// The mma.sync paged kernel over an FP8 e4m3 cache (PrefillFmhaPagedFp8.cu: a module of
+// its own, loaded only by models that read FP8 caches).
+kiln_status_t launchPagedFp8Sm80(const kiln_prefill_fmha_paged_params_t &p, const char *name);
 // Hopper wgmma variant (PrefillFmhaSm90.cu): KILN_ERROR_UNSUPPORTED unless the library was
 // built for sm_90a and the device is sm_90.
 kiln_status_t launchDenseSm90(const kiln_prefill_fmha_params_t &p, const char *name);

@@ -1,9 +1,11 @@
 // Launcher argument validation: every check runs before any CUDA call, so these run in
 // CI without a GPU. Pointers are fake (never dereferenced on failure paths).
 #include "kiln/Kernels/Decode.h"
+#include "kiln/Kernels/HostNumeric.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 namespace {
@@ -147,6 +149,7 @@ kiln_kv_append_params_t validAppend() {
   p.num_pages = 4;
   p.max_pages_per_seq = 2;
   p.dtype = KILN_DTYPE_F16;
+  p.kv_dtype = KILN_DTYPE_F16;
   return p;
 }
 
@@ -253,6 +256,53 @@ TEST(MlaDecodeApi, Validation) {
   p.seq_lens = nullptr;
   expectError(kiln_mla_decode_workspace_bytes(&p, &bytes), KILN_ERROR_INVALID_ARGUMENT,
               "mla_decode", "seq_lens");
+}
+
+// The pool holds the activations' dtype or FP8 e4m3 next to bf16; scales belong to FP8.
+TEST(GqaDecodeApi, PoolDtypes) {
+  auto p = validGqa();
+  p.kv_dtype = KILN_DTYPE_F16;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "kv_dtype 1");
+  p = validGqa();
+  p.dtype = KILN_DTYPE_F16;
+  p.kv_dtype = KILN_DTYPE_FP8_E4M3;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode",
+              "FP8 e4m3 pool needs BF16 activations");
+  p = validGqa();
+  p.k_scale = static_cast<const float *>(fakePtr(0x2000));
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode",
+              "k_scale / v_scale are for FP8 pools only");
+  auto a = validAppend();
+  a.kv_dtype = KILN_DTYPE_BF16; // dtype is F16
+  expectError(kiln_kv_append(&a), KILN_ERROR_UNSUPPORTED, "kv_append", "kv_dtype 0");
+  a = validAppend();
+  a.kv_dtype = KILN_DTYPE_FP8_E4M3; // needs bf16 k/v
+  expectError(kiln_kv_append(&a), KILN_ERROR_UNSUPPORTED, "kv_append", "BF16 activations");
+}
+
+TEST(HostNumeric, E4m3HandValues) {
+  EXPECT_EQ(kiln_float_to_e4m3(0.f), 0x00);
+  EXPECT_EQ(kiln_float_to_e4m3(-0.f), 0x80);
+  EXPECT_EQ(kiln_float_to_e4m3(1.f), 0x38);       // 2^(7-7)
+  EXPECT_EQ(kiln_float_to_e4m3(-1.f), 0xb8);
+  EXPECT_EQ(kiln_float_to_e4m3(1.0625f), 0x38);   // halfway 1 / 1.125: to even
+  EXPECT_EQ(kiln_float_to_e4m3(1.1875f), 0x3a);   // halfway 1.125 / 1.25: to even
+  EXPECT_EQ(kiln_float_to_e4m3(448.f), 0x7e);     // the largest finite
+  EXPECT_EQ(kiln_float_to_e4m3(1e6f), 0x7e);      // saturates
+  EXPECT_EQ(kiln_float_to_e4m3(-1e6f), 0xfe);
+  EXPECT_EQ(kiln_float_to_e4m3(std::ldexp(1.f, -9)), 0x01); // the smallest subnormal
+  EXPECT_EQ(kiln_float_to_e4m3(std::ldexp(1.f, -6)), 0x08); // the smallest normal
+  EXPECT_EQ(kiln_float_to_e4m3(std::ldexp(1.f, -11)), 0x00); // below half a unit
+  EXPECT_EQ(kiln_float_to_e4m3(NAN) & 0x7f, 0x7f);
+  EXPECT_EQ(kiln_e4m3_to_float(0x7e), 448.f);
+  EXPECT_EQ(kiln_e4m3_to_float(0x01), std::ldexp(1.f, -9));
+  EXPECT_EQ(kiln_e4m3_to_float(0xc4), -3.f); // 1.5 * 2^(8-7)
+  EXPECT_TRUE(std::isnan(kiln_e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(kiln_e4m3_to_float(0xff)));
+  for (int bits = 0; bits < 256; ++bits)
+    if ((bits & 0x7f) != 0x7f)
+      EXPECT_EQ(kiln_float_to_e4m3(kiln_e4m3_to_float(static_cast<uint8_t>(bits))), bits)
+          << bits;
 }
 
 } // namespace

@@ -164,7 +164,63 @@ struct GqaCase {
   int splitKeys = 0; // > 0: fixed key chunks (batch-invariant mode)
   int window = 0;    // > 0: sliding window
   bool sinks = false; // per-head attention-sink logits
+  bool fp8 = false;   // an FP8 e4m3 pool (bf16 q/out) with per-KV-head scales
+  bool fp8Scales = true; // false: the scales' NULL (1)
 };
+
+// FP8 pools' per-KV-head dequantization scales: different per head, not powers of two.
+std::vector<float> fp8Scales(int kvHeads, float base) {
+  std::vector<float> scales(kvHeads);
+  for (int h = 0; h < kvHeads; ++h)
+    scales[h] = base * (1.f + 0.75f * static_cast<float>(h));
+  return scales;
+}
+
+constexpr uint8_t kE4m3Nan = 0x7f;
+
+// A paged pool's storage (16-bit bits or e4m3 bytes, as bytes) and the values the
+// kernel must see (scales applied), with unowned entries poisoned as NaN.
+struct PoolData {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  bool fp8 = false;
+  void poison(size_t element, size_t count) {
+    if (fp8) {
+      std::fill(bytes.begin() + element, bytes.begin() + element + count, kE4m3Nan);
+    } else {
+      for (size_t i = element; i < element + count; ++i)
+        std::memcpy(&bytes[2 * i], &kNanBits, 2);
+    }
+  }
+};
+
+// Random pool entries: `dtype` bits, or e4m3 bytes whose values are byte * scale of
+// their KV head (element i belongs to head (i / headDim) % kvHeads).
+PoolData randomPool(size_t n, kiln_dtype_t dtype, bool fp8, int kvHeads, int headDim,
+                    const std::vector<float> &kScales, const std::vector<float> &vScales,
+                    int pageSize) {
+  PoolData pool;
+  pool.fp8 = fp8;
+  if (!fp8) {
+    std::vector<uint16_t> bits;
+    randomValues(n, dtype, bits, pool.values);
+    pool.bytes.resize(2 * n);
+    std::memcpy(pool.bytes.data(), bits.data(), 2 * n);
+    return pool;
+  }
+  std::normal_distribution<float> dist(0.f, 1.f);
+  pool.bytes.resize(n);
+  pool.values.resize(n);
+  const size_t half = static_cast<size_t>(pageSize) * kvHeads * headDim; // K or V of a page
+  for (size_t i = 0; i < n; ++i) {
+    const int head = static_cast<int>((i / headDim) % kvHeads);
+    const bool isV = (i / half) % 2 == 1;
+    const std::vector<float> &scales = isV ? vScales : kScales;
+    pool.bytes[i] = kiln_float_to_e4m3(dist(rng()));
+    pool.values[i] = kiln_e4m3_to_float(pool.bytes[i]) * (scales.empty() ? 1.f : scales[head]);
+  }
+  return pool;
+}
 
 // Sink logits of `heads` heads: spread around the scores' range, so that they matter.
 std::vector<float> sinkLogits(int heads) {
@@ -181,7 +237,7 @@ std::string describe(const GqaCase &c) {
          " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
          " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits) +
          " split_keys=" + std::to_string(c.splitKeys) + " window=" + std::to_string(c.window) +
-         (c.sinks ? " sinks" : "");
+         (c.sinks ? " sinks" : "") + (c.fp8 ? (c.fp8Scales ? " fp8 pool" : " fp8 pool, no scales") : "");
 }
 
 void runGqaCase(const GqaCase &c) {
@@ -197,15 +253,19 @@ void runGqaCase(const GqaCase &c) {
   shape.pageSize = c.pageSize;
   shape.maxPages = layout.maxPages;
 
-  std::vector<uint16_t> qBits, kvBits;
-  std::vector<float> qVals, kvVals;
+  std::vector<uint16_t> qBits;
+  std::vector<float> qVals;
   randomValues(static_cast<size_t>(c.batch) * c.qLen * qHeads * D, c.dtype, qBits, qVals);
   const size_t pageElems = 2ull * c.pageSize * c.kvHeads * D;
-  randomValues(pageElems * layout.numPages, c.dtype, kvBits, kvVals);
+  const bool scaled = c.fp8 && c.fp8Scales;
+  const std::vector<float> kScales = scaled ? fp8Scales(c.kvHeads, 0.5f) : std::vector<float>{};
+  const std::vector<float> vScales = scaled ? fp8Scales(c.kvHeads, 0.3f) : std::vector<float>{};
+  PoolData pool = randomPool(pageElems * layout.numPages, c.dtype, c.fp8, c.kvHeads, D, kScales,
+                             vScales, c.pageSize);
   // Poison what no sequence owns: unused pages, and slots past each sequence's end.
   for (int p = 0; p < layout.numPages; ++p)
     if (!layout.pageUsed[p])
-      std::fill(kvBits.begin() + p * pageElems, kvBits.begin() + (p + 1) * pageElems, kNanBits);
+      pool.poison(p * pageElems, pageElems);
   for (int b = 0; b < c.batch; ++b) {
     int len = layout.seqLens[b];
     if (len % c.pageSize == 0)
@@ -214,7 +274,7 @@ void runGqaCase(const GqaCase &c) {
     for (int half = 0; half < 2; ++half)
       for (int slot = len % c.pageSize; slot < c.pageSize; ++slot) {
         size_t at = ((page * 2 + half) * c.pageSize + slot) * c.kvHeads * D;
-        std::fill(kvBits.begin() + at, kvBits.begin() + at + c.kvHeads * D, kNanBits);
+        pool.poison(at, static_cast<size_t>(c.kvHeads) * D);
       }
   }
   // With a window, also the keys below every query's window: the kernel must not read
@@ -226,16 +286,19 @@ void runGqaCase(const GqaCase &c) {
                                         pos / c.pageSize];
         for (int half = 0; half < 2; ++half) {
           size_t at = ((page * 2 + half) * c.pageSize + pos % c.pageSize) * c.kvHeads * D;
-          std::fill(kvBits.begin() + at, kvBits.begin() + at + c.kvHeads * D, kNanBits);
+          pool.poison(at, static_cast<size_t>(c.kvHeads) * D);
         }
       }
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const std::vector<float> sinks = c.sinks ? sinkLogits(qHeads) : std::vector<float>{};
-  std::vector<double> ref = kiln::reference::gqaDecode(shape, qVals, kvVals, layout.blockTable,
-                                                       layout.seqLens, scale, c.window, sinks);
+  std::vector<double> ref = kiln::reference::gqaDecode(
+      shape, qVals, pool.values, layout.blockTable, layout.seqLens, scale, c.window, sinks);
   DeviceBuffer<float> dSinks(sinks.empty() ? std::vector<float>{0.f} : sinks);
+  DeviceBuffer<float> dKScale(scaled ? kScales : std::vector<float>{0.f});
+  DeviceBuffer<float> dVScale(scaled ? vScales : std::vector<float>{0.f});
 
-  DeviceBuffer<uint16_t> dQ(qBits), dKv(kvBits), dOut(qBits.size());
+  DeviceBuffer<uint16_t> dQ(qBits), dOut(qBits.size());
+  DeviceBuffer<uint8_t> dKv(pool.bytes);
   DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
   dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
 
@@ -244,6 +307,9 @@ void runGqaCase(const GqaCase &c) {
                 c.kvHeads, D, c.pageSize, layout, layout.maxSeqLen);
   p.softmax_scale = static_cast<float>(scale);
   p.dtype = c.dtype;
+  p.kv_dtype = c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.dtype;
+  p.k_scale = scaled ? dKScale.ptr : nullptr;
+  p.v_scale = scaled ? dVScale.ptr : nullptr;
   p.num_splits = c.numSplits;
   p.split_keys = c.splitKeys;
   p.window = c.window;
@@ -344,6 +410,38 @@ TEST(GqaDecodeGpu, AttentionSinksMatchReference) {
       ++n;
       runGqaCase(c);
     }
+}
+
+// FP8 e4m3 pools (bf16 q/out) against the reference on the dequantized values: every
+// head dim and row-tile count, pages, split modes, windows, sinks, and no scales.
+TEST(GqaDecodeGpu, Fp8PoolMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const int groups[] = {1, 4, 8, 16};
+  int n = 0;
+  for (int headDim : {64, 128, 256})
+    for (int pageSize : {16, 64, 128})
+      for (int gi = 0; gi < 4; ++gi, ++n) {
+        GqaCase c{KILN_DTYPE_BF16, headDim, pageSize, groups[gi], 1 + n % 4};
+        c.fp8 = true;
+        c.maxLen = 700;
+        c.numSplits = n % 3 == 1 ? 1 : 0;
+        c.splitKeys = n % 3 == 2 ? 256 : 0;
+        c.window = n % 5 == 3 ? 100 : 0;
+        c.sinks = n % 4 == 1;
+        c.fp8Scales = n % 7 != 0;
+        runGqaCase(c);
+      }
+  // Long sequences through many splits, and q_len 8 x group 16 (eight row tiles).
+  GqaCase c{KILN_DTYPE_BF16, 128, 64, 8, 1};
+  c.fp8 = true;
+  c.batch = 2;
+  c.maxLen = 5000;
+  runGqaCase(c);
+  for (int headDim : {64, 128, 256}) {
+    GqaCase big{KILN_DTYPE_BF16, headDim, 32, 16, 8};
+    big.fp8 = true;
+    runGqaCase(big);
+  }
 }
 
 TEST(GqaDecodeGpu, FixedSplitKeysMatchReference) {
@@ -579,6 +677,7 @@ TEST(KvAppendGpu, RaggedTokensLandInTheirPages) {
         p.num_pages = layout.numPages;
         p.max_pages_per_seq = layout.maxPages;
         p.dtype = dtype;
+        p.kv_dtype = dtype;
         ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         std::vector<uint16_t> want = pool;
@@ -594,6 +693,74 @@ TEST(KvAppendGpu, RaggedTokensLandInTheirPages) {
         }
         EXPECT_TRUE(dPool.download() == want);
       }
+}
+
+// bf16 K/V quantized into an FP8 pool: each byte is e4m3(value * (1 / its head's
+// scale)) rounded to nearest even and saturated, as the host encoder computes it;
+// every other byte is untouched.
+TEST(KvAppendGpu, Fp8PoolQuantizes) {
+  KILN_REQUIRE_GPU();
+  for (int headDim : {64, 128, 256})
+    for (bool withScales : {true, false}) {
+      SCOPED_TRACE("D=" + std::to_string(headDim) + (withScales ? " scales" : " no scales"));
+      const int batch = 3, kvHeads = 3, pageSize = 32;
+      PagedLayout layout = makeLayout(batch, 1, 200, pageSize);
+      std::vector<int32_t> tb, tp;
+      for (int b = 0; b < batch; ++b)
+        for (int i = 0; i < std::min(2 * b + 1, layout.seqLens[b]); ++i) {
+          tb.push_back(b);
+          tp.push_back(layout.seqLens[b] - 1 - i);
+        }
+      const int numTokens = static_cast<int>(tb.size());
+      const long long row = static_cast<long long>(kvHeads) * headDim;
+      std::vector<uint16_t> kBits, vBits;
+      std::vector<float> kVals, vVals;
+      randomValues(numTokens * row, KILN_DTYPE_BF16, kBits, kVals, 40.f);
+      randomValues(numTokens * row, KILN_DTYPE_BF16, vBits, vVals, 3.f);
+      kBits[5] = kiln_float_to_bf16(1e5f); // saturates
+      kVals[5] = kiln_bf16_to_float(kBits[5]);
+      const std::vector<float> kScales = fp8Scales(kvHeads, 0.3f), vScales = fp8Scales(kvHeads, 0.7f);
+      std::vector<uint8_t> pool(2ull * layout.numPages * pageSize * row, 0x5a);
+      DeviceBuffer<uint16_t> dK(kBits), dV(vBits);
+      DeviceBuffer<uint8_t> dPool(pool);
+      DeviceBuffer<float> dKs(kScales), dVs(vScales);
+      DeviceBuffer<int32_t> dTable(layout.blockTable), dB(tb), dP(tp);
+      kiln_kv_append_params_t p{};
+      p.k = dK.ptr;
+      p.v = dV.ptr;
+      p.kv_cache = dPool.ptr;
+      p.block_table = dTable.ptr;
+      p.token_batch = dB.ptr;
+      p.token_pos = dP.ptr;
+      p.num_tokens = numTokens;
+      p.batch = batch;
+      p.kv_heads = kvHeads;
+      p.head_dim = headDim;
+      p.page_size = pageSize;
+      p.num_pages = layout.numPages;
+      p.max_pages_per_seq = layout.maxPages;
+      p.dtype = KILN_DTYPE_BF16;
+      p.kv_dtype = KILN_DTYPE_FP8_E4M3;
+      p.k_scale = withScales ? dKs.ptr : nullptr;
+      p.v_scale = withScales ? dVs.ptr : nullptr;
+      ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint8_t> want = pool;
+      for (int t = 0; t < numTokens; ++t) {
+        size_t page = layout.blockTable[static_cast<size_t>(tb[t]) * layout.maxPages +
+                                        tp[t] / pageSize];
+        for (int half = 0; half < 2; ++half) {
+          size_t at = ((page * 2 + half) * pageSize + tp[t] % pageSize) * row;
+          const std::vector<float> &vals = half ? vVals : kVals;
+          const std::vector<float> &scales = half ? vScales : kScales;
+          for (long long i = 0; i < row; ++i) {
+            const float inv = withScales ? 1.f / scales[i / headDim] : 1.f;
+            want[at + i] = kiln_float_to_e4m3(vals[t * row + i] * inv);
+          }
+        }
+      }
+      EXPECT_TRUE(dPool.download() == want);
+    }
 }
 
 TEST(KvAppendGpu, MlaLatents) {

@@ -18,7 +18,9 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -62,6 +64,7 @@ struct Case {
   int pageSize = 0; // > 0: run the paged variant with this page size
   int window = 0;   // > 0: sliding window
   bool sinks = false; // per-head attention-sink logits
+  bool fp8 = false;   // paged only: an FP8 e4m3 cache with per-KV-head scales
 };
 
 // Keys below this are outside every query's window in sequence b (0 without a window).
@@ -189,8 +192,29 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
         table[static_cast<size_t>(b) * maxPages + i] = perm[next++];
     const size_t tok = static_cast<size_t>(c.kvHeads) * d;
     std::vector<float> cacheVals;
-    randomTensor(rng, static_cast<size_t>(numPages) * 2 * ps * tok, 2.0f, c.dtype, cacheBits,
-                 cacheVals);
+    const size_t cacheElems = static_cast<size_t>(numPages) * 2 * ps * tok;
+    std::vector<uint8_t> cacheBytes;
+    std::vector<float> kScales(c.kvHeads), vScales(c.kvHeads);
+    if (c.fp8) {
+      // e4m3 bytes of values in [-2, 2]; a head's values are byte * its scale.
+      for (int h = 0; h < c.kvHeads; ++h) {
+        kScales[h] = 0.6f + 0.45f * static_cast<float>(h);
+        vScales[h] = 1.3f - 0.2f * static_cast<float>(h);
+      }
+      std::uniform_real_distribution<float> dist(-2.f, 2.f);
+      cacheBytes.resize(cacheElems);
+      cacheVals.resize(cacheElems);
+      for (size_t i = 0; i < cacheElems; ++i) {
+        const bool isV = (i / (ps * tok)) % 2 == 1;
+        const int head = static_cast<int>((i / d) % c.kvHeads);
+        cacheBytes[i] = kiln_float_to_e4m3(dist(rng));
+        cacheVals[i] = kiln_e4m3_to_float(cacheBytes[i]) * (isV ? vScales : kScales)[head];
+      }
+    } else {
+      randomTensor(rng, cacheElems, 2.0f, c.dtype, cacheBits, cacheVals);
+      cacheBytes.resize(cacheElems * 2);
+      std::memcpy(cacheBytes.data(), cacheBits.data(), cacheElems * 2);
+    }
     for (int b = 0; b < batch; ++b)
       for (int j = 0; j < c.kLens[b]; ++j) {
         const size_t page = table[static_cast<size_t>(b) * maxPages + j / ps];
@@ -204,9 +228,12 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     for (int b = 0; b < batch; ++b)
       for (int i = 0; (i + 1) * ps <= keyFloor(c, b); ++i)
         table[static_cast<size_t>(b) * maxPages + i] = -1;
-    DeviceBuffer<uint16_t> dCache(cacheBits.size());
+    DeviceBuffer<uint8_t> dCache(cacheBytes.size());
+    DeviceBuffer<float> dKScale(c.kvHeads), dVScale(c.kvHeads);
     DeviceBuffer<int32_t> dTable(table.size()), dSeq(batch);
-    dCache.upload(cacheBits);
+    dCache.upload(cacheBytes);
+    dKScale.upload(kScales);
+    dVScale.upload(vScales);
     dTable.upload(table);
     dSeq.upload(std::vector<int32_t>(c.kLens.begin(), c.kLens.end()));
     kiln_prefill_fmha_paged_params_t p{};
@@ -226,13 +253,21 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.kv_heads = c.kvHeads;
     p.head_dim = d;
     p.dtype = c.dtype;
+    p.kv_dtype = c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.dtype;
+    p.k_scale = c.fp8 ? dKScale.ptr : nullptr;
+    p.v_scale = c.fp8 ? dVScale.ptr : nullptr;
     p.softmax_scale = scale;
     p.causal = c.causal;
     p.window = c.window;
     p.sinks = sinkPtr;
     st = kiln_prefill_fmha_paged_variant(&p, variant);
-    if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80)
+    if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80) {
+      // The wgmma variant reads 16-bit caches only, and says so.
+      if (c.fp8)
+        EXPECT_NE(std::string(kiln_last_error()).find("16-bit caches only"), std::string::npos)
+            << kiln_last_error();
       return;
+    }
     ASSERT_EQ(st, KILN_OK) << kiln_last_error();
     CUDA_OK(cudaDeviceSynchronize());
   }
@@ -357,3 +392,23 @@ TEST(PrefillFmhaGpu, AttentionSinks) {
       runCase(c, seed++);
     }
 }
+
+// An FP8 e4m3 paged cache (extend context, chunked prefill) against the reference on
+// the dequantized values: head dims 64/128, GQA 1/4/8, page sizes 16 and 7, windows and
+// sinks; the mma.sync variant runs it, the wgmma one refuses it.
+TEST(PrefillFmhaGpu, PagedFp8Cache) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {1, 7, 130, 3};
+  const std::vector<int> kLens = {513, 900, 200, 3};
+  uint64_t seed = 900;
+  for (int d : kHeadDims)
+    for (int ps : {16, 7})
+      for (auto [qHeads, kvHeads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+        Case c{qLens, kLens, qHeads, kvHeads, d, KILN_DTYPE_BF16, true, ps};
+        c.fp8 = true;
+        c.window = seed % 3 == 0 ? 100 : 0;
+        c.sinks = seed % 2 == 0;
+        runCase(c, seed++);
+      }
+}
+

@@ -52,6 +52,7 @@ kiln_prefill_fmha_paged_params_t validPaged() {
   p.kv_heads = 2;
   p.head_dim = 64;
   p.dtype = KILN_DTYPE_F16;
+  p.kv_dtype = KILN_DTYPE_F16;
   p.softmax_scale = 0.125f;
   p.causal = 1;
   return p;
