@@ -625,6 +625,35 @@ TEST(MlaDecodeGpu, SmallSmemVariant) {
   runMlaCase({3, 1, 128, 600, true, 3});
 }
 
+// The parameters both kv_append tests set alike: buffers, token tables and shapes.
+struct AppendBuffers {
+  const void *k, *v;
+  void *pool;
+  const int32_t *table, *tokenBatch, *tokenPos;
+};
+kiln_kv_append_params_t appendParams(const AppendBuffers &buffers, int numTokens, int batch,
+                                     int kvHeads, int headDim, int pageSize,
+                                     const PagedLayout &layout, kiln_dtype_t dtype,
+                                     kiln_dtype_t kvDtype) {
+  kiln_kv_append_params_t p{};
+  p.k = buffers.k;
+  p.v = buffers.v;
+  p.kv_cache = buffers.pool;
+  p.block_table = buffers.table;
+  p.token_batch = buffers.tokenBatch;
+  p.token_pos = buffers.tokenPos;
+  p.num_tokens = numTokens;
+  p.batch = batch;
+  p.kv_heads = kvHeads;
+  p.head_dim = headDim;
+  p.page_size = pageSize;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.dtype = dtype;
+  p.kv_dtype = kvDtype;
+  return p;
+}
+
 TEST(KvAppendGpu, RaggedTokensLandInTheirPages) {
   KILN_REQUIRE_GPU();
   for (kiln_dtype_t dtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16})
@@ -660,24 +689,11 @@ TEST(KvAppendGpu, RaggedTokensLandInTheirPages) {
         std::vector<uint16_t> pool(poolElems, 0x1234);
         DeviceBuffer<uint16_t> dK(kBits), dV(vBits), dPool(pool);
         DeviceBuffer<int32_t> dTable(layout.blockTable), dB(sb), dP(sp);
-        kiln_kv_append_params_t p{};
-        p.k = dK.ptr;
-        p.v = dV.ptr;
+        kiln_kv_append_params_t p =
+            appendParams({dK.ptr, dV.ptr, dPool.ptr, dTable.ptr, dB.ptr, dP.ptr}, numTokens,
+                         batch, kvHeads, headDim, pageSize, layout, dtype, dtype);
         p.k_token_stride = stride;
         p.v_token_stride = stride;
-        p.kv_cache = dPool.ptr;
-        p.block_table = dTable.ptr;
-        p.token_batch = dB.ptr;
-        p.token_pos = dP.ptr;
-        p.num_tokens = numTokens;
-        p.batch = batch;
-        p.kv_heads = kvHeads;
-        p.head_dim = headDim;
-        p.page_size = pageSize;
-        p.num_pages = layout.numPages;
-        p.max_pages_per_seq = layout.maxPages;
-        p.dtype = dtype;
-        p.kv_dtype = dtype;
         ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         std::vector<uint16_t> want = pool;
@@ -725,22 +741,9 @@ TEST(KvAppendGpu, Fp8PoolQuantizes) {
       DeviceBuffer<uint8_t> dPool(pool);
       DeviceBuffer<float> dKs(kScales), dVs(vScales);
       DeviceBuffer<int32_t> dTable(layout.blockTable), dB(tb), dP(tp);
-      kiln_kv_append_params_t p{};
-      p.k = dK.ptr;
-      p.v = dV.ptr;
-      p.kv_cache = dPool.ptr;
-      p.block_table = dTable.ptr;
-      p.token_batch = dB.ptr;
-      p.token_pos = dP.ptr;
-      p.num_tokens = numTokens;
-      p.batch = batch;
-      p.kv_heads = kvHeads;
-      p.head_dim = headDim;
-      p.page_size = pageSize;
-      p.num_pages = layout.numPages;
-      p.max_pages_per_seq = layout.maxPages;
-      p.dtype = KILN_DTYPE_BF16;
-      p.kv_dtype = KILN_DTYPE_FP8_E4M3;
+      kiln_kv_append_params_t p = appendParams(
+          {dK.ptr, dV.ptr, dPool.ptr, dTable.ptr, dB.ptr, dP.ptr}, numTokens, batch, kvHeads,
+          headDim, pageSize, layout, KILN_DTYPE_BF16, KILN_DTYPE_FP8_E4M3);
       p.k_scale = withScales ? dKs.ptr : nullptr;
       p.v_scale = withScales ? dVs.ptr : nullptr;
       ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
