@@ -315,6 +315,15 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
               static_cast<unsigned long long>(planned), static_cast<unsigned long long>(used),
               100.0 * (static_cast<double>(used) - planned) / planned);
   EXPECT_LE(std::fabs(static_cast<double>(used) - planned), planned * 0.01);
+  // How the driver loads kernels: a lazily loaded kernel takes device memory for its code
+  // at its first launch, after the baseline (docs/performance.md, "FP8 KV cache").
+  int (*loadingMode)(int *) = nullptr;
+  int mode = 0;
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode",
+                                       reinterpret_cast<void **>(&loadingMode), 11070,
+                                       cudaEnableDefault, nullptr) == cudaSuccess &&
+      loadingMode && loadingMode(&mode) == 0)
+    std::printf("  module loading: %s\n", mode == 1 ? "eager" : mode == 2 ? "lazy" : "unknown");
   Reference ref{w, 2};
 
   std::mt19937 rng(7);
