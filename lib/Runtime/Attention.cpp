@@ -56,6 +56,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     return c.error(KILN_ERROR_UNSUPPORTED, "kv_dtype %d (%s) unsupported (bf16 or f8E4M3FN)",
                    kv_dtype, kiln_rt_dtype_name(kv_dtype));
   const bool fp8 = kv_dtype == KILN_RT_DTYPE_F8E4M3FN;
+  const kiln_dtype_t poolDtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
   if (fp8 && !decode && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
     return c.error(KILN_ERROR_UNSUPPORTED,
                    "prefill_fmha_sm90 reads 16-bit caches only; an f8E4M3FN pool needs "
@@ -152,7 +153,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
     gp.window = window;
-    gp.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
+    gp.kv_dtype = poolDtype;
     gp.stream = ctx->stream;
     size_t wsBytes = 0; // validates the decode launch before the cache is written
     if (kiln_status_t s = kiln_gqa_decode_workspace_bytes(&gp, &wsBytes); s != KILN_OK)
@@ -174,7 +175,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   ap.num_pages = static_cast<int>(cfg.kv_pages);
   ap.max_pages_per_seq = P;
   ap.dtype = KILN_DTYPE_BF16;
-  ap.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
+  ap.kv_dtype = poolDtype;
   ap.stream = ctx->stream;
   kiln_status_t s = kiln_kv_append(&ap);
   ++ctx->launches;
@@ -231,7 +232,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   pp.kv_heads = num_kv_heads;
   pp.head_dim = head_dim;
   pp.dtype = KILN_DTYPE_BF16;
-  pp.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
+  pp.kv_dtype = poolDtype;
   pp.softmax_scale = scale;
   pp.causal = 1;
   pp.window = window;

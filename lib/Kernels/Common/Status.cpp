@@ -25,6 +25,26 @@ kiln_status_t ok() {
   return KILN_OK;
 }
 
+kiln_status_t checkCacheDtype(const char *kernel, kiln_dtype_t dtype, kiln_dtype_t cacheDtype,
+                              const float *kScale, const float *vScale) {
+  if (cacheDtype == KILN_DTYPE_FP8_E4M3)
+    return dtype == KILN_DTYPE_BF16
+               ? KILN_OK
+               : fail(KILN_ERROR_UNSUPPORTED,
+                      "%s: an FP8 e4m3 pool needs BF16 activations (dtype %d)", kernel,
+                      static_cast<int>(dtype));
+  if (cacheDtype != dtype)
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: kv_dtype %d unsupported with dtype %d (the pool holds dtype, or FP8 "
+                "e4m3 = %d)",
+                kernel, static_cast<int>(cacheDtype), static_cast<int>(dtype),
+                static_cast<int>(KILN_DTYPE_FP8_E4M3));
+  if (kScale || vScale)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: k_scale / v_scale are for FP8 pools only",
+                kernel);
+  return KILN_OK;
+}
+
 } // namespace kiln::kernels
 
 extern "C" const char *kiln_last_error(void) { return lastError.c_str(); }

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <vector>
 #include <unordered_map>
 
 using namespace kiln::kernels;
@@ -220,27 +219,6 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
 
 constexpr const char *kGqa = "gqa_decode";
 
-// A pool holds the activations' dtype, or FP8 e4m3 written from (and read into) bf16.
-// Scales are only meaningful for FP8, so passing them for a 16-bit pool is an error
-// rather than silently ignored.
-kiln_status_t checkPoolDtype(const char *kernel, kiln_dtype_t dtype, kiln_dtype_t kvDtype,
-                             const float *kScale, const float *vScale) {
-  if (kvDtype == KILN_DTYPE_FP8_E4M3) {
-    KILN_REQUIRE(dtype == KILN_DTYPE_BF16, KILN_ERROR_UNSUPPORTED,
-                 "%s: an FP8 e4m3 pool needs BF16 activations (dtype %d)", kernel,
-                 static_cast<int>(dtype));
-    return KILN_OK;
-  }
-  KILN_REQUIRE(kvDtype == dtype, KILN_ERROR_UNSUPPORTED,
-               "%s: kv_dtype %d unsupported with dtype %d (the pool holds dtype, or FP8 "
-               "e4m3 = %d)",
-               kernel, static_cast<int>(kvDtype), static_cast<int>(dtype),
-               static_cast<int>(KILN_DTYPE_FP8_E4M3));
-  KILN_REQUIRE(!kScale && !vScale, KILN_ERROR_INVALID_ARGUMENT,
-               "%s: k_scale / v_scale are for FP8 pools only", kernel);
-  return KILN_OK;
-}
-
 kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kGqa);
   KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kGqa);
@@ -250,7 +228,7 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kGqa);
   KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_F16, KILN_ERROR_UNSUPPORTED,
                "%s: dtype %d unsupported (BF16 or F16)", kGqa, static_cast<int>(p->dtype));
-  if (kiln_status_t s = checkPoolDtype(kGqa, p->dtype, p->kv_dtype, p->k_scale, p->v_scale);
+  if (kiln_status_t s = checkCacheDtype(kGqa, p->dtype, p->kv_dtype, p->k_scale, p->v_scale);
       s != KILN_OK)
     return s;
   KILN_REQUIRE(p->batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kGqa, p->batch);
@@ -608,7 +586,7 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   if ((status = checkStride(kernel, "k_token_stride", kStride, row)) != KILN_OK ||
       (status = checkStride(kernel, "v_token_stride", vStride, row)) != KILN_OK)
     return status;
-  if ((status = checkPoolDtype(kernel, p->dtype, p->kv_dtype, p->k_scale, p->v_scale)) !=
+  if ((status = checkCacheDtype(kernel, p->dtype, p->kv_dtype, p->k_scale, p->v_scale)) !=
       KILN_OK)
     return status;
   KILN_REQUIRE(aligned16(p->k) && aligned16(p->v) && aligned16(p->kv_cache),

@@ -33,7 +33,8 @@
 #include "DecodeArgs.h"
 #include "DecodeDevice.cuh"
 
-#include <cuda_fp8.h>
+#include "Fp8Device.cuh"
+
 #include <type_traits>
 
 namespace kiln::decode {
@@ -65,32 +66,6 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
   static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= REGION_BYTES,
                 "merge buffer must fit in the K/V stages");
 };
-
-// 16 e4m3 values -> 16 fp16 values (exact).
-__device__ __forceinline__ void widenFp8x16(const uint4 &in, uint4 &lo, uint4 &hi) {
-  const __nv_fp8x2_storage_t *pairs = reinterpret_cast<const __nv_fp8x2_storage_t *>(&in);
-  uint32_t *out[2] = {reinterpret_cast<uint32_t *>(&lo), reinterpret_cast<uint32_t *>(&hi)};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
-    out[i / 4][i % 4] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  }
-}
-
-// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range.
-__device__ __forceinline__ uint4 bf16x8ToHalf(const uint4 &in) {
-  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
-  uint4 out;
-  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 f = __bfloat1622float2(pairs[i]);
-    f.x = fminf(fmaxf(f.x, -65504.f), 65504.f);
-    f.y = fminf(fmaxf(f.y, -65504.f), 65504.f);
-    words[i] = pack2<__half>(f.x, f.y);
-  }
-  return out;
-}
 
 // T: q and out; F8: the pool holds e4m3 (else T). CT, the mma operand type, is fp16
 // over an FP8 pool.
@@ -137,7 +112,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
     } else {
       const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4 *>(sQ + swz(r, ch, C::CH)) = bf16x8ToHalf(raw);
+      *reinterpret_cast<uint4 *>(sQ + swz(r, ch, C::CH)) = kiln::kernels::bf16x8ToFp16(raw);
     }
   }
   cpAsyncCommit();
@@ -181,7 +156,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       const int row = c % (2 * C::TILE_N), ch = c / (2 * C::TILE_N); // K rows, then V rows
       const int key = row % C::TILE_N;
       uint4 lo, hi;
-      widenFp8x16(*reinterpret_cast<const uint4 *>(raw + rawAt(row, ch)), lo, hi);
+      kiln::kernels::widenE4m3x16(*reinterpret_cast<const uint4 *>(raw + rawAt(row, ch)), lo, hi);
       CT *dst = sWide + (row / C::TILE_N) * C::TILE_N * D;
       *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch, C::CH)) = lo;
       *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch + 1, C::CH)) = hi;

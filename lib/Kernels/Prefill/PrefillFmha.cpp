@@ -163,20 +163,8 @@ kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const cha
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: block_table is null", name);
   if (!aligned16(p.kv_cache))
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is not 16-byte aligned", name);
-  if (p.kv_dtype == KILN_DTYPE_FP8_E4M3) {
-    if (p.dtype != KILN_DTYPE_BF16)
-      return fail(KILN_ERROR_UNSUPPORTED, "%s: an FP8 e4m3 cache needs BF16 q/out (dtype %d)",
-                  name, static_cast<int>(p.dtype));
-  } else if (p.kv_dtype != p.dtype) {
-    return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: kv_dtype %d unsupported with dtype %d (the cache holds dtype, or FP8 "
-                "e4m3 = %d)",
-                name, static_cast<int>(p.kv_dtype), static_cast<int>(p.dtype),
-                static_cast<int>(KILN_DTYPE_FP8_E4M3));
-  } else if (p.k_scale || p.v_scale) {
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: k_scale / v_scale are for FP8 caches only",
-                name);
-  }
+  if ((st = checkCacheDtype(name, p.dtype, p.kv_dtype, p.k_scale, p.v_scale)) != KILN_OK)
+    return st;
   if (p.num_pages < 1)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: num_pages = %d must be >= 1", name,
                 p.num_pages);

@@ -18,11 +18,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
 
 #include <type_traits>
+
+#include "Fp8Device.cuh"
 
 namespace kiln::kernels::prefill {
 
@@ -125,31 +126,6 @@ template <int D, int BM, int BN, int STAGES, bool F8 = false>
 constexpr int fmhaSmemBytes() {
   return F8 ? (BM * D + 2 * BN * D) * 2 + 2 * STAGES * BN * D
             : (BM * D + 2 * STAGES * BN * D) * 2;
-}
-
-// 16 e4m3 values -> 16 fp16 values (exact).
-__device__ __forceinline__ void widenE4m3x16(const uint4 &in, uint4 &lo, uint4 &hi) {
-  const __nv_fp8x2_storage_t *pairs = reinterpret_cast<const __nv_fp8x2_storage_t *>(&in);
-  uint32_t *out[2] = {reinterpret_cast<uint32_t *>(&lo), reinterpret_cast<uint32_t *>(&hi)};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
-    out[i / 4][i % 4] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  }
-}
-
-// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range.
-__device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {
-  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
-  uint4 out;
-  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    words[i] = MmaType<__half>::pack(fminf(fmaxf(f.x, -65504.f), 65504.f),
-                                     fminf(fmaxf(f.y, -65504.f), 65504.f));
-  }
-  return out;
 }
 
 // MT: 16-row m-tiles per warp (1: Q fragments in registers; 2: K/V fragments shared by
