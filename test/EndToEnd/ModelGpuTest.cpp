@@ -324,6 +324,19 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
                                        cudaEnableDefault, nullptr) == cudaSuccess &&
       loadingMode && loadingMode(&mode) == 0)
     std::printf("  module loading: %s\n", mode == 1 ? "eager" : mode == 2 ? "lazy" : "unknown");
+  size_t stackLimit = 0;
+  cudaDeviceGetLimit(&stackLimit, cudaLimitStackSize);
+  std::printf("  thread stack limit: %zu bytes\n", stackLimit);
+  // Device memory beyond the plan, phase by phase: a failure of the final check then
+  // says which step took it.
+  uint64_t lastNow = kiln_model_device_bytes_now(m);
+  auto phase = [&](const char *name) {
+    const uint64_t now = kiln_model_device_bytes_now(m);
+    if (now != lastNow)
+      std::printf("  device memory after %s: %+lld bytes\n", name,
+                  static_cast<long long>(now) - static_cast<long long>(lastNow));
+    lastNow = now;
+  };
   Reference ref{w, 2};
 
   std::mt19937 rng(7);
@@ -346,6 +359,7 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
   ASSERT_EQ(kiln_model_prefill(m, ids.data(), 3, ptrs.data(), lens.data(), next.data(),
                                logits.data()),
             KILN_OK) << lastError();
+  phase("prefill");
   for (int i = 0; i < 3; ++i) {
     expectRow(ref, seqs[i], lens[i] - 1, &logits[static_cast<size_t>(i) * V], "prefill");
     EXPECT_EQ(next[i], argmaxOf(&logits[static_cast<size_t>(i) * V]));
@@ -355,6 +369,7 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
     std::vector<int32_t> in = next;
     ASSERT_EQ(kiln_model_decode(m, ids.data(), 3, in.data(), 1, next.data(), logits.data()),
               KILN_OK) << lastError();
+    phase("a decode step");
     for (int i = 0; i < 3; ++i) {
       seqs[i].push_back(in[i]);
       expectRow(ref, seqs[i], static_cast<int>(seqs[i].size()) - 1,
@@ -367,6 +382,7 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
     t = tok(rng);
   ASSERT_EQ(kiln_model_decode(m, ids.data(), 3, four.data(), 4, argmax.data(), logits.data()),
             KILN_OK) << lastError();
+  phase("the q_len 4 decode");
   for (int i = 0; i < 3; ++i) {
     std::vector<int32_t> s = seqs[i];
     s.insert(s.end(), four.begin() + 4 * i, four.begin() + 4 * i + 4);
@@ -399,6 +415,7 @@ TEST(ModelGpu, ForwardMatchesReferenceAndPlan) {
   ASSERT_EQ(kiln_model_extend(m, ids.data(), 3, eptr.data(), elen.data(), last.data(),
                               logits.data()),
             KILN_OK) << lastError();
+  phase("extend");
   for (int i = 0; i < 3; ++i) {
     seqs[i].insert(seqs[i].end(), ext[i].begin(), ext[i].end());
     expectRow(ref, seqs[i], static_cast<int>(seqs[i].size()) - 1,

@@ -21,6 +21,13 @@ __device__ __forceinline__ void widenE4m3x16(const uint4 &in, uint4 &lo, uint4 &
   }
 }
 
+// Two e4m3 values (the low 16 bits) -> an fp16x2 mma operand (exact).
+__device__ __forceinline__ uint32_t e4m3x2ToHalf2(uint32_t pair) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
 // 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range (exact inside it for
 // values in fp16's normal range).
 __device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {

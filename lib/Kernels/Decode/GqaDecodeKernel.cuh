@@ -23,10 +23,20 @@
 // added where the splits are combined (or in the same arithmetic when there is one).
 //
 // FP8 pools (F8): the tile's e4m3 bytes stream through the same pipeline (half the
-// bytes), and each tile is widened once into an fp16 tile in smem that the unchanged
-// mma.sync path reads. e4m3 -> fp16 is exact, so the math is fp16 x fp16 -> fp32: q is
-// rounded to fp16 once (clamped to its range), P too. A block holds one KV head, so that
-// head's scales are folded into the score scale (K) and the output (V).
+// bytes, more stages) and are widened to fp16 in registers, as the mma fragments are
+// built (e4m3 -> fp16 is exact, so the math is fp16 x fp16 -> fp32; q is rounded to fp16
+// once, clamped to its range, P too):
+//  - S = Q K^T: the head dimension is summed over, so its order is free. Within each
+//    16-wide k step the mma's k (2t, 2t+1 | 2t+8, 2t+9) is read as d (4t, 4t+1 | 4t+2,
+//    4t+3): a lane's K fragment is then 4 consecutive bytes of its key (one 32-bit
+//    load), and its Q fragment 4 consecutive halves.
+//  - O += P V: ldmatrix.trans over the bytes (pairs of d as 16-bit elements) gives a
+//    lane V[key 2t, 2t+1][d 2g, 2g+1]; a byte permute splits that into the fragments of
+//    two n8 output tiles, the even and the odd d of a 16-wide chunk, so the output's
+//    columns come out interleaved (outPairs maps them back).
+// The raw tiles are XOR-swizzled by 16-byte chunk (rawAt), so both access patterns are
+// free of bank conflicts (2-way at d = 64). A block holds one KV head, so that head's
+// scales are folded into the score scale (K) and the output (V).
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
@@ -47,7 +57,7 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
   // FP8 tiles are half the bytes: more stages keep as many bytes in flight per SM as
   // the 16-bit kernel (what bounds a streaming kernel), within 96 KiB a block.
-  static constexpr int STAGES = D == 64 ? (F8 ? 6 : 4) : D == 128 ? (F8 ? 4 : 3) : (F8 ? 3 : 2);
+  static constexpr int STAGES = D == 64 ? (F8 ? 8 : 4) : D == 128 ? (F8 ? 5 : 3) : (F8 ? 4 : 2);
   // d <= 128: each warp keeps its Q fragments in registers (staged through the last
   // K/V slot), so the block fits 99 KiB parts; d = 256 keeps Q in smem.
   static constexpr bool Q_IN_REGS = D <= 128;
@@ -57,11 +67,11 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
   static constexpr int STAGE_ELEMS = 2 * TILE_N * D;
   static constexpr int Q_SMEM_ELEMS = Q_IN_REGS ? 0 : Q_ELEMS;
   static constexpr int KV_BYTES = F8 ? 1 : 2;          // bytes per cached element
-  static constexpr int WIDE_ELEMS = F8 ? STAGE_ELEMS : 0; // the widened fp16 K/V tile
-  // [Q (d = 256)][widened tile (F8)][STAGES raw K/V tiles]
-  static constexpr int REGION_BYTES = WIDE_ELEMS * 2 + STAGES * STAGE_ELEMS * KV_BYTES;
+  // [Q (d = 256)][STAGES K/V tiles]
+  static constexpr int REGION_BYTES = STAGES * STAGE_ELEMS * KV_BYTES;
   static constexpr int SMEM_BYTES = Q_SMEM_ELEMS * 2 + REGION_BYTES;
-  static_assert(!Q_IN_REGS || Q_ELEMS <= STAGE_ELEMS, "Q staging must fit one K/V slot");
+  static_assert(!Q_IN_REGS || Q_ELEMS * 2 <= STAGE_ELEMS * KV_BYTES,
+                "Q staging must fit one K/V slot");
   static_assert(KW % 16 == 0, "keys per warp must be a multiple of 16");
   static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= REGION_BYTES,
                 "merge buffer must fit in the K/V stages");
@@ -77,11 +87,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
   using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
   extern __shared__ __align__(16) unsigned char smemRaw[];
   unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
-  CT *sWide = reinterpret_cast<CT *>(region);                    // F8 only
-  KT *sKV = reinterpret_cast<KT *>(region + C::WIDE_ELEMS * 2); // raw K/V stages
-  CT *sQ = !C::Q_IN_REGS ? reinterpret_cast<CT *>(smemRaw)
-           : F8          ? sWide
-                         : reinterpret_cast<CT *>(sKV + (C::STAGES - 1) * C::STAGE_ELEMS);
+  KT *sKV = reinterpret_cast<KT *>(region); // K/V stages
+  CT *sQ = C::Q_IN_REGS ? reinterpret_cast<CT *>(sKV + (C::STAGES - 1) * C::STAGE_ELEMS)
+                        : reinterpret_cast<CT *>(smemRaw);
 
   const int split = blockIdx.x, b = blockIdx.z;
   const int kvh = blockIdx.y / args.rowBlocks, rowBase = (blockIdx.y % args.rowBlocks) * C::ROWS;
@@ -146,22 +154,6 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       cpAsync16(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
     }
   };
-  // F8: raw tile -> the swizzled fp16 tile the mma path reads. Consecutive threads take
-  // consecutive rows of one chunk column: the raw tile's XOR swizzle (rawAt) and the
-  // fp16 tile's keep both the 16-byte reads and the stores free of bank conflicts.
-  auto widenTile = [&](int tile) {
-    const uint8_t *raw = reinterpret_cast<const uint8_t *>(sKV + (tile % C::STAGES) * C::STAGE_ELEMS);
-#pragma unroll
-    for (int c = tid; c < 2 * C::TILE_N * KV_CH; c += C::THREADS) {
-      const int row = c % (2 * C::TILE_N), ch = c / (2 * C::TILE_N); // K rows, then V rows
-      const int key = row % C::TILE_N;
-      uint4 lo, hi;
-      kiln::kernels::widenE4m3x16(*reinterpret_cast<const uint4 *>(raw + rawAt(row, ch)), lo, hi);
-      CT *dst = sWide + (row / C::TILE_N) * C::TILE_N * D;
-      *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch, C::CH)) = lo;
-      *reinterpret_cast<uint4 *>(dst + swz(key, 2 * ch + 1, C::CH)) = hi;
-    }
-  };
   for (int s = 0; s < C::STAGES - 1; ++s) {
     if (s < numTiles)
       loadTile(s);
@@ -188,6 +180,20 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
     o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -1e30f, m1 = -1e30f, l0 = 0.f, l1 = 0.f;
 
+  // Q fragment of row tile mt, k16 step kk; F8 reads k in the permuted order (see top).
+  auto loadQFrag = [&](uint32_t(&a)[4], int kk) {
+    if constexpr (F8) {
+      const int ch = kk * 2 + (t4 >> 1), at = 4 * (t4 & 1);
+      const uint2 lo = *reinterpret_cast<const uint2 *>(sQ + swz(mt * 16 + g, ch, C::CH) + at);
+      const uint2 hi = *reinterpret_cast<const uint2 *>(sQ + swz(mt * 16 + g + 8, ch, C::CH) + at);
+      a[0] = lo.x;
+      a[1] = hi.x;
+      a[2] = lo.y;
+      a[3] = hi.y;
+    } else {
+      ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+    }
+  };
   // Q fragments (row tile mt, k16 step kk); in registers when C::Q_IN_REGS.
   uint32_t qFrag[C::Q_IN_REGS ? D / 16 : 1][4];
   if constexpr (C::Q_IN_REGS) {
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      ldsmX4(qFrag[kk], sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+      loadQFrag(qFrag[kk], kk);
     __syncthreads(); // the slot is reused by tile STAGES-1
   }
 
@@ -206,15 +212,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       loadTile(tile + C::STAGES - 1);
     cpAsyncCommit();
 
-    const CT *sK;
-    if constexpr (F8) {
-      widenTile(tile); // the barrier above: every warp is done with the last wide tile
-      __syncthreads();
-      sK = sWide;
-    } else {
-      sK = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
-    }
-    const CT *sV = sK + C::TILE_N * D;
+    const KT *sK = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
+    const KT *sV = sK + C::TILE_N * D;
     const int kBase = wn * C::KW;
 
     float s[C::KW / 8][4];
@@ -230,15 +229,26 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
         a[2] = qFrag[kk][2];
         a[3] = qFrag[kk][3];
       } else {
-        ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
+        loadQFrag(a, kk);
       }
 #pragma unroll
       for (int j = 0; j < C::KW / 16; ++j) {
-        uint32_t bf[4];
-        int key = kBase + j * 16 + (lane % 8) + (lane / 16) * 8;
-        ldsmX4(bf, sK + swz(key, kk * 2 + (lane / 8) % 2, C::CH));
-        mma16816<CT>(s[2 * j], a, bf[0], bf[1]);
-        mma16816<CT>(s[2 * j + 1], a, bf[2], bf[3]);
+        if constexpr (F8) {
+          // 4 bytes of key kBase + 16j + 8jj + g: d 4t..4t+3 of this k step.
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            const int key = kBase + j * 16 + jj * 8 + g;
+            const uint32_t w = *reinterpret_cast<const uint32_t *>(
+                reinterpret_cast<const uint8_t *>(sK) + rawAt(key, kk) + 4 * t4);
+            mma16816<CT>(s[2 * j + jj], a, kiln::kernels::e4m3x2ToHalf2(w), kiln::kernels::e4m3x2ToHalf2(w >> 16));
+          }
+        } else {
+          uint32_t bf[4];
+          int key = kBase + j * 16 + (lane % 8) + (lane / 16) * 8;
+          ldsmX4(bf, sK + swz(key, kk * 2 + (lane / 8) % 2, C::CH));
+          mma16816<CT>(s[2 * j], a, bf[0], bf[1]);
+          mma16816<CT>(s[2 * j + 1], a, bf[2], bf[3]);
+        }
       }
     }
 
@@ -288,12 +298,31 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       a[2] = pack2<CT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       a[3] = pack2<CT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       int key = kBase + kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+      if constexpr (F8) {
+        // Matrices: keys 0-7 / 8-15 of this k step x 16-byte chunks 2cp / 2cp+1. A lane's
+        // register holds V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (bytes 0..3):
+        // bytes 0, 2 feed the chunk's even-d tile, bytes 1, 3 its odd-d tile.
 #pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t bf[4];
-        ldsmX4T(bf, sV + swz(key, np * 2 + lane / 16, C::CH));
-        mma16816<CT>(o[2 * np], a, bf[0], bf[1]);
-        mma16816<CT>(o[2 * np + 1], a, bf[2], bf[3]);
+        for (int cp = 0; cp < D / 32; ++cp) {
+          uint32_t v[4];
+          ldsmX4T(v, reinterpret_cast<const uint8_t *>(sV) + rawAt(key, 2 * cp + lane / 16));
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int c = 2 * cp + h;
+            mma16816<CT>(o[2 * c], a, kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h], 0, 0x20)),
+                         kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h + 1], 0, 0x20)));
+            mma16816<CT>(o[2 * c + 1], a, kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h], 0, 0x31)),
+                         kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h + 1], 0, 0x31)));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+          uint32_t bf[4];
+          ldsmX4T(bf, sV + swz(key, np * 2 + lane / 16, C::CH));
+          mma16816<CT>(o[2 * np], a, bf[0], bf[1]);
+          mma16816<CT>(o[2 * np + 1], a, bf[2], bf[3]);
+        }
       }
     }
   }
@@ -337,12 +366,29 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
     }
   };
 
-  if constexpr (C::WARPS_N == 1) {
+  // Each adjacent pair of output columns this lane holds: fn(col, row0's two values,
+  // row1's two values). F8's PV interleaves a 16-wide chunk's even and odd columns over
+  // two n8 tiles: the lane holds columns 16c + 4t .. 4t+3 of them.
+  auto outPairs = [&](auto &&fn) {
+    if constexpr (F8) {
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      store(row0, i * 8 + 2 * t4, o[i][0], o[i][1], m0, l0);
-      store(row1, i * 8 + 2 * t4, o[i][2], o[i][3], m1, l1);
+      for (int c = 0; c < D / 16; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          fn(16 * c + 4 * t4 + 2 * e, o[2 * c][e], o[2 * c + 1][e], o[2 * c][2 + e],
+             o[2 * c + 1][2 + e]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        fn(i * 8 + 2 * t4, o[i][0], o[i][1], o[i][2], o[i][3]);
     }
+  };
+
+  if constexpr (C::WARPS_N == 1) {
+    outPairs([&](int col, float a0, float a1, float b0, float b1) {
+      store(row0, col, a0, a1, m0, l0);
+      store(row1, col, b0, b1, m1, l1);
+    });
   } else {
     // Merge key-split warps: stats then rescaled O through smem (K/V stages reused).
     __syncthreads();
@@ -363,12 +409,10 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
     }
     float f0 = exp2f(m0 - gm0), f1 = exp2f(m1 - gm1);
     float *dst = sO + wn * C::ROWS * D;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      int col = i * 8 + 2 * t4;
-      *reinterpret_cast<float2 *>(dst + row0 * D + col) = make_float2(o[i][0] * f0, o[i][1] * f0);
-      *reinterpret_cast<float2 *>(dst + row1 * D + col) = make_float2(o[i][2] * f1, o[i][3] * f1);
-    }
+    outPairs([&](int col, float a0, float a1, float b0, float b1) {
+      *reinterpret_cast<float2 *>(dst + row0 * D + col) = make_float2(a0 * f0, a1 * f0);
+      *reinterpret_cast<float2 *>(dst + row1 * D + col) = make_float2(b0 * f1, b1 * f1);
+    });
     __syncthreads();
     for (int idx = tid; idx < rows * (D / 2); idx += C::THREADS) {
       int r = idx / (D / 2), col = (idx % (D / 2)) * 2;
