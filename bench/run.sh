@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entry point of Kiln's benchmarks (GPU machine, repository root):
-#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, model, runtime
+#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, moe, model, runtime
 #                                 (default: all)
 # Builds the CUDA half once (-DKILN_BUILD_COMPILER=OFF, sm_90a) into
 # ${KILN_BENCH_BUILD:-/tmp/kiln-bench-build} and runs each family's benchmark with its
@@ -11,7 +11,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BENCH_BUILD:-/tmp/kiln-bench-build}
 out=${OUT:-/tmp/kiln-bench-out}
-families=${*:-decode prefill mamba gemm model runtime}
+families=${*:-decode prefill mamba gemm moe model runtime}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -33,6 +33,8 @@ for family in $families; do
   mamba) bash "$root/bench/Mamba/run.sh" "$build" "$out/$family" ;;
   gemm) OUT="$out/$family" python3 "$root/bench/Gemm/bench_gemm.py" \
       --lib "$build/lib/libkiln_runtime.so" ;;
+  moe) OUT="$out/$family" python3 "$root/bench/Moe/bench_moe.py" \
+      --lib "$build/lib/libkiln_runtime.so" ;;
   model)
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
       --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
@@ -42,7 +44,7 @@ for family in $families; do
     nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
       -o "$build/graph_launch" && "$build/graph_launch" &&
       python3 "$root/bench/Runtime/graph_launch_peer.py" ;;
-  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, model, runtime)"
+  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, moe, model, runtime)"
      status=1; continue ;;
   esac > "$out/$family.log" 2>&1
   rc=$?

@@ -1,6 +1,6 @@
 //===- DenseDecoder.cpp - the whole decoder graph of dense models ------===//
 //
-// Llama, Mistral, Qwen2 and Qwen3 as transformers runs them, one `@forward` from the
+// Llama, Mistral, Qwen2, Qwen3, Mixtral and Qwen3-MoE as transformers runs them, one `@forward` from the
 // token ids to the logits:
 //
 //   kiln.weight @"model.embed_tokens.weight" : tensor<V x H>   (every tensor, by its
@@ -19,6 +19,8 @@
 //       h = add(h, linear(collapse(a), o_proj[, bias]))
 //       x = rms_norm(h, post_attention_layernorm)
 //       h = add(h, linear(swiglu(linear(x, gate_proj), linear(x, up_proj)), down_proj))
+//         or, in a sparse MoE layer (mixtral, qwen3_moe):
+//       h = add(h, moe(x, linear(x, router), experts.*.{gate,up,down}))
 //     logits = linear(rms_norm(gather_rows(h, rows), model.norm), lm_head)
 //
 // The rows are gathered before the final norm: the norm is row-wise, so the lm_head
@@ -84,6 +86,9 @@ private:
   Value rope(Value x, Value positions, Value count, Location at);
 
   void buildLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
+  /// The sparse MoE block of layer `prefix` (Mixtral's block_sparse_moe, Qwen3-MoE's
+  /// mlp): the router linear and kiln.moe over the stacked expert weights.
+  Value sparseMoe(Value x, const std::string &prefix, Value tokens);
   void buildEagle3Head(const LayerSpec &layer);
 
   const ModelSpec &m;
@@ -178,6 +183,12 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
 
   x = rmsNorm(h, prefix + ".post_attention_layernorm.weight", tokens,
               loc(prefix + ".post_attention_layernorm"));
+  if (m.isMoeLayer(layer.index)) {
+    Value routed = sparseMoe(x, prefix, tokens);
+    h = AddOp::create(b, layerLoc, h.getType(), h, routed, empty({m.hidden}, tokens, layerLoc))
+            .getResult();
+    return;
+  }
   Value gate = linear(x, mlp + ".gate_proj", m.intermediate, m.hidden, false, tokens);
   Value up = linear(x, mlp + ".up_proj", m.intermediate, m.hidden, false, tokens);
   Location mlpLoc = loc(mlp);
@@ -187,6 +198,33 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
   Value down = linear(act, mlp + ".down_proj", m.hidden, m.intermediate, false, tokens);
   h = AddOp::create(b, layerLoc, h.getType(), h, down, empty({m.hidden}, tokens, layerLoc))
           .getResult();
+}
+
+Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value tokens) {
+  const bool mixtral = m.modelType == "mixtral";
+  const std::string block = prefix + (mixtral ? ".block_sparse_moe" : ".mlp");
+  // The checkpoint's per-expert tensors, stacked along a leading expert dimension (the
+  // runtime's loader reads `experts.<e>.` for each e into `experts.*.`).
+  const std::string experts = block + ".experts.*.";
+  const char *gateName = mixtral ? "w1" : "gate_proj";
+  const char *upName = mixtral ? "w3" : "up_proj";
+  const char *downName = mixtral ? "w2" : "down_proj";
+  Location at = loc(block);
+  Value logits = linear(x, block + ".gate", m.experts, m.hidden, false, tokens);
+  const int64_t inter = m.moeIntermediate;
+  Value gate = weight(experts + gateName + ".weight", {m.experts, inter, m.hidden}, at);
+  Value up = weight(experts + upName + ".weight", {m.experts, inter, m.hidden}, at);
+  Value down = weight(experts + downName + ".weight", {m.experts, m.hidden, inter}, at);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  auto moe = MoeOp::create(b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits,
+                           gate, up, down, empty({m.hidden}, tokens, at), scratch,
+                           b.getI64IntegerAttr(m.topK),
+                           m.normTopK ? b.getUnitAttr() : UnitAttr(),
+                           m.roundRouterWeights ? b.getUnitAttr() : UnitAttr());
+  return moe.getResult(0);
 }
 
 void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {

@@ -28,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/Import/HFConfig.h"
 #include "ImportDetail.h"
+#include "kiln/Kernels/Moe.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -53,9 +54,10 @@ using namespace kiln::import_detail;
 namespace json = llvm::json;
 
 llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
-  static const llvm::StringRef types[] = {"llama",       "mistral",     "qwen2",
-                                          "qwen3",       "deepseek_v2", "deepseek_v3",
-                                          "nemotron_h",  "qwen3_next"};
+  static const llvm::StringRef types[] = {"llama",      "mistral",     "mixtral",
+                                          "qwen2",      "qwen3",       "qwen3_moe",
+                                          "deepseek_v2", "deepseek_v3", "nemotron_h",
+                                          "qwen3_next"};
   return types;
 }
 
@@ -319,7 +321,7 @@ LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
     return success();
   // Qwen2/Qwen3: with use_sliding_window, layers from max_window_layers on slide.
   int64_t first = 0;
-  if (m.modelType == "qwen2" || m.modelType == "qwen3") {
+  if (m.modelType == "qwen2" || m.modelType == "qwen3" || m.modelType == "qwen3_moe") {
     if (!use)
       return success(); // Qwen defaults use_sliding_window to false
     first = r.getIntOr("max_window_layers", 0);
@@ -396,6 +398,80 @@ LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDim
   return success();
 }
 
+/// The sparse MoE block of Mixtral and Qwen3-MoE, as transformers builds it: a router
+/// (`gate`, no bias), softmax over the experts, the top `num_experts_per_tok`, and
+/// SwiGLU experts.
+///   - Mixtral: `num_local_experts` experts of `intermediate_size`, every layer; the
+///     chosen weights always renormalized and kept in fp32.
+///   - Qwen3-MoE: `num_experts` experts of `moe_intermediate_size`; `norm_topk_prob`
+///     renormalizes; the weights are rounded to the model dtype; layer i is sparse
+///     unless it is in `mlp_only_layers` or (i + 1) is not a multiple of
+///     `decoder_sparse_step` (then a dense MLP of `intermediate_size`).
+LogicalResult readMoe(Reader &r, ModelSpec &m) {
+  if (m.modelType == "mixtral") {
+    std::optional<int64_t> experts = r.getInt("num_local_experts");
+    std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
+    if (!experts || !topK)
+      return failure();
+    m.experts = *experts;
+    m.topK = *topK;
+    m.moeIntermediate = m.intermediate;
+    m.normTopK = true;
+    m.roundRouterWeights = false;
+    m.moeEvery = 1;
+  } else if (m.modelType == "qwen3_moe") {
+    std::optional<int64_t> experts = r.getInt("num_experts");
+    std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
+    std::optional<int64_t> inter = r.getInt("moe_intermediate_size");
+    if (!experts || !topK || !inter)
+      return failure();
+    m.experts = *experts;
+    m.topK = *topK;
+    m.moeIntermediate = *inter;
+    m.normTopK = r.getBool("norm_topk_prob").value_or(false);
+    m.roundRouterWeights = true;
+    m.moeEvery = r.getIntOr("decoder_sparse_step", 1, 1);
+    if (const json::Value *only = r.get("mlp_only_layers"); only && !only->getAsNull()) {
+      const json::Array *layers = only->getAsArray();
+      if (!layers) {
+        r.error("mlp_only_layers") << "field 'mlp_only_layers' must be a list of layer indices";
+        return failure();
+      }
+      for (const json::Value &v : *layers) {
+        std::optional<int64_t> index = v.getAsInteger();
+        if (!index || *index < 0 || *index >= m.numLayers) {
+          auto diag = r.error("mlp_only_layers") << "field 'mlp_only_layers' holds ";
+          if (index)
+            diag << *index;
+          else
+            diag << Reader::describe(v);
+          diag << ", not a layer index below num_hidden_layers (" << m.numLayers << ")";
+          return failure();
+        }
+        m.mlpOnlyLayers.insert(*index);
+      }
+    }
+  } else {
+    return success();
+  }
+  if (r.failedAny())
+    return failure();
+  if (m.topK > m.experts) {
+    r.error("num_experts_per_tok") << "field 'num_experts_per_tok' = " << m.topK
+                                   << " exceeds the " << m.experts << " experts";
+    return failure();
+  }
+  if (m.experts > KILN_MOE_MAX_EXPERTS || m.topK > KILN_MOE_MAX_TOP_K) {
+    r.error(m.experts > KILN_MOE_MAX_EXPERTS ? (m.modelType == "mixtral" ? "num_local_experts"
+                                                                           : "num_experts")
+                                              : "num_experts_per_tok")
+        << m.experts << " experts with " << m.topK << " per token: the MoE kernels take up to "
+        << KILN_MOE_MAX_EXPERTS << " experts and " << KILN_MOE_MAX_TOP_K << " per token";
+    return failure();
+  }
+  return success();
+}
+
 /// Llama, Mistral, Qwen2, Qwen3: pre-norm decoder layers of GQA attention with RoPE
 /// and a SwiGLU MLP, as transformers builds them:
 ///   - head_dim: the `head_dim` key, else hidden_size / num_attention_heads (Qwen3:
@@ -405,9 +481,11 @@ LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDim
 ///     as transformers ignores it); `mlp_bias` is not supported;
 ///   - Qwen3 normalizes q and k per head (self_attn.q_norm / k_norm);
 ///   - the MLP activation must be SiLU (`hidden_act`), the gate of SwiGLU.
+/// Mixtral and Qwen3-MoE: the same layers with a sparse MoE block in place of the MLP
+/// (readMoe).
 LogicalResult readDense(Reader &r, ModelSpec &m) {
-  if (failed(readCommon(r, m)) ||
-      failed(readAttention(r, m, {"head_dim"}, m.modelType == "qwen3" ? 128 : 0)))
+  const bool qwen3 = m.modelType == "qwen3" || m.modelType == "qwen3_moe";
+  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"}, qwen3 ? 128 : 0)))
     return failure();
   std::optional<int64_t> inter = r.getInt("intermediate_size");
   if (!inter)
@@ -465,18 +543,21 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
     return failure();
   if (m.modelType == "qwen2") {
     m.qkvBias = true;
-  } else if (m.modelType == "llama" || m.modelType == "qwen3") {
+  } else if (m.modelType == "llama" || qwen3) {
     m.qkvBias = attentionBias;
     m.oBias = attentionBias;
   }
-  m.qkNorm = m.modelType == "qwen3";
+  m.qkNorm = qwen3;
   FailureOr<RopeAttr> rope = readRope(r, m);
   if (failed(rope))
     return failure();
   m.rope = *rope;
+  if (failed(readMoe(r, m)))
+    return failure();
   for (int64_t i = 0; i < m.numLayers; ++i) {
     m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
-    m.layers.push_back({LayerKind::mlp, i, std::nullopt, std::nullopt});
+    m.layers.push_back({m.isMoeLayer(i) ? LayerKind::moe : LayerKind::mlp, i, std::nullopt,
+                        std::nullopt});
   }
   return readSlidingWindows(r, m);
 }
@@ -989,7 +1070,7 @@ LogicalResult readModelSpec(StringRef text, StringRef file, MLIRContext *ctx,
   m.name = options.modelName.empty() ? defaultName(file) : options.modelName;
   LogicalResult read = failure();
   if (*modelType == "llama" || *modelType == "mistral" || *modelType == "qwen2" ||
-      *modelType == "qwen3") {
+      *modelType == "qwen3" || *modelType == "mixtral" || *modelType == "qwen3_moe") {
     read = readDense(r, m);
   } else if (*modelType == "deepseek_v2" || *modelType == "deepseek_v3") {
     read = readDeepSeek(r, m);

@@ -19,6 +19,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <optional>
+#include <set>
 #include <string>
 
 namespace kiln {
@@ -126,6 +127,14 @@ struct ModelSpec {
   // MLP / MoE
   int64_t intermediate = 0, moeIntermediate = 0, experts = 0, sharedExperts = 0,
           sharedIntermediate = 0;
+  // The MoE routing of the whole-graph families (mixtral, qwen3_moe): experts per token,
+  // renormalized and/or rounded weights, which layers are sparse.
+  int64_t topK = 0, moeEvery = 1;
+  bool normTopK = false, roundRouterWeights = false;
+  std::set<int64_t> mlpOnlyLayers;
+  bool isMoeLayer(int64_t i) const {
+    return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;
+  }
   // Dense decoder graph (llama, mistral, qwen2, qwen3)
   double rmsNormEps = 1e-6;
   bool qkvBias = false; // q/k/v_proj have a bias
@@ -142,7 +151,7 @@ struct ModelSpec {
   /// The dense families get the whole decoder graph; the others a cache skeleton.
   bool isDense() const {
     return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" ||
-           modelType == "qwen3";
+           modelType == "qwen3" || modelType == "mixtral" || modelType == "qwen3_moe";
   }
 };
 

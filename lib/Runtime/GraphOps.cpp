@@ -5,6 +5,7 @@
 
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <cmath>
 
@@ -190,6 +191,63 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
     return launchValidated(c, ctx, "kiln_gemm_bf16", out, m, n, [&] {
       return kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
                             KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits,
+                               const void *gate, const void *up, const void *down, void *out,
+                               void *scratch, int64_t tokens, int64_t hidden, int64_t inter,
+                               int64_t experts, int32_t top_k, int32_t flags,
+                               int64_t scratch_per_token) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_moe")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"tokens", tokens},
+                                       {"hidden", hidden},
+                                       {"inter", inter},
+                                       {"experts", experts},
+                                       {"top_k", top_k}});
+        s != KILN_OK)
+      return s;
+    // The scratch the compiler planned must be what the kernel carves.
+    uint64_t needed = 0;
+    if (kiln_status_t s = kiln_moe_scratch_bytes_per_token(hidden, inter, top_k, &needed);
+        s != KILN_OK)
+      return c.launcher(s, "kiln_moe_scratch_bytes_per_token");
+    if (static_cast<uint64_t>(scratch_per_token) != needed)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "scratch_per_token %lld != the %llu bytes kiln_moe needs a token",
+                     static_cast<long long>(scratch_per_token),
+                     static_cast<unsigned long long>(needed));
+    if (kiln_status_t s = checkRanges(
+            c, ctx,
+            {bf16("x", x, tokens, hidden), bf16("logits", logits, tokens, experts),
+             bf16("gate", gate, experts * inter, hidden), bf16("up", up, experts * inter, hidden),
+             bf16("down", down, experts * hidden, inter), bf16("out", out, tokens, hidden, true),
+             {"scratch", scratch, bytesOf({tokens, scratch_per_token}), 16, true}});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_moe", out, tokens, hidden, [&] {
+      kiln_moe_params_t p{};
+      p.x = x;
+      p.logits = logits;
+      p.gate = gate;
+      p.up = up;
+      p.down = down;
+      p.out = out;
+      p.scratch = scratch;
+      p.tokens = tokens;
+      p.hidden = hidden;
+      p.inter = inter;
+      p.experts = experts;
+      p.top_k = top_k;
+      p.flags = flags;
+      p.gemm = ctx->gemm;
+      p.gemm_workspace = ctx->base[kWorkspace];
+      p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;
+      p.stream = ctx->stream;
+      return kiln_moe(&p);
     });
   };
   return record(ctx, run());

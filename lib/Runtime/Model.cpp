@@ -161,6 +161,44 @@ void initSequences(kiln_model *m) {
   m->pieces.reserve(B);
 }
 
+// One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
+// `device`, through the host buffer.
+kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
+                         const char *weightsPath, const std::string &name,
+                         const std::string &dtype, const std::vector<int64_t> &shape,
+                         char *device, uint64_t bytes, std::vector<unsigned char> &host) {
+  std::string error;
+  const kiln::weights::TensorInfo *info = index.find(name);
+  if (!info)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' (%s %s) is not in the checkpoint %s",
+                fn, name.c_str(), dtype.c_str(), shapeText(shape).c_str(), weightsPath);
+  const char *found = kiln::weights::dtypeName(info->dtype);
+  if (dtype != found)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s is %s, the model needs %s",
+                fn, name.c_str(), info->file.c_str(), found, dtype.c_str());
+  if (info->shape != shape)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s has shape %s, the model needs %s",
+                fn, name.c_str(), info->file.c_str(), shapeText(info->shape).c_str(),
+                shapeText(shape).c_str());
+  if (info->bytes != bytes || bytes > host.size())
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: weight '%s' in %s holds %llu bytes, the manifest plans %llu", fn,
+                name.c_str(), info->file.c_str(), static_cast<unsigned long long>(info->bytes),
+                static_cast<unsigned long long>(bytes));
+  if (!index.read(*info, host.data(), error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, name.c_str(),
+                error.c_str());
+  cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_CUDA, "%s: copying weight '%s' from %s to the device: %s", fn,
+                name.c_str(), info->file.c_str(), cudaGetErrorString(e));
+  }
+  return KILN_OK;
+}
+
+// A manifest weight whose name holds `*` (a MoE layer's experts) is the stack of the
+// checkpoint's tensors with `*` replaced by 0, 1, ... along its leading dimension.
 kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath) {
   kiln::weights::SafetensorsIndex index;
   std::string error;
@@ -173,38 +211,35 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
   std::vector<unsigned char> host(static_cast<size_t>(largest));
   char *base = static_cast<char *>(kiln_rt_weights(m->ctx));
   for (const auto &w : m->manifest.weights) {
-    const kiln::weights::TensorInfo *info = index.find(w.name);
-    if (!info)
+    if (w.offset > m->manifest.weightBytes || w.bytes > m->manifest.weightBytes - w.offset)
       return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s: weight '%s' (%s %s) is not in the checkpoint %s", fn, w.name.c_str(),
-                  w.dtype.c_str(), shapeText(w.shape).c_str(), weightsPath);
-    const char *dtype = kiln::weights::dtypeName(info->dtype);
-    if (w.dtype != dtype)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s: weight '%s' in %s is %s, the model needs %s", fn, w.name.c_str(),
-                  info->file.c_str(), dtype, w.dtype.c_str());
-    if (info->shape != w.shape)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s: weight '%s' in %s has shape %s, the model needs %s", fn, w.name.c_str(),
-                  info->file.c_str(), shapeText(info->shape).c_str(),
-                  shapeText(w.shape).c_str());
-    if (info->bytes != w.bytes || w.offset > m->manifest.weightBytes ||
-        w.bytes > m->manifest.weightBytes - w.offset)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s: weight '%s' in %s: %llu bytes at offset %llu do not fit the manifest "
-                  "(%llu bytes planned, weight_bytes %llu)", fn, w.name.c_str(),
-                  info->file.c_str(), static_cast<unsigned long long>(info->bytes),
-                  static_cast<unsigned long long>(w.offset),
+                  "%s: weight '%s': %llu bytes at offset %llu do not fit the manifest's "
+                  "weight_bytes %llu", fn, w.name.c_str(),
                   static_cast<unsigned long long>(w.bytes),
+                  static_cast<unsigned long long>(w.offset),
                   static_cast<unsigned long long>(m->manifest.weightBytes));
-    if (!index.read(*info, host.data(), error))
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, w.name.c_str(),
-                  error.c_str());
-    cudaError_t e = cudaMemcpy(base + w.offset, host.data(), w.bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return fail(KILN_ERROR_CUDA, "%s: copying weight '%s' from %s to the device: %s", fn,
-                  w.name.c_str(), info->file.c_str(), cudaGetErrorString(e));
+    const size_t star = w.name.find('*');
+    if (star == std::string::npos) {
+      if (kiln_status_t s = loadTensor(fn, index, weightsPath, w.name, w.dtype, w.shape,
+                                       base + w.offset, w.bytes, host);
+          s != KILN_OK)
+        return s;
+      continue;
+    }
+    if (w.shape.size() < 2 || w.shape[0] <= 0 || w.bytes % static_cast<uint64_t>(w.shape[0]))
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: stacked weight '%s' needs a leading dimension that divides its bytes "
+                  "(shape %s)", fn, w.name.c_str(), shapeText(w.shape).c_str());
+    const std::vector<int64_t> slice(w.shape.begin() + 1, w.shape.end());
+    const uint64_t sliceBytes = w.bytes / static_cast<uint64_t>(w.shape[0]);
+    for (int64_t e = 0; e < w.shape[0]; ++e) {
+      const std::string name =
+          w.name.substr(0, star) + std::to_string(e) + w.name.substr(star + 1);
+      if (kiln_status_t s = loadTensor(fn, index, weightsPath, name, w.dtype, slice,
+                                       base + w.offset + static_cast<uint64_t>(e) * sliceBytes,
+                                       sliceBytes, host);
+          s != KILN_OK)
+        return s;
     }
   }
   return KILN_OK;

@@ -2,6 +2,7 @@
 // compiled-code entry point's validation on a validation-only ("dry") context (pointers
 // inside the regions, sizes, kernels per phase, spec-dec modes), the sticky status, and
 // the legacy bind-based MLA/SSM/conv rules.
+#include "kiln/Kernels/Moe.h"
 #include "kiln/Runtime/Runtime.h"
 
 #include "GpuTest.h"
@@ -262,6 +263,17 @@ TEST(RuntimeCpu, GraphOpValidation) {
             KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, d.a(1 << 20), 2, 512), KILN_OK)
       << lastError();
+  // A MoE layer: 12 tokens of hidden 256, 8 experts of 64, top 2; experts in the
+  // weights (3 x 8 x 64 x 256 bf16), scratch of 12 x the kernel's bytes per token.
+  uint64_t moeScratch = 0;
+  ASSERT_EQ(kiln_moe_scratch_bytes_per_token(256, 64, 2, &moeScratch), KILN_OK);
+  const int64_t expertBytes = 8 * 64 * 256 * 2;
+  auto moe = [&](int64_t scratchPerToken, int32_t topK) {
+    return kiln_rt_moe(d.ctx, d.a(), d.a(1 << 20), d.w(), d.w(expertBytes),
+                       d.w(2 * expertBytes), d.a(2 << 20), d.a(3 << 20), 12, 256, 64, 8, topK,
+                       KILN_MOE_NORMALIZE_TOP_K, scratchPerToken);
+  };
+  EXPECT_EQ(moe(static_cast<int64_t>(moeScratch), 2), KILN_OK) << lastError();
   int32_t argmax[2] = {5, 5};
   EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_OK) << lastError();
   EXPECT_EQ(argmax[0], 0); // dry: zeros
@@ -295,6 +307,9 @@ TEST(RuntimeCpu, GraphOpValidation) {
          return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 11, 4, 64, 0, 1e4f, 1, 0, 0, 0, 1);
        }},
       {"is not 2-byte aligned", [&] { return kiln_rt_add(d.ctx, d.a(1), d.a(), d.a(), 8); }},
+      {"kiln_rt_moe: op 1 of the prefill step (before the first attention): scratch_per_token 100 != the",
+       [&] { return moe(100, 2); }},
+      {"top_k 0 outside", [&] { return moe(static_cast<int64_t>(moeScratch), 0); }},
       {"vocab 500 != the model's vocab_size 512",
        [&] { return kiln_rt_embedding(d.ctx, ids, d.w(), d.a(), 12, 500, 256); }},
       {"logits: 3 rows, but the step asks for 2 logit rows",
@@ -315,6 +330,11 @@ TEST(RuntimeCpu, GraphOpValidation) {
     EXPECT_EQ(c.call(), KILN_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
   }
+  // A top_k beyond the kernel's: unsupported, named by the kernel's own query.
+  fresh();
+  EXPECT_EQ(moe(static_cast<int64_t>(moeScratch), 33), KILN_ERROR_UNSUPPORTED);
+  EXPECT_NE(lastError().find("top_k = 33 exceeds the supported maximum 32"), std::string::npos)
+      << lastError();
   // Reading results without logits.
   fresh();
   EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_ERROR_INVALID_ARGUMENT);

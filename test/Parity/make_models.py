@@ -63,8 +63,21 @@ def build_model(config, device):
         param.data = param.data.to(device=device, dtype=torch.bfloat16)
     model = model.to(device=device)
     keep_rope_in_float32(model)
+    use_eager_experts(model)
     model.eval()
     return model
+
+
+def use_eager_experts(model):
+    """MoE models: transformers' eager experts loop (one index_add_ per expert, in expert
+    order), the semantics kiln.moe reproduces; transformers 5 may pick a grouped-GEMM
+    implementation by default, whose sums are ordered differently."""
+    config = model.config
+    if hasattr(config, "_experts_implementation"):
+        previous = config._experts_implementation
+        config._experts_implementation = "eager"
+        if previous not in (None, "eager"):
+            print(f"experts implementation {previous} -> eager")
 
 
 def keep_rope_in_float32(model):

@@ -271,6 +271,14 @@ int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up,
                        int64_t n);
 int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows, void *out,
                             int64_t num_rows, int64_t dim, int64_t num_source_rows);
+/* A MoE layer's routed experts (kiln_moe, Kernels/Moe.h): x [tokens, hidden], the
+ * router's logits [tokens, experts], gate/up [experts, inter, hidden], down [experts,
+ * hidden, inter] (weights), out [tokens, hidden]; scratch [tokens, scratch_per_token]
+ * bytes in the activations (kiln_moe_scratch_bytes_per_token); flags KILN_MOE_*. */
+int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits, const void *gate,
+                    const void *up, const void *down, void *out, void *scratch, int64_t tokens,
+                    int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
+                    int32_t flags, int64_t scratch_per_token);
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.

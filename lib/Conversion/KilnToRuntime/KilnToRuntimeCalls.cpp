@@ -206,9 +206,10 @@ LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
       return op->emitOpError() << "the runtime's kernels take dense row-major buffers, got "
                                << type;
     Type element = type.getElementType();
-    if (!element.isBF16() && !element.isInteger(32))
-      return op->emitOpError() << "the runtime's kernels take bf16 tensors and i32 indices, "
-                                  "got "
+    // i8: raw scratch bytes (kiln.moe's routing and pointer arrays).
+    if (!element.isBF16() && !element.isInteger(32) && !element.isInteger(8))
+      return op->emitOpError() << "the runtime's kernels take bf16 tensors, i32 indices and "
+                                  "i8 scratch, got "
                                << type;
   }
   return success();

@@ -1,5 +1,6 @@
 //===- KilnOps.cpp - verifiers and interface implementations --------------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Kernels/Moe.h"      // kiln_moe flags and scratch layout
 #include "kiln/Runtime/Runtime.h" // kiln_rt_dtype_t codes of kiln_rt_attention
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -941,6 +942,7 @@ KILN_COMPUTE_EFFECTS(RopeOp)
 KILN_COMPUTE_EFFECTS(AddOp)
 KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
+KILN_COMPUTE_EFFECTS(MoeOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1060,6 +1062,75 @@ FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
                       RuntimeArg::dim(getWeight(), 1)}};
 }
 
+int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK) {
+  uint64_t total = 0;
+  for (int section = 0; section < KILN_MOE_SCRATCH_SECTIONS; ++section)
+    total += kiln_moe_scratch_section_bytes(hidden, inter, static_cast<int32_t>(topK), section);
+  return static_cast<int64_t>(total);
+}
+
+LogicalResult MoeOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkRank(op, "logits", getLogits(), 2)) ||
+      failed(checkRank(op, "gate", getGate(), 3)) || failed(checkRank(op, "up", getUp(), 3)) ||
+      failed(checkRank(op, "down", getDown(), 3)) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkSameShape(op, "gate", getGate(), "up", getUp())) ||
+      failed(checkRank(op, "scratch", getScratch(), 2)) ||
+      failed(checkElementType(op, "scratch", getScratch(), IntegerType::get(getContext(), 8))))
+    return failure();
+  Type element = shapedOf(getInput()).getElementType();
+  for (auto [name, value] : {std::pair<StringRef, Value>{"logits", getLogits()},
+                             {"gate", getGate()},
+                             {"up", getUp()},
+                             {"down", getDown()},
+                             {"init", getInit()}})
+    if (failed(checkElementType(op, name, value, element)))
+      return failure();
+  const int64_t hidden = sizeOf(getInput(), 1), experts = sizeOf(getGate(), 0),
+                inter = sizeOf(getGate(), 1);
+  if (failed(checkDimEquals(op, "logits", getLogits(), 0, sizeOf(getInput(), 0), "the token count")) ||
+      failed(checkDimEquals(op, "logits", getLogits(), 1, experts, "the expert count")) ||
+      failed(checkDimEquals(op, "gate", getGate(), 2, hidden, "the hidden size")) ||
+      failed(checkDimEquals(op, "down", getDown(), 0, experts, "the expert count")) ||
+      failed(checkDimEquals(op, "down", getDown(), 1, hidden, "the hidden size")) ||
+      failed(checkDimEquals(op, "down", getDown(), 2, inter, "the expert MLP size")) ||
+      failed(checkDimEquals(op, "scratch", getScratch(), 0, sizeOf(getInput(), 0),
+                            "the token count")))
+    return failure();
+  const int64_t topK = static_cast<int64_t>(getTopK());
+  if (experts != ShapedType::kDynamic && topK > experts)
+    return emitOpError() << "top_k " << topK << " exceeds the " << experts << " experts";
+  if (topK > KILN_MOE_MAX_TOP_K || (experts != ShapedType::kDynamic && experts > KILN_MOE_MAX_EXPERTS))
+    return emitOpError() << "supports up to " << KILN_MOE_MAX_EXPERTS << " experts and top_k "
+                         << KILN_MOE_MAX_TOP_K << ", got " << experts << " and " << topK;
+  if (hidden != ShapedType::kDynamic && inter != ShapedType::kDynamic &&
+      failed(checkDimEquals(op, "scratch", getScratch(), 1,
+                            scratchBytesPerToken(hidden, inter, topK),
+                            "the bytes a token needs (kiln_moe_scratch_bytes_per_token)")))
+    return failure();
+  return success();
+}
+FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  int64_t flags = 0;
+  if (getNormalizeTopK())
+    flags |= KILN_MOE_NORMALIZE_TOP_K;
+  if (getRoundWeights())
+    flags |= KILN_MOE_ROUND_WEIGHTS;
+  return RuntimeCall{"kiln_rt_moe",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getLogits()),
+                      RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
+                      RuntimeArg::pointer(getDown()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::pointer(getScratch()), RuntimeArg::dim(getInput(), 0),
+                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getGate(), 1),
+                      RuntimeArg::dim(getGate(), 0),
+                      RuntimeArg::i32(static_cast<int64_t>(getTopK())), RuntimeArg::i32(flags),
+                      RuntimeArg::dim(getScratch(), 1)}};
+}
+
 LogicalResult RopeOp::verify() {
   Operation *op = *this;
   if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 3)) ||
@@ -1173,6 +1244,13 @@ LogicalResult WeightOp::verify() {
   if (std::optional<uint64_t> offset = getOffset();
       offset && static_cast<int64_t>(*offset) < 0)
     return emitOpError() << "'offset' must be >= 0";
+  // A stacked weight: the checkpoint's tensors with `*` = 0, 1, ... along dimension 0.
+  StringRef name = getSymName();
+  if (name.count('*') > 1)
+    return emitOpError() << "weight '" << name << "' holds more than one '*'";
+  if (name.contains('*') && getTensorType().getRank() < 2)
+    return emitOpError() << "stacked weight '" << name
+                         << "' needs rank >= 2 (the leading dimension indexes '*')";
   return success();
 }
 

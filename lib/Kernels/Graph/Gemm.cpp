@@ -22,6 +22,13 @@
 // and OUTPUT_TYPE reductions add partials in bf16 and are never taken. Above the
 // invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
 // Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
+//
+// Batched one-row GEMMs (kiln_gemm_bf16_rows_batched, a MoE layer's experts): the same
+// TN mapping per entry with m = 1, every matrix's address read from a device array
+// (cuBLASLt's pointer-array batch mode), the entry count in the place of m. They are
+// always pinned: one algorithm per (n, k), chosen for KILN_GEMM_INVARIANT_ROWS entries
+// and checked for 1 and for every count that runs, so an entry's bits do not depend on
+// how many entries share the call.
 #include "kiln/Kernels/Gemm.h"
 
 #include "StatusInternal.h"
@@ -51,13 +58,14 @@ uint32_t alignmentOf(const void *p) {
 }
 
 struct PlanKey {
-  int64_t m, n, k;
+  int64_t m, n, k; // batched: m is the entry count
   uint64_t workspaceBytes;
   uint32_t alignX, alignW, alignOut, alignBias; // alignBias 0: no bias
+  bool batched = false;                         // pointer-array one-row GEMMs
   bool operator==(const PlanKey &o) const {
     return m == o.m && n == o.n && k == o.k && workspaceBytes == o.workspaceBytes &&
            alignX == o.alignX && alignW == o.alignW && alignOut == o.alignOut &&
-           alignBias == o.alignBias;
+           alignBias == o.alignBias && batched == o.batched;
   }
 };
 
@@ -71,6 +79,7 @@ struct PlanKeyHash {
     mix(key.workspaceBytes);
     mix((static_cast<uint64_t>(key.alignX) << 32) | key.alignW);
     mix((static_cast<uint64_t>(key.alignOut) << 32) | key.alignBias);
+    mix(key.batched);
     return static_cast<size_t>(h);
   }
 };
@@ -153,8 +162,54 @@ bool rowInvariantReduction(const cublasLtMatmulAlgo_t &algo) {
 bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                   const PlanKey &key, int64_t m, const cublasLtMatmulAlgo_t &algo);
 
+// One algorithm for every m (or entry count) of the shape: row-invariant plain GEMMs up
+// to the invariant rows, batched ones always.
+bool isPinned(const kiln_gemm_t *gemm, const PlanKey &key) {
+  return key.batched ||
+         (gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows);
+}
+
 kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
                          const void *bias, cublasLtMatmulAlgo_t &algo);
+
+// The layouts of W' [k, n], X' [k, m] and O' [n, m]; batched: W' [k, n], X' [k, 1] and
+// O' [n, 1] in pointer-array mode over m entries.
+struct Layouts {
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, out = nullptr;
+  Layouts() = default;
+  Layouts(const Layouts &) = delete;
+  Layouts &operator=(const Layouts &) = delete;
+  ~Layouts() {
+    for (cublasLtMatrixLayout_t layout : {w, x, out})
+      if (layout)
+        cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+
+cublasStatus_t setPointerArray(cublasLtMatrixLayout_t layout, int64_t count) {
+  const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+  const int32_t batch = static_cast<int32_t>(count);
+  cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(
+      layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode, sizeof(mode));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                          sizeof(batch));
+  return st;
+}
+
+cublasStatus_t makeLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
+  const int64_t rows = key.batched ? 1 : m;
+  cublasStatus_t st = cublasLtMatrixLayoutCreate(&layouts.w, CUDA_R_16BF, key.k, key.n, key.k);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, rows, key.k);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&layouts.out, CUDA_R_16BF, key.n, rows, key.n);
+  if (key.batched)
+    for (cublasLtMatrixLayout_t layout : {layouts.w, layouts.x, layouts.out})
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = setPointerArray(layout, m);
+  return st;
+}
 
 // Builds the descriptor, the layouts and asks the heuristic for an algorithm.
 kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, Plan &plan) {
@@ -182,13 +237,16 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
     KILN_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias)));
   }
-  const uint64_t m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n),
-                 k = static_cast<uint64_t>(key.k);
-  KILN_LT(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, k, n, key.k)); // W' [k, n]
-  KILN_LT(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, k, m, key.k)); // X' [k, m]
-  KILN_LT(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_16BF, n, m, key.n)); // O' [n, m]
+  {
+    Layouts layouts;
+    st = makeLayouts(key, key.m, layouts);
+    std::swap(plan.a, layouts.w);
+    std::swap(plan.b, layouts.x);
+    std::swap(plan.d, layouts.out);
+    KILN_LT(st);
+  }
 
-  const bool pinned = gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows;
+  const bool pinned = isPinned(gemm, key);
   if (pinned) {
     PlanKey shape = key;
     shape.m = 0; // one algorithm for every m <= invariantRows
@@ -205,10 +263,13 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
     if (!runsWithRows(gemm, plan.desc, plan.a, key, key.m, plan.algo)) {
       destroyPlan(plan);
       return fail(KILN_ERROR_UNSUPPORTED,
-                  "%s: the row-invariant algorithm of n=%lld k=%lld (chosen for m <= %lld) "
-                  "does not run m=%lld",
+                  "%s: the row-invariant algorithm of n=%lld k=%lld (chosen for %s <= %lld) "
+                  "does not run %s=%lld",
                   kGemm, static_cast<long long>(key.n), static_cast<long long>(key.k),
-                  static_cast<long long>(gemm->invariantRows), static_cast<long long>(key.m));
+                  key.batched ? "entries" : "m",
+                  static_cast<long long>(key.batched ? KILN_GEMM_INVARIANT_ROWS
+                                                     : gemm->invariantRows),
+                  key.batched ? "entries" : "m", static_cast<long long>(key.m));
     }
     return KILN_OK;
   }
@@ -220,32 +281,16 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
 #undef KILN_LT
 }
 
-// The layouts of X' [k, m] and O' [n, m] for m rows.
-struct RowLayouts {
-  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
-  ~RowLayouts() {
-    if (x)
-      cublasLtMatrixLayoutDestroy(x);
-    if (out)
-      cublasLtMatrixLayoutDestroy(out);
-  }
-};
-
-cublasStatus_t makeRowLayouts(const PlanKey &key, int64_t m, RowLayouts &layouts) {
-  cublasStatus_t st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, m, key.k);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatrixLayoutCreate(&layouts.out, CUDA_R_16BF, key.n, m, key.n);
-  return st;
-}
-
 bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                   const PlanKey &key, int64_t m, const cublasLtMatmulAlgo_t &algo) {
-  RowLayouts layouts;
-  if (makeRowLayouts(key, m, layouts) != CUBLAS_STATUS_SUCCESS)
+  Layouts layouts;
+  if (makeLayouts(key, m, layouts) != CUBLAS_STATUS_SUCCESS)
     return false;
+  // A batched W' layout carries the entry count, so it is rebuilt with the others.
   cublasLtMatmulHeuristicResult_t checked{};
-  return cublasLtMatmulAlgoCheck(gemm->handle, desc, a, layouts.x, layouts.out, layouts.out,
-                                 &algo, &checked) == CUBLAS_STATUS_SUCCESS &&
+  return cublasLtMatmulAlgoCheck(gemm->handle, desc, key.batched ? layouts.w : a, layouts.x,
+                                 layouts.out, layouts.out, &algo, &checked) ==
+             CUBLAS_STATUS_SUCCESS &&
          checked.workspaceSize <= key.workspaceBytes;
 }
 
@@ -258,11 +303,11 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 // k/v and down projections at m <= 64), else the busiest one.
 kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
                          const void *bias, cublasLtMatmulAlgo_t &algo) {
-  const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT;
-  const bool pinned = invariant && key.m <= gemm->invariantRows;
-  RowLayouts rows;
+  const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT || key.batched;
+  const bool pinned = isPinned(gemm, key);
+  Layouts rows;
   cublasStatus_t st =
-      makeRowLayouts(key, pinned ? int64_t{KILN_GEMM_INVARIANT_ROWS} : key.m, rows);
+      makeLayouts(key, pinned ? int64_t{KILN_GEMM_INVARIANT_ROWS} : key.m, rows);
   if (st != CUBLAS_STATUS_SUCCESS)
     return cublasFailure("cublasLtMatrixLayoutCreate", st);
   cublasLtMatmulPreference_t pref = nullptr;
@@ -293,8 +338,9 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
     failed = "cublasLtMatmulAlgoGetHeuristic";
-    st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, plan.a, rows.x, rows.out,
-                                        rows.out, pref, kCandidates, results, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(gemm->handle, plan.desc, key.batched ? rows.w : plan.a,
+                                        rows.x, rows.out, rows.out, pref, kCandidates, results,
+                                        &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -306,7 +352,9 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
       return algoConfig<int32_t>(candidate, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1;
     return rowInvariantReduction(candidate) &&
            runsWithRows(gemm, plan.desc, plan.a, key, 1, candidate) &&
-           runsWithRows(gemm, plan.desc, plan.a, key, gemm->invariantRows, candidate);
+           runsWithRows(gemm, plan.desc, plan.a, key,
+                        key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS} : gemm->invariantRows,
+                        candidate);
   };
   int chosen = -1, busiest = -1;
   for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
@@ -321,14 +369,56 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
     chosen = busiest;
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0)
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: cuBLASLt has no %salgorithm for m=%lld n=%lld k=%lld%s "
+                "%s: cuBLASLt has no %salgorithm for %s=%lld n=%lld k=%lld%s "
                 "(alignments x %u, w %u, out %u bytes; workspace %llu bytes)",
-                kGemm, invariant ? "row-invariant " : "", static_cast<long long>(key.m),
+                kGemm, invariant ? "row-invariant " : "", key.batched ? "entries" : "m",
+                static_cast<long long>(key.m),
                 static_cast<long long>(key.n), static_cast<long long>(key.k),
                 bias ? " with bias" : "", key.alignX, key.alignW, key.alignOut,
                 static_cast<unsigned long long>(key.workspaceBytes));
   algo = results[chosen].algo;
   return KILN_OK;
+}
+
+} // namespace
+
+namespace {
+
+// Finds or makes the plan of `key` and runs it: w, x and out are the matrices, or for a
+// batched key the device arrays of their pointers.
+kiln_status_t runPlanned(kiln_gemm_t *gemm, const PlanKey &key, const void *bias,
+                         const void *w, const void *x, void *out, void *workspace,
+                         size_t workspace_bytes, void *stream) {
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  auto found = gemm->plans.find(key);
+  if (found == gemm->plans.end()) {
+    if (gemm->plans.size() >= kMaxPlans)
+      gemm->clearPlans();
+    Plan plan;
+    const kiln_status_t status = makePlan(gemm, key, bias, plan);
+    if (status != KILN_OK)
+      return status;
+    found = gemm->plans.emplace(key, plan).first;
+  }
+  Plan &plan = found->second;
+  if (bias) {
+    const cublasStatus_t st = cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (st != CUBLAS_STATUS_SUCCESS)
+      return cublasFailure("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(gemm->handle, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.d,
+                     out, plan.d, &plan.algo, workspace, workspace_bytes,
+                     static_cast<cudaStream_t>(stream));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return cublasFailure("cublasLtMatmul", st);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: cublasLtMatmul launch failed: %s", kGemm,
+                cudaGetErrorString(error));
+  return ok();
 }
 
 } // namespace
@@ -438,34 +528,46 @@ extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const 
                     alignmentOf(w),
                     alignmentOf(out),
                     bias ? alignmentOf(bias) : 0u};
-  std::lock_guard<std::mutex> lock(gemm->mutex);
-  auto found = gemm->plans.find(key);
-  if (found == gemm->plans.end()) {
-    if (gemm->plans.size() >= kMaxPlans)
-      gemm->clearPlans();
-    Plan plan;
-    const kiln_status_t status = makePlan(gemm, key, bias, plan);
-    if (status != KILN_OK)
-      return status;
-    found = gemm->plans.emplace(key, plan).first;
+  return runPlanned(gemm, key, bias, w, x, out, workspace, workspace_bytes, stream);
+}
+
+extern "C" kiln_status_t kiln_gemm_bf16_rows_batched(kiln_gemm_t *gemm,
+                                                     const void *const *w_ptrs,
+                                                     const void *const *x_ptrs,
+                                                     void *const *out_ptrs, int64_t count,
+                                                     int64_t n, int64_t k, void *workspace,
+                                                     size_t workspace_bytes, void *stream) {
+  const char *fn = "kiln_gemm_bf16_rows_batched";
+  const struct {
+    const void *p;
+    const char *name;
+  } pointers[] = {{gemm, "gemm"}, {w_ptrs, "w_ptrs"}, {x_ptrs, "x_ptrs"}, {out_ptrs, "out_ptrs"}};
+  for (const auto &arg : pointers) {
+    if (!arg.p)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, arg.name);
+    if (reinterpret_cast<uintptr_t>(arg.p) % alignof(void *) != 0)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not pointer-aligned", fn, arg.name);
   }
-  Plan &plan = found->second;
-  if (bias) {
-    const cublasStatus_t st = cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-    if (st != CUBLAS_STATUS_SUCCESS)
-      return cublasFailure("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st);
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t st =
-      cublasLtMatmul(gemm->handle, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.d,
-                     out, plan.d, &plan.algo, workspace, workspace_bytes,
-                     static_cast<cudaStream_t>(stream));
-  if (st != CUBLAS_STATUS_SUCCESS)
-    return cublasFailure("cublasLtMatmul", st);
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess)
-    return fail(KILN_ERROR_CUDA, "%s: cublasLtMatmul launch failed: %s", kGemm,
-                cudaGetErrorString(error));
-  return ok();
+  if (count < 0 || count > std::numeric_limits<int32_t>::max())
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: count %lld outside 0..%d", fn,
+                static_cast<long long>(count), std::numeric_limits<int32_t>::max());
+  const struct {
+    int64_t v;
+    const char *name;
+  } sizes[] = {{n, "n"}, {k, "k"}};
+  for (const auto &size : sizes)
+    if (size.v <= 0 || size.v % 8 != 0 || size.v > std::numeric_limits<int32_t>::max())
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: %s must be a positive multiple of 8 below 2^31 (got %lld)", fn,
+                  size.name, static_cast<long long>(size.v));
+  if (!workspace && workspace_bytes != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace is null but workspace_bytes is %zu",
+                fn, workspace_bytes);
+  if (count == 0)
+    return ok();
+  // Every matrix is 16-byte aligned (the caller's contract; the arrays live on the device).
+  PlanKey key{count, n, k, static_cast<uint64_t>(workspace_bytes), 16, 16, 16, 0u};
+  key.batched = true;
+  return runPlanned(gemm, key, nullptr, w_ptrs, x_ptrs, const_cast<void *>(
+                        static_cast<const void *>(out_ptrs)), workspace, workspace_bytes, stream);
 }

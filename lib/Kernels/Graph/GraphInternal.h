@@ -5,6 +5,7 @@
 #define KILN_LIB_KERNELS_GRAPH_GRAPHINTERNAL_H
 
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <cuda_runtime.h>
 
@@ -35,6 +36,26 @@ cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
                          cudaStream_t stream);
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,
                          cudaStream_t stream);
+
+// Where one kiln_moe call keeps its per-entry data (entry = token * top_k + j), carved
+// from its scratch by the launcher; the pointer arrays hold the gate, up and down GEMMs'
+// entries one after the other (tokens * top_k each).
+struct MoeLayout {
+  const uint16_t *x, *gate, *up, *down;
+  int64_t hidden, inter;
+  int32_t *ids;
+  float *weights;
+  const void **wPtrs, **xPtrs;
+  void **outPtrs;
+  uint16_t *gateRows, *upRows, *yRows;
+};
+constexpr int kMoeNormalizeTopK = KILN_MOE_NORMALIZE_TOP_K;
+constexpr int kMoeRoundWeights = KILN_MOE_ROUND_WEIGHTS;
+
+cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
+                           int experts, int topK, int flags, cudaStream_t stream);
+cudaError_t launchMoeCombine(const void *y, const float *weights, void *out, int64_t tokens,
+                             int64_t hidden, int topK, cudaStream_t stream);
 
 } // namespace kiln::graph
 

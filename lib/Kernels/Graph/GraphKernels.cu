@@ -397,6 +397,142 @@ __global__ void argmaxKernel(const uint16_t *__restrict__ logits, int32_t *__res
   }
 }
 
+
+// ---- MoE routing and combine -----------------------------------------------------------
+// One block per token: softmax over the experts in fp32, top-k by repeated block argmax
+// (ties: the lower index, like torch.topk), the chosen weights normalized and rounded as
+// the flags say, then sorted by expert id (the combine's order) and the three expert
+// GEMMs' pointer entries written.
+__global__ void moeRouteKernel(const uint16_t *__restrict__ logits, MoeLayout layout,
+                               int64_t tokens, int experts, int topK, int flags) {
+  extern __shared__ float probs[]; // [experts]
+  __shared__ float scratch[33];
+  __shared__ unsigned long long best[32];
+  __shared__ int chosen[64];
+  __shared__ float chosenWeight[64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const uint16_t *row = logits + t * experts;
+    float localMax = -INFINITY;
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+      probs[e] = bf2f(row[e]);
+      localMax = fmaxf(localMax, probs[e]);
+    }
+    // Block max through the sum scratch's slots (negated sums would round).
+    for (int offset = 16; offset > 0; offset >>= 1)
+      localMax = fmaxf(localMax, __shfl_xor_sync(0xffffffffu, localMax, offset));
+    __syncthreads();
+    if (lane == 0)
+      scratch[warp] = localMax;
+    __syncthreads();
+    float rowMax = scratch[0];
+    for (int w = 1; w < warps; ++w)
+      rowMax = fmaxf(rowMax, scratch[w]);
+    float localSum = 0.0f;
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+      probs[e] = expf(probs[e] - rowMax);
+      localSum += probs[e];
+    }
+    const float sum = blockSum(localSum, scratch);
+    for (int e = threadIdx.x; e < experts; e += blockDim.x)
+      probs[e] = probs[e] / sum;
+    __syncthreads();
+    for (int j = 0; j < topK; ++j) {
+      // Probabilities are >= 0: their float bits order like the values; chosen experts
+      // are marked -1 (below every key).
+      unsigned long long key = 0;
+      for (int e = threadIdx.x; e < experts; e += blockDim.x)
+        if (probs[e] >= 0.0f)
+          key = max(key, (static_cast<unsigned long long>(__float_as_uint(probs[e])) << 32) |
+                             (0xffffffffu - static_cast<uint32_t>(e)));
+      for (int offset = 16; offset > 0; offset >>= 1)
+        key = max(key, __shfl_xor_sync(0xffffffffu, key, offset));
+      if (lane == 0)
+        best[warp] = key;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        unsigned long long top = best[0];
+        for (int w = 1; w < warps; ++w)
+          top = max(top, best[w]);
+        const int e = static_cast<int>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
+        chosen[j] = e;
+        chosenWeight[j] = probs[e];
+        probs[e] = -1.0f;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      if (flags & kMoeNormalizeTopK) {
+        float total = 0.0f;
+        for (int j = 0; j < topK; ++j)
+          total += chosenWeight[j];
+        for (int j = 0; j < topK; ++j)
+          chosenWeight[j] /= total;
+      }
+      if (flags & kMoeRoundWeights)
+        for (int j = 0; j < topK; ++j)
+          chosenWeight[j] = roundBf16(chosenWeight[j]);
+      for (int j = 1; j < topK; ++j) // insertion sort by expert id
+        for (int i = j; i > 0 && chosen[i - 1] > chosen[i]; --i) {
+          const int e = chosen[i];
+          chosen[i] = chosen[i - 1];
+          chosen[i - 1] = e;
+          const float w = chosenWeight[i];
+          chosenWeight[i] = chosenWeight[i - 1];
+          chosenWeight[i - 1] = w;
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < topK; j += blockDim.x) {
+      const int64_t entry = t * topK + j;
+      const int64_t e = chosen[j];
+      layout.ids[entry] = static_cast<int32_t>(e);
+      layout.weights[entry] = chosenWeight[j];
+      const uint16_t *xRow = layout.x + t * layout.hidden;
+      uint16_t *gateRow = layout.gateRows + entry * layout.inter;
+      uint16_t *upRow = layout.upRows + entry * layout.inter;
+      uint16_t *yRow = layout.yRows + entry * layout.hidden;
+      const int64_t expertElems = layout.inter * layout.hidden;
+      const void **w = layout.wPtrs, **x = layout.xPtrs;
+      void **o = layout.outPtrs;
+      const int64_t n = tokens * topK; // entries of one GEMM
+      w[entry] = layout.gate + e * expertElems;
+      x[entry] = xRow;
+      o[entry] = gateRow;
+      w[n + entry] = layout.up + e * expertElems;
+      x[n + entry] = xRow;
+      o[n + entry] = upRow;
+      w[2 * n + entry] = layout.down + e * expertElems;
+      x[2 * n + entry] = gateRow; // the SwiGLU activation, written over the gate rows
+      o[2 * n + entry] = yRow;
+    }
+    __syncthreads();
+  }
+}
+
+// out[t] = sum over j (ascending expert) of bf16(y[t, j] * w[t, j]), each partial sum
+// rounded to bf16; 8 columns a thread.
+__global__ void moeCombineKernel(const uint16_t *__restrict__ y, const float *__restrict__ weights,
+                                 uint16_t *__restrict__ out, int64_t tokens, int64_t hidden,
+                                 int topK) {
+  const int64_t vectors = hidden / kVecElems;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
+         v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float acc[kVecElems] = {};
+      for (int j = 0; j < topK; ++j) {
+        const float w = weights[t * topK + j];
+        float part[kVecElems];
+        unpack8(reinterpret_cast<const uint4 *>(y + (t * topK + j) * hidden)[v], part);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e)
+          acc[e] = roundBf16(acc[e] + roundBf16(part[e] * w));
+      }
+      reinterpret_cast<uint4 *>(out + t * hidden)[v] = pack8(acc);
+    }
+}
+
 } // namespace
 
 cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
@@ -515,6 +651,27 @@ cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t
     const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols)));
     argmaxKernel<false><<<rowGrid(rows), threads, 0, stream>>>(pl, out, rows, cols);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
+                           int experts, int topK, int flags, cudaStream_t stream) {
+  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(experts)));
+  moeRouteKernel<<<rowGrid(tokens), threads, static_cast<size_t>(experts) * sizeof(float),
+                   stream>>>(static_cast<const uint16_t *>(logits), layout, tokens, experts,
+                             topK, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCombine(const void *y, const float *weights, void *out, int64_t tokens,
+                             int64_t hidden, int topK, cudaStream_t stream) {
+  const int64_t vectors = hidden / kVecElems;
+  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(vectors)));
+  const dim3 grid(static_cast<unsigned>((vectors + threads - 1) / threads),
+                  static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
+  moeCombineKernel<<<grid, threads, 0, stream>>>(static_cast<const uint16_t *>(y), weights,
+                                                 static_cast<uint16_t *>(out), tokens, hidden,
+                                                 topK);
   return cudaGetLastError();
 }
 

@@ -2,7 +2,9 @@
 
 #include "RopeFrequencies.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <cstring>
 
 namespace kiln::reference {
@@ -156,6 +158,70 @@ void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, d
         sum += static_cast<double>(bf16ToFloat(x[i * k + p])) * bf16ToFloat(w[j * k + p]);
       out[i * n + j] = sum;
     }
+  }
+}
+
+void moeRouteReference(const uint16_t *logits, int64_t experts, int32_t topK, int32_t flags,
+                       int32_t *ids, float *weights) {
+  std::vector<double> probs(static_cast<size_t>(experts));
+  double maxLogit = -INFINITY, sum = 0.0;
+  for (int64_t e = 0; e < experts; ++e)
+    maxLogit = std::max(maxLogit, static_cast<double>(bf16ToFloat(logits[e])));
+  for (int64_t e = 0; e < experts; ++e)
+    sum += probs[e] = std::exp(bf16ToFloat(logits[e]) - maxLogit);
+  std::vector<std::pair<int32_t, double>> chosen;
+  for (int32_t j = 0; j < topK; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < experts; ++e)
+      if (probs[e] >= 0.0 && (best < 0 || probs[e] > probs[best]))
+        best = e;
+    chosen.push_back({static_cast<int32_t>(best), probs[best] / sum});
+    probs[best] = -1.0;
+  }
+  double total = 0.0;
+  for (const auto &c : chosen)
+    total += c.second;
+  std::sort(chosen.begin(), chosen.end());
+  for (int32_t j = 0; j < topK; ++j) {
+    ids[j] = chosen[j].first;
+    double w = chosen[j].second;
+    if (flags & KILN_MOE_NORMALIZE_TOP_K)
+      w /= total;
+    weights[j] = (flags & KILN_MOE_ROUND_WEIGHTS) ? bf16ToFloat(doubleToBf16(w))
+                                                  : static_cast<float>(w);
+  }
+}
+
+void moeReference(const uint16_t *x, const uint16_t *logits, const uint16_t *gate,
+                  const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
+                  int64_t hidden, int64_t inter, int64_t experts, int32_t topK, int32_t flags) {
+  std::vector<int32_t> ids(static_cast<size_t>(topK));
+  std::vector<float> weights(static_cast<size_t>(topK));
+  std::vector<double> wide(static_cast<size_t>(std::max(hidden, inter)));
+  std::vector<uint16_t> g(static_cast<size_t>(inter)), u(g.size()), act(g.size()),
+      y(static_cast<size_t>(hidden));
+  for (int64_t t = 0; t < tokens; ++t) {
+    moeRouteReference(logits + t * experts, experts, topK, flags, ids.data(), weights.data());
+    std::vector<float> acc(static_cast<size_t>(hidden), 0.0f);
+    for (int32_t j = 0; j < topK; ++j) {
+      const int64_t e = ids[j];
+      const auto linear = [&](const uint16_t *w, const uint16_t *in, int64_t n, int64_t k,
+                              uint16_t *result) {
+        gemmReference(in, w + e * n * k, nullptr, wide.data(), 1, n, k);
+        for (int64_t i = 0; i < n; ++i)
+          result[i] = doubleToBf16(wide[i]);
+      };
+      linear(gate, x + t * hidden, inter, hidden, g.data());
+      linear(up, x + t * hidden, inter, hidden, u.data());
+      swigluReference(g.data(), u.data(), act.data(), inter);
+      linear(down, act.data(), hidden, inter, y.data());
+      for (int64_t h = 0; h < hidden; ++h) {
+        const float part = bf16ToFloat(floatToBf16(bf16ToFloat(y[h]) * weights[j]));
+        acc[h] = bf16ToFloat(floatToBf16(acc[h] + part));
+      }
+    }
+    for (int64_t h = 0; h < hidden; ++h)
+      out[t * hidden + h] = floatToBf16(acc[h]);
   }
 }
 

@@ -9,6 +9,7 @@
 #define KILN_LIB_KERNELS_GRAPH_GRAPHREFERENCE_H
 
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <cstdint>
 
@@ -37,6 +38,15 @@ void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t
 // out[m, n] = x[m, k] w[n, k]^T + bias[n] (bias may be null), exact fp64 sums.
 void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,
                    int64_t m, int64_t n, int64_t k);
+
+// kiln_moe's routing of one token (Moe.h): the chosen experts in ascending order and
+// their weights (softmax in fp64).
+void moeRouteReference(const uint16_t *logits, int64_t experts, int32_t topK, int32_t flags,
+                       int32_t *ids, float *weights);
+// kiln_moe (Moe.h): every expert GEMM output rounded once from its exact sum.
+void moeReference(const uint16_t *x, const uint16_t *logits, const uint16_t *gate,
+                  const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
+                  int64_t hidden, int64_t inter, int64_t experts, int32_t topK, int32_t flags);
 
 } // namespace kiln::reference
 

@@ -3,6 +3,7 @@
 #include "GraphReference.h"
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <gtest/gtest.h>
 
@@ -413,6 +414,108 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 8, 8, nullptr, 64, nullptr), kInvalid, k,
               "workspace");
   EXPECT_EQ(kiln_gemm_bf16(g, x, w, nullptr, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, GemmRowsBatched) {
+  const char *k = "kiln_gemm_bf16_rows_batched";
+  kiln_gemm_t *g = reinterpret_cast<kiln_gemm_t *>(fake(0x40000));
+  const void *const *w = reinterpret_cast<const void *const *>(fake(0x10000));
+  const void *const *x = reinterpret_cast<const void *const *>(fake(0x20000));
+  void *const *o = reinterpret_cast<void *const *>(fake(0x30000));
+  void *ws = fake(0x60000);
+  expectError(kiln_gemm_bf16_rows_batched(nullptr, w, x, o, 4, 8, 8, ws, 64, nullptr), kInvalid,
+              k, "gemm");
+  expectError(kiln_gemm_bf16_rows_batched(g, nullptr, x, o, 4, 8, 8, ws, 64, nullptr), kInvalid,
+              k, "w_ptrs");
+  expectError(kiln_gemm_bf16_rows_batched(
+                  g, reinterpret_cast<const void *const *>(fake(0x10004)), x, o, 4, 8, 8, ws,
+                  64, nullptr),
+              kInvalid, k, "w_ptrs is not pointer-aligned");
+  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, -1, 8, 8, ws, 64, nullptr), kInvalid, k,
+              "count -1");
+  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 12, 8, ws, 64, nullptr), kInvalid, k,
+              "n must be a positive multiple of 8");
+  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 8, 0, ws, 64, nullptr), kInvalid, k,
+              "k must be a positive multiple of 8");
+  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 8, 8, nullptr, 64, nullptr), kInvalid,
+              k, "workspace");
+  EXPECT_EQ(kiln_gemm_bf16_rows_batched(g, w, x, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
+}
+
+// The routing rule on hand-made logits: softmax, the top k (ties: the lower index), in
+// ascending expert order, renormalized and/or rounded as the flags say.
+TEST(GraphReference, MoeRouteHandComputed) {
+  // Logits 0, ln 2, ln 4, ln 2 (bf16-exact enough: the test uses the rounded values).
+  const uint16_t logits[4] = {bf(0.0f), bf(std::log(2.0f)), bf(std::log(4.0f)),
+                              bf(std::log(2.0f))};
+  double e[4], sum = 0;
+  for (int i = 0; i < 4; ++i)
+    sum += e[i] = std::exp(double(fl(logits[i])));
+  int32_t ids[2];
+  float weights[2];
+  moeRouteReference(logits, 4, 2, 0, ids, weights);
+  // Experts 2 (largest) and 1 (ties with 3: the lower index), ascending.
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_FLOAT_EQ(weights[0], float(e[1] / sum));
+  EXPECT_FLOAT_EQ(weights[1], float(e[2] / sum));
+  moeRouteReference(logits, 4, 2, KILN_MOE_NORMALIZE_TOP_K, ids, weights);
+  EXPECT_FLOAT_EQ(weights[0], float(e[1] / (e[1] + e[2])));
+  EXPECT_FLOAT_EQ(weights[1], float(e[2] / (e[1] + e[2])));
+  moeRouteReference(logits, 4, 2, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS, ids,
+                    weights);
+  EXPECT_EQ(weights[0], fl(doubleToBf16(e[1] / (e[1] + e[2]))));
+  EXPECT_EQ(weights[1], fl(doubleToBf16(e[2] / (e[1] + e[2]))));
+}
+
+TEST(GraphValidation, Moe) {
+  const char *k = "kiln_moe";
+  uint64_t perToken = 0;
+  ASSERT_EQ(kiln_moe_scratch_bytes_per_token(64, 32, 2, &perToken), KILN_OK);
+  EXPECT_EQ(perToken, 16u + 16u + 144u + 128u + 128u + 256u);
+  expectError(kiln_moe_scratch_bytes_per_token(64, 32, 2, nullptr), kInvalid,
+              "kiln_moe_scratch_bytes_per_token", "bytes");
+  expectError(kiln_moe_scratch_bytes_per_token(60, 32, 2, &perToken), kUnsupported,
+              "kiln_moe_scratch_bytes_per_token", "multiples of 8");
+  kiln_moe_params_t p{};
+  p.x = fake(0x10000);
+  p.logits = fake(0x20000);
+  p.gate = fake(0x30000);
+  p.up = fake(0x40000);
+  p.down = fake(0x50000);
+  p.out = fake(0x60000);
+  p.scratch = fake(0x70000);
+  p.tokens = 3;
+  p.hidden = 64;
+  p.inter = 32;
+  p.experts = 8;
+  p.top_k = 2;
+  p.flags = KILN_MOE_NORMALIZE_TOP_K;
+  p.gemm = reinterpret_cast<kiln_gemm_t *>(fake(0x80000));
+  expectError(kiln_moe(nullptr), kInvalid, k, "params");
+  auto with = [&](auto change) {
+    kiln_moe_params_t q = p;
+    change(q);
+    return kiln_moe(&q);
+  };
+  expectError(with([](kiln_moe_params_t &q) { q.x = nullptr; }), kInvalid, k, "x is null");
+  expectError(with([](kiln_moe_params_t &q) { q.gate = fake(0x30008); }), kUnsupported, k,
+              "gate is not 16-byte aligned");
+  expectError(with([](kiln_moe_params_t &q) { q.logits = fake(0x20001); }), kInvalid, k,
+              "logits is not 2-byte aligned");
+  expectError(with([](kiln_moe_params_t &q) { q.gemm = nullptr; }), kInvalid, k, "gemm");
+  expectError(with([](kiln_moe_params_t &q) { q.top_k = 9; }), kInvalid, k,
+              "top_k 9 exceeds the 8 experts");
+  expectError(with([](kiln_moe_params_t &q) { q.top_k = 0; }), kInvalid, k, "top_k");
+  expectError(with([](kiln_moe_params_t &q) { q.experts = KILN_MOE_MAX_EXPERTS + 1; }),
+              kUnsupported, k, "experts");
+  expectError(with([](kiln_moe_params_t &q) { q.inter = 36; }), kUnsupported, k,
+              "multiples of 8");
+  expectError(with([](kiln_moe_params_t &q) { q.flags = 4; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) { q.out = const_cast<void *>(q.x); }), kInvalid, k,
+              "out aliases x");
+  expectError(with([](kiln_moe_params_t &q) { q.tokens = -1; }), kInvalid, k, "tokens");
+  EXPECT_EQ(with([](kiln_moe_params_t &q) { q.tokens = 0; }), KILN_OK);
 }
 
 } // namespace

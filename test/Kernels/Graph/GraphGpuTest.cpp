@@ -13,6 +13,7 @@
 #include "GraphReference.h"
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -568,6 +569,107 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
           << "rows 0.." << previous.size() / shape.n - 1 << " at m " << m
           << " differ from a smaller m";
       previous = got;
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+// kiln_moe against moeReference: the routing (ids exactly, weights to fp32 rounding), the
+// output to one bf16 rounding of an expert GEMM (cuBLASLt's fp32 sums against the exact
+// ones), and every token's row bitwise the same whether it runs alone or among others
+// (the batch invariance lossless speculation needs).
+TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(5);
+  const struct {
+    int64_t tokens, hidden, inter, experts;
+    int32_t topK, flags;
+  } cases[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
+               {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
+               {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
+               {3, 64, 16, 4, 4, 0}};
+  for (const auto &c : cases) {
+    SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " experts " +
+                 std::to_string(c.experts) + " top_k " + std::to_string(c.topK) + " flags " +
+                 std::to_string(c.flags));
+    const auto x = randomBf16(c.tokens * c.hidden, rng, 1.0f);
+    const auto logits = randomBf16(c.tokens * c.experts, rng, 2.0f);
+    const float ws = 1.0f / std::sqrt(float(c.hidden)), wd = 1.0f / std::sqrt(float(c.inter));
+    const auto gate = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
+    const auto up = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
+    const auto down = randomBf16(c.experts * c.hidden * c.inter, rng, wd);
+    auto dx = upload(x), dl = upload(logits), dg = upload(gate), du = upload(up),
+         dd = upload(down);
+    uint64_t perToken = 0;
+    KILN_OK_(kiln_moe_scratch_bytes_per_token(c.hidden, c.inter, c.topK, &perToken));
+    auto scratch = poisoned(perToken * c.tokens);
+    auto dout = poisoned(c.tokens * c.hidden * 2);
+    kiln_moe_params_t p{};
+    p.x = dx->ptr;
+    p.logits = dl->ptr;
+    p.gate = dg->ptr;
+    p.up = du->ptr;
+    p.down = dd->ptr;
+    p.out = dout->ptr;
+    p.scratch = scratch->ptr;
+    p.tokens = c.tokens;
+    p.hidden = c.hidden;
+    p.inter = c.inter;
+    p.experts = c.experts;
+    p.top_k = c.topK;
+    p.flags = c.flags;
+    p.gemm = gemm;
+    p.gemm_workspace = workspace.ptr;
+    p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;
+    KILN_OK_(kiln_moe(&p));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = download(dout->at<uint16_t>(), c.tokens * c.hidden);
+    // The routing: the scratch starts with the ids, then the weights (16-byte sections).
+    const int64_t section = (4 * c.topK + 15) / 16 * 16 / 4; // elements per token
+    const auto ids = download(scratch->at<int32_t>(), c.tokens * section);
+    const auto weights = download(scratch->at<float>(c.tokens * section), c.tokens * section);
+    std::vector<int32_t> refIds(c.topK);
+    std::vector<float> refWeights(c.topK);
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      moeRouteReference(&logits[t * c.experts], c.experts, c.topK, c.flags, refIds.data(),
+                        refWeights.data());
+      for (int j = 0; j < c.topK; ++j) {
+        EXPECT_EQ(ids[t * c.topK + j], refIds[j]) << "token " << t << " choice " << j;
+        EXPECT_NEAR(weights[t * c.topK + j], refWeights[j], 1e-6f + 1e-5f * refWeights[j])
+            << "token " << t << " choice " << j;
+      }
+    }
+    std::vector<uint16_t> ref(c.tokens * c.hidden);
+    moeReference(x.data(), logits.data(), gate.data(), up.data(), down.data(), ref.data(),
+                 c.tokens, c.hidden, c.inter, c.experts, c.topK, c.flags);
+    int far = 0;
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      double scale = 0.0;
+      for (int64_t h = 0; h < c.hidden; ++h)
+        scale = std::max(scale, std::fabs(double(bf16ToFloat(ref[t * c.hidden + h]))));
+      for (int64_t h = 0; h < c.hidden; ++h) {
+        const double a = bf16ToFloat(got[t * c.hidden + h]), b = bf16ToFloat(ref[t * c.hidden + h]);
+        if (!(std::fabs(a - b) <= 0.02 * scale + 1e-6))
+          ++far;
+      }
+    }
+    EXPECT_EQ(far, 0) << "elements beyond 2% of their row's largest value";
+    // Each token alone: the same bits as in the batch.
+    for (int64_t t = 0; t < c.tokens; t += std::max<int64_t>(1, c.tokens / 4)) {
+      kiln_moe_params_t one = p;
+      one.x = dx->at<uint16_t>(t * c.hidden);
+      one.logits = dl->at<uint16_t>(t * c.experts);
+      one.tokens = 1;
+      auto single = poisoned(c.hidden * 2);
+      one.out = single->ptr;
+      KILN_OK_(kiln_moe(&one));
+      const auto alone = download(single->at<uint16_t>(), c.hidden);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + t * c.hidden))
+          << "token " << t << " alone differs from the batch";
     }
   }
   CUDA_OK(cudaDeviceSynchronize());

@@ -433,6 +433,46 @@ def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
   }];
 }
 
+def Kiln_MoeOp : Kiln_Op<"moe", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+  let summary = "the routed experts of a mixture-of-experts layer";
+  let description = [{
+    From the router's logits `[tokens, experts]` (a `kiln.linear` before it): softmax
+    over the experts, the `top_k` largest, their weights normalized to sum 1 when
+    `normalize_top_k` is set and rounded to the activation dtype when `round_weights`
+    is (transformers' Qwen-MoE routers round them, Mixtral's keeps them in fp32).
+    Each chosen expert's SwiGLU MLP `down(silu(gate(x)) * up(x))` runs on the token,
+    and `init` receives the weighted sum of the experts' outputs, added in ascending
+    expert order with every partial sum rounded (transformers' eager experts loop).
+    `gate`, `up`: `[experts, inter, hidden]`; `down`: `[experts, hidden, inter]`,
+    each stacked from the per-expert tensors of the checkpoint (`kiln.weight`s whose
+    name holds `*`). `scratch` (`[tokens, bytes] i8`, bytes =
+    `kiln_moe_scratch_bytes_per_token`) holds the routing, the GEMMs' pointer arrays
+    and the experts' intermediate rows. Lowers to `kiln_rt_moe`.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$logits, AnyShaped:$gate, AnyShaped:$up,
+                       AnyShaped:$down, AnyShaped:$init, AnyShaped:$scratch,
+                       ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
+                       UnitAttr:$normalize_top_k, UnitAttr:$round_weights);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let hasVerifier = 1;
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $logits `,` $gate `,` $up `,` $down `:` type($input) `,`
+    type($logits) `,` type($gate) `,` type($up) `,` type($down) `)`
+    `outs` `(` $init `,` $scratch `:` type($init) `,` type($scratch) `)`
+    attr-dict (`->` type($results)^)?
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/5, /*length=*/2);
+    }
+    /// Scratch bytes a token needs for this op's shapes (kiln_moe's layout).
+    static int64_t scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK);
+  }];
+}
+
 def Kiln_RopeOp : Kiln_BinaryComputeOp<"rope", "input", "positions"> {
   let summary = "rotary position embedding (rotate-half convention)";
   let description = [{
