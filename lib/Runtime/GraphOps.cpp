@@ -242,7 +242,9 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       p.inter = inter;
       p.experts = experts;
       p.top_k = top_k;
-      p.flags = flags;
+      // Decode and verify steps keep a token's bits independent of the batch (lossless
+      // speculation); prefill and extend group the pairs by expert.
+      p.flags = ctx->phase == KILN_RT_PHASE_DECODE ? flags : flags | KILN_MOE_GROUPED;
       p.gemm = ctx->gemm;
       p.gemm_workspace = ctx->base[kWorkspace];
       p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;

@@ -254,7 +254,7 @@ module {
 // CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}, %[[X:[^:]*]]: memref<?x64xbf16>
 // CHECK-DAG: %[[TOPK:.*]] = arith.constant 2 : i32
 // CHECK-DAG: %[[FLAGS:.*]] = arith.constant 3 : i32
-// CHECK-DAG: %[[SCRATCH:.*]] = arith.constant 688 : i64
+// CHECK-DAG: %[[SCRATCH:.*]] = arith.constant 1744 : i64
 // CHECK-DAG: %[[HIDDEN:.*]] = arith.constant 64 : i64
 // CHECK-DAG: %[[INTER:.*]] = arith.constant 32 : i64
 // CHECK-DAG: %[[EXPERTS:.*]] = arith.constant 8 : i64
@@ -262,8 +262,8 @@ module {
 module {
   func.func @moe_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>, %l: memref<?x8xbf16>,
                        %g: memref<8x32x64xbf16>, %d: memref<8x64x32xbf16>, %o: memref<?x64xbf16>,
-                       %s: memref<?x688xi8>) {
-    kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x688xi8>) {top_k = 2 : i64, normalize_top_k, round_weights}
+                       %s: memref<?x1744xi8>) {
+    kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64, normalize_top_k, round_weights}
     return
   }
 }

@@ -59,18 +59,19 @@ kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const void *w,
                              const void *bias, void *out, int64_t m, int64_t n, int64_t k,
                              void *workspace, size_t workspace_bytes, void *stream);
 
-/* A batch of one-row GEMMs whose matrices come from device arrays of pointers (a MoE
- * layer's expert GEMMs: entry i is out_ptrs[i][1,n] = x_ptrs[i][1,k] * w_ptrs[i][n,k]^T;
+/* A batch of GEMMs whose matrices come from device arrays of pointers (a MoE layer's
+ * experts: entry i is out_ptrs[i][rows,n] = x_ptrs[i][rows,k] * w_ptrs[i][n,k]^T;
  * cuBLASLt's pointer-array batch mode, so the expert an entry reads is chosen on the
  * device and the call is captured in CUDA graphs). bf16 in and out, fp32 accumulate;
- * every pointer 16-byte aligned, n and k multiples of 8. An entry's bits do not depend
- * on count under either policy: one algorithm per (n, k), chosen for
- * KILN_GEMM_INVARIANT_ROWS entries, split-K only with fp32 partials reduced in a
- * separate pass. count == 0 is a no-op. */
-kiln_status_t kiln_gemm_bf16_rows_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,
-                                          const void *const *x_ptrs, void *const *out_ptrs,
-                                          int64_t count, int64_t n, int64_t k, void *workspace,
-                                          size_t workspace_bytes, void *stream);
+ * every matrix 16-byte aligned, n and k multiples of 8. rows == 1: one algorithm per
+ * (n, k) under either policy, chosen for KILN_GEMM_INVARIANT_ROWS entries, split-K only
+ * with fp32 partials reduced in a separate pass, so an entry's bits do not depend on
+ * count (lossless speculation). rows > 1: the heuristic's split-K-free algorithm for
+ * (count, rows). count == 0 is a no-op. */
+kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,
+                                     const void *const *x_ptrs, void *const *out_ptrs,
+                                     int64_t count, int64_t rows, int64_t n, int64_t k,
+                                     void *workspace, size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

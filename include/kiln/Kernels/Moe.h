@@ -10,11 +10,19 @@
  *   out[t] = sum over j in ascending expert order of bf16(float(y_j) * w_j), each
  *            partial sum rounded to bf16 (transformers' eager experts loop: one
  *            index_add_ per expert, in expert order, into a bf16 zero tensor).
- * The expert GEMMs run as one-row GEMMs batched through device arrays of pointers
- * (kiln_gemm_bf16_rows_batched): each (token, chosen expert) pair reads that expert's
- * weights, nothing is read for unchosen experts, the host never learns the routing,
- * and the call is captured in CUDA graphs. A token's result does not depend on the
- * other tokens of the call (what lossless speculation needs).
+ * The expert GEMMs run batched through device arrays of pointers
+ * (kiln_gemm_bf16_batched), so the host never learns the routing and the call is
+ * captured in CUDA graphs, in one of two modes:
+ *  - pairs (default): one one-row GEMM per (token, chosen expert) pair. Nothing is read
+ *    for unchosen experts, and a token's result does not depend on the other tokens of
+ *    the call (what lossless speculation needs), but an expert chosen by n tokens is
+ *    read n times: right for decode, wasteful when tokens share experts.
+ *  - grouped (KILN_MOE_GROUPED, when tokens x top_k >= 4 x experts): the pairs are
+ *    sorted by expert on the device (stable: by token within an expert), each expert's
+ *    rows padded to a multiple of M = min(256, the power of two <= tokens x top_k /
+ *    experts), and every M-row tile is one GEMM entry: an expert's weights are read
+ *    once per tile. A token's bits may then depend on the batch (the runtime uses it
+ *    for prefill and extend steps, not for decode and verify).
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
  * down [experts, hidden, inter], out [tokens, hidden]; bf16, dense;
@@ -40,6 +48,8 @@ extern "C" {
 /* Routing flags (the lowering passes them as they are). */
 #define KILN_MOE_NORMALIZE_TOP_K 1 /* the chosen weights divided by their sum */
 #define KILN_MOE_ROUND_WEIGHTS 2   /* the weights rounded to bf16 before the multiply */
+/* Execution (not routing): expert-grouped tiles when the batch is large enough. */
+#define KILN_MOE_GROUPED 4
 
 typedef struct kiln_moe_params {
   const void *x, *logits;
@@ -57,24 +67,28 @@ typedef struct kiln_moe_params {
 
 /* The scratch's sections, in order, in bytes per token (each a multiple of 16; a
  * section of the scratch is tokens times its entry): chosen ids (int32), weights (fp32),
- * the gate/up/down GEMMs' pointer arrays (w, x, out for each), gate rows (overwritten
- * by the SwiGLU activation), up rows, down rows. The compiler sizes the scratch with
- * this too. */
-enum { KILN_MOE_SCRATCH_SECTIONS = 6 };
+ * each pair's row in the expert-sorted order (int32), the grouped mode's expert table
+ * (padded offsets and tile bases), the three GEMMs' pointer arrays (w, x, out for each),
+ * then rows for twice the pairs (the grouped mode's padding): gathered inputs, gate
+ * (overwritten by the SwiGLU activation), up, down outputs. The compiler sizes the
+ * scratch with this too. */
+enum { KILN_MOE_SCRATCH_SECTIONS = 9 };
 static inline uint64_t kiln_moe_scratch_section_bytes(int64_t hidden, int64_t inter,
                                                       int32_t top_k, int section) {
   const uint64_t k = (uint64_t)top_k;
   switch (section) {
   case 0:
   case 1:
-    return (4 * k + 15) / 16 * 16;
   case 2:
-    return (9 * 8 * k + 15) / 16 * 16;
   case 3:
+    return (4 * k + 15) / 16 * 16;
   case 4:
-    return 2 * k * (uint64_t)inter;
+    return (9 * 8 * k + 15) / 16 * 16;
+  case 5:
+  case 8:
+    return 2 * 2 * k * (uint64_t)hidden;
   default:
-    return 2 * k * (uint64_t)hidden;
+    return 2 * 2 * k * (uint64_t)inter;
   }
 }
 

@@ -23,12 +23,13 @@
 // invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
 // Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
 //
-// Batched one-row GEMMs (kiln_gemm_bf16_rows_batched, a MoE layer's experts): the same
-// TN mapping per entry with m = 1, every matrix's address read from a device array
-// (cuBLASLt's pointer-array batch mode), the entry count in the place of m. They are
-// always pinned: one algorithm per (n, k), chosen for KILN_GEMM_INVARIANT_ROWS entries
-// and checked for 1 and for every count that runs, so an entry's bits do not depend on
-// how many entries share the call.
+// Batched GEMMs (kiln_gemm_bf16_batched, a MoE layer's experts): the same TN mapping
+// per entry with m = rows, every matrix's address read from a device array (cuBLASLt's
+// pointer-array batch mode), the entry count in the place of m in the plan key. One-row
+// entries (decode) are always pinned: one algorithm per (n, k), chosen for
+// KILN_GEMM_INVARIANT_ROWS entries and checked for 1 and for every count that runs, so
+// an entry's bits do not depend on how many entries share the call. Entries of more
+// rows (grouped prefill) take the heuristic's split-K-free choice per (count, rows).
 #include "kiln/Kernels/Gemm.h"
 
 #include "StatusInternal.h"
@@ -61,11 +62,12 @@ struct PlanKey {
   int64_t m, n, k; // batched: m is the entry count
   uint64_t workspaceBytes;
   uint32_t alignX, alignW, alignOut, alignBias; // alignBias 0: no bias
-  bool batched = false;                         // pointer-array one-row GEMMs
+  bool batched = false;                         // pointer-array GEMMs
+  int64_t rows = 1;                             // batched: rows of each entry
   bool operator==(const PlanKey &o) const {
     return m == o.m && n == o.n && k == o.k && workspaceBytes == o.workspaceBytes &&
            alignX == o.alignX && alignW == o.alignW && alignOut == o.alignOut &&
-           alignBias == o.alignBias && batched == o.batched;
+           alignBias == o.alignBias && batched == o.batched && rows == o.rows;
   }
 };
 
@@ -80,6 +82,7 @@ struct PlanKeyHash {
     mix((static_cast<uint64_t>(key.alignX) << 32) | key.alignW);
     mix((static_cast<uint64_t>(key.alignOut) << 32) | key.alignBias);
     mix(key.batched);
+    mix(static_cast<uint64_t>(key.rows));
     return static_cast<size_t>(h);
   }
 };
@@ -165,15 +168,16 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 // One algorithm for every m (or entry count) of the shape: row-invariant plain GEMMs up
 // to the invariant rows, batched ones always.
 bool isPinned(const kiln_gemm_t *gemm, const PlanKey &key) {
-  return key.batched ||
-         (gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows);
+  if (key.batched)
+    return key.rows == 1;
+  return gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows;
 }
 
 kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
                          const void *bias, cublasLtMatmulAlgo_t &algo);
 
-// The layouts of W' [k, n], X' [k, m] and O' [n, m]; batched: W' [k, n], X' [k, 1] and
-// O' [n, 1] in pointer-array mode over m entries.
+// The layouts of W' [k, n], X' [k, m] and O' [n, m]; batched: W' [k, n], X' [k, rows]
+// and O' [n, rows] in pointer-array mode over m entries.
 struct Layouts {
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, out = nullptr;
   Layouts() = default;
@@ -198,7 +202,7 @@ cublasStatus_t setPointerArray(cublasLtMatrixLayout_t layout, int64_t count) {
 }
 
 cublasStatus_t makeLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
-  const int64_t rows = key.batched ? 1 : m;
+  const int64_t rows = key.batched ? key.rows : m;
   cublasStatus_t st = cublasLtMatrixLayoutCreate(&layouts.w, CUDA_R_16BF, key.k, key.n, key.k);
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, rows, key.k);
@@ -531,13 +535,13 @@ extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const 
   return runPlanned(gemm, key, bias, w, x, out, workspace, workspace_bytes, stream);
 }
 
-extern "C" kiln_status_t kiln_gemm_bf16_rows_batched(kiln_gemm_t *gemm,
-                                                     const void *const *w_ptrs,
-                                                     const void *const *x_ptrs,
-                                                     void *const *out_ptrs, int64_t count,
-                                                     int64_t n, int64_t k, void *workspace,
-                                                     size_t workspace_bytes, void *stream) {
-  const char *fn = "kiln_gemm_bf16_rows_batched";
+extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,
+                                                const void *const *x_ptrs,
+                                                void *const *out_ptrs, int64_t count,
+                                                int64_t rows, int64_t n, int64_t k,
+                                                void *workspace, size_t workspace_bytes,
+                                                void *stream) {
+  const char *fn = "kiln_gemm_bf16_batched";
   const struct {
     const void *p;
     const char *name;
@@ -551,6 +555,9 @@ extern "C" kiln_status_t kiln_gemm_bf16_rows_batched(kiln_gemm_t *gemm,
   if (count < 0 || count > std::numeric_limits<int32_t>::max())
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: count %lld outside 0..%d", fn,
                 static_cast<long long>(count), std::numeric_limits<int32_t>::max());
+  if (rows < 1 || rows > std::numeric_limits<int32_t>::max())
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: rows %lld outside 1..%d", fn,
+                static_cast<long long>(rows), std::numeric_limits<int32_t>::max());
   const struct {
     int64_t v;
     const char *name;
@@ -568,6 +575,7 @@ extern "C" kiln_status_t kiln_gemm_bf16_rows_batched(kiln_gemm_t *gemm,
   // Every matrix is 16-byte aligned (the caller's contract; the arrays live on the device).
   PlanKey key{count, n, k, static_cast<uint64_t>(workspace_bytes), 16, 16, 16, 0u};
   key.batched = true;
+  key.rows = rows;
   return runPlanned(gemm, key, nullptr, w_ptrs, x_ptrs, const_cast<void *>(
                         static_cast<const void *>(out_ptrs)), workspace, workspace_bytes, stream);
 }

@@ -37,25 +37,32 @@ cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,
                          cudaStream_t stream);
 
-// Where one kiln_moe call keeps its per-entry data (entry = token * top_k + j), carved
+// Where one kiln_moe call keeps its per-pair data (pair = token * top_k + j), carved
 // from its scratch by the launcher; the pointer arrays hold the gate, up and down GEMMs'
-// entries one after the other (tokens * top_k each).
+// entries one after the other (`entries` each: the pairs, or the grouped mode's tiles).
 struct MoeLayout {
   const uint16_t *x, *gate, *up, *down;
   int64_t hidden, inter;
-  int32_t *ids;
+  int32_t *ids, *slots, *table;
   float *weights;
   const void **wPtrs, **xPtrs;
   void **outPtrs;
-  uint16_t *gateRows, *upRows, *yRows;
+  int64_t entries;
+  uint16_t *xRows, *gateRows, *upRows, *yRows;
 };
 constexpr int kMoeNormalizeTopK = KILN_MOE_NORMALIZE_TOP_K;
 constexpr int kMoeRoundWeights = KILN_MOE_ROUND_WEIGHTS;
 
+// Routing; with `pairEntries` also the pairs mode's GEMM entries and slots (slot = pair).
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
-                           int experts, int topK, int flags, cudaStream_t stream);
-cudaError_t launchMoeCombine(const void *y, const float *weights, void *out, int64_t tokens,
-                             int64_t hidden, int topK, cudaStream_t stream);
+                           int experts, int topK, int flags, bool pairEntries,
+                           cudaStream_t stream);
+// Grouped mode: the expert table and tile entries (tileRows M), each pair's sorted row
+// and the gathered inputs.
+cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
+                           int tileRows, cudaStream_t stream);
+cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
+                             cudaStream_t stream);
 
 } // namespace kiln::graph
 

@@ -398,18 +398,37 @@ __global__ void argmaxKernel(const uint16_t *__restrict__ logits, int32_t *__res
 }
 
 
-// ---- MoE routing and combine -----------------------------------------------------------
+// ---- MoE routing, grouping and combine --------------------------------------------------
+// The three expert GEMMs' entry `i` (gate and up read the tile's input rows, down the
+// activation written over the gate rows). rowsIn/rowsOut: the first row of the entry in
+// the input and output row spaces.
+__device__ __forceinline__ void writeMoeEntry(const MoeLayout &l, int64_t i, int64_t e,
+                                              const uint16_t *input, int64_t row) {
+  const int64_t expertElems = l.inter * l.hidden, n = l.entries;
+  uint16_t *gateRow = l.gateRows + row * l.inter;
+  l.wPtrs[i] = l.gate + e * expertElems;
+  l.xPtrs[i] = input;
+  l.outPtrs[i] = gateRow;
+  l.wPtrs[n + i] = l.up + e * expertElems;
+  l.xPtrs[n + i] = input;
+  l.outPtrs[n + i] = l.upRows + row * l.inter;
+  l.wPtrs[2 * n + i] = l.down + e * expertElems;
+  l.xPtrs[2 * n + i] = gateRow; // the SwiGLU activation, written over the gate rows
+  l.outPtrs[2 * n + i] = l.yRows + row * l.hidden;
+}
+
 // One block per token: softmax over the experts in fp32, top-k by repeated block argmax
 // (ties: the lower index, like torch.topk), the chosen weights normalized and rounded as
-// the flags say, then sorted by expert id (the combine's order) and the three expert
-// GEMMs' pointer entries written.
+// the flags say, then sorted by expert id (the combine's order). Pairs mode: each pair is
+// its own GEMM entry and row.
 __global__ void moeRouteKernel(const uint16_t *__restrict__ logits, MoeLayout layout,
-                               int64_t tokens, int experts, int topK, int flags) {
+                               int64_t tokens, int experts, int topK, int flags,
+                               bool pairEntries) {
   extern __shared__ float probs[]; // [experts]
   __shared__ float scratch[33];
   __shared__ unsigned long long best[32];
-  __shared__ int chosen[64];
-  __shared__ float chosenWeight[64];
+  __shared__ int chosen[KILN_MOE_MAX_TOP_K];
+  __shared__ float chosenWeight[KILN_MOE_MAX_TOP_K];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
@@ -419,7 +438,6 @@ __global__ void moeRouteKernel(const uint16_t *__restrict__ logits, MoeLayout la
       probs[e] = bf2f(row[e]);
       localMax = fmaxf(localMax, probs[e]);
     }
-    // Block max through the sum scratch's slots (negated sums would round).
     for (int offset = 16; offset > 0; offset >>= 1)
       localMax = fmaxf(localMax, __shfl_xor_sync(0xffffffffu, localMax, offset));
     __syncthreads();
@@ -485,46 +503,112 @@ __global__ void moeRouteKernel(const uint16_t *__restrict__ logits, MoeLayout la
     }
     __syncthreads();
     for (int j = threadIdx.x; j < topK; j += blockDim.x) {
-      const int64_t entry = t * topK + j;
-      const int64_t e = chosen[j];
-      layout.ids[entry] = static_cast<int32_t>(e);
-      layout.weights[entry] = chosenWeight[j];
-      const uint16_t *xRow = layout.x + t * layout.hidden;
-      uint16_t *gateRow = layout.gateRows + entry * layout.inter;
-      uint16_t *upRow = layout.upRows + entry * layout.inter;
-      uint16_t *yRow = layout.yRows + entry * layout.hidden;
-      const int64_t expertElems = layout.inter * layout.hidden;
-      const void **w = layout.wPtrs, **x = layout.xPtrs;
-      void **o = layout.outPtrs;
-      const int64_t n = tokens * topK; // entries of one GEMM
-      w[entry] = layout.gate + e * expertElems;
-      x[entry] = xRow;
-      o[entry] = gateRow;
-      w[n + entry] = layout.up + e * expertElems;
-      x[n + entry] = xRow;
-      o[n + entry] = upRow;
-      w[2 * n + entry] = layout.down + e * expertElems;
-      x[2 * n + entry] = gateRow; // the SwiGLU activation, written over the gate rows
-      o[2 * n + entry] = yRow;
+      const int64_t pair = t * topK + j;
+      layout.ids[pair] = chosen[j];
+      layout.weights[pair] = chosenWeight[j];
+      if (pairEntries) {
+        layout.slots[pair] = static_cast<int32_t>(pair);
+        writeMoeEntry(layout, pair, chosen[j], layout.x + t * layout.hidden, pair);
+      }
     }
     __syncthreads();
   }
 }
 
-// out[t] = sum over j (ascending expert) of bf16(y[t, j] * w[t, j]), each partial sum
-// rounded to bf16; 8 columns a thread.
-__global__ void moeCombineKernel(const uint16_t *__restrict__ y, const float *__restrict__ weights,
-                                 uint16_t *__restrict__ out, int64_t tokens, int64_t hidden,
+// Grouped mode, one block: the pairs per expert, each expert's rows padded to a multiple
+// of M (padded offsets, table[0..E]) and its tiles (tile bases, table[E+1..2E+1]), then
+// the GEMM entries of every tile; entries beyond the last tile repeat it (identical
+// writes of identical values).
+__global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int tileRows) {
+  extern __shared__ int plan[]; // counts [E], offsets [E + 1], tile bases [E + 1]
+  int *counts = plan, *offsets = plan + experts, *bases = offsets + experts + 1;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    counts[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x)
+    atomicAdd(&counts[layout.ids[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    offsets[0] = bases[0] = 0;
+    for (int e = 0; e < experts; ++e) {
+      const int tiles = (counts[e] + tileRows - 1) / tileRows;
+      bases[e + 1] = bases[e] + tiles;
+      offsets[e + 1] = offsets[e] + tiles * tileRows;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
+    layout.table[i] = offsets[i]; // offsets, then the bases that follow them
+  const int used = bases[experts];
+  for (int64_t entry = threadIdx.x; entry < layout.entries; entry += blockDim.x) {
+    const int tile = entry < used ? static_cast<int>(entry) : used - 1;
+    int lo = 0, hi = experts - 1; // the expert whose tiles hold `tile`
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (bases[mid] <= tile)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t row = offsets[lo] + static_cast<int64_t>(tile - bases[lo]) * tileRows;
+    writeMoeEntry(layout, entry, lo, layout.xRows + row * layout.hidden, row);
+  }
+}
+
+// Grouped mode, one block per expert: a stable compaction of the pairs that chose it
+// (ballots and a block prefix) gives each its sorted row.
+__global__ void moeRankKernel(MoeLayout layout, int64_t pairs) {
+  __shared__ int warpCounts[32];
+  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  int64_t running = layout.table[e];
+  for (int64_t base = 0; base < pairs; base += blockDim.x) {
+    const int64_t p = base + threadIdx.x;
+    const bool mine = p < pairs && layout.ids[p] == e;
+    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0)
+      warpCounts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < warps; ++w) {
+      before += w < warp ? warpCounts[w] : 0;
+      total += warpCounts[w];
+    }
+    if (mine)
+      layout.slots[p] =
+          static_cast<int32_t>(running + before + __popc(ballot & ((1u << lane) - 1u)));
+    running += total;
+    __syncthreads();
+  }
+}
+
+// Grouped mode: each pair's token row copied to its sorted row.
+__global__ void moeGatherKernel(MoeLayout layout, int64_t pairs, int topK) {
+  const int64_t vectors = layout.hidden / kVecElems;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < pairs * vectors; i += stride) {
+    const int64_t p = i / vectors, v = i % vectors;
+    reinterpret_cast<uint4 *>(layout.xRows + layout.slots[p] * layout.hidden)[v] =
+        reinterpret_cast<const uint4 *>(layout.x + (p / topK) * layout.hidden)[v];
+  }
+}
+
+// out[t] = sum over j (ascending expert) of bf16(y[slot(t, j)] * w[t, j]), each partial
+// sum rounded to bf16; 8 columns a thread.
+__global__ void moeCombineKernel(MoeLayout layout, uint16_t *__restrict__ out, int64_t tokens,
                                  int topK) {
-  const int64_t vectors = hidden / kVecElems;
+  const int64_t hidden = layout.hidden, vectors = hidden / kVecElems;
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
          v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
       float acc[kVecElems] = {};
       for (int j = 0; j < topK; ++j) {
-        const float w = weights[t * topK + j];
+        const int64_t pair = t * topK + j;
+        const float w = layout.weights[pair];
         float part[kVecElems];
-        unpack8(reinterpret_cast<const uint4 *>(y + (t * topK + j) * hidden)[v], part);
+        unpack8(reinterpret_cast<const uint4 *>(layout.yRows + layout.slots[pair] * hidden)[v],
+                part);
 #pragma unroll
         for (int e = 0; e < kVecElems; ++e)
           acc[e] = roundBf16(acc[e] + roundBf16(part[e] * w));
@@ -532,7 +616,6 @@ __global__ void moeCombineKernel(const uint16_t *__restrict__ y, const float *__
       reinterpret_cast<uint4 *>(out + t * hidden)[v] = pack8(acc);
     }
 }
-
 } // namespace
 
 cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
@@ -655,22 +738,32 @@ cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t
 }
 
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
-                           int experts, int topK, int flags, cudaStream_t stream) {
+                           int experts, int topK, int flags, bool pairEntries,
+                           cudaStream_t stream) {
   const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(experts)));
   moeRouteKernel<<<rowGrid(tokens), threads, static_cast<size_t>(experts) * sizeof(float),
                    stream>>>(static_cast<const uint16_t *>(logits), layout, tokens, experts,
-                             topK, flags);
+                             topK, flags, pairEntries);
   return cudaGetLastError();
 }
 
-cudaError_t launchMoeCombine(const void *y, const float *weights, void *out, int64_t tokens,
-                             int64_t hidden, int topK, cudaStream_t stream) {
-  const int64_t vectors = hidden / kVecElems;
+cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
+                           int tileRows, cudaStream_t stream) {
+  moePlanKernel<<<1, 1024, static_cast<size_t>(3 * experts + 2) * sizeof(int), stream>>>(
+      layout, pairs, experts, tileRows);
+  moeRankKernel<<<experts, 256, 0, stream>>>(layout, pairs);
+  const int64_t vectors = pairs * (layout.hidden / kVecElems);
+  moeGatherKernel<<<gridFor(vectors, 256), 256, 0, stream>>>(layout, pairs, topK);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
+                             cudaStream_t stream) {
+  const int64_t vectors = layout.hidden / kVecElems;
   const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(vectors)));
   const dim3 grid(static_cast<unsigned>((vectors + threads - 1) / threads),
                   static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
-  moeCombineKernel<<<grid, threads, 0, stream>>>(static_cast<const uint16_t *>(y), weights,
-                                                 static_cast<uint16_t *>(out), tokens, hidden,
+  moeCombineKernel<<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens,
                                                  topK);
   return cudaGetLastError();
 }

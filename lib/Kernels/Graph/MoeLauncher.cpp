@@ -15,22 +15,34 @@ using namespace kiln::graph;
 
 namespace {
 
-// The scratch's sections (Moe.h's table), each tokens x its bytes per token, in order.
-struct MoeSections {
-  uint64_t ids, weights, pointers, gateRows, upRows, yRows;
+// Bytes per token of each scratch section (Moe.h's table).
+uint64_t section(const kiln_moe_params_t &p, int which) {
+  return kiln_moe_scratch_section_bytes(p.hidden, p.inter, p.top_k, which);
+}
 
-  MoeSections(int64_t hidden, int64_t inter, int32_t topK)
-      : ids(section(hidden, inter, topK, 0)), weights(section(hidden, inter, topK, 1)),
-        pointers(section(hidden, inter, topK, 2)), gateRows(section(hidden, inter, topK, 3)),
-        upRows(section(hidden, inter, topK, 4)), yRows(section(hidden, inter, topK, 5)) {}
+uint64_t perTokenBytes(int64_t hidden, int64_t inter, int32_t topK) {
+  uint64_t total = 0;
+  for (int which = 0; which < KILN_MOE_SCRATCH_SECTIONS; ++which)
+    total += kiln_moe_scratch_section_bytes(hidden, inter, topK, which);
+  return total;
+}
 
-  uint64_t perToken() const { return ids + weights + pointers + gateRows + upRows + yRows; }
+// Largest tile: past it an expert's GEMM is split into several entries (cuBLASLt tiles
+// each entry's rows on its own).
+constexpr int kMaxTileRows = 256;
 
-private:
-  static uint64_t section(int64_t hidden, int64_t inter, int32_t topK, int which) {
-    return kiln_moe_scratch_section_bytes(hidden, inter, topK, which);
-  }
-};
+// The grouped mode's tile rows for `pairs` (token, expert) pairs, or 1 for the pairs
+// mode: grouped needs pairs >= 4 x experts, so that the padded rows (< pairs + experts x
+// M <= 2 x pairs), the tiles (<= pairs / M + experts <= pairs) and the expert table
+// (2 x (experts + 1) ints) fit the scratch sized for the pairs.
+int tileRowsFor(const kiln_moe_params_t &p, int64_t pairs) {
+  if (!(p.flags & KILN_MOE_GROUPED) || pairs < 4 * p.experts)
+    return 1;
+  int rows = 4;
+  while (rows < kMaxTileRows && 2 * rows * p.experts <= pairs)
+    rows *= 2;
+  return rows;
+}
 
 bool checkShape(ArgChecker &c, int64_t hidden, int64_t inter, int64_t experts, int32_t topK) {
   if (!c.positive(hidden, "hidden") || !c.positive(inter, "inter") ||
@@ -59,7 +71,7 @@ extern "C" kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_
   ArgChecker c{"kiln_moe_scratch_bytes_per_token"};
   if (!c.notNull(bytes, "bytes") || !checkShape(c, hidden, inter, top_k, top_k))
     return c.status;
-  *bytes = MoeSections(hidden, inter, top_k).perToken();
+  *bytes = perTokenBytes(hidden, inter, top_k);
   return ok();
 }
 
@@ -83,7 +95,7 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
       !c.sizeFits(p->tokens, p->hidden, "x") || !c.sizeFits(p->tokens, p->experts, "logits") ||
       !c.sizeFits(p->experts * p->inter, p->hidden, "gate"))
     return c.status;
-  if (p->flags & ~(KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS))
+  if (p->flags & ~(KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS | KILN_MOE_GROUPED))
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_moe: flags 0x%x has unknown bits",
                 static_cast<unsigned>(p->flags));
   if (p->x == p->out)
@@ -96,13 +108,13 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   if (p->tokens == 0)
     return ok();
 
-  const MoeSections sections(p->hidden, p->inter, p->top_k);
+  const int tileRows = tileRowsFor(*p, entries);
   const uint64_t tokens = static_cast<uint64_t>(p->tokens);
   char *at = static_cast<char *>(p->scratch);
-  auto carve = [&](uint64_t perToken) {
-    char *section = at;
-    at += perToken * tokens;
-    return section;
+  auto carve = [&](int which) {
+    char *start = at;
+    at += section(*p, which) * tokens;
+    return start;
   };
   MoeLayout layout{};
   layout.x = static_cast<const uint16_t *>(p->x);
@@ -111,43 +123,52 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   layout.down = static_cast<const uint16_t *>(p->down);
   layout.hidden = p->hidden;
   layout.inter = p->inter;
-  layout.ids = reinterpret_cast<int32_t *>(carve(sections.ids));
-  layout.weights = reinterpret_cast<float *>(carve(sections.weights));
-  void **pointers = reinterpret_cast<void **>(carve(sections.pointers));
+  layout.ids = reinterpret_cast<int32_t *>(carve(0));
+  layout.weights = reinterpret_cast<float *>(carve(1));
+  layout.slots = reinterpret_cast<int32_t *>(carve(2));
+  layout.table = reinterpret_cast<int32_t *>(carve(3));
+  // Pairs mode: an entry per pair. Grouped: per M-row tile, at most (pairs + experts x
+  // (M - 1)) / M of them.
+  layout.entries = tileRows == 1 ? entries : (entries + p->experts * (tileRows - 1)) / tileRows;
+  void **pointers = reinterpret_cast<void **>(carve(4));
   layout.wPtrs = const_cast<const void **>(pointers);
-  layout.xPtrs = const_cast<const void **>(pointers + 3 * entries);
-  layout.outPtrs = pointers + 6 * entries;
-  layout.gateRows = reinterpret_cast<uint16_t *>(carve(sections.gateRows));
-  layout.upRows = reinterpret_cast<uint16_t *>(carve(sections.upRows));
-  layout.yRows = reinterpret_cast<uint16_t *>(carve(sections.yRows));
+  layout.xPtrs = const_cast<const void **>(pointers + 3 * layout.entries);
+  layout.outPtrs = pointers + 6 * layout.entries;
+  layout.xRows = reinterpret_cast<uint16_t *>(carve(5));
+  layout.gateRows = reinterpret_cast<uint16_t *>(carve(6));
+  layout.upRows = reinterpret_cast<uint16_t *>(carve(7));
+  layout.yRows = reinterpret_cast<uint16_t *>(carve(8));
+  // Rows the GEMMs and the SwiGLU cover: the pairs, or their padded expert-sorted rows.
+  const int64_t rows = layout.entries * tileRows;
 
   cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
   cudaError_t e = launchMoeRoute(p->logits, layout, p->tokens, static_cast<int>(p->experts),
-                                 p->top_k, p->flags, stream);
+                                 p->top_k, p->flags, tileRows == 1, stream);
+  if (e == cudaSuccess && tileRows > 1)
+    e = launchMoeGroup(layout, entries, p->top_k, static_cast<int>(p->experts), tileRows,
+                       stream);
   if (e != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "kiln_moe: routing launch failed: %s", cudaGetErrorString(e));
   // The gate, up and down GEMMs' entries lie one after the other in each array.
   const struct {
     int64_t first, n, k;
-  } gemms[] = {{0, p->inter, p->hidden}, {entries, p->inter, p->hidden}};
-  for (const auto &g : gemms)
-    if (kiln_status_t s = kiln_gemm_bf16_rows_batched(
-            p->gemm, layout.wPtrs + g.first, layout.xPtrs + g.first, layout.outPtrs + g.first,
-            entries, g.n, g.k, p->gemm_workspace, p->gemm_workspace_bytes, p->stream);
+  } gemms[] = {{0, p->inter, p->hidden},
+               {layout.entries, p->inter, p->hidden},
+               {2 * layout.entries, p->hidden, p->inter}};
+  for (int g = 0; g < 3; ++g) {
+    if (g == 2)
+      if (kiln_status_t s = kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
+                                             rows * p->inter, p->stream);
+          s != KILN_OK)
+        return s;
+    if (kiln_status_t s = kiln_gemm_bf16_batched(
+            p->gemm, layout.wPtrs + gemms[g].first, layout.xPtrs + gemms[g].first,
+            layout.outPtrs + gemms[g].first, layout.entries, tileRows, gemms[g].n, gemms[g].k,
+            p->gemm_workspace, p->gemm_workspace_bytes, p->stream);
         s != KILN_OK)
       return s;
-  if (kiln_status_t s = kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
-                                         entries * p->inter, p->stream);
-      s != KILN_OK)
-    return s;
-  if (kiln_status_t s = kiln_gemm_bf16_rows_batched(
-          p->gemm, layout.wPtrs + 2 * entries, layout.xPtrs + 2 * entries,
-          layout.outPtrs + 2 * entries, entries, p->hidden, p->inter, p->gemm_workspace,
-          p->gemm_workspace_bytes, p->stream);
-      s != KILN_OK)
-    return s;
-  e = launchMoeCombine(layout.yRows, layout.weights, p->out, p->tokens, p->hidden, p->top_k,
-                       stream);
+  }
+  e = launchMoeCombine(layout, p->out, p->tokens, p->top_k, stream);
   if (e != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "kiln_moe: combine launch failed: %s", cudaGetErrorString(e));
   return ok();

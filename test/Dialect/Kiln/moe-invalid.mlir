@@ -2,65 +2,65 @@
 // RUN: kiln-opt %s -split-input-file -verify-diagnostics
 
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{top_k 9 exceeds the 8 experts}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 9 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 9 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
              %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x600xi8>) {
-  // expected-error @below {{dimension 1 of 'scratch' (600) must equal the bytes a token needs (kiln_moe_scratch_bytes_per_token) (688)}}
+  // expected-error @below {{dimension 1 of 'scratch' (600) must equal the bytes a token needs (kiln_moe_scratch_bytes_per_token) (1744)}}
   %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x600xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x600xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x4xbf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{dimension 1 of 'logits' (4) must equal the expert count (8)}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x4xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x4xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x32x64xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x32x64xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{dimension 1 of 'down' (32) must equal the hidden size (64)}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi32>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi32>) {
   // expected-error @below {{'scratch' must have element type 'i8', got 'i32'}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi32>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi32>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi32>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi32>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{'logits' must have element type 'bf16', got 'f16'}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{'gate' must have rank 3, got 'tensor<8x32xbf16>'}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32xbf16>, tensor<8x32xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32xbf16>, tensor<8x32xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 
 // -----
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
-             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>) {
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
   // expected-error @below {{'kiln.moe' op attribute 'top_k' failed to satisfy constraint}}
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 0 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 0 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   return
 }
 

@@ -8,18 +8,18 @@ kiln.weight @"model.layers.0.mlp.experts.*.gate_proj.weight" : tensor<8x32x64xbf
 
 // CHECK-LABEL: func.func @tensors
 func.func @tensors(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
-                   %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x688xi8>)
+                   %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>)
     -> tensor<?x64xbf16> {
-  // CHECK: %[[R:.*]]:2 = kiln.moe ins(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x688xi8>) {normalize_top_k, round_weights, top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x688xi8>
-  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x688xi8>) {top_k = 2 : i64, normalize_top_k, round_weights} -> tensor<?x64xbf16>, tensor<?x688xi8>
+  // CHECK: %[[R:.*]]:2 = kiln.moe ins(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x1744xi8>) {normalize_top_k, round_weights, top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x8xbf16>, tensor<8x32x64xbf16>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64, normalize_top_k, round_weights} -> tensor<?x64xbf16>, tensor<?x1744xi8>
   // CHECK: return %[[R]]#0
   return %r#0 : tensor<?x64xbf16>
 }
 
 // CHECK-LABEL: func.func @buffers
 func.func @buffers(%x: memref<?x64xbf16>, %l: memref<?x8xbf16>, %g: memref<8x32x64xbf16>,
-                   %d: memref<8x64x32xbf16>, %o: memref<?x64xbf16>, %s: memref<?x688xi8>) {
-  // CHECK: kiln.moe ins({{.*}}) outs({{.*}} : memref<?x64xbf16>, memref<?x688xi8>) {top_k = 2 : i64}{{$}}
-  kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x688xi8>) {top_k = 2 : i64}
+                   %d: memref<8x64x32xbf16>, %o: memref<?x64xbf16>, %s: memref<?x1744xi8>) {
+  // CHECK: kiln.moe ins({{.*}}) outs({{.*}} : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64}{{$}}
+  kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64}
   return
 }

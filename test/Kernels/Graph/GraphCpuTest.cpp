@@ -416,30 +416,29 @@ TEST(GraphValidation, Gemm) {
   EXPECT_EQ(kiln_gemm_bf16(g, x, w, nullptr, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
 }
 
-TEST(GraphValidation, GemmRowsBatched) {
-  const char *k = "kiln_gemm_bf16_rows_batched";
+TEST(GraphValidation, GemmBatched) {
+  const char *k = "kiln_gemm_bf16_batched";
   kiln_gemm_t *g = reinterpret_cast<kiln_gemm_t *>(fake(0x40000));
   const void *const *w = reinterpret_cast<const void *const *>(fake(0x10000));
   const void *const *x = reinterpret_cast<const void *const *>(fake(0x20000));
   void *const *o = reinterpret_cast<void *const *>(fake(0x30000));
   void *ws = fake(0x60000);
-  expectError(kiln_gemm_bf16_rows_batched(nullptr, w, x, o, 4, 8, 8, ws, 64, nullptr), kInvalid,
-              k, "gemm");
-  expectError(kiln_gemm_bf16_rows_batched(g, nullptr, x, o, 4, 8, 8, ws, 64, nullptr), kInvalid,
-              k, "w_ptrs");
-  expectError(kiln_gemm_bf16_rows_batched(
-                  g, reinterpret_cast<const void *const *>(fake(0x10004)), x, o, 4, 8, 8, ws,
-                  64, nullptr),
+  auto call = [&](kiln_gemm_t *gemm, const void *const *wp, int64_t count, int64_t rows,
+                  int64_t n, int64_t kk, void *workspace) {
+    return kiln_gemm_bf16_batched(gemm, wp, x, o, count, rows, n, kk, workspace,
+                                  workspace ? 64 : 0, nullptr);
+  };
+  expectError(call(nullptr, w, 4, 1, 8, 8, ws), kInvalid, k, "gemm");
+  expectError(call(g, nullptr, 4, 1, 8, 8, ws), kInvalid, k, "w_ptrs");
+  expectError(call(g, reinterpret_cast<const void *const *>(fake(0x10004)), 4, 1, 8, 8, ws),
               kInvalid, k, "w_ptrs is not pointer-aligned");
-  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, -1, 8, 8, ws, 64, nullptr), kInvalid, k,
-              "count -1");
-  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 12, 8, ws, 64, nullptr), kInvalid, k,
-              "n must be a positive multiple of 8");
-  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 8, 0, ws, 64, nullptr), kInvalid, k,
-              "k must be a positive multiple of 8");
-  expectError(kiln_gemm_bf16_rows_batched(g, w, x, o, 4, 8, 8, nullptr, 64, nullptr), kInvalid,
-              k, "workspace");
-  EXPECT_EQ(kiln_gemm_bf16_rows_batched(g, w, x, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
+  expectError(call(g, w, -1, 1, 8, 8, ws), kInvalid, k, "count -1");
+  expectError(call(g, w, 4, 0, 8, 8, ws), kInvalid, k, "rows 0 outside");
+  expectError(call(g, w, 4, 1, 12, 8, ws), kInvalid, k, "n must be a positive multiple of 8");
+  expectError(call(g, w, 4, 16, 8, 0, ws), kInvalid, k, "k must be a positive multiple of 8");
+  expectError(kiln_gemm_bf16_batched(g, w, x, o, 4, 1, 8, 8, nullptr, 64, nullptr), kInvalid, k,
+              "workspace");
+  EXPECT_EQ(call(g, w, 0, 1, 8, 8, nullptr), KILN_OK);
 }
 
 // The routing rule on hand-made logits: softmax, the top k (ties: the lower index), in
@@ -472,7 +471,7 @@ TEST(GraphValidation, Moe) {
   const char *k = "kiln_moe";
   uint64_t perToken = 0;
   ASSERT_EQ(kiln_moe_scratch_bytes_per_token(64, 32, 2, &perToken), KILN_OK);
-  EXPECT_EQ(perToken, 16u + 16u + 144u + 128u + 128u + 256u);
+  EXPECT_EQ(perToken, 4 * 16u + 144u + 512u + 256u + 256u + 512u);
   expectError(kiln_moe_scratch_bytes_per_token(64, 32, 2, nullptr), kInvalid,
               "kiln_moe_scratch_bytes_per_token", "bytes");
   expectError(kiln_moe_scratch_bytes_per_token(60, 32, 2, &perToken), kUnsupported,
@@ -511,7 +510,7 @@ TEST(GraphValidation, Moe) {
               kUnsupported, k, "experts");
   expectError(with([](kiln_moe_params_t &q) { q.inter = 36; }), kUnsupported, k,
               "multiples of 8");
-  expectError(with([](kiln_moe_params_t &q) { q.flags = 4; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) { q.flags = 8; }), kInvalid, k, "unknown bits");
   expectError(with([](kiln_moe_params_t &q) { q.out = const_cast<void *>(q.x); }), kInvalid, k,
               "out aliases x");
   expectError(with([](kiln_moe_params_t &q) { q.tokens = -1; }), kInvalid, k, "tokens");

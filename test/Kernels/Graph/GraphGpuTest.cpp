@@ -24,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace kiln::reference;
@@ -574,10 +575,12 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
-// kiln_moe against moeReference: the routing (ids exactly, weights to fp32 rounding), the
-// output to one bf16 rounding of an expert GEMM (cuBLASLt's fp32 sums against the exact
-// ones), and every token's row bitwise the same whether it runs alone or among others
-// (the batch invariance lossless speculation needs).
+// kiln_moe against moeReference, in both modes: the routing (ids exactly, weights to
+// fp32 rounding) and the output to one bf16 rounding of an expert GEMM (cuBLASLt's fp32
+// sums against the exact ones). Pairs mode: every token's row bitwise the same whether
+// it runs alone or among others (the batch invariance lossless speculation needs).
+// Grouped mode (large enough batches: pairs >= 4 x experts): the same call twice gives
+// the same bits.
 TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
   KILN_REQUIRE_GPU();
   kiln_gemm_t *gemm = nullptr;
@@ -588,10 +591,20 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
   const struct {
     int64_t tokens, hidden, inter, experts;
     int32_t topK, flags;
-  } cases[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
-               {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
-               {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
-               {3, 64, 16, 4, 4, 0}};
+  } routings[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
+                  {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
+                  {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
+                  {3, 64, 16, 4, 4, 0},
+                  {300, 128, 64, 16, 4, KILN_MOE_NORMALIZE_TOP_K},   // grouped: M 64
+                  {70, 64, 32, 32, 2, KILN_MOE_ROUND_WEIGHTS}};      // grouped: M 4
+  std::vector<std::remove_const_t<std::remove_reference_t<decltype(routings[0])>>> cases;
+  for (auto c : routings) {
+    cases.push_back(c);
+    if (c.tokens * c.topK >= 4 * c.experts) {
+      c.flags |= KILN_MOE_GROUPED;
+      cases.push_back(c);
+    }
+  }
   for (const auto &c : cases) {
     SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " experts " +
                  std::to_string(c.experts) + " top_k " + std::to_string(c.topK) + " flags " +
@@ -658,6 +671,15 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
       }
     }
     EXPECT_EQ(far, 0) << "elements beyond 2% of their row's largest value";
+    if (c.flags & KILN_MOE_GROUPED) {
+      auto again = poisoned(c.tokens * c.hidden * 2);
+      kiln_moe_params_t twice = p;
+      twice.out = again->ptr;
+      KILN_OK_(kiln_moe(&twice));
+      const auto second = download(again->at<uint16_t>(), c.tokens * c.hidden);
+      EXPECT_TRUE(second == got) << "a second grouped call gave other bits";
+      continue;
+    }
     // Each token alone: the same bits as in the batch.
     for (int64_t t = 0; t < c.tokens; t += std::max<int64_t>(1, c.tokens / 4)) {
       kiln_moe_params_t one = p;
