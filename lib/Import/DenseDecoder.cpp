@@ -1,6 +1,6 @@
 //===- DenseDecoder.cpp - the whole decoder graph of dense models ------===//
 //
-// Llama, Mistral, Qwen2, Qwen3, Mixtral and Qwen3-MoE as transformers runs them, one `@forward` from the
+// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE and Qwen3-MoE as transformers runs them, one `@forward` from the
 // token ids to the logits:
 //
 //   kiln.weight @"model.embed_tokens.weight" : tensor<V x H>   (every tensor, by its
@@ -19,8 +19,9 @@
 //       h = add(h, linear(collapse(a), o_proj[, bias]))
 //       x = rms_norm(h, post_attention_layernorm)
 //       h = add(h, linear(swiglu(linear(x, gate_proj), linear(x, up_proj)), down_proj))
-//         or, in a sparse MoE layer (mixtral, qwen3_moe):
-//       h = add(h, moe(x, linear(x, router), experts.*.{gate,up,down}))
+//         or, in a sparse MoE layer (mixtral, qwen2_moe, qwen3_moe):
+//       h = add(h, moe(x, linear(x, router), experts.*.{gate,up,down})
+//                  [+ sigmoid_gate(x, shared_expert_gate, mlp(x, shared_expert))])
 //     logits = linear(rms_norm(gather_rows(h, rows), model.norm), lm_head)
 //
 // The rows are gathered before the final norm: the norm is row-wise, so the lm_head
@@ -89,6 +90,8 @@ private:
   /// The sparse MoE block of layer `prefix` (Mixtral's block_sparse_moe, Qwen3-MoE's
   /// mlp): the router linear and kiln.moe over the stacked expert weights.
   Value sparseMoe(Value x, const std::string &prefix, Value tokens);
+  /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x.
+  Value swigluMlp(Value x, const std::string &module, int64_t inter, Value tokens);
   void buildEagle3Head(const LayerSpec &layer);
 
   const ModelSpec &m;
@@ -189,13 +192,7 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
             .getResult();
     return;
   }
-  Value gate = linear(x, mlp + ".gate_proj", m.intermediate, m.hidden, false, tokens);
-  Value up = linear(x, mlp + ".up_proj", m.intermediate, m.hidden, false, tokens);
-  Location mlpLoc = loc(mlp);
-  Value act = SwigluOp::create(b, mlpLoc, gate.getType(), gate, up,
-                               empty({m.intermediate}, tokens, mlpLoc))
-                  .getResult();
-  Value down = linear(act, mlp + ".down_proj", m.hidden, m.intermediate, false, tokens);
+  Value down = swigluMlp(x, mlp, m.intermediate, tokens);
   h = AddOp::create(b, layerLoc, h.getType(), h, down, empty({m.hidden}, tokens, layerLoc))
           .getResult();
 }
@@ -224,7 +221,32 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
                            b.getI64IntegerAttr(m.topK),
                            m.normTopK ? b.getUnitAttr() : UnitAttr(),
                            m.roundRouterWeights ? b.getUnitAttr() : UnitAttr());
-  return moe.getResult(0);
+  Value routed = moe.getResult(0);
+  if (!m.sharedIntermediate)
+    return routed;
+  // Qwen2-MoE's shared expert, scaled by the sigmoid of its one-output gate, joins the
+  // routed experts' sum.
+  Value shared = swigluMlp(x, block + ".shared_expert", m.sharedIntermediate, tokens);
+  if (m.gatedSharedExpert) {
+    const std::string gateName = block + ".shared_expert_gate";
+    Location gateLoc = loc(gateName);
+    Value w = weight(gateName + ".weight", {1, m.hidden}, gateLoc);
+    shared = SigmoidGateOp::create(b, gateLoc, shared.getType(), x, w, shared,
+                                   empty({m.hidden}, tokens, gateLoc))
+                 .getResult();
+  }
+  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+      .getResult();
+}
+
+Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t inter,
+                                     Value tokens) {
+  Value gate = linear(x, module + ".gate_proj", inter, m.hidden, false, tokens);
+  Value up = linear(x, module + ".up_proj", inter, m.hidden, false, tokens);
+  Location at = loc(module);
+  Value act = SwigluOp::create(b, at, gate.getType(), gate, up, empty({inter}, tokens, at))
+                  .getResult();
+  return linear(act, module + ".down_proj", m.hidden, inter, false, tokens);
 }
 
 void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {

@@ -54,10 +54,9 @@ using namespace kiln::import_detail;
 namespace json = llvm::json;
 
 llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
-  static const llvm::StringRef types[] = {"llama",      "mistral",     "mixtral",
-                                          "qwen2",      "qwen3",       "qwen3_moe",
-                                          "deepseek_v2", "deepseek_v3", "nemotron_h",
-                                          "qwen3_next"};
+  static const llvm::StringRef types[] = {
+      "llama",     "mistral",     "mixtral",     "qwen2",      "qwen2_moe", "qwen3",
+      "qwen3_moe", "deepseek_v2", "deepseek_v3", "nemotron_h", "qwen3_next"};
   return types;
 }
 
@@ -321,7 +320,8 @@ LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
     return success();
   // Qwen2/Qwen3: with use_sliding_window, layers from max_window_layers on slide.
   int64_t first = 0;
-  if (m.modelType == "qwen2" || m.modelType == "qwen3" || m.modelType == "qwen3_moe") {
+  if (m.modelType == "qwen2" || m.modelType == "qwen2_moe" || m.modelType == "qwen3" ||
+      m.modelType == "qwen3_moe") {
     if (!use)
       return success(); // Qwen defaults use_sliding_window to false
     first = r.getIntOr("max_window_layers", 0);
@@ -398,15 +398,17 @@ LogicalResult readAttention(Reader &r, ModelSpec &m, ArrayRef<StringRef> headDim
   return success();
 }
 
-/// The sparse MoE block of Mixtral and Qwen3-MoE, as transformers builds it: a router
-/// (`gate`, no bias), softmax over the experts, the top `num_experts_per_tok`, and
-/// SwiGLU experts.
+/// The sparse MoE block of Mixtral, Qwen2-MoE and Qwen3-MoE, as transformers builds it:
+/// a router (`gate`, no bias), softmax over the experts, the top `num_experts_per_tok`,
+/// and SwiGLU experts.
 ///   - Mixtral: `num_local_experts` experts of `intermediate_size`, every layer; the
 ///     chosen weights always renormalized and kept in fp32.
 ///   - Qwen3-MoE: `num_experts` experts of `moe_intermediate_size`; `norm_topk_prob`
 ///     renormalizes; the weights are rounded to the model dtype; layer i is sparse
 ///     unless it is in `mlp_only_layers` or (i + 1) is not a multiple of
 ///     `decoder_sparse_step` (then a dense MLP of `intermediate_size`).
+///   - Qwen2-MoE: as Qwen3-MoE, plus a shared expert of `shared_expert_intermediate_size`
+///     scaled by the sigmoid of its gate (`shared_expert_gate`, one output).
 LogicalResult readMoe(Reader &r, ModelSpec &m) {
   if (m.modelType == "mixtral") {
     std::optional<int64_t> experts = r.getInt("num_local_experts");
@@ -419,7 +421,7 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
     m.normTopK = true;
     m.roundRouterWeights = false;
     m.moeEvery = 1;
-  } else if (m.modelType == "qwen3_moe") {
+  } else if (m.modelType == "qwen3_moe" || m.modelType == "qwen2_moe") {
     std::optional<int64_t> experts = r.getInt("num_experts");
     std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
     std::optional<int64_t> inter = r.getInt("moe_intermediate_size");
@@ -431,6 +433,14 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
     m.normTopK = r.getBool("norm_topk_prob").value_or(false);
     m.roundRouterWeights = true;
     m.moeEvery = r.getIntOr("decoder_sparse_step", 1, 1);
+    if (m.modelType == "qwen2_moe") {
+      std::optional<int64_t> shared = r.getInt("shared_expert_intermediate_size");
+      if (!shared)
+        return failure();
+      m.sharedIntermediate = *shared;
+      m.sharedExperts = 1;
+      m.gatedSharedExpert = true;
+    }
     if (const json::Value *only = r.get("mlp_only_layers"); only && !only->getAsNull()) {
       const json::Array *layers = only->getAsArray();
       if (!layers) {
@@ -485,6 +495,7 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
 /// (readMoe).
 LogicalResult readDense(Reader &r, ModelSpec &m) {
   const bool qwen3 = m.modelType == "qwen3" || m.modelType == "qwen3_moe";
+  const bool qwen2 = m.modelType == "qwen2" || m.modelType == "qwen2_moe";
   if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"}, qwen3 ? 128 : 0)))
     return failure();
   std::optional<int64_t> inter = r.getInt("intermediate_size");
@@ -541,7 +552,7 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
   bool attentionBias = r.getBool("attention_bias").value_or(false);
   if (r.failedAny())
     return failure();
-  if (m.modelType == "qwen2") {
+  if (qwen2) {
     m.qkvBias = true;
   } else if (m.modelType == "llama" || qwen3) {
     m.qkvBias = attentionBias;
@@ -850,7 +861,8 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
       double shared = m.sharedIntermediate
                           ? (nemotron ? 2.0 : 3.0) * m.hidden * m.sharedIntermediate
                           : perExpert;
-      linear += m.experts * perExpert + m.sharedExperts * shared + double(m.hidden) * m.experts;
+      linear += m.experts * perExpert + m.sharedExperts * shared +
+                double(m.hidden) * (m.experts + (m.gatedSharedExpert ? 1 : 0));
       break;
     }
     }
@@ -1070,7 +1082,8 @@ LogicalResult readModelSpec(StringRef text, StringRef file, MLIRContext *ctx,
   m.name = options.modelName.empty() ? defaultName(file) : options.modelName;
   LogicalResult read = failure();
   if (*modelType == "llama" || *modelType == "mistral" || *modelType == "qwen2" ||
-      *modelType == "qwen3" || *modelType == "mixtral" || *modelType == "qwen3_moe") {
+      *modelType == "qwen3" || *modelType == "mixtral" || *modelType == "qwen2_moe" ||
+      *modelType == "qwen3_moe") {
     read = readDense(r, m);
   } else if (*modelType == "deepseek_v2" || *modelType == "deepseek_v3") {
     read = readDeepSeek(r, m);

@@ -131,6 +131,7 @@ struct ModelSpec {
   // renormalized and/or rounded weights, which layers are sparse.
   int64_t topK = 0, moeEvery = 1;
   bool normTopK = false, roundRouterWeights = false;
+  bool gatedSharedExpert = false; // Qwen2-MoE: shared expert x sigmoid(shared_expert_gate)
   std::set<int64_t> mlpOnlyLayers;
   bool isMoeLayer(int64_t i) const {
     return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;
@@ -151,7 +152,8 @@ struct ModelSpec {
   /// The dense families get the whole decoder graph; the others a cache skeleton.
   bool isDense() const {
     return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" ||
-           modelType == "qwen3" || modelType == "mixtral" || modelType == "qwen3_moe";
+           modelType == "qwen3" || modelType == "mixtral" || modelType == "qwen2_moe" ||
+           modelType == "qwen3_moe";
   }
 };
 

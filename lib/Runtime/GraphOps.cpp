@@ -196,6 +196,27 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
   return record(ctx, run());
 }
 
+extern "C" int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, const void *w,
+                                        const void *value, void *out, int64_t rows,
+                                        int64_t dim, int64_t cols) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_sigmoid_gate")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}, {"cols", cols}});
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, rows, dim), bf16("w", w, 1, dim),
+                                       bf16("value", value, rows, cols),
+                                       bf16("out", out, rows, cols, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_sigmoid_gate_bf16", out, rows, cols, [&] {
+      return kiln_sigmoid_gate_bf16(x, w, value, out, rows, dim, cols, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits,
                                const void *gate, const void *up, const void *down, void *out,
                                void *scratch, int64_t tokens, int64_t hidden, int64_t inter,

@@ -267,3 +267,18 @@ module {
     return
   }
 }
+
+// -----
+// kiln.sigmoid_gate: x, the gate weight, value, out, then rows, dim and cols.
+// CHECK-LABEL: func.func @gated
+// CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}, %[[X:[^:]*]]: memref<?x64xbf16>
+// CHECK: %[[ROWS:.*]] = memref.dim %[[X]], %{{.*}}
+// CHECK: %[[R:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CHECK: %[[D:.*]] = arith.constant 64 : i64
+// CHECK: call @kiln_rt_sigmoid_gate(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[R]], %[[D]], %{{[^)]*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+module {
+  func.func @gated(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>, %w: memref<1x64xbf16>, %v: memref<?x64xbf16>, %o: memref<?x64xbf16>) {
+    kiln.sigmoid_gate ins(%x, %w, %v : memref<?x64xbf16>, memref<1x64xbf16>, memref<?x64xbf16>) outs(%o : memref<?x64xbf16>)
+    return
+  }
+}

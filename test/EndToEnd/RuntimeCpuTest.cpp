@@ -274,6 +274,9 @@ TEST(RuntimeCpu, GraphOpValidation) {
                        KILN_MOE_NORMALIZE_TOP_K, scratchPerToken);
   };
   EXPECT_EQ(moe(static_cast<int64_t>(moeScratch), 2), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(1 << 20), d.a(1 << 20), 12, 256, 256),
+            KILN_OK)
+      << lastError();
   int32_t argmax[2] = {5, 5};
   EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_OK) << lastError();
   EXPECT_EQ(argmax[0], 0); // dry: zeros
@@ -310,6 +313,9 @@ TEST(RuntimeCpu, GraphOpValidation) {
       {"kiln_rt_moe: op 1 of the prefill step (before the first attention): scratch_per_token 100 != the",
        [&] { return moe(100, 2); }},
       {"top_k 0 outside", [&] { return moe(static_cast<int64_t>(moeScratch), 0); }},
+      {"kiln_rt_sigmoid_gate: op 1 of the prefill step (before the first attention): out "
+       "(offset 0 of the weights region) is an output",
+       [&] { return kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(64), d.w(), 12, 256, 256); }},
       {"vocab 500 != the model's vocab_size 512",
        [&] { return kiln_rt_embedding(d.ctx, ids, d.w(), d.a(), 12, 500, 256); }},
       {"logits: 3 rows, but the step asks for 2 logit rows",

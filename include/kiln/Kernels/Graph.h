@@ -79,6 +79,16 @@ kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,
 kiln_status_t kiln_swiglu_bf16(const void *gate, const void *up, void *out, int64_t n,
                                void *stream);
 
+/* A gated shared expert (Qwen2-MoE, Qwen3-Next): per row r,
+ *   g = bf16(dot(x[r, :], w))            (the one-output gate linear, fp32 sum)
+ *   out[r, :] = bf16(bf16(sigmoid(g)) * value[r, :])
+ * x [rows, dim], w [dim] (the [1, dim] gate weight), value and out [rows, cols]. The dot
+ * is computed here, in a fixed order per row: cuBLASLt has no row-invariant algorithm
+ * for a one-output GEMM (its 2-byte output rows), and a row's bits must not depend on
+ * the batch. May run in place (out == value). */
+kiln_status_t kiln_sigmoid_gate_bf16(const void *x, const void *w, const void *value, void *out,
+                                     int64_t rows, int64_t dim, int64_t cols, void *stream);
+
 /* out[r, :] = x[rows[r], :]; x [num_source_rows, dim], out [num_rows, dim]. A row
  * index outside [0, num_source_rows) gives a zero row. */
 kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *rows, void *out,

@@ -271,6 +271,11 @@ int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up,
                        int64_t n);
 int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows, void *out,
                             int64_t num_rows, int64_t dim, int64_t num_source_rows);
+/* A gated shared expert (kiln_sigmoid_gate_bf16): out[r, :] = bf16(sigmoid(bf16(x[r, :] .
+ * w))) * value[r, :]; x [rows, dim], w [1, dim] (weights), value and out [rows, cols]. */
+int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, const void *w,
+                             const void *value, void *out, int64_t rows, int64_t dim,
+                             int64_t cols);
 /* A MoE layer's routed experts (kiln_moe, Kernels/Moe.h): x [tokens, hidden], the
  * router's logits [tokens, experts], gate/up [experts, inter, hidden], down [experts,
  * hidden, inter] (weights), out [tokens, hidden]; scratch [tokens, scratch_per_token]

@@ -943,6 +943,7 @@ KILN_COMPUTE_EFFECTS(AddOp)
 KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
 KILN_COMPUTE_EFFECTS(MoeOp)
+KILN_COMPUTE_EFFECTS(SigmoidGateOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1201,6 +1202,36 @@ FailureOr<RuntimeCall> AddOp::getRuntimeCall() {
 LogicalResult SwigluOp::verify() { return verifyElementwise(*this, "gate", getGate(), "up", getUp()); }
 FailureOr<RuntimeCall> SwigluOp::getRuntimeCall() {
   return elementwiseCall(*this, "kiln_rt_swiglu", getGate(), getUp());
+}
+
+LogicalResult SigmoidGateOp::verify() {
+  Operation *op = *this;
+  Type element = shapedOf(getInput()).getElementType();
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkRank(op, "gate_weight", getGateWeight(), 2)) ||
+      failed(checkRank(op, "value", getValue(), 2)) ||
+      failed(checkSameShape(op, "value", getValue(), "init", getInit())) ||
+      failed(checkDimEquals(op, "gate_weight", getGateWeight(), 0, 1, "one gate output")) ||
+      failed(checkDimEquals(op, "gate_weight", getGateWeight(), 1, sizeOf(getInput(), 1),
+                            "the input features")) ||
+      failed(checkDimEquals(op, "value", getValue(), 0, sizeOf(getInput(), 0), "the rows")) ||
+      failed(checkElementType(op, "gate_weight", getGateWeight(), element)) ||
+      failed(checkElementType(op, "value", getValue(), element)) ||
+      failed(checkElementType(op, "init", getInit(), element)))
+    return failure();
+  return success();
+}
+bool SigmoidGateOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input == &getValueMutable();
+}
+FailureOr<RuntimeCall> SigmoidGateOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_sigmoid_gate",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getGateWeight()),
+                      RuntimeArg::pointer(getValue()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
+                      RuntimeArg::dim(getValue(), 1)}};
 }
 
 LogicalResult GatherRowsOp::verify() {

@@ -130,6 +130,27 @@ cudaError_t launchBinary(const void *a, const void *b, void *out, int64_t n, cud
   return cudaGetLastError();
 }
 
+// ---- sigmoid_gate ---------------------------------------------------------------------
+// One block a row: the gate's dot product (fp32, the block's fixed reduction order,
+// rounded to bf16 as nn.Linear's output), then HF's F.sigmoid(g) (fp32, rounded to bf16)
+// times the value row in bf16.
+__global__ void sigmoidGateKernel(const uint16_t *x, const uint16_t *w, const uint16_t *value,
+                                  uint16_t *out, int64_t rows, int64_t dim, int64_t cols) {
+  __shared__ float scratch[33];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint16_t *xr = x + r * dim;
+    float partial = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      partial += bf2f(xr[i]) * bf2f(w[i]);
+    const float g = roundBf16(blockSum(partial, scratch));
+    const float s = roundBf16(1.0f / (1.0f + expf(-g)));
+    const uint16_t *vr = value + r * cols;
+    uint16_t *dst = out + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+      dst[c] = f2bf(bf2f(vr[c]) * s);
+  }
+}
+
 // ---- gather rows (embedding, gather_rows) ---------------------------------------------
 template <bool Vec>
 __global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t *__restrict__ index,
@@ -722,6 +743,14 @@ cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaSt
 cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
                          cudaStream_t stream) {
   return launchBinary<SwigluOp>(gate, up, out, n, stream);
+}
+
+cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, void *out,
+                              int64_t rows, int64_t dim, int64_t cols, cudaStream_t stream) {
+  sigmoidGateKernel<<<rowGrid(rows), 256, 0, stream>>>(
+      static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(w),
+      static_cast<const uint16_t *>(value), static_cast<uint16_t *>(out), rows, dim, cols);
+  return cudaGetLastError();
 }
 
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,

@@ -227,6 +227,22 @@ extern "C" kiln_status_t kiln_swiglu_bf16(const void *gate, const void *up, void
   return launched(c.kernel, launchSwiglu(gate, up, out, n, asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_sigmoid_gate_bf16(const void *x, const void *w, const void *value,
+                                                void *out, int64_t rows, int64_t dim,
+                                                int64_t cols, void *stream) {
+  Checker c{"kiln_sigmoid_gate_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(w, "w") || !c.notNull(value, "value") ||
+      !c.notNull(out, "out") || !c.elementAligned(x, 2, "x") || !c.elementAligned(w, 2, "w") ||
+      !c.elementAligned(value, 2, "value") || !c.elementAligned(out, 2, "out") ||
+      !c.nonNegative(rows, "rows") || !c.positive(dim, "dim") || !c.positive(cols, "cols") ||
+      !c.sizeFits(rows, dim, "x") || !c.sizeFits(rows, cols, "value"))
+    return c.status;
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchSigmoidGate(x, w, value, out, rows, dim, cols,
+                                              asStream(stream)));
+}
+
 extern "C" kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows,
                                           int64_t cols, void *stream) {
   Checker c{"kiln_argmax_bf16"};

@@ -132,6 +132,19 @@ void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, in
   }
 }
 
+void sigmoidGateReference(const uint16_t *x, const uint16_t *w, const uint16_t *value,
+                          uint16_t *out, int64_t rows, int64_t dim, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0.0;
+    for (int64_t i = 0; i < dim; ++i)
+      dot += static_cast<double>(bf16ToFloat(x[r * dim + i])) * bf16ToFloat(w[i]);
+    const double g = bf16ToFloat(doubleToBf16(dot));
+    const float s = bf16ToFloat(doubleToBf16(1.0 / (1.0 + std::exp(-g))));
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = floatToBf16(bf16ToFloat(value[r * cols + c]) * s);
+  }
+}
+
 void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     int64_t best = 0;

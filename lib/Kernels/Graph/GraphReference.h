@@ -34,6 +34,10 @@ bool ropeReference(const uint16_t *x, const int32_t *positions, uint16_t *out, i
                    int64_t heads, int64_t headDim, const kiln_rope_params_t &rope);
 void addReference(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n);
 void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, int64_t n);
+// kiln_sigmoid_gate_bf16: the gate's dot product exact (fp64), rounded once; the sigmoid
+// in fp64, rounded; the product rounded.
+void sigmoidGateReference(const uint16_t *x, const uint16_t *w, const uint16_t *value,
+                          uint16_t *out, int64_t rows, int64_t dim, int64_t cols);
 void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols);
 // out[m, n] = x[m, k] w[n, k]^T + bias[n] (bias may be null), exact fp64 sums.
 void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,

@@ -71,3 +71,31 @@ kiln.weight @"a.*.b.*" : tensor<2x2x4xbf16>
 // -----
 // expected-error @below {{stacked weight 'a.*.w' needs rank >= 2 (the leading dimension indexes '*')}}
 kiln.weight @"a.*.w" : tensor<8xbf16>
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %w: tensor<2x64xbf16>, %v: tensor<?x64xbf16>, %o: tensor<?x64xbf16>) {
+  // expected-error @below {{dimension 0 of 'gate_weight' (2) must equal one gate output (1)}}
+  %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<?x64xbf16>, tensor<2x64xbf16>, tensor<?x64xbf16>) outs(%o : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %w: tensor<1x32xbf16>, %v: tensor<?x64xbf16>, %o: tensor<?x64xbf16>) {
+  // expected-error @below {{dimension 1 of 'gate_weight' (32) must equal the input features (64)}}
+  %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<?x64xbf16>, tensor<1x32xbf16>, tensor<?x64xbf16>) outs(%o : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x64xbf16>, %w: tensor<1x64xbf16>, %v: tensor<8x64xbf16>, %o: tensor<8x64xbf16>) {
+  // expected-error @below {{dimension 0 of 'value' (8) must equal the rows (4)}}
+  %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<4x64xbf16>, tensor<1x64xbf16>, tensor<8x64xbf16>) outs(%o : tensor<8x64xbf16>) -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %w: tensor<1x64xf32>, %v: tensor<?x64xbf16>, %o: tensor<?x64xbf16>) {
+  // expected-error @below {{'gate_weight' must have element type 'bf16', got 'f32'}}
+  %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<?x64xbf16>, tensor<1x64xf32>, tensor<?x64xbf16>) outs(%o : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  return
+}

@@ -23,3 +23,11 @@ func.func @buffers(%x: memref<?x64xbf16>, %l: memref<?x8xbf16>, %g: memref<8x32x
   kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64}
   return
 }
+
+// CHECK-LABEL: func.func @gated_shared_expert
+func.func @gated_shared_expert(%x: tensor<?x64xbf16>, %w: tensor<1x64xbf16>, %v: tensor<?x64xbf16>,
+                               %o: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  // CHECK: kiln.sigmoid_gate ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<1x64xbf16>, tensor<?x64xbf16>) outs(%{{.*}} : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<?x64xbf16>, tensor<1x64xbf16>, tensor<?x64xbf16>) outs(%o : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  return %r : tensor<?x64xbf16>
+}

@@ -467,6 +467,35 @@ TEST(GraphReference, MoeRouteHandComputed) {
   EXPECT_EQ(weights[1], fl(doubleToBf16(e[2] / (e[1] + e[2]))));
 }
 
+TEST(GraphReference, SigmoidGateHandComputed) {
+  // Row 0: x . w = 0, sigmoid 0.5; row 1: x . w = 1 + 1 = 2, sigmoid(2) rounded to bf16.
+  const uint16_t x[4] = {bf(2.0f), bf(-1.0f), bf(1.0f), bf(0.5f)};
+  const uint16_t w[2] = {bf(1.0f), bf(2.0f)};
+  const uint16_t value[4] = {bf(2.0f), bf(-6.0f), bf(4.0f), bf(1.0f)};
+  uint16_t out[4];
+  sigmoidGateReference(x, w, value, out, 2, 2, 2);
+  EXPECT_EQ(fl(out[0]), 1.0f);
+  EXPECT_EQ(fl(out[1]), -3.0f);
+  const float s = fl(doubleToBf16(1.0 / (1.0 + std::exp(-2.0))));
+  EXPECT_EQ(fl(out[2]), fl(bf(4.0f * s)));
+  EXPECT_EQ(fl(out[3]), s);
+}
+
+TEST(GraphValidation, SigmoidGate) {
+  const char *k = "kiln_sigmoid_gate_bf16";
+  void *x = fake(0x10000), *w = fake(0x20000), *v = fake(0x30000), *o = fake(0x40000);
+  expectError(kiln_sigmoid_gate_bf16(nullptr, w, v, o, 2, 8, 8, nullptr), kInvalid, k, "x");
+  expectError(kiln_sigmoid_gate_bf16(x, nullptr, v, o, 2, 8, 8, nullptr), kInvalid, k, "w");
+  expectError(kiln_sigmoid_gate_bf16(x, w, nullptr, o, 2, 8, 8, nullptr), kInvalid, k, "value");
+  expectError(kiln_sigmoid_gate_bf16(x, w, v, nullptr, 2, 8, 8, nullptr), kInvalid, k, "out");
+  expectError(kiln_sigmoid_gate_bf16(x, fake(0x20001), v, o, 2, 8, 8, nullptr), kInvalid, k,
+              "w is not 2-byte aligned");
+  expectError(kiln_sigmoid_gate_bf16(x, w, v, o, -1, 8, 8, nullptr), kInvalid, k, "rows");
+  expectError(kiln_sigmoid_gate_bf16(x, w, v, o, 2, 0, 8, nullptr), kInvalid, k, "dim");
+  expectError(kiln_sigmoid_gate_bf16(x, w, v, o, 2, 8, 0, nullptr), kInvalid, k, "cols");
+  EXPECT_EQ(kiln_sigmoid_gate_bf16(x, w, v, o, 0, 8, 8, nullptr), KILN_OK);
+}
+
 TEST(GraphValidation, Moe) {
   const char *k = "kiln_moe";
   uint64_t perToken = 0;

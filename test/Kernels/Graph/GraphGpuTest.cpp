@@ -169,6 +169,66 @@ TEST(GraphGpu, AddAndSwiglu) {
   EXPECT_EQ(download(gb->at<uint16_t>(), n), download(apart->at<uint16_t>(), n));
 }
 
+// sigmoid_gate against its reference: the gate's dot product (fp32 in the kernel, exact
+// in the reference) and the sigmoid may each land one bf16 neighbour away, nothing else
+// may differ; more rows than the grid, odd sizes, a 2-byte aligned value, in place, and a
+// row's bits alone == in a batch (the dot's order does not depend on the rows).
+TEST(GraphGpu, SigmoidGate) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(77);
+  for (int64_t rows : {int64_t(1), int64_t(37), int64_t(70000)})
+    for (int64_t dim : {int64_t(64), int64_t(13)})
+      for (size_t offset : {size_t(0), size_t(1)}) {
+        const int64_t cols = dim;
+        SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) +
+                     " offset " + std::to_string(offset));
+        const auto x = randomBf16(rows * dim, rng, 1.0f);
+        const auto w = randomBf16(dim, rng, 2.0f / std::sqrt(float(dim)));
+        const auto v = randomBf16(rows * cols, rng, 2.0f);
+        auto dx = upload(x), dw = upload(w), dv = upload(v, offset);
+        auto dout = poisoned((rows * cols + offset) * 2);
+        KILN_OK_(kiln_sigmoid_gate_bf16(dx->ptr, dw->ptr, dv->at<uint16_t>(offset),
+                                        dout->at<uint16_t>(offset), rows, dim, cols, nullptr));
+        std::vector<uint16_t> want(rows * cols);
+        sigmoidGateReference(x.data(), w.data(), v.data(), want.data(), rows, dim, cols);
+        const auto got = download(dout->at<uint16_t>(offset), rows * cols);
+        Tally tally;
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0;
+          for (int64_t i = 0; i < dim; ++i)
+            dot += double(bf16ToFloat(x[r * dim + i])) * bf16ToFloat(w[i]);
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t i = r * cols + c;
+            ++tally.total;
+            if (got[i] == want[i])
+              continue;
+            bool explained = false;
+            for (uint16_t g : withNeighbours(doubleToBf16(dot))) {
+              const double gv = bf16ToFloat(g);
+              for (uint16_t sig : withNeighbours(doubleToBf16(1.0 / (1.0 + std::exp(-gv)))))
+                explained |= floatToBf16(bf16ToFloat(sig) * bf16ToFloat(v[i])) == got[i];
+            }
+            if (explained)
+              ++tally.neighbour;
+            else
+              tally.fail("sigmoid_gate[" + std::to_string(i) + "] got " + hex(got[i]) +
+                         " want " + hex(want[i]));
+          }
+        }
+        tally.expectRare();
+        // Row 0 alone: the same bits.
+        auto one = poisoned(cols * 2);
+        KILN_OK_(kiln_sigmoid_gate_bf16(dx->ptr, dw->ptr, dv->at<uint16_t>(offset),
+                                        one->at<uint16_t>(), 1, dim, cols, nullptr));
+        const auto alone = download(one->at<uint16_t>(), cols);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin()));
+        // In place (out == value).
+        KILN_OK_(kiln_sigmoid_gate_bf16(dx->ptr, dw->ptr, dv->at<uint16_t>(offset),
+                                        dv->at<uint16_t>(offset), rows, dim, cols, nullptr));
+        EXPECT_EQ(download(dv->at<uint16_t>(offset), rows * cols), got);
+      }
+}
+
 // ---- rms_norm --------------------------------------------------------------------------
 void checkRmsNorm(int64_t rows, int64_t dim, float eps, size_t offset, bool inPlace,
                   std::mt19937 &rng) {

@@ -497,6 +497,26 @@ def Kiln_SwigluOp : Kiln_BinaryComputeOp<"swiglu", "gate", "up",
   let arguments = (ins AnyShaped:$gate, AnyShaped:$up, AnyShaped:$init);
 }
 
+def Kiln_SigmoidGateOp : Kiln_ComputeOp<"sigmoid_gate",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
+  let summary = "rows scaled by the sigmoid of a one-output gate (a gated shared expert)";
+  let description = [{
+    `out[r, :] = sigmoid(x[r, :] . w) * value[r, :]` with `x: [rows, dim]`,
+    `w: [1, dim]` (the gate's `nn.Linear(dim, 1)` weight), `value`, `out: [rows, cols]`.
+    The gate is rounded to the activation dtype as a linear's output would be, and so is
+    its sigmoid before the product (PyTorch's bf16 `F.sigmoid(gate(x)) * value`,
+    Qwen2-MoE's `shared_expert_gate`). The dot product runs in the op's own kernel (a
+    one-output GEMM has no row-invariant cuBLASLt algorithm). The output may be placed
+    over `value`.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$gate_weight, AnyShaped:$value,
+                       AnyShaped:$init);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $gate_weight `,` $value `:` type($input) `,` type($gate_weight) `,`
+    type($value) `)` `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
+  }];
+}
+
 def Kiln_GatherRowsOp : Kiln_BinaryComputeOp<"gather_rows", "input", "rows"> {
   let summary = "selects rows (e.g. each sequence's last token before the lm_head)";
   let description = [{
