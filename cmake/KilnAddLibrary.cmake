@@ -25,3 +25,15 @@ function(kiln_add_library name)
   endif()
   install(TARGETS ${name} EXPORT KilnTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
+
+# kiln_tablegen_to(OUTPUT ARGS...): LLVM's tablegen() writing the absolute path OUTPUT
+# (under the generated include directory). tablegen() declares its output as
+# CMAKE_CURRENT_BINARY_DIR/<name>; given an absolute name, that declared output is a
+# path nothing writes, so Ninja would not know the file is generated and would compile
+# its includers against the old one within a build. A name relative to the current
+# binary directory declares the real file.
+function(kiln_tablegen_to output)
+  file(RELATIVE_PATH relative ${CMAKE_CURRENT_BINARY_DIR} ${output})
+  tablegen(MLIR ${relative} ${ARGN})
+  set(TABLEGEN_OUTPUT ${TABLEGEN_OUTPUT} PARENT_SCOPE)
+endfunction()
