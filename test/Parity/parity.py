@@ -66,7 +66,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_models import build_model  # noqa: E402  (same folder; one way to load)
+from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same folder)
+                         use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram"]
@@ -107,7 +108,6 @@ def load_reference_model(model_dir, device):
     # MoE models: the checkpoint keeps one tensor per expert, the model stacks them;
     # transformers' loader converts.
     from transformers import AutoModelForCausalLM
-    from make_models import keep_rope_in_float32, use_eager_experts
     model = AutoModelForCausalLM.from_pretrained(
         str(model_dir), dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
     keep_rope_in_float32(model)

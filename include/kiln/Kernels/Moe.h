@@ -92,7 +92,16 @@ static inline uint64_t kiln_moe_scratch_section_bytes(int64_t hidden, int64_t in
   }
 }
 
-/* Scratch bytes per token (the whole scratch is tokens times this): the chosen ids and
+/* Their sum: the scratch's bytes per token. */
+static inline uint64_t kiln_moe_scratch_per_token(int64_t hidden, int64_t inter, int32_t top_k) {
+  uint64_t total = 0;
+  for (int section = 0; section < KILN_MOE_SCRATCH_SECTIONS; ++section)
+    total += kiln_moe_scratch_section_bytes(hidden, inter, top_k, section);
+  return total;
+}
+
+/* kiln_moe_scratch_per_token after checking the sizes (the whole scratch is tokens
+ * times this): the chosen ids and
  * weights, the three GEMMs' pointer arrays and the gate/up/down rows of every chosen
  * expert. */
 kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_t inter, int32_t top_k,

@@ -1064,10 +1064,8 @@ FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
 }
 
 int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK) {
-  uint64_t total = 0;
-  for (int section = 0; section < KILN_MOE_SCRATCH_SECTIONS; ++section)
-    total += kiln_moe_scratch_section_bytes(hidden, inter, static_cast<int32_t>(topK), section);
-  return static_cast<int64_t>(total);
+  return static_cast<int64_t>(
+      kiln_moe_scratch_per_token(hidden, inter, static_cast<int32_t>(topK)));
 }
 
 LogicalResult MoeOp::verify() {

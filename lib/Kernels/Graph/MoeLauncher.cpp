@@ -20,13 +20,6 @@ uint64_t section(const kiln_moe_params_t &p, int which) {
   return kiln_moe_scratch_section_bytes(p.hidden, p.inter, p.top_k, which);
 }
 
-uint64_t perTokenBytes(int64_t hidden, int64_t inter, int32_t topK) {
-  uint64_t total = 0;
-  for (int which = 0; which < KILN_MOE_SCRATCH_SECTIONS; ++which)
-    total += kiln_moe_scratch_section_bytes(hidden, inter, topK, which);
-  return total;
-}
-
 // Largest tile: past it an expert's GEMM is split into several entries (cuBLASLt tiles
 // each entry's rows on its own).
 constexpr int kMaxTileRows = 256;
@@ -44,21 +37,27 @@ int tileRowsFor(const kiln_moe_params_t &p, int64_t pairs) {
   return rows;
 }
 
-bool checkShape(ArgChecker &c, int64_t hidden, int64_t inter, int64_t experts, int32_t topK) {
+// The row sizes and top_k the scratch layout depends on.
+bool checkRows(ArgChecker &c, int64_t hidden, int64_t inter, int32_t topK) {
   if (!c.positive(hidden, "hidden") || !c.positive(inter, "inter") ||
-      !c.positive(experts, "experts") || !c.atMost(experts, KILN_MOE_MAX_EXPERTS, "experts") ||
       !c.positive(topK, "top_k") || !c.atMost(topK, KILN_MOE_MAX_TOP_K, "top_k") ||
       !c.atMost(hidden, int64_t{1} << 20, "hidden") || !c.atMost(inter, int64_t{1} << 20, "inter"))
     return false;
-  if (topK > experts) {
-    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: top_k %d exceeds the %lld experts",
-                    c.kernel, static_cast<int>(topK), static_cast<long long>(experts));
-    return false;
-  }
   if (hidden % 8 != 0 || inter % 8 != 0) {
     c.status = fail(KILN_ERROR_UNSUPPORTED,
                     "%s: hidden (%lld) and inter (%lld) must be multiples of 8 (16-byte rows)",
                     c.kernel, static_cast<long long>(hidden), static_cast<long long>(inter));
+    return false;
+  }
+  return true;
+}
+
+bool checkExperts(ArgChecker &c, int64_t experts, int32_t topK) {
+  if (!c.positive(experts, "experts") || !c.atMost(experts, KILN_MOE_MAX_EXPERTS, "experts"))
+    return false;
+  if (topK > experts) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: top_k %d exceeds the %lld experts",
+                    c.kernel, static_cast<int>(topK), static_cast<long long>(experts));
     return false;
   }
   return true;
@@ -69,9 +68,9 @@ bool checkShape(ArgChecker &c, int64_t hidden, int64_t inter, int64_t experts, i
 extern "C" kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_t inter,
                                                           int32_t top_k, uint64_t *bytes) {
   ArgChecker c{"kiln_moe_scratch_bytes_per_token"};
-  if (!c.notNull(bytes, "bytes") || !checkShape(c, hidden, inter, top_k, top_k))
+  if (!c.notNull(bytes, "bytes") || !checkRows(c, hidden, inter, top_k))
     return c.status;
-  *bytes = perTokenBytes(hidden, inter, top_k);
+  *bytes = kiln_moe_scratch_per_token(hidden, inter, top_k);
   return ok();
 }
 
@@ -91,7 +90,7 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
         (b.ptr == p->logits ? !c.elementAligned(b.ptr, 2, b.name) : !c.aligned16(b.ptr, b.name)))
       return c.status;
   if (!c.notNull(p->gemm, "gemm") || !c.nonNegative(p->tokens, "tokens") ||
-      !checkShape(c, p->hidden, p->inter, p->experts, p->top_k) ||
+      !checkRows(c, p->hidden, p->inter, p->top_k) || !checkExperts(c, p->experts, p->top_k) ||
       !c.sizeFits(p->tokens, p->hidden, "x") || !c.sizeFits(p->tokens, p->experts, "logits") ||
       !c.sizeFits(p->experts * p->inter, p->hidden, "gate"))
     return c.status;
