@@ -192,3 +192,12 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
     return
   }
 }
+
+// -----
+// The runtime's kernels take bf16 data, i32 indices and i8 scratch bytes only.
+func.func @f32_data(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xf32>, %o: memref<?x128xf32>) {
+  // expected-error @below {{'kiln.add' op the runtime's kernels take bf16 tensors, i32 indices and i8 scratch, got 'memref<?x128xf32>'}}
+  // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
+  kiln.add ins(%x, %x : memref<?x128xf32>, memref<?x128xf32>) outs(%o : memref<?x128xf32>)
+  return
+}

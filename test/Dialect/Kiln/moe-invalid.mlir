@@ -99,3 +99,19 @@ func.func @f(%x: tensor<?x64xbf16>, %w: tensor<1x64xf32>, %v: tensor<?x64xbf16>,
   %r = kiln.sigmoid_gate ins(%x, %w, %v : tensor<?x64xbf16>, tensor<1x64xf32>, tensor<?x64xbf16>) outs(%o : tensor<?x64xbf16>) -> tensor<?x64xbf16>
   return
 }
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x2048xbf16>, %g: tensor<2048x32x64xbf16>,
+             %d: tensor<2048x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
+  // expected-error @below {{supports up to 1024 experts and top_k 32, got 2048 and 2}}
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x2048xbf16>, tensor<2048x32x64xbf16>, tensor<2048x32x64xbf16>, tensor<2048x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x64xbf16>, %g: tensor<64x32x64xbf16>,
+             %d: tensor<64x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
+  // expected-error @below {{supports up to 1024 experts and top_k 32, got 64 and 33}}
+  %r:2 = kiln.moe ins(%x, %l, %g, %g, %d : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<64x32x64xbf16>, tensor<64x32x64xbf16>, tensor<64x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 33 : i64} -> tensor<?x64xbf16>, tensor<?x1744xi8>
+  return
+}
