@@ -1,7 +1,7 @@
 //===- DenseDecoder.cpp - the whole decoder graph of dense models ------===//
 //
-// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE and Qwen3-MoE as transformers runs them, one `@forward` from the
-// token ids to the logits:
+// Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE and Nemotron-H as
+// transformers runs them, one `@forward` from the token ids to the logits:
 //
 //   kiln.weight @"model.embed_tokens.weight" : tensor<V x H>   (every tensor, by its
 //   ...                                                        Hugging Face name, in
@@ -23,6 +23,15 @@
 //       h = add(h, moe(x, linear(x, router), experts.*.{gate,up,down})
 //                  [+ sigmoid_gate(x, shared_expert_gate, mlp(x, shared_expert))])
 //     logits = linear(rms_norm(gather_rows(h, rows), model.norm), lm_head)
+//
+// Nemotron-H (backbone.layers.i, one mixer a block, norm -> mixer -> residual add):
+//   Mamba2   proj = linear(x, in_proj) = [z | xBC | dt] (column views, no copies)
+//            xBC = causal_conv(xBC, conv1d) (silu); x, B, C = column views of it
+//            y = ssm(x, dt, B, C; A_log, D, dt_bias f32, dt >= time_step_min)
+//            out = linear(gated_rms_norm(y, z, norm, groups of H*P / n_groups), out_proj)
+//   *        attention with q/k/v/o_proj and no RoPE
+//   -        linear(activation(linear(x, up_proj)), down_proj), relu2 (or silu)
+// and the final norm `backbone.norm_f`.
 //
 // The rows are gathered before the final norm: the norm is row-wise, so the lm_head
 // (the largest GEMM of a decode step) runs only on the rows the runtime asks for.
@@ -72,8 +81,9 @@ private:
     shape.append(dims.begin(), dims.end());
     return RankedTensorType::get(shape, m.dtype);
   }
-  /// The value of weight `name` (declared as a `kiln.weight` on first use).
-  Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at);
+  /// The value of weight `name` (declared as a `kiln.weight` on first use), of the
+  /// model's dtype unless `element` says otherwise.
+  Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {});
   /// `tensor.empty(count) : tensor<?x dims x dtype>`.
   Value empty(ArrayRef<int64_t> dims, Value count, Location at) {
     return tensor::EmptyOp::create(b, at, activation(dims), ValueRange{count});
@@ -87,6 +97,17 @@ private:
   Value rope(Value x, Value positions, Value count, Location at);
 
   void buildLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
+  /// Self-attention of `module` (q/k/v/o_proj) on x; RoPE on q and k unless `noRope`.
+  Value attention(Value x, const std::string &module, const LayerSpec &layer,
+                  Value positions, Value tokens, bool bias, bool noRope);
+  /// One Nemotron-H block: norm, then its mixer (Mamba2, attention, MLP), then the
+  /// residual add.
+  void buildNemotronBlock(const LayerSpec &layer, Value &h, Value positions, Value tokens);
+  /// The Mamba2 mixer of `module` on x: in_proj, conv over xBC, the scan, the gated norm,
+  /// out_proj.
+  Value mamba2Mixer(Value x, const std::string &module, int64_t layer, Value tokens);
+  /// Columns [first, first + width) of x [count, *] (a view: no copy).
+  Value columns(Value x, int64_t first, int64_t width, Value count, Location at);
   /// The sparse MoE block of layer `prefix` (Mixtral's block_sparse_moe, Qwen3-MoE's
   /// mlp): the router linear and kiln.moe over the stacked expert weights.
   Value sparseMoe(Value x, const std::string &prefix, Value tokens);
@@ -105,9 +126,10 @@ private:
   SmallVector<WeightOp> weights;
 };
 
-Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Location at) {
+Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Location at,
+                                  Type element) {
   std::string key = name.str();
-  auto type = RankedTensorType::get(shape, m.dtype);
+  auto type = RankedTensorType::get(shape, element ? element : m.dtype);
   if (!declared.count(key)) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(firstFunction);
@@ -154,32 +176,10 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
                                      Value tokens) {
   std::string prefix = "model.layers." + std::to_string(layer.index);
   std::string attn = prefix + ".self_attn", mlp = prefix + ".mlp";
-  int64_t qWidth = m.heads * m.headDim, kvWidth = m.kvHeads * m.headDim;
-  Location attnLoc = loc(attn);
 
   Value x = rmsNorm(h, prefix + ".input_layernorm.weight", tokens,
                     loc(prefix + ".input_layernorm"));
-  Value q = splitHeads(linear(x, attn + ".q_proj", qWidth, m.hidden, m.qkvBias, tokens),
-                       m.heads, tokens, attnLoc);
-  if (m.qkNorm)
-    q = rmsNorm(q, attn + ".q_norm.weight", tokens, loc(attn + ".q_norm"));
-  Value k = splitHeads(linear(x, attn + ".k_proj", kvWidth, m.hidden, m.qkvBias, tokens),
-                       m.kvHeads, tokens, attnLoc);
-  if (m.qkNorm)
-    k = rmsNorm(k, attn + ".k_norm.weight", tokens, loc(attn + ".k_norm"));
-  Value v = splitHeads(linear(x, attn + ".v_proj", kvWidth, m.hidden, m.qkvBias, tokens),
-                       m.kvHeads, tokens, attnLoc);
-  q = rope(q, positions, tokens, attnLoc);
-  k = rope(k, positions, tokens, attnLoc);
-  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
-  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v,
-                                i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
-                                layer.window ? i64(*layer.window) : IntegerAttr(),
-                                DraftKindAttr())
-                .getOut();
-  SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
-  Value merged = tensor::CollapseShapeOp::create(b, attnLoc, a, groups).getResult();
-  Value o = linear(merged, attn + ".o_proj", m.hidden, qWidth, m.oBias, tokens);
+  Value o = attention(x, attn, layer, positions, tokens, m.qkvBias, /*noRope=*/false);
   Location layerLoc = loc(prefix);
   h = AddOp::create(b, layerLoc, h.getType(), h, o, empty({m.hidden}, tokens, layerLoc))
           .getResult();
@@ -194,6 +194,125 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
   }
   Value down = swigluMlp(x, mlp, m.intermediate, tokens);
   h = AddOp::create(b, layerLoc, h.getType(), h, down, empty({m.hidden}, tokens, layerLoc))
+          .getResult();
+}
+
+Value DenseDecoderBuilder::attention(Value x, const std::string &attn, const LayerSpec &layer,
+                                     Value positions, Value tokens, bool bias, bool noRope) {
+  int64_t qWidth = m.heads * m.headDim, kvWidth = m.kvHeads * m.headDim;
+  Location attnLoc = loc(attn);
+  Value q = splitHeads(linear(x, attn + ".q_proj", qWidth, m.hidden, bias, tokens), m.heads,
+                       tokens, attnLoc);
+  if (m.qkNorm)
+    q = rmsNorm(q, attn + ".q_norm.weight", tokens, loc(attn + ".q_norm"));
+  Value k = splitHeads(linear(x, attn + ".k_proj", kvWidth, m.hidden, bias, tokens),
+                       m.kvHeads, tokens, attnLoc);
+  if (m.qkNorm)
+    k = rmsNorm(k, attn + ".k_norm.weight", tokens, loc(attn + ".k_norm"));
+  Value v = splitHeads(linear(x, attn + ".v_proj", kvWidth, m.hidden, bias, tokens),
+                       m.kvHeads, tokens, attnLoc);
+  if (!noRope) {
+    q = rope(q, positions, tokens, attnLoc);
+    k = rope(k, positions, tokens, attnLoc);
+  }
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v,
+                                i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
+                                layer.window ? i64(*layer.window) : IntegerAttr(),
+                                DraftKindAttr())
+                .getOut();
+  SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
+  Value merged = tensor::CollapseShapeOp::create(b, attnLoc, a, groups).getResult();
+  return linear(merged, attn + ".o_proj", m.hidden, qWidth, m.isNemotronH() ? bias : m.oBias,
+                tokens);
+}
+
+Value DenseDecoderBuilder::columns(Value x, int64_t first, int64_t width, Value count,
+                                   Location at) {
+  SmallVector<OpFoldResult> offsets = {b.getIndexAttr(0), b.getIndexAttr(first)};
+  SmallVector<OpFoldResult> sizes = {count, b.getIndexAttr(width)};
+  SmallVector<OpFoldResult> strides = {b.getIndexAttr(1), b.getIndexAttr(1)};
+  return tensor::ExtractSliceOp::create(b, at, activation({width}), x, offsets, sizes, strides)
+      .getResult();
+}
+
+Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_t layer,
+                                       Value tokens) {
+  const int64_t H = m.mHeads, P = m.mHeadDim, N = m.stateSize, G = m.nGroups;
+  const int64_t HP = H * P, GN = G * N, C = m.convDim();
+  Location at = loc(mixer);
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  auto expand = [&](Value v, int64_t outer, int64_t inner) -> Value {
+    SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
+    SmallVector<OpFoldResult> shape = {tokens, b.getIndexAttr(outer), b.getIndexAttr(inner)};
+    return tensor::ExpandShapeOp::create(b, at, activation({outer, inner}), v, groups, shape)
+        .getResult();
+  };
+  // in_proj yields [z | xBC | dt]; the mixer reads them as column views.
+  Value proj = linear(x, mixer + ".in_proj", HP + C + H, m.hidden, m.projBias, tokens);
+  Value z = columns(proj, 0, HP, tokens, at);
+  Value xbc = columns(proj, HP, C, tokens, at);
+  Value dt = columns(proj, HP + C, H, tokens, at);
+
+  Location convLoc = loc(mixer + ".conv1d");
+  Value convWeight = weight(mixer + ".conv1d.weight", {C, 1, m.convKernel}, convLoc);
+  SmallVector<ReassociationIndices> dropMiddle = {{0}, {1, 2}};
+  convWeight = tensor::CollapseShapeOp::create(b, convLoc, convWeight, dropMiddle).getResult();
+  Value convBias = m.convBias ? weight(mixer + ".conv1d.bias", {C}, convLoc) : Value();
+  Value conv = CausalConvOp::create(b, convLoc, activation({C}), xbc, convWeight, convBias,
+                                    i64(layer), i64(C), i64(m.convKernel), b.getUnitAttr(),
+                                    DraftKindAttr())
+                   .getOut();
+  Value xs = expand(columns(conv, 0, HP, tokens, at), H, P);
+  Value B = expand(columns(conv, HP, GN, tokens, at), G, N);
+  Value Cm = expand(columns(conv, HP + GN, GN, tokens, at), G, N);
+  Type f32 = b.getF32Type();
+  Value aLog = weight(mixer + ".A_log", {H}, at, f32);
+  Value D = weight(mixer + ".D", {H}, at, f32);
+  Value dtBias = weight(mixer + ".dt_bias", {H}, at, f32);
+  FloatAttr dtMin = m.dtMin > 0 ? b.getF32FloatAttr(static_cast<float>(m.dtMin)) : FloatAttr();
+  Value y = SsmOp::create(b, at, activation({H, P}), xs, dt, B, Cm, /*z=*/Value(), aLog, D,
+                          dtBias, i64(layer), i64(H), i64(P), i64(N), i64(G), DraftKindAttr(),
+                          dtMin, FloatAttr())
+                .getOut();
+  Value flat = tensor::CollapseShapeOp::create(b, at, y, dropMiddle).getResult();
+  Location normLoc = loc(mixer + ".norm");
+  Value normWeight = weight(mixer + ".norm.weight", {HP}, normLoc);
+  Value normed = GatedRmsNormOp::create(b, normLoc, activation({HP}), flat, z, normWeight,
+                                        empty({HP}, tokens, normLoc), i64(HP / G),
+                                        b.getF32FloatAttr(static_cast<float>(m.rmsNormEps)))
+                     .getResult();
+  return linear(normed, mixer + ".out_proj", m.hidden, HP, m.projBias, tokens);
+}
+
+void DenseDecoderBuilder::buildNemotronBlock(const LayerSpec &layer, Value &h, Value positions,
+                                             Value tokens) {
+  std::string prefix = "backbone.layers." + std::to_string(layer.index);
+  std::string mixer = prefix + ".mixer";
+  Value x = rmsNorm(h, prefix + ".norm.weight", tokens, loc(prefix + ".norm"));
+  Value out;
+  switch (layer.kind) {
+  case LayerKind::mamba:
+    out = mamba2Mixer(x, mixer, layer.index, tokens);
+    break;
+  case LayerKind::attention:
+    // Nemotron-H's attention layers have no positional encoding (the Mamba layers order
+    // the tokens).
+    out = attention(x, mixer, layer, positions, tokens, m.attentionBias, /*noRope=*/true);
+    break;
+  default: {
+    Location at = loc(mixer);
+    Value up = linear(x, mixer + ".up_proj", m.intermediate, m.hidden, m.mlpBias, tokens);
+    ActivationKind kind = m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu;
+    Value act = ActivationOp::create(b, at, up.getType(), up, empty({m.intermediate}, tokens, at),
+                                     ActivationKindAttr::get(ctx, kind))
+                    .getResult();
+    out = linear(act, mixer + ".down_proj", m.hidden, m.intermediate, m.mlpBias, tokens);
+    break;
+  }
+  }
+  Location blockLoc = loc(prefix);
+  h = AddOp::create(b, blockLoc, h.getType(), h, out, empty({m.hidden}, tokens, blockLoc))
           .getResult();
 }
 
@@ -290,13 +409,22 @@ void DenseDecoderBuilder::build() {
   Value tokens = tensor::DimOp::create(b, fileLoc, tokenIds, zero);
   Value rowCount = tensor::DimOp::create(b, fileLoc, rows, zero);
 
-  Location embedLoc = loc("model.embed_tokens");
-  Value table = weight("model.embed_tokens.weight", {m.vocab, m.hidden}, embedLoc);
+  // Nemotron-H checkpoints keep the original `backbone.` names (transformers 5 maps them
+  // to `model.` when loading).
+  const bool nemotron = m.isNemotronH();
+  const std::string root = nemotron ? "backbone" : "model";
+  const std::string embedName = nemotron ? "backbone.embeddings" : "model.embed_tokens";
+  Location embedLoc = loc(embedName);
+  Value table = weight(embedName + ".weight", {m.vocab, m.hidden}, embedLoc);
   Value h = EmbeddingOp::create(b, embedLoc, activation({m.hidden}), tokenIds, table,
                                 empty({m.hidden}, tokens, embedLoc))
                 .getResult();
   SmallVector<const LayerSpec *> draftLayers;
   for (const LayerSpec &layer : m.layers) {
+    if (nemotron) {
+      buildNemotronBlock(layer, h, positions, tokens);
+      continue;
+    }
     if (layer.kind != LayerKind::attention)
       continue;
     if (layer.draft)
@@ -307,15 +435,16 @@ void DenseDecoderBuilder::build() {
 
   // The rows the runtime asks for (each sequence's last token in decode), then the
   // final norm and the lm_head on those rows only.
-  Location gatherLoc = loc("model");
+  Location gatherLoc = loc(root);
   Value last = GatherRowsOp::create(b, gatherLoc, activation({m.hidden}), h, rows,
                                     empty({m.hidden}, rowCount, gatherLoc))
                    .getResult();
-  Value normed = rmsNorm(last, "model.norm.weight", rowCount, loc("model.norm"));
+  const std::string finalNorm = nemotron ? "backbone.norm_f" : "model.norm";
+  Value normed = rmsNorm(last, finalNorm + ".weight", rowCount, loc(finalNorm));
   Value out;
   if (m.tied) {
     Location at = loc("lm_head");
-    Value w = weight("model.embed_tokens.weight", {m.vocab, m.hidden}, at);
+    Value w = weight(embedName + ".weight", {m.vocab, m.hidden}, at);
     out = LinearOp::create(b, at, logits, normed, w, Value(), empty({m.vocab}, rowCount, at))
               .getResult();
   } else {

@@ -334,7 +334,14 @@ LogicalResult readSlidingWindows(Reader &r, ModelSpec &m) {
 
 LogicalResult readCommon(Reader &r, ModelSpec &m) {
   std::optional<int64_t> hidden = r.getInt("hidden_size");
-  std::optional<int64_t> layers = r.getInt("num_hidden_layers");
+  // Nemotron-H configs saved by transformers 5 give the layer count only as the length
+  // of `layers_block_type`.
+  const json::Array *blockTypes =
+      r.has("num_hidden_layers") || !r.has("layers_block_type")
+          ? nullptr
+          : r.get("layers_block_type")->getAsArray();
+  std::optional<int64_t> layers = blockTypes ? std::optional<int64_t>(blockTypes->size())
+                                             : r.getInt("num_hidden_layers");
   std::optional<int64_t> vocab = r.getInt("vocab_size");
   if (!hidden || !layers || !vocab)
     return failure();
@@ -626,10 +633,85 @@ LogicalResult checkConvKernel(Reader &r, StringRef key, int64_t width) {
   return failure();
 }
 
+/// `layers_block_type` as a hybrid_override_pattern string (M, *, -, E).
+FailureOr<std::string> patternFromBlockTypes(Reader &r) {
+  const json::Array *types = r.get("layers_block_type")->getAsArray();
+  if (!types) {
+    r.error("layers_block_type") << "field 'layers_block_type' must be an array of strings";
+    return failure();
+  }
+  std::string pattern;
+  for (auto [i, value] : llvm::enumerate(*types)) {
+    std::optional<StringRef> name = value.getAsString();
+    char code = 0;
+    if (name && (*name == "mamba" || *name == "linear_attention"))
+      code = 'M';
+    else if (name && (*name == "attention" || *name == "full_attention"))
+      code = '*';
+    else if (name && *name == "mlp")
+      code = '-';
+    else if (name && *name == "moe")
+      code = 'E';
+    if (!code) {
+      r.error("layers_block_type")
+          << "'layers_block_type' has " << Reader::describe(value) << " at layer " << i
+          << "; expected \"mamba\"/\"linear_attention\", \"attention\"/\"full_attention\", "
+             "\"mlp\" or \"moe\"";
+      return failure();
+    }
+    pattern.push_back(code);
+  }
+  return pattern;
+}
+
+/// What the whole Nemotron-H graph reads beyond the cache plan: norm epsilon, the dt
+/// clamp, the MLP activation and the biases.
+LogicalResult readNemotronHGraph(Reader &r, ModelSpec &m) {
+  if (std::optional<double> eps = r.getNumber("layer_norm_epsilon", /*required=*/false))
+    m.rmsNormEps = *eps;
+  else
+    m.rmsNormEps = 1e-5;
+  // transformers' Mamba2 reference path clamps dt below at time_step_min.
+  if (std::optional<double> dtMin = r.getNumber("time_step_min", /*required=*/false))
+    m.dtMin = *dtMin;
+  else
+    m.dtMin = 0.001;
+  m.convBias = r.getBool("use_conv_bias").value_or(true);
+  m.projBias = r.getBool("use_bias").value_or(false);
+  m.mlpBias = r.getBool("mlp_bias").value_or(false);
+  m.attentionBias = r.getBool("attention_bias").value_or(false);
+  std::optional<StringRef> act = r.getString("mlp_hidden_act", /*required=*/false);
+  m.relu2Mlp = !act || *act == "relu2";
+  if (act && *act != "relu2" && *act != "silu") {
+    r.error("mlp_hidden_act") << "field 'mlp_hidden_act' = \"" << *act
+                              << "\" is not supported (relu2 or silu)";
+    return failure();
+  }
+  if (!m.silu && llvm::any_of(m.layers, [](const LayerSpec &l) {
+        return l.kind == LayerKind::mamba;
+      })) {
+    r.error("mamba_hidden_act") << "the Mamba2 conv's activation must be silu";
+    return failure();
+  }
+  return r.failedAny() ? failure() : success();
+}
+
 LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
   if (failed(readCommon(r, m)))
     return failure();
-  std::optional<StringRef> pattern = r.getString("hybrid_override_pattern");
+  // transformers 5 saves the pattern as `layers_block_type` (one name a layer) and
+  // drops `hybrid_override_pattern`; both spell the same layers.
+  std::string spelled;
+  std::optional<StringRef> pattern;
+  if (!r.has("hybrid_override_pattern") && r.has("layers_block_type")) {
+    FailureOr<std::string> fromTypes = patternFromBlockTypes(r);
+    if (failed(fromTypes))
+      return failure();
+    spelled = *fromTypes;
+    pattern = StringRef(spelled);
+  } else {
+    pattern = r.getString("hybrid_override_pattern");
+  }
   if (!pattern)
     return failure();
   if (static_cast<int64_t>(pattern->size()) != m.numLayers) {
@@ -722,7 +804,7 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
     m.sharedExperts = r.getIntOr("n_shared_experts", 0, 0);
     m.sharedIntermediate = r.getIntOr("moe_shared_expert_intermediate_size", 0, 0);
   }
-  if (r.failedAny())
+  if (r.failedAny() || failed(readNemotronHGraph(r, m)))
     return failure();
   return readSlidingWindows(r, m);
 }
@@ -946,23 +1028,25 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
     }
     case LayerKind::mamba: {
       Value conv = arg({m.convDim()});
-      auto convOp = CausalConvOp::create(b, loc, tensor({m.convDim()}), conv,
-                                         i64(layer.index), i64(m.convDim()),
+      auto convOp = CausalConvOp::create(b, loc, tensor({m.convDim()}), conv, Value(),
+                                         Value(), i64(layer.index), i64(m.convDim()),
                                          i64(m.convKernel),
                                          m.silu ? b.getUnitAttr() : UnitAttr(), draft);
       Value x = arg({m.mHeads, m.mHeadDim});
       Value bc = arg({m.nGroups, m.stateSize});
       auto ssmOp = SsmOp::create(b, loc, tensor({m.mHeads, m.mHeadDim}), x, arg({m.mHeads}),
-                                 bc, bc, /*z=*/x, i64(layer.index), i64(m.mHeads),
-                                 i64(m.mHeadDim), i64(m.stateSize), i64(m.nGroups), draft);
+                                 bc, bc, /*z=*/x, Value(), Value(), Value(),
+                                 i64(layer.index), i64(m.mHeads), i64(m.mHeadDim),
+                                 i64(m.stateSize), i64(m.nGroups), draft, FloatAttr(),
+                                 FloatAttr());
       results.push_back(convOp.getOut());
       results.push_back(ssmOp.getOut());
       break;
     }
     case LayerKind::gdn: {
       int64_t convDim = m.gdnConvDim();
-      auto convOp = CausalConvOp::create(b, loc, tensor({convDim}), arg({convDim}),
-                                         i64(layer.index), i64(convDim),
+      auto convOp = CausalConvOp::create(b, loc, tensor({convDim}), arg({convDim}), Value(),
+                                         Value(), i64(layer.index), i64(convDim),
                                          i64(m.gdnConvKernel), b.getUnitAttr(), draft);
       Value qk = arg({m.gdnKeyHeads, m.gdnKeyDim});
       Value v = arg({m.gdnValueHeads, m.gdnValueDim});
@@ -1131,7 +1215,7 @@ OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
   ModelSpec m;
   if (failed(readModelSpec(text, file, ctx, options, m)))
     return nullptr;
-  if (m.isDense())
+  if (m.hasWholeGraph())
     return buildDenseDecoder(m, file, ctx, options);
   return buildSkeleton(m, file, ctx, options);
 }

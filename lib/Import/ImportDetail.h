@@ -136,6 +136,11 @@ struct ModelSpec {
   bool isMoeLayer(int64_t i) const {
     return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;
   }
+  // Nemotron-H: the dt clamp of transformers' Mamba2 reference path (time_step_min), the
+  // non-gated MLP's activation, and which projections carry biases.
+  double dtMin = 0;
+  bool relu2Mlp = false, convBias = true, projBias = false, mlpBias = false,
+       attentionBias = false;
   // Dense decoder graph (llama, mistral, qwen2, qwen3)
   double rmsNormEps = 1e-6;
   bool qkvBias = false; // q/k/v_proj have a bias
@@ -155,6 +160,16 @@ struct ModelSpec {
            modelType == "qwen3" || modelType == "mixtral" || modelType == "qwen2_moe" ||
            modelType == "qwen3_moe";
   }
+  bool isNemotronH() const { return modelType == "nemotron_h"; }
+  /// Whether the importer builds the whole graph: the dense families, and Nemotron-H
+  /// without MoE layers (its DeepSeek-style routing is not in kiln.moe yet).
+  bool hasWholeGraph() const {
+    if (isDense())
+      return true;
+    return isNemotronH() && llvm::none_of(layers, [](const LayerSpec &layer) {
+             return layer.kind == LayerKind::moe;
+           });
+  }
 };
 
 /// Reads the RoPE parameters (`rope_theta` + legacy `rope_scaling`, or
@@ -165,8 +180,8 @@ mlir::FailureOr<RopeAttr> readRope(Reader &r, const ModelSpec &m);
 void setModuleConfig(mlir::ModuleOp module, const ModelSpec &m, const ImportOptions &options,
                      uint64_t weightBytes);
 
-/// The whole decoder graph of a dense model: `kiln.weight`s and `@forward`
-/// (plus `@eagle3_head` when asked for). Null (with a diagnostic) on failure.
+/// The whole decoder graph of a dense model or of Nemotron-H: `kiln.weight`s and
+/// `@forward` (plus `@eagle3_head` when asked for). Null (with a diagnostic) on failure.
 mlir::OwningOpRef<mlir::ModuleOp> buildDenseDecoder(const ModelSpec &m, llvm::StringRef file,
                                                     mlir::MLIRContext *ctx,
                                                     const ImportOptions &options);

@@ -49,6 +49,9 @@ struct CommitEntry {
   uint64_t interOffset = 0;
   uint64_t slotBytes = 0;
   int32_t tokens = 0;
+  // Bytes between two slots' intermediates; 0: slotBytes * tokens (the legacy calls size
+  // them by the step, the compiled calls by 1 + max_draft_len).
+  uint64_t interSlotBytes = 0;
 };
 
 // What the legacy bind-based calls (MLA, SSM, conv) read of the current step (device

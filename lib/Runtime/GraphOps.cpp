@@ -2,6 +2,7 @@
 // gather_rows): validation against the context's regions, then the Graph/Gemm kernels
 // on the context's stream. Sticky: after the step's first failure they return at once.
 #include "Context.h"
+#include "GraphOpCommon.h"
 
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
@@ -10,85 +11,6 @@
 #include <cmath>
 
 using namespace kiln::rt;
-
-namespace {
-
-// Common start of every graph op: the sticky check, the op's position, the step.
-#define KILN_RT_GRAPH_ENTER(name)                                                              \
-  if (!ctx)                                                                                    \
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", name);                     \
-  if (ctx->status != KILN_OK)                                                                  \
-    return replay(ctx);                                                                        \
-  ++ctx->opIndex;                                                                              \
-  Call c{name, nullptr, -1, ctx};                                                              \
-  if (!ctx->hasBatch)                                                                          \
-    return record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT,                                    \
-                               "no step set (call kiln_rt_set_batch first)"));
-
-kiln_status_t positive(const Call &c, std::initializer_list<std::pair<const char *, int64_t>> sizes) {
-  for (const auto &[name, v] : sizes)
-    if (v < 1 || v > (int64_t(1) << 40))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s %lld outside [1, 2^40]", name,
-                     static_cast<long long>(v));
-  return KILN_OK;
-}
-
-// Bytes of a product of sizes (sizes already checked: no overflow below 2^63).
-uint64_t bytesOf(std::initializer_list<int64_t> factors) {
-  uint64_t b = 0;
-  if (!product(&b, factors))
-    return ~0ull;
-  return b;
-}
-
-// One device range a graph op reads or writes (checkRange's arguments).
-struct Range {
-  const char *what;
-  const void *p;
-  uint64_t bytes;
-  uint64_t align;
-  bool output;
-};
-
-kiln_status_t checkRanges(const Call &c, const kiln_rt_context *ctx,
-                          std::initializer_list<Range> ranges) {
-  for (const Range &r : ranges)
-    if (kiln_status_t s = checkRange(c, ctx, r.what, r.p, r.bytes, r.align, r.output);
-        s != KILN_OK)
-      return s;
-  return KILN_OK;
-}
-
-// bf16 data of `rows` x `cols` elements.
-Range bf16(const char *what, const void *p, int64_t rows, int64_t cols, bool output = false) {
-  return {what, p, bytesOf({rows, cols, 2}), 2, output};
-}
-
-// After a launch: its status, the checked-launch wait, and the trace of its output
-// (`rows` x `cols` bf16 at `out`).
-kiln_status_t launched(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const char *name,
-                       const void *out, int64_t rows, int64_t cols) {
-  ++ctx->launches;
-  if (s != KILN_OK)
-    return c.launcher(s, name);
-  if (kiln_status_t checked = checkLaunch(c, ctx); checked != KILN_OK)
-    return checked;
-  return traceOutput(c, ctx, out, rows, cols);
-}
-
-// The end of every validated graph op: nothing more in a dry context, else the launch
-// on the context's device and what follows it (launched).
-template <typename Launch>
-kiln_status_t launchValidated(const Call &c, kiln_rt_context *ctx, const char *name,
-                              const void *out, int64_t rows, int64_t cols, Launch launch) {
-  if (ctx->dry)
-    return KILN_OK;
-  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
-    return s;
-  return launched(c, ctx, launch(), name, out, rows, cols);
-}
-
-} // namespace
 
 extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *table,
                                      void *out, int64_t tokens, int64_t vocab, int64_t hidden) {
@@ -212,6 +134,57 @@ extern "C" int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, c
       return s;
     return launchValidated(c, ctx, "kiln_sigmoid_gate_bf16", out, rows, cols, [&] {
       return kiln_sigmoid_gate_bf16(x, w, value, out, rows, dim, cols, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_gated_rms_norm(kiln_rt_context_t *ctx, const void *x,
+                                          const void *gate, const void *weight, void *out,
+                                          int64_t rows, int64_t width, int64_t gate_stride,
+                                          int64_t group_size, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_gated_rms_norm")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = checkNormShape(c, rows, width, eps); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = positive(c, {{"group_size", group_size}}); s != KILN_OK)
+      return s;
+    if (width % group_size != 0)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "group_size %lld does not divide width %lld",
+                     static_cast<long long>(group_size), static_cast<long long>(width));
+    if (kiln_status_t s = checkStride(c, "gate", gate_stride, width); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, rows, width),
+                                       stridedBf16("gate", gate, rows, width, gate_stride),
+                                       bf16("weight", weight, 1, width),
+                                       bf16("out", out, rows, width, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_gated_rms_norm_bf16", out, rows, width, [&] {
+      return kiln_gated_rms_norm_bf16(x, gate, weight, out, rows, width, gate_stride,
+                                      group_size, eps, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, void *out,
+                                      int64_t n, int32_t kind) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_activation")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"n", n}}); s != KILN_OK)
+      return s;
+    bool known = false;
+#define KILN_RT_ACTIVATION(name, value, str) known = known || kind == value;
+#include "kiln/Runtime/ABI.def"
+    if (!known)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "activation kind %d unknown", kind);
+    if (kiln_status_t s = checkRanges(c, ctx, {bf16("x", x, 1, n), bf16("out", out, 1, n, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_activation_bf16", out, 1, n, [&] {
+      return kiln_activation_bf16(x, out, n, kind, ctx->stream);
     });
   };
   return record(ctx, run());

@@ -4,6 +4,7 @@
 
 #include "Context.h"
 
+#include "kiln/Kernels/HostNumeric.h"
 #include "kiln/Runtime/Manifest.h"
 #include "kiln/Runtime/Safetensors.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,12 @@ struct Sequence {
   int32_t id = -1;
   int32_t len = 0;
   std::vector<int32_t> pages;
+  // A speculative decode step left the recurrent layers' state after each of its
+  // `specTokens` tokens in their rewind intermediates; the length the sequence has when
+  // it is next used (truncated to the accepted prefix, or stepped) picks the one that
+  // becomes the state. -1: nothing pending.
+  int32_t specBase = -1;
+  int32_t specTokens = 0;
 };
 
 // One sequence's part of a step.
@@ -56,7 +64,7 @@ struct kiln_model {
   uint64_t steps = 0;
 
   // Host scratch of a step, sized at load (no allocation per step).
-  std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax;
+  std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax, oldLens;
   std::vector<float> logits; // [max_logit_rows, vocab], sized on first use
   std::vector<Piece> pieces;
 };
@@ -161,6 +169,17 @@ void initSequences(kiln_model *m) {
   m->pieces.reserve(B);
 }
 
+// `count` 16-bit values at the start of `data` widened in place to f32 (from the last
+// element down, so no value is overwritten before it is read).
+void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
+  for (uint64_t i = count; i-- > 0;) {
+    uint16_t bits;
+    std::memcpy(&bits, data + 2 * i, 2);
+    const float value = bf16 ? kiln_bf16_to_float(bits) : kiln_f16_to_float(bits);
+    std::memcpy(data + 4 * i, &value, 4);
+  }
+}
+
 // One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
 // `device`, through the host buffer.
 kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
@@ -173,14 +192,18 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' (%s %s) is not in the checkpoint %s",
                 fn, name.c_str(), dtype.c_str(), shapeText(shape).c_str(), weightsPath);
   const char *found = kiln::weights::dtypeName(info->dtype);
-  if (dtype != found)
+  // An f32 parameter (Mamba2's A_log, D, dt_bias) may be saved in a 16-bit dtype: the
+  // values widen exactly.
+  const bool widen = dtype == "f32" && (std::strcmp(found, "bf16") == 0 ||
+                                        std::strcmp(found, "f16") == 0);
+  if (dtype != found && !widen)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s is %s, the model needs %s",
                 fn, name.c_str(), info->file.c_str(), found, dtype.c_str());
   if (info->shape != shape)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s has shape %s, the model needs %s",
                 fn, name.c_str(), info->file.c_str(), shapeText(info->shape).c_str(),
                 shapeText(shape).c_str());
-  if (info->bytes != bytes || bytes > host.size())
+  if (info->bytes != (widen ? bytes / 2 : bytes) || bytes > host.size())
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: weight '%s' in %s holds %llu bytes, the manifest plans %llu", fn,
                 name.c_str(), info->file.c_str(), static_cast<unsigned long long>(info->bytes),
@@ -188,6 +211,8 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
   if (!index.read(*info, host.data(), error))
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, name.c_str(),
                 error.c_str());
+  if (widen)
+    widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
   cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -280,6 +305,55 @@ struct Snapshot {
   }
 };
 
+// Whether the model keeps per-sequence recurrent state (Mamba2 conv/SSM), which a
+// truncation cannot rewind beyond the last speculative step.
+bool hasRecurrentState(const kiln_model *m) {
+  for (const auto &[key, resource] : m->ctx->resources)
+    if (key.second == "ssm_state" || key.second == "conv_state")
+      return true;
+  return false;
+}
+
+// Resolves a pending speculative step of the sequence in `slot`: the state after its
+// accepted tokens (len - specBase of them) is copied from the intermediates of every
+// recurrent layer into the layer's state.
+kiln_status_t commitSpeculation(const char *fn, kiln_model *m, int32_t slot) {
+  Sequence &s = m->slots[slot];
+  if (s.specBase < 0)
+    return KILN_OK;
+  const int32_t accepted = s.len - s.specBase;
+  const int32_t tokens = s.specTokens;
+  if (accepted < 1 || accepted > tokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: sequence %d keeps %d of the %d tokens of its last speculative step; a "
+                "recurrent state can only be rewound to 1..%d of them", fn, s.id, accepted,
+                tokens, tokens);
+  s.specBase = -1;
+  kiln_rt_context *ctx = m->ctx;
+  if (ctx->dry)
+    return KILN_OK;
+  // The compiled layers' entries (interSlotBytes set) hold 1 + max_draft_len tokens a
+  // slot whatever the step's q_len, so an entry recorded by a step with another q_len
+  // (whose graph is replayed now) still addresses this one's intermediates.
+  for (const auto &[key, entry] : ctx->commits) {
+    if (!entry.interSlotBytes)
+      continue;
+    const uint64_t interSlot = entry.interSlotBytes;
+    char *caches = ctx->base[kiln::rt::kCaches];
+    cudaError_t e = cudaMemcpyAsync(
+        caches + entry.stateOffset + static_cast<uint64_t>(slot) * entry.slotBytes,
+        caches + entry.interOffset + static_cast<uint64_t>(slot) * interSlot +
+            static_cast<uint64_t>(accepted - 1) * entry.slotBytes,
+        entry.slotBytes, cudaMemcpyDeviceToDevice, ctx->stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(KILN_ERROR_CUDA, "%s: sequence %d: committing layer %d's %s state: %s", fn,
+                  s.id, key.first, key.second.c_str(), cudaGetErrorString(e));
+    }
+  }
+  return KILN_OK;
+}
+
 // Resolves ids to slots: live, distinct.
 kiln_status_t resolve(const char *fn, kiln_model *m, const int32_t *ids, int32_t n,
                       std::vector<int32_t> &slots) {
@@ -314,9 +388,15 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
   const int32_t n = static_cast<int32_t>(pieces.size());
   const bool decode = phase == KILN_RT_PHASE_DECODE;
   int32_t total = 0, numRows = 0;
+  for (const Piece &p : pieces)
+    if (kiln_status_t s = commitSpeculation(fn, m, p.slot); s != KILN_OK)
+      return s;
+  std::vector<int32_t> &oldLens = m->oldLens;
+  oldLens.resize(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
     const Piece &p = pieces[i];
     Sequence &s = m->slots[p.slot];
+    oldLens[static_cast<size_t>(i)] = s.len;
     const int32_t newLen = s.len + p.count;
     if (newLen > mf.maxSeqLen)
       return fail(KILN_ERROR_INVALID_ARGUMENT,
@@ -382,10 +462,16 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
       return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
     }
   }
+  // A multi-token decode step of a model with recurrent layers left rewind intermediates.
+  const bool speculative = decode && pieces.front().count > 1 && !m->ctx->commits.empty();
   int32_t row = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Piece &p = pieces[i];
     m->slots[p.slot].len = m->seqLens[i];
+    if (speculative) {
+      m->slots[p.slot].specBase = oldLens[static_cast<size_t>(i)];
+      m->slots[p.slot].specTokens = p.count;
+    }
     const int32_t perPiece = decode ? p.count : 1;
     for (int32_t r = 0; r < perPiece; ++r, ++row) {
       if (p.out < 0)
@@ -598,6 +684,7 @@ extern "C" kiln_status_t kiln_model_remove_sequence(kiln_model_t *model, int32_t
   if (!s)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: sequence %d is not live", fn, seq_id);
   releasePagesBeyond(model, *s, 0);
+  s->specBase = -1;
   s->live = false;
   s->id = -1;
   s->len = 0;
@@ -617,7 +704,18 @@ extern "C" kiln_status_t kiln_model_truncate(kiln_model_t *model, int32_t seq_id
                 "%s: sequence %d: new_len %d outside [0, its length %d]", fn, seq_id, new_len,
                 s->len);
   const int64_t page = model->manifest.pageSize;
+  if (s->specBase < 0 && new_len < s->len && hasRecurrentState(model))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: sequence %d: the model's recurrent layers (Mamba2) cannot rewind to %d "
+                "of its %d tokens (only within its last speculative step)", fn, seq_id,
+                new_len, s->len);
+  const int32_t oldLen = s->len;
   s->len = new_len;
+  int32_t slot = static_cast<int32_t>(s - model->slots.data());
+  if (kiln_status_t st = commitSpeculation(fn, model, slot); st != KILN_OK) {
+    s->len = oldLen;
+    return st;
+  }
   releasePagesBeyond(model, *s, static_cast<size_t>((new_len + page - 1) / page));
   return kiln::kernels::ok();
 }

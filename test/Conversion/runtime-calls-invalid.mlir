@@ -38,7 +38,7 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
   func.func @ssm(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x8x64xbf16>, %dt: memref<?x8xbf16>, %bc: memref<?x2x128xbf16>, %o: memref<?x8x64xbf16>) {
     %s = kiln.cache_resource layer 1 unit [8, 64, 128] of f32 {offset = 0 : i64} : !kiln.cache<ssm_state>
-    // expected-error @below {{'kiln.cached_ssm' op layer 1: in-place lowering of Mamba2 SSM is not implemented yet (whole Mamba2 models come with the Nemotron-H import)}}
+    // expected-error @below {{'kiln.cached_ssm' op layer 1: lowering needs the layer's parameters (a_log, d, dt_bias)}}
     // expected-error @below {{failed to legalize operation 'kiln.cached_ssm' that was explicitly marked illegal}}
     kiln.cached_ssm layer 1 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>) outs(%o : memref<?x8x64xbf16>)
       {num_heads = 8, head_dim = 64, state_size = 128, n_groups = 2} : memref<?x8x64xbf16>, memref<?x8xbf16>, memref<?x2x128xbf16>, memref<?x2x128xbf16>
@@ -50,10 +50,44 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
   func.func @conv(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x1024xbf16>, %o: memref<?x1024xbf16>) {
     %s = kiln.cache_resource layer 0 unit [1024, 3] of bf16 {offset = 0 : i64} : !kiln.cache<conv_state>
-    // expected-error @below {{'kiln.cached_causal_conv' op layer 0: in-place lowering of causal conv is not implemented yet (whole Mamba2 models come with the Nemotron-H import)}}
+    // expected-error @below {{'kiln.cached_causal_conv' op layer 0: lowering needs the conv's weight (and bias, if any)}}
     // expected-error @below {{failed to legalize operation 'kiln.cached_causal_conv' that was explicitly marked illegal}}
     kiln.cached_causal_conv layer 0 %x state(%s : !kiln.cache<conv_state>) outs(%o : memref<?x1024xbf16>)
       {conv_dim = 1024, kernel_size = 4, silu} : memref<?x1024xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @ssm_gate_in_scan(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x8x64xbf16>, %dt: memref<?x8xbf16>, %bc: memref<?x2x128xbf16>, %p: memref<8xf32>, %o: memref<?x8x64xbf16>) {
+    %s = kiln.cache_resource layer 1 unit [8, 64, 128] of f32 {offset = 0 : i64} : !kiln.cache<ssm_state>
+    // expected-error @below {{'kiln.cached_ssm' op layer 1: a gate inside the scan is not lowered; apply it in a kiln.gated_rms_norm after the scan (Mamba2's order)}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_ssm' that was explicitly marked illegal}}
+    kiln.cached_ssm layer 1 %x, %dt, %bc, %bc gate %x : memref<?x8x64xbf16> a_log(%p : memref<8xf32>) state(%s : !kiln.cache<ssm_state>) outs(%o : memref<?x8x64xbf16>)
+      {num_heads = 8, head_dim = 64, state_size = 128, n_groups = 2} : memref<?x8x64xbf16>, memref<?x8xbf16>, memref<?x2x128xbf16>, memref<?x2x128xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @ssm_f16_state(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x8x64xbf16>, %dt: memref<?x8xbf16>, %bc: memref<?x2x128xbf16>, %p: memref<8xf32>, %o: memref<?x8x64xbf16>) {
+    %s = kiln.cache_resource layer 1 unit [8, 64, 128] of f16 {offset = 0 : i64} : !kiln.cache<ssm_state>
+    // expected-error @below {{'kiln.cached_ssm' op layer 1: the state is 'f16', but the recurrent kernels keep f32 or bf16 states}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_ssm' that was explicitly marked illegal}}
+    kiln.cached_ssm layer 1 %x, %dt, %bc, %bc a_log(%p : memref<8xf32>) state(%s : !kiln.cache<ssm_state>) outs(%o : memref<?x8x64xbf16>)
+      {num_heads = 8, head_dim = 64, state_size = 128, n_groups = 2} : memref<?x8x64xbf16>, memref<?x8xbf16>, memref<?x2x128xbf16>, memref<?x2x128xbf16>
+    return
+  }
+}
+
+// -----
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @strided_not_allowed(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x256xbf16, strided<[512, 1]>>, %o: memref<?x256xbf16>) {
+    // expected-error @below {{'kiln.add' op the runtime's kernels take dense row-major buffers, got 'memref<?x256xbf16, strided<[512, 1]>>'}}
+    // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
+    kiln.add ins(%x, %o : memref<?x256xbf16, strided<[512, 1]>>, memref<?x256xbf16>) outs(%o : memref<?x256xbf16>)
     return
   }
 }

@@ -282,3 +282,48 @@ module {
     return
   }
 }
+
+// -----
+// A Mamba2 layer on column views: the conv reads xBC out of in_proj's output (row stride
+// 776), the scan reads x, B, C out of the conv's output (row stride 512) and dt out of
+// in_proj's (776); each passes its row stride. The state is f32 (code 2), the scan's
+// parameters f32 pointers, dt_min 1e-3.
+// CHECK-LABEL: func.func @mamba_layer
+// CHECK: %[[CS:.*]] = arith.constant 776 : i64
+// CHECK: call @kiln_rt_causal_conv({{.*}}, %[[CS]], {{[^)]*}}) {kiln.layer = 1 : i64} : (!llvm.ptr, i32, i64, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i32, i64, i32, i32, i32, i32, i32) -> i32
+// CHECK: %[[XS:.*]] = arith.constant 512 : i64
+// CHECK-NEXT: %[[DS:.*]] = arith.constant 776 : i64
+// CHECK-NEXT: %[[BS:.*]] = arith.constant 512 : i64
+// CHECK-NEXT: %[[MIN:.*]] = arith.constant 1.000000e-03 : f32
+// CHECK-NEXT: %[[MAX:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: %[[F32:.*]] = arith.constant 2 : i32
+// CHECK: call @kiln_rt_mamba_ssm({{.*}}, %[[XS]], %[[DS]], %[[BS]], %[[MIN]], %[[MAX]], %[[F32]], {{[^)]*}}) {kiln.layer = 1 : i64} : (!llvm.ptr, i32, i64, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i64, i64, i64, i64, f32, f32, i32, i32, i32, i32) -> i32
+// CHECK: %[[GS:.*]] = arith.constant 776 : i64
+// CHECK: call @kiln_rt_gated_rms_norm({{.*}}, %[[GS]], {{[^)]*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, f32) -> i32
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
+  func.func @mamba_layer(%ctx: !llvm.ptr {kiln.context}, %proj: memref<?x776xbf16>, %w: memref<512x4xbf16>,
+                         %cb: memref<512xbf16>, %conv: memref<?x512xbf16>, %p: memref<8xf32>,
+                         %y: memref<?x8x32xbf16>, %nw: memref<256xbf16>, %o: memref<?x256xbf16>) {
+    %c0 = arith.constant 0 : index
+    %n = memref.dim %proj, %c0 : memref<?x776xbf16>
+    %s = kiln.cache_resource layer 1 unit [8, 32, 64] of f32 {offset = 0 : i64} : !kiln.cache<ssm_state>
+    %cs = kiln.cache_resource layer 1 unit [512, 3] of bf16 {offset = 262144 : i64} : !kiln.cache<conv_state>
+    %z = memref.subview %proj[0, 0] [%n, 256] [1, 1] : memref<?x776xbf16> to memref<?x256xbf16, strided<[776, 1]>>
+    %xbc = memref.subview %proj[0, 256] [%n, 512] [1, 1] : memref<?x776xbf16> to memref<?x512xbf16, strided<[776, 1], offset: 256>>
+    %dt = memref.subview %proj[0, 768] [%n, 8] [1, 1] : memref<?x776xbf16> to memref<?x8xbf16, strided<[776, 1], offset: 768>>
+    kiln.cached_causal_conv layer 1 %xbc weight(%w : memref<512x4xbf16>) bias(%cb : memref<512xbf16>) state(%cs : !kiln.cache<conv_state>) outs(%conv : memref<?x512xbf16>)
+      {conv_dim = 512, kernel_size = 4, silu, decode_kernel = "conv_update", prefill_kernel = "conv_prefill_sequential"} : memref<?x512xbf16, strided<[776, 1], offset: 256>>
+    %xs2 = memref.subview %conv[0, 0] [%n, 256] [1, 1] : memref<?x512xbf16> to memref<?x256xbf16, strided<[512, 1]>>
+    %xs = memref.expand_shape %xs2 [[0], [1, 2]] output_shape [%n, 8, 32] : memref<?x256xbf16, strided<[512, 1]>> into memref<?x8x32xbf16, strided<[512, 32, 1]>>
+    %b2 = memref.subview %conv[0, 256] [%n, 128] [1, 1] : memref<?x512xbf16> to memref<?x128xbf16, strided<[512, 1], offset: 256>>
+    %b = memref.expand_shape %b2 [[0], [1, 2]] output_shape [%n, 2, 64] : memref<?x128xbf16, strided<[512, 1], offset: 256>> into memref<?x2x64xbf16, strided<[512, 64, 1], offset: 256>>
+    %c2 = memref.subview %conv[0, 384] [%n, 128] [1, 1] : memref<?x512xbf16> to memref<?x128xbf16, strided<[512, 1], offset: 384>>
+    %c = memref.expand_shape %c2 [[0], [1, 2]] output_shape [%n, 2, 64] : memref<?x128xbf16, strided<[512, 1], offset: 384>> into memref<?x2x64xbf16, strided<[512, 64, 1], offset: 384>>
+    kiln.cached_ssm layer 1 %xs, %dt, %b, %c a_log(%p : memref<8xf32>) d(%p : memref<8xf32>) dt_bias(%p : memref<8xf32>) state(%s : !kiln.cache<ssm_state>) outs(%y : memref<?x8x32xbf16>)
+      {num_heads = 8, head_dim = 32, state_size = 64, n_groups = 2, dt_min = 0.001 : f32, decode_kernel = "ssm_update", prefill_kernel = "ssm_prefill_sequential"}
+      : memref<?x8x32xbf16, strided<[512, 32, 1]>>, memref<?x8xbf16, strided<[776, 1], offset: 768>>, memref<?x2x64xbf16, strided<[512, 64, 1], offset: 256>>, memref<?x2x64xbf16, strided<[512, 64, 1], offset: 384>>
+    %yf = memref.collapse_shape %y [[0], [1, 2]] : memref<?x8x32xbf16> into memref<?x256xbf16>
+    kiln.gated_rms_norm ins(%yf, %z, %nw : memref<?x256xbf16>, memref<?x256xbf16, strided<[776, 1]>>, memref<256xbf16>) outs(%o : memref<?x256xbf16>) {group_size = 128, epsilon = 1.0e-5 : f32}
+    return
+  }
+}

@@ -194,6 +194,9 @@ TEST_F(DialectTest, EnumsMatchRuntimeAbi) {
 #define KILN_RT_OUTPUT(ENUM, value, name)                                                  \
   EXPECT_EQ(static_cast<int64_t>(*symbolizeOutputKind(name)), value) << name;
 #include "kiln/Runtime/ABI.def"
+#define KILN_RT_ACTIVATION(ENUM, value, name)                                              \
+  EXPECT_EQ(static_cast<int64_t>(*symbolizeActivationKind(name)), value) << name;
+#include "kiln/Runtime/ABI.def"
 }
 
 // max_logit_rows = max_batch x (1 + drafts); max_step_tokens defaults to the larger of

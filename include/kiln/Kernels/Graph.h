@@ -79,6 +79,21 @@ kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,
 kiln_status_t kiln_swiglu_bf16(const void *gate, const void *up, void *out, int64_t n,
                                void *stream);
 
+/* Mamba2's output norm (transformers' MambaRMSNormGated, norm_before_gate=False): per row
+ * r and group of group_size columns, y = x * silu(gate) in fp32, then
+ * out = bf16(weight * bf16(y * rsqrt(mean(y^2) + eps))). x, out [rows, width] packed;
+ * gate [rows, width] with row stride gate_stride (>= width); weight [width]; group_size
+ * divides width. */
+kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gate, const void *weight,
+                                       void *out, int64_t rows, int64_t width,
+                                       int64_t gate_stride, int64_t group_size, float eps,
+                                       void *stream);
+
+/* out = bf16(f(x)), n elements, f = relu(x)^2 (kind 0) or x * sigmoid(x) (kind 1), in
+ * fp32 (KILN_RT_ACTIVATION_* of Runtime/ABI.def). May run in place. */
+kiln_status_t kiln_activation_bf16(const void *x, void *out, int64_t n, int32_t kind,
+                                   void *stream);
+
 /* A gated shared expert (Qwen2-MoE, Qwen3-Next): per row r,
  *   g = bf16(dot(x[r, :], w))            (the one-output gate linear, fp32 sum)
  *   out[r, :] = bf16(bf16(sigmoid(g)) * value[r, :])

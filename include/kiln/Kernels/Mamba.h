@@ -45,7 +45,9 @@ extern "C" {
  * Per sequence b (slot s = state_indices[b]), head h (group g = h / (heads / n_groups)),
  * row p < head_dim, state column n < state_size:
  *   dt'  = dt[b,h] + (dt_bias ? dt_bias[h] : 0);  if dt_softplus: dt' = softplus(dt')
- *   dA   = exp(dt' * A[h])
+ *   if dt_min > 0: dt' = max(dt', dt_min);  if dt_max > 0: dt' = min(dt', dt_max)
+ *   a    = a_is_log ? -exp(A[h]) : A[h]   (a_is_log: A holds a checkpoint's A_log)
+ *   dA   = exp(dt' * a)
  *   st[s,h,p,n] = st[s,h,p,n] * dA + dt' * B[b,g,n] * x[b,h,p]    (stored in state dtype)
  *   out[b,h,p]  = sum_n st[s,h,p,n] * C[b,g,n] + (D ? D[h] : 0) * x[b,h,p]
  *   if z: out[b,h,p] *= silu(z[b,h,p])
@@ -82,6 +84,8 @@ typedef struct kiln_ssm_update_params {
   int64_t out_stride_batch, out_stride_head;
 
   int32_t dt_softplus; /* nonzero: dt = softplus(dt + dt_bias) */
+  int32_t a_is_log;    /* nonzero: A holds A_log, the decay is -exp(A_log) */
+  float dt_min, dt_max; /* clamp of dt' when > 0 (0: no bound) */
   void *stream;        /* cudaStream_t */
 } kiln_ssm_update_params_t;
 
@@ -123,6 +127,8 @@ typedef struct kiln_ssm_update_spec_params {
   int64_t out_stride_batch, out_stride_token, out_stride_head;
 
   int32_t dt_softplus;
+  int32_t a_is_log;
+  float dt_min, dt_max;
   void *stream;
 } kiln_ssm_update_spec_params_t;
 

@@ -63,6 +63,11 @@ typedef enum kiln_rt_rope {
 #include "kiln/Runtime/ABI.def"
 } kiln_rt_rope_t;
 
+typedef enum kiln_rt_activation {
+#define KILN_RT_ACTIVATION(name, value, str) KILN_RT_ACTIVATION_##name = value,
+#include "kiln/Runtime/ABI.def"
+} kiln_rt_activation_t;
+
 /* The kiln dialect's SpecDecMode (argument of kiln_rt_attention / kiln_rt_mla). */
 typedef enum kiln_rt_spec_dec_mode {
   KILN_RT_SINGLE_TOKEN = 0,
@@ -284,6 +289,47 @@ int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits, c
                     const void *up, const void *down, void *out, void *scratch, int64_t tokens,
                     int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
                     int32_t flags, int64_t scratch_per_token);
+/* Mamba2's output norm (kiln.gated_rms_norm): y = x * silu(gate) in fp32, then per row and
+ * group of group_size columns out = weight * bf16(y / sqrt(mean(y^2) + eps)). x, out [rows,
+ * width] dense, gate [rows, width] with row stride gate_stride (elements; a column slice
+ * of a projection), weight [width]. */
+int32_t kiln_rt_gated_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *gate,
+                               const void *weight, void *out, int64_t rows, int64_t width,
+                               int64_t gate_stride, int64_t group_size, float eps);
+/* out = f(x) elementwise (KILN_RT_ACTIVATION_*), n elements, bf16; out may be x. */
+int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, void *out, int64_t n,
+                           int32_t kind);
+/* A Mamba2 layer's causal conv1d over the step's tokens (kiln.cached_causal_conv).
+ * x [tokens, conv_dim] with row stride x_stride (elements), out [tokens, conv_dim] dense,
+ * weight [conv_dim, width] and bias [conv_dim] (or NULL), bf16. The state [max_batch
+ * slots, conv_dim, width - 1] of state_dtype is at state_offset in the caches; rewind
+ * intermediates [slots, 1 + max_draft_len, conv_dim, width - 1] at intermediate_offset
+ * (-1: none). DECODE with one token a sequence: conv_update in place; with 1 + drafts
+ * (MULTI_TOKEN): conv_update_spec into the intermediates, committed by
+ * kiln_rt_commit_accepted. PREFILL: the slots start from zeros; PREFILL and EXTEND run the
+ * sequence's tokens in order (conv_prefill_sequential). */
+int32_t kiln_rt_causal_conv(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
+                            int64_t intermediate_offset, const void *x, const void *weight,
+                            const void *bias, void *out, int64_t tokens, int64_t conv_dim,
+                            int32_t width, int64_t x_stride, int32_t silu, int32_t state_dtype,
+                            int32_t decode_kernel, int32_t prefill_kernel,
+                            int32_t spec_dec_mode);
+/* A Mamba2 layer's selective scan (kiln.cached_ssm): x [tokens, heads, head_dim], dt
+ * [tokens, heads], B and C [tokens, n_groups, state_size], each with its own row stride
+ * (elements; column slices of the conv output and the in_proj output), a_log, d, dt_bias
+ * [heads] f32 (d, dt_bias may be NULL), out [tokens, heads, head_dim] dense bf16. dt' =
+ * softplus(dt + dt_bias) clamped to [dt_min, dt_max] where those are > 0; the decay is
+ * -exp(a_log). The state [max_batch slots, heads, head_dim, state_size] of state_dtype at
+ * state_offset; phases and intermediates as kiln_rt_causal_conv. */
+int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
+                          int64_t intermediate_offset, const void *x, const void *dt,
+                          const void *b, const void *c, const void *a_log, const void *d,
+                          const void *dt_bias, void *out, int64_t tokens, int64_t heads,
+                          int64_t head_dim, int64_t state_size, int64_t n_groups,
+                          int64_t x_stride, int64_t dt_stride, int64_t bc_stride,
+                          float dt_min, float dt_max, int32_t state_dtype,
+                          int32_t decode_kernel, int32_t prefill_kernel,
+                          int32_t spec_dec_mode);
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.

@@ -174,6 +174,15 @@ FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg
   case RuntimeArg::Kind::f32:
     return arith::ConstantOp::create(builder, loc, builder.getF32FloatAttr(arg.real))
         .getResult();
+  case RuntimeArg::Kind::rowStride: {
+    auto type = cast<MemRefType>(arg.buffer.getType());
+    auto [strides, offset] = type.getStridesAndOffset();
+    if (!ShapedType::isDynamic(strides.front()))
+      return arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(strides.front()))
+          .getResult();
+    auto metadata = memref::ExtractStridedMetadataOp::create(builder, loc, arg.buffer);
+    return i64Of(builder, loc, metadata.getStrides().front());
+  }
   case RuntimeArg::Kind::kernel: {
     int32_t id = 0;
     if (!arg.symbol.empty()) {
@@ -189,6 +198,19 @@ FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg
   return failure();
 }
 
+/// Every dimension but the first is packed (static strides of a row-major row): a
+/// column slice of a wider tensor, reshaped or not.
+bool hasContiguousRows(MemRefType type) {
+  auto [strides, offset] = type.getStridesAndOffset();
+  int64_t expected = 1;
+  for (int64_t dim = type.getRank() - 1; dim >= 1; --dim) {
+    if (strides[dim] != expected || type.isDynamicDim(dim))
+      return false;
+    expected *= type.getDimSize(dim);
+  }
+  return true;
+}
+
 /// Checks what the runtime's kernels can take before any IR is built: dense buffers of
 /// bf16 (tensors) or i32 (indices), and kernels the runtime implements.
 LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
@@ -202,10 +224,16 @@ LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
     if (arg.kind != RuntimeArg::Kind::pointer || !arg.buffer)
       continue;
     auto type = cast<MemRefType>(arg.buffer.getType());
-    if (!type.getLayout().isIdentity())
-      return op->emitOpError() << "the runtime's kernels take dense row-major buffers, got "
+    if (!type.getLayout().isIdentity() && !(arg.strided && hasContiguousRows(type)))
+      return op->emitOpError() << "the runtime's kernels take dense row-major buffers"
+                               << (arg.strided ? " (rows may be strided)" : "") << ", got "
                                << type;
     Type element = type.getElementType();
+    if (arg.f32Data) {
+      if (!element.isF32())
+        return op->emitOpError() << "the runtime takes this parameter as f32, got " << type;
+      continue;
+    }
     // i8: raw scratch bytes (kiln.moe's routing and pointer arrays).
     if (!element.isBF16() && !element.isInteger(32) && !element.isInteger(8))
       return op->emitOpError() << "the runtime's kernels take bf16 tensors, i32 indices and "

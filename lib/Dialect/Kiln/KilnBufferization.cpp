@@ -59,7 +59,8 @@ void attachDestinationStyleModels(MLIRContext *context) {
 void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, KilnDialect *) {
     attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp,
-                                 AddOp, SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, CachedAttentionOp, CachedMlaAttentionOp,
+                                 AddOp, SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, GatedRmsNormOp,
+                                 ActivationOp, CachedAttentionOp, CachedMlaAttentionOp,
                                  CachedSsmOp, CachedCausalConvOp>(context);
     WeightRefOp::attachInterface<WeightRefModel>(*context);
   });

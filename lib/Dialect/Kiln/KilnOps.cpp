@@ -157,6 +157,26 @@ LogicalResult verifySsmOp(OpT op) {
       (op.getZ() && failed(checkShape(raw, "gate", op.getZ(), {kAnyDim, h, p}))) ||
       failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, p})))
     return failure();
+  // The per-head parameters are f32 (the kernels' math; checkpoints' bf16 values widen
+  // exactly at load time).
+  for (auto [name, value] : {std::pair<StringRef, Value>{"a_log", op.getALog()},
+                             {"d", op.getD()},
+                             {"dt_bias", op.getDtBias()}}) {
+    if (!value)
+      continue;
+    if (failed(checkShape(raw, name, value, {h})))
+      return failure();
+    if (!cast<ShapedType>(value.getType()).getElementType().isF32())
+      return op.emitOpError() << "'" << name << "' must be f32, got "
+                              << cast<ShapedType>(value.getType()).getElementType();
+  }
+  if ((op.getD() || op.getDtBias()) && !op.getALog())
+    return op.emitOpError() << "has 'd' or 'dt_bias' but no 'a_log' (the parameters come "
+                               "together)";
+  for (auto [name, bound] : {std::pair<StringRef, std::optional<APFloat>>{"dt_min", op.getDtMin()},
+                             {"dt_max", op.getDtMax()}})
+    if (bound && (bound->isNegative() || !bound->isFinite()))
+      return op.emitOpError() << "'" << name << "' must be finite and >= 0";
   return success();
 }
 
@@ -196,8 +216,13 @@ LogicalResult verifyConvOp(OpT op) {
                             << op.getKernelSize();
   int64_t c = op.getConvDim();
   if (failed(checkShape(raw, "x", op.getX(), {kAnyDim, c})) ||
-      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, c})))
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, c})) ||
+      (op.getWeight() &&
+       failed(checkShape(raw, "weight", op.getWeight(), {c, op.getKernelSize()}))) ||
+      (op.getBias() && failed(checkShape(raw, "bias", op.getBias(), {c}))))
     return failure();
+  if (op.getBias() && !op.getWeight())
+    return op.emitOpError() << "has a 'bias' but no 'weight'";
   return success();
 }
 
@@ -457,11 +482,11 @@ Operation *SsmOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
   Value init = emptyLike(builder, getLoc(), getOut().getType(), getX());
   return CachedSsmOp::create(
       builder, getLoc(), getOut().getType(), getX(), getDt(), getB(), getC(), getZ(),
-      get(ResourceKind::ssm_state), get(ResourceKind::intermediate_ssm_state),
+      getALog(), getD(), getDtBias(), get(ResourceKind::ssm_state), get(ResourceKind::intermediate_ssm_state),
       get(ResourceKind::replay_x), get(ResourceKind::replay_b), get(ResourceKind::replay_dt),
       get(ResourceKind::replay_dacs), get(ResourceKind::replay_index), init, getLayerAttr(),
       getNumHeadsAttr(), getHeadDimAttr(), getStateSizeAttr(), getNGroupsAttr(),
-      getDraftAttr(), nullptr, nullptr, nullptr);
+      getDraftAttr(), getDtMinAttr(), getDtMaxAttr(), nullptr, nullptr, nullptr);
 }
 
 Operation *GatedDeltaNetOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
@@ -479,7 +504,7 @@ Operation *GatedDeltaNetOp::buildCachedForm(OpBuilder &builder, ValueRange resou
 Operation *CausalConvOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
   Value init = emptyLike(builder, getLoc(), getOut().getType(), getX());
   return CachedCausalConvOp::create(
-      builder, getLoc(), getOut().getType(), getX(),
+      builder, getLoc(), getOut().getType(), getX(), getWeight(), getBias(),
       findResource(resources, ResourceKind::conv_state),
       findResource(resources, ResourceKind::intermediate_conv_state), init, getLayerAttr(),
       getConvDimAttr(), getKernelSizeAttr(), getSiluAttr(), getDraftAttr(), nullptr,
@@ -825,10 +850,80 @@ FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
                        << ": in-place lowering of MLA is not implemented yet (whole MLA "
                           "models come with the DeepSeek import)";
 }
+namespace {
+/// The cache dtype code of a state resource the recurrent kernels read (f32 or bf16).
+FailureOr<int64_t> stateDtypeOf(Operation *op, int64_t layer, Value resource) {
+  auto cache = resource.getDefiningOp<CacheResourceOp>();
+  Type type = cache ? cache.getElementType() : Type();
+  if (type && type.isF32())
+    return static_cast<int64_t>(KILN_RT_DTYPE_F32);
+  if (type && type.isBF16())
+    return static_cast<int64_t>(KILN_RT_DTYPE_BF16);
+  return op->emitOpError() << "layer " << layer << ": the state is " << type
+                           << ", but the recurrent kernels keep f32 or bf16 states";
+}
+
+/// Planned offsets of a recurrent op's state and (rewind mode) its intermediates.
+LogicalResult stateOffsets(Operation *op, int64_t layer, Value state, Value intermediate,
+                           Value replay, int64_t &stateOffset, int64_t &interOffset) {
+  if (replay)
+    return op->emitOpError() << "layer " << layer
+                             << ": replay-mode speculation has no runtime kernel yet; "
+                                "compile with --ssm-mode rewind";
+  stateOffset = plannedOffset(state);
+  interOffset = intermediate ? plannedOffset(intermediate) : -1;
+  if (stateOffset < 0 || (intermediate && interOffset < 0))
+    return op->emitOpError() << "layer " << layer
+                             << ": the state has no planned offset; run kiln-plan-memory";
+  return success();
+}
+
+LogicalResult requireBf16(Operation *op, int64_t layer, std::initializer_list<Value> values) {
+  for (Value value : values)
+    if (value && !cast<ShapedType>(value.getType()).getElementType().isBF16())
+      return op->emitOpError() << "layer " << layer << ": the recurrent kernels take bf16 "
+                                  "activations, got "
+                               << value.getType();
+  return success();
+}
+
+double clampValue(std::optional<APFloat> bound) {
+  return bound ? bound->convertToDouble() : 0.0;
+}
+} // namespace
+
 FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
-  return emitOpError() << "layer " << getLayer()
-                       << ": in-place lowering of Mamba2 SSM is not implemented yet (whole "
-                          "Mamba2 models come with the Nemotron-H import)";
+  if (failed(requireBuffers(*this)))
+    return failure();
+  if (!getALog())
+    return emitOpError() << "layer " << getLayer()
+                         << ": lowering needs the layer's parameters (a_log, d, dt_bias)";
+  if (getZ())
+    return emitOpError() << "layer " << getLayer()
+                         << ": a gate inside the scan is not lowered; apply it in a "
+                            "kiln.gated_rms_norm after the scan (Mamba2's order)";
+  int64_t stateOffset, interOffset;
+  if (failed(stateOffsets(*this, getLayer(), getState(), getIntermediate(), getReplayX(),
+                          stateOffset, interOffset)) ||
+      failed(requireBf16(*this, getLayer(), {getX(), getDt(), getB(), getC(), getInit()})))
+    return failure();
+  FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
+  if (failed(dtype))
+    return failure();
+  return RuntimeCall{
+      "kiln_rt_mamba_ssm",
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset), RuntimeArg::i64(interOffset),
+       RuntimeArg::stridedPointer(getX()), RuntimeArg::stridedPointer(getDt()),
+       RuntimeArg::stridedPointer(getB()), RuntimeArg::stridedPointer(getC()),
+       RuntimeArg::f32Pointer(getALog()), RuntimeArg::f32Pointer(getD()),
+       RuntimeArg::f32Pointer(getDtBias()), RuntimeArg::pointer(getInit()),
+       RuntimeArg::dim(getX(), 0), RuntimeArg::i64(getNumHeads()), RuntimeArg::i64(getHeadDim()),
+       RuntimeArg::i64(getStateSize()), RuntimeArg::i64(getNGroups()),
+       RuntimeArg::rowStride(getX()), RuntimeArg::rowStride(getDt()),
+       RuntimeArg::rowStride(getB()), RuntimeArg::f32(clampValue(getDtMin())),
+       RuntimeArg::f32(clampValue(getDtMax())), RuntimeArg::i32(*dtype),
+       kernelArg(getDecodeKernelAttr()), kernelArg(getPrefillKernelAttr()),
+       RuntimeArg::i32(specDecModeValue(getSpecDecMode()))}};
 }
 FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
   return emitOpError() << "layer " << getLayer()
@@ -836,9 +931,29 @@ FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
                           "and chunked prefill are planned in the kernel registry)";
 }
 FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
-  return emitOpError() << "layer " << getLayer()
-                       << ": in-place lowering of causal conv is not implemented yet (whole "
-                          "Mamba2 models come with the Nemotron-H import)";
+  if (failed(requireBuffers(*this)))
+    return failure();
+  if (!getWeight())
+    return emitOpError() << "layer " << getLayer()
+                         << ": lowering needs the conv's weight (and bias, if any)";
+  int64_t stateOffset, interOffset;
+  if (failed(stateOffsets(*this, getLayer(), getState(), getIntermediate(), Value(),
+                          stateOffset, interOffset)) ||
+      failed(requireBf16(*this, getLayer(), {getX(), getWeight(), getBias(), getInit()})))
+    return failure();
+  FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
+  if (failed(dtype))
+    return failure();
+  return RuntimeCall{
+      "kiln_rt_causal_conv",
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset), RuntimeArg::i64(interOffset),
+       RuntimeArg::stridedPointer(getX()), RuntimeArg::pointer(getWeight()),
+       RuntimeArg::pointer(getBias()), RuntimeArg::pointer(getInit()),
+       RuntimeArg::dim(getX(), 0), RuntimeArg::i64(getConvDim()),
+       RuntimeArg::i32(getKernelSize()), RuntimeArg::rowStride(getX()),
+       RuntimeArg::i32(getSilu() ? 1 : 0), RuntimeArg::i32(*dtype),
+       kernelArg(getDecodeKernelAttr()), kernelArg(getPrefillKernelAttr()),
+       RuntimeArg::i32(specDecModeValue(getSpecDecMode()))}};
 }
 
 //===----------------------------------------------------------------------===//
@@ -944,6 +1059,8 @@ KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
 KILN_COMPUTE_EFFECTS(MoeOp)
 KILN_COMPUTE_EFFECTS(SigmoidGateOp)
+KILN_COMPUTE_EFFECTS(GatedRmsNormOp)
+KILN_COMPUTE_EFFECTS(ActivationOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1230,6 +1347,56 @@ FailureOr<RuntimeCall> SigmoidGateOp::getRuntimeCall() {
                       RuntimeArg::pointer(getValue()), RuntimeArg::pointer(getInit()),
                       RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
                       RuntimeArg::dim(getValue(), 1)}};
+}
+
+LogicalResult GatedRmsNormOp::verify() {
+  Operation *op = *this;
+  Type element = shapedOf(getInput()).getElementType();
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkSameShape(op, "input", getInput(), "gate", getGate())) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkRank(op, "weight", getWeight(), 1)) ||
+      failed(checkDimEquals(op, "weight", getWeight(), 0, sizeOf(getInput(), 1),
+                            "the normalized size")) ||
+      failed(checkElementType(op, "gate", getGate(), element)) ||
+      failed(checkElementType(op, "weight", getWeight(), element)) ||
+      failed(checkElementType(op, "init", getInit(), element)))
+    return failure();
+  int64_t width = sizeOf(getInput(), 1), group = getGroupSize();
+  if (group < 1 || (!ShapedType::isDynamic(width) && width % group != 0))
+    return emitOpError() << "'group_size' " << group << " must be positive and divide the width "
+                         << width;
+  return checkEpsilon(op, getEpsilon());
+}
+FailureOr<RuntimeCall> GatedRmsNormOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_gated_rms_norm",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::stridedPointer(getGate()),
+                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
+                      RuntimeArg::rowStride(getGate()), RuntimeArg::i64(getGroupSize()),
+                      RuntimeArg::f32(getEpsilon().convertToDouble())}};
+}
+
+LogicalResult ActivationOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())))
+    return failure();
+  return success();
+}
+bool ActivationOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input == &getInputMutable();
+}
+FailureOr<RuntimeCall> ActivationOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_activation",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::elements(getInput()),
+                      RuntimeArg::i32(static_cast<int64_t>(getKind()))}};
 }
 
 LogicalResult GatherRowsOp::verify() {

@@ -34,6 +34,11 @@ cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64
 cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream);
 cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
                          cudaStream_t stream);
+cudaError_t launchGatedRmsNorm(const void *x, const void *gate, const void *weight, void *out,
+                               int64_t rows, int64_t width, int64_t gateStride,
+                               int64_t groupSize, float eps, cudaStream_t stream);
+cudaError_t launchActivation(const void *x, void *out, int64_t n, int kind,
+                             cudaStream_t stream);
 cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, void *out,
                               int64_t rows, int64_t dim, int64_t cols, cudaStream_t stream);
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,

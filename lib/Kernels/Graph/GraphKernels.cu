@@ -151,6 +151,48 @@ __global__ void sigmoidGateKernel(const uint16_t *x, const uint16_t *w, const ui
   }
 }
 
+// ---- gated_rms_norm --------------------------------------------------------------------
+// One block a (row, group): y = x * silu(gate) in fp32 (Zamba2RMSNormGated upcasts both),
+// the group's mean square in the block's fixed order, then weight * bf16(y * rsqrt(..)),
+// rounded again (the norm returns its input's dtype before the weight's product).
+__global__ void gatedRmsNormKernel(const uint16_t *x, const uint16_t *gate,
+                                   const uint16_t *__restrict__ weight, uint16_t *out,
+                                   int64_t rows, int64_t width, int64_t gateStride,
+                                   int64_t groupSize, float eps) {
+  __shared__ float scratch[33];
+  const int64_t groups = width / groupSize;
+  for (int64_t item = blockIdx.x; item < rows * groups; item += gridDim.x) {
+    const int64_t r = item / groups, first = (item % groups) * groupSize;
+    const uint16_t *xr = x + r * width + first;
+    const uint16_t *gr = gate + r * gateStride + first;
+    float partial = 0.0f;
+    for (int64_t i = threadIdx.x; i < groupSize; i += blockDim.x) {
+      const float g = bf2f(gr[i]);
+      const float y = bf2f(xr[i]) * (g / (1.0f + expf(-g)));
+      partial += y * y;
+    }
+    const float inv = rsqrtf(blockSum(partial, scratch) / static_cast<float>(groupSize) + eps);
+    uint16_t *dst = out + r * width + first;
+    for (int64_t i = threadIdx.x; i < groupSize; i += blockDim.x) {
+      const float g = bf2f(gr[i]);
+      const float y = bf2f(xr[i]) * (g / (1.0f + expf(-g)));
+      dst[i] = f2bf(bf2f(weight[first + i]) * roundBf16(y * inv));
+    }
+  }
+}
+
+// ---- activation ------------------------------------------------------------------------
+// fp32 math, one rounding: PyTorch's bf16 relu then square (relu is exact) and its silu.
+__global__ void activationKernel(const uint16_t *x, uint16_t *out, int64_t n, int kind) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float v = bf2f(x[i]);
+    const float r = kind == 0 ? (v > 0.0f ? v * v : 0.0f) : v / (1.0f + expf(-v));
+    out[i] = f2bf(r);
+  }
+}
+
 // ---- gather rows (embedding, gather_rows) ---------------------------------------------
 template <bool Vec>
 __global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t *__restrict__ index,
@@ -750,6 +792,25 @@ cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, v
   sigmoidGateKernel<<<rowGrid(rows), 256, 0, stream>>>(
       static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(w),
       static_cast<const uint16_t *>(value), static_cast<uint16_t *>(out), rows, dim, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launchGatedRmsNorm(const void *x, const void *gate, const void *weight, void *out,
+                               int64_t rows, int64_t width, int64_t gateStride,
+                               int64_t groupSize, float eps, cudaStream_t stream) {
+  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(groupSize)));
+  gatedRmsNormKernel<<<rowGrid(rows * (width / groupSize)), threads, 0, stream>>>(
+      static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(gate),
+      static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows, width,
+      gateStride, groupSize, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launchActivation(const void *x, void *out, int64_t n, int kind,
+                             cudaStream_t stream) {
+  constexpr int threads = 256;
+  activationKernel<<<gridFor(n, threads), threads, 0, stream>>>(
+      static_cast<const uint16_t *>(x), static_cast<uint16_t *>(out), n, kind);
   return cudaGetLastError();
 }
 

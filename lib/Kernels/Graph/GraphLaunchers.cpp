@@ -243,6 +243,49 @@ extern "C" kiln_status_t kiln_sigmoid_gate_bf16(const void *x, const void *w, co
                                               asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gate,
+                                                  const void *weight, void *out, int64_t rows,
+                                                  int64_t width, int64_t gate_stride,
+                                                  int64_t group_size, float eps, void *stream) {
+  Checker c{"kiln_gated_rms_norm_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(gate, "gate") || !c.notNull(weight, "weight") ||
+      !c.notNull(out, "out") || !c.elementAligned(x, 2, "x") ||
+      !c.elementAligned(gate, 2, "gate") || !c.elementAligned(weight, 2, "weight") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(rows, "rows") ||
+      !c.positive(width, "width") || !c.positive(group_size, "group_size") ||
+      !c.sizeFits(rows, width, "x") || !c.sizeFits(rows, gate_stride, "gate"))
+    return c.status;
+  if (width % group_size != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gated_rms_norm_bf16: group_size %lld does not divide width %lld",
+                static_cast<long long>(group_size), static_cast<long long>(width));
+  if (gate_stride < width)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gated_rms_norm_bf16: gate_stride %lld < width %lld",
+                static_cast<long long>(gate_stride), static_cast<long long>(width));
+  if (!(eps >= 0.0f) || std::isinf(eps))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gated_rms_norm_bf16: eps %g must be finite and >= 0", eps);
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchGatedRmsNorm(x, gate, weight, out, rows, width, gate_stride,
+                                               group_size, eps, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_activation_bf16(const void *x, void *out, int64_t n, int32_t kind,
+                                              void *stream) {
+  Checker c{"kiln_activation_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(out, "out") || !c.elementAligned(x, 2, "x") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(n, "n") || !c.sizeFits(n, 1, "n"))
+    return c.status;
+  if (kind != 0 && kind != 1)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_activation_bf16: kind %d unknown (0 relu2, 1 silu)", kind);
+  if (n == 0)
+    return ok();
+  return launched(c.kernel, launchActivation(x, out, n, kind, asStream(stream)));
+}
+
 extern "C" kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows,
                                           int64_t cols, void *stream) {
   Checker c{"kiln_argmax_bf16"};

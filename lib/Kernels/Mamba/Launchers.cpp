@@ -106,6 +106,9 @@ void fillSsmOperands(SsmArgs &a, const Params &p, int32_t numTokens) {
   a.z = p.z;
   a.out = p.out;
   a.dtSoftplus = p.dt_softplus;
+  a.aIsLog = p.a_is_log;
+  a.dtMin = p.dt_min;
+  a.dtMax = p.dt_max;
 }
 
 } // namespace

@@ -32,6 +32,8 @@ struct SsmArgs {
   void *out;
   int64_t yBatch, yToken, yHead;
   int32_t dtSoftplus;
+  int32_t aIsLog;
+  float dtMin, dtMax;
 };
 
 struct ConvArgs {

@@ -1,5 +1,6 @@
 #include "MambaReference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kiln::reference {
@@ -11,14 +12,20 @@ double siluReference(double v) { return v / (1.0 + std::exp(-v)); }
 void ssmUpdateReference(int heads, int headDim, int stateSize, int nGroups, double *state,
                         const double *x, const double *dt, const double *dtBias,
                         const double *A, const double *B, const double *C, const double *D,
-                        const double *z, bool dtSoftplus, double *out) {
+                        const double *z, bool dtSoftplus, double *out, bool aIsLog,
+                        double dtMin, double dtMax) {
   const int headsPerGroup = heads / nGroups;
   for (int h = 0; h < heads; ++h) {
     const int g = h / headsPerGroup;
     double d = dt[h] + (dtBias ? dtBias[h] : 0.0);
     if (dtSoftplus)
       d = softplusReference(d);
-    const double dA = std::exp(d * A[h]);
+    if (dtMin > 0.0)
+      d = std::max(d, dtMin);
+    if (dtMax > 0.0)
+      d = std::min(d, dtMax);
+    const double a = aIsLog ? -std::exp(A[h]) : A[h];
+    const double dA = std::exp(d * a);
     const double *Bg = B + static_cast<long>(g) * stateSize;
     const double *Cg = C + static_cast<long>(g) * stateSize;
     for (int p = 0; p < headDim; ++p) {

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
   const int lane = threadIdx.x % kTpr;
   const int rowBase = blockIdx.x * Cfg::kRowsPerBlock + threadIdx.x / kTpr;
   const int g = h / a.headsPerGroup;
-  const float A = a.A[h];
+  const float A = a.aIsLog ? -expf(a.A[h]) : a.A[h];
   const float dtBias = a.dtBias ? a.dtBias[h] : 0.0f;
   const float Dh = a.D ? a.D[h] : 0.0f;
 
@@ -69,6 +69,10 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
     float dt = toFloat(static_cast<const AT *>(a.dt)[b * a.dtBatch + t * a.dtToken + h]) + dtBias;
     if (a.dtSoftplus)
       dt = dt <= 20.0f ? log1pf(expf(dt)) : dt;
+    if (a.dtMin > 0.0f)
+      dt = fmaxf(dt, a.dtMin);
+    if (a.dtMax > 0.0f)
+      dt = fminf(dt, a.dtMax);
     const float dA = expf(dt * A);
     const AT *Bp = static_cast<const AT *>(a.B) + b * a.bBatch + t * a.bToken + g * a.bGroup;
     const AT *Cp = static_cast<const AT *>(a.C) + b * a.cBatch + t * a.cToken + g * a.cGroup;

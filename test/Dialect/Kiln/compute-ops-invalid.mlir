@@ -542,3 +542,28 @@ module {
 func.func @f() attributes {kiln.input = #kiln<input token_ids>} {
   return
 }
+
+// -----
+func.func @f(%x: tensor<?x256xbf16>, %w: tensor<256xbf16>) {
+  %e = tensor.empty() : tensor<4x256xbf16>
+  %x4 = tensor.empty() : tensor<4x256xbf16>
+  // expected-error @below {{'group_size' 96 must be positive and divide the width 256}}
+  %0 = kiln.gated_rms_norm ins(%x4, %x4, %w : tensor<4x256xbf16>, tensor<4x256xbf16>, tensor<256xbf16>) outs(%e : tensor<4x256xbf16>) {group_size = 96, epsilon = 1.0e-5 : f32} -> tensor<4x256xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x256xbf16>, %g: tensor<4x128xbf16>, %w: tensor<256xbf16>) {
+  %e = tensor.empty() : tensor<4x256xbf16>
+  // expected-error @below {{'input' 'tensor<4x256xbf16>' and 'gate' 'tensor<4x128xbf16>' must have the same shape}}
+  %0 = kiln.gated_rms_norm ins(%x, %g, %w : tensor<4x256xbf16>, tensor<4x128xbf16>, tensor<256xbf16>) outs(%e : tensor<4x256xbf16>) {group_size = 128, epsilon = 1.0e-5 : f32} -> tensor<4x256xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x256xbf16>) {
+  %e = tensor.empty() : tensor<4x128xbf16>
+  // expected-error @below {{'input' 'tensor<4x256xbf16>' and 'init' 'tensor<4x128xbf16>' must have the same shape}}
+  %0 = kiln.activation relu2 ins(%x : tensor<4x256xbf16>) outs(%e : tensor<4x128xbf16>) -> tensor<4x128xbf16>
+  return
+}

@@ -70,6 +70,26 @@ module attributes {
   }
 
   // On buffers the ops write their `outs` buffer and have no result.
+  // Mamba2's output norm over a column view of a projection, and a non-gated MLP's
+  // activation.
+  // CHECK-LABEL: func.func @mamba_glue
+  func.func @mamba_glue(%y: tensor<?x256xbf16>, %proj: tensor<?x776xbf16>, %w: tensor<256xbf16>,
+                        %u: tensor<?x512xbf16>) -> (tensor<?x256xbf16>, tensor<?x512xbf16>) {
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %y, %c0 : tensor<?x256xbf16>
+    %z = tensor.extract_slice %proj[0, 0] [%n, 256] [1, 1] : tensor<?x776xbf16> to tensor<?x256xbf16>
+    %e = tensor.empty(%n) : tensor<?x256xbf16>
+    // CHECK: kiln.gated_rms_norm ins(%{{.*}}, %{{.*}}, %{{.*}} : tensor<?x256xbf16>, tensor<?x256xbf16>, tensor<256xbf16>) outs(%{{.*}} : tensor<?x256xbf16>) {epsilon = 9.99999974E-6 : f32, group_size = 128 : i64} -> tensor<?x256xbf16>
+    %0 = kiln.gated_rms_norm ins(%y, %z, %w : tensor<?x256xbf16>, tensor<?x256xbf16>, tensor<256xbf16>) outs(%e : tensor<?x256xbf16>) {group_size = 128, epsilon = 1.0e-5 : f32} -> tensor<?x256xbf16>
+    %m = tensor.dim %u, %c0 : tensor<?x512xbf16>
+    %e2 = tensor.empty(%m) : tensor<?x512xbf16>
+    // CHECK: kiln.activation relu2 ins(%{{.*}} : tensor<?x512xbf16>) outs(%{{.*}} : tensor<?x512xbf16>) -> tensor<?x512xbf16>
+    %1 = kiln.activation relu2 ins(%u : tensor<?x512xbf16>) outs(%e2 : tensor<?x512xbf16>) -> tensor<?x512xbf16>
+    // CHECK: kiln.activation silu
+    %2 = kiln.activation silu ins(%u : tensor<?x512xbf16>) outs(%e2 : tensor<?x512xbf16>) -> tensor<?x512xbf16>
+    return %0, %1 : tensor<?x256xbf16>, tensor<?x512xbf16>
+  }
+
   // CHECK-LABEL: func.func @buffers
   // CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}
   func.func @buffers(%ctx: !llvm.ptr {kiln.context}, %x3: memref<?x4x32xbf16>,

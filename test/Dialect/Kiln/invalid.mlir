@@ -281,6 +281,52 @@ func.func @f(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>, %b: tensor<?x8x
 }
 
 // -----
+func.func @f(%x: tensor<?x8x64xbf16>, %dt: tensor<?x8xbf16>, %b: tensor<?x2x64xbf16>, %p: tensor<8xbf16>) {
+  // expected-error @below {{'a_log' must be f32, got 'bf16'}}
+  %0 = kiln.ssm layer 0 %x, %dt, %b, %b a_log(%p : tensor<8xbf16>) {num_heads = 8, head_dim = 64, state_size = 64, n_groups = 2}
+    : tensor<?x8x64xbf16>, tensor<?x8xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16> -> tensor<?x8x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x8x64xbf16>, %dt: tensor<?x8xbf16>, %b: tensor<?x2x64xbf16>, %p: tensor<16xf32>) {
+  // expected-error @below {{'d' must have shape [8], got 'tensor<16xf32>'}}
+  %0 = kiln.ssm layer 0 %x, %dt, %b, %b d(%p : tensor<16xf32>) {num_heads = 8, head_dim = 64, state_size = 64, n_groups = 2}
+    : tensor<?x8x64xbf16>, tensor<?x8xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16> -> tensor<?x8x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x8x64xbf16>, %dt: tensor<?x8xbf16>, %b: tensor<?x2x64xbf16>, %p: tensor<8xf32>) {
+  // expected-error @below {{has 'd' or 'dt_bias' but no 'a_log' (the parameters come together)}}
+  %0 = kiln.ssm layer 0 %x, %dt, %b, %b dt_bias(%p : tensor<8xf32>) {num_heads = 8, head_dim = 64, state_size = 64, n_groups = 2}
+    : tensor<?x8x64xbf16>, tensor<?x8xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16> -> tensor<?x8x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x8x64xbf16>, %dt: tensor<?x8xbf16>, %b: tensor<?x2x64xbf16>, %p: tensor<8xf32>) {
+  // expected-error @below {{'dt_min' must be finite and >= 0}}
+  %0 = kiln.ssm layer 0 %x, %dt, %b, %b a_log(%p : tensor<8xf32>) {num_heads = 8, head_dim = 64, state_size = 64, n_groups = 2, dt_min = -1.0 : f32}
+    : tensor<?x8x64xbf16>, tensor<?x8xbf16>, tensor<?x2x64xbf16>, tensor<?x2x64xbf16> -> tensor<?x8x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x1024xbf16>, %w: tensor<1024x3xbf16>) {
+  // expected-error @below {{'weight' must have shape [1024, 4], got 'tensor<1024x3xbf16>'}}
+  %0 = kiln.causal_conv layer 0 %x weight(%w : tensor<1024x3xbf16>) {conv_dim = 1024, kernel_size = 4} : tensor<?x1024xbf16> -> tensor<?x1024xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x1024xbf16>, %cb: tensor<1024xbf16>) {
+  // expected-error @below {{has a 'bias' but no 'weight'}}
+  %0 = kiln.causal_conv layer 0 %x bias(%cb : tensor<1024xbf16>) {conv_dim = 1024, kernel_size = 4} : tensor<?x1024xbf16> -> tensor<?x1024xbf16>
+  return
+}
+
+// -----
 func.func @f(%x: tensor<?x1024xbf16>) {
   // expected-error @below {{'kernel_size' must be in [2, 4], got 5}}
   %0 = kiln.causal_conv layer 0 %x {conv_dim = 1024, kernel_size = 5} : tensor<?x1024xbf16> -> tensor<?x1024xbf16>

@@ -36,6 +36,24 @@ module attributes {
     return
   }
 
+  // A whole model's Mamba2 layer: the conv's weight and bias, the scan's f32 parameters
+  // and its dt clamp.
+  // CHECK-LABEL: func.func @mamba_parameters
+  func.func @mamba_parameters(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>,
+                              %bc: tensor<?x8x128xbf16>, %cx: tensor<?x10240xbf16>,
+                              %p: tensor<128xf32>, %w: tensor<10240x4xbf16>,
+                              %cb: tensor<10240xbf16>) {
+    // CHECK: kiln.ssm layer 2 {{.*}} a_log(%{{.*}} : tensor<128xf32>) d(%{{.*}} : tensor<128xf32>) dt_bias(%{{.*}} : tensor<128xf32>) {dt_max = 1.000000e+02 : f32, dt_min = 1.000000e-03 : f32
+    %0 = kiln.ssm layer 2 %x, %dt, %bc, %bc a_log(%p : tensor<128xf32>) d(%p : tensor<128xf32>) dt_bias(%p : tensor<128xf32>) {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8, dt_min = 0.001 : f32, dt_max = 100.0 : f32}
+      : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
+    // CHECK: kiln.ssm layer 3 {{.*}} a_log(%{{.*}} : tensor<128xf32>) {head_dim
+    %1 = kiln.ssm layer 3 %x, %dt, %bc, %bc a_log(%p : tensor<128xf32>) {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
+      : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
+    // CHECK: kiln.causal_conv layer 2 %{{.*}} weight(%{{.*}} : tensor<10240x4xbf16>) bias(%{{.*}} : tensor<10240xbf16>) {conv_dim = 10240 : i64
+    %2 = kiln.causal_conv layer 2 %cx weight(%w : tensor<10240x4xbf16>) bias(%cb : tensor<10240xbf16>) {conv_dim = 10240, kernel_size = 4, silu} : tensor<?x10240xbf16> -> tensor<?x10240xbf16>
+    return
+  }
+
   // CHECK-LABEL: func.func @cached_ops
   func.func @cached_ops(%q: tensor<?x32x128xbf16>, %k: tensor<?x8x128xbf16>,
                         %x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>,

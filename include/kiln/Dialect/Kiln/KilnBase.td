@@ -117,6 +117,13 @@ def Kiln_SpecDecMode : Kiln_I32Enum<"SpecDecMode",
 ]>;
 def Kiln_SpecDecModeAttr : EnumAttr<Kiln_Dialect, Kiln_SpecDecMode, "spec_dec_mode">;
 
+// The values match KILN_RT_ACTIVATION_* of include/kiln/Runtime/ABI.def (passed as is).
+def Kiln_ActivationKind : Kiln_I32Enum<"ActivationKind", "an elementwise activation", [
+  I32EnumAttrCase<"relu2", 0>,
+  I32EnumAttrCase<"silu", 1>
+]>;
+def Kiln_ActivationKindAttr : EnumAttr<Kiln_Dialect, Kiln_ActivationKind, "activation">;
+
 def Kiln_Phase : Kiln_I32Enum<"Phase", "inference phase", [
   I32EnumAttrCase<"decode", 0>,
   I32EnumAttrCase<"prefill", 1>

@@ -91,15 +91,33 @@ struct RuntimeArg {
     i32,            // i32 constant `integer`
     i64,            // i64 constant `integer`
     f32,            // f32 constant `real`
-    kernel          // i32 runtime id of the kernel variant named `symbol` (0: none)
+    kernel,         // i32 runtime id of the kernel variant named `symbol` (0: none)
+    rowStride       // i64 elements between two indices of `buffer`'s first dimension
   };
   Kind kind;
   mlir::Value buffer = {};
   int64_t integer = 0;
   double real = 0;
   llvm::StringRef symbol = {};
+  /// A pointer whose first dimension may be strided (a column slice of a wider
+  /// tensor); the rest of the buffer is contiguous. The call passes its rowStride.
+  bool strided = false;
+  /// A pointer to f32 data (per-head parameters); other pointers carry bf16 tensors, i32
+  /// indices or i8 scratch.
+  bool f32Data = false;
 
   static RuntimeArg pointer(mlir::Value b) { return {Kind::pointer, b}; }
+  static RuntimeArg stridedPointer(mlir::Value b) {
+    RuntimeArg arg{Kind::pointer, b};
+    arg.strided = true;
+    return arg;
+  }
+  static RuntimeArg f32Pointer(mlir::Value b) {
+    RuntimeArg arg{Kind::pointer, b};
+    arg.f32Data = true;
+    return arg;
+  }
+  static RuntimeArg rowStride(mlir::Value b) { return {Kind::rowStride, b}; }
   static RuntimeArg dim(mlir::Value b, int64_t i) { return {Kind::dim, b, i}; }
   static RuntimeArg leadingElements(mlir::Value b) { return {Kind::leadingElements, b}; }
   static RuntimeArg elements(mlir::Value b) { return {Kind::elements, b}; }

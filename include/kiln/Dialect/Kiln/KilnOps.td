@@ -96,6 +96,10 @@ defvar GdnAttrs = (ins
     I64Attr:$head_k_dim,
     I64Attr:$head_v_dim,
     OptionalAttr<Kiln_DraftKindAttr>:$draft);
+// dt's clamp after the softplus (transformers' reference path clamps at time_step_min).
+defvar SsmClampAttrs = (ins
+    OptionalAttr<F32Attr>:$dt_min,
+    OptionalAttr<F32Attr>:$dt_max);
 defvar ConvAttrs = (ins
     I64Attr:$layer,
     I64Attr:$conv_dim,
@@ -143,35 +147,51 @@ def Kiln_MlaAttentionOp : Kiln_LayerOp<"mla_attention", [
   let hasVerifier = 1;
 }
 
-def Kiln_SsmOp : Kiln_LayerOp<"ssm", [
+def Kiln_SsmOp : Kiln_LayerOp<"ssm", [AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
   let summary = "Mamba2 selective state-space mixer of one layer";
   let description = [{
     `x: [tokens, num_heads, head_dim]`, `dt: [tokens, num_heads]`,
     `b`, `c: [tokens, n_groups, state_size]`, optional gate `z` like `x`; result like
     `x`. `num_heads` must be a multiple of `n_groups`.
+
+    The layer's parameters, `a_log`, `d`, `dt_bias: [num_heads] f32` (the
+    checkpoint's `A_log`, `D`, `dt_bias`; the decay is `-exp(A_log)`), are optional so
+    that a cache-planning skeleton can omit them; lowering needs `a_log`. `dt` gets
+    `dt_bias` added and a softplus, then the optional `dt_min`/`dt_max` clamp.
+    The `x`, `dt`, `b`, `c` operands may be column slices of one projection (a strided
+    token dimension, contiguous rows): Mamba2's are slices of the conv output.
   }];
   let arguments = !con((ins AnyRankedTensor:$x, AnyRankedTensor:$dt, AnyRankedTensor:$b,
-                            AnyRankedTensor:$c, Optional<AnyRankedTensor>:$z), SsmAttrs);
+                            AnyRankedTensor:$c, Optional<AnyRankedTensor>:$z,
+                            Optional<AnyRankedTensor>:$a_log, Optional<AnyRankedTensor>:$d,
+                            Optional<AnyRankedTensor>:$dt_bias), SsmAttrs, SsmClampAttrs);
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
-    `layer` $layer $x `,` $dt `,` $b `,` $c (`gate` $z^ `:` type($z))? attr-dict `:`
+    `layer` $layer $x `,` $dt `,` $b `,` $c (`gate` $z^ `:` type($z))?
+    (`a_log` `(` $a_log^ `:` type($a_log) `)`)? (`d` `(` $d^ `:` type($d) `)`)?
+    (`dt_bias` `(` $dt_bias^ `:` type($dt_bias) `)`)? attr-dict `:`
     type($x) `,` type($dt) `,` type($b) `,` type($c) `->` type($out)
   }];
   let hasVerifier = 1;
 }
 
-def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [
+def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
   let summary = "depthwise causal conv1d of a Mamba2 or Gated DeltaNet layer";
   let description = [{
     `x: [tokens, conv_dim]`, result like `x`; `kernel_size` in [2, 4] (the decode
-    kernels support up to 4); `silu` applies SiLU to the output.
+    kernels support up to 4); `silu` applies SiLU to the output. `weight:
+    [conv_dim, kernel_size]` and `bias: [conv_dim]` are optional so that a
+    cache-planning skeleton can omit them; lowering needs `weight`. `x` may be a
+    column slice of a projection (a strided token dimension).
   }];
-  let arguments = !con((ins AnyRankedTensor:$x), ConvAttrs);
+  let arguments = !con((ins AnyRankedTensor:$x, Optional<AnyRankedTensor>:$weight,
+                            Optional<AnyRankedTensor>:$bias), ConvAttrs);
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
-    `layer` $layer $x attr-dict `:` type($x) `->` type($out)
+    `layer` $layer $x (`weight` `(` $weight^ `:` type($weight) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict `:` type($x) `->` type($out)
   }];
   let hasVerifier = 1;
 }
@@ -263,6 +283,8 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
   }];
   let arguments = !con((ins AnyShaped:$x, AnyShaped:$dt, AnyShaped:$b,
                             AnyShaped:$c, Optional<AnyShaped>:$z,
+                            Optional<AnyShaped>:$a_log, Optional<AnyShaped>:$d,
+                            Optional<AnyShaped>:$dt_bias,
                             Kiln_CacheType:$state,
                             Optional<Kiln_CacheType>:$intermediate,
                             Optional<Kiln_CacheType>:$replay_x,
@@ -270,10 +292,12 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
                             Optional<Kiln_CacheType>:$replay_dt,
                             Optional<Kiln_CacheType>:$replay_dacs,
                             Optional<Kiln_CacheType>:$replay_index, AnyShaped:$init),
-                       SsmAttrs, SelectionAttrs);
+                       SsmAttrs, SsmClampAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
     `layer` $layer $x `,` $dt `,` $b `,` $c (`gate` $z^ `:` type($z))?
+    (`a_log` `(` $a_log^ `:` type($a_log) `)`)? (`d` `(` $d^ `:` type($d) `)`)?
+    (`dt_bias` `(` $dt_bias^ `:` type($dt_bias) `)`)?
     `state` `(` $state `:` qualified(type($state)) `)`
     (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
     (`replay_x` `(` $replay_x^ `:` qualified(type($replay_x)) `)`)?
@@ -319,18 +343,21 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
   }];
 }
 
-def Kiln_CachedCausalConvOp : Kiln_CachedOp<"cached_causal_conv"> {
+def Kiln_CachedCausalConvOp : Kiln_CachedOp<"cached_causal_conv",
+                                            [AttrSizedOperandSegments]> {
   let summary = "causal conv1d updating its conv state";
   let description = [{
     Like `kiln.causal_conv`, with the `state` resource and the speculative
     `intermediate` slot (the window after each draft token).
   }];
-  let arguments = !con((ins AnyShaped:$x, Kiln_CacheType:$state,
+  let arguments = !con((ins AnyShaped:$x, Optional<AnyShaped>:$weight,
+                            Optional<AnyShaped>:$bias, Kiln_CacheType:$state,
                             Optional<Kiln_CacheType>:$intermediate, AnyShaped:$init),
                        ConvAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
-    `layer` $layer $x `state` `(` $state `:` qualified(type($state)) `)`
+    `layer` $layer $x (`weight` `(` $weight^ `:` type($weight) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)? `state` `(` $state `:` qualified(type($state)) `)`
     (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($x) (`->` type($out)^)?
@@ -514,6 +541,40 @@ def Kiln_SigmoidGateOp : Kiln_ComputeOp<"sigmoid_gate",
   let assemblyFormat = [{
     `ins` `(` $input `,` $gate_weight `,` $value `:` type($input) `,` type($gate_weight) `,`
     type($value) `)` `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
+  }];
+}
+
+def Kiln_GatedRmsNormOp : Kiln_ComputeOp<"gated_rms_norm"> {
+  let summary = "RMSNorm of x * silu(gate) over groups of columns (Mamba2's output norm)";
+  let description = [{
+    `y = x * silu(gate)` in fp32, then per row and per group of `group_size` columns
+    `out = weight * bf16(y / sqrt(mean(y^2) + epsilon))` (transformers'
+    `MambaRMSNormGated` / `Zamba2RMSNormGated` with `norm_before_gate=False`: the gate
+    is applied before the norm, the normalized value is rounded to the activation dtype
+    before the weight). `x`, `gate`, `out: [rows, width]`, `weight: [width]`;
+    `group_size` divides `width` (`width / n_groups`). `gate` may be a column slice of a
+    projection (a strided row dimension).
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$gate, AnyShaped:$weight,
+                       AnyShaped:$init, I64Attr:$group_size, F32Attr:$epsilon);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $gate `,` $weight `:` type($input) `,` type($gate) `,`
+    type($weight) `)` `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
+  }];
+}
+
+def Kiln_ActivationOp : Kiln_ComputeOp<"activation",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
+  let summary = "an elementwise activation of a non-gated MLP";
+  let description = [{
+    `out = f(x)` elementwise in fp32, rounded once to the activation dtype:
+    `relu2` is `relu(x)^2` (Nemotron-H's MLP), `silu` is `x * sigmoid(x)`. The output
+    may be placed over the input.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$init, Kiln_ActivationKindAttr:$kind);
+  let assemblyFormat = [{
+    $kind `ins` `(` $input `:` type($input) `)` `outs` `(` $init `:` type($init) `)`
+    attr-dict (`->` type($result)^)?
   }];
 }
 
