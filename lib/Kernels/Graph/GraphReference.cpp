@@ -145,6 +145,34 @@ void sigmoidGateReference(const uint16_t *x, const uint16_t *w, const uint16_t *
   }
 }
 
+void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
+                           uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,
+                           int64_t groupSize, double eps) {
+  std::vector<double> y(static_cast<size_t>(groupSize));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t first = 0; first < width; first += groupSize) {
+      double squares = 0.0;
+      for (int64_t i = 0; i < groupSize; ++i) {
+        const double g = bf16ToFloat(gate[r * gateStride + first + i]);
+        y[i] = bf16ToFloat(x[r * width + first + i]) * (g / (1.0 + std::exp(-g)));
+        squares += y[i] * y[i];
+      }
+      const double inv = 1.0 / std::sqrt(squares / static_cast<double>(groupSize) + eps);
+      for (int64_t i = 0; i < groupSize; ++i) {
+        const float normed = bf16ToFloat(doubleToBf16(y[i] * inv));
+        out[r * width + first + i] =
+            doubleToBf16(static_cast<double>(bf16ToFloat(weight[first + i])) * normed);
+      }
+    }
+}
+
+void activationReference(const uint16_t *x, uint16_t *out, int64_t n, int kind) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = bf16ToFloat(x[i]);
+    out[i] = doubleToBf16(kind == 0 ? (v > 0.0 ? v * v : 0.0) : v / (1.0 + std::exp(-v)));
+  }
+}
+
 void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     int64_t best = 0;

@@ -38,6 +38,14 @@ void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, in
 // in fp64, rounded; the product rounded.
 void sigmoidGateReference(const uint16_t *x, const uint16_t *w, const uint16_t *value,
                           uint16_t *out, int64_t rows, int64_t dim, int64_t cols);
+// kiln_gated_rms_norm_bf16 in fp64: y = x * silu(gate), the group's mean square, the
+// normalized value rounded to bf16, times the weight, rounded. gate has row stride
+// gateStride.
+void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
+                           uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,
+                           int64_t groupSize, double eps);
+// kiln_activation_bf16 in fp64, rounded once: kind 0 relu(x)^2, 1 x * sigmoid(x).
+void activationReference(const uint16_t *x, uint16_t *out, int64_t n, int kind);
 void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols);
 // out[m, n] = x[m, k] w[n, k]^T + bias[n] (bias may be null), exact fp64 sums.
 void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,

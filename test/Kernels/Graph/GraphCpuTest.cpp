@@ -496,6 +496,57 @@ TEST(GraphValidation, SigmoidGate) {
   EXPECT_EQ(kiln_sigmoid_gate_bf16(x, w, v, o, 0, 8, 8, nullptr), KILN_OK);
 }
 
+TEST(GraphReference, GatedRmsNormHandComputed) {
+  // One row, two groups of two. Group 0: gate 0 zeroes y (silu(0) = 0): the normalized
+  // values are 0. Group 1: silu(40) = 40 in bf16 reach, y = (10, 10): normalized to 1.
+  const uint16_t x[4] = {bf(3.0f), bf(-2.0f), bf(0.25f), bf(0.25f)};
+  const uint16_t gate[6] = {bf(0.0f), bf(0.0f), bf(40.0f), bf(40.0f), bf(9.0f), bf(9.0f)};
+  const uint16_t w[4] = {bf(1.0f), bf(1.0f), bf(2.0f), bf(-0.5f)};
+  uint16_t out[4];
+  gatedRmsNormReference(x, gate, w, out, 1, 4, 6, 2, 1e-5);
+  EXPECT_EQ(fl(out[0]), 0.0f);
+  EXPECT_EQ(fl(out[1]), 0.0f);
+  EXPECT_EQ(fl(out[2]), 2.0f);
+  EXPECT_EQ(fl(out[3]), -0.5f);
+}
+
+TEST(GraphReference, ActivationHandComputed) {
+  const uint16_t x[3] = {bf(-2.0f), bf(3.0f), bf(0.0f)};
+  uint16_t out[3];
+  activationReference(x, out, 3, 0);
+  EXPECT_EQ(fl(out[0]), 0.0f);
+  EXPECT_EQ(fl(out[1]), 9.0f);
+  EXPECT_EQ(fl(out[2]), 0.0f);
+  activationReference(x, out, 3, 1);
+  EXPECT_EQ(fl(out[2]), 0.0f);
+  EXPECT_EQ(out[1], doubleToBf16(3.0 / (1.0 + std::exp(-3.0))));
+}
+
+TEST(GraphValidation, GatedRmsNorm) {
+  const char *k = "kiln_gated_rms_norm_bf16";
+  void *x = fake(0x10000), *g = fake(0x20000), *w = fake(0x30000), *o = fake(0x40000);
+  expectError(kiln_gated_rms_norm_bf16(nullptr, g, w, o, 2, 8, 8, 4, 1e-5f, nullptr), kInvalid,
+              k, "x");
+  expectError(kiln_gated_rms_norm_bf16(x, nullptr, w, o, 2, 8, 8, 4, 1e-5f, nullptr), kInvalid,
+              k, "gate");
+  expectError(kiln_gated_rms_norm_bf16(x, g, w, o, 2, 8, 8, 3, 1e-5f, nullptr), kInvalid, k,
+              "group_size 3 does not divide width 8");
+  expectError(kiln_gated_rms_norm_bf16(x, g, w, o, 2, 8, 6, 4, 1e-5f, nullptr), kInvalid, k,
+              "gate_stride 6 < width 8");
+  expectError(kiln_gated_rms_norm_bf16(x, g, w, o, 2, 8, 8, 4, -1.0f, nullptr), kInvalid, k,
+              "eps");
+  EXPECT_EQ(kiln_gated_rms_norm_bf16(x, g, w, o, 0, 8, 8, 4, 1e-5f, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, Activation) {
+  const char *k = "kiln_activation_bf16";
+  void *x = fake(0x10000), *o = fake(0x40000);
+  expectError(kiln_activation_bf16(nullptr, o, 8, 0, nullptr), kInvalid, k, "x");
+  expectError(kiln_activation_bf16(x, o, 8, 7, nullptr), kInvalid, k, "kind 7 unknown");
+  expectError(kiln_activation_bf16(x, o, -1, 0, nullptr), kInvalid, k, "n");
+  EXPECT_EQ(kiln_activation_bf16(x, o, 0, 0, nullptr), KILN_OK);
+}
+
 TEST(GraphValidation, Moe) {
   const char *k = "kiln_moe";
   uint64_t perToken = 0;

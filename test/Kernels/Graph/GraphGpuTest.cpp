@@ -173,6 +173,60 @@ TEST(GraphGpu, AddAndSwiglu) {
 // in the reference) and the sigmoid may each land one bf16 neighbour away, nothing else
 // may differ; more rows than the grid, odd sizes, a 2-byte aligned value, in place, and a
 // row's bits alone == in a batch (the dot's order does not depend on the rows).
+// Mamba2's gated norm over a column view of a wider projection (gate row stride > width),
+// against the fp64 reference: equal, or one bf16 step from it (the fp32 sum of squares
+// and silu differ from fp64 in the last bits).
+TEST(GraphGpu, GatedRmsNorm) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(91);
+  for (int64_t rows : {int64_t(1), int64_t(37)})
+    for (auto [width, group] : {std::pair<int64_t, int64_t>{256, 128}, {96, 96}, {1280, 160}}) {
+      const int64_t stride = width + 2 * width + 8; // [z | xBC | dt] of in_proj
+      SCOPED_TRACE("rows " + std::to_string(rows) + " width " + std::to_string(width));
+      const auto x = randomBf16(rows * width, rng, 1.0f);
+      const auto gate = randomBf16(rows * stride, rng, 2.0f);
+      const auto w = randomBf16(width, rng, 1.0f);
+      auto dx = upload(x), dg = upload(gate), dw = upload(w);
+      auto dout = poisoned(rows * width * 2);
+      KILN_OK_(kiln_gated_rms_norm_bf16(dx->ptr, dg->ptr, dw->ptr, dout->ptr, rows, width,
+                                        stride, group, 1e-5f, nullptr));
+      std::vector<uint16_t> want(rows * width);
+      gatedRmsNormReference(x.data(), gate.data(), w.data(), want.data(), rows, width, stride,
+                            group, 1e-5);
+      const auto got = download(dout->at<uint16_t>(0), rows * width);
+      for (int64_t i = 0; i < rows * width; ++i) {
+        const double g = bf16ToFloat(got[i]), r = bf16ToFloat(want[i]);
+        ASSERT_LE(std::fabs(g - r), std::fabs(r) * (2.0 / 128) + 1e-6)
+            << "at " << i << " got " << hex(got[i]) << " want " << hex(want[i]);
+      }
+    }
+}
+
+TEST(GraphGpu, Activation) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(92);
+  for (int kind : {0, 1}) {
+    const int64_t n = 100003;
+    const auto x = randomBf16(n, rng, 4.0f);
+    auto dx = upload(x);
+    auto dout = poisoned(n * 2);
+    KILN_OK_(kiln_activation_bf16(dx->ptr, dout->ptr, n, kind, nullptr));
+    std::vector<uint16_t> want(n);
+    activationReference(x.data(), want.data(), n, kind);
+    const auto got = download(dout->at<uint16_t>(0), n);
+    int64_t exact = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      exact += got[i] == want[i];
+      // relu2 is exact in fp32 before the one rounding; silu's expf may land one step off.
+      if (kind == 0)
+        ASSERT_EQ(got[i], want[i]) << "relu2 at " << i;
+      else
+        ASSERT_LE(std::abs(int(got[i]) - int(want[i])), 1) << "silu at " << i;
+    }
+    EXPECT_GE(exact, n * 99 / 100) << "kind " << kind;
+  }
+}
+
 TEST(GraphGpu, SigmoidGate) {
   KILN_REQUIRE_GPU();
   std::mt19937 rng(77);

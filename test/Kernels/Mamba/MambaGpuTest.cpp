@@ -95,15 +95,19 @@ struct SsmCase {
   bool z, D, dtBias, softplus;
   int padEvery;      // every padEvery-th sequence is padding (0: none)
   bool nullIndices;  // state_indices = NULL (slot = b)
+  // A holds A_log (a_is_log, the compiled models' parameters) and dt is clamped to
+  // [kDtMin, kDtMax] after the softplus.
+  bool aLogClamp = false;
 };
+constexpr float kDtMin = 0.3f, kDtMax = 0.9f;
 
 std::string name(const SsmCase &c) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "state=%s act=%s B=%d slots=%d H=%d P=%d N=%d G=%d T=%d z=%d D=%d bias=%d sp=%d pad=%d null=%d",
+  std::snprintf(buf, sizeof buf, "state=%s act=%s B=%d slots=%d H=%d P=%d N=%d G=%d T=%d z=%d D=%d bias=%d sp=%d pad=%d null=%d alog=%d",
                 c.stateDtype == KILN_DTYPE_F32 ? "f32" : "bf16",
                 c.dtype == KILN_DTYPE_BF16 ? "bf16" : "f16", c.batch, c.slots, c.heads,
                 c.headDim, c.stateSize, c.groups, c.tokens, c.z, c.D, c.dtBias, c.softplus,
-                c.padEvery, c.nullIndices);
+                c.padEvery, c.nullIndices, c.aLogClamp);
   return buf;
 }
 
@@ -136,6 +140,9 @@ struct SsmData {
     D.resize(H);
     dtBias.resize(H);
     rng.fill(A, -2.0, -0.1);
+    if (c.aLogClamp)
+      for (float &a : A)
+        a = std::log(-a);
     rng.fill(D, -1.0, 1.0);
     if (c.softplus)
       rng.fill(dtBias, -1.0, 1.0);
@@ -173,7 +180,8 @@ struct SsmData {
         ssmUpdateReference(c.heads, c.headDim, c.stateSize, c.groups, st.data(), xs.data(),
                            dts.data(), c.dtBias ? biasd.data() : nullptr, Ad.data(),
                            Bs.data(), Cs.data(), c.D ? Dd.data() : nullptr,
-                           c.z ? zs.data() : nullptr, c.softplus, out.data());
+                           c.z ? zs.data() : nullptr, c.softplus, out.data(), c.aLogClamp,
+                           c.aLogClamp ? kDtMin : 0.0, c.aLogClamp ? kDtMax : 0.0);
         refState[b].push_back(st);
         refOut[b].push_back(out);
       }
@@ -220,6 +228,9 @@ void runSsmSingle(const SsmCase &c, uint64_t seed) {
   p.z = c.z ? dz->ptr : nullptr;
   p.out = dOut->ptr;
   p.dt_softplus = c.softplus;
+  p.a_is_log = c.aLogClamp;
+  p.dt_min = c.aLogClamp ? kDtMin : 0.0f;
+  p.dt_max = c.aLogClamp ? kDtMax : 0.0f;
   KILN_OK_(kiln_ssm_update(&p));
   CUDA_OK(cudaDeviceSynchronize());
 
@@ -288,6 +299,9 @@ void runSsmSpec(const SsmCase &c, uint64_t seed) {
   p.z = c.z ? dz->ptr : nullptr;
   p.out = dOut->ptr;
   p.dt_softplus = c.softplus;
+  p.a_is_log = c.aLogClamp;
+  p.dt_min = c.aLogClamp ? kDtMin : 0.0f;
+  p.dt_max = c.aLogClamp ? kDtMax : 0.0f;
   KILN_OK_(kiln_ssm_update_spec(&p));
   CUDA_OK(cudaDeviceSynchronize());
 
@@ -390,6 +404,7 @@ TEST(MambaGpu, SsmUpdate) {
       {BF16, F16, 4, 8, 6, 24, 64, 3, 1, false, true, true, false, 4, false},
       {BF16, BF16, 3, 4, 2, 72, 256, 1, 1, true, true, true, true, 0, false},
       {F32, BF16, 1, 3, 16, 64, 128, 8, 1, true, true, true, true, 0, false},
+      {F32, BF16, 6, 8, 8, 32, 64, 2, 1, false, true, true, true, 0, false, true},
   };
   uint64_t seed = 1;
   for (const SsmCase &c : cases)
@@ -405,6 +420,7 @@ TEST(MambaGpu, SsmUpdateSpec) {
       {BF16, BF16, 7, 11, 8, 64, 128, 2, 4, true, true, true, true, 3, false},
       {BF16, BF16, 4, 6, 4, 24, 256, 1, 1, false, true, false, true, 0, false},
       {BF16, F16, 3, 5, 6, 64, 64, 3, 5, true, false, true, false, 2, false},
+      {F32, BF16, 4, 6, 8, 32, 64, 2, 5, false, true, true, true, 0, false, true},
   };
   uint64_t seed = 100;
   for (const SsmCase &c : cases)
