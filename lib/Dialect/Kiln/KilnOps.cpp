@@ -218,7 +218,8 @@ LogicalResult verifyConvOp(OpT op) {
   if (failed(checkShape(raw, "x", op.getX(), {kAnyDim, c})) ||
       failed(checkShape(raw, "result", outputOf(op), {kAnyDim, c})) ||
       (op.getWeight() &&
-       failed(checkShape(raw, "weight", op.getWeight(), {c, op.getKernelSize()}))) ||
+       failed(checkShape(raw, "weight", op.getWeight(),
+                         {c, static_cast<int64_t>(op.getKernelSize())}))) ||
       (op.getBias() && failed(checkShape(raw, "bias", op.getBias(), {c}))))
     return failure();
   if (op.getBias() && !op.getWeight())
