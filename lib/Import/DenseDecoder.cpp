@@ -31,6 +31,9 @@
 //            out = linear(gated_rms_norm(y, z, norm, groups of H*P / n_groups), out_proj)
 //   *        attention with q/k/v/o_proj and no RoPE
 //   -        linear(activation(linear(x, up_proj)), down_proj), relu2 (or silu)
+//   E        moe(x, linear_f32(x, gate), experts.*.{up,down}, e_score_correction_bias;
+//                sigmoid scores, n_group/topk_group, routed_scaling_factor, relu2
+//                experts, fp32 combine) + the shared_experts MLP
 // and the final norm `backbone.norm_f`.
 //
 // The rows are gathered before the final norm: the norm is row-wise, so the lm_head
@@ -111,6 +114,11 @@ private:
   /// The sparse MoE block of layer `prefix` (Mixtral's block_sparse_moe, Qwen3-MoE's
   /// mlp): the router linear and kiln.moe over the stacked expert weights.
   Value sparseMoe(Value x, const std::string &prefix, Value tokens);
+  /// Nemotron-H's MoE mixer: the fp32 router, DeepSeek-style routing over plain experts,
+  /// and the shared expert.
+  Value nemotronMoe(Value x, const std::string &mixer, Value tokens);
+  /// `module`'s up_proj/down_proj MLP of `inter` on x (Nemotron-H's relu2 or silu).
+  Value plainMlp(Value x, const std::string &module, int64_t inter, Value tokens);
   /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x.
   Value swigluMlp(Value x, const std::string &module, int64_t inter, Value tokens);
   void buildEagle3Head(const LayerSpec &layer);
@@ -300,16 +308,12 @@ void DenseDecoderBuilder::buildNemotronBlock(const LayerSpec &layer, Value &h, V
     // the tokens).
     out = attention(x, mixer, layer, positions, tokens, m.attentionBias, /*noRope=*/true);
     break;
-  default: {
-    Location at = loc(mixer);
-    Value up = linear(x, mixer + ".up_proj", m.intermediate, m.hidden, m.mlpBias, tokens);
-    ActivationKind kind = m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu;
-    Value act = ActivationOp::create(b, at, up.getType(), up, empty({m.intermediate}, tokens, at),
-                                     ActivationKindAttr::get(ctx, kind))
-                    .getResult();
-    out = linear(act, mixer + ".down_proj", m.hidden, m.intermediate, m.mlpBias, tokens);
+  case LayerKind::moe:
+    out = nemotronMoe(x, mixer, tokens);
     break;
-  }
+  default:
+    out = plainMlp(x, mixer, m.intermediate, tokens);
+    break;
   }
   Location blockLoc = loc(prefix);
   h = AddOp::create(b, blockLoc, h.getType(), h, out, empty({m.hidden}, tokens, blockLoc))
@@ -335,11 +339,14 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
       {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
       b.getIntegerType(8));
   Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
-  auto moe = MoeOp::create(b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits,
-                           gate, up, down, empty({m.hidden}, tokens, at), scratch,
-                           b.getI64IntegerAttr(m.topK),
-                           m.normTopK ? b.getUnitAttr() : UnitAttr(),
-                           m.roundRouterWeights ? b.getUnitAttr() : UnitAttr());
+  auto moe = MoeOp::create(
+      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
+      /*score_bias=*/Value(), empty({m.hidden}, tokens, at), scratch,
+      b.getI64IntegerAttr(m.topK), m.normTopK ? b.getUnitAttr() : UnitAttr(),
+      m.roundRouterWeights ? b.getUnitAttr() : UnitAttr(),
+      MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1),
+      b.getI64IntegerAttr(1), b.getF32FloatAttr(1.0f),
+      ActivationKindAttr::get(ctx, ActivationKind::silu), /*accumulate_f32=*/UnitAttr());
   Value routed = moe.getResult(0);
   if (!m.sharedIntermediate)
     return routed;
@@ -356,6 +363,55 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
   }
   return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
       .getResult();
+}
+
+Value DenseDecoderBuilder::nemotronMoe(Value x, const std::string &mixer, Value tokens) {
+  Location at = loc(mixer), routerLoc = loc(mixer + ".gate");
+  Type f32 = b.getF32Type();
+  // transformers' router: F.linear(x.float(), weight.float()), kept in fp32.
+  auto logitsType = RankedTensorType::get({ShapedType::kDynamic, m.experts}, f32);
+  Value routerWeight = weight(mixer + ".gate.weight", {m.experts, m.hidden}, routerLoc);
+  Value logits =
+      LinearOp::create(b, routerLoc, logitsType, x, routerWeight, Value(),
+                       tensor::EmptyOp::create(b, routerLoc, logitsType, ValueRange{tokens}))
+          .getResult();
+  Value scoreBias =
+      weight(mixer + ".gate.e_score_correction_bias", {m.experts}, routerLoc, f32);
+  const std::string experts = mixer + ".experts.*.";
+  const int64_t inter = m.moeIntermediate;
+  Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
+  Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
+  auto moe = MoeOp::create(
+      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, /*gate=*/Value(), up,
+      down, scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
+      unit(m.normTopK), /*round_weights=*/UnitAttr(),
+      MoeScoringAttr::get(ctx, MoeScoring::sigmoid), b.getI64IntegerAttr(m.routerGroups),
+      b.getI64IntegerAttr(m.routerTopGroups),
+      b.getF32FloatAttr(static_cast<float>(m.routedScale)),
+      ActivationKindAttr::get(ctx, m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu),
+      /*accumulate_f32=*/b.getUnitAttr());
+  Value routed = moe.getResult(0);
+  if (!m.sharedIntermediate)
+    return routed;
+  Value shared = plainMlp(x, mixer + ".shared_experts", m.sharedIntermediate, tokens);
+  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+      .getResult();
+}
+
+Value DenseDecoderBuilder::plainMlp(Value x, const std::string &module, int64_t inter,
+                                    Value tokens) {
+  Location at = loc(module);
+  Value up = linear(x, module + ".up_proj", inter, m.hidden, m.mlpBias, tokens);
+  ActivationKind kind = m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu;
+  Value act = ActivationOp::create(b, at, up.getType(), up, empty({inter}, tokens, at),
+                                   ActivationKindAttr::get(ctx, kind))
+                  .getResult();
+  return linear(act, module + ".down_proj", m.hidden, inter, m.mlpBias, tokens);
 }
 
 Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t inter,

@@ -680,6 +680,10 @@ LogicalResult readNemotronHGraph(Reader &r, ModelSpec &m) {
   m.projBias = r.getBool("use_bias").value_or(false);
   m.mlpBias = r.getBool("mlp_bias").value_or(false);
   m.attentionBias = r.getBool("attention_bias").value_or(false);
+  if (m.mlpBias && m.experts > 0) {
+    r.error("mlp_bias") << "MoE experts with biases (mlp_bias) are not supported";
+    return failure();
+  }
   std::optional<StringRef> act = r.getString("mlp_hidden_act", /*required=*/false);
   m.relu2Mlp = !act || *act == "relu2";
   if (act && *act != "relu2" && *act != "silu") {
@@ -691,6 +695,38 @@ LogicalResult readNemotronHGraph(Reader &r, ModelSpec &m) {
         return l.kind == LayerKind::mamba;
       })) {
     r.error("mamba_hidden_act") << "the Mamba2 conv's activation must be silu";
+    return failure();
+  }
+  return r.failedAny() ? failure() : success();
+}
+
+/// Nemotron-H's MoE router (DeepSeek-V3's): sigmoid scores plus e_score_correction_bias,
+/// group-limited top-k, renormalized weights times routed_scaling_factor; defaults are
+/// transformers' NemotronHConfig's.
+LogicalResult readNemotronHRouting(Reader &r, ModelSpec &m) {
+  std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
+  if (!topK)
+    return failure();
+  m.topK = *topK;
+  m.sigmoidRouter = true;
+  m.normTopK = r.getBool("norm_topk_prob").value_or(true);
+  m.routerGroups = r.getIntOr("n_group", 1, 1);
+  m.routerTopGroups = r.getIntOr("topk_group", 1, 1);
+  m.routedScale = r.getNumber("routed_scaling_factor", /*required=*/false).value_or(1.0);
+  if (r.failedAny())
+    return failure();
+  if (m.topK < 1 || m.topK > m.experts) {
+    r.error("num_experts_per_tok") << "num_experts_per_tok = " << m.topK
+                                   << " must be in [1, n_routed_experts = " << m.experts << "]";
+    return failure();
+  }
+  if (!(m.routedScale > 0)) {
+    r.error("routed_scaling_factor") << "routed_scaling_factor must be positive";
+    return failure();
+  }
+  // Nemotron 3 Super's latent MoE projects the tokens down before the experts.
+  if (r.has("moe_latent_size") && r.getIntOr("moe_latent_size", 0, 0) > 0) {
+    r.error("moe_latent_size") << "latent MoE (moe_latent_size) is not supported yet";
     return failure();
   }
   return r.failedAny() ? failure() : success();
@@ -803,6 +839,8 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
     m.moeIntermediate = *mi;
     m.sharedExperts = r.getIntOr("n_shared_experts", 0, 0);
     m.sharedIntermediate = r.getIntOr("moe_shared_expert_intermediate_size", 0, 0);
+    if (failed(readNemotronHRouting(r, m)))
+      return failure();
   }
   if (r.failedAny() || failed(readNemotronHGraph(r, m)))
     return failure();

@@ -132,6 +132,12 @@ struct ModelSpec {
   int64_t topK = 0, moeEvery = 1;
   bool normTopK = false, roundRouterWeights = false;
   bool gatedSharedExpert = false; // Qwen2-MoE: shared expert x sigmoid(shared_expert_gate)
+  // DeepSeek-style routing (nemotron_h; deepseek_v3 once its graph lands): an fp32 router,
+  // sigmoid scores with e_score_correction_bias, group-limited top-k, a routed scale and
+  // an fp32 combine.
+  bool sigmoidRouter = false;
+  int64_t routerGroups = 1, routerTopGroups = 1;
+  double routedScale = 1.0;
   std::set<int64_t> mlpOnlyLayers;
   bool isMoeLayer(int64_t i) const {
     return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;
@@ -161,15 +167,8 @@ struct ModelSpec {
            modelType == "qwen3_moe";
   }
   bool isNemotronH() const { return modelType == "nemotron_h"; }
-  /// Whether the importer builds the whole graph: the dense families, and Nemotron-H
-  /// without MoE layers (its DeepSeek-style routing is not in kiln.moe yet).
-  bool hasWholeGraph() const {
-    if (isDense())
-      return true;
-    return isNemotronH() && llvm::none_of(layers, [](const LayerSpec &layer) {
-             return layer.kind == LayerKind::moe;
-           });
-  }
+  /// Whether the importer builds the whole graph: the dense families and Nemotron-H.
+  bool hasWholeGraph() const { return isDense() || isNemotronH(); }
 };
 
 /// Reads the RoPE parameters (`rope_theta` + legacy `rope_scaling`, or

@@ -98,6 +98,20 @@ inline kiln_status_t launchValidated(const Call &c, kiln_rt_context *ctx, const 
   return launched(c, ctx, launch(), name, out, rows, cols);
 }
 
+// launchValidated for an output the trace cannot hold (not bf16): no trace.
+template <typename Launch>
+inline kiln_status_t launchValidatedUntraced(const Call &c, kiln_rt_context *ctx,
+                                             const char *name, Launch launch) {
+  if (ctx->dry)
+    return KILN_OK;
+  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    return s;
+  ++ctx->launches;
+  if (kiln_status_t s = launch(); s != KILN_OK)
+    return c.launcher(s, name);
+  return checkLaunch(c, ctx);
+}
+
 } // namespace kiln::rt
 
 #endif

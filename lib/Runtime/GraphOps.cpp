@@ -118,6 +118,25 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
   return record(ctx, run());
 }
 
+extern "C" int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void *w,
+                                         void *out, int64_t m, int64_t n, int64_t k) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_linear_f32out")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, m, k), bf16("w", w, n, k),
+                                       {"out", out, bytesOf({m, n, 4}), 4, true}});
+        s != KILN_OK)
+      return s;
+    return launchValidatedUntraced(c, ctx, "kiln_gemm_bf16_f32out", [&] {
+      return kiln_gemm_bf16_f32out(ctx->gemm, x, w, out, m, n, k, ctx->base[kWorkspace],
+                                   KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, const void *w,
                                         const void *value, void *out, int64_t rows,
                                         int64_t dim, int64_t cols) {
@@ -191,17 +210,20 @@ extern "C" int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, voi
 }
 
 extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits,
-                               const void *gate, const void *up, const void *down, void *out,
-                               void *scratch, int64_t tokens, int64_t hidden, int64_t inter,
-                               int64_t experts, int32_t top_k, int32_t flags,
-                               int64_t scratch_per_token) {
+                               const void *gate, const void *up, const void *down,
+                               const void *score_bias, void *out, void *scratch, int64_t tokens,
+                               int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
+                               int32_t flags, int32_t groups, int32_t top_groups, float scale,
+                               int32_t activation, int64_t scratch_per_token) {
   KILN_RT_GRAPH_ENTER("kiln_rt_moe")
   auto run = [&]() -> kiln_status_t {
     if (kiln_status_t s = positive(c, {{"tokens", tokens},
                                        {"hidden", hidden},
                                        {"inter", inter},
                                        {"experts", experts},
-                                       {"top_k", top_k}});
+                                       {"top_k", top_k},
+                                       {"groups", groups},
+                                       {"top_groups", top_groups}});
         s != KILN_OK)
       return s;
     // The scratch the compiler planned must be what the kernel carves.
@@ -214,14 +236,26 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
                      "scratch_per_token %lld != the %llu bytes kiln_moe needs a token",
                      static_cast<long long>(scratch_per_token),
                      static_cast<unsigned long long>(needed));
+    const bool f32Logits = flags & KILN_MOE_F32_LOGITS;
     if (kiln_status_t s = checkRanges(
             c, ctx,
-            {bf16("x", x, tokens, hidden), bf16("logits", logits, tokens, experts),
-             bf16("gate", gate, experts * inter, hidden), bf16("up", up, experts * inter, hidden),
-             bf16("down", down, experts * hidden, inter), bf16("out", out, tokens, hidden, true),
+            {bf16("x", x, tokens, hidden),
+             {"logits", logits, bytesOf({tokens, experts, f32Logits ? 4 : 2}),
+              f32Logits ? 4u : 2u, false},
+             bf16("up", up, experts * inter, hidden), bf16("down", down, experts * hidden, inter),
+             bf16("out", out, tokens, hidden, true),
              {"scratch", scratch, bytesOf({tokens, scratch_per_token}), 16, true}});
         s != KILN_OK)
       return s;
+    if (gate)
+      if (kiln_status_t s = checkRanges(c, ctx, {bf16("gate", gate, experts * inter, hidden)});
+          s != KILN_OK)
+        return s;
+    if (score_bias)
+      if (kiln_status_t s =
+              checkRanges(c, ctx, {{"score_bias", score_bias, bytesOf({experts, 4}), 4, false}});
+          s != KILN_OK)
+        return s;
     return launchValidated(c, ctx, "kiln_moe", out, tokens, hidden, [&] {
       kiln_moe_params_t p{};
       p.x = x;
@@ -229,6 +263,7 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       p.gate = gate;
       p.up = up;
       p.down = down;
+      p.score_bias = static_cast<const float *>(score_bias);
       p.out = out;
       p.scratch = scratch;
       p.tokens = tokens;
@@ -239,6 +274,10 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       // Decode and verify steps keep a token's bits independent of the batch (lossless
       // speculation); prefill and extend group the pairs by expert.
       p.flags = ctx->phase == KILN_RT_PHASE_DECODE ? flags : flags | KILN_MOE_GROUPED;
+      p.groups = groups;
+      p.top_groups = top_groups;
+      p.scale = scale;
+      p.activation = activation;
       p.gemm = ctx->gemm;
       p.gemm_workspace = ctx->base[kWorkspace];
       p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;

@@ -247,23 +247,51 @@ module {
 }
 
 // -----
-// kiln.moe: the buffers' pointers, then tokens, hidden, inter, experts (from the
-// buffers), top_k and the routing flags (KILN_MOE_NORMALIZE_TOP_K 1 | ROUND_WEIGHTS 2),
-// and the scratch's bytes per token.
+// kiln.moe: the buffers' pointers (no score bias: null), then tokens, hidden, inter,
+// experts (from the buffers), top_k, the routing flags (KILN_MOE_NORMALIZE_TOP_K 1 |
+// ROUND_WEIGHTS 2), groups 1 of 1, scale 1, the activation (silu 1, unread for gated
+// experts) and the scratch's bytes per token.
 // CHECK-LABEL: func.func @moe_layer
 // CHECK-SAME: (%[[CTX:[^:]*]]: !llvm.ptr {kiln.context}, %[[X:[^:]*]]: memref<?x64xbf16>
 // CHECK-DAG: %[[TOPK:.*]] = arith.constant 2 : i32
 // CHECK-DAG: %[[FLAGS:.*]] = arith.constant 3 : i32
+// CHECK-DAG: %[[ONE:.*]] = arith.constant 1 : i32
+// CHECK-DAG: %[[SCALE:.*]] = arith.constant 1.000000e+00 : f32
 // CHECK-DAG: %[[SCRATCH:.*]] = arith.constant 1744 : i64
 // CHECK-DAG: %[[HIDDEN:.*]] = arith.constant 64 : i64
 // CHECK-DAG: %[[INTER:.*]] = arith.constant 32 : i64
 // CHECK-DAG: %[[EXPERTS:.*]] = arith.constant 8 : i64
-// CHECK: call @kiln_rt_moe(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HIDDEN]], %[[INTER]], %[[EXPERTS]], %[[TOPK]], %[[FLAGS]], %[[SCRATCH]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64) -> i32
+// CHECK-DAG: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK: call @kiln_rt_moe(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HIDDEN]], %[[INTER]], %[[EXPERTS]], %[[TOPK]], %[[FLAGS]], %[[ONE]], %{{[^,]*}}, %[[SCALE]], %{{[^,]*}}, %[[SCRATCH]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i32, i32, f32, i32, i64) -> i32
 module {
   func.func @moe_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>, %l: memref<?x8xbf16>,
                        %g: memref<8x32x64xbf16>, %d: memref<8x64x32xbf16>, %o: memref<?x64xbf16>,
                        %s: memref<?x1744xi8>) {
-    kiln.moe ins(%x, %l, %g, %g, %d : memref<?x64xbf16>, memref<?x8xbf16>, memref<8x32x64xbf16>, memref<8x32x64xbf16>, memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64, normalize_top_k, round_weights}
+    kiln.moe ins(%x, %l : memref<?x64xbf16>, memref<?x8xbf16>) gate(%g : memref<8x32x64xbf16>) up(%g : memref<8x32x64xbf16>) down(%d : memref<8x64x32xbf16>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64, normalize_top_k, round_weights}
+    return
+  }
+}
+
+// -----
+// DeepSeek-style routing: the router's f32 linear (kiln_rt_linear_f32out, no bias), then
+// kiln.moe with no gate (null), the score bias, flags NORMALIZE_TOP_K 1 | SIGMOID 8 |
+// F32_LOGITS 16 | F32_COMBINE 32 = 57, groups 4 keeping 3, scale 2.5 and relu2 (0).
+// CHECK-LABEL: func.func @sigmoid_moe_layer
+// CHECK: call @kiln_rt_linear_f32out(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
+// CHECK-DAG: %[[FLAGS:.*]] = arith.constant 57 : i32
+// CHECK-DAG: %[[GROUPS:.*]] = arith.constant 4 : i32
+// CHECK-DAG: %[[KEPT:.*]] = arith.constant 3 : i32
+// CHECK-DAG: %[[SCALE:.*]] = arith.constant 2.500000e+00 : f32
+// CHECK-DAG: %[[RELU2:.*]] = arith.constant 0 : i32
+// CHECK: call @kiln_rt_moe(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{.*}}, %[[FLAGS]], %[[GROUPS]], %[[KEPT]], %[[SCALE]], %[[RELU2]], %{{[^,]*}})
+module {
+  func.func @sigmoid_moe_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>,
+                               %r: memref<8x64xbf16>, %l: memref<?x8xf32>, %b: memref<8xf32>,
+                               %u: memref<8x32x64xbf16>, %d: memref<8x64x32xbf16>,
+                               %o: memref<?x64xbf16>, %s: memref<?x1744xi8>) {
+    kiln.linear ins(%x, %r : memref<?x64xbf16>, memref<8x64xbf16>) outs(%l : memref<?x8xf32>)
+    kiln.moe ins(%x, %l : memref<?x64xbf16>, memref<?x8xf32>) up(%u : memref<8x32x64xbf16>) down(%d : memref<8x64x32xbf16>) score_bias(%b : memref<8xf32>) outs(%o, %s : memref<?x64xbf16>, memref<?x1744xi8>) {top_k = 2 : i64, normalize_top_k, scoring = #kiln<moe_scoring sigmoid>, groups = 4 : i64, top_groups = 3 : i64, routed_scale = 2.5 : f32, activation = #kiln<activation relu2>, accumulate_f32}
     return
   }
 }

@@ -270,8 +270,8 @@ TEST(RuntimeCpu, GraphOpValidation) {
   const int64_t expertBytes = 8 * 64 * 256 * 2;
   auto moe = [&](int64_t scratchPerToken, int32_t topK) {
     return kiln_rt_moe(d.ctx, d.a(), d.a(1 << 20), d.w(), d.w(expertBytes),
-                       d.w(2 * expertBytes), d.a(2 << 20), d.a(3 << 20), 12, 256, 64, 8, topK,
-                       KILN_MOE_NORMALIZE_TOP_K, scratchPerToken);
+                       d.w(2 * expertBytes), nullptr, d.a(2 << 20), d.a(3 << 20), 12, 256, 64,
+                       8, topK, KILN_MOE_NORMALIZE_TOP_K, 1, 1, 1.0f, 1, scratchPerToken);
   };
   EXPECT_EQ(moe(static_cast<int64_t>(moeScratch), 2), KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(1 << 20), d.a(1 << 20), 12, 256, 256),

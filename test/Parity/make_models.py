@@ -37,6 +37,7 @@ SELF_SEED_LEN, SELF_GREEDY_LEN = 8, 88    # the model's own greedy text: random 
                                           # fall into loops, which n-gram drafts accept
 NORM_JITTER = 0.1   # RMSNorm weights are 1 + N(0, this)
 BIAS_STD = 0.5      # biases (Qwen2 q/k/v) are N(0, this): large enough to matter
+ROUTER_BIAS_STD = 0.1  # DeepSeek-style e_score_correction_bias: moves some choices
 
 
 def load_config(path):
@@ -118,6 +119,11 @@ def randomize(model, std, seed, device):
             param.normal_(0.0, NORM_JITTER, generator=gen).add_(1.0)
         else:
             param.normal_(0.0, std, generator=gen)
+    # The routers' correction bias (a parameter or a buffer by version) starts at 0, which
+    # would leave the runtime's use of it untested.
+    for name, tensor in sorted(list(model.named_parameters()) + list(model.named_buffers())):
+        if name.endswith("e_score_correction_bias"):
+            tensor.normal_(0.0, ROUTER_BIAS_STD, generator=gen)
 
 
 @torch.no_grad()

@@ -59,6 +59,13 @@ kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const void *w,
                              const void *bias, void *out, int64_t m, int64_t n, int64_t k,
                              void *workspace, size_t workspace_bytes, void *stream);
 
+/* kiln_gemm_bf16 with fp32 out and no bias: a router's logits as DeepSeek's
+ * F.linear(x.float(), w.float()) computes them (a bf16 product is exact in fp32, so the
+ * only difference is the order of the fp32 sums). out 4-byte aligned. */
+kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x, const void *w,
+                                    void *out, int64_t m, int64_t n, int64_t k,
+                                    void *workspace, size_t workspace_bytes, void *stream);
+
 /* A batch of GEMMs whose matrices come from device arrays of pointers (a MoE layer's
  * experts: entry i is out_ptrs[i][rows,n] = x_ptrs[i][rows,k] * w_ptrs[i][n,k]^T;
  * cuBLASLt's pointer-array batch mode, so the expert an entry reads is chosen on the

@@ -1,15 +1,26 @@
-/* Mixture-of-experts layer (C ABI): top-k routing, the routed experts' SwiGLU MLPs on
+/* Mixture-of-experts layer (C ABI): top-k routing, the routed experts' MLPs on
  * cuBLASLt, and the weighted combine. See docs/kernels-graph.md, "MoE".
  *
- * The router's logits are an input (a plain linear the graph runs before), so this
- * call starts at the softmax. Per token t:
- *   p = softmax(float(logits[t]))                       (fp32, over the experts)
- *   top_k experts by p (ties: the lower index), weights w = their p
- *   NORMALIZE_TOP_K: w /= sum(w);  ROUND_WEIGHTS: w = bf16(w)
- *   y_j = down_e(bf16(silu(gate_e(x))) * up_e(x))      (bf16 GEMM outputs, as nn.Linear)
- *   out[t] = sum over j in ascending expert order of bf16(float(y_j) * w_j), each
- *            partial sum rounded to bf16 (transformers' eager experts loop: one
- *            index_add_ per expert, in expert order, into a bf16 zero tensor).
+ * The router's logits are an input (a plain linear the graph runs before: bf16, or fp32
+ * with KILN_MOE_F32_LOGITS, DeepSeek's F.linear(x.float(), w.float())), so this call
+ * starts at the scores. Per token t:
+ *   s = softmax(float(logits[t]))  or, with SIGMOID, s = sigmoid(float(logits[t]))
+ *   c = s + score_bias            (the choice keys; score_bias fp32 [experts] or none:
+ *                                  DeepSeek-V3's e_score_correction_bias)
+ *   groups > 1: the experts split into `groups` equal groups; each group's key is the
+ *     sum of its two largest c; the top_groups best groups stay, every other expert's c
+ *     becomes 0 (DeepSeek's group-limited routing: masked_fill with 0, not -inf)
+ *   top_k experts by c (ties: the lower index), weights w = their s
+ *   NORMALIZE_TOP_K: w /= sum(w);  w *= scale (routed_scaling_factor; 1 = none);
+ *   ROUND_WEIGHTS: w = bf16(w)
+ *   gated experts (gate given): y_j = down_e(bf16(silu(gate_e(x))) * up_e(x))
+ *   plain experts (gate NULL):   y_j = down_e(bf16(act(up_e(x)))), act = activation
+ *                                (Kernels/Graph.h's kiln_activation_bf16 kinds)
+ *   out[t] = sum over j in ascending expert order of the weighted y_j:
+ *     default: bf16(float(y_j) * w_j) added with every partial sum rounded to bf16
+ *              (transformers' Qwen-MoE/Mixtral loop: index_add_ into a bf16 tensor);
+ *     F32_COMBINE: fp32 products float(y_j) * w_j added in fp32, rounded once
+ *              (DeepSeek's and Nemotron-H's loop: index_add_ into an fp32 tensor).
  * The expert GEMMs run batched through device arrays of pointers
  * (kiln_gemm_bf16_batched), so the host never learns the routing and the call is
  * captured in CUDA graphs, in one of two modes:
@@ -25,10 +36,12 @@
  *    for prefill and extend steps, not for decode and verify).
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
- * down [experts, hidden, inter], out [tokens, hidden]; bf16, dense;
- * logits 2-byte aligned, the rest 16-byte; hidden and inter multiples of 8; 1 <= top_k <= min(experts, KILN_MOE_MAX_TOP_K);
- * experts <= KILN_MOE_MAX_EXPERTS. scratch: kiln_moe_scratch_bytes(tokens, ...), 256-byte
- * aligned. out must not alias x. */
+ * down [experts, hidden, inter], out [tokens, hidden]; bf16 (logits bf16 or fp32), dense;
+ * logits element-aligned, the rest 16-byte; hidden and inter multiples of 8;
+ * 1 <= top_k <= min(experts, KILN_MOE_MAX_TOP_K); experts <= KILN_MOE_MAX_EXPERTS;
+ * groups divides experts into groups of at least 2, 1 <= top_groups <= groups and
+ * top_groups x experts / groups >= top_k. scratch: kiln_moe_scratch_bytes(tokens, ...),
+ * 256-byte aligned. out must not alias x. */
 #ifndef KILN_KERNELS_MOE_H
 #define KILN_KERNELS_MOE_H
 
@@ -50,15 +63,24 @@ extern "C" {
 #define KILN_MOE_ROUND_WEIGHTS 2   /* the weights rounded to bf16 before the multiply */
 /* Execution (not routing): expert-grouped tiles when the batch is large enough. */
 #define KILN_MOE_GROUPED 4
+#define KILN_MOE_SIGMOID 8      /* scores sigmoid(logit) instead of the softmax */
+#define KILN_MOE_F32_LOGITS 16  /* the logits are fp32 */
+#define KILN_MOE_F32_COMBINE 32 /* the weighted sum in fp32, rounded once */
+#define KILN_MOE_KNOWN_FLAGS 63
 
 typedef struct kiln_moe_params {
   const void *x, *logits;
-  const void *gate, *up, *down;
+  const void *gate, *up, *down; /* gate NULL: plain (non-gated) experts */
+  const float *score_bias;      /* [experts] or NULL */
   void *out;
   void *scratch;
   int64_t tokens, hidden, inter, experts;
   int32_t top_k;
   int32_t flags;
+  int32_t groups, top_groups; /* 0 reads as 1 */
+  float scale;                /* 0 reads as 1 */
+  int32_t activation;         /* plain experts' activation (kiln_activation_bf16 kind);
+                                 gated experts always run SwiGLU */
   kiln_gemm_t *gemm;     /* the expert GEMMs' handle */
   void *gemm_workspace;  /* cuBLASLt workspace (may be NULL with 0 bytes) */
   size_t gemm_workspace_bytes;

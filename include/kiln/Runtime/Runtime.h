@@ -267,6 +267,10 @@ int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *
                              int64_t dim, float eps);
 int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, const void *bias,
                        void *out, int64_t m, int64_t n, int64_t k);
+/* kiln_rt_linear with fp32 out [m, n] and no bias (a DeepSeek-style fp32 router). Its
+ * output is not traced (the trace holds bf16 outputs). */
+int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void *w, void *out,
+                              int64_t m, int64_t n, int64_t k);
 int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions, void *out,
                      int64_t tokens, int64_t heads, int64_t head_dim, int32_t rope_type,
                      float theta, float factor, float low, float high,
@@ -282,13 +286,18 @@ int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, const void *
                              const void *value, void *out, int64_t rows, int64_t dim,
                              int64_t cols);
 /* A MoE layer's routed experts (kiln_moe, Kernels/Moe.h): x [tokens, hidden], the
- * router's logits [tokens, experts], gate/up [experts, inter, hidden], down [experts,
- * hidden, inter] (weights), out [tokens, hidden]; scratch [tokens, scratch_per_token]
- * bytes in the activations (kiln_moe_scratch_bytes_per_token); flags KILN_MOE_*. */
+ * router's logits [tokens, experts] (fp32 with KILN_MOE_F32_LOGITS, else bf16),
+ * gate/up [experts, inter, hidden] (gate NULL: plain experts running `activation`,
+ * KILN_RT_ACTIVATION_*), down [experts, hidden, inter] (weights), score_bias fp32
+ * [experts] or NULL, out [tokens, hidden]; scratch [tokens, scratch_per_token] bytes in
+ * the activations (kiln_moe_scratch_bytes_per_token); flags KILN_MOE_*; groups /
+ * top_groups the group-limited routing (1/1: none); scale the routed scaling factor. */
 int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits, const void *gate,
-                    const void *up, const void *down, void *out, void *scratch, int64_t tokens,
-                    int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
-                    int32_t flags, int64_t scratch_per_token);
+                    const void *up, const void *down, const void *score_bias, void *out,
+                    void *scratch, int64_t tokens, int64_t hidden, int64_t inter,
+                    int64_t experts, int32_t top_k, int32_t flags, int32_t groups,
+                    int32_t top_groups, float scale, int32_t activation,
+                    int64_t scratch_per_token);
 /* Mamba2's output norm (kiln.gated_rms_norm): y = x * silu(gate) in fp32, then per row and
  * group of group_size columns out = weight * bf16(y / sqrt(mean(y^2) + eps)). x, out [rows,
  * width] dense, gate [rows, width] with row stride gate_stride (elements; a column slice

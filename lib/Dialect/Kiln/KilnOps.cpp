@@ -1161,9 +1161,16 @@ LogicalResult LinearOp::verify() {
       failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getInput(), 0), "the rows")) ||
       failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getWeight(), 0),
                             "the output features")) ||
-      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())) ||
       failed(checkElementType(op, "weight", getWeight(), shapedOf(getInput()).getElementType())))
     return failure();
+  // An f32 result keeps the fp32 sums (a DeepSeek-style router), without a bias.
+  const bool f32Out = shapedOf(getInit()).getElementType().isF32() &&
+                      !shapedOf(getInput()).getElementType().isF32();
+  if (!f32Out &&
+      failed(checkElementType(op, "init", getInit(), shapedOf(getInput()).getElementType())))
+    return failure();
+  if (f32Out && getBias())
+    return emitOpError() << "an f32 result takes no bias";
   if (Value bias = getBias())
     if (failed(checkRank(op, "bias", bias, 1)) ||
         failed(checkDimEquals(op, "bias", bias, 0, sizeOf(getWeight(), 0),
@@ -1174,6 +1181,11 @@ LogicalResult LinearOp::verify() {
 FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
+  if (shapedOf(getInit()).getElementType().isF32())
+    return RuntimeCall{"kiln_rt_linear_f32out",
+                       {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
+                        RuntimeArg::f32Pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+                        RuntimeArg::dim(getWeight(), 0), RuntimeArg::dim(getWeight(), 1)}};
   return RuntimeCall{"kiln_rt_linear",
                      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
                       RuntimeArg::pointer(getBias()), RuntimeArg::pointer(getInit()),
@@ -1186,42 +1198,77 @@ int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK)
       kiln_moe_scratch_per_token(hidden, inter, static_cast<int32_t>(topK)));
 }
 
+// The group-limited routing of kiln_moe (Moe.h): equal groups of at least two experts,
+// and the kept groups hold top_k experts.
+static LogicalResult verifyMoeGroups(MoeOp op, int64_t experts) {
+  const int64_t groups = static_cast<int64_t>(op.getGroups()),
+                kept = static_cast<int64_t>(op.getTopGroups()),
+                topK = static_cast<int64_t>(op.getTopK());
+  if (kept > groups)
+    return op.emitOpError() << "top_groups " << kept << " exceeds the " << groups << " groups";
+  if (groups == 1 || experts == ShapedType::kDynamic)
+    return success();
+  if (experts % groups != 0 || experts / groups < 2)
+    return op.emitOpError() << groups << " groups do not split the " << experts
+                            << " experts into equal groups of at least 2";
+  if (kept * (experts / groups) < topK)
+    return op.emitOpError() << "the " << kept << " kept groups hold "
+                            << kept * (experts / groups) << " experts, fewer than top_k "
+                            << topK;
+  return success();
+}
+
 LogicalResult MoeOp::verify() {
   Operation *op = *this;
   if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
       failed(checkRank(op, "logits", getLogits(), 2)) ||
-      failed(checkRank(op, "gate", getGate(), 3)) || failed(checkRank(op, "up", getUp(), 3)) ||
-      failed(checkRank(op, "down", getDown(), 3)) ||
+      (getGate() && failed(checkRank(op, "gate", getGate(), 3))) ||
+      failed(checkRank(op, "up", getUp(), 3)) || failed(checkRank(op, "down", getDown(), 3)) ||
       failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
-      failed(checkSameShape(op, "gate", getGate(), "up", getUp())) ||
+      (getGate() && failed(checkSameShape(op, "gate", getGate(), "up", getUp()))) ||
       failed(checkRank(op, "scratch", getScratch(), 2)) ||
       failed(checkElementType(op, "scratch", getScratch(), IntegerType::get(getContext(), 8))))
     return failure();
   Type element = shapedOf(getInput()).getElementType();
-  for (auto [name, value] : {std::pair<StringRef, Value>{"logits", getLogits()},
-                             {"gate", getGate()},
+  for (auto [name, value] : {std::pair<StringRef, Value>{"gate", getGate()},
                              {"up", getUp()},
                              {"down", getDown()},
                              {"init", getInit()}})
-    if (failed(checkElementType(op, name, value, element)))
+    if (value && failed(checkElementType(op, name, value, element)))
       return failure();
-  const int64_t hidden = sizeOf(getInput(), 1), experts = sizeOf(getGate(), 0),
-                inter = sizeOf(getGate(), 1);
+  // DeepSeek-style routers compute their logits in fp32.
+  Type logitElement = shapedOf(getLogits()).getElementType();
+  if (logitElement != element && !logitElement.isF32())
+    return emitOpError() << "'logits' must be " << element << " or f32, got " << logitElement;
+  const int64_t hidden = sizeOf(getInput(), 1), experts = sizeOf(getUp(), 0),
+                inter = sizeOf(getUp(), 1);
   if (failed(checkDimEquals(op, "logits", getLogits(), 0, sizeOf(getInput(), 0), "the token count")) ||
       failed(checkDimEquals(op, "logits", getLogits(), 1, experts, "the expert count")) ||
-      failed(checkDimEquals(op, "gate", getGate(), 2, hidden, "the hidden size")) ||
+      failed(checkDimEquals(op, "up", getUp(), 2, hidden, "the hidden size")) ||
       failed(checkDimEquals(op, "down", getDown(), 0, experts, "the expert count")) ||
       failed(checkDimEquals(op, "down", getDown(), 1, hidden, "the hidden size")) ||
       failed(checkDimEquals(op, "down", getDown(), 2, inter, "the expert MLP size")) ||
       failed(checkDimEquals(op, "scratch", getScratch(), 0, sizeOf(getInput(), 0),
                             "the token count")))
     return failure();
+  if (Value bias = getScoreBias())
+    if (failed(checkRank(op, "score_bias", bias, 1)) ||
+        failed(checkElementType(op, "score_bias", bias, Float32Type::get(getContext()))) ||
+        failed(checkDimEquals(op, "score_bias", bias, 0, experts, "the expert count")))
+      return failure();
+  if (getGate() && getActivation() != ActivationKind::silu)
+    return emitOpError() << "gated experts run SwiGLU: activation must be silu, got "
+                         << stringifyActivationKind(getActivation());
+  if (!(getRoutedScale().convertToFloat() > 0.0f))
+    return emitOpError() << "routed_scale must be positive";
   const int64_t topK = static_cast<int64_t>(getTopK());
   if (experts != ShapedType::kDynamic && topK > experts)
     return emitOpError() << "top_k " << topK << " exceeds the " << experts << " experts";
   if (topK > KILN_MOE_MAX_TOP_K || (experts != ShapedType::kDynamic && experts > KILN_MOE_MAX_EXPERTS))
     return emitOpError() << "supports up to " << KILN_MOE_MAX_EXPERTS << " experts and top_k "
                          << KILN_MOE_MAX_TOP_K << ", got " << experts << " and " << topK;
+  if (failed(verifyMoeGroups(*this, experts)))
+    return failure();
   if (hidden != ShapedType::kDynamic && inter != ShapedType::kDynamic &&
       failed(checkDimEquals(op, "scratch", getScratch(), 1,
                             scratchBytesPerToken(hidden, inter, topK),
@@ -1237,15 +1284,28 @@ FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
     flags |= KILN_MOE_NORMALIZE_TOP_K;
   if (getRoundWeights())
     flags |= KILN_MOE_ROUND_WEIGHTS;
-  return RuntimeCall{"kiln_rt_moe",
-                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getLogits()),
-                      RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
-                      RuntimeArg::pointer(getDown()), RuntimeArg::pointer(getInit()),
-                      RuntimeArg::pointer(getScratch()), RuntimeArg::dim(getInput(), 0),
-                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getGate(), 1),
-                      RuntimeArg::dim(getGate(), 0),
-                      RuntimeArg::i32(static_cast<int64_t>(getTopK())), RuntimeArg::i32(flags),
-                      RuntimeArg::dim(getScratch(), 1)}};
+  if (getScoring() == MoeScoring::sigmoid)
+    flags |= KILN_MOE_SIGMOID;
+  const bool f32Logits = shapedOf(getLogits()).getElementType().isF32();
+  if (f32Logits)
+    flags |= KILN_MOE_F32_LOGITS;
+  if (getAccumulateF32())
+    flags |= KILN_MOE_F32_COMBINE;
+  return RuntimeCall{
+      "kiln_rt_moe",
+      {RuntimeArg::pointer(getInput()),
+       f32Logits ? RuntimeArg::f32Pointer(getLogits()) : RuntimeArg::pointer(getLogits()),
+       RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
+       RuntimeArg::pointer(getDown()), RuntimeArg::f32Pointer(getScoreBias()),
+       RuntimeArg::pointer(getInit()), RuntimeArg::pointer(getScratch()),
+       RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
+       RuntimeArg::dim(getUp(), 1), RuntimeArg::dim(getUp(), 0),
+       RuntimeArg::i32(static_cast<int64_t>(getTopK())), RuntimeArg::i32(flags),
+       RuntimeArg::i32(static_cast<int64_t>(getGroups())),
+       RuntimeArg::i32(static_cast<int64_t>(getTopGroups())),
+       RuntimeArg::f32(getRoutedScale().convertToDouble()),
+       RuntimeArg::i32(static_cast<int64_t>(getActivation())),
+       RuntimeArg::dim(getScratch(), 1)}};
 }
 
 LogicalResult RopeOp::verify() {

@@ -64,10 +64,12 @@ struct PlanKey {
   uint32_t alignX, alignW, alignOut, alignBias; // alignBias 0: no bias
   bool batched = false;                         // pointer-array GEMMs
   int64_t rows = 1;                             // batched: rows of each entry
+  bool f32Out = false;                          // fp32 out instead of bf16
   bool operator==(const PlanKey &o) const {
     return m == o.m && n == o.n && k == o.k && workspaceBytes == o.workspaceBytes &&
            alignX == o.alignX && alignW == o.alignW && alignOut == o.alignOut &&
-           alignBias == o.alignBias && batched == o.batched && rows == o.rows;
+           alignBias == o.alignBias && batched == o.batched && rows == o.rows &&
+           f32Out == o.f32Out;
   }
 };
 
@@ -83,6 +85,7 @@ struct PlanKeyHash {
     mix((static_cast<uint64_t>(key.alignOut) << 32) | key.alignBias);
     mix(key.batched);
     mix(static_cast<uint64_t>(key.rows));
+    mix(key.f32Out);
     return static_cast<size_t>(h);
   }
 };
@@ -207,7 +210,8 @@ cublasStatus_t makeLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, rows, key.k);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatrixLayoutCreate(&layouts.out, CUDA_R_16BF, key.n, rows, key.n);
+    st = cublasLtMatrixLayoutCreate(&layouts.out, key.f32Out ? CUDA_R_32F : CUDA_R_16BF, key.n,
+                                    rows, key.n);
   if (key.batched)
     for (cublasLtMatrixLayout_t layout : {layouts.w, layouts.x, layouts.out})
       if (st == CUBLAS_STATUS_SUCCESS)
@@ -479,10 +483,12 @@ extern "C" void kiln_gemm_destroy(kiln_gemm_t *gemm) {
   delete gemm;
 }
 
-extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const void *w,
-                                        const void *bias, void *out, int64_t m, int64_t n,
-                                        int64_t k, void *workspace, size_t workspace_bytes,
-                                        void *stream) {
+namespace {
+
+// kiln_gemm_bf16 and kiln_gemm_bf16_f32out: out's element is fp32 when f32Out.
+kiln_status_t denseGemm(const char *fn, kiln_gemm_t *gemm, const void *x, const void *w,
+                        const void *bias, void *out, int64_t m, int64_t n, int64_t k,
+                        void *workspace, size_t workspace_bytes, void *stream, bool f32Out) {
   // Validation first; `gemm` is not dereferenced before every argument passed.
   const struct {
     const void *p;
@@ -490,16 +496,18 @@ extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const 
   } pointers[] = {{gemm, "gemm"}, {x, "x"}, {w, "w"}, {out, "out"}};
   for (const auto &arg : pointers)
     if (!arg.p)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", kGemm, arg.name);
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, arg.name);
   const struct {
     const void *p;
     const char *name;
-  } data[] = {{x, "x"}, {w, "w"}, {bias, "bias"}, {out, "out"}};
+    uintptr_t bytes;
+  } data[] = {{x, "x", 2}, {w, "w", 2}, {bias, "bias", 2}, {out, "out", f32Out ? 4u : 2u}};
   for (const auto &arg : data)
-    if (reinterpret_cast<uintptr_t>(arg.p) % 2 != 0)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not 2-byte aligned", kGemm, arg.name);
+    if (reinterpret_cast<uintptr_t>(arg.p) % arg.bytes != 0)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not %d-byte aligned", fn, arg.name,
+                  static_cast<int>(arg.bytes));
   if (m < 0)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: m is negative (%lld)", kGemm,
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: m is negative (%lld)", fn,
                 static_cast<long long>(m));
   const struct {
     int64_t v;
@@ -507,7 +515,7 @@ extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const 
   } sizes[] = {{n, "n"}, {k, "k"}};
   for (const auto &s : sizes)
     if (s.v <= 0)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be > 0 (got %lld)", kGemm, s.name,
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s must be > 0 (got %lld)", fn, s.name,
                   static_cast<long long>(s.v));
   const struct {
     int64_t v;
@@ -516,23 +524,42 @@ extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const 
   for (const auto &s : limits)
     if (s.v > std::numeric_limits<int32_t>::max())
       return fail(KILN_ERROR_UNSUPPORTED, "%s: %s = %lld exceeds the supported maximum %d",
-                  kGemm, s.name, static_cast<long long>(s.v),
+                  fn, s.name, static_cast<long long>(s.v),
                   std::numeric_limits<int32_t>::max());
   if (!workspace && workspace_bytes != 0)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace is null but workspace_bytes is %zu",
-                kGemm, workspace_bytes);
+                fn, workspace_bytes);
   if (m == 0)
     return ok();
 
-  const PlanKey key{m,
-                    n,
-                    k,
-                    static_cast<uint64_t>(workspace_bytes),
-                    alignmentOf(x),
-                    alignmentOf(w),
-                    alignmentOf(out),
-                    bias ? alignmentOf(bias) : 0u};
+  PlanKey key{m,
+              n,
+              k,
+              static_cast<uint64_t>(workspace_bytes),
+              alignmentOf(x),
+              alignmentOf(w),
+              alignmentOf(out),
+              bias ? alignmentOf(bias) : 0u};
+  key.f32Out = f32Out;
   return runPlanned(gemm, key, bias, w, x, out, workspace, workspace_bytes, stream);
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_gemm_bf16(kiln_gemm_t *gemm, const void *x, const void *w,
+                                        const void *bias, void *out, int64_t m, int64_t n,
+                                        int64_t k, void *workspace, size_t workspace_bytes,
+                                        void *stream) {
+  return denseGemm(kGemm, gemm, x, w, bias, out, m, n, k, workspace, workspace_bytes, stream,
+                   false);
+}
+
+extern "C" kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x, const void *w,
+                                               void *out, int64_t m, int64_t n, int64_t k,
+                                               void *workspace, size_t workspace_bytes,
+                                               void *stream) {
+  return denseGemm("kiln_gemm_bf16_f32out", gemm, x, w, nullptr, out, m, n, k, workspace,
+                   workspace_bytes, stream, true);
 }
 
 extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,

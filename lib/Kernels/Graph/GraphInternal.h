@@ -59,17 +59,27 @@ struct MoeLayout {
 };
 constexpr int kMoeNormalizeTopK = KILN_MOE_NORMALIZE_TOP_K;
 constexpr int kMoeRoundWeights = KILN_MOE_ROUND_WEIGHTS;
+constexpr int kMoeSigmoid = KILN_MOE_SIGMOID;
+constexpr int kMoeF32Combine = KILN_MOE_F32_COMBINE;
+
+// How a token picks its experts (Moe.h's routing steps).
+struct MoeRouting {
+  int experts, topK, flags;
+  const float *scoreBias; // [experts] or null
+  int groups, topGroups;
+  float scale;
+};
 
 // Routing; with `pairEntries` also the pairs mode's GEMM entries and slots (slot = pair).
+// Logits are fp32 when routing.flags has KILN_MOE_F32_LOGITS, else bf16.
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
-                           int experts, int topK, int flags, bool pairEntries,
-                           cudaStream_t stream);
+                           const MoeRouting &routing, bool pairEntries, cudaStream_t stream);
 // Grouped mode: the expert table and tile entries (tileRows M), each pair's sorted row
 // and the gathered inputs.
 cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
                            int tileRows, cudaStream_t stream);
 cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
-                             cudaStream_t stream);
+                             bool f32Sum, cudaStream_t stream);
 
 } // namespace kiln::graph
 

@@ -469,89 +469,164 @@ __device__ __forceinline__ void writeMoeEntry(const MoeLayout &l, int64_t i, int
                                               const uint16_t *input, int64_t row) {
   const int64_t expertElems = l.inter * l.hidden, n = l.entries;
   uint16_t *gateRow = l.gateRows + row * l.inter;
-  l.wPtrs[i] = l.gate + e * expertElems;
+  l.wPtrs[i] = l.gate ? l.gate + e * expertElems : nullptr; // plain experts: no gate GEMM
   l.xPtrs[i] = input;
   l.outPtrs[i] = gateRow;
   l.wPtrs[n + i] = l.up + e * expertElems;
   l.xPtrs[n + i] = input;
   l.outPtrs[n + i] = l.upRows + row * l.inter;
   l.wPtrs[2 * n + i] = l.down + e * expertElems;
-  l.xPtrs[2 * n + i] = gateRow; // the SwiGLU activation, written over the gate rows
+  l.xPtrs[2 * n + i] = gateRow; // the activation, written over the gate rows
   l.outPtrs[2 * n + i] = l.yRows + row * l.hidden;
 }
 
-// One block per token: softmax over the experts in fp32, top-k by repeated block argmax
-// (ties: the lower index, like torch.topk), the chosen weights normalized and rounded as
-// the flags say, then sorted by expert id (the combine's order). Pairs mode: each pair is
-// its own GEMM entry and row.
-__global__ void moeRouteKernel(const uint16_t *__restrict__ logits, MoeLayout layout,
-                               int64_t tokens, int experts, int topK, int flags,
-                               bool pairEntries) {
-  extern __shared__ float probs[]; // [experts]
-  __shared__ float scratch[33];
-  __shared__ unsigned long long best[32];
-  __shared__ int chosen[KILN_MOE_MAX_TOP_K];
-  __shared__ float chosenWeight[KILN_MOE_MAX_TOP_K];
+__device__ __forceinline__ float logitValue(const uint16_t *row, int e) { return bf2f(row[e]); }
+__device__ __forceinline__ float logitValue(const float *row, int e) { return row[e]; }
+
+// A float's bits reordered so that unsigned comparison orders the values (negatives too).
+__device__ __forceinline__ uint32_t orderedBits(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// The block's largest (value, lowest index) among the experts `usable` admits; key 0 is
+// none. Every thread gets the winner's index.
+template <typename Usable>
+__device__ int blockArgmax(const float *values, int experts, Usable usable,
+                           unsigned long long *best) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
+  unsigned long long key = 0;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    if (usable(e))
+      key = max(key, (static_cast<unsigned long long>(orderedBits(values[e])) << 32) |
+                         (0xffffffffu - static_cast<uint32_t>(e)));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    key = max(key, __shfl_xor_sync(0xffffffffu, key, offset));
+  __syncthreads(); // the previous call's winners are read
+  if (lane == 0)
+    best[warp] = key;
+  __syncthreads();
+  unsigned long long top = best[0];
+  for (int w = 1; w < warps; ++w)
+    top = max(top, best[w]);
+  return static_cast<int>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
+}
+
+// Softmax in fp32 over the row's experts, in place.
+__device__ void softmaxInPlace(float *scores, int experts, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  float localMax = -INFINITY;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    localMax = fmaxf(localMax, scores[e]);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    localMax = fmaxf(localMax, __shfl_xor_sync(0xffffffffu, localMax, offset));
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = localMax;
+  __syncthreads();
+  float rowMax = scratch[0];
+  for (int w = 1; w < warps; ++w)
+    rowMax = fmaxf(rowMax, scratch[w]);
+  float localSum = 0.0f;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    scores[e] = expf(scores[e] - rowMax);
+    localSum += scores[e];
+  }
+  const float sum = blockSum(localSum, scratch);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    scores[e] = scores[e] / sum;
+  __syncthreads();
+}
+
+// DeepSeek's group-limited routing: a group's key is the sum of its two largest choice
+// keys; outside the top_groups best groups every key becomes 0.
+__device__ void maskUnchosenGroups(float *choice, const MoeRouting &r, float *groupKey,
+                                   bool *groupKept, unsigned long long *best) {
+  const int size = r.experts / r.groups;
+  for (int g = threadIdx.x; g < r.groups; g += blockDim.x) {
+    float first = -INFINITY, second = -INFINITY;
+    for (int e = g * size; e < (g + 1) * size; ++e) {
+      const float v = choice[e];
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    groupKey[g] = first + second;
+    groupKept[g] = false;
+  }
+  __syncthreads();
+  for (int j = 0; j < r.topGroups; ++j) {
+    const int g = blockArgmax(groupKey, r.groups, [&](int i) { return !groupKept[i]; }, best);
+    __syncthreads(); // every thread read groupKept before it changes
+    if (threadIdx.x == 0)
+      groupKept[g] = true;
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < r.experts; e += blockDim.x)
+    if (!groupKept[e / size])
+      choice[e] = 0.0f;
+  __syncthreads();
+}
+
+// One block per token (Moe.h's routing): scores, choice keys, the groups' mask, top-k by
+// repeated block argmax (ties: the lower index, like torch.topk), the chosen weights
+// normalized, scaled and rounded as the flags say, then sorted by expert id (the
+// combine's order). Pairs mode: each pair is its own GEMM entry and row.
+template <typename Logit>
+__global__ void moeRouteKernel(const Logit *__restrict__ logits, MoeLayout layout,
+                               int64_t tokens, MoeRouting r, bool pairEntries) {
+  extern __shared__ float shared[]; // scores [experts], choice keys [experts]
+  float *scores = shared, *choice = shared + r.experts;
+  __shared__ float scratch[33];
+  __shared__ unsigned long long best[32];
+  __shared__ float groupKey[KILN_MOE_MAX_EXPERTS / 2];
+  __shared__ bool groupKept[KILN_MOE_MAX_EXPERTS / 2];
+  __shared__ int chosen[KILN_MOE_MAX_TOP_K];
+  __shared__ float chosenWeight[KILN_MOE_MAX_TOP_K];
+  const int experts = r.experts, topK = r.topK;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
-    const uint16_t *row = logits + t * experts;
-    float localMax = -INFINITY;
+    const Logit *row = logits + t * experts;
     for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-      probs[e] = bf2f(row[e]);
-      localMax = fmaxf(localMax, probs[e]);
+      const float v = logitValue(row, e);
+      scores[e] = (r.flags & kMoeSigmoid) ? 1.0f / (1.0f + expf(-v)) : v;
     }
-    for (int offset = 16; offset > 0; offset >>= 1)
-      localMax = fmaxf(localMax, __shfl_xor_sync(0xffffffffu, localMax, offset));
     __syncthreads();
-    if (lane == 0)
-      scratch[warp] = localMax;
-    __syncthreads();
-    float rowMax = scratch[0];
-    for (int w = 1; w < warps; ++w)
-      rowMax = fmaxf(rowMax, scratch[w]);
-    float localSum = 0.0f;
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-      probs[e] = expf(probs[e] - rowMax);
-      localSum += probs[e];
-    }
-    const float sum = blockSum(localSum, scratch);
+    if (!(r.flags & kMoeSigmoid))
+      softmaxInPlace(scores, experts, scratch);
     for (int e = threadIdx.x; e < experts; e += blockDim.x)
-      probs[e] = probs[e] / sum;
+      choice[e] = r.scoreBias ? scores[e] + r.scoreBias[e] : scores[e];
     __syncthreads();
+    if (r.groups > 1)
+      maskUnchosenGroups(choice, r, groupKey, groupKept, best);
     for (int j = 0; j < topK; ++j) {
-      // Probabilities are >= 0: their float bits order like the values; chosen experts
-      // are marked -1 (below every key).
-      unsigned long long key = 0;
-      for (int e = threadIdx.x; e < experts; e += blockDim.x)
-        if (probs[e] >= 0.0f)
-          key = max(key, (static_cast<unsigned long long>(__float_as_uint(probs[e])) << 32) |
-                             (0xffffffffu - static_cast<uint32_t>(e)));
-      for (int offset = 16; offset > 0; offset >>= 1)
-        key = max(key, __shfl_xor_sync(0xffffffffu, key, offset));
-      if (lane == 0)
-        best[warp] = key;
-      __syncthreads();
+      // A chosen expert's key becomes -inf (never a real key: masked keys are 0).
+      const int e = blockArgmax(choice, experts, [&](int i) { return choice[i] != -INFINITY; },
+                                best);
+      __syncthreads(); // every thread read choice before it changes
       if (threadIdx.x == 0) {
-        unsigned long long top = best[0];
-        for (int w = 1; w < warps; ++w)
-          top = max(top, best[w]);
-        const int e = static_cast<int>(0xffffffffu - static_cast<uint32_t>(top & 0xffffffffu));
         chosen[j] = e;
-        chosenWeight[j] = probs[e];
-        probs[e] = -1.0f;
+        chosenWeight[j] = scores[e];
+        choice[e] = -INFINITY;
       }
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      if (flags & kMoeNormalizeTopK) {
+      if (r.flags & kMoeNormalizeTopK) {
         float total = 0.0f;
         for (int j = 0; j < topK; ++j)
           total += chosenWeight[j];
         for (int j = 0; j < topK; ++j)
           chosenWeight[j] /= total;
       }
-      if (flags & kMoeRoundWeights)
+      if (r.scale != 1.0f)
+        for (int j = 0; j < topK; ++j)
+          chosenWeight[j] *= r.scale;
+      if (r.flags & kMoeRoundWeights)
         for (int j = 0; j < topK; ++j)
           chosenWeight[j] = roundBf16(chosenWeight[j]);
       for (int j = 1; j < topK; ++j) // insertion sort by expert id
@@ -657,8 +732,11 @@ __global__ void moeGatherKernel(MoeLayout layout, int64_t pairs, int topK) {
   }
 }
 
-// out[t] = sum over j (ascending expert) of bf16(y[slot(t, j)] * w[t, j]), each partial
-// sum rounded to bf16; 8 columns a thread.
+// out[t] = the weighted y[slot(t, j)] summed over j (ascending expert): with bf16 partial
+// sums (every product and sum rounded), or in fp32 (products and sums rounded to fp32
+// one at a time, as torch's mul then index_add_, no FMA) and rounded once; 8 columns a
+// thread.
+template <bool F32Sum>
 __global__ void moeCombineKernel(MoeLayout layout, uint16_t *__restrict__ out, int64_t tokens,
                                  int topK) {
   const int64_t hidden = layout.hidden, vectors = hidden / kVecElems;
@@ -674,7 +752,8 @@ __global__ void moeCombineKernel(MoeLayout layout, uint16_t *__restrict__ out, i
                 part);
 #pragma unroll
         for (int e = 0; e < kVecElems; ++e)
-          acc[e] = roundBf16(acc[e] + roundBf16(part[e] * w));
+          acc[e] = F32Sum ? __fadd_rn(acc[e], __fmul_rn(part[e], w))
+                          : roundBf16(acc[e] + roundBf16(part[e] * w));
       }
       reinterpret_cast<uint4 *>(out + t * hidden)[v] = pack8(acc);
     }
@@ -828,12 +907,15 @@ cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t
 }
 
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
-                           int experts, int topK, int flags, bool pairEntries,
-                           cudaStream_t stream) {
-  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(experts)));
-  moeRouteKernel<<<rowGrid(tokens), threads, static_cast<size_t>(experts) * sizeof(float),
-                   stream>>>(static_cast<const uint16_t *>(logits), layout, tokens, experts,
-                             topK, flags, pairEntries);
+                           const MoeRouting &routing, bool pairEntries, cudaStream_t stream) {
+  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(routing.experts)));
+  const size_t shared = 2 * static_cast<size_t>(routing.experts) * sizeof(float);
+  if (routing.flags & KILN_MOE_F32_LOGITS)
+    moeRouteKernel<<<rowGrid(tokens), threads, shared, stream>>>(
+        static_cast<const float *>(logits), layout, tokens, routing, pairEntries);
+  else
+    moeRouteKernel<<<rowGrid(tokens), threads, shared, stream>>>(
+        static_cast<const uint16_t *>(logits), layout, tokens, routing, pairEntries);
   return cudaGetLastError();
 }
 
@@ -848,13 +930,17 @@ cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int
 }
 
 cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
-                             cudaStream_t stream) {
+                             bool f32Sum, cudaStream_t stream) {
   const int64_t vectors = layout.hidden / kVecElems;
   const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(vectors)));
   const dim3 grid(static_cast<unsigned>((vectors + threads - 1) / threads),
                   static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
-  moeCombineKernel<<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens,
-                                                 topK);
+  if (f32Sum)
+    moeCombineKernel<true>
+        <<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens, topK);
+  else
+    moeCombineKernel<false>
+        <<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens, topK);
   return cudaGetLastError();
 }
 

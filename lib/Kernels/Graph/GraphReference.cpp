@@ -3,6 +3,7 @@
 #include "RopeFrequencies.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <vector>
 #include <cstring>
@@ -202,49 +203,87 @@ void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, d
   }
 }
 
-void moeRouteReference(const uint16_t *logits, int64_t experts, int32_t topK, int32_t flags,
-                       int32_t *ids, float *weights) {
-  std::vector<double> probs(static_cast<size_t>(experts));
-  double maxLogit = -INFINITY, sum = 0.0;
-  for (int64_t e = 0; e < experts; ++e)
-    maxLogit = std::max(maxLogit, static_cast<double>(bf16ToFloat(logits[e])));
-  for (int64_t e = 0; e < experts; ++e)
-    sum += probs[e] = std::exp(bf16ToFloat(logits[e]) - maxLogit);
+namespace {
+
+// DeepSeek's group-limited routing (Moe.h): keys outside the top_groups best groups
+// (a group's key: the sum of its two largest) become 0.
+void maskGroups(std::vector<double> &choice, int32_t groups, int32_t topGroups) {
+  const size_t size = choice.size() / static_cast<size_t>(groups);
+  std::vector<std::pair<double, int32_t>> keys;
+  for (int32_t g = 0; g < groups; ++g) {
+    std::vector<double> members(choice.begin() + g * size, choice.begin() + (g + 1) * size);
+    std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<>());
+    keys.push_back({members[0] + members[1], -g}); // ties: the lower group
+  }
+  std::sort(keys.begin(), keys.end(), std::greater<>());
+  std::vector<bool> kept(static_cast<size_t>(groups), false);
+  for (int32_t j = 0; j < topGroups; ++j)
+    kept[static_cast<size_t>(-keys[j].second)] = true;
+  for (size_t e = 0; e < choice.size(); ++e)
+    if (!kept[e / size])
+      choice[e] = 0.0;
+}
+
+} // namespace
+
+void moeRouteReference(const float *logits, int64_t experts, const MoeOptions &o, int32_t *ids,
+                       float *weights) {
+  std::vector<double> scores(static_cast<size_t>(experts));
+  if (o.flags & KILN_MOE_SIGMOID) {
+    for (int64_t e = 0; e < experts; ++e)
+      scores[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+  } else {
+    double maxLogit = -INFINITY, sum = 0.0;
+    for (int64_t e = 0; e < experts; ++e)
+      maxLogit = std::max(maxLogit, static_cast<double>(logits[e]));
+    for (int64_t e = 0; e < experts; ++e)
+      sum += scores[e] = std::exp(logits[e] - maxLogit);
+    for (double &s : scores)
+      s /= sum;
+  }
+  std::vector<double> choice(scores);
+  if (o.scoreBias)
+    for (int64_t e = 0; e < experts; ++e)
+      choice[e] += o.scoreBias[e];
+  if (o.groups > 1)
+    maskGroups(choice, o.groups, o.topGroups);
   std::vector<std::pair<int32_t, double>> chosen;
-  for (int32_t j = 0; j < topK; ++j) {
+  std::vector<bool> taken(static_cast<size_t>(experts), false);
+  for (int32_t j = 0; j < o.topK; ++j) {
     int64_t best = -1;
     for (int64_t e = 0; e < experts; ++e)
-      if (probs[e] >= 0.0 && (best < 0 || probs[e] > probs[best]))
+      if (!taken[e] && (best < 0 || choice[e] > choice[best]))
         best = e;
-    chosen.push_back({static_cast<int32_t>(best), probs[best] / sum});
-    probs[best] = -1.0;
+    chosen.push_back({static_cast<int32_t>(best), scores[best]});
+    taken[best] = true;
   }
   double total = 0.0;
   for (const auto &c : chosen)
     total += c.second;
   std::sort(chosen.begin(), chosen.end());
-  for (int32_t j = 0; j < topK; ++j) {
+  for (int32_t j = 0; j < o.topK; ++j) {
     ids[j] = chosen[j].first;
     double w = chosen[j].second;
-    if (flags & KILN_MOE_NORMALIZE_TOP_K)
+    if (o.flags & KILN_MOE_NORMALIZE_TOP_K)
       w /= total;
-    weights[j] = (flags & KILN_MOE_ROUND_WEIGHTS) ? bf16ToFloat(doubleToBf16(w))
-                                                  : static_cast<float>(w);
+    w *= o.scale;
+    weights[j] = (o.flags & KILN_MOE_ROUND_WEIGHTS) ? bf16ToFloat(doubleToBf16(w))
+                                                    : static_cast<float>(w);
   }
 }
 
-void moeReference(const uint16_t *x, const uint16_t *logits, const uint16_t *gate,
+void moeReference(const uint16_t *x, const float *logits, const uint16_t *gate,
                   const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
-                  int64_t hidden, int64_t inter, int64_t experts, int32_t topK, int32_t flags) {
-  std::vector<int32_t> ids(static_cast<size_t>(topK));
-  std::vector<float> weights(static_cast<size_t>(topK));
+                  int64_t hidden, int64_t inter, int64_t experts, const MoeOptions &o) {
+  std::vector<int32_t> ids(static_cast<size_t>(o.topK));
+  std::vector<float> weights(static_cast<size_t>(o.topK));
   std::vector<double> wide(static_cast<size_t>(std::max(hidden, inter)));
   std::vector<uint16_t> g(static_cast<size_t>(inter)), u(g.size()), act(g.size()),
       y(static_cast<size_t>(hidden));
   for (int64_t t = 0; t < tokens; ++t) {
-    moeRouteReference(logits + t * experts, experts, topK, flags, ids.data(), weights.data());
+    moeRouteReference(logits + t * experts, experts, o, ids.data(), weights.data());
     std::vector<float> acc(static_cast<size_t>(hidden), 0.0f);
-    for (int32_t j = 0; j < topK; ++j) {
+    for (int32_t j = 0; j < o.topK; ++j) {
       const int64_t e = ids[j];
       const auto linear = [&](const uint16_t *w, const uint16_t *in, int64_t n, int64_t k,
                               uint16_t *result) {
@@ -252,13 +291,21 @@ void moeReference(const uint16_t *x, const uint16_t *logits, const uint16_t *gat
         for (int64_t i = 0; i < n; ++i)
           result[i] = doubleToBf16(wide[i]);
       };
-      linear(gate, x + t * hidden, inter, hidden, g.data());
       linear(up, x + t * hidden, inter, hidden, u.data());
-      swigluReference(g.data(), u.data(), act.data(), inter);
+      if (gate) {
+        linear(gate, x + t * hidden, inter, hidden, g.data());
+        swigluReference(g.data(), u.data(), act.data(), inter);
+      } else {
+        activationReference(u.data(), act.data(), inter, o.activation);
+      }
       linear(down, act.data(), hidden, inter, y.data());
       for (int64_t h = 0; h < hidden; ++h) {
-        const float part = bf16ToFloat(floatToBf16(bf16ToFloat(y[h]) * weights[j]));
-        acc[h] = bf16ToFloat(floatToBf16(acc[h] + part));
+        if (o.flags & KILN_MOE_F32_COMBINE) {
+          acc[h] += bf16ToFloat(y[h]) * weights[j];
+        } else {
+          const float part = bf16ToFloat(floatToBf16(bf16ToFloat(y[h]) * weights[j]));
+          acc[h] = bf16ToFloat(floatToBf16(acc[h] + part));
+        }
       }
     }
     for (int64_t h = 0; h < hidden; ++h)

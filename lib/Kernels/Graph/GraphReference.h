@@ -51,14 +51,24 @@ void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t
 void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, double *out,
                    int64_t m, int64_t n, int64_t k);
 
-// kiln_moe's routing of one token (Moe.h): the chosen experts in ascending order and
-// their weights (softmax in fp64).
-void moeRouteReference(const uint16_t *logits, int64_t experts, int32_t topK, int32_t flags,
+// The routing and expert options of kiln_moe's params (Moe.h) the references read.
+struct MoeOptions {
+  int32_t topK = 1, flags = 0;
+  const float *scoreBias = nullptr; // [experts] or null
+  int32_t groups = 1, topGroups = 1;
+  float scale = 1.0f;
+  int32_t activation = 1; // plain experts (gate null): kiln_activation_bf16's kind
+};
+
+// kiln_moe's routing of one token (Moe.h), in fp64 from the logits' values: the chosen
+// experts in ascending order and their weights.
+void moeRouteReference(const float *logits, int64_t experts, const MoeOptions &options,
                        int32_t *ids, float *weights);
-// kiln_moe (Moe.h): every expert GEMM output rounded once from its exact sum.
-void moeReference(const uint16_t *x, const uint16_t *logits, const uint16_t *gate,
+// kiln_moe (Moe.h): every expert GEMM output rounded once from its exact sum; gate null:
+// plain experts. logits [tokens, experts] as values (bf16 or fp32 ones).
+void moeReference(const uint16_t *x, const float *logits, const uint16_t *gate,
                   const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
-                  int64_t hidden, int64_t inter, int64_t experts, int32_t topK, int32_t flags);
+                  int64_t hidden, int64_t inter, int64_t experts, const MoeOptions &options);
 
 } // namespace kiln::reference
 

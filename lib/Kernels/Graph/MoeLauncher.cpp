@@ -1,5 +1,6 @@
 // kiln_moe: validation (before any CUDA call), the scratch carved per entry, then
-// route -> gate/up GEMMs -> SwiGLU -> down GEMM -> combine, all on the caller's stream.
+// route -> gate/up GEMMs -> SwiGLU (or up GEMM -> activation) -> down GEMM -> combine,
+// all on the caller's stream.
 #include "kiln/Kernels/Moe.h"
 
 #include "kiln/Kernels/Graph.h"
@@ -63,6 +64,45 @@ bool checkExperts(ArgChecker &c, int64_t experts, int32_t topK) {
   return true;
 }
 
+int32_t orOne(int32_t v) { return v == 0 ? 1 : v; }
+
+// DeepSeek's group-limited routing needs equal groups of at least two experts (a group's
+// key is its top two) and enough experts in the kept groups for top_k.
+bool checkGroups(ArgChecker &c, const kiln_moe_params_t &p) {
+  const int32_t groups = orOne(p.groups), kept = orOne(p.top_groups);
+  if (!c.positive(groups, "groups") || !c.positive(kept, "top_groups"))
+    return false;
+  if (groups == 1 && kept == 1)
+    return true;
+  if (p.experts % groups != 0 || p.experts / groups < 2 || kept > groups ||
+      kept * (p.experts / groups) < p.top_k) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: %d expert groups keeping %d do not fit %lld experts and top_k %d "
+                    "(groups must divide the experts into groups of >= 2, and the kept "
+                    "groups must hold top_k experts)",
+                    c.kernel, static_cast<int>(groups), static_cast<int>(kept),
+                    static_cast<long long>(p.experts), static_cast<int>(p.top_k));
+    return false;
+  }
+  return true;
+}
+
+// Gated experts run SwiGLU (activation unread); plain ones one of kiln_activation_bf16's
+// functions.
+bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
+  if (!p.gate && p.activation != 0 && p.activation != 1) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: activation %d unknown", c.kernel,
+                    static_cast<int>(p.activation));
+    return false;
+  }
+  if (!(p.scale > 0.0f) && p.scale != 0.0f) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g is not positive", c.kernel,
+                    static_cast<double>(p.scale));
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_t inter,
@@ -81,20 +121,25 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   const struct {
     const void *ptr;
     const char *name;
-  } buffers[] = {{p->x, "x"},       {p->logits, "logits"}, {p->gate, "gate"},
-                 {p->up, "up"},     {p->down, "down"},     {p->out, "out"},
-                 {p->scratch, "scratch"}};
+  } buffers[] = {{p->x, "x"},     {p->logits, "logits"}, {p->up, "up"},
+                 {p->down, "down"}, {p->out, "out"},       {p->scratch, "scratch"}};
+  const int logitBytes = (p->flags & KILN_MOE_F32_LOGITS) ? 4 : 2;
   for (const auto &b : buffers)
     // logits are read one element at a time; the rest with 16-byte vectors.
     if (!c.notNull(b.ptr, b.name) ||
-        (b.ptr == p->logits ? !c.elementAligned(b.ptr, 2, b.name) : !c.aligned16(b.ptr, b.name)))
+        (b.ptr == p->logits ? !c.elementAligned(b.ptr, logitBytes, b.name)
+                            : !c.aligned16(b.ptr, b.name)))
       return c.status;
+  if ((p->gate && !c.aligned16(p->gate, "gate")) ||
+      (p->score_bias && !c.elementAligned(p->score_bias, 4, "score_bias")))
+    return c.status;
   if (!c.notNull(p->gemm, "gemm") || !c.nonNegative(p->tokens, "tokens") ||
       !checkRows(c, p->hidden, p->inter, p->top_k) || !checkExperts(c, p->experts, p->top_k) ||
       !c.sizeFits(p->tokens, p->hidden, "x") || !c.sizeFits(p->tokens, p->experts, "logits") ||
-      !c.sizeFits(p->experts * p->inter, p->hidden, "gate"))
+      !c.sizeFits(p->experts * p->inter, p->hidden, "up") || !checkGroups(c, *p) ||
+      !checkExpertForm(c, *p))
     return c.status;
-  if (p->flags & ~(KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS | KILN_MOE_GROUPED))
+  if (p->flags & ~KILN_MOE_KNOWN_FLAGS)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_moe: flags 0x%x has unknown bits",
                 static_cast<unsigned>(p->flags));
   if (p->x == p->out)
@@ -117,7 +162,7 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   };
   MoeLayout layout{};
   layout.x = static_cast<const uint16_t *>(p->x);
-  layout.gate = static_cast<const uint16_t *>(p->gate);
+  layout.gate = static_cast<const uint16_t *>(p->gate); // null: plain experts
   layout.up = static_cast<const uint16_t *>(p->up);
   layout.down = static_cast<const uint16_t *>(p->down);
   layout.hidden = p->hidden;
@@ -141,8 +186,14 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   const int64_t rows = layout.entries * tileRows;
 
   cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
-  cudaError_t e = launchMoeRoute(p->logits, layout, p->tokens, static_cast<int>(p->experts),
-                                 p->top_k, p->flags, tileRows == 1, stream);
+  const MoeRouting routing{static_cast<int>(p->experts),
+                           p->top_k,
+                           p->flags,
+                           p->score_bias,
+                           orOne(p->groups),
+                           orOne(p->top_groups),
+                           p->scale == 0.0f ? 1.0f : p->scale};
+  cudaError_t e = launchMoeRoute(p->logits, layout, p->tokens, routing, tileRows == 1, stream);
   if (e == cudaSuccess && tileRows > 1)
     e = launchMoeGroup(layout, entries, p->top_k, static_cast<int>(p->experts), tileRows,
                        stream);
@@ -154,10 +205,14 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   } gemms[] = {{0, p->inter, p->hidden},
                {layout.entries, p->inter, p->hidden},
                {2 * layout.entries, p->hidden, p->inter}};
-  for (int g = 0; g < 3; ++g) {
+  // Plain experts skip the gate GEMM; their activation goes where SwiGLU's would.
+  for (int g = p->gate ? 0 : 1; g < 3; ++g) {
     if (g == 2)
-      if (kiln_status_t s = kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
-                                             rows * p->inter, p->stream);
+      if (kiln_status_t s =
+              p->gate ? kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
+                                         rows * p->inter, p->stream)
+                      : kiln_activation_bf16(layout.upRows, layout.gateRows, rows * p->inter,
+                                             p->activation, p->stream);
           s != KILN_OK)
         return s;
     if (kiln_status_t s = kiln_gemm_bf16_batched(
@@ -167,7 +222,8 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
         s != KILN_OK)
       return s;
   }
-  e = launchMoeCombine(layout, p->out, p->tokens, p->top_k, stream);
+  e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,
+                       (p->flags & KILN_MOE_F32_COMBINE) != 0, stream);
   if (e != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "kiln_moe: combine launch failed: %s", cudaGetErrorString(e));
   return ok();

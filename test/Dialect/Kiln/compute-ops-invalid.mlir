@@ -213,9 +213,9 @@ func.func @f(%x: tensor<?x128xbf16>, %w: tensor<256x128xbf16>, %o: tensor<?x128x
 }
 
 // -----
-func.func @f(%x: tensor<?x128xbf16>, %w: tensor<256x128xbf16>, %o: tensor<?x256xf32>) {
-  // expected-error @below {{'init' must have element type 'bf16', got 'f32'}}
-  %0 = kiln.linear ins(%x, %w : tensor<?x128xbf16>, tensor<256x128xbf16>) outs(%o : tensor<?x256xf32>) -> tensor<?x256xf32>
+func.func @f(%x: tensor<?x128xbf16>, %w: tensor<256x128xbf16>, %o: tensor<?x256xf16>) {
+  // expected-error @below {{'init' must have element type 'bf16', got 'f16'}}
+  %0 = kiln.linear ins(%x, %w : tensor<?x128xbf16>, tensor<256x128xbf16>) outs(%o : tensor<?x256xf16>) -> tensor<?x256xf16>
   return
 }
 

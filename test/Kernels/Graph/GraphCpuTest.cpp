@@ -445,26 +445,71 @@ TEST(GraphValidation, GemmBatched) {
 // ascending expert order, renormalized and/or rounded as the flags say.
 TEST(GraphReference, MoeRouteHandComputed) {
   // Logits 0, ln 2, ln 4, ln 2 (bf16-exact enough: the test uses the rounded values).
-  const uint16_t logits[4] = {bf(0.0f), bf(std::log(2.0f)), bf(std::log(4.0f)),
-                              bf(std::log(2.0f))};
+  const uint16_t bits[4] = {bf(0.0f), bf(std::log(2.0f)), bf(std::log(4.0f)),
+                            bf(std::log(2.0f))};
+  float logits[4];
   double e[4], sum = 0;
-  for (int i = 0; i < 4; ++i)
-    sum += e[i] = std::exp(double(fl(logits[i])));
+  for (int i = 0; i < 4; ++i) {
+    logits[i] = fl(bits[i]);
+    sum += e[i] = std::exp(double(logits[i]));
+  }
   int32_t ids[2];
   float weights[2];
-  moeRouteReference(logits, 4, 2, 0, ids, weights);
+  MoeOptions o;
+  o.topK = 2;
+  moeRouteReference(logits, 4, o, ids, weights);
   // Experts 2 (largest) and 1 (ties with 3: the lower index), ascending.
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   EXPECT_FLOAT_EQ(weights[0], float(e[1] / sum));
   EXPECT_FLOAT_EQ(weights[1], float(e[2] / sum));
-  moeRouteReference(logits, 4, 2, KILN_MOE_NORMALIZE_TOP_K, ids, weights);
+  o.flags = KILN_MOE_NORMALIZE_TOP_K;
+  moeRouteReference(logits, 4, o, ids, weights);
   EXPECT_FLOAT_EQ(weights[0], float(e[1] / (e[1] + e[2])));
   EXPECT_FLOAT_EQ(weights[1], float(e[2] / (e[1] + e[2])));
-  moeRouteReference(logits, 4, 2, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS, ids,
-                    weights);
+  o.flags = KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS;
+  moeRouteReference(logits, 4, o, ids, weights);
   EXPECT_EQ(weights[0], fl(doubleToBf16(e[1] / (e[1] + e[2]))));
   EXPECT_EQ(weights[1], fl(doubleToBf16(e[2] / (e[1] + e[2]))));
+}
+
+// DeepSeek-V3's routing on hand-made logits: sigmoid scores, the correction bias moving
+// the choice but not the weights, group-limited top-k (masked keys are 0, not -inf),
+// renormalized weights times the routed scale.
+TEST(GraphReference, MoeSigmoidGroupRouteHandComputed) {
+  // 8 experts in 4 groups of 2. Logits make scores s; the bias lifts expert 1 over 2.
+  const float logits[8] = {0.0f, -1.0f, 1.0f, 2.0f, -3.0f, -2.0f, 0.5f, -0.5f};
+  const float bias[8] = {0.0f, 0.9f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  double s[8];
+  for (int i = 0; i < 8; ++i)
+    s[i] = 1.0 / (1.0 + std::exp(-double(logits[i])));
+  MoeOptions o;
+  o.topK = 2;
+  o.flags = KILN_MOE_SIGMOID | KILN_MOE_NORMALIZE_TOP_K;
+  o.scale = 2.5f;
+  int32_t ids[2];
+  float weights[2];
+  // No bias, no groups: experts 3 (s 0.88) and 2 (0.73).
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_FLOAT_EQ(weights[0], float(2.5 * s[2] / (s[2] + s[3])));
+  // With the bias: expert 1's key is 0.27 + 0.9 = 1.17 > expert 3's, but its weight is
+  // its unbiased score.
+  o.scoreBias = bias;
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_FLOAT_EQ(weights[0], float(2.5 * s[1] / (s[1] + s[3])));
+  EXPECT_FLOAT_EQ(weights[1], float(2.5 * s[3] / (s[1] + s[3])));
+  // Groups {0,1} (keys 0.5 + 1.17), {2,3} (0.73 + 0.88), {4,5}, {6,7}: keeping one
+  // group leaves experts 0 and 1.
+  o.groups = 4;
+  o.topGroups = 1;
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_FLOAT_EQ(weights[0], float(2.5 * s[0] / (s[0] + s[1])));
 }
 
 TEST(GraphReference, SigmoidGateHandComputed) {
@@ -590,7 +635,38 @@ TEST(GraphValidation, Moe) {
               kUnsupported, k, "experts");
   expectError(with([](kiln_moe_params_t &q) { q.inter = 36; }), kUnsupported, k,
               "multiples of 8");
-  expectError(with([](kiln_moe_params_t &q) { q.flags = 8; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) { q.flags = 64; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) {
+                q.flags = KILN_MOE_F32_LOGITS;
+                q.logits = fake(0x20002);
+              }),
+              kInvalid, k, "logits is not 4-byte aligned");
+  expectError(with([](kiln_moe_params_t &q) {
+                q.score_bias = static_cast<const float *>(fake(0x90002));
+              }),
+              kInvalid, k, "score_bias is not 4-byte aligned");
+  expectError(with([](kiln_moe_params_t &q) { q.groups = 3; }), kInvalid, k,
+              "3 expert groups keeping 1 do not fit 8 experts and top_k 2");
+  expectError(with([](kiln_moe_params_t &q) { q.groups = 8; }), kInvalid, k,
+              "8 expert groups keeping 1");
+  expectError(with([](kiln_moe_params_t &q) {
+                q.groups = 4;
+                q.top_groups = 5;
+              }),
+              kInvalid, k, "4 expert groups keeping 5");
+  expectError(with([](kiln_moe_params_t &q) {
+                q.groups = 4;
+                q.top_k = 3;
+              }),
+              kInvalid, k, "4 expert groups keeping 1 do not fit 8 experts and top_k 3");
+  expectError(with([](kiln_moe_params_t &q) { q.groups = -1; }), kInvalid, k, "groups");
+  expectError(with([](kiln_moe_params_t &q) {
+                q.gate = nullptr;
+                q.activation = 7;
+              }),
+              kInvalid, k, "activation 7 unknown");
+  expectError(with([](kiln_moe_params_t &q) { q.scale = -1.0f; }), kInvalid, k,
+              "scale -1 is not positive");
   expectError(with([](kiln_moe_params_t &q) { q.out = const_cast<void *>(q.x); }), kInvalid, k,
               "out aliases x");
   expectError(with([](kiln_moe_params_t &q) { q.tokens = -1; }), kInvalid, k, "tokens");

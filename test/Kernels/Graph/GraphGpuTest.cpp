@@ -694,7 +694,9 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
 // sums against the exact ones). Pairs mode: every token's row bitwise the same whether
 // it runs alone or among others (the batch invariance lossless speculation needs).
 // Grouped mode (large enough batches: pairs >= 4 x experts): the same call twice gives
-// the same bits.
+// the same bits. The routings cover Qwen-MoE/Mixtral's softmax and DeepSeek-V3's /
+// Nemotron-H's sigmoid with a correction bias, expert groups and a routed scale over
+// fp32 logits, and plain relu2 experts.
 TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
   KILN_REQUIRE_GPU();
   kiln_gemm_t *gemm = nullptr;
@@ -702,16 +704,27 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
   std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
   DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
   std::mt19937 rng(5);
-  const struct {
+  constexpr int32_t kDeepSeek = KILN_MOE_SIGMOID | KILN_MOE_F32_LOGITS | KILN_MOE_F32_COMBINE |
+                                KILN_MOE_NORMALIZE_TOP_K;
+  struct Case {
     int64_t tokens, hidden, inter, experts;
     int32_t topK, flags;
-  } routings[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
-                  {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
-                  {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
-                  {3, 64, 16, 4, 4, 0},
-                  {300, 128, 64, 16, 4, KILN_MOE_NORMALIZE_TOP_K},   // grouped: M 64
-                  {70, 64, 32, 32, 2, KILN_MOE_ROUND_WEIGHTS}};      // grouped: M 4
-  std::vector<std::remove_const_t<std::remove_reference_t<decltype(routings[0])>>> cases;
+    int32_t groups = 1, topGroups = 1;
+    float scale = 1.0f;
+    bool plain = false; // relu2 experts without a gate
+    bool bias = false;
+  };
+  const Case routings[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
+                           {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
+                           {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
+                           {3, 64, 16, 4, 4, 0},
+                           {300, 128, 64, 16, 4, KILN_MOE_NORMALIZE_TOP_K}, // grouped: M 64
+                           {70, 64, 32, 32, 2, KILN_MOE_ROUND_WEIGHTS},     // grouped: M 4
+                           {23, 128, 64, 64, 6, kDeepSeek, 8, 3, 2.5f, false, true},
+                           {9, 64, 32, 16, 4, kDeepSeek, 4, 2, 1.0f, false, false},
+                           {29, 128, 64, 8, 2, kDeepSeek, 1, 1, 2.5f, true, true},
+                           {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
+  std::vector<Case> cases;
   for (auto c : routings) {
     cases.push_back(c);
     if (c.tokens * c.topK >= 4 * c.experts) {
@@ -722,15 +735,28 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
   for (const auto &c : cases) {
     SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " experts " +
                  std::to_string(c.experts) + " top_k " + std::to_string(c.topK) + " flags " +
-                 std::to_string(c.flags));
+                 std::to_string(c.flags) + " groups " + std::to_string(c.groups) + "/" +
+                 std::to_string(c.topGroups) + (c.plain ? " plain" : ""));
+    const bool f32Logits = c.flags & KILN_MOE_F32_LOGITS;
     const auto x = randomBf16(c.tokens * c.hidden, rng, 1.0f);
-    const auto logits = randomBf16(c.tokens * c.experts, rng, 2.0f);
+    const auto logitBits = randomBf16(c.tokens * c.experts, rng, 2.0f);
+    // Values the reference reads; fp32 logits get bits below bf16's precision too.
+    std::vector<float> logits(logitBits.size());
+    std::uniform_real_distribution<float> jitter(-1e-3f, 1e-3f);
+    for (size_t i = 0; i < logits.size(); ++i)
+      logits[i] = bf16ToFloat(logitBits[i]) + (f32Logits ? jitter(rng) : 0.0f);
+    std::vector<float> bias(static_cast<size_t>(c.experts));
+    std::uniform_real_distribution<float> biasDist(-0.1f, 0.1f);
+    for (float &b : bias)
+      b = biasDist(rng);
     const float ws = 1.0f / std::sqrt(float(c.hidden)), wd = 1.0f / std::sqrt(float(c.inter));
     const auto gate = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
     const auto up = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
     const auto down = randomBf16(c.experts * c.hidden * c.inter, rng, wd);
-    auto dx = upload(x), dl = upload(logits), dg = upload(gate), du = upload(up),
-         dd = upload(down);
+    auto dx = upload(x), dg = upload(gate), du = upload(up), dd = upload(down),
+         dbias = upload(bias);
+    auto dl = f32Logits ? upload(logits) : upload(logitBits);
+    const size_t logitBytes = f32Logits ? 4 : 2;
     uint64_t perToken = 0;
     KILN_OK_(kiln_moe_scratch_bytes_per_token(c.hidden, c.inter, c.topK, &perToken));
     auto scratch = poisoned(perToken * c.tokens);
@@ -738,9 +764,10 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
     kiln_moe_params_t p{};
     p.x = dx->ptr;
     p.logits = dl->ptr;
-    p.gate = dg->ptr;
+    p.gate = c.plain ? nullptr : dg->ptr;
     p.up = du->ptr;
     p.down = dd->ptr;
+    p.score_bias = c.bias ? dbias->at<float>() : nullptr;
     p.out = dout->ptr;
     p.scratch = scratch->ptr;
     p.tokens = c.tokens;
@@ -749,12 +776,24 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
     p.experts = c.experts;
     p.top_k = c.topK;
     p.flags = c.flags;
+    p.groups = c.groups;
+    p.top_groups = c.topGroups;
+    p.scale = c.scale;
+    p.activation = 0; // relu2 for the plain experts; gated ones ignore it
     p.gemm = gemm;
     p.gemm_workspace = workspace.ptr;
     p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;
     KILN_OK_(kiln_moe(&p));
     CUDA_OK(cudaDeviceSynchronize());
     const auto got = download(dout->at<uint16_t>(), c.tokens * c.hidden);
+    MoeOptions options;
+    options.topK = c.topK;
+    options.flags = c.flags;
+    options.scoreBias = c.bias ? bias.data() : nullptr;
+    options.groups = c.groups;
+    options.topGroups = c.topGroups;
+    options.scale = c.scale;
+    options.activation = 0;
     // The routing: the scratch starts with the ids, then the weights (16-byte sections).
     const int64_t section = (4 * c.topK + 15) / 16 * 16 / 4; // elements per token
     const auto ids = download(scratch->at<int32_t>(), c.tokens * section);
@@ -762,7 +801,7 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
     std::vector<int32_t> refIds(c.topK);
     std::vector<float> refWeights(c.topK);
     for (int64_t t = 0; t < c.tokens; ++t) {
-      moeRouteReference(&logits[t * c.experts], c.experts, c.topK, c.flags, refIds.data(),
+      moeRouteReference(&logits[t * c.experts], c.experts, options, refIds.data(),
                         refWeights.data());
       for (int j = 0; j < c.topK; ++j) {
         EXPECT_EQ(ids[t * c.topK + j], refIds[j]) << "token " << t << " choice " << j;
@@ -771,8 +810,8 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
       }
     }
     std::vector<uint16_t> ref(c.tokens * c.hidden);
-    moeReference(x.data(), logits.data(), gate.data(), up.data(), down.data(), ref.data(),
-                 c.tokens, c.hidden, c.inter, c.experts, c.topK, c.flags);
+    moeReference(x.data(), logits.data(), c.plain ? nullptr : gate.data(), up.data(),
+                 down.data(), ref.data(), c.tokens, c.hidden, c.inter, c.experts, options);
     int far = 0;
     for (int64_t t = 0; t < c.tokens; ++t) {
       double scale = 0.0;
@@ -798,7 +837,7 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
     for (int64_t t = 0; t < c.tokens; t += std::max<int64_t>(1, c.tokens / 4)) {
       kiln_moe_params_t one = p;
       one.x = dx->at<uint16_t>(t * c.hidden);
-      one.logits = dl->at<uint16_t>(t * c.experts);
+      one.logits = static_cast<const char *>(dl->ptr) + t * c.experts * logitBytes;
       one.tokens = 1;
       auto single = poisoned(c.hidden * 2);
       one.out = single->ptr;

@@ -124,6 +124,13 @@ def Kiln_ActivationKind : Kiln_I32Enum<"ActivationKind", "an elementwise activat
 ]>;
 def Kiln_ActivationKindAttr : EnumAttr<Kiln_Dialect, Kiln_ActivationKind, "activation">;
 
+// How kiln.moe turns a token's router logits into expert scores.
+def Kiln_MoeScoring : Kiln_I32Enum<"MoeScoring", "a MoE router's score function", [
+  I32EnumAttrCase<"softmax", 0>,  // Mixtral, Qwen-MoE, DeepSeek-V2
+  I32EnumAttrCase<"sigmoid", 1>   // DeepSeek-V3, Nemotron-H
+]>;
+def Kiln_MoeScoringAttr : EnumAttr<Kiln_Dialect, Kiln_MoeScoring, "moe_scoring">;
+
 def Kiln_Phase : Kiln_I32Enum<"Phase", "inference phase", [
   I32EnumAttrCase<"decode", 0>,
   I32EnumAttrCase<"prefill", 1>

@@ -450,6 +450,9 @@ def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
   let description = [{
     `out[m, n] = sum_k x[m, k] * weight[n, k] + bias[n]` with `weight` in PyTorch's
     `[out_features, in_features]` layout. fp32 accumulation. Lowers to cuBLASLt.
+    A bf16 input with an f32 `init` (no bias) keeps the fp32 sums: DeepSeek's and
+    Nemotron-H's routers compute `F.linear(x.float(), w.float())`, whose bf16 products
+    are exact in fp32.
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$weight, Optional<AnyShaped>:$bias,
                        AnyShaped:$init);
@@ -461,39 +464,60 @@ def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
 }
 
 def Kiln_MoeOp : Kiln_Op<"moe", [
+    AttrSizedOperandSegments,
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
     DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
   let summary = "the routed experts of a mixture-of-experts layer";
   let description = [{
-    From the router's logits `[tokens, experts]` (a `kiln.linear` before it): softmax
-    over the experts, the `top_k` largest, their weights normalized to sum 1 when
-    `normalize_top_k` is set and rounded to the activation dtype when `round_weights`
-    is (transformers' Qwen-MoE routers round them, Mixtral's keeps them in fp32).
-    Each chosen expert's SwiGLU MLP `down(silu(gate(x)) * up(x))` runs on the token,
-    and `init` receives the weighted sum of the experts' outputs, added in ascending
-    expert order with every partial sum rounded (transformers' eager experts loop).
-    `gate`, `up`: `[experts, inter, hidden]`; `down`: `[experts, hidden, inter]`,
-    each stacked from the per-expert tensors of the checkpoint (`kiln.weight`s whose
-    name holds `*`). `scratch` (`[tokens, bytes] i8`, bytes =
-    `kiln_moe_scratch_bytes_per_token`) holds the routing, the GEMMs' pointer arrays
-    and the experts' intermediate rows. Lowers to `kiln_rt_moe`.
+    From the router's logits `[tokens, experts]` (a `kiln.linear` before it; bf16, or
+    f32 for DeepSeek's fp32 router): the scores (`scoring`: softmax over the experts, or
+    each expert's sigmoid), the choice keys (scores plus `score_bias`, DeepSeek-V3's
+    `e_score_correction_bias`, when given), with `groups` > 1 the group-limited routing
+    (each group's key is the sum of its two largest keys; outside the `top_groups` best
+    groups every key becomes 0), the `top_k` largest keys, their scores as weights,
+    normalized to sum 1 when `normalize_top_k` is set, times `routed_scale`, and rounded
+    to the activation dtype when `round_weights` is (transformers' Qwen-MoE routers round
+    them, Mixtral's keeps them in fp32).
+
+    Each chosen expert's MLP runs on the token: `down(silu(gate(x)) * up(x))` with a
+    `gate`, else `down(activation(up(x)))` (Nemotron-H's relu2 experts). `init`
+    receives the weighted sum of the experts' outputs in ascending expert order: by
+    default every product and partial sum rounded (transformers' eager loop into a bf16
+    tensor); with `accumulate_f32` in fp32, rounded once (DeepSeek's and Nemotron-H's
+    loop into an fp32 tensor). `gate`, `up`: `[experts, inter, hidden]`; `down`:
+    `[experts, hidden, inter]`, each stacked from the per-expert tensors of the
+    checkpoint (`kiln.weight`s whose name holds `*`). `scratch` (`[tokens, bytes] i8`,
+    bytes = `kiln_moe_scratch_bytes_per_token`) holds the routing, the GEMMs' pointer
+    arrays and the experts' intermediate rows. Lowers to `kiln_rt_moe`.
   }];
-  let arguments = (ins AnyShaped:$input, AnyShaped:$logits, AnyShaped:$gate, AnyShaped:$up,
-                       AnyShaped:$down, AnyShaped:$init, AnyShaped:$scratch,
+  let arguments = (ins AnyShaped:$input, AnyShaped:$logits, Optional<AnyShaped>:$gate,
+                       AnyShaped:$up, AnyShaped:$down, Optional<AnyShaped>:$score_bias,
+                       AnyShaped:$init, AnyShaped:$scratch,
                        ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
-                       UnitAttr:$normalize_top_k, UnitAttr:$round_weights);
+                       UnitAttr:$normalize_top_k, UnitAttr:$round_weights,
+                       DefaultValuedAttr<Kiln_MoeScoringAttr, "MoeScoring::softmax">:$scoring,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$groups,
+                       DefaultValuedAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>, "1">:$top_groups,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$routed_scale,
+                       DefaultValuedAttr<Kiln_ActivationKindAttr,
+                                         "ActivationKind::silu">:$activation,
+                       UnitAttr:$accumulate_f32);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let hasVerifier = 1;
   let assemblyFormat = [{
-    `ins` `(` $input `,` $logits `,` $gate `,` $up `,` $down `:` type($input) `,`
-    type($logits) `,` type($gate) `,` type($up) `,` type($down) `)`
+    `ins` `(` $input `,` $logits `:` type($input) `,` type($logits) `)`
+    (`gate` `(` $gate^ `:` type($gate) `)`)?
+    `up` `(` $up `:` type($up) `)` `down` `(` $down `:` type($down) `)`
+    (`score_bias` `(` $score_bias^ `:` type($score_bias) `)`)?
     `outs` `(` $init `,` $scratch `:` type($init) `,` type($scratch) `)`
     attr-dict (`->` type($results)^)?
   }];
   let extraClassDeclaration = [{
     ::mlir::MutableOperandRange getDpsInitsMutable() {
-      return ::mlir::MutableOperandRange(getOperation(), /*start=*/5, /*length=*/2);
+      // init and scratch are the last two operands.
+      return ::mlir::MutableOperandRange(getOperation(),
+                                         getOperation()->getNumOperands() - 2, 2);
     }
     /// Scratch bytes a token needs for this op's shapes (kiln_moe's layout).
     static int64_t scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK);
