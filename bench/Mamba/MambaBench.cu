@@ -284,6 +284,157 @@ void benchConv(int batch, int T) {
       CHECK(cudaFree(p));
 }
 
+// An fp32 FMA ceiling: every thread chains independent FMAs in registers.
+__global__ void fmaKernel(float *out, int iters) {
+  float a[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    a[j] = threadIdx.x * 1e-3f + j;
+  for (int i = 0; i < iters; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      a[j] = fmaf(a[j], 0.9999f, 1e-4f);
+  float sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    sum += a[j];
+  if (sum == 12345.0f)
+    out[0] = sum;
+}
+
+double fmaCeilingTflops(const cudaDeviceProp &prop) {
+  float *out;
+  CHECK(cudaMalloc(&out, 4));
+  const int blocks = prop.multiProcessorCount * 8, threads = 256, iters = 4096;
+  const double sec = timeGraph(
+      [&](int, cudaStream_t s) { fmaKernel<<<blocks, threads, 0, s>>>(out, iters); }, 1, 10);
+  CHECK(cudaFree(out));
+  return 2.0 * blocks * threads * iters * 8 / sec / 1e12;
+}
+
+// Eager launches (what the runtime's sequential prefill does: no graph), seconds each.
+template <typename F> double timeEager(F &&enqueue, int launches, int repeats = 3) {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < std::min(launches, 64); ++i)
+    enqueue(i, s);
+  CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < launches; ++i)
+      enqueue(i, s);
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaStreamDestroy(s));
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+// A prompt of T tokens through one Mamba2 layer's SSM (Nemotron-H 8B shapes): the SSD
+// chunked scan in one launch against ssm_update once per token (the sequential
+// prefill). FLOPs: the recurrence's 4 x head_dim x state_size a token and head (state
+// update and output), the work any form must do.
+void benchPrefill(int T, double fmaTflops) {
+  void *state = alloc(size_t(H) * P * N * 4, 0.1f, true);
+  void *x = alloc(size_t(T) * H * P * 2), *out = alloc(size_t(T) * H * P * 2);
+  void *dt = alloc(size_t(T) * H * 2);
+  void *B = alloc(size_t(T) * G * N * 2), *C = alloc(size_t(T) * G * N * 2);
+  float *A = static_cast<float *>(alloc(H * 4));
+  CHECK(cudaMemset(A, 0xbf, H * 4));
+  float *D = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  float *bias = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  int32_t cuHost[2] = {0, T}, *cu;
+  CHECK(cudaMalloc(&cu, 8));
+  CHECK(cudaMemcpy(cu, cuHost, 8, cudaMemcpyHostToDevice));
+  const double flops = 4.0 * T * H * P * N;
+  const double chunk = timeGraph(
+      [&](int, cudaStream_t s) {
+        kiln_ssm_chunk_scan_params_t p{};
+        p.state = state;
+        p.state_dtype = KILN_DTYPE_F32;
+        p.num_slots = 1;
+        p.cu_seqlens = cu;
+        p.batch = 1;
+        p.heads = H;
+        p.head_dim = P;
+        p.state_size = N;
+        p.n_groups = G;
+        p.dtype = KILN_DTYPE_BF16;
+        p.x = x;
+        p.dt = dt;
+        p.dt_bias = bias;
+        p.A = A;
+        p.B = B;
+        p.C = C;
+        p.D = D;
+        p.out = out;
+        p.dt_softplus = 1;
+        p.stream = s;
+        KCHECK(kiln_ssm_chunk_scan(&p));
+      },
+      1, 10);
+  const double sequential = timeEager(
+      [&](int t, cudaStream_t s) {
+        kiln_ssm_update_params_t p{};
+        p.state = state;
+        p.state_dtype = KILN_DTYPE_F32;
+        p.num_slots = 1;
+        p.batch = 1;
+        p.heads = H;
+        p.head_dim = P;
+        p.state_size = N;
+        p.n_groups = G;
+        p.dtype = KILN_DTYPE_BF16;
+        p.x = static_cast<char *>(x) + size_t(t) * H * P * 2;
+        p.dt = static_cast<char *>(dt) + size_t(t) * H * 2;
+        p.dt_bias = bias;
+        p.A = A;
+        p.B = static_cast<char *>(B) + size_t(t) * G * N * 2;
+        p.C = static_cast<char *>(C) + size_t(t) * G * N * 2;
+        p.D = D;
+        p.out = static_cast<char *>(out) + size_t(t) * H * P * 2;
+        p.dt_softplus = 1;
+        p.stream = s;
+        KCHECK(kiln_ssm_update(&p));
+      },
+      T, 2);
+  std::printf("ssm prefill T=%d (H %d P %d N %d): chunk_scan %.3f ms = %.2f TFLOP/s (%.1f%% of "
+              "the %.1f TFLOP/s fp32 FMA ceiling); token by token %.3f ms; %.1fx\n",
+              T, H, P, N, chunk * 1e3, flops / chunk / 1e12, 100.0 * flops / chunk / 1e12 / fmaTflops,
+              fmaTflops, sequential * 1e3, sequential / chunk);
+  results.push_back({"ssm_chunk_scan", 1, T, chunk, flops, flops});
+  results.push_back({"ssm_prefill_sequential", 1, T, sequential, flops, flops});
+  for (void *p : {state, x, out, dt, B, C, (void *)A, (void *)D, (void *)bias, (void *)cu})
+    CHECK(cudaFree(p));
+}
+
+// The results as JSON (peer_torch.py reads it).
+void writeJson(const char *jsonPath, const cudaDeviceProp &prop) {
+  FILE *f = std::fopen(jsonPath, "w");
+  if (f) {
+    std::fprintf(f, "{\"device\": \"%s\", \"ceiling_TBps\": %.4f, \"cases\": [\n", prop.name,
+                 ceilingTBps);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result &r = results[i];
+      std::fprintf(f,
+                   "  {\"kernel\": \"%s\", \"B\": %d, \"T\": %d, \"us\": %.4f, "
+                   "\"state_bytes\": %.0f, \"total_bytes\": %.0f}%s\n",
+                   r.kernel.c_str(), r.batch, r.tokens, r.seconds * 1e6, r.stateBytes,
+                   r.totalBytes, i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -311,7 +462,17 @@ int main(int argc, char **argv) {
     CHECK(cudaFree(src));
     CHECK(cudaFree(dst));
   }
-  const char *only = std::getenv("KILN_BENCH_ONLY"); // "ssm" to skip the conv cases
+  const char *only = std::getenv("KILN_BENCH_ONLY"); // "ssm" to skip the conv cases,
+                                                     // "prefill" for the prompt cases only
+  if (!only || std::string(only) == "prefill") {
+    const double fma = fmaCeilingTflops(prop);
+    for (int T : {1024, 8192})
+      benchPrefill(T, fma);
+    if (only) {
+      writeJson(jsonPath, prop);
+      return 0;
+    }
+  }
   for (int b : {1, 64, 256})
     benchSsm(b, 1);
   for (int b : {64, 256})
@@ -322,20 +483,6 @@ int main(int argc, char **argv) {
     for (int b : {64, 512})
       benchConv(b, 4);
   }
-  FILE *f = std::fopen(jsonPath, "w");
-  if (f) {
-    std::fprintf(f, "{\"device\": \"%s\", \"ceiling_TBps\": %.4f, \"cases\": [\n", prop.name,
-                 ceilingTBps);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result &r = results[i];
-      std::fprintf(f,
-                   "  {\"kernel\": \"%s\", \"B\": %d, \"T\": %d, \"us\": %.4f, "
-                   "\"state_bytes\": %.0f, \"total_bytes\": %.0f}%s\n",
-                   r.kernel.c_str(), r.batch, r.tokens, r.seconds * 1e6, r.stateBytes,
-                   r.totalBytes, i + 1 < results.size() ? "," : "");
-    }
-    std::fprintf(f, "]}\n");
-    std::fclose(f);
-  }
+  writeJson(jsonPath, prop);
   return 0;
 }

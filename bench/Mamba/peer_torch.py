@@ -189,8 +189,69 @@ def eager_conv(d, batch, T):
     return bench(run)
 
 
+def torch_ssd(T, chunk=128):
+    """The peer of ssm_chunk_scan: Mamba2's chunked SSD in fp32 PyTorch, written here the
+    way transformers' Mamba2 torch_forward computes a prompt (segment sums of the log
+    decays, the intra-chunk C.B products, chunk states, the inter-chunk recurrence), for
+    one sequence of T tokens starting from a state. Returns seconds per call."""
+    f32 = torch.float32
+    x = torch.randn(T, H, P, device=dev, dtype=torch.bfloat16)
+    dt_raw = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    B = torch.randn(T, G, N, device=dev, dtype=torch.bfloat16)
+    C = torch.randn(T, G, N, device=dev, dtype=torch.bfloat16)
+    A = -torch.rand(H, device=dev, dtype=f32)
+    D = torch.randn(H, device=dev, dtype=f32)
+    dt_bias = torch.randn(H, device=dev, dtype=f32)
+    state0 = torch.randn(H, P, N, device=dev, dtype=f32)
+    nc = (T + chunk - 1) // chunk
+    pad = nc * chunk - T
+
+    def run(_):
+        dt = F.softplus(dt_raw.float() + dt_bias)                       # [T, H]
+        xs = x.float() * dt[..., None]                                  # dt-scaled inputs
+        Bh = B.float().repeat_interleave(H // G, dim=1)                 # [T, H, N]
+        Ch = C.float().repeat_interleave(H // G, dim=1)
+        a = dt * A                                                      # [T, H]
+        if pad:
+            xs, Bh, Ch, a = (torch.cat([t, t.new_zeros((pad,) + t.shape[1:])])
+                             for t in (xs, Bh, Ch, a))
+        xs = xs.view(nc, chunk, H, P)
+        Bh = Bh.view(nc, chunk, H, N)
+        Ch = Ch.view(nc, chunk, H, N)
+        a = a.view(nc, chunk, H).permute(0, 2, 1)                       # [nc, H, L]
+        cum = a.cumsum(-1)
+        seg = cum[..., :, None] - cum[..., None, :]                     # [nc, H, L, L]
+        mask = torch.tril(torch.ones(chunk, chunk, device=dev, dtype=torch.bool))
+        L = torch.exp(seg.masked_fill(~mask, -torch.inf))
+        y_diag = torch.einsum("clhn,cshn,chls,cshp->clhp", Ch, Bh, L, xs)
+        decay_states = torch.exp(cum[..., -1:] - cum)                   # [nc, H, L]
+        states = torch.einsum("clhn,chl,clhp->chpn", Bh, decay_states, xs)
+        chunk_decay = torch.exp(cum[..., -1])                           # [nc, H]
+        run_state = state0
+        prev = []
+        for c in range(nc):                                             # inter-chunk scan
+            prev.append(run_state)
+            run_state = run_state * chunk_decay[c][:, None, None] + states[c]
+        prev = torch.stack(prev)                                        # [nc, H, P, N]
+        y_off = torch.einsum("clhn,chpn,chl->clhp", Ch, prev, torch.exp(cum))
+        y = (y_diag + y_off).reshape(nc * chunk, H, P)[:T] + x.float() * D[:, None]
+        return y.to(torch.bfloat16), run_state
+    return bench(run, iters=10, warm=2)
+
+
 def main():
     kiln = json.load(open(sys.argv[1]))
+    prefill = [c for c in kiln["cases"] if c["kernel"] in ("ssm_chunk_scan", "ssm_prefill_sequential")]
+    kiln["cases"] = [c for c in kiln["cases"] if c not in prefill]
+    for c in prefill:
+        if c["kernel"] != "ssm_chunk_scan":
+            continue
+        seq = next((s["us"] for s in prefill
+                    if s["kernel"] == "ssm_prefill_sequential" and s["T"] == c["T"]), None)
+        peer = torch_ssd(c["T"]) * 1e6
+        print(f"ssm prefill T={c['T']}: kiln chunk_scan {c['us']:.1f} us, token by token "
+              f"{seq:.1f} us ({seq / c['us']:.1f}x), torch chunked SSD {peer:.1f} us "
+              f"(kiln {peer / c['us']:.2f}x the torch peer)", flush=True)
     ceiling = kiln["ceiling_TBps"]
     rows = []
     print(f"device {kiln['device']}, copy ceiling {ceiling:.2f} TB/s")

@@ -104,8 +104,8 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kF32 | kBf16, .priority = 1,
        .note = "prefill as token-by-token state updates (exact, slow for long prompts)"});
   add({.name = "ssm_chunk_scan", .family = OpFamily::ssm, .phase = Phase::prefill,
-       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
-       .note = "Mamba2 chunked scan for prefill (planned)"});
+       .dtypes = kF32 | kBf16, .priority = 10,
+       .note = "Mamba2 SSD chunked scan over a prompt, one launch a layer"});
   // Causal conv1d.
   add({.name = "conv_update", .family = OpFamily::conv, .phase = Phase::decode,
        .dtypes = kBf16 | kF16 | kF32, .priority = 10,
@@ -117,8 +117,8 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kBf16 | kF16 | kF32, .priority = 1,
        .note = "prefill as token-by-token conv updates"});
   add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
-       .dtypes = kBf16 | kF16 | kF32, .implemented = false, .priority = 10,
-       .note = "causal conv1d over a prompt (planned)"});
+       .dtypes = kBf16 | kF16 | kF32, .priority = 10,
+       .note = "causal conv1d over a prompt, every token in parallel"});
   // Gated DeltaNet (Qwen3-Next): planned. Selected and reported so a plan names them;
   // the lowering refuses a planned kernel. The decode update exists and passes on the
   // H200 (lib/Kernels/GatedDeltaNet, docs/kernels-gdn.md); it stays planned until a

@@ -26,9 +26,10 @@ using kiln::rt::legacy::dtypeBytes;
 
 namespace {
 
-// The state kernels: what the call asks for against what the step needs.
+// The state kernels: what the call asks for against what the step needs. A prompt runs
+// token by token (sequential) or prompt-wide (parallel: one launch a layer).
 struct StateKernels {
-  int32_t update, spec, prefill;
+  int32_t update, spec, prefill, parallelPrefill;
 };
 
 // Checks the call's kernels for the step's phase and returns whether the step runs the
@@ -38,10 +39,11 @@ kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels
                          int64_t interOffset, bool *spec) {
   *spec = false;
   if (ctx->phase != KILN_RT_PHASE_DECODE) {
-    if (prefillKernel != want.prefill)
+    if (prefillKernel != want.prefill && prefillKernel != want.parallelPrefill)
       return c.error(KILN_ERROR_INVALID_ARGUMENT, "prefill_kernel %d (%s) cannot run a %s step "
-                     "(%s)", prefillKernel, kiln_rt_kernel_name(prefillKernel),
-                     kiln_rt_phase_name(ctx->phase), kiln_rt_kernel_name(want.prefill));
+                     "(%s or %s)", prefillKernel, kiln_rt_kernel_name(prefillKernel),
+                     kiln_rt_phase_name(ctx->phase), kiln_rt_kernel_name(want.prefill),
+                     kiln_rt_kernel_name(want.parallelPrefill));
     return KILN_OK;
   }
   if (ctx->qLen == 1) {
@@ -139,6 +141,39 @@ int32_t finish(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const void 
 // ---- causal conv1d -----------------------------------------------------------------------
 
 namespace {
+// A prefill or extend step's conv in one call (conv_prefill) from the decode params `p`
+// already filled for the step.
+kiln_status_t runConvPrefill(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                             uint64_t slotBytes, const kiln_conv_update_params_t &p,
+                             int64_t xStride) {
+  if (ctx->phase == KILN_RT_PHASE_PREFILL)
+    if (kiln_status_t s = legacy::zeroSlots(c, ctx, stateOffset, slotBytes); s != KILN_OK)
+      return s;
+  kiln_conv_prefill_params_t q{};
+  q.state = p.state;
+  q.state_dtype = p.state_dtype;
+  q.state_stride_slot = p.state_stride_slot;
+  q.num_slots = p.num_slots;
+  q.state_indices = p.state_indices;
+  q.cu_seqlens = ctx->legacy.cu_seqlens_q;
+  q.batch = p.batch;
+  q.conv_dim = p.conv_dim;
+  q.width = p.width;
+  q.max_tokens = ctx->tokens;
+  q.dtype = p.dtype;
+  q.x = p.x;
+  q.x_stride_token = xStride;
+  q.weight = p.weight;
+  q.bias = p.bias;
+  q.out = p.out;
+  q.out_stride_token = p.conv_dim;
+  q.silu = p.silu;
+  q.stream = p.stream;
+  kiln_status_t s = kiln_conv_prefill(&q);
+  ctx->launches += 2;
+  return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_conv_prefill");
+}
+
 kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
                          int64_t interOffset, const void *x, const void *weight,
                          const void *bias, void *out, int64_t tokens, int64_t convDim,
@@ -161,7 +196,8 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
   bool spec = false;
   if (kiln_status_t s = checkPhase(c, ctx,
                                    {KILN_RT_KERNEL_CONV_UPDATE, KILN_RT_KERNEL_CONV_UPDATE_SPEC,
-                                    KILN_RT_KERNEL_CONV_PREFILL_SEQUENTIAL},
+                                    KILN_RT_KERNEL_CONV_PREFILL_SEQUENTIAL,
+                                    KILN_RT_KERNEL_CONV_PREFILL},
                                    decodeKernel, prefillKernel, specDecMode, interOffset, &spec);
       s != KILN_OK)
     return s;
@@ -244,6 +280,8 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_conv_update");
   }
+  if (prefillKernel == KILN_RT_KERNEL_CONV_PREFILL)
+    return runConvPrefill(c, ctx, stateOffset, slotBytes, p, xStride);
   return runSequential(c, ctx, stateOffset, slotBytes, p, kiln_conv_update,
                        "kiln_conv_update (sequential prefill)",
                        [&](kiln_conv_update_params_t &q, int row) {
@@ -322,6 +360,53 @@ void fillScan(Params &p, const ScanShape &s, int32_t T, const void *x, const voi
   p.dt_max = dtMax;
 }
 
+// A prefill or extend step's SSM in one launch (ssm_chunk_scan) from the decode params
+// `p` already filled for the step: a prefill starts from zeroed slots, an extend from the
+// sequences' states.
+kiln_status_t runChunkScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                           uint64_t slotBytes, const kiln_ssm_update_params_t &p,
+                           const ScanShape &sh) {
+  if (ctx->phase == KILN_RT_PHASE_PREFILL)
+    if (kiln_status_t s = legacy::zeroSlots(c, ctx, stateOffset, slotBytes); s != KILN_OK)
+      return s;
+  kiln_ssm_chunk_scan_params_t q{};
+  q.state = p.state;
+  q.state_dtype = p.state_dtype;
+  q.state_stride_slot = p.state_stride_slot;
+  q.state_stride_head = p.state_stride_head;
+  q.state_stride_dim = p.state_stride_dim;
+  q.num_slots = p.num_slots;
+  q.state_indices = p.state_indices;
+  q.cu_seqlens = ctx->legacy.cu_seqlens_q;
+  q.batch = p.batch;
+  q.heads = p.heads;
+  q.head_dim = p.head_dim;
+  q.state_size = p.state_size;
+  q.n_groups = p.n_groups;
+  q.dtype = p.dtype;
+  q.x = p.x;
+  q.x_stride_token = sh.xStride;
+  q.dt = p.dt;
+  q.dt_stride_token = sh.dtStride;
+  q.dt_bias = p.dt_bias;
+  q.A = p.A;
+  q.B = p.B;
+  q.B_stride_token = sh.bcStride;
+  q.C = p.C;
+  q.C_stride_token = sh.bcStride;
+  q.D = p.D;
+  q.out = p.out;
+  q.out_stride_token = sh.heads * sh.headDim;
+  q.dt_softplus = p.dt_softplus;
+  q.a_is_log = p.a_is_log;
+  q.dt_min = p.dt_min;
+  q.dt_max = p.dt_max;
+  q.stream = p.stream;
+  kiln_status_t s = kiln_ssm_chunk_scan(&q);
+  ++ctx->launches;
+  return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_chunk_scan");
+}
+
 kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
                         int64_t interOffset, const void *x, const void *dt, const void *B,
                         const void *C, const void *aLog, const void *d, const void *dtBias,
@@ -364,7 +449,8 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
   bool spec = false;
   if (kiln_status_t s = checkPhase(c, ctx,
                                    {KILN_RT_KERNEL_SSM_UPDATE, KILN_RT_KERNEL_SSM_UPDATE_SPEC,
-                                    KILN_RT_KERNEL_SSM_PREFILL_SEQUENTIAL},
+                                    KILN_RT_KERNEL_SSM_PREFILL_SEQUENTIAL,
+                                    KILN_RT_KERNEL_SSM_CHUNK_SCAN},
                                    decodeKernel, prefillKernel, specDecMode, interOffset, &spec);
       s != KILN_OK)
     return s;
@@ -435,6 +521,8 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_update");
   }
+  if (prefillKernel == KILN_RT_KERNEL_SSM_CHUNK_SCAN)
+    return runChunkScan(c, ctx, stateOffset, slotBytes, p, sh);
   return runSequential(c, ctx, stateOffset, slotBytes, p, kiln_ssm_update,
                        "kiln_ssm_update (sequential prefill)",
                        [&](kiln_ssm_update_params_t &q, int row) {

@@ -40,6 +40,7 @@ extern "C" {
 #define KILN_KERNEL_SSM_UPDATE_SPEC "ssm_update_spec"
 #define KILN_KERNEL_CONV_UPDATE "conv_update"
 #define KILN_KERNEL_CONV_UPDATE_SPEC "conv_update_spec"
+#define KILN_KERNEL_SSM_CHUNK_SCAN "ssm_chunk_scan"
 
 /* ---- ssm_update ---------------------------------------------------------------------
  * Per sequence b (slot s = state_indices[b]), head h (group g = h / (heads / n_groups)),
@@ -195,6 +196,84 @@ typedef struct kiln_conv_update_spec_params {
 } kiln_conv_update_spec_params_t;
 
 kiln_status_t kiln_conv_update_spec(const kiln_conv_update_spec_params_t *params);
+
+/* ---- ssm_chunk_scan ------------------------------------------------------------------
+ * A prompt (or a prompt's continuation) through the SSM in one launch: the same math as
+ * ssm_update applied to every token of every sequence in order, computed chunk by chunk
+ * in the SSD (state space duality) form. Per sequence b (tokens cu_seqlens[b] ..
+ * cu_seqlens[b+1] - 1, slot s = state_indices[b]) and head h, over chunks of L tokens:
+ *   a_t   = dt'_t * A  (dt' and A as in ssm_update),  cum_t = a_0 + ... + a_t
+ *   out_t = sum_{u <= t} exp(cum_t - cum_u) dt'_u (C_t . B_u) x_u
+ *           + exp(cum_t) C_t . state_in + D x_t
+ *   state_out = exp(cum_last) state_in + sum_u exp(cum_last - cum_u) dt'_u x_u (x) B_u
+ * with the state starting from the slot (zero it first for a fresh prompt) and written
+ * back once per sequence, after its last token. All math is fp32; the result equals the
+ * token-by-token path to fp32 rounding (a bf16 state is rounded once per call instead of
+ * once per token). No z (gate) input. Tokens are rows: x [tokens, heads, head_dim],
+ * dt [tokens, heads], B/C [tokens, n_groups, state_size], out [tokens, heads, head_dim],
+ * each with a token stride (elements; 0 = packed) and the inner dimensions packed.
+ * cu_seqlens [batch + 1] and state_indices [batch] are int32 device arrays; a negative or
+ * out-of-range slot skips the sequence (no output, no state). The chunk length is chosen
+ * from the device's shared memory (64, 32 or 16 tokens). */
+typedef struct kiln_ssm_chunk_scan_params {
+  void *state; /* [num_slots, heads, head_dim, state_size], read and written */
+  kiln_dtype_t state_dtype;
+  int64_t state_stride_slot, state_stride_head, state_stride_dim;
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL (slot = b) */
+  const int32_t *cu_seqlens;    /* [batch + 1], device */
+  int32_t batch, heads, head_dim, state_size, n_groups;
+  kiln_dtype_t dtype; /* activations: BF16 or F16 */
+  const void *x;
+  int64_t x_stride_token;
+  const void *dt;
+  int64_t dt_stride_token;
+  const float *dt_bias; /* [heads] or NULL */
+  const float *A;       /* [heads] */
+  const void *B;
+  int64_t B_stride_token;
+  const void *C;
+  int64_t C_stride_token;
+  const float *D; /* [heads] or NULL */
+  void *out;
+  int64_t out_stride_token;
+  int32_t dt_softplus;
+  int32_t a_is_log;
+  float dt_min, dt_max;
+  void *stream;
+} kiln_ssm_chunk_scan_params_t;
+
+kiln_status_t kiln_ssm_chunk_scan(const kiln_ssm_chunk_scan_params_t *params);
+
+/* ---- conv_prefill ----------------------------------------------------------------------
+ * conv_update over every token of every sequence in one launch. Each output reads only
+ * inputs (the previous W-1 inputs of its sequence, or the slot's window before the
+ * first), so every (token, channel) runs in parallel; then the slot's window becomes the
+ * sequence's last W-1 inputs (its old window where the sequence is shorter). x and out
+ * [tokens, conv_dim] with token strides (0 = packed); weight [conv_dim, width], bias
+ * [conv_dim] or NULL; state [num_slots, conv_dim, width-1]. cu_seqlens / state_indices
+ * as in ssm_chunk_scan. conv_dim % 8 == 0 and 16-byte aligned rows, as conv_update. */
+typedef struct kiln_conv_prefill_params {
+  void *state;
+  kiln_dtype_t state_dtype;
+  int64_t state_stride_slot;
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL */
+  const int32_t *cu_seqlens;    /* [batch + 1], device */
+  int32_t batch, conv_dim, width;
+  int64_t max_tokens; /* an upper bound of cu_seqlens[batch] (the grid covers it) */
+  kiln_dtype_t dtype;
+  const void *x;
+  int64_t x_stride_token;
+  const void *weight;
+  const void *bias;
+  void *out;
+  int64_t out_stride_token;
+  int32_t silu;
+  void *stream;
+} kiln_conv_prefill_params_t;
+
+kiln_status_t kiln_conv_prefill(const kiln_conv_prefill_params_t *params);
 
 #ifdef __cplusplus
 }

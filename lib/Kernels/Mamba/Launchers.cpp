@@ -374,3 +374,105 @@ extern "C" kiln_status_t kiln_conv_update_spec(const kiln_conv_update_spec_param
   fillConvOperands(a, p, p.num_tokens);
   return launchConvUpdate(a, p.state_dtype, p.dtype, p.width, true, p.stream);
 }
+
+extern "C" kiln_status_t kiln_ssm_chunk_scan(const kiln_ssm_chunk_scan_params_t *params) {
+  Checker c{"ssm_chunk_scan"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_ssm_chunk_scan_params_t &p = *params;
+  SsmCommon common{p.state, p.state_dtype, p.num_slots, p.state_indices, p.batch, 1,
+                   p.heads, p.head_dim, p.state_size, p.n_groups, p.dtype, p.x, p.dt, p.A,
+                   p.B, p.C, p.out};
+  if (!checkSsmCommon(c, common) || !c.notNull(p.cu_seqlens, "cu_seqlens") ||
+      !c.elementAligned(p.cu_seqlens, 4, "cu_seqlens"))
+    return c.status;
+  const int64_t H = p.heads, P = p.head_dim, N = p.state_size, G = p.n_groups;
+  ChunkScanArgs a{};
+  a.stDim = p.state_stride_dim;
+  a.stHead = p.state_stride_head;
+  a.stSlot = p.state_stride_slot;
+  a.xToken = p.x_stride_token;
+  a.dtToken = p.dt_stride_token;
+  a.bToken = p.B_stride_token;
+  a.cToken = p.C_stride_token;
+  a.yToken = p.out_stride_token;
+  if (!c.stride(a.stDim, N, "state_stride_dim") ||
+      !c.stride(a.stHead, P * a.stDim, "state_stride_head") ||
+      !c.stride(a.stSlot, H * a.stHead, "state_stride_slot") ||
+      !c.stride(a.xToken, H * P, "x_stride_token") || !c.stride(a.dtToken, H, "dt_stride_token") ||
+      !c.stride(a.bToken, G * N, "B_stride_token") || !c.stride(a.cToken, G * N, "C_stride_token") ||
+      !c.stride(a.yToken, H * P, "out_stride_token"))
+    return c.status;
+  if (a.stDim < N || a.stHead < P * a.stDim || a.stSlot < H * a.stHead)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "ssm_chunk_scan: the state strides (%lld, %lld, %lld) overlap a [%lld, %lld, "
+                "%lld] slot",
+                static_cast<long long>(a.stSlot), static_cast<long long>(a.stHead),
+                static_cast<long long>(a.stDim), static_cast<long long>(H),
+                static_cast<long long>(P), static_cast<long long>(N));
+  if (p.batch == 0)
+    return ok();
+  a.state = p.state;
+  a.numSlots = p.num_slots;
+  a.indices = p.state_indices;
+  a.cuSeqlens = p.cu_seqlens;
+  a.batch = p.batch;
+  a.heads = p.heads;
+  a.headDim = p.head_dim;
+  a.stateSize = p.state_size;
+  a.headsPerGroup = p.heads / p.n_groups;
+  a.half = p.dtype == KILN_DTYPE_F16;
+  a.x = p.x;
+  a.dt = p.dt;
+  a.B = p.B;
+  a.C = p.C;
+  a.dtBias = p.dt_bias;
+  a.A = p.A;
+  a.D = p.D;
+  a.out = p.out;
+  a.dtSoftplus = p.dt_softplus;
+  a.aIsLog = p.a_is_log;
+  a.dtMin = p.dt_min;
+  a.dtMax = p.dt_max;
+  return launchSsmChunkScan(a, p.state_dtype, p.stream);
+}
+
+extern "C" kiln_status_t kiln_conv_prefill(const kiln_conv_prefill_params_t *params) {
+  Checker c{"conv_prefill"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_conv_prefill_params_t &p = *params;
+  ConvCommon common{p.state, p.state_dtype, p.num_slots, p.state_indices, p.batch, 1,
+                    p.conv_dim, p.width, p.dtype, p.x, p.weight, p.bias, p.out};
+  if (!checkConvCommon(c, common) || !c.notNull(p.cu_seqlens, "cu_seqlens") ||
+      !c.elementAligned(p.cu_seqlens, 4, "cu_seqlens") ||
+      !c.atMost(p.max_tokens, int64_t{1} << 31, "max_tokens"))
+    return c.status;
+  if (p.max_tokens < 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "conv_prefill: max_tokens is negative (%lld)",
+                static_cast<long long>(p.max_tokens));
+  const int64_t D = p.conv_dim, K = p.width - 1;
+  ConvPrefillArgs a{};
+  a.stSlot = p.state_stride_slot;
+  a.xToken = p.x_stride_token;
+  a.yToken = p.out_stride_token;
+  if (!c.stride(a.stSlot, D * K, "state_stride_slot") ||
+      !c.stride(a.xToken, D, "x_stride_token") || !c.stride(a.yToken, D, "out_stride_token"))
+    return c.status;
+  if (p.batch == 0 || p.max_tokens == 0)
+    return ok();
+  a.state = p.state;
+  a.numSlots = p.num_slots;
+  a.indices = p.state_indices;
+  a.cuSeqlens = p.cu_seqlens;
+  a.batch = p.batch;
+  a.convDim = p.conv_dim;
+  a.width = p.width;
+  a.maxTokens = p.max_tokens;
+  a.x = p.x;
+  a.weight = p.weight;
+  a.bias = p.bias;
+  a.out = p.out;
+  a.silu = p.silu;
+  return launchConvPrefill(a, p.state_dtype, p.dtype, p.stream);
+}

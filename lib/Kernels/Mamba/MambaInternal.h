@@ -4,6 +4,7 @@
 #ifndef KILN_LIB_KERNELS_MAMBA_MAMBAINTERNAL_H
 #define KILN_LIB_KERNELS_MAMBA_MAMBAINTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kiln/Kernels/Status.h"
@@ -52,6 +53,40 @@ struct ConvArgs {
   int32_t silu;
 };
 
+// ssm_chunk_scan (PrefillScan.cu): token-major activations, varlen sequences.
+struct ChunkScanArgs {
+  void *state;
+  int64_t stSlot, stHead, stDim;
+  int32_t numSlots;
+  const int32_t *indices, *cuSeqlens;
+  int32_t batch, heads, headDim, stateSize, headsPerGroup;
+  bool half; // activations fp16 (else bf16)
+  const void *x, *dt, *B, *C;
+  int64_t xToken, dtToken, bToken, cToken, yToken;
+  const float *dtBias, *A, *D;
+  void *out;
+  int32_t dtSoftplus, aIsLog;
+  float dtMin, dtMax;
+};
+
+// conv_prefill (PrefillScan.cu).
+struct ConvPrefillArgs {
+  void *state;
+  int64_t stSlot;
+  int32_t numSlots;
+  const int32_t *indices, *cuSeqlens;
+  int32_t batch, convDim, width;
+  int64_t maxTokens;
+  const void *x, *weight, *bias;
+  int64_t xToken, yToken;
+  void *out;
+  int32_t silu;
+};
+
+// The chunk length ssm_chunk_scan uses with `sharedBytes` of shared memory a block (64,
+// 32 or 16 tokens; 0: none fits).
+int chunkScanTokens(int headDim, int stateSize, size_t sharedBytes);
+
 // Launch helpers implemented in the .cu files. Arguments are already validated; they
 // return KILN_OK, KILN_ERROR_UNSUPPORTED (no instantiation) or KILN_ERROR_CUDA, with the
 // message set through fail().
@@ -61,6 +96,10 @@ kiln_status_t launchSsmUpdateSpec(const SsmArgs &args, kiln_dtype_t stateDtype,
                                   kiln_dtype_t dtype, int stateSize, void *stream);
 kiln_status_t launchConvUpdate(const ConvArgs &args, kiln_dtype_t stateDtype,
                                kiln_dtype_t dtype, int width, bool spec, void *stream);
+kiln_status_t launchSsmChunkScan(const ChunkScanArgs &args, kiln_dtype_t stateDtype,
+                                 void *stream);
+kiln_status_t launchConvPrefill(const ConvPrefillArgs &args, kiln_dtype_t stateDtype,
+                                kiln_dtype_t dtype, void *stream);
 
 } // namespace kiln::kernels::mamba
 

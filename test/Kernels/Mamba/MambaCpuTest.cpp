@@ -291,4 +291,98 @@ TEST(MambaLaunchers, ConvUpdateSpecValidation) {
   EXPECT_EQ(kiln_conv_update_spec(&q), KILN_OK) << kiln_last_error();
 }
 
+kiln_ssm_chunk_scan_params_t validChunkScan() {
+  kiln_ssm_chunk_scan_params_t p{};
+  p.state = fake(0x10000);
+  p.state_dtype = KILN_DTYPE_F32;
+  p.num_slots = 8;
+  p.cu_seqlens = static_cast<const int32_t *>(fake(0x80000));
+  p.batch = 4;
+  p.heads = 8;
+  p.head_dim = 64;
+  p.state_size = 128;
+  p.n_groups = 2;
+  p.dtype = KILN_DTYPE_BF16;
+  p.x = fake(0x20000);
+  p.dt = fake(0x30000);
+  p.A = static_cast<const float *>(fake(0x40000));
+  p.B = fake(0x50000);
+  p.C = fake(0x60000);
+  p.out = fake(0x70000);
+  return p;
+}
+
+// Every argument checked before any CUDA call (the addresses are never dereferenced).
+TEST(MambaLaunchers, SsmChunkScanValidation) {
+  expectError(kiln_ssm_chunk_scan(nullptr), KILN_ERROR_INVALID_ARGUMENT, "ssm_chunk_scan",
+              "params");
+  struct Case {
+    void (*mutate)(kiln_ssm_chunk_scan_params_t &);
+    kiln_status_t status;
+    const char *arg;
+  } cases[] = {
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.cu_seqlens = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "cu_seqlens"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.cu_seqlens = static_cast<const int32_t *>(fake(0x80002)); }, KILN_ERROR_INVALID_ARGUMENT, "cu_seqlens"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.state = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "state"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.out = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "out"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.state_size = 96; }, KILN_ERROR_UNSUPPORTED, "state_size"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.n_groups = 3; }, KILN_ERROR_INVALID_ARGUMENT, "n_groups"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.dtype = KILN_DTYPE_F32; }, KILN_ERROR_UNSUPPORTED, "dtype"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.x_stride_token = -1; }, KILN_ERROR_INVALID_ARGUMENT, "x_stride_token"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.state_stride_dim = 64; }, KILN_ERROR_INVALID_ARGUMENT, "state strides"},
+      {[](kiln_ssm_chunk_scan_params_t &p) { p.batch = 9; }, KILN_ERROR_INVALID_ARGUMENT, "num_slots"},
+  };
+  for (const Case &c : cases) {
+    auto p = validChunkScan();
+    c.mutate(p);
+    SCOPED_TRACE(c.arg);
+    expectError(kiln_ssm_chunk_scan(&p), c.status, "ssm_chunk_scan", c.arg);
+  }
+  auto p = validChunkScan();
+  p.batch = 0;
+  EXPECT_EQ(kiln_ssm_chunk_scan(&p), KILN_OK) << kiln_last_error();
+}
+
+TEST(MambaLaunchers, ConvPrefillValidation) {
+  expectError(kiln_conv_prefill(nullptr), KILN_ERROR_INVALID_ARGUMENT, "conv_prefill", "params");
+  auto valid = [] {
+    kiln_conv_prefill_params_t p{};
+    p.state = fake(0x10000);
+    p.state_dtype = KILN_DTYPE_BF16;
+    p.num_slots = 8;
+    p.cu_seqlens = static_cast<const int32_t *>(fake(0x80000));
+    p.batch = 4;
+    p.conv_dim = 1024;
+    p.width = 4;
+    p.max_tokens = 100;
+    p.dtype = KILN_DTYPE_BF16;
+    p.x = fake(0x20000);
+    p.weight = fake(0x30000);
+    p.out = fake(0x50000);
+    return p;
+  };
+  struct Case {
+    void (*mutate)(kiln_conv_prefill_params_t &);
+    kiln_status_t status;
+    const char *arg;
+  } cases[] = {
+      {[](kiln_conv_prefill_params_t &p) { p.cu_seqlens = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "cu_seqlens"},
+      {[](kiln_conv_prefill_params_t &p) { p.max_tokens = -1; }, KILN_ERROR_INVALID_ARGUMENT, "max_tokens"},
+      {[](kiln_conv_prefill_params_t &p) { p.width = 5; }, KILN_ERROR_UNSUPPORTED, "width"},
+      {[](kiln_conv_prefill_params_t &p) { p.conv_dim = 1020; }, KILN_ERROR_UNSUPPORTED, "conv_dim"},
+      {[](kiln_conv_prefill_params_t &p) { p.weight = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "weight"},
+      {[](kiln_conv_prefill_params_t &p) { p.x_stride_token = -2; }, KILN_ERROR_INVALID_ARGUMENT, "x_stride_token"},
+      {[](kiln_conv_prefill_params_t &p) { p.state_dtype = KILN_DTYPE_F16; }, KILN_ERROR_UNSUPPORTED, "state_dtype"},
+  };
+  for (const Case &c : cases) {
+    auto p = valid();
+    c.mutate(p);
+    SCOPED_TRACE(c.arg);
+    expectError(kiln_conv_prefill(&p), c.status, "conv_prefill", c.arg);
+  }
+  auto p = valid();
+  p.max_tokens = 0;
+  EXPECT_EQ(kiln_conv_prefill(&p), KILN_OK) << kiln_last_error();
+}
+
 } // namespace

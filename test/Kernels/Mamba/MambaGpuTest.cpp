@@ -577,4 +577,286 @@ TEST(MambaGpu, ConvUpdateSpec) {
     runConv(c, seed++, true);
 }
 
+// ---- prompt-wide kernels -----------------------------------------------------------
+
+// Sequences of these lengths (crossing 16/32/64-token chunk edges) packed one after the
+// other; a padding sequence (slot -1) among them must leave its rows and slot untouched.
+struct PackedPrompts {
+  std::vector<int32_t> cu{0}, slots;
+  int tokens() const { return cu.back(); }
+  int batch() const { return static_cast<int>(slots.size()); }
+};
+
+PackedPrompts packPrompts(const std::vector<int> &lengths, int padIndex) {
+  PackedPrompts p;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    p.cu.push_back(p.cu.back() + lengths[b]);
+    p.slots.push_back(static_cast<int>(b) == padIndex ? -1 : static_cast<int>(lengths.size() - 1 - b));
+  }
+  return p;
+}
+
+struct ChunkCase {
+  kiln_dtype_t state;
+  int heads, headDim, stateSize, groups;
+  std::vector<int> lengths;
+};
+
+// ssm_chunk_scan against ssm_update applied token by token (the path it replaces) on
+// the same inputs and starting states (random: a prompt continuing a sequence): the
+// outputs within bf16 rounding plus fp32 noise, the final states to fp32 tolerance; a
+// prompt split over two calls continues from the first call's states.
+void runChunkScan(const ChunkCase &c, uint64_t seed) {
+  SCOPED_TRACE("heads " + std::to_string(c.heads) + " head_dim " + std::to_string(c.headDim) +
+               " state " + std::to_string(c.stateSize) + " state dtype " +
+               std::to_string(c.state));
+  Rng rng(seed);
+  const PackedPrompts pp = packPrompts(c.lengths, 1);
+  const int T = pp.tokens(), H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups;
+  const int slots = pp.batch();
+  HostTensor x(KILN_DTYPE_BF16, size_t(T) * H * P), dt(KILN_DTYPE_BF16, size_t(T) * H),
+      B(KILN_DTYPE_BF16, size_t(T) * G * N), C(KILN_DTYPE_BF16, size_t(T) * G * N),
+      state(c.state, size_t(slots) * H * P * N);
+  rng.fill(x, -1, 1);
+  rng.fill(dt, -3, 1);
+  rng.fill(B, -1, 1);
+  rng.fill(C, -1, 1);
+  rng.fill(state, -0.5, 0.5);
+  std::vector<float> aLog(H), D(H), dtBias(H);
+  rng.fill(aLog, -1, 1.5);
+  rng.fill(D, -1, 1);
+  rng.fill(dtBias, -1, 1);
+  auto dx = upload(x), ddt = upload(dt), dB = upload(B), dC = upload(C), dA = upload(aLog),
+       dD = upload(D), dBias = upload(dtBias), dcu = upload(pp.cu), dslots = upload(pp.slots);
+  auto chunked = upload(state), sequential = upload(state);
+  auto outChunked = poisoned(size_t(T) * H * P * 2), outSeq = poisoned(size_t(T) * H * P * 2);
+  kiln_ssm_chunk_scan_params_t p{};
+  p.state = chunked->ptr;
+  p.state_dtype = c.state;
+  p.num_slots = slots;
+  p.state_indices = dslots->as<int32_t>();
+  p.cu_seqlens = dcu->as<int32_t>();
+  p.batch = pp.batch();
+  p.heads = H;
+  p.head_dim = P;
+  p.state_size = N;
+  p.n_groups = G;
+  p.dtype = KILN_DTYPE_BF16;
+  p.x = dx->ptr;
+  p.dt = ddt->ptr;
+  p.B = dB->ptr;
+  p.C = dC->ptr;
+  p.A = dA->as<float>();
+  p.D = dD->as<float>();
+  p.dt_bias = dBias->as<float>();
+  p.out = outChunked->ptr;
+  p.dt_softplus = 1;
+  p.a_is_log = 1;
+  p.dt_min = 0.01f;
+  p.dt_max = 2.0f;
+  KILN_OK_(kiln_ssm_chunk_scan(&p));
+  // The path it replaces: one ssm_update a token.
+  for (int b = 0; b < pp.batch(); ++b) {
+    if (pp.slots[b] < 0)
+      continue;
+    for (int t = pp.cu[b]; t < pp.cu[b + 1]; ++t) {
+      kiln_ssm_update_params_t q{};
+      q.state = static_cast<char *>(sequential->ptr) +
+                size_t(pp.slots[b]) * H * P * N * dtypeSize(c.state);
+      q.state_dtype = c.state;
+      q.num_slots = 1;
+      q.batch = 1;
+      q.heads = H;
+      q.head_dim = P;
+      q.state_size = N;
+      q.n_groups = G;
+      q.dtype = KILN_DTYPE_BF16;
+      q.x = dx->as<uint16_t>() + size_t(t) * H * P;
+      q.dt = ddt->as<uint16_t>() + size_t(t) * H;
+      q.B = dB->as<uint16_t>() + size_t(t) * G * N;
+      q.C = dC->as<uint16_t>() + size_t(t) * G * N;
+      q.A = p.A;
+      q.D = p.D;
+      q.dt_bias = p.dt_bias;
+      q.out = outSeq->as<uint16_t>() + size_t(t) * H * P;
+      q.dt_softplus = 1;
+      q.a_is_log = 1;
+      q.dt_min = p.dt_min;
+      q.dt_max = p.dt_max;
+      KILN_OK_(kiln_ssm_update(&q));
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  HostTensor gotOut(KILN_DTYPE_BF16, x.count), refOut(KILN_DTYPE_BF16, x.count),
+      gotState(c.state, state.count), refState(c.state, state.count);
+  download(gotOut, *outChunked);
+  download(refOut, *outSeq);
+  download(gotState, *chunked);
+  download(refState, *sequential);
+  // A bf16 state is rounded after every token on the sequential path and once here.
+  const double stateTol = c.state == KILN_DTYPE_F32 ? 2e-4 : 3e-2;
+  for (int b = 0; b < pp.batch(); ++b) {
+    const size_t rows = size_t(pp.cu[b + 1] - pp.cu[b]) * H * P, first = size_t(pp.cu[b]) * H * P;
+    if (pp.slots[b] < 0) {
+      EXPECT_TRUE(allPoison(gotOut, first, rows)) << "padding sequence " << b << " written";
+      continue;
+    }
+    int far = 0;
+    for (size_t i = first; i < first + rows; ++i) {
+      const double got = gotOut.get(i), ref = refOut.get(i);
+      if (!(std::fabs(got - ref) <= 2e-2 * std::max(1.0, std::fabs(ref))))
+        ++far;
+    }
+    EXPECT_EQ(far, 0) << "sequence " << b << ": outputs off the token-by-token path";
+    const size_t slotFirst = size_t(pp.slots[b]) * H * P * N;
+    double worst = 0;
+    for (size_t i = slotFirst; i < slotFirst + size_t(H) * P * N; ++i)
+      worst = std::max(worst, std::fabs(gotState.get(i) - refState.get(i)) /
+                                  std::max(1.0, std::fabs(refState.get(i))));
+    EXPECT_LE(worst, stateTol) << "sequence " << b << ": final state";
+  }
+  // The padding sequence's slot does not exist (-1): every real slot was compared above.
+  // Two calls (the first 37 tokens of every sequence, then the rest) give the one call's
+  // states: a prompt continuing a sequence.
+  PackedPrompts head = pp, tail = pp;
+  head.cu = {0};
+  tail.cu = {0};
+  std::vector<int32_t> headRows, tailRows;
+  for (int b = 0; b < pp.batch(); ++b) {
+    const int len = pp.cu[b + 1] - pp.cu[b], first = std::min(len, 37);
+    head.cu.push_back(head.cu.back() + first);
+    tail.cu.push_back(tail.cu.back() + len - first);
+    for (int t = 0; t < len; ++t)
+      (t < first ? headRows : tailRows).push_back(pp.cu[b] + t);
+  }
+  auto gather = [&](const HostTensor &src, size_t width, const std::vector<int32_t> &rows) {
+    HostTensor out(src.dtype, rows.size() * width);
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::memcpy(&out.bytes[r * width * 2], &src.bytes[size_t(rows[r]) * width * 2], width * 2);
+    return out;
+  };
+  auto twice = upload(state);
+  for (const auto *part : {&headRows, &tailRows}) {
+    const PackedPrompts &pk = part == &headRows ? head : tail;
+    auto px = upload(gather(x, size_t(H) * P, *part)), pdt = upload(gather(dt, H, *part)),
+         pB = upload(gather(B, size_t(G) * N, *part)), pC = upload(gather(C, size_t(G) * N, *part)),
+         pcu = upload(pk.cu);
+    auto pout = poisoned(std::max<size_t>(1, part->size()) * H * P * 2);
+    kiln_ssm_chunk_scan_params_t q = p;
+    q.state = twice->ptr;
+    q.cu_seqlens = pcu->as<int32_t>();
+    q.x = px->ptr;
+    q.dt = pdt->ptr;
+    q.B = pB->ptr;
+    q.C = pC->ptr;
+    q.out = pout->ptr;
+    KILN_OK_(kiln_ssm_chunk_scan(&q));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  HostTensor split(c.state, state.count);
+  download(split, *twice);
+  double worst = 0;
+  for (size_t i = 0; i < state.count; ++i)
+    worst = std::max(worst, std::fabs(split.get(i) - gotState.get(i)) /
+                                std::max(1.0, std::fabs(gotState.get(i))));
+  EXPECT_LE(worst, stateTol) << "two calls differ from one";
+}
+
+TEST(MambaGpu, SsmChunkScanMatchesTokenByToken) {
+  KILN_REQUIRE_GPU();
+  const ChunkCase cases[] = {
+      {KILN_DTYPE_F32, 8, 32, 64, 2, {130, 5, 64, 1, 200}},
+      {KILN_DTYPE_F32, 4, 80, 128, 1, {300, 17}},
+      {KILN_DTYPE_BF16, 4, 64, 128, 2, {70, 3, 129}},
+      {KILN_DTYPE_F32, 2, 64, 256, 2, {100, 40}},
+  };
+  uint64_t seed = 400;
+  for (const ChunkCase &c : cases)
+    runChunkScan(c, seed++);
+}
+
+// conv_prefill against conv_update applied token by token: outputs to one bf16 rounding
+// (the fp32 sums are the same taps in the same order), windows bit-exact (they are
+// copies of inputs), padding rows untouched; sequences shorter than the window shift
+// the old window through.
+TEST(MambaGpu, ConvPrefillMatchesTokenByToken) {
+  KILN_REQUIRE_GPU();
+  for (kiln_dtype_t stateDtype : {KILN_DTYPE_BF16, KILN_DTYPE_F32})
+    for (int width : {2, 4}) {
+      SCOPED_TRACE("state " + std::to_string(stateDtype) + " width " + std::to_string(width));
+      Rng rng(500 + width);
+      const PackedPrompts pp = packPrompts({9, 1, 2, 70, 5}, 2);
+      const int T = pp.tokens(), Dc = 264, K = width - 1, slots = pp.batch();
+      HostTensor x(KILN_DTYPE_BF16, size_t(T) * Dc), w(KILN_DTYPE_BF16, size_t(Dc) * width),
+          bias(KILN_DTYPE_BF16, Dc), state(stateDtype, size_t(slots) * Dc * K);
+      rng.fill(x, -1, 1);
+      rng.fill(w, -1, 1);
+      rng.fill(bias, -1, 1);
+      rng.fill(state, -1, 1);
+      auto dx = upload(x), dw = upload(w), dbias = upload(bias), dcu = upload(pp.cu),
+           dslots = upload(pp.slots);
+      auto parallel = upload(state), sequential = upload(state);
+      auto outPar = poisoned(size_t(T) * Dc * 2), outSeq = poisoned(size_t(T) * Dc * 2);
+      kiln_conv_prefill_params_t p{};
+      p.state = parallel->ptr;
+      p.state_dtype = stateDtype;
+      p.num_slots = slots;
+      p.state_indices = dslots->as<int32_t>();
+      p.cu_seqlens = dcu->as<int32_t>();
+      p.batch = pp.batch();
+      p.conv_dim = Dc;
+      p.width = width;
+      p.max_tokens = T;
+      p.dtype = KILN_DTYPE_BF16;
+      p.x = dx->ptr;
+      p.weight = dw->ptr;
+      p.bias = dbias->ptr;
+      p.out = outPar->ptr;
+      p.silu = 1;
+      KILN_OK_(kiln_conv_prefill(&p));
+      for (int b = 0; b < pp.batch(); ++b) {
+        if (pp.slots[b] < 0)
+          continue;
+        for (int t = pp.cu[b]; t < pp.cu[b + 1]; ++t) {
+          kiln_conv_update_params_t q{};
+          q.state = static_cast<char *>(sequential->ptr) +
+                    size_t(pp.slots[b]) * Dc * K * dtypeSize(stateDtype);
+          q.state_dtype = stateDtype;
+          q.num_slots = 1;
+          q.batch = 1;
+          q.conv_dim = Dc;
+          q.width = width;
+          q.dtype = KILN_DTYPE_BF16;
+          q.x = dx->as<uint16_t>() + size_t(t) * Dc;
+          q.weight = dw->ptr;
+          q.bias = dbias->ptr;
+          q.out = outSeq->as<uint16_t>() + size_t(t) * Dc;
+          q.silu = 1;
+          KILN_OK_(kiln_conv_update(&q));
+        }
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      HostTensor gotOut(KILN_DTYPE_BF16, x.count), refOut(KILN_DTYPE_BF16, x.count),
+          gotState(stateDtype, state.count), refState(stateDtype, state.count);
+      download(gotOut, *outPar);
+      download(refOut, *outSeq);
+      download(gotState, *parallel);
+      download(refState, *sequential);
+      for (int b = 0; b < pp.batch(); ++b) {
+        const size_t first = size_t(pp.cu[b]) * Dc, n = size_t(pp.cu[b + 1] - pp.cu[b]) * Dc;
+        if (pp.slots[b] < 0) {
+          EXPECT_TRUE(allPoison(gotOut, first, n)) << "padding sequence " << b << " written";
+          continue;
+        }
+        int far = 0;
+        for (size_t i = first; i < first + n; ++i)
+          if (!(std::fabs(gotOut.get(i) - refOut.get(i)) <=
+                1e-2 * std::max(1.0, std::fabs(refOut.get(i)))))
+            ++far;
+        EXPECT_EQ(far, 0) << "sequence " << b;
+      }
+      EXPECT_TRUE(gotState.sameBytes(0, state.count, refState)) << "windows differ";
+    }
+}
+
 } // namespace
