@@ -119,6 +119,29 @@ kiln_status_t runSequential(const Call &c, kiln_rt_context *ctx, uint64_t stateO
   return KILN_OK;
 }
 
+kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn);
+
+// What every state layer does before its launches: the state (and intermediates) as the
+// layer's resources, no capture of a prompt's launches, nothing more in a dry context
+// (*launch false), else the context's device.
+kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *stateKind,
+                          const char *interKind, uint64_t stateOffset, int64_t interOffset,
+                          uint64_t slotBytes, bool spec, bool *launch) {
+  *launch = false;
+  if (kiln_status_t s =
+          useStates(c, ctx, stateKind, interKind, stateOffset, interOffset, slotBytes, spec);
+      s != KILN_OK)
+    return s;
+  if (kiln_status_t s = refuseSequentialCapture(ctx, c.fn); s != KILN_OK)
+    return s;
+  if (ctx->dry)
+    return KILN_OK;
+  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    return s;
+  *launch = true;
+  return KILN_OK;
+}
+
 // A step's launches refuse a capture when they depend on the step's prompt lengths.
 kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn) {
   return ctx->phase == KILN_RT_PHASE_DECODE ? KILN_OK : refuseCapture(ctx, fn);
@@ -210,15 +233,10 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
     return s;
   const uint64_t slotBytes =
       bytesOf({convDim, width - 1, static_cast<int64_t>(dtypeBytes(stateDtype))});
-  if (kiln_status_t s = useStates(c, ctx, "conv_state", "intermediate_conv_state", stateOffset,
-                                  interOffset, slotBytes, spec);
-      s != KILN_OK)
-    return s;
-  if (kiln_status_t s = refuseSequentialCapture(ctx, c.fn); s != KILN_OK)
-    return s;
-  if (ctx->dry)
-    return KILN_OK;
-  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+  bool launch = false;
+  if (kiln_status_t s = claimStates(c, ctx, "conv_state", "intermediate_conv_state", stateOffset, interOffset,
+                                    slotBytes, spec, &launch);
+      s != KILN_OK || !launch)
     return s;
   char *caches = ctx->base[kCaches];
   const LegacyBatch &b = ctx->legacy;
@@ -468,15 +486,10 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
     return s;
   const uint64_t slotBytes = bytesOf({sh.heads, sh.headDim, sh.stateSize,
                                       static_cast<int64_t>(dtypeBytes(stateDtype))});
-  if (kiln_status_t s = useStates(c, ctx, "ssm_state", "intermediate_ssm_state", stateOffset,
-                                  interOffset, slotBytes, spec);
-      s != KILN_OK)
-    return s;
-  if (kiln_status_t s = refuseSequentialCapture(ctx, c.fn); s != KILN_OK)
-    return s;
-  if (ctx->dry)
-    return KILN_OK;
-  if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+  bool launch = false;
+  if (kiln_status_t s = claimStates(c, ctx, "ssm_state", "intermediate_ssm_state", stateOffset, interOffset,
+                                    slotBytes, spec, &launch);
+      s != KILN_OK || !launch)
     return s;
   char *caches = ctx->base[kCaches];
   const LegacyBatch &b = ctx->legacy;

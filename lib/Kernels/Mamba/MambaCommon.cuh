@@ -75,6 +75,19 @@ __device__ __forceinline__ void store16(void *p, const uint4 &u) {
 
 __device__ __forceinline__ float siluf(float v) { return v / (1.0f + expf(-v)); }
 
+// A token's step size dt' from its raw dt (Mamba.h: bias, softplus, clamp when > 0).
+__device__ __forceinline__ float stepSize(float raw, float bias, int32_t softplus, float dtMin,
+                                          float dtMax) {
+  float dt = raw + bias;
+  if (softplus)
+    dt = dt <= 20.0f ? log1pf(expf(dt)) : dt;
+  if (dtMin > 0.0f)
+    dt = fmaxf(dt, dtMin);
+  if (dtMax > 0.0f)
+    dt = fminf(dt, dtMax);
+  return dt;
+}
+
 } // namespace kiln::kernels::mamba
 
 #endif

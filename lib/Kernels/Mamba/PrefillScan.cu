@@ -83,14 +83,8 @@ __global__ void __launch_bounds__(kThreads)
       cs[t * rowN + n] = loadAct(a.C, row * a.cToken + g * N + n, half);
     }
     for (int t = threadIdx.x; t < len; t += blockDim.x) {
-      float dt = loadAct(a.dt, (t0 + t) * a.dtToken + h, half) + bias;
-      if (a.dtSoftplus)
-        dt = dt <= 20.0f ? log1pf(expf(dt)) : dt;
-      if (a.dtMin > 0.0f)
-        dt = fmaxf(dt, a.dtMin);
-      if (a.dtMax > 0.0f)
-        dt = fminf(dt, a.dtMax);
-      dts[t] = dt;
+      dts[t] = stepSize(loadAct(a.dt, (t0 + t) * a.dtToken + h, half), bias, a.dtSoftplus,
+                        a.dtMin, a.dtMax);
     }
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -66,13 +66,9 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
 
   const int numTokens = kSpec ? a.numTokens : 1;
   for (int t = 0; t < numTokens; ++t) {
-    float dt = toFloat(static_cast<const AT *>(a.dt)[b * a.dtBatch + t * a.dtToken + h]) + dtBias;
-    if (a.dtSoftplus)
-      dt = dt <= 20.0f ? log1pf(expf(dt)) : dt;
-    if (a.dtMin > 0.0f)
-      dt = fmaxf(dt, a.dtMin);
-    if (a.dtMax > 0.0f)
-      dt = fminf(dt, a.dtMax);
+    const float dt =
+        stepSize(toFloat(static_cast<const AT *>(a.dt)[b * a.dtBatch + t * a.dtToken + h]),
+                 dtBias, a.dtSoftplus, a.dtMin, a.dtMax);
     const float dA = expf(dt * A);
     const AT *Bp = static_cast<const AT *>(a.B) + b * a.bBatch + t * a.bToken + g * a.bGroup;
     const AT *Cp = static_cast<const AT *>(a.C) + b * a.cBatch + t * a.cToken + g * a.cGroup;
