@@ -25,5 +25,12 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   tiny "$config" none "$family-fp8nospec" --kv-dtype fp8
   tiny "$config" ngram:4 "$family-fp8ngram" --kv-dtype fp8
 done
+# The seed scenario (test/Parity/seed_memory.py, test/Tools/seed-nano-l40s.test): a
+# Nemotron-Nano-9B-v2-shaped model compiled for an L40S, without and with speculation.
+seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"
+"$build/bin/kiln-compile" "$seed" --target l40s --max-batch 64 --max-seq-len 8192 --spec none \
+  --emit=so -o "$root/.carry/models/seed-nospec.so" || { echo "kiln-compile failed: seed"; parity_failed=1; }
+"$build/bin/kiln-compile" "$seed" --target l40s --max-batch 32 --max-seq-len 8192 --spec ngram:3 \
+  --emit=so -o "$root/.carry/models/seed-ngram.so" || { echo "kiln-compile failed: seed ngram"; parity_failed=1; }
 ls -la "$root/.carry/models"
 exit "$parity_failed"

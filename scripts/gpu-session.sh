@@ -18,6 +18,8 @@
 # profile = bench/Model/kernel_profile.py: ncu's time and DRAM bytes of each
 # kernel of the 8B decode step (KILN_PROFILE_BATCHES, default "1 64").
 # decode = bench/Decode's kernel benchmark (bf16 and FP8 pools) with its PyTorch peers.
+# seed = test/Parity/seed_memory.py: the Nemotron-Nano-9B-v2-shaped model compiled for an
+# L40S, device memory against the plan with and without speculation.
 # launchbench = bench/Runtime/graph_launch.cu alone (nvcc here, ~20 s): graph launch cost
 # by size and by node kind (plain, cluster, PDL, distinct functions, cuBLASLt GEMMs).
 set -u
@@ -56,6 +58,11 @@ fi
 if has parity; then
   KILN_GPU_BUILD="$build" OUT="$out" bash "$root/scripts/gpu-parity.sh" "$@"
   echo "parity rc=$? ($(elapsed))"
+fi
+if has seed; then
+  python3 "$root/test/Parity/seed_memory.py" --kiln-run "$build/bin/kiln-run" \
+    --so-dir "$root/.carry/models" --out "$out/seed" > "$out/seed.log" 2>&1
+  echo "seed rc=$? ($(elapsed))"; tail -5 "$out/seed.log"
 fi
 if has diagnose; then
   (cd "$root/test/Parity" && timeout 300 python3 diagnose.py \
