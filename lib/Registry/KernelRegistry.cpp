@@ -88,8 +88,11 @@ std::vector<KernelVariant> builtinVariants() {
        .maxHeads = 128, .priority = 1,
        .note = "MLA prefill through the decode kernel (append, then causal extend)"});
   add({.name = "mla_prefill", .family = OpFamily::mla, .phase = Phase::prefill,
-       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16,
-       .implemented = false, .priority = 10, .note = "MLA prefill (planned)"});
+       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
+       .maxHeads = 128, .priority = 10,
+       .note = "MLA prompts expanded (kv_b_proj on the latent) through prefill_fmha when "
+               "qk_nope + qk_rope == v_head_dim in {64, 128}; other shapes and chunks that "
+               "continue a sequence go through the decode kernel a token at a time"});
   // Mamba2 SSM.
   add({.name = "ssm_update", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .priority = 10,

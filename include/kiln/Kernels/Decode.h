@@ -149,6 +149,21 @@ typedef struct kiln_mla_kv_append_params {
 
 kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *params);
 
+/* The expanded MLA keys of a prompt (the FMHA path): for token t and head h,
+ *   k[t, h, 0:nope]         = kv[t, h * (nope + v_dim) + 0 : nope]  (kv_b_proj's key rows)
+ *   k[t, h, nope:nope+rope] = k_pe[t, 0:rope]                      (the rotated shared key)
+ * kv [num_tokens, heads * (nope + v_dim)], k_pe [num_tokens, rope], k [num_tokens, heads,
+ * nope + rope], dense bf16; nope, rope and v_dim multiples of 8; 16-byte aligned. */
+typedef struct kiln_mla_expand_keys_params {
+  const void *kv;
+  const void *k_pe;
+  void *k;
+  int num_tokens, heads, nope, rope, v_dim;
+  void *stream;
+} kiln_mla_expand_keys_params_t;
+
+kiln_status_t kiln_mla_expand_keys(const kiln_mla_expand_keys_params_t *params);
+
 /* ---- mla_decode -------------------------------------------------------------------
  * Absorbed MLA (DeepSeek-V2/V3): K = the 576 cached values, V = their first 512.
  * BF16 only, page size 64, num_heads 1..128.
@@ -175,6 +190,12 @@ typedef struct kiln_mla_decode_params {
   kiln_dtype_t dtype;  /* BF16 */
   int num_splits;      /* 0 = automatic */
   void *stream;
+  /* Per-token mode (a prompt's causal attention through this kernel): both non-NULL,
+   * q_len 1, batch = tokens; entry b is a token of sequence token_rows[b] (its
+   * block_table row) at position token_pos[b], attending keys 0..token_pos[b]
+   * (seq_lens unused, may be NULL). Its keys must already be in the cache. */
+  const int32_t *token_rows;
+  const int32_t *token_pos;
 } kiln_mla_decode_params_t;
 
 kiln_status_t kiln_mla_decode_workspace_bytes(const kiln_mla_decode_params_t *params,

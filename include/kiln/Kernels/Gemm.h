@@ -80,6 +80,30 @@ kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptr
                                      int64_t count, int64_t rows, int64_t n, int64_t k,
                                      void *workspace, size_t workspace_bytes, void *stream);
 
+/* GEMMs over strided views of one batch of matrices (MLA's per-head projections, which
+ * read and write columns of wider rows): for b in [0, batch),
+ *   out_b[m, n] = x_b[m, k] * W_b,  W_b = w_b[n, k]^T (w_kn == 0: nn.Linear's layout)
+ *                                   or w_b[k, n]      (w_kn != 0),
+ * where x_b = x + b * x_batch_stride has its rows ldx elements apart, and likewise w_b
+ * (ldw) and out_b (ldo). bf16 in and out, fp32 accumulate; pointers 16-byte aligned,
+ * sizes, leading dimensions and strides positive multiples of 8 (elements). The policy
+ * is kiln_gemm_bf16's: under ROW_INVARIANT a row's bits do not depend on m up to the
+ * invariant rows. batch == 0 or m == 0 is a no-op. */
+typedef struct kiln_gemm_strided_batch {
+  const void *x;
+  int64_t ldx, x_batch_stride;
+  const void *w;
+  int64_t ldw, w_batch_stride;
+  int32_t w_kn;
+  void *out;
+  int64_t ldo, out_batch_stride;
+  int64_t batch, m, n, k;
+} kiln_gemm_strided_batch_t;
+kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
+                                             const kiln_gemm_strided_batch_t *params,
+                                             void *workspace, size_t workspace_bytes,
+                                             void *stream);
+
 #ifdef __cplusplus
 }
 #endif

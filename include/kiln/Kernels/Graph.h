@@ -57,6 +57,13 @@ kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *table, void *o
 kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, void *out,
                                  int64_t rows, int64_t dim, float eps, void *stream);
 
+/* kiln_rms_norm_bf16 of rows x_row_stride elements apart (a column slice of a wider
+ * tensor, MLA's compressed KV); out dense. A stride other than dim needs dim and the
+ * stride multiples of 8 and 16-byte aligned x, weight and out. */
+kiln_status_t kiln_rms_norm_rows_bf16(const void *x, int64_t x_row_stride, const void *weight,
+                                      void *out, int64_t rows, int64_t dim, float eps,
+                                      void *stream);
+
 /* The residual add and the norm that reads it, in one pass: sum = bf16(a + b) (the
  * residual stream, [rows, dim]), then out = kiln_rms_norm_bf16(sum). Bit for bit
  * kiln_add_bf16 followed by kiln_rms_norm_bf16. sum may be a or b; out must not be sum
@@ -70,6 +77,35 @@ kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, const void *w
 kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
                              int64_t tokens, int64_t heads, int64_t head_dim,
                              const kiln_rope_params_t *rope, void *stream);
+
+/* How RoPE pairs a head's dimensions (kiln.mla_attention's rope_style; the values are
+ * #kiln.rope_style's):
+ *   ROTATE_HALF    element f with f + d/2, bf16 cos/sin and bf16 products (as
+ *                  kiln_rope_bf16, Hugging Face's rotate_half);
+ *   DEINTERLEAVE   DeepSeek-V3's rope_interleave: elements (2f, 2f+1) are moved to
+ *                  (f, f + d/2), then rotated as ROTATE_HALF (out keeps the moved order);
+ *   COMPLEX_PAIRS  DeepSeek-V2's complex product: (2f, 2f+1) rotated in fp32 with fp32
+ *                  cos/sin, rounded once (out keeps the interleaved order). */
+#define KILN_ROPE_STYLE_ROTATE_HALF 0
+#define KILN_ROPE_STYLE_DEINTERLEAVE 1
+#define KILN_ROPE_STYLE_COMPLEX_PAIRS 2
+
+/* RoPE of rows at arbitrary strides (MLA's rope parts inside wider q and kv rows): for
+ * token t and head h, row x + t * x_token_stride + h * x_head_stride; its first `pass`
+ * elements are copied to the out row, the next head_dim rotated at positions[t] in
+ * `style`. Strides in elements; out must not overlap x. head_dim even, <= 512. */
+typedef struct kiln_rope_rows {
+  const void *x;
+  int64_t x_token_stride, x_head_stride;
+  void *out;
+  int64_t out_token_stride, out_head_stride;
+  const int32_t *positions;
+  int64_t tokens, heads, head_dim, pass;
+  int32_t style; /* KILN_ROPE_STYLE_* */
+  kiln_rope_params_t rope;
+  void *stream;
+} kiln_rope_rows_t;
+kiln_status_t kiln_rope_rows_bf16(const kiln_rope_rows_t *params);
 
 /* out = bf16(a + b), n elements. */
 kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,

@@ -8,8 +8,9 @@
  *   c = s + score_bias            (the choice keys; score_bias fp32 [experts] or none:
  *                                  DeepSeek-V3's e_score_correction_bias)
  *   groups > 1: the experts split into `groups` equal groups; each group's key is the
- *     sum of its two largest c; the top_groups best groups stay, every other expert's c
- *     becomes 0 (DeepSeek's group-limited routing: masked_fill with 0, not -inf)
+ *     sum of its two largest c (DeepSeek-V3), or with GROUP_MAX its largest c
+ *     (DeepSeek-V2's group_limited_greedy); the top_groups best groups stay, every other
+ *     expert's c becomes 0 (DeepSeek's group-limited routing: masked_fill with 0, not -inf)
  *   top_k experts by c (ties: the lower index), weights w = their s
  *   NORMALIZE_TOP_K: w /= sum(w);  w *= scale (routed_scaling_factor; 1 = none);
  *   ROUND_WEIGHTS: w = bf16(w)
@@ -66,7 +67,8 @@ extern "C" {
 #define KILN_MOE_SIGMOID 8      /* scores sigmoid(logit) instead of the softmax */
 #define KILN_MOE_F32_LOGITS 16  /* the logits are fp32 */
 #define KILN_MOE_F32_COMBINE 32 /* the weighted sum in fp32, rounded once */
-#define KILN_MOE_KNOWN_FLAGS 63
+#define KILN_MOE_GROUP_MAX 64   /* a group's key is its largest c (DeepSeek-V2) */
+#define KILN_MOE_KNOWN_FLAGS 127
 
 typedef struct kiln_moe_params {
   const void *x, *logits;

@@ -327,7 +327,13 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
   KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kernel);
   KILN_REQUIRE(p->latent_cache, KILN_ERROR_INVALID_ARGUMENT, "%s: latent_cache is null", kernel);
   KILN_REQUIRE(p->block_table, KILN_ERROR_INVALID_ARGUMENT, "%s: block_table is null", kernel);
-  KILN_REQUIRE(p->seq_lens, KILN_ERROR_INVALID_ARGUMENT, "%s: seq_lens is null", kernel);
+  const bool perToken = p->token_rows || p->token_pos;
+  KILN_REQUIRE(!perToken || (p->token_rows && p->token_pos), KILN_ERROR_INVALID_ARGUMENT,
+               "%s: per-token mode needs both token_rows and token_pos", kernel);
+  KILN_REQUIRE(!perToken || p->q_len == 1, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: per-token mode runs q_len 1 (got %d)", kernel, p->q_len);
+  KILN_REQUIRE(perToken || p->seq_lens, KILN_ERROR_INVALID_ARGUMENT, "%s: seq_lens is null",
+               kernel);
   KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kernel);
   KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16, KILN_ERROR_UNSUPPORTED,
                "%s: dtype %d unsupported (BF16 only)", kernel, static_cast<int>(p->dtype));
@@ -402,6 +408,8 @@ kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, bool
   args.cache = p->latent_cache;
   args.blockTable = p->block_table;
   args.seqLens = p->seq_lens;
+  args.tokenRows = p->token_rows;
+  args.tokenPos = p->token_pos;
   args.out = p->out;
   args.partO = static_cast<float *>(p->workspace);
   args.partLse = args.partO ? args.partO + outRows * plan.numSplits * KILN_MLA_KV_LORA_RANK : nullptr;
@@ -648,4 +656,30 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
                        p->stream)) != KILN_OK)
     return status;
   return ok();
+}
+
+extern "C" kiln_status_t kiln_mla_expand_keys(const kiln_mla_expand_keys_params_t *p) {
+  constexpr const char *kernel = "mla_expand_keys";
+  KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kernel);
+  KILN_REQUIRE(p->kv && p->k_pe && p->k, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: kv, k_pe and k must not be null", kernel);
+  KILN_REQUIRE(aligned16(p->kv) && aligned16(p->k_pe) && aligned16(p->k),
+               KILN_ERROR_INVALID_ARGUMENT, "%s: kv, k_pe and k must be 16-byte aligned",
+               kernel);
+  KILN_REQUIRE(p->num_tokens >= 0 && p->heads >= 1, KILN_ERROR_INVALID_ARGUMENT,
+               "%s: num_tokens %d / heads %d out of range", kernel, p->num_tokens, p->heads);
+  KILN_REQUIRE(p->nope > 0 && p->rope > 0 && p->v_dim > 0 && p->nope % 8 == 0 &&
+                   p->rope % 8 == 0 && p->v_dim % 8 == 0,
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: nope %d, rope %d and v_dim %d must be positive multiples of 8", kernel,
+               p->nope, p->rope, p->v_dim);
+  if (p->num_tokens == 0)
+    return ok();
+  MlaExpandKeysArgs args{static_cast<const uint16_t *>(p->kv),
+                         static_cast<const uint16_t *>(p->k_pe), static_cast<uint16_t *>(p->k),
+                         p->num_tokens, p->heads, p->nope, p->rope, p->v_dim};
+  const long long chunks =
+      static_cast<long long>(p->num_tokens) * p->heads * ((p->nope + p->rope) / 8);
+  return launch(kernel, mlaExpandKeysKernel(), dim3(static_cast<unsigned>((chunks + 255) / 256)),
+                dim3(256), &args, 0, p->stream);
 }

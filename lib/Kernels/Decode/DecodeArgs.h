@@ -29,6 +29,9 @@ struct MlaArgs {
   const void *cache;
   const int32_t *blockTable;
   const int32_t *seqLens;
+  // Per-token mode (both set): entry b is one token of sequence tokenRows[b] at position
+  // tokenPos[b], attending keys 0..tokenPos[b]; seqLens is unused.
+  const int32_t *tokenRows, *tokenPos;
   void *out;
   float *partO;
   float *partLse;
@@ -54,6 +57,12 @@ struct MlaKvAppendArgs {
   uint16_t *cache;
   const int32_t *blockTable, *tokenBatch, *tokenPos;
   int numTokens, batch, numPages, maxPages;
+};
+
+struct MlaExpandKeysArgs {
+  const uint16_t *kv, *kPe;
+  uint16_t *k;
+  int numTokens, heads, nope, rope, vDim;
 };
 
 } // namespace kiln::decode

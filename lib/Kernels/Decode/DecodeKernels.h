@@ -31,6 +31,7 @@ const void *splitCombineKernelF16();
 const void *kvAppendKernel();
 const void *kvAppendFp8Kernel(); // bf16 K/V quantized into an FP8 e4m3 pool
 const void *mlaKvAppendKernel();
+const void *mlaExpandKeysKernel();
 
 } // namespace kiln::decode
 

@@ -72,10 +72,32 @@ __global__ void mlaKvAppendDevice(const MlaKvAppendArgs args) {
   *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
 }
 
+// One thread per 16-byte chunk of an expanded key row.
+__global__ void mlaExpandKeysDevice(const MlaExpandKeysArgs args) {
+  const int rowChunks = (args.nope + args.rope) / 8, nopeChunks = args.nope / 8;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<long long>(args.numTokens) * args.heads * rowChunks)
+    return;
+  const long long row = idx / rowChunks; // token * heads + head
+  const int ch = static_cast<int>(idx % rowChunks);
+  const long long token = row / args.heads;
+  const int head = static_cast<int>(row % args.heads);
+  const uint16_t *src =
+      ch < nopeChunks
+          ? args.kv + token * args.heads * (args.nope + args.vDim) +
+                static_cast<long long>(head) * (args.nope + args.vDim) + ch * 8
+          : args.kPe + token * args.rope + (ch - nopeChunks) * 8;
+  *reinterpret_cast<uint4 *>(args.k + row * (args.nope + args.rope) + ch * 8) =
+      *reinterpret_cast<const uint4 *>(src);
+}
+
 const void *kvAppendKernel() { return reinterpret_cast<const void *>(&kvAppendDevice<false>); }
 const void *kvAppendFp8Kernel() {
   return reinterpret_cast<const void *>(&kvAppendDevice<true>);
 }
 const void *mlaKvAppendKernel() { return reinterpret_cast<const void *>(&mlaKvAppendDevice); }
+const void *mlaExpandKeysKernel() {
+  return reinterpret_cast<const void *>(&mlaExpandKeysDevice);
+}
 
 } // namespace kiln::decode

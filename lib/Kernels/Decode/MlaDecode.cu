@@ -52,13 +52,15 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int rows = args.qLen * args.heads;
   const int rowBase = rb * ROWS;
-  const int seqLen = args.seqLens[b];
+  const bool perToken = args.tokenRows != nullptr;
+  const int seqLen = perToken ? args.tokenPos[b] + 1 : args.seqLens[b];
   const int start = split * args.splitTiles * TILE_N;
   const int end = min(seqLen, start + args.splitTiles * TILE_N);
   const int numTiles = end > start ? (end - start + TILE_N - 1) / TILE_N : 0;
   const T *q = static_cast<const T *>(args.q);
   const T *cache = static_cast<const T *>(args.cache);
-  const int32_t *table = args.blockTable + static_cast<size_t>(b) * args.maxPages;
+  const int32_t *table =
+      args.blockTable + static_cast<size_t>(perToken ? args.tokenRows[b] : b) * args.maxPages;
 
   for (int c = tid; c < ROWS * kMlaCh; c += C::THREADS) {
     int r = c / kMlaCh, ch = c % kMlaCh;

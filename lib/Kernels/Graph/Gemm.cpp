@@ -41,6 +41,8 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <tuple>
+#include <utility>
 #include <unordered_map>
 
 using namespace kiln::kernels;
@@ -65,11 +67,19 @@ struct PlanKey {
   bool batched = false;                         // pointer-array GEMMs
   int64_t rows = 1;                             // batched: rows of each entry
   bool f32Out = false;                          // fp32 out instead of bf16
+  // Strided batch (kiln_gemm_bf16_strided_batched): leading dimensions and batch strides
+  // in elements, and whether w is stored [k, n] instead of [n, k].
+  int64_t stridedBatch = 0; // 0: not a strided batch
+  bool wKn = false;
+  int64_t ldx = 0, ldw = 0, ldo = 0, strideX = 0, strideW = 0, strideOut = 0;
+  auto stridedFields() const {
+    return std::tie(stridedBatch, wKn, ldx, ldw, ldo, strideX, strideW, strideOut);
+  }
   bool operator==(const PlanKey &o) const {
     return m == o.m && n == o.n && k == o.k && workspaceBytes == o.workspaceBytes &&
            alignX == o.alignX && alignW == o.alignW && alignOut == o.alignOut &&
            alignBias == o.alignBias && batched == o.batched && rows == o.rows &&
-           f32Out == o.f32Out;
+           f32Out == o.f32Out && stridedFields() == o.stridedFields();
   }
 };
 
@@ -86,6 +96,9 @@ struct PlanKeyHash {
     mix(key.batched);
     mix(static_cast<uint64_t>(key.rows));
     mix(key.f32Out);
+    for (int64_t v : {key.stridedBatch, static_cast<int64_t>(key.wKn), key.ldx, key.ldw,
+                      key.ldo, key.strideX, key.strideW, key.strideOut})
+      mix(static_cast<uint64_t>(v));
     return static_cast<size_t>(h);
   }
 };
@@ -204,7 +217,37 @@ cublasStatus_t setPointerArray(cublasLtMatrixLayout_t layout, int64_t count) {
   return st;
 }
 
+cublasStatus_t setStridedBatch(cublasLtMatrixLayout_t layout, int64_t count, int64_t stride) {
+  const int32_t batch = static_cast<int32_t>(count);
+  cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(
+      layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                          &stride, sizeof(stride));
+  return st;
+}
+
+// A strided batch's layouts: W' [k, n] (or [n, k] when w is stored [k, n], used
+// untransposed), X' [k, m] and O' [n, m] at their leading dimensions and batch strides.
+cublasStatus_t makeStridedLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
+  cublasStatus_t st =
+      key.wKn ? cublasLtMatrixLayoutCreate(&layouts.w, CUDA_R_16BF, key.n, key.k, key.ldw)
+              : cublasLtMatrixLayoutCreate(&layouts.w, CUDA_R_16BF, key.k, key.n, key.ldw);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&layouts.x, CUDA_R_16BF, key.k, m, key.ldx);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&layouts.out, CUDA_R_16BF, key.n, m, key.ldo);
+  const std::pair<cublasLtMatrixLayout_t, int64_t> strides[] = {
+      {layouts.w, key.strideW}, {layouts.x, key.strideX}, {layouts.out, key.strideOut}};
+  for (const auto &[layout, stride] : strides)
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = setStridedBatch(layout, key.stridedBatch, stride);
+  return st;
+}
+
 cublasStatus_t makeLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
+  if (key.stridedBatch)
+    return makeStridedLayouts(key, m, layouts);
   const int64_t rows = key.batched ? key.rows : m;
   cublasStatus_t st = cublasLtMatrixLayoutCreate(&layouts.w, CUDA_R_16BF, key.k, key.n, key.k);
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -230,7 +273,7 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
     }                                                                                          \
   } while (0)
   KILN_LT(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
+  const cublasOperation_t transA = key.wKn ? CUBLAS_OP_N : CUBLAS_OP_T, transB = CUBLAS_OP_N;
   KILN_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transA,
                                          sizeof(transA)));
   KILN_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &transB,
@@ -605,4 +648,67 @@ extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *c
   key.rows = rows;
   return runPlanned(gemm, key, nullptr, w_ptrs, x_ptrs, const_cast<void *>(
                         static_cast<const void *>(out_ptrs)), workspace, workspace_bytes, stream);
+}
+
+extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
+                                                        const kiln_gemm_strided_batch_t *p,
+                                                        void *workspace, size_t workspace_bytes,
+                                                        void *stream) {
+  const char *fn = "kiln_gemm_bf16_strided_batched";
+  if (!gemm || !p)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, gemm ? "params" : "gemm");
+  const struct {
+    const void *ptr;
+    const char *name;
+  } pointers[] = {{p->x, "x"}, {p->w, "w"}, {p->out, "out"}};
+  for (const auto &arg : pointers) {
+    if (!arg.ptr)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, arg.name);
+    if (reinterpret_cast<uintptr_t>(arg.ptr) % 16 != 0)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned", fn, arg.name);
+  }
+  const int64_t int32Max = std::numeric_limits<int32_t>::max();
+  const struct {
+    int64_t v;
+    const char *name;
+  } counts[] = {{p->batch, "batch"}, {p->m, "m"}};
+  for (const auto &count : counts)
+    if (count.v < 0 || count.v > int32Max)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld outside 0..%lld", fn, count.name,
+                  static_cast<long long>(count.v), static_cast<long long>(int32Max));
+  const struct {
+    int64_t v;
+    const char *name;
+  } multiples[] = {{p->n, "n"}, {p->k, "k"}, {p->ldx, "ldx"}, {p->ldw, "ldw"},
+                   {p->ldo, "ldo"}, {p->x_batch_stride, "x_batch_stride"},
+                   {p->w_batch_stride, "w_batch_stride"},
+                   {p->out_batch_stride, "out_batch_stride"}};
+  for (const auto &size : multiples)
+    if (size.v <= 0 || size.v % 8 != 0 || size.v > int32Max)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: %s must be a positive multiple of 8 below 2^31 (got %lld)", fn,
+                  size.name, static_cast<long long>(size.v));
+  const int64_t wRow = p->w_kn ? p->n : p->k;
+  if (p->ldx < p->k || p->ldo < p->n || p->ldw < wRow)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: leading dimensions (x %lld, w %lld, out %lld) below their rows (k %lld, "
+                "w %lld, n %lld)",
+                fn, static_cast<long long>(p->ldx), static_cast<long long>(p->ldw),
+                static_cast<long long>(p->ldo), static_cast<long long>(p->k),
+                static_cast<long long>(wRow), static_cast<long long>(p->n));
+  if (!workspace && workspace_bytes != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace is null but workspace_bytes is %zu",
+                fn, workspace_bytes);
+  if (p->batch == 0 || p->m == 0)
+    return ok();
+  PlanKey key{p->m, p->n, p->k, static_cast<uint64_t>(workspace_bytes), 16, 16, 16, 0u};
+  key.stridedBatch = p->batch;
+  key.wKn = p->w_kn != 0;
+  key.ldx = p->ldx;
+  key.ldw = p->ldw;
+  key.ldo = p->ldo;
+  key.strideX = p->x_batch_stride;
+  key.strideW = p->w_batch_stride;
+  key.strideOut = p->out_batch_stride;
+  return runPlanned(gemm, key, nullptr, p->w, p->x, p->out, workspace, workspace_bytes, stream);
 }

@@ -22,12 +22,21 @@ struct RopeTable {
 // out[r, :] = src[index[r], :], or zeros where index[r] is outside [0, numSource).
 cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
                              int64_t dim, int64_t numSource, cudaStream_t stream);
+// rms_norm of rows `stride` elements apart; only where rmsNormStridedFits (the 16-byte
+// paths).
+bool rmsNormStridedFits(const void *x, int64_t stride, const void *weight, const void *out,
+                        int64_t dim);
+cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weight, void *out,
+                                 int64_t rows, int64_t dim, float eps, cudaStream_t stream);
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream);
 // sum = bf16(a + b), then out = rms_norm(sum): the bits of launchAdd then launchRmsNorm.
 cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum,
                              void *out, int64_t rows, int64_t dim, float eps,
                              cudaStream_t stream);
+// kiln_rope_rows_bf16 on validated arguments.
+cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
+                           cudaStream_t stream);
 cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
                        int64_t heads, int64_t headDim, const RopeTable &table,
                        float attentionFactor, cudaStream_t stream);

@@ -226,6 +226,16 @@ struct RowOfX {
     return *reinterpret_cast<const uint4 *>(x + offset);
   }
 };
+// Rows `stride` elements apart (a column slice of a wider tensor); offsets count dense
+// rows of `dim`.
+struct RowOfStridedX {
+  const uint16_t *x;
+  int64_t dim, stride;
+  __device__ __forceinline__ uint4 load(int64_t offset) const {
+    const int64_t row = offset / dim;
+    return *reinterpret_cast<const uint4 *>(x + row * stride + (offset - row * dim));
+  }
+};
 struct RowOfSum {
   const uint16_t *a, *b; // may alias sum: each chunk is read before it is written, by one thread
   uint16_t *sum;
@@ -383,6 +393,53 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
         const float c = cosSin[f], s = cosSin[half + f];
         out[first] = f2bf(roundBf16(x1 * c) + roundBf16(-x2 * s));
         out[first + half] = f2bf(roundBf16(x2 * c) + roundBf16(x1 * s));
+      }
+    }
+  }
+}
+
+// ---- rope over strided rows (MLA) ------------------------------------------------------
+// One block per token, as ropeKernel; rows (token, head) sit at arbitrary element strides,
+// the first `pass` elements of a row are copied, the next headDim rotated in `Style`
+// (KILN_ROPE_STYLE_*). out must not overlap x (the paired styles move elements).
+template <int Style>
+__global__ void ropeRowsKernel(const uint16_t *x, int64_t xToken, int64_t xHead, uint16_t *out,
+                               int64_t outToken, int64_t outHead,
+                               const int32_t *__restrict__ positions, int64_t tokens, int heads,
+                               int headDim, int pass, float attentionFactor, RopeTable table) {
+  __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
+  const int half = headDim / 2;
+  for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const float position = static_cast<float>(positions[t]);
+    __syncthreads();
+    for (int f = threadIdx.x; f < half; f += blockDim.x) {
+      const float angle = position * table.invFreq[f];
+      // transformers rounds cos/sin to the activations' bf16, except DeepSeek-V2's complex
+      // product, which stays in fp32.
+      const float c = cosf(angle) * attentionFactor, s = sinf(angle) * attentionFactor;
+      cosSin[f] = Style == KILN_ROPE_STYLE_COMPLEX_PAIRS ? c : roundBf16(c);
+      cosSin[half + f] = Style == KILN_ROPE_STYLE_COMPLEX_PAIRS ? s : roundBf16(s);
+    }
+    __syncthreads();
+    for (int item = threadIdx.x; item < heads * pass; item += blockDim.x) {
+      const int h = item / pass, j = item - h * pass;
+      out[t * outToken + h * outHead + j] = x[t * xToken + h * xHead + j];
+    }
+    for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
+      const int h = item / half, f = item - h * half;
+      const uint16_t *src = x + t * xToken + h * xHead + pass;
+      uint16_t *dst = out + t * outToken + h * outHead + pass;
+      const float c = cosSin[f], s = cosSin[half + f];
+      if (Style == KILN_ROPE_STYLE_COMPLEX_PAIRS) {
+        const float a = bf2f(src[2 * f]), b = bf2f(src[2 * f + 1]);
+        dst[2 * f] = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+        dst[2 * f + 1] = f2bf(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+      } else {
+        const bool moved = Style == KILN_ROPE_STYLE_DEINTERLEAVE;
+        const float x1 = bf2f(src[moved ? 2 * f : f]);
+        const float x2 = bf2f(src[moved ? 2 * f + 1 : f + half]);
+        dst[f] = f2bf(roundBf16(x1 * c) + roundBf16(-x2 * s));
+        dst[f + half] = f2bf(roundBf16(x2 * c) + roundBf16(x1 * s));
       }
     }
   }
@@ -556,7 +613,8 @@ __device__ void maskUnchosenGroups(float *choice, const MoeRouting &r, float *gr
         second = v;
       }
     }
-    groupKey[g] = first + second;
+    // A group of one expert ranks by it (the reference's rule; transformers needs two).
+    groupKey[g] = (r.flags & KILN_MOE_GROUP_MAX) || size == 1 ? first : first + second;
     groupKept[g] = false;
   }
   __syncthreads();
@@ -804,6 +862,20 @@ bool rmsNormVecFits(int64_t dim) {
 
 } // namespace
 
+cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weight, void *out,
+                                 int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  launchRmsNormVec(RowOfStridedX{static_cast<const uint16_t *>(x), dim, stride},
+                   static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows,
+                   dim, eps, stream);
+  return cudaGetLastError();
+}
+
+bool rmsNormStridedFits(const void *x, int64_t stride, const void *weight, const void *out,
+                        int64_t dim) {
+  return rmsNormVecFits(dim) && stride % kVecElems == 0 && aligned16(x) && aligned16(weight) &&
+         aligned16(out);
+}
+
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream) {
   const auto *px = static_cast<const uint16_t *>(x);
@@ -854,6 +926,34 @@ cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64
         px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
         attentionFactor, table);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
+                           cudaStream_t stream) {
+  const auto *px = static_cast<const uint16_t *>(p.x);
+  auto *po = static_cast<uint16_t *>(p.out);
+  const int half = static_cast<int>(p.head_dim / 2);
+  const int threads = static_cast<int>(
+      std::min<int64_t>(256, roundUpWarp(p.heads * std::max<int64_t>(half, p.pass))));
+  const float af = p.rope.attention_factor;
+#define KILN_ROPE_ROWS(STYLE)                                                                  \
+  ropeRowsKernel<STYLE><<<rowGrid(p.tokens), threads, 0, stream>>>(                            \
+      px, p.x_token_stride, p.x_head_stride, po, p.out_token_stride, p.out_head_stride,        \
+      p.positions, p.tokens, static_cast<int>(p.heads), static_cast<int>(p.head_dim),          \
+      static_cast<int>(p.pass), af, table)
+  switch (p.style) {
+  case KILN_ROPE_STYLE_DEINTERLEAVE:
+    KILN_ROPE_ROWS(KILN_ROPE_STYLE_DEINTERLEAVE);
+    break;
+  case KILN_ROPE_STYLE_COMPLEX_PAIRS:
+    KILN_ROPE_ROWS(KILN_ROPE_STYLE_COMPLEX_PAIRS);
+    break;
+  default:
+    KILN_ROPE_ROWS(KILN_ROPE_STYLE_ROTATE_HALF);
+    break;
+  }
+#undef KILN_ROPE_ROWS
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 using namespace kiln::kernels;
 using namespace kiln::graph;
@@ -152,6 +153,32 @@ extern "C" kiln_status_t kiln_rms_norm_bf16(const void *x, const void *weight, v
   return launched(c.kernel, launchRmsNorm(x, weight, out, rows, dim, eps, asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_rms_norm_rows_bf16(const void *x, int64_t x_row_stride,
+                                                 const void *weight, void *out, int64_t rows,
+                                                 int64_t dim, float eps, void *stream) {
+  if (x_row_stride == dim)
+    return kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, stream);
+  Checker c{"kiln_rms_norm_rows_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(weight, "weight") || !c.notNull(out, "out") ||
+      !c.nonNegative(rows, "rows") || !c.positive(dim, "dim") ||
+      !c.sizeFits(rows, x_row_stride, "x"))
+    return c.status;
+  if (x_row_stride < dim)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: x_row_stride %lld < dim %lld", c.kernel,
+                static_cast<long long>(x_row_stride), static_cast<long long>(dim));
+  if (!rmsNormStridedFits(x, x_row_stride, weight, out, dim))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: strided rows need dim (%lld) and x_row_stride (%lld) multiples of 8 up "
+                "to 32768 and 16-byte aligned x, weight and out",
+                c.kernel, static_cast<long long>(dim), static_cast<long long>(x_row_stride));
+  if (!normEpsilonValid(c, eps))
+    return c.status;
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchRmsNormStrided(x, x_row_stride, weight, out, rows, dim, eps,
+                                                 asStream(stream)));
+}
+
 extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b,
                                                 const void *weight, void *sum, void *out,
                                                 int64_t rows, int64_t dim, float eps,
@@ -201,6 +228,50 @@ extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions,
                 c.kernel, static_cast<double>(rope->theta), static_cast<double>(rope->factor));
   return launched(c.kernel, launchRope(x, positions, out, tokens, heads, head_dim, *table,
                                        rope->attention_factor, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_rope_rows_bf16(const kiln_rope_rows_t *p) {
+  Checker c{"kiln_rope_rows_bf16"};
+  if (!c.notNull(p, "params"))
+    return c.status;
+  if (!c.notNull(p->x, "x") || !c.notNull(p->positions, "positions") ||
+      !c.notNull(p->out, "out") || !c.elementAligned(p->x, 2, "x") ||
+      !c.elementAligned(p->positions, 4, "positions") || !c.elementAligned(p->out, 2, "out") ||
+      !c.nonNegative(p->tokens, "tokens") || !c.positive(p->heads, "heads") ||
+      !c.positive(p->head_dim, "head_dim") || !c.nonNegative(p->pass, "pass") ||
+      !c.atMost(p->head_dim, KILN_ROPE_MAX_HEAD_DIM, "head_dim") ||
+      !c.atMost(p->pass, std::numeric_limits<int32_t>::max() / 2, "pass") ||
+      !c.atMost(p->heads, std::numeric_limits<int32_t>::max() / KILN_ROPE_MAX_HEAD_DIM,
+                "heads") ||
+      !checkRopeParams(c, p->rope))
+    return c.status;
+  if (p->head_dim % 2 != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: head_dim must be even (got %lld)", c.kernel,
+                static_cast<long long>(p->head_dim));
+  if (p->style < KILN_ROPE_STYLE_ROTATE_HALF || p->style > KILN_ROPE_STYLE_COMPLEX_PAIRS)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: style %d is not a KILN_ROPE_STYLE_* value (0 rotate_half, 1 "
+                "deinterleave, 2 complex_pairs)",
+                c.kernel, p->style);
+  const int64_t row = p->pass + p->head_dim;
+  for (auto [name, token, head] :
+       {std::tuple<const char *, int64_t, int64_t>{"x", p->x_token_stride, p->x_head_stride},
+        {"out", p->out_token_stride, p->out_head_stride}})
+    if (head < row || token < head * p->heads)
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s: %s strides (token %lld, head %lld) overlap its rows of %lld elements "
+                  "x %lld heads",
+                  c.kernel, name, static_cast<long long>(token), static_cast<long long>(head),
+                  static_cast<long long>(row), static_cast<long long>(p->heads));
+  if (p->tokens == 0)
+    return ok();
+  const RopeTable *table = ropeTable(p->rope, p->head_dim);
+  if (!table)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: rope parameters (theta %g, factor %g) give non-finite frequencies",
+                c.kernel, static_cast<double>(p->rope.theta),
+                static_cast<double>(p->rope.factor));
+  return launched(c.kernel, launchRopeRows(*p, *table, asStream(p->stream)));
 }
 
 extern "C" kiln_status_t kiln_add_bf16(const void *a, const void *b, void *out, int64_t n,

@@ -206,14 +206,16 @@ void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, d
 namespace {
 
 // DeepSeek's group-limited routing (Moe.h): keys outside the top_groups best groups
-// (a group's key: the sum of its two largest) become 0.
-void maskGroups(std::vector<double> &choice, int32_t groups, int32_t topGroups) {
+// (a group's key: the sum of its two largest, or with groupMax its largest) become 0.
+void maskGroups(std::vector<double> &choice, int32_t groups, int32_t topGroups, bool groupMax) {
   const size_t size = choice.size() / static_cast<size_t>(groups);
   std::vector<std::pair<double, int32_t>> keys;
   for (int32_t g = 0; g < groups; ++g) {
     std::vector<double> members(choice.begin() + g * size, choice.begin() + (g + 1) * size);
-    std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<>());
-    keys.push_back({members[0] + members[1], -g}); // ties: the lower group
+    const size_t ranked = std::min<size_t>(groupMax ? 1 : 2, members.size());
+    std::partial_sort(members.begin(), members.begin() + ranked, members.end(), std::greater<>());
+    const double key = ranked == 2 ? members[0] + members[1] : members[0];
+    keys.push_back({key, -g}); // ties: the lower group
   }
   std::sort(keys.begin(), keys.end(), std::greater<>());
   std::vector<bool> kept(static_cast<size_t>(groups), false);
@@ -246,7 +248,7 @@ void moeRouteReference(const float *logits, int64_t experts, const MoeOptions &o
     for (int64_t e = 0; e < experts; ++e)
       choice[e] += o.scoreBias[e];
   if (o.groups > 1)
-    maskGroups(choice, o.groups, o.topGroups);
+    maskGroups(choice, o.groups, o.topGroups, (o.flags & KILN_MOE_GROUP_MAX) != 0);
   std::vector<std::pair<int32_t, double>> chosen;
   std::vector<bool> taken(static_cast<size_t>(experts), false);
   for (int32_t j = 0; j < o.topK; ++j) {

@@ -512,6 +512,45 @@ TEST(GraphReference, MoeSigmoidGroupRouteHandComputed) {
   EXPECT_FLOAT_EQ(weights[0], float(2.5 * s[0] / (s[0] + s[1])));
 }
 
+TEST(GraphReference, MoeGroupMaxRouteHandComputed) {
+  // DeepSeek-V2's group_limited_greedy: softmax scores, each group ranked by its largest
+  // score, no renormalization. 8 experts in 4 groups of 2.
+  const float logits[8] = {2.0f, -4.0f, 1.5f, 1.4f, 0.0f, -1.0f, 0.2f, 0.1f};
+  double sum = 0.0, s[8];
+  for (int i = 0; i < 8; ++i)
+    sum += s[i] = std::exp(double(logits[i]));
+  for (double &v : s)
+    v /= sum;
+  MoeOptions o;
+  o.topK = 2;
+  o.groups = 4;
+  o.topGroups = 1;
+  int32_t ids[2];
+  float weights[2];
+  // Sums of the two largest rank group {2,3} (1.5 + 1.4 logits) over {0,1} (2 - 4).
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 3);
+  // The largest alone ranks {0,1} first: its two experts, their softmax scores as they are.
+  o.flags = KILN_MOE_GROUP_MAX;
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_FLOAT_EQ(weights[0], float(s[0]));
+  EXPECT_FLOAT_EQ(weights[1], float(s[1]));
+  // Two groups kept: experts 0 and 2, the best of {0,1} and {2,3}.
+  o.topGroups = 2;
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 2);
+  // Groups of one expert (groups == experts) rank by that expert.
+  o.groups = 8;
+  o.topGroups = 3;
+  moeRouteReference(logits, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 2);
+}
+
 TEST(GraphReference, SigmoidGateHandComputed) {
   // Row 0: x . w = 0, sigmoid 0.5; row 1: x . w = 1 + 1 = 2, sigmoid(2) rounded to bf16.
   const uint16_t x[4] = {bf(2.0f), bf(-1.0f), bf(1.0f), bf(0.5f)};
@@ -635,7 +674,7 @@ TEST(GraphValidation, Moe) {
               kUnsupported, k, "experts");
   expectError(with([](kiln_moe_params_t &q) { q.inter = 36; }), kUnsupported, k,
               "multiples of 8");
-  expectError(with([](kiln_moe_params_t &q) { q.flags = 64; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) { q.flags = 128; }), kInvalid, k, "unknown bits");
   expectError(with([](kiln_moe_params_t &q) {
                 q.flags = KILN_MOE_F32_LOGITS;
                 q.logits = fake(0x20002);
