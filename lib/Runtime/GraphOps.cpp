@@ -66,6 +66,28 @@ extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const
   return record(ctx, run());
 }
 
+extern "C" int32_t kiln_rt_rms_norm_strided(kiln_rt_context_t *ctx, const void *x,
+                                            int64_t x_stride, const void *weight, void *out,
+                                            int64_t rows, int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm_strided")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkStride(c, "x", x_stride, dim); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {stridedBf16("x", x, rows, dim, x_stride),
+                                       bf16("weight", weight, 1, dim),
+                                       bf16("out", out, rows, dim, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_rms_norm_rows_bf16", out, rows, dim, [&] {
+      return kiln_rms_norm_rows_bf16(x, x_stride, weight, out, rows, dim, eps, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,
                                         const void *weight, void *sum, void *out, int64_t rows,
                                         int64_t dim, float eps) {

@@ -26,7 +26,7 @@ func.func @tensors(%ctx: !llvm.ptr {kiln.context}, %x: tensor<?x128xbf16>, %o: t
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {
   func.func @mla(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x16x576xbf16>, %l: memref<?x576xbf16>, %o: memref<?x16x512xbf16>) {
     %c = kiln.cache_resource layer 3 unit [576] of bf16 {offset = 0 : i64} : !kiln.cache<mla_latent>
-    // expected-error @below {{'kiln.cached_mla_attention' op layer 3: in-place lowering of MLA is not implemented yet (whole MLA models come with the DeepSeek import)}}
+    // expected-error @below {{'kiln.cached_mla_attention' op layer 3: the cache-planning form of MLA (no kv_b) does not lower; import the model's whole graph}}
     // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
     kiln.cached_mla_attention layer 3 %q, %l cache(%c : !kiln.cache<mla_latent>) outs(%o : memref<?x16x512xbf16>)
       {num_heads = 16, kv_lora_rank = 512, qk_rope_head_dim = 64} : memref<?x16x576xbf16>, memref<?x576xbf16>
@@ -234,4 +234,24 @@ func.func @f32_data(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xf32>, %o: m
   // expected-error @below {{failed to legalize operation 'kiln.add' that was explicitly marked illegal}}
   kiln.add ins(%x, %x : memref<?x128xf32>, memref<?x128xf32>) outs(%o : memref<?x128xf32>)
   return
+}
+
+// -----
+// The latent cache must be bf16: the MLA kernels read no fp8 latent.
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = f8E4M3FN>} {
+  func.func @fp8_latent(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x48xbf16>, %kpe: memref<?x16xbf16>,
+                        %lat: memref<?x64xbf16>, %pos: memref<?xi32>, %kvb: memref<128x64xbf16>,
+                        %s: memref<?x672xi8>, %o: memref<?x2x32xbf16>) {
+    %c = kiln.cache_resource layer 0 unit [80] of f8E4M3FN {offset = 0 : i64} : !kiln.cache<mla_latent>
+    // expected-error @below {{layer 0: the latent cache is 'f8E4M3FN', but the MLA kernels read bf16 caches; compile with --kv-dtype bf16}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
+    kiln.cached_mla_attention layer 0 %q, %lat k_pe(%kpe : memref<?x16xbf16>)
+      positions(%pos : memref<?xi32>) kv_b(%kvb : memref<128x64xbf16>) scratch(%s : memref<?x672xi8>)
+      cache(%c : !kiln.cache<mla_latent>) outs(%o : memref<?x2x32xbf16>)
+      {num_heads = 2, kv_lora_rank = 64, qk_rope_head_dim = 16, qk_nope_head_dim = 32,
+       v_head_dim = 32, softmax_scale = 0.125 : f32, rope = #kiln.rope<type = default, theta = 10000.0>,
+       decode_kernel = "mla_decode", prefill_kernel = "mla_prefill"}
+      : memref<?x2x48xbf16>, memref<?x64xbf16>
+    return
+  }
 }

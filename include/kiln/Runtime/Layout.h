@@ -153,6 +153,35 @@ static inline uint64_t kiln_rt_graph_reserve_bytes(uint64_t graphs, uint64_t lau
   return graphs * (perGraph + kiln_rt_granule_padding(perGraph));
 }
 
+/* kiln.mla_attention's scratch (an activation buffer of [tokens, bytes_per_token]):
+ * consecutive regions of tokens x (a token's part), for whichever path runs:
+ *   absorbed (decode, and prompts through the decode kernel):
+ *     q_abs  [heads, kv_lora_rank + rope] bf16   (W_UK^T q_nope | rope(q_pe))
+ *     o_lat  [heads, kv_lora_rank] bf16          (attention over the latent)
+ *     k_pe   [rope] bf16                         (rope(k_pe), appended to the cache)
+ *   expanded (prompts through the FMHA):
+ *     q      [heads, nope + rope] bf16           (q_nope | rope(q_pe))
+ *     k      [heads, nope + rope] bf16           (k_nope | rope(k_pe))
+ *     kv     [heads, nope + v] bf16              (kv_b_proj(latent))
+ *     k_pe   [rope] bf16
+ * A token's bytes are the larger of the two. With every size a multiple of 8 elements
+ * each region stays 16-byte aligned. */
+static inline int64_t kiln_rt_mla_absorbed_bytes_per_token(int64_t heads, int64_t rank,
+                                                           int64_t rope) {
+  return 2 * (heads * (rank + rope) + heads * rank + rope);
+}
+static inline int64_t kiln_rt_mla_expanded_bytes_per_token(int64_t heads, int64_t rope,
+                                                           int64_t nope, int64_t v) {
+  return 2 * (2 * heads * (nope + rope) + heads * (nope + v) + rope);
+}
+static inline int64_t kiln_rt_mla_scratch_bytes_per_token(int64_t heads, int64_t rank,
+                                                          int64_t rope, int64_t nope,
+                                                          int64_t v) {
+  const int64_t absorbed = kiln_rt_mla_absorbed_bytes_per_token(heads, rank, rope);
+  const int64_t expanded = kiln_rt_mla_expanded_bytes_per_token(heads, rope, nope, v);
+  return absorbed > expanded ? absorbed : expanded;
+}
+
 /* Bytes of the workspace: the GEMM workspace, then the split-KV partials. */
 static inline uint64_t kiln_rt_workspace_bytes(int64_t max_decode_tokens, int64_t max_q_heads,
                                                int64_t max_head_dim) {

@@ -260,6 +260,10 @@ int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *t
                           int64_t tokens, int64_t vocab, int64_t hidden);
 int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight, void *out,
                          int64_t rows, int64_t dim, float eps);
+/* kiln_rt_rms_norm of rows x_stride elements apart (a column slice: MLA's compressed KV). */
+int32_t kiln_rt_rms_norm_strided(kiln_rt_context_t *ctx, const void *x, int64_t x_stride,
+                                 const void *weight, void *out, int64_t rows, int64_t dim,
+                                 float eps);
 /* The residual add and the norm of its result (kiln.add_rms_norm): sum = a + b [rows, dim],
  * out = rms_norm(sum); sum may be a or b, not out. */
 int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,
@@ -271,6 +275,27 @@ int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, con
  * output is not traced (the trace holds bf16 outputs). */
 int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void *w, void *out,
                               int64_t m, int64_t n, int64_t k);
+/* One DeepSeek MLA layer of the whole graph (kiln.mla_attention; docs/runtime.md, "MLA"):
+ * q [tokens, heads, nope + rope] (before RoPE), latent [tokens, kv_lora_rank]
+ * (kv_a_layernorm's output), k_pe [tokens, rope] rows k_pe_stride elements apart (before
+ * RoPE), positions [tokens] i32, kv_b [heads * (nope + v), kv_lora_rank] (kv_b_proj's
+ * weight), scratch [tokens, kiln_rt_mla_scratch_bytes_per_token] bytes in the
+ * activations, out [tokens, heads, v]; the latent pool at cache_offset. Appends the
+ * latent and rope(k_pe) to the cache; decode runs the absorbed form through
+ * decode_kernel (mla_decode / mla_decode_small_smem), prompts the expanded form through
+ * the FMHA (prefill_kernel mla_prefill, when nope + rope == v in {64, 128}) or the
+ * absorbed form a token at a time. rope_style is KILN_ROPE_STYLE_*, the rope_* values
+ * kiln_rt_rope's. */
+int32_t kiln_rt_mla_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t cache_offset,
+                              const void *q, const void *latent, const void *k_pe,
+                              int64_t k_pe_stride, const void *positions, const void *kv_b,
+                              void *scratch, void *out, int64_t tokens, int32_t num_heads,
+                              int32_t kv_lora_rank, int32_t rope_dim, int32_t nope_dim,
+                              int32_t v_dim, int32_t page_size, int32_t decode_kernel,
+                              int32_t prefill_kernel, int32_t spec_dec_mode,
+                              float softmax_scale, int32_t rope_style, int32_t rope_type,
+                              float theta, float factor, float low, float high,
+                              int64_t original_max_position, float attention_factor);
 int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions, void *out,
                      int64_t tokens, int64_t heads, int64_t head_dim, int32_t rope_type,
                      float theta, float factor, float low, float high,

@@ -1,6 +1,7 @@
 //===- KilnOps.cpp - verifiers and interface implementations --------------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Kernels/Moe.h"      // kiln_moe flags and scratch layout
+#include "kiln/Runtime/Layout.h"  // kiln.mla_attention's scratch layout
 #include "kiln/Runtime/Runtime.h" // kiln_rt_dtype_t codes of kiln_rt_attention
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -119,6 +120,8 @@ LogicalResult verifyAttentionOp(OpT op) {
   return success();
 }
 
+template <typename OpT> LogicalResult verifyMlaGraphForm(OpT op);
+
 template <typename OpT>
 LogicalResult verifyMlaOp(OpT op) {
   Operation *raw = op.getOperation();
@@ -127,6 +130,13 @@ LogicalResult verifyMlaOp(OpT op) {
       failed(checkPositive(raw, "kv_lora_rank", op.getKvLoraRank())) ||
       failed(checkPositive(raw, "qk_rope_head_dim", op.getQkRopeHeadDim())))
     return failure();
+  if (op.getKvB())
+    return verifyMlaGraphForm(op);
+  if (op.getKPe() || op.getPositions() || op.getScratch() || op.getQkNopeHeadDim() ||
+      op.getVHeadDim() || op.getRope() || op.getRopeStyle() || op.getSoftmaxScale())
+    return op.emitOpError()
+           << "k_pe, positions, scratch, qk_nope_head_dim, v_head_dim, rope, rope_style and "
+              "softmax_scale belong to the whole-graph form, which needs kv_b";
   int64_t h = op.getNumHeads(), rank = op.getKvLoraRank();
   int64_t width = rank + op.getQkRopeHeadDim();
   if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, h, width})) ||
@@ -472,10 +482,12 @@ Operation *MlaAttentionOp::buildCachedForm(OpBuilder &builder, ValueRange resour
   Value cache = findResource(resources, getDraft() ? ResourceKind::draft_kv
                                                    : ResourceKind::mla_latent);
   Value init = emptyLike(builder, getLoc(), getOut().getType(), getQ());
-  return CachedMlaAttentionOp::create(builder, getLoc(), getOut().getType(), getQ(),
-                                      getLatent(), cache, init, getLayerAttr(), getNumHeadsAttr(),
-                                      getKvLoraRankAttr(), getQkRopeHeadDimAttr(),
-                                      getDraftAttr(), nullptr, nullptr, nullptr);
+  return CachedMlaAttentionOp::create(
+      builder, getLoc(), getOut().getType(), getQ(), getLatent(), getKPe(), getPositions(),
+      getKvB(), getScratch(), cache, init, getLayerAttr(), getNumHeadsAttr(),
+      getKvLoraRankAttr(), getQkRopeHeadDimAttr(), getDraftAttr(), getQkNopeHeadDimAttr(),
+      getVHeadDimAttr(), getRopeAttr(), getRopeStyleAttr(), getSoftmaxScaleAttr(), nullptr,
+      nullptr, nullptr);
 }
 
 Operation *SsmOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
@@ -844,13 +856,49 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
        RuntimeArg::f32(0.0), RuntimeArg::i32(kvDtype)}};
 }
 
-// MLA, SSM and conv launches still take their parameters (A, D, dt_bias, conv weights)
-// by binding, which whole-model import replaces in the DeepSeek/Nemotron-H issue.
 FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
-  return emitOpError() << "layer " << getLayer()
-                       << ": in-place lowering of MLA is not implemented yet (whole MLA "
-                          "models come with the DeepSeek import)";
+  if (!isWholeGraph())
+    return emitOpError() << "layer " << getLayer()
+                         << ": the cache-planning form of MLA (no kv_b) does not lower; "
+                            "import the model's whole graph (quantized checkpoints, such as "
+                            "DeepSeek-V3's FP8 release, import as this form)";
+  if (failed(requireBuffers(*this)))
+    return failure();
+  ModuleConfig config = getModuleConfig((*this)->getParentOfType<ModuleOp>());
+  if (!config.runtime)
+    return emitOpError() << "needs the module's 'kiln.runtime' to lower (page size)";
+  int64_t offset = plannedOffset(getCache());
+  if (offset < 0)
+    return emitOpError() << "layer " << getLayer()
+                         << ": the latent resource has no planned offset; run kiln-plan-memory";
+  auto resource = getCache().getDefiningOp<CacheResourceOp>();
+  Type bf16 = BFloat16Type::get(getContext());
+  if (resource && resource.getElementType() != bf16)
+    return emitOpError() << "layer " << getLayer() << ": the latent cache is "
+                         << resource.getElementType()
+                         << ", but the MLA kernels read bf16 caches; compile with --kv-dtype bf16";
+  RopeAttr rope = *getRope();
+  int64_t style = static_cast<int64_t>(getRopeStyle().value_or(RopeStyle::rotate_half));
+  return RuntimeCall{
+      "kiln_rt_mla_attention",
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(offset), RuntimeArg::pointer(getQ()),
+       RuntimeArg::pointer(getLatent()), RuntimeArg::stridedPointer(getKPe()),
+       RuntimeArg::rowStride(getKPe()), RuntimeArg::pointer(getPositions()),
+       RuntimeArg::pointer(getKvB()), RuntimeArg::pointer(getScratch()),
+       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getQ(), 0),
+       RuntimeArg::i32(getNumHeads()), RuntimeArg::i32(getKvLoraRank()),
+       RuntimeArg::i32(getQkRopeHeadDim()), RuntimeArg::i32(*getQkNopeHeadDim()),
+       RuntimeArg::i32(*getVHeadDim()), RuntimeArg::i32(config.runtime.getPageSize()),
+       kernelArg(getDecodeKernelAttr()), kernelArg(getPrefillKernelAttr()),
+       RuntimeArg::i32(specDecModeValue(getSpecDecMode())),
+       RuntimeArg::f32(getSoftmaxScale()->convertToDouble()), RuntimeArg::i32(style),
+       RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
+       RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
+       RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
+       RuntimeArg::i64(rope.getOriginalMaxPosition()),
+       RuntimeArg::f32(rope.getAttentionFactorValue())}};
 }
+
 namespace {
 /// The cache dtype code of a state resource the recurrent kernels read (f32 or bf16).
 FailureOr<int64_t> stateDtypeOf(Operation *op, int64_t layer, Value resource) {
@@ -1037,6 +1085,66 @@ LogicalResult checkDimEquals(Operation *op, StringRef name, Value value, int64_t
 
 Type i32Type(Operation *op) { return IntegerType::get(op->getContext(), 32); }
 
+/// kiln.mla_attention's whole-graph form (and its cached form): every graph operand and
+/// attribute present, shapes from the head sizes, bf16 activations and kv_b, i32
+/// positions, an i8 scratch of the bytes a token needs.
+template <typename OpT>
+LogicalResult verifyMlaGraphForm(OpT op) {
+  Operation *raw = op.getOperation();
+  const char *missing = !op.getKPe()               ? "k_pe"
+                        : !op.getPositions()       ? "positions"
+                        : !op.getScratch()         ? "scratch"
+                        : !op.getQkNopeHeadDim()   ? "qk_nope_head_dim"
+                        : !op.getVHeadDim()        ? "v_head_dim"
+                        : !op.getRope()            ? "rope"
+                        : !op.getSoftmaxScale()    ? "softmax_scale"
+                                                   : nullptr;
+  if (missing)
+    return op.emitOpError() << "the whole-graph form (kv_b given) needs '" << missing << "'";
+  const int64_t h = op.getNumHeads(), rank = op.getKvLoraRank(), rope = op.getQkRopeHeadDim();
+  const int64_t nope = *op.getQkNopeHeadDim(), v = *op.getVHeadDim();
+  if (failed(checkPositive(raw, "qk_nope_head_dim", nope)) ||
+      failed(checkPositive(raw, "v_head_dim", v)))
+    return failure();
+  // The per-head GEMMs and the FMHA read 16-byte rows.
+  for (auto [name, value] : {std::pair<StringRef, int64_t>{"kv_lora_rank", rank},
+                             {"qk_rope_head_dim", rope}, {"qk_nope_head_dim", nope},
+                             {"v_head_dim", v}})
+    if (value % 8 != 0)
+      return op.emitOpError() << "'" << name << "' (" << value
+                              << ") must be a multiple of 8 (16-byte rows)";
+  double scale = op.getSoftmaxScale()->convertToDouble();
+  if (!(scale > 0) || !std::isfinite(scale))
+    return op.emitOpError() << "'softmax_scale' must be a positive finite number, got "
+                            << scale;
+  Type bf16 = BFloat16Type::get(op.getContext());
+  const int64_t perToken = kiln_rt_mla_scratch_bytes_per_token(h, rank, rope, nope, v);
+  Value tokens = op.getQ();
+  if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, h, nope + rope})) ||
+      failed(checkShape(raw, "latent", op.getLatent(), {kAnyDim, rank})) ||
+      failed(checkShape(raw, "k_pe", op.getKPe(), {kAnyDim, rope})) ||
+      failed(checkShape(raw, "positions", op.getPositions(), {kAnyDim})) ||
+      failed(checkShape(raw, "kv_b", op.getKvB(), {h * (nope + v), rank})) ||
+      failed(checkShape(raw, "scratch", op.getScratch(), {kAnyDim, perToken})) ||
+      failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, v})))
+    return failure();
+  for (auto [name, value] : {std::pair<StringRef, Value>{"q", op.getQ()},
+                             {"latent", op.getLatent()}, {"k_pe", op.getKPe()},
+                             {"kv_b", op.getKvB()}, {"result", outputOf(op)}})
+    if (failed(checkElementType(raw, name, value, bf16)))
+      return failure();
+  if (failed(checkElementType(raw, "positions", op.getPositions(), i32Type(raw))) ||
+      failed(checkElementType(raw, "scratch", op.getScratch(),
+                              IntegerType::get(op.getContext(), 8))))
+    return failure();
+  for (auto [name, value] : {std::pair<StringRef, Value>{"latent", op.getLatent()},
+                             {"k_pe", op.getKPe()}, {"positions", op.getPositions()},
+                             {"scratch", op.getScratch()}, {"result", outputOf(op)}})
+    if (failed(checkDimEquals(raw, name, value, 0, sizeOf(tokens, 0), "the token count")))
+      return failure();
+  return success();
+}
+
 LogicalResult checkEpsilon(Operation *op, APFloat epsilon) {
   double eps = epsilon.convertToDouble();
   if (!(eps > 0) || !std::isfinite(eps))
@@ -1105,6 +1213,15 @@ FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
   int64_t last = shapedOf(getInput()).getRank() - 1;
+  // A column slice (MLA's compressed KV) keeps its rows' stride.
+  auto input = dyn_cast<MemRefType>(getInput().getType());
+  if (input && !input.getLayout().isIdentity())
+    return RuntimeCall{"kiln_rt_rms_norm_strided",
+                       {RuntimeArg::stridedPointer(getInput()), RuntimeArg::rowStride(getInput()),
+                        RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getInit()),
+                        RuntimeArg::leadingElements(getInput()),
+                        RuntimeArg::dim(getInput(), last),
+                        RuntimeArg::f32(getEpsilon().convertToDouble())}};
   return RuntimeCall{"kiln_rt_rms_norm",
                      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight()),
                       RuntimeArg::pointer(getInit()), RuntimeArg::leadingElements(getInput()),
@@ -1206,6 +1323,8 @@ static LogicalResult verifyMoeGroups(MoeOp op, int64_t experts) {
                 topK = static_cast<int64_t>(op.getTopK());
   if (kept > groups)
     return op.emitOpError() << "top_groups " << kept << " exceeds the " << groups << " groups";
+  if (op.getGroupMax() && groups == 1)
+    return op.emitOpError() << "'group_max' chooses between groups; it needs groups > 1";
   if (groups == 1 || experts == ShapedType::kDynamic)
     return success();
   if (experts % groups != 0 || experts / groups < 2)
@@ -1291,6 +1410,8 @@ FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
     flags |= KILN_MOE_F32_LOGITS;
   if (getAccumulateF32())
     flags |= KILN_MOE_F32_COMBINE;
+  if (getGroupMax())
+    flags |= KILN_MOE_GROUP_MAX;
   return RuntimeCall{
       "kiln_rt_moe",
       {RuntimeArg::pointer(getInput()),

@@ -181,6 +181,15 @@ func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %u: tensor<8x32x64xbf16
 }
 
 // -----
+// DeepSeek-V2's group_limited_greedy ranks groups; without groups there is nothing to rank.
+func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %u: tensor<8x32x64xbf16>,
+             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>, %s: tensor<?x1744xi8>) {
+  // expected-error @below {{'group_max' chooses between groups; it needs groups > 1}}
+  %r:2 = kiln.moe ins(%x, %l : tensor<?x64xbf16>, tensor<?x8xf32>) gate(%u : tensor<8x32x64xbf16>) up(%u : tensor<8x32x64xbf16>) down(%d : tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64, group_max} -> tensor<?x64xbf16>, tensor<?x1744xi8>
+  return
+}
+
+// -----
 func.func @f(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>, %b: tensor<8xbf16>, %o: tensor<?x8xf32>) {
   // expected-error @below {{an f32 result takes no bias}}
   %r = kiln.linear ins(%x, %w : tensor<?x64xbf16>, tensor<8x64xbf16>) bias(%b : tensor<8xbf16>) outs(%o : tensor<?x8xf32>) -> tensor<?x8xf32>

@@ -45,6 +45,21 @@ func.func @sigmoid_routing(%x: tensor<?x64xbf16>, %r: tensor<8x64xbf16>, %li: te
   return %m#0 : tensor<?x64xbf16>
 }
 
+// DeepSeek-V2's group_limited_greedy: softmax scores, each group ranked by its largest
+// score (group_max), no renormalization.
+// CHECK-LABEL: func.func @group_max_routing
+func.func @group_max_routing(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %g: tensor<8x32x64xbf16>,
+                             %d: tensor<8x64x32xbf16>, %o: tensor<?x64xbf16>,
+                             %s: tensor<?x1744xi8>) -> tensor<?x64xbf16> {
+  // CHECK: kiln.moe
+  // CHECK-SAME: group_max
+  // CHECK-SAME: groups = 4 : i64
+  // CHECK-NOT: normalize_top_k
+  // CHECK-SAME: top_groups = 2 : i64
+  %m:2 = kiln.moe ins(%x, %l : tensor<?x64xbf16>, tensor<?x8xf32>) gate(%g : tensor<8x32x64xbf16>) up(%g : tensor<8x32x64xbf16>) down(%d : tensor<8x64x32xbf16>) outs(%o, %s : tensor<?x64xbf16>, tensor<?x1744xi8>) {top_k = 2 : i64, groups = 4 : i64, top_groups = 2 : i64, group_max} -> tensor<?x64xbf16>, tensor<?x1744xi8>
+  return %m#0 : tensor<?x64xbf16>
+}
+
 // CHECK-LABEL: func.func @gated_shared_expert
 func.func @gated_shared_expert(%x: tensor<?x64xbf16>, %w: tensor<1x64xbf16>, %v: tensor<?x64xbf16>,
                                %o: tensor<?x64xbf16>) -> tensor<?x64xbf16> {

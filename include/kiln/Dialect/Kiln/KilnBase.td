@@ -145,6 +145,21 @@ def Kiln_RopeType : Kiln_I32Enum<"RopeType", "RoPE frequency scaling (Hugging Fa
   I32EnumAttrCase<"yarn", 3>
 ]>;
 
+// How a RoPE pairs a head's dimensions (the values are KILN_ROPE_STYLE_* of
+// include/kiln/Kernels/Graph.h, passed as they are).
+def Kiln_RopeStyle : Kiln_I32Enum<"RopeStyle", "how RoPE pairs the dimensions of a head", [
+  // Dimension i with i + d/2 (Hugging Face's rotate_half), bf16 arithmetic on bf16
+  // cos/sin as transformers runs it.
+  I32EnumAttrCase<"rotate_half", 0>,
+  // DeepSeek-V3's rope_interleave: the interleaved pairs (2i, 2i+1) moved to (i, i+d/2)
+  // first, then rotate_half; the result keeps the moved order.
+  I32EnumAttrCase<"deinterleave", 1>,
+  // DeepSeek-V2's complex product: pairs (2i, 2i+1) rotated in fp32 with fp32 cos/sin,
+  // rounded once; the result keeps the interleaved order.
+  I32EnumAttrCase<"complex_pairs", 2>
+]>;
+def Kiln_RopeStyleAttr : EnumAttr<Kiln_Dialect, Kiln_RopeStyle, "rope_style">;
+
 // The values match KILN_RT_INPUT_* of include/kiln/Runtime/ABI.def.
 def Kiln_InputKind : Kiln_I32Enum<"InputKind", "a per-step input of a compiled model", [
   I32EnumAttrCase<"token_ids", 0>,

@@ -82,6 +82,17 @@ defvar MlaAttrs = (ins
     I64Attr:$kv_lora_rank,
     I64Attr:$qk_rope_head_dim,
     OptionalAttr<Kiln_DraftKindAttr>:$draft);
+// What the whole-graph form of MLA adds (all present, or none in a skeleton).
+defvar MlaGraphAttrs = (ins
+    OptionalAttr<I64Attr>:$qk_nope_head_dim,
+    OptionalAttr<I64Attr>:$v_head_dim,
+    OptionalAttr<Kiln_RopeAttr>:$rope,
+    OptionalAttr<Kiln_RopeStyleAttr>:$rope_style,
+    OptionalAttr<F32Attr>:$softmax_scale);
+// The whole-graph form's operands after q and latent.
+defvar MlaGraphOperands = (ins
+    Optional<AnyRankedTensor>:$k_pe, Optional<AnyRankedTensor>:$positions,
+    Optional<AnyRankedTensor>:$kv_b, Optional<AnyRankedTensor>:$scratch);
 defvar SsmAttrs = (ins
     I64Attr:$layer,
     I64Attr:$num_heads,
@@ -130,21 +141,43 @@ def Kiln_AttentionOp : Kiln_LayerOp<"attention", [
   let hasVerifier = 1;
 }
 
-def Kiln_MlaAttentionOp : Kiln_LayerOp<"mla_attention", [
+def Kiln_MlaAttentionOp : Kiln_LayerOp<"mla_attention", [AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
-  let summary = "multi-head latent attention of one layer (DeepSeek MLA, absorbed form)";
+  let summary = "multi-head latent attention of one layer (DeepSeek MLA)";
   let description = [{
-    `q: [tokens, num_heads, kv_lora_rank + qk_rope_head_dim]` (absorbed query),
-    `latent: [tokens, kv_lora_rank + qk_rope_head_dim]` (compressed KV + rope key),
-    result `[tokens, num_heads, kv_lora_rank]`. The cache holds
-    `kv_lora_rank + qk_rope_head_dim` values per token whatever the head count.
+    Two forms. The cache-planning skeleton (no `kv_b`) takes the absorbed query
+    `q: [tokens, num_heads, kv_lora_rank + qk_rope_head_dim]` and
+    `latent: [tokens, kv_lora_rank + qk_rope_head_dim]`, result
+    `[tokens, num_heads, kv_lora_rank]`; it plans caches but does not lower.
+
+    The whole-graph form is the layer as transformers computes it from its projections:
+    `q: [tokens, num_heads, qk_nope_head_dim + qk_rope_head_dim]` (q_proj or q_b_proj,
+    before RoPE), `latent: [tokens, kv_lora_rank]` (kv_a_layernorm of the compressed KV),
+    `k_pe: [tokens, qk_rope_head_dim]` (the rope columns of kv_a_proj_with_mqa, before
+    RoPE; may be a column slice), `positions: [tokens] i32`,
+    `kv_b: [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]` (kv_b_proj's
+    weight), `scratch: [tokens, bytes] i8` (working memory the op overwrites; see
+    `kiln::mlaScratchBytesPerToken`); result `[tokens, num_heads, v_head_dim]`. `rope`
+    and `rope_style` rotate q's and k_pe's rope parts; scores are scaled by
+    `softmax_scale`. The cache holds `kv_lora_rank + qk_rope_head_dim` values per token
+    (the latent and the rotated k_pe) whatever the head count: decode runs the absorbed
+    form (kv_b's key rows folded into q, its value rows applied to the attended latent),
+    prefill the expanded one.
   }];
-  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$latent), MlaAttrs);
+  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$latent), MlaGraphOperands,
+                       MlaAttrs, MlaGraphAttrs);
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $latent attr-dict `:` type($q) `,` type($latent) `->` type($out)
+    `layer` $layer $q `,` $latent (`k_pe` `(` $k_pe^ `:` type($k_pe) `)`)?
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
+    (`kv_b` `(` $kv_b^ `:` type($kv_b) `)`)? (`scratch` `(` $scratch^ `:` type($scratch) `)`)?
+    attr-dict `:` type($q) `,` type($latent) `->` type($out)
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The whole-graph form (kv_b given), which lowers; else the cache skeleton.
+    bool isWholeGraph() { return static_cast<bool>(getKvB()); }
+  }];
 }
 
 def Kiln_SsmOp : Kiln_LayerOp<"ssm", [AttrSizedOperandSegments,
@@ -257,20 +290,31 @@ def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention"> {
   }];
 }
 
-def Kiln_CachedMlaAttentionOp : Kiln_CachedOp<"cached_mla_attention"> {
+def Kiln_CachedMlaAttentionOp : Kiln_CachedOp<"cached_mla_attention",
+    [AttrSizedOperandSegments]> {
   let summary = "MLA reading and appending its latent cache";
   let description = [{
-    Like `kiln.mla_attention`, with the latent resource in slot `latent` (`mla_latent`,
-    or a speculative-only `draft_kv` for an MTP layer).
+    Like `kiln.mla_attention`, with the latent resource in slot `cache` (`mla_latent`,
+    or a speculative-only `draft_kv` for an MTP layer). The whole-graph form lowers to
+    `kiln_rt_mla_attention`.
   }];
-  let arguments = !con((ins AnyShaped:$q, AnyShaped:$latent,
-                            Optional<Kiln_CacheType>:$cache, AnyShaped:$init),
-                       MlaAttrs, SelectionAttrs);
+  let arguments = !con((ins AnyShaped:$q, AnyShaped:$latent),
+                       (ins Optional<AnyShaped>:$k_pe, Optional<AnyShaped>:$positions,
+                            Optional<AnyShaped>:$kv_b, Optional<AnyShaped>:$scratch),
+                       (ins Optional<Kiln_CacheType>:$cache, AnyShaped:$init),
+                       MlaAttrs, MlaGraphAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $latent (`cache` `(` $cache^ `:` qualified(type($cache)) `)`)?
+    `layer` $layer $q `,` $latent (`k_pe` `(` $k_pe^ `:` type($k_pe) `)`)?
+    (`positions` `(` $positions^ `:` type($positions) `)`)?
+    (`kv_b` `(` $kv_b^ `:` type($kv_b) `)`)? (`scratch` `(` $scratch^ `:` type($scratch) `)`)?
+    (`cache` `(` $cache^ `:` qualified(type($cache)) `)`)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($q) `,` type($latent) (`->` type($out)^)?
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() { return getInitMutable(); }
+    bool isWholeGraph() { return static_cast<bool>(getKvB()); }
   }];
 }
 
@@ -474,8 +518,9 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     f32 for DeepSeek's fp32 router): the scores (`scoring`: softmax over the experts, or
     each expert's sigmoid), the choice keys (scores plus `score_bias`, DeepSeek-V3's
     `e_score_correction_bias`, when given), with `groups` > 1 the group-limited routing
-    (each group's key is the sum of its two largest keys; outside the `top_groups` best
-    groups every key becomes 0), the `top_k` largest keys, their scores as weights,
+    (each group's key is the sum of its two largest keys, DeepSeek-V3's, or with
+    `group_max` its largest key, DeepSeek-V2's group_limited_greedy; outside the
+    `top_groups` best groups every key becomes 0), the `top_k` largest keys, their scores as weights,
     normalized to sum 1 when `normalize_top_k` is set, times `routed_scale`, and rounded
     to the activation dtype when `round_weights` is (transformers' Qwen-MoE routers round
     them, Mixtral's keeps them in fp32).
@@ -502,7 +547,7 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
                        DefaultValuedAttr<F32Attr, "1.0f">:$routed_scale,
                        DefaultValuedAttr<Kiln_ActivationKindAttr,
                                          "ActivationKind::silu">:$activation,
-                       UnitAttr:$accumulate_f32);
+                       UnitAttr:$accumulate_f32, UnitAttr:$group_max);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let hasVerifier = 1;
   let assemblyFormat = [{
