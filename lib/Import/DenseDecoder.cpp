@@ -50,6 +50,8 @@
 //===----------------------------------------------------------------------===//
 #include "ImportDetail.h"
 
+#include "kiln/Runtime/Layout.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -117,6 +119,18 @@ private:
   /// Nemotron-H's MoE mixer: the fp32 router, DeepSeek-style routing over plain experts,
   /// and the shared expert.
   Value nemotronMoe(Value x, const std::string &mixer, Value tokens);
+  /// One DeepSeek decoder layer: MLA, then the dense SwiGLU MLP or the MoE block.
+  void buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h, Value positions,
+                          Value tokens);
+  /// DeepSeek's multi-head latent attention of `attn` on x, up to o_proj.
+  Value mlaAttention(Value x, const std::string &attn, int64_t layer, Value positions,
+                     Value tokens);
+  /// DeepSeek's MoE block `mlp`: the fp32 router, the routed SwiGLU experts and the
+  /// shared experts.
+  Value deepSeekMoe(Value x, const std::string &mlp, Value tokens);
+  /// The MLA draft layers (MTP modules, an Eagle3 head) as a cache-planning skeleton
+  /// (`@mla_drafts`): their graph is not built yet, their caches are planned.
+  void buildMlaDraftSkeleton(ArrayRef<const LayerSpec *> layers);
   /// `module`'s up_proj/down_proj MLP of `inter` on x (Nemotron-H's relu2 or silu).
   Value plainMlp(Value x, const std::string &module, int64_t inter, Value tokens);
   /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x.
@@ -346,7 +360,8 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
       m.roundRouterWeights ? b.getUnitAttr() : UnitAttr(),
       MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1),
       b.getI64IntegerAttr(1), b.getF32FloatAttr(1.0f),
-      ActivationKindAttr::get(ctx, ActivationKind::silu), /*accumulate_f32=*/UnitAttr());
+      ActivationKindAttr::get(ctx, ActivationKind::silu), /*accumulate_f32=*/UnitAttr(),
+      /*group_max=*/UnitAttr());
   Value routed = moe.getResult(0);
   if (!m.sharedIntermediate)
     return routed;
@@ -394,7 +409,7 @@ Value DenseDecoderBuilder::nemotronMoe(Value x, const std::string &mixer, Value 
       b.getI64IntegerAttr(m.routerTopGroups),
       b.getF32FloatAttr(static_cast<float>(m.routedScale)),
       ActivationKindAttr::get(ctx, m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu),
-      /*accumulate_f32=*/b.getUnitAttr());
+      /*accumulate_f32=*/b.getUnitAttr(), /*group_max=*/UnitAttr());
   Value routed = moe.getResult(0);
   if (!m.sharedIntermediate)
     return routed;
@@ -422,6 +437,125 @@ Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t
   Value act = SwigluOp::create(b, at, gate.getType(), gate, up, empty({inter}, tokens, at))
                   .getResult();
   return linear(act, module + ".down_proj", m.hidden, inter, false, tokens);
+}
+
+void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h,
+                                             Value positions, Value tokens) {
+  std::string prefix = "model.layers." + std::to_string(layer.index);
+  Location layerLoc = loc(prefix);
+  Value x = rmsNorm(h, prefix + ".input_layernorm.weight", tokens,
+                    loc(prefix + ".input_layernorm"));
+  Value o = mlaAttention(x, prefix + ".self_attn", layer.index, positions, tokens);
+  h = AddOp::create(b, layerLoc, h.getType(), h, o, empty({m.hidden}, tokens, layerLoc))
+          .getResult();
+  x = rmsNorm(h, prefix + ".post_attention_layernorm.weight", tokens,
+              loc(prefix + ".post_attention_layernorm"));
+  Value ffn = moe ? deepSeekMoe(x, prefix + ".mlp", tokens)
+                  : swigluMlp(x, prefix + ".mlp", m.intermediate, tokens);
+  h = AddOp::create(b, layerLoc, h.getType(), h, ffn, empty({m.hidden}, tokens, layerLoc))
+          .getResult();
+}
+
+Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_t layer,
+                                        Value positions, Value tokens) {
+  const int64_t heads = m.heads, nope = m.qkNope, rope = m.qkRope, rank = m.kvLoraRank,
+                v = m.vHeadDim, qWidth = heads * (nope + rope);
+  Location at = loc(attn);
+  Value q;
+  if (m.qLoraRank > 0) {
+    Value qa = linear(x, attn + ".q_a_proj", m.qLoraRank, m.hidden, m.attentionBias, tokens);
+    qa = rmsNorm(qa, attn + ".q_a_layernorm.weight", tokens, loc(attn + ".q_a_layernorm"));
+    q = linear(qa, attn + ".q_b_proj", qWidth, m.qLoraRank, false, tokens);
+  } else {
+    q = linear(x, attn + ".q_proj", qWidth, m.hidden, false, tokens);
+  }
+  SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
+  SmallVector<OpFoldResult> qShape = {tokens, b.getIndexAttr(heads), b.getIndexAttr(nope + rope)};
+  q = tensor::ExpandShapeOp::create(b, at, activation({heads, nope + rope}), q, groups, qShape)
+          .getResult();
+  // kv_a_proj_with_mqa yields [compressed KV | k_pe]; both are read as column views.
+  Value compressed =
+      linear(x, attn + ".kv_a_proj_with_mqa", rank + rope, m.hidden, m.attentionBias, tokens);
+  Value latent = rmsNorm(columns(compressed, 0, rank, tokens, at),
+                         attn + ".kv_a_layernorm.weight", tokens, loc(attn + ".kv_a_layernorm"));
+  Value kPe = columns(compressed, rank, rope, tokens, at);
+  Location kvbLoc = loc(attn + ".kv_b_proj");
+  Value kvB = weight(attn + ".kv_b_proj.weight", {heads * (nope + v), rank}, kvbLoc);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, kiln_rt_mla_scratch_bytes_per_token(heads, rank, rope, nope, v)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  Value out =
+      MlaAttentionOp::create(b, at, activation({heads, v}), q, latent, kPe, positions, kvB,
+                             scratch, i64(layer), i64(heads), i64(rank), i64(rope),
+                             DraftKindAttr(), i64(nope), i64(v), m.rope,
+                             RopeStyleAttr::get(ctx, m.ropeStyle),
+                             b.getF32FloatAttr(static_cast<float>(m.mlaSoftmaxScale)))
+          .getOut();
+  Value merged = tensor::CollapseShapeOp::create(b, at, out, groups).getResult();
+  return linear(merged, attn + ".o_proj", m.hidden, heads * v, m.attentionBias, tokens);
+}
+
+Value DenseDecoderBuilder::deepSeekMoe(Value x, const std::string &mlp, Value tokens) {
+  Location at = loc(mlp), routerLoc = loc(mlp + ".gate");
+  Type f32 = b.getF32Type();
+  // transformers' routers: F.linear(x.float(), weight.float()), kept in fp32.
+  auto logitsType = RankedTensorType::get({ShapedType::kDynamic, m.experts}, f32);
+  Value routerWeight = weight(mlp + ".gate.weight", {m.experts, m.hidden}, routerLoc);
+  Value logits =
+      LinearOp::create(b, routerLoc, logitsType, x, routerWeight, Value(),
+                       tensor::EmptyOp::create(b, routerLoc, logitsType, ValueRange{tokens}))
+          .getResult();
+  Value scoreBias = m.sigmoidRouter ? weight(mlp + ".gate.e_score_correction_bias",
+                                             {m.experts}, routerLoc, f32)
+                                    : Value();
+  const std::string experts = mlp + ".experts.*.";
+  const int64_t inter = m.moeIntermediate;
+  Value gate = weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at);
+  Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
+  Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
+  auto moe = MoeOp::create(
+      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
+      scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
+      unit(m.normTopK), /*round_weights=*/UnitAttr(),
+      MoeScoringAttr::get(ctx, m.sigmoidRouter ? MoeScoring::sigmoid : MoeScoring::softmax),
+      b.getI64IntegerAttr(m.routerGroups), b.getI64IntegerAttr(m.routerTopGroups),
+      b.getF32FloatAttr(static_cast<float>(m.routedScale)),
+      ActivationKindAttr::get(ctx, ActivationKind::silu),
+      // V3 sums the experts in an fp32 tensor, V2 in the activations' bf16.
+      /*accumulate_f32=*/unit(m.sigmoidRouter), /*group_max=*/unit(m.groupMaxRouting));
+  Value routed = moe.getResult(0);
+  if (m.sharedExperts == 0)
+    return routed;
+  Value shared = swigluMlp(x, mlp + ".shared_experts", inter * m.sharedExperts, tokens);
+  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+      .getResult();
+}
+
+void DenseDecoderBuilder::buildMlaDraftSkeleton(ArrayRef<const LayerSpec *> layers) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(module.getBody());
+  const int64_t width = m.kvLoraRank + m.qkRope;
+  Type q = activation({m.heads, width}), latent = activation({width});
+  Location at = loc("model.drafts");
+  auto fn = func::FuncOp::create(b, at, "mla_drafts", b.getFunctionType({q, latent}, {}));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  for (const LayerSpec *layer : layers)
+    MlaAttentionOp::create(b, loc("model.layers." + std::to_string(layer->index)),
+                           activation({m.heads, m.kvLoraRank}), entry->getArgument(0),
+                           entry->getArgument(1), Value(), Value(), Value(), Value(),
+                           i64(layer->index), i64(m.heads), i64(m.kvLoraRank), i64(m.qkRope),
+                           DraftKindAttr::get(ctx, *layer->draft), IntegerAttr(),
+                           IntegerAttr(), RopeAttr(), RopeStyleAttr(), FloatAttr());
+  func::ReturnOp::create(b, at, ValueRange{});
 }
 
 void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {
@@ -476,9 +610,21 @@ void DenseDecoderBuilder::build() {
                                 empty({m.hidden}, tokens, embedLoc))
                 .getResult();
   SmallVector<const LayerSpec *> draftLayers;
-  for (const LayerSpec &layer : m.layers) {
+  for (auto [i, layer] : llvm::enumerate(m.layers)) {
     if (nemotron) {
       buildNemotronBlock(layer, h, positions, tokens);
+      continue;
+    }
+    if (m.isDeepSeek()) {
+      // An MLA entry, then its feed-forward entry (HFConfig's readDeepSeek).
+      if (layer.kind != LayerKind::mla)
+        continue;
+      if (layer.draft) {
+        draftLayers.push_back(&layer);
+        continue;
+      }
+      bool moe = i + 1 < m.layers.size() && m.layers[i + 1].kind == LayerKind::moe;
+      buildDeepSeekLayer(layer, moe, h, positions, tokens);
       continue;
     }
     if (layer.kind != LayerKind::attention)
@@ -508,6 +654,11 @@ void DenseDecoderBuilder::build() {
   }
   func::ReturnOp::create(b, fileLoc, out);
 
+  if (m.isDeepSeek()) {
+    if (!draftLayers.empty())
+      buildMlaDraftSkeleton(draftLayers);
+    return;
+  }
   for (const LayerSpec *layer : draftLayers)
     buildEagle3Head(*layer);
 }

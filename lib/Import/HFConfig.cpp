@@ -580,6 +580,106 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
   return readSlidingWindows(r, m);
 }
 
+/// yarn_get_mscale of transformers' DeepSeek models.
+double yarnMscale(double factor, double mscale) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+/// DeepSeek's routing as transformers runs it. V3: sigmoid scores plus
+/// e_score_correction_bias, groups keyed by their two best (n_group / topk_group),
+/// norm_topk_prob, routed_scaling_factor, an fp32 combine. V2: softmax scores, topk_method
+/// greedy or group_limited_greedy (groups keyed by their best), routed_scaling_factor,
+/// never renormalized (transformers' DeepseekV2Moe ignores norm_topk_prob), a bf16
+/// combine. Defaults are transformers' configuration classes'.
+LogicalResult readDeepSeekRouting(Reader &r, ModelSpec &m) {
+  const bool v3 = m.modelType == "deepseek_v3";
+  std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
+  if (!topK)
+    return failure();
+  m.topK = *topK;
+  m.sigmoidRouter = v3;
+  m.routedScale =
+      r.getNumber("routed_scaling_factor", /*required=*/false).value_or(v3 ? 2.5 : 1.0);
+  if (v3) {
+    m.normTopK = r.getBool("norm_topk_prob").value_or(true);
+    m.routerGroups = r.getIntOr("n_group", 8, 1);
+    m.routerTopGroups = r.getIntOr("topk_group", 4, 1);
+  } else {
+    std::optional<StringRef> method = r.getString("topk_method", /*required=*/false);
+    if (method && *method != "greedy" && *method != "group_limited_greedy") {
+      r.error("topk_method") << "field 'topk_method' = \"" << *method
+                             << "\" is not supported (greedy or group_limited_greedy)";
+      return failure();
+    }
+    if (method && *method == "group_limited_greedy") {
+      m.groupMaxRouting = true;
+      m.routerGroups = r.getIntOr("n_group", 1, 1);
+      m.routerTopGroups = r.getIntOr("topk_group", 1, 1);
+    }
+  }
+  if (r.failedAny())
+    return failure();
+  if (m.topK < 1 || m.topK > m.experts) {
+    r.error("num_experts_per_tok") << "num_experts_per_tok = " << m.topK
+                                   << " must be in [1, n_routed_experts = " << m.experts << "]";
+    return failure();
+  }
+  if (!(m.routedScale > 0)) {
+    r.error("routed_scaling_factor") << "routed_scaling_factor must be positive";
+    return failure();
+  }
+  return success();
+}
+
+/// What the whole DeepSeek graph reads beyond the cache plan: the norm epsilon, biases,
+/// the rope of the qk_rope_head_dim part (its style and yarn), the softmax scale and the
+/// routing.
+LogicalResult readDeepSeekGraph(Reader &r, ModelSpec &m) {
+  const bool v3 = m.modelType == "deepseek_v3";
+  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false))
+    m.rmsNormEps = *eps;
+  if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
+      act && *act != "silu" && *act != "swish") {
+    r.error("hidden_act") << "field 'hidden_act' = \"" << *act
+                          << "\" is not supported; the MLP is SwiGLU (silu)";
+    return failure();
+  }
+  if (r.getBool("mlp_bias").value_or(false)) {
+    r.error("mlp_bias") << "field 'mlp_bias' is true: MLP biases (gate/up/down_proj) are "
+                           "not supported";
+    return failure();
+  }
+  m.attentionBias = r.getBool("attention_bias").value_or(false);
+  // transformers' DeepseekV3Config: rope_interleave defaults to true; V2 always rotates
+  // interleaved pairs as complex numbers.
+  m.ropeStyle = !v3 ? RopeStyle::complex_pairs
+                    : (r.getBool("rope_interleave").value_or(true) ? RopeStyle::deinterleave
+                                                                   : RopeStyle::rotate_half);
+  if (r.failedAny())
+    return failure();
+  ModelSpec rotary = m;
+  rotary.headDim = m.qkRope;
+  FailureOr<RopeAttr> rope = readRope(r, rotary);
+  if (failed(rope))
+    return failure();
+  m.rope = *rope;
+  m.mlaSoftmaxScale = 1.0 / std::sqrt(static_cast<double>(m.qkNope + m.qkRope));
+  // DeepseekV3Attention: with yarn's mscale_all_dim the scale gains mscale^2 (V2's
+  // transformers attention does not).
+  if (v3 && m.rope.getType() != RopeType::default_) {
+    StringRef key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+    if (const json::Object *params = r.getObject(key)) {
+      std::optional<double> all = params->getNumber("mscale_all_dim");
+      std::optional<double> factor = params->getNumber("factor");
+      if (all && *all != 0 && factor)
+        m.mlaSoftmaxScale *= yarnMscale(*factor, *all) * yarnMscale(*factor, *all);
+    }
+  }
+  if (m.experts > 0 && failed(readDeepSeekRouting(r, m)))
+    return failure();
+  return r.failedAny() ? failure() : success();
+}
+
 LogicalResult readDeepSeek(Reader &r, ModelSpec &m) {
   if (failed(readCommon(r, m)))
     return failure();
@@ -622,7 +722,7 @@ LogicalResult readDeepSeek(Reader &r, ModelSpec &m) {
   }
   for (int64_t i = 0; i < mtp; ++i)
     m.layers.push_back({LayerKind::mla, m.numLayers + i, std::nullopt, DraftKind::mtp});
-  return success();
+  return readDeepSeekGraph(r, m);
 }
 
 /// The causal conv kernels take widths 2 to 4 (Mamba2's and Gated DeltaNet's conv).
@@ -1058,9 +1158,11 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
     }
     case LayerKind::mla: {
       int64_t width = m.kvLoraRank + m.qkRope;
-      auto op = MlaAttentionOp::create(b, loc, tensor({m.heads, m.kvLoraRank}),
-                                       arg({m.heads, width}), arg({width}), i64(layer.index),
-                                       i64(m.heads), i64(m.kvLoraRank), i64(m.qkRope), draft);
+      auto op = MlaAttentionOp::create(
+          b, loc, tensor({m.heads, m.kvLoraRank}), arg({m.heads, width}), arg({width}),
+          /*k_pe=*/Value(), /*positions=*/Value(), /*kv_b=*/Value(), /*scratch=*/Value(),
+          i64(layer.index), i64(m.heads), i64(m.kvLoraRank), i64(m.qkRope), draft,
+          IntegerAttr(), IntegerAttr(), RopeAttr(), RopeStyleAttr(), FloatAttr());
       results.push_back(op.getOut());
       break;
     }

@@ -138,6 +138,10 @@ struct ModelSpec {
   bool sigmoidRouter = false;
   int64_t routerGroups = 1, routerTopGroups = 1;
   double routedScale = 1.0;
+  bool groupMaxRouting = false; // DeepSeek-V2's group_limited_greedy: a group's best score
+  // DeepSeek MLA: how the rope part rotates, and the scores' scale (yarn's mscale^2).
+  RopeStyle ropeStyle = RopeStyle::rotate_half;
+  double mlaSoftmaxScale = 0;
   std::set<int64_t> mlpOnlyLayers;
   bool isMoeLayer(int64_t i) const {
     return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;
@@ -167,8 +171,13 @@ struct ModelSpec {
            modelType == "qwen3_moe";
   }
   bool isNemotronH() const { return modelType == "nemotron_h"; }
-  /// Whether the importer builds the whole graph: the dense families and Nemotron-H.
-  bool hasWholeGraph() const { return isDense() || isNemotronH(); }
+  bool isDeepSeek() const { return modelType == "deepseek_v2" || modelType == "deepseek_v3"; }
+  /// Whether the importer builds the whole graph: the dense families, Nemotron-H and
+  /// unquantized DeepSeek checkpoints (an FP8 one, DeepSeek-V3's as published, is planned
+  /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet).
+  bool hasWholeGraph() const {
+    return isDense() || isNemotronH() || (isDeepSeek() && linearBytes == dtypeBytes);
+  }
 };
 
 /// Reads the RoPE parameters (`rope_theta` + legacy `rope_scaling`, or

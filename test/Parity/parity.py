@@ -72,11 +72,15 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
+_NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
+               "fp8 for mla_attention layers)")
 UNSUPPORTED_MODES = {
     "nemotron-h": {
         "selfdraft": "the target as its own draft model is a Mamba2 model, whose recurrent "
                      "state a draft model cannot rewind (kiln_model_truncate refuses it)",
     },
+    "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
+    "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
 }
 SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
