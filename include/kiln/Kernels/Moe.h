@@ -10,7 +10,7 @@
  *   groups > 1: the experts split into `groups` equal groups; each group's key is the
  *     sum of its two largest c (DeepSeek-V3), or with GROUP_MAX its largest c
  *     (DeepSeek-V2's group_limited_greedy); the top_groups best groups stay, every other
- *     expert's c becomes 0 (DeepSeek's group-limited routing: masked_fill with 0, not -inf)
+ *     expert's c becomes -FLT_MAX (never chosen, as transformers' masked_fill(-inf))
  *   top_k experts by c (ties: the lower index), weights w = their s
  *   NORMALIZE_TOP_K: w /= sum(w);  w *= scale (routed_scaling_factor; 1 = none);
  *   ROUND_WEIGHTS: w = bf16(w)

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cfloat>
 
 namespace kiln::graph {
 namespace {
@@ -598,7 +599,8 @@ __device__ void softmaxInPlace(float *scores, int experts, float *scratch) {
 }
 
 // DeepSeek's group-limited routing: a group's key is the sum of its two largest choice
-// keys; outside the top_groups best groups every key becomes 0.
+// keys; outside the top_groups best groups every key becomes -FLT_MAX (below any real
+// key, above the -inf that marks a chosen expert).
 __device__ void maskUnchosenGroups(float *choice, const MoeRouting &r, float *groupKey,
                                    bool *groupKept, unsigned long long *best) {
   const int size = r.experts / r.groups;
@@ -613,8 +615,7 @@ __device__ void maskUnchosenGroups(float *choice, const MoeRouting &r, float *gr
         second = v;
       }
     }
-    // A group of one expert ranks by it (the reference's rule; transformers needs two).
-    groupKey[g] = (r.flags & KILN_MOE_GROUP_MAX) || size == 1 ? first : first + second;
+    groupKey[g] = (r.flags & KILN_MOE_GROUP_MAX) ? first : first + second;
     groupKept[g] = false;
   }
   __syncthreads();
@@ -627,7 +628,7 @@ __device__ void maskUnchosenGroups(float *choice, const MoeRouting &r, float *gr
   }
   for (int e = threadIdx.x; e < r.experts; e += blockDim.x)
     if (!groupKept[e / size])
-      choice[e] = 0.0f;
+      choice[e] = -FLT_MAX;
   __syncthreads();
 }
 
@@ -662,7 +663,7 @@ __global__ void moeRouteKernel(const Logit *__restrict__ logits, MoeLayout layou
     if (r.groups > 1)
       maskUnchosenGroups(choice, r, groupKey, groupKept, best);
     for (int j = 0; j < topK; ++j) {
-      // A chosen expert's key becomes -inf (never a real key: masked keys are 0).
+      // A chosen expert's key becomes -inf (never a real key: masked keys are -FLT_MAX).
       const int e = blockArgmax(choice, experts, [&](int i) { return choice[i] != -INFINITY; },
                                 best);
       __syncthreads(); // every thread read choice before it changes

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 #include <cstring>
+#include <limits>
 
 namespace kiln::reference {
 
@@ -206,16 +207,15 @@ void gemmReference(const uint16_t *x, const uint16_t *w, const uint16_t *bias, d
 namespace {
 
 // DeepSeek's group-limited routing (Moe.h): keys outside the top_groups best groups
-// (a group's key: the sum of its two largest, or with groupMax its largest) become 0.
+// (a group's key: the sum of its two largest, or with groupMax its largest) become -inf:
+// never chosen, whatever the sign of the kept keys (sigmoid scores plus a negative bias).
 void maskGroups(std::vector<double> &choice, int32_t groups, int32_t topGroups, bool groupMax) {
   const size_t size = choice.size() / static_cast<size_t>(groups);
   std::vector<std::pair<double, int32_t>> keys;
   for (int32_t g = 0; g < groups; ++g) {
     std::vector<double> members(choice.begin() + g * size, choice.begin() + (g + 1) * size);
-    const size_t ranked = std::min<size_t>(groupMax ? 1 : 2, members.size());
-    std::partial_sort(members.begin(), members.begin() + ranked, members.end(), std::greater<>());
-    const double key = ranked == 2 ? members[0] + members[1] : members[0];
-    keys.push_back({key, -g}); // ties: the lower group
+    std::partial_sort(members.begin(), members.begin() + 2, members.end(), std::greater<>());
+    keys.push_back({groupMax ? members[0] : members[0] + members[1], -g}); // ties: the lower group
   }
   std::sort(keys.begin(), keys.end(), std::greater<>());
   std::vector<bool> kept(static_cast<size_t>(groups), false);
@@ -223,7 +223,7 @@ void maskGroups(std::vector<double> &choice, int32_t groups, int32_t topGroups, 
     kept[static_cast<size_t>(-keys[j].second)] = true;
   for (size_t e = 0; e < choice.size(); ++e)
     if (!kept[e / size])
-      choice[e] = 0.0;
+      choice[e] = -std::numeric_limits<double>::infinity();
 }
 
 } // namespace

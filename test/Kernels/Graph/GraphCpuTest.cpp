@@ -510,6 +510,15 @@ TEST(GraphReference, MoeSigmoidGroupRouteHandComputed) {
   EXPECT_EQ(ids[0], 0);
   EXPECT_EQ(ids[1], 1);
   EXPECT_FLOAT_EQ(weights[0], float(2.5 * s[0] / (s[0] + s[1])));
+  // A bias of -2 makes every key negative; group {0,1} (keys -1.05, -1.12) is kept, and
+  // the masked experts still lose (transformers' DeepseekV3TopkRouter masks with -inf,
+  // where a 0 would pick experts 2 and 3).
+  const float negative[8] = {-2.0f, -2.0f, -2.0f, -2.0f, -2.0f, -2.0f, -2.0f, -2.0f};
+  const float tilted[8] = {3.0f, 2.0f, -3.0f, -3.0f, -3.0f, -3.0f, -3.0f, -3.0f};
+  o.scoreBias = negative;
+  moeRouteReference(tilted, 8, o, ids, weights);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[1], 1);
 }
 
 TEST(GraphReference, MoeGroupMaxRouteHandComputed) {
@@ -540,12 +549,6 @@ TEST(GraphReference, MoeGroupMaxRouteHandComputed) {
   EXPECT_FLOAT_EQ(weights[1], float(s[1]));
   // Two groups kept: experts 0 and 2, the best of {0,1} and {2,3}.
   o.topGroups = 2;
-  moeRouteReference(logits, 8, o, ids, weights);
-  EXPECT_EQ(ids[0], 0);
-  EXPECT_EQ(ids[1], 2);
-  // Groups of one expert (groups == experts) rank by that expert.
-  o.groups = 8;
-  o.topGroups = 3;
   moeRouteReference(logits, 8, o, ids, weights);
   EXPECT_EQ(ids[0], 0);
   EXPECT_EQ(ids[1], 2);

@@ -520,7 +520,7 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     `e_score_correction_bias`, when given), with `groups` > 1 the group-limited routing
     (each group's key is the sum of its two largest keys, DeepSeek-V3's, or with
     `group_max` its largest key, DeepSeek-V2's group_limited_greedy; outside the
-    `top_groups` best groups every key becomes 0), the `top_k` largest keys, their scores as weights,
+    `top_groups` best groups no expert is chosen), the `top_k` largest keys, their scores as weights,
     normalized to sum 1 when `normalize_top_k` is set, times `routed_scale`, and rounded
     to the activation dtype when `round_weights` is (transformers' Qwen-MoE routers round
     them, Mixtral's keeps them in fp32).
