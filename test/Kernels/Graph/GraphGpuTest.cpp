@@ -24,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -851,3 +852,214 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
 }
 
 } // namespace
+
+// ---- MLA's strided pieces: rope_rows, rms_norm_rows, strided-batched GEMM --------------
+namespace {
+
+// rope_rows against kiln_rope_bf16 (ROTATE_HALF, and DEINTERLEAVE on the de-interleaved
+// input: bitwise) and against the complex product in fp64 (COMPLEX_PAIRS), on rows inside
+// wider ones: x [T, H, xHead] with the rope part after `pass` columns, out [T, H, outHead].
+void checkRopeRows(int32_t style, const kiln_rope_params_t &params, int64_t T, int64_t H,
+                   int64_t pass, int64_t d, std::mt19937 &rng) {
+  SCOPED_TRACE("style " + std::to_string(style) + " tokens " + std::to_string(T) + " heads " +
+               std::to_string(H) + " pass " + std::to_string(pass) + " head_dim " +
+               std::to_string(d));
+  const int64_t xHead = pass + d + 8, outHead = pass + d; // x rows padded: a real stride
+  const auto x = randomBf16(T * H * xHead, rng, 1.0f);
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t)
+    pos[t] = static_cast<int32_t>((t * 37) % 3000);
+  auto dx = upload(x), dpos = upload(pos);
+  auto dout = poisoned(T * H * outHead * 2);
+  kiln_rope_rows_t r{};
+  r.x = dx->ptr;
+  r.x_token_stride = H * xHead;
+  r.x_head_stride = xHead;
+  r.out = dout->ptr;
+  r.out_token_stride = H * outHead;
+  r.out_head_stride = outHead;
+  r.positions = dpos->at<int32_t>();
+  r.tokens = T;
+  r.heads = H;
+  r.head_dim = d;
+  r.pass = pass;
+  r.style = style;
+  r.rope = params;
+  KILN_OK_(kiln_rope_rows_bf16(&r));
+  const auto got = download(dout->at<uint16_t>(), T * H * outHead);
+  // The rope part as kiln_rope_bf16's [T, H, d] input: DEINTERLEAVE moves (2f, 2f+1) to
+  // (f, f + d/2) first.
+  std::vector<uint16_t> packed(T * H * d);
+  for (int64_t row = 0; row < T * H; ++row)
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t src = style == KILN_ROPE_STYLE_DEINTERLEAVE
+                              ? (j < d / 2 ? 2 * j : 2 * (j - d / 2) + 1)
+                              : j;
+      packed[row * d + j] = x[row * xHead + pass + src];
+    }
+  std::vector<uint16_t> want(T * H * d);
+  if (style == KILN_ROPE_STYLE_COMPLEX_PAIRS) {
+    std::vector<float> inv(d / 2);
+    ASSERT_TRUE(ropeInvFreqReference(params, d, inv.data()));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t f = 0; f < d / 2; ++f) {
+          const float angle = static_cast<float>(pos[t]) * inv[f];
+          const double c = static_cast<double>(std::cos(angle) * params.attention_factor),
+                       s = static_cast<double>(std::sin(angle) * params.attention_factor);
+          const uint16_t *in = &packed[(t * H + h) * d];
+          const double re = bf16ToFloat(in[2 * f]), im = bf16ToFloat(in[2 * f + 1]);
+          want[(t * H + h) * d + 2 * f] = doubleToBf16(re * c - im * s);
+          want[(t * H + h) * d + 2 * f + 1] = doubleToBf16(re * s + im * c);
+        }
+  } else {
+    auto dp = upload(packed);
+    auto dref = poisoned(T * H * d * 2);
+    KILN_OK_(kiln_rope_bf16(dp->ptr, dpos->at<int32_t>(), dref->ptr, T, H, d, &params, nullptr));
+    want = download(dref->at<uint16_t>(), T * H * d);
+  }
+  Tally tally;
+  for (int64_t row = 0; row < T * H; ++row) {
+    for (int64_t j = 0; j < pass; ++j)
+      if (got[row * outHead + j] != x[row * xHead + j])
+        tally.fail("pass column " + std::to_string(j) + " of row " + std::to_string(row) +
+                   " not copied");
+    for (int64_t j = 0; j < d; ++j) {
+      ++tally.total;
+      const uint16_t g = got[row * outHead + pass + j], w = want[row * d + j];
+      if (g == w)
+        continue;
+      // COMPLEX_PAIRS: the kernel's fp32 product may round across a bf16 boundary that
+      // the fp64 one does not (the neighbour); the others must be bitwise.
+      const auto near = withNeighbours(w);
+      if (style == KILN_ROPE_STYLE_COMPLEX_PAIRS && std::find(near.begin(), near.end(), g) != near.end())
+        ++tally.neighbour;
+      else
+        tally.fail("row " + std::to_string(row) + " j " + std::to_string(j) + " got " + hex(g) +
+                   " want " + hex(w));
+    }
+  }
+  tally.expectRare();
+}
+
+} // namespace
+
+TEST(GraphGpu, RopeRows) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(15);
+  const auto plain = rope(0, 10000.0f);
+  const auto yarn = rope(3, 10000.0f, 40.0f, 10.0f, 23.0f, 4096, 1.3465736f);
+  for (int32_t style : {KILN_ROPE_STYLE_ROTATE_HALF, KILN_ROPE_STYLE_DEINTERLEAVE,
+                        KILN_ROPE_STYLE_COMPLEX_PAIRS}) {
+    checkRopeRows(style, plain, 9, 4, 128, 64, rng); // q: nope copied, rope rotated
+    checkRopeRows(style, yarn, 33, 16, 0, 64, rng);  // k_pe / q_abs's tail: no pass
+    checkRopeRows(style, yarn, 5, 1, 64, 64, rng);
+  }
+}
+
+// rms_norm_rows on a column view equals rms_norm on the same columns made dense, bitwise.
+TEST(GraphGpu, RmsNormRowsIsRmsNormOfTheView) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(16);
+  for (auto [rows, dim, stride] : {std::tuple<int64_t, int64_t, int64_t>{7, 512, 576},
+                                   {300, 128, 136}, {1, 1536, 2112}, {65, 512, 512}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " stride " +
+                 std::to_string(stride));
+    const auto x = randomBf16(rows * stride, rng, 1.0f);
+    const auto w = randomBf16(dim, rng, 0.2f, 1.0f);
+    std::vector<uint16_t> dense(rows * dim);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(&x[r * stride], dim, &dense[r * dim]);
+    auto dx = upload(x), dd = upload(dense), dw = upload(w);
+    auto got = poisoned(rows * dim * 2), want = poisoned(rows * dim * 2);
+    KILN_OK_(kiln_rms_norm_rows_bf16(dx->ptr, stride, dw->ptr, got->ptr, rows, dim, 1e-6f,
+                                     nullptr));
+    KILN_OK_(kiln_rms_norm_bf16(dd->ptr, dw->ptr, want->ptr, rows, dim, 1e-6f, nullptr));
+    EXPECT_EQ(download(got->at<uint16_t>(), rows * dim), download(want->at<uint16_t>(), rows * dim));
+  }
+  // A stride that is not a multiple of 8 has no path (UNSUPPORTED), rather than a
+  // misaligned read.
+  DeviceBuffer x(64 * 100), w(64 * 2), out(64 * 100);
+  EXPECT_EQ(kiln_rms_norm_rows_bf16(x.ptr, 68, w.ptr, out.ptr, 4, 64, 1e-6f, nullptr),
+            KILN_ERROR_UNSUPPORTED);
+}
+
+// MLA's per-head GEMMs (kiln_gemm_bf16_strided_batched) against the fp64 reference per
+// head: the absorb (q_nope [T, H, nope + rope] times kv_b's key rows [nope, rank] as
+// stored, w_kn = 1, into q_abs [T, H, rank + rope]) and the un-absorb (o_lat [T, H, rank]
+// times the value rows [v, rank] transposed, w_kn = 0); columns outside each head's
+// output stay untouched; rows do not depend on m.
+TEST(GraphGpu, GemmStridedBatchedMlaHeads) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(17);
+  const int64_t H = 4, nope = 128, rope = 64, v = 128, rank = 512;
+  const int64_t kvRows = H * (nope + v);
+  const auto kvB = randomBf16(kvRows * rank, rng, 0.05f);
+  auto dkv = upload(kvB);
+  for (bool absorb : {true, false}) {
+    SCOPED_TRACE(absorb ? "absorb (w_kn 1)" : "un-absorb (w_kn 0)");
+    const int64_t xHead = absorb ? nope + rope : rank, outHead = absorb ? rank + rope : v;
+    const int64_t k = absorb ? nope : rank, n = absorb ? rank : v;
+    std::vector<uint16_t> firstRows;
+    const auto all = randomBf16(200 * H * xHead, rng, 1.0f); // every T reads its prefix
+    for (int64_t T : {1, 5, 64, 200}) {
+      SCOPED_TRACE("tokens " + std::to_string(T));
+      const std::vector<uint16_t> x(all.begin(), all.begin() + T * H * xHead);
+      auto dx = upload(x);
+      auto dout = poisoned(T * H * outHead * 2);
+      kiln_gemm_strided_batch_t g{};
+      g.x = dx->ptr;
+      g.ldx = H * xHead;
+      g.x_batch_stride = xHead;
+      g.w = absorb ? dkv->ptr : static_cast<const void *>(dkv->at<uint16_t>(nope * rank));
+      g.ldw = rank;
+      g.w_batch_stride = (nope + v) * rank;
+      g.w_kn = absorb ? 1 : 0;
+      g.out = dout->ptr;
+      g.ldo = H * outHead;
+      g.out_batch_stride = outHead;
+      g.batch = H;
+      g.m = T;
+      g.n = n;
+      g.k = k;
+      KILN_OK_(kiln_gemm_bf16_strided_batched(gemm, &g, workspace.ptr, KILN_GEMM_WORKSPACE_BYTES,
+                                              nullptr));
+      const auto got = download(dout->at<uint16_t>(), T * H * outHead);
+      int failures = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        // This head's x [T, k] and W as nn.Linear's [n, k].
+        std::vector<uint16_t> xh(T * k), wh(n * k);
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(&x[(t * H + h) * xHead], k, &xh[t * k]);
+        const uint16_t *rows = &kvB[(h * (nope + v) + (absorb ? 0 : nope)) * rank];
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < k; ++j)
+            wh[i * k + j] = absorb ? rows[j * rank + i] : rows[i * rank + j];
+        std::vector<double> want(T * n);
+        gemmReference(xh.data(), wh.data(), nullptr, want.data(), T, n, k);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t i = 0; i < n; ++i) {
+            const double gv = bf16ToFloat(got[(t * H + h) * outHead + i]), wv = want[t * n + i];
+            if (!(std::fabs(gv - wv) <= 1e-2 * std::max(1.0, std::fabs(wv))) && ++failures <= 5)
+              ADD_FAILURE() << "head " << h << " out[" << t << "," << i << "] got " << gv
+                            << " want " << wv;
+          }
+          for (int64_t i = n; i < outHead; ++i)
+            if (got[(t * H + h) * outHead + i] != kPoison && ++failures <= 5)
+              ADD_FAILURE() << "head " << h << " column " << i << " outside the output written";
+        }
+      }
+      EXPECT_EQ(failures, 0);
+      // Row invariance: token 0's row has the same bits whatever m (decode == verify).
+      std::vector<uint16_t> row0(got.begin(), got.begin() + H * outHead);
+      if (firstRows.empty())
+        firstRows = row0;
+      else if (T <= 64)
+        EXPECT_EQ(row0, firstRows) << "token 0's row depends on m";
+    }
+  }
+}
