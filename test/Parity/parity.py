@@ -42,7 +42,9 @@ Checks (one line per family and mode, PASS or FAIL with the numbers):
              in fp32 (short prompts of random models), Kiln's distance to the fp32 logits
              at most --logit-fp32-factor times transformers' (reported by prompt).
   tf         teacher-forced argmax: every disagreement must be at a near-tie step (or a
-             routing near-tie).
+             routing near-tie), or Kiln's token there must be the argmax of the same
+             weights in fp32 teacher-forced on the same tokens (the bf16 reference is
+             the one off; counted and reported).
   lossless   speculative outputs == the nospec outputs exactly (Kiln against Kiln).
   graphs     eager outputs == the nospec outputs exactly, nospec replayed CUDA graphs and
              eager replayed none.
@@ -203,6 +205,7 @@ def reference(model_dir, prompts, count, args):
         logits = model(input_ids=ids).logits[0, len(prompt) - 1:].float().cpu()
         result["fp32_steps"].append(logits)
         result["fp32_first"].append(logits[0])
+    result["fp32_argmax"] = [steps.argmax(dim=-1).tolist() for steps in result["fp32_steps"]]
     result["tol_fixed"] = [list(t) for t in result["tol"]]
     for p, steps in enumerate(result["fp32_steps"]):
         for i, exact in enumerate(steps):
@@ -501,13 +504,17 @@ def check_teacher_forced(result, ref, count, args):
         return False, "no teacher_forced in kiln-run's JSON", {}
     positions, agree = tf.get("positions", 0), tf.get("agree", 0)
     prompts = len(ref["tokens"])
-    bad, ties = [], 0
+    bad, ties, exact = [], 0, 0
+    mismatches = tf.get("mismatch_positions", [])
+    tokens = tf.get("mismatch_tokens", [None] * len(mismatches))
     # pos counts in the continuation: pos i is the argmax that should be token i.
-    for p, pos in tf.get("mismatch_positions", []):
+    for (p, pos), token in zip(mismatches, tokens):
         if not (0 <= p < prompts and 0 <= pos < count):
             bad.append([p, pos, "out of range"])
         elif ref["margin"][p][pos] < ref["tol"][p][pos] or routing_tie(ref, p, pos, args):
             ties += 1
+        elif token is not None and token == ref["fp32_argmax"][p][pos]:
+            exact += 1  # Kiln chose what the same weights choose in fp32
         else:
             gaps = ref.get("router_gap")
             bad.append([p, pos, round(ref["margin"][p][pos], 4)] +
@@ -515,11 +522,14 @@ def check_teacher_forced(result, ref, count, args):
     enough = positions >= prompts * (count - 1)
     ok = not bad and enough
     text = f"teacher-forced {agree}/{positions} agree, near-ties {ties}"
+    if exact:
+        text += f", {exact} where Kiln's token is the fp32 reference's"
     if not enough:
         text += f", only {positions} positions (want {prompts * count})"
     if bad:
         text += f", {len(bad)} disagreements above tolerance (first {bad[0]})"
     return ok, text, {"positions": positions, "agree": agree, "near_ties": ties,
+                      "fp32_agreeing": exact,
                       "bad": bad}
 
 

@@ -350,7 +350,11 @@ struct Results {
   int64_t steps = 0, proposed = 0, accepted = 0;
   bool teacher = false;
   int64_t tfPositions = 0, tfAgree = 0;
-  std::vector<std::pair<int, int>> tfMismatches;
+  struct Mismatch {
+    int prompt, position;
+    int32_t token; // kiln's argmax there
+  };
+  std::vector<Mismatch> tfMismatches;
 };
 
 // Largest draft count every active sequence can still take (max_seq_len).
@@ -538,7 +542,7 @@ void teacherForced(Model &target, const std::vector<std::vector<int32_t>> &promp
     if (got == refs[i][pos])
       ++r.tfAgree;
     else
-      r.tfMismatches.push_back({static_cast<int>(i), static_cast<int>(pos)});
+      r.tfMismatches.push_back({static_cast<int>(i), static_cast<int>(pos), got});
   };
   for (size_t i = 0; i < n; ++i)
     if (!refs[i].empty())
@@ -615,8 +619,11 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
     s += "  \"teacher_forced\": {\"positions\": " + std::to_string(r.tfPositions) +
          ", \"agree\": " + std::to_string(r.tfAgree) + ", \"mismatch_positions\": [";
     for (size_t i = 0; i < r.tfMismatches.size(); ++i)
-      s += (i ? ", [" : "[") + std::to_string(r.tfMismatches[i].first) + ", " +
-           std::to_string(r.tfMismatches[i].second) + "]";
+      s += (i ? ", [" : "[") + std::to_string(r.tfMismatches[i].prompt) + ", " +
+           std::to_string(r.tfMismatches[i].position) + "]";
+    s += "], \"mismatch_tokens\": [";
+    for (size_t i = 0; i < r.tfMismatches.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(r.tfMismatches[i].token);
     s += "]},\n";
   }
   s += "  \"planned_device_bytes\": " + std::to_string(kiln_model_planned_bytes(target.model)) +
