@@ -1089,7 +1089,7 @@ TEST(ModelGpu, KilnRunSpeculationIsLossless) {
             0);
   const std::string tf = readFile(dir + "/tf.json");
   EXPECT_NE(tf.find("\"teacher_forced\": {\"positions\": 96, \"agree\": 96, "
-                    "\"mismatch_positions\": []}"),
+                    "\"mismatch_positions\": [], \"mismatch_tokens\": []}"),
             std::string::npos)
       << tf;
   // Errors: K beyond the compiled max_draft_len; a draft model of another vocabulary is
