@@ -119,6 +119,11 @@ private:
   /// Nemotron-H's MoE mixer: the fp32 router, DeepSeek-style routing over plain experts,
   /// and the shared expert.
   Value nemotronMoe(Value x, const std::string &mixer, Value tokens);
+  /// The routed experts of a DeepSeek-style MoE block (an fp32 router `prefix.gate`,
+  /// sigmoid scores with a correction bias or softmax ones per m, experts stacked from
+  /// `prefix.experts.*`), without the shared experts.
+  Value fp32RoutedExperts(Value x, const std::string &prefix, Value tokens, bool gated,
+                          ActivationKind activationKind, bool accumulateF32);
   /// One DeepSeek decoder layer: MLA, then the dense SwiGLU MLP or the MoE block.
   void buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h, Value positions,
                           Value tokens);
@@ -381,19 +386,36 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
 }
 
 Value DenseDecoderBuilder::nemotronMoe(Value x, const std::string &mixer, Value tokens) {
-  Location at = loc(mixer), routerLoc = loc(mixer + ".gate");
+  Value routed = fp32RoutedExperts(x, mixer, tokens, /*gated=*/false,
+                                   m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu,
+                                   /*accumulateF32=*/true);
+  if (!m.sharedIntermediate)
+    return routed;
+  Location at = loc(mixer);
+  Value shared = plainMlp(x, mixer + ".shared_experts", m.sharedIntermediate, tokens);
+  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+      .getResult();
+}
+
+Value DenseDecoderBuilder::fp32RoutedExperts(Value x, const std::string &prefix, Value tokens,
+                                             bool gated, ActivationKind activationKind,
+                                             bool accumulateF32) {
+  Location at = loc(prefix), routerLoc = loc(prefix + ".gate");
   Type f32 = b.getF32Type();
-  // transformers' router: F.linear(x.float(), weight.float()), kept in fp32.
+  // transformers' routers: F.linear(x.float(), weight.float()), kept in fp32.
   auto logitsType = RankedTensorType::get({ShapedType::kDynamic, m.experts}, f32);
-  Value routerWeight = weight(mixer + ".gate.weight", {m.experts, m.hidden}, routerLoc);
+  Value routerWeight = weight(prefix + ".gate.weight", {m.experts, m.hidden}, routerLoc);
   Value logits =
       LinearOp::create(b, routerLoc, logitsType, x, routerWeight, Value(),
                        tensor::EmptyOp::create(b, routerLoc, logitsType, ValueRange{tokens}))
           .getResult();
-  Value scoreBias =
-      weight(mixer + ".gate.e_score_correction_bias", {m.experts}, routerLoc, f32);
-  const std::string experts = mixer + ".experts.*.";
+  Value scoreBias = m.sigmoidRouter ? weight(prefix + ".gate.e_score_correction_bias",
+                                             {m.experts}, routerLoc, f32)
+                                    : Value();
+  const std::string experts = prefix + ".experts.*.";
   const int64_t inter = m.moeIntermediate;
+  Value gate =
+      gated ? weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at) : Value();
   Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
   Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
   auto scratchType = RankedTensorType::get(
@@ -402,20 +424,15 @@ Value DenseDecoderBuilder::nemotronMoe(Value x, const std::string &mixer, Value 
   Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
   auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto moe = MoeOp::create(
-      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, /*gate=*/Value(), up,
-      down, scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
+      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
+      scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
       unit(m.normTopK), /*round_weights=*/UnitAttr(),
-      MoeScoringAttr::get(ctx, MoeScoring::sigmoid), b.getI64IntegerAttr(m.routerGroups),
-      b.getI64IntegerAttr(m.routerTopGroups),
+      MoeScoringAttr::get(ctx, m.sigmoidRouter ? MoeScoring::sigmoid : MoeScoring::softmax),
+      b.getI64IntegerAttr(m.routerGroups), b.getI64IntegerAttr(m.routerTopGroups),
       b.getF32FloatAttr(static_cast<float>(m.routedScale)),
-      ActivationKindAttr::get(ctx, m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu),
-      /*accumulate_f32=*/b.getUnitAttr(), /*group_max=*/UnitAttr());
-  Value routed = moe.getResult(0);
-  if (!m.sharedIntermediate)
-    return routed;
-  Value shared = plainMlp(x, mixer + ".shared_experts", m.sharedIntermediate, tokens);
-  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
-      .getResult();
+      ActivationKindAttr::get(ctx, activationKind), unit(accumulateF32),
+      unit(m.groupMaxRouting));
+  return moe.getResult(0);
 }
 
 Value DenseDecoderBuilder::plainMlp(Value x, const std::string &module, int64_t inter,
@@ -498,42 +515,14 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
 }
 
 Value DenseDecoderBuilder::deepSeekMoe(Value x, const std::string &mlp, Value tokens) {
-  Location at = loc(mlp), routerLoc = loc(mlp + ".gate");
-  Type f32 = b.getF32Type();
-  // transformers' routers: F.linear(x.float(), weight.float()), kept in fp32.
-  auto logitsType = RankedTensorType::get({ShapedType::kDynamic, m.experts}, f32);
-  Value routerWeight = weight(mlp + ".gate.weight", {m.experts, m.hidden}, routerLoc);
-  Value logits =
-      LinearOp::create(b, routerLoc, logitsType, x, routerWeight, Value(),
-                       tensor::EmptyOp::create(b, routerLoc, logitsType, ValueRange{tokens}))
-          .getResult();
-  Value scoreBias = m.sigmoidRouter ? weight(mlp + ".gate.e_score_correction_bias",
-                                             {m.experts}, routerLoc, f32)
-                                    : Value();
-  const std::string experts = mlp + ".experts.*.";
-  const int64_t inter = m.moeIntermediate;
-  Value gate = weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at);
-  Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
-  Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
-  auto scratchType = RankedTensorType::get(
-      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
-      b.getIntegerType(8));
-  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
-  auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
-  auto moe = MoeOp::create(
-      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
-      scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
-      unit(m.normTopK), /*round_weights=*/UnitAttr(),
-      MoeScoringAttr::get(ctx, m.sigmoidRouter ? MoeScoring::sigmoid : MoeScoring::softmax),
-      b.getI64IntegerAttr(m.routerGroups), b.getI64IntegerAttr(m.routerTopGroups),
-      b.getF32FloatAttr(static_cast<float>(m.routedScale)),
-      ActivationKindAttr::get(ctx, ActivationKind::silu),
-      // V3 sums the experts in an fp32 tensor, V2 in the activations' bf16.
-      /*accumulate_f32=*/unit(m.sigmoidRouter), /*group_max=*/unit(m.groupMaxRouting));
-  Value routed = moe.getResult(0);
+  // V3 sums the experts in an fp32 tensor, V2 in the activations' bf16.
+  Value routed = fp32RoutedExperts(x, mlp, tokens, /*gated=*/true, ActivationKind::silu,
+                                   /*accumulateF32=*/m.sigmoidRouter);
   if (m.sharedExperts == 0)
     return routed;
-  Value shared = swigluMlp(x, mlp + ".shared_experts", inter * m.sharedExperts, tokens);
+  Location at = loc(mlp);
+  Value shared =
+      swigluMlp(x, mlp + ".shared_experts", m.moeIntermediate * m.sharedExperts, tokens);
   return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
       .getResult();
 }

@@ -489,6 +489,32 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
   return success();
 }
 
+/// rms_norm_eps (a positive f32: kiln.rms_norm carries it as one) and the SwiGLU MLP the
+/// dense and DeepSeek graphs build (hidden_act silu, no MLP biases).
+LogicalResult readNormAndSwiglu(Reader &r, ModelSpec &m) {
+  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false)) {
+    float asFloat = static_cast<float>(*eps);
+    if (!(asFloat > 0) || !std::isfinite(asFloat)) {
+      r.error("rms_norm_eps") << "field 'rms_norm_eps' = " << Reader::formatNumber(*eps)
+                              << " is not a positive f32";
+      return failure();
+    }
+    m.rmsNormEps = *eps;
+  }
+  if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
+      act && *act != "silu" && *act != "swish") {
+    r.error("hidden_act") << "field 'hidden_act' = \"" << *act
+                          << "\" is not supported; the MLP is SwiGLU (silu)";
+    return failure();
+  }
+  if (r.getBool("mlp_bias").value_or(false)) {
+    r.error("mlp_bias") << "field 'mlp_bias' is true: MLP biases (gate/up/down_proj) are "
+                           "not supported";
+    return failure();
+  }
+  return success();
+}
+
 /// Llama, Mistral, Qwen2, Qwen3: pre-norm decoder layers of GQA attention with RoPE
 /// and a SwiGLU MLP, as transformers builds them:
 ///   - head_dim: the `head_dim` key, else hidden_size / num_attention_heads (Qwen3:
@@ -535,27 +561,8 @@ LogicalResult readDense(Reader &r, ModelSpec &m) {
                                << "\": the runtime runs bfloat16 models only; this model can "
                                   "be planned but not compiled to a shared object";
   }
-  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false)) {
-    // kiln.rms_norm carries it as f32.
-    float asFloat = static_cast<float>(*eps);
-    if (!(asFloat > 0) || !std::isfinite(asFloat)) {
-      r.error("rms_norm_eps") << "field 'rms_norm_eps' = " << Reader::formatNumber(*eps)
-                              << " is not a positive f32";
-      return failure();
-    }
-    m.rmsNormEps = *eps;
-  }
-  if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
-      act && *act != "silu" && *act != "swish") {
-    r.error("hidden_act") << "field 'hidden_act' = \"" << *act
-                          << "\" is not supported; the MLP is SwiGLU (silu)";
+  if (failed(readNormAndSwiglu(r, m)))
     return failure();
-  }
-  if (r.getBool("mlp_bias").value_or(false)) {
-    r.error("mlp_bias") << "field 'mlp_bias' is true: MLP biases (gate/up/down_proj) are "
-                           "not supported";
-    return failure();
-  }
   bool attentionBias = r.getBool("attention_bias").value_or(false);
   if (r.failedAny())
     return failure();
@@ -636,19 +643,8 @@ LogicalResult readDeepSeekRouting(Reader &r, ModelSpec &m) {
 /// routing.
 LogicalResult readDeepSeekGraph(Reader &r, ModelSpec &m) {
   const bool v3 = m.modelType == "deepseek_v3";
-  if (std::optional<double> eps = r.getNumber("rms_norm_eps", /*required=*/false))
-    m.rmsNormEps = *eps;
-  if (std::optional<StringRef> act = r.getString("hidden_act", /*required=*/false);
-      act && *act != "silu" && *act != "swish") {
-    r.error("hidden_act") << "field 'hidden_act' = \"" << *act
-                          << "\" is not supported; the MLP is SwiGLU (silu)";
+  if (failed(readNormAndSwiglu(r, m)))
     return failure();
-  }
-  if (r.getBool("mlp_bias").value_or(false)) {
-    r.error("mlp_bias") << "field 'mlp_bias' is true: MLP biases (gate/up/down_proj) are "
-                           "not supported";
-    return failure();
-  }
   m.attentionBias = r.getBool("attention_bias").value_or(false);
   // transformers' DeepseekV3Config: rope_interleave defaults to true; V2 always rotates
   // interleaved pairs as complex numbers.
