@@ -645,6 +645,17 @@ LogicalResult readDeepSeekGraph(Reader &r, ModelSpec &m) {
   const bool v3 = m.modelType == "deepseek_v3";
   if (failed(readNormAndSwiglu(r, m)))
     return failure();
+  // The per-head GEMMs, the FMHA and the latent cache read 16-byte rows.
+  for (auto [key, value] : {std::pair<StringRef, int64_t>{"kv_lora_rank", m.kvLoraRank},
+                            {"qk_rope_head_dim", m.qkRope},
+                            {"qk_nope_head_dim", m.qkNope},
+                            {"v_head_dim", m.vHeadDim}}) {
+    if (value % 8 != 0) {
+      r.error(key) << key << " = " << value
+                   << " is not supported: MLA's kernels read rows of multiples of 8 values";
+      return failure();
+    }
+  }
   m.attentionBias = r.getBool("attention_bias").value_or(false);
   // transformers' DeepseekV3Config: rope_interleave defaults to true; V2 always rotates
   // interleaved pairs as complex numbers.
