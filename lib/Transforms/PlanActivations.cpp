@@ -372,16 +372,14 @@ struct PlanActivationsPass
     alloc.erase();
   }
 
-  /// An upper bound of the kernel launches of one step, for the CUDA graphs' reserve:
-  /// two per Kiln op that writes a destination (a GEMM may add a split-K reduction,
-  /// split-KV attention a combine), plus the step's input copy and argmax.
+  /// An upper bound of the kernel launches of one decode step, for the CUDA graphs'
+  /// reserve: what each runtime call says it may launch (two by default: a GEMM may add
+  /// a split-K reduction, split-KV attention a combine), plus the step's input copy and
+  /// argmax.
   static uint64_t estimateLaunches(func::FuncOp fn) {
-    uint64_t ops = 0;
-    fn.walk([&](DestinationStyleOpInterface op) {
-      if (isa<KilnDialect>(op->getDialect()))
-        ++ops;
-    });
-    return 2 * ops + 2;
+    uint64_t launches = 2;
+    fn.walk([&](RuntimeCallOpInterface op) { launches += op.getMaxDecodeLaunches(); });
+    return launches;
   }
 
   DeviceMemoryAttr deviceMemory(ModuleOp module, const ModuleConfig &config,

@@ -856,6 +856,10 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
        RuntimeArg::f32(0.0), RuntimeArg::i32(kvDtype)}};
 }
 
+// Decode: rope(k_pe), the latent append, rope(q_pe), the absorb GEMM, mla_decode (one
+// split: no combine), the value GEMM; each GEMM may add a split-K reduction.
+uint64_t CachedMlaAttentionOp::getMaxDecodeLaunches() { return 8; }
+
 FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
   if (!isWholeGraph())
     return emitOpError() << "layer " << getLayer()
@@ -1395,6 +1399,10 @@ LogicalResult MoeOp::verify() {
     return failure();
   return success();
 }
+// Decode (the pairs mode): routing, the gate/up/down batched GEMMs (each may add a
+// split-K reduction), SwiGLU or the activation, the combine.
+uint64_t MoeOp::getMaxDecodeLaunches() { return 9; }
+
 FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
@@ -1666,6 +1674,9 @@ LogicalResult ActivationBufferOp::verify() {
 LogicalResult BufferFromPointerOp::verify() {
   return checkDynamicSizes(*this, getBuffer().getType(), getSizes().size());
 }
+
+// Records where the step's result is; launches nothing.
+uint64_t OutputOp::getMaxDecodeLaunches() { return 0; }
 
 FailureOr<RuntimeCall> OutputOp::getRuntimeCall() {
   auto type = cast<MemRefType>(getBuffer().getType());

@@ -110,7 +110,11 @@ def Kiln_RuntimeCallOpInterface : OpInterface<"RuntimeCallOpInterface"> {
   let methods = [
     InterfaceMethod<[{The runtime function and its arguments after the context, for the
       buffer (memref) form of the op; failure (with a diagnostic) if the op cannot be
-      called as it is.}], "::mlir::FailureOr<::kiln::RuntimeCall>", "getRuntimeCall">
+      called as it is.}], "::mlir::FailureOr<::kiln::RuntimeCall>", "getRuntimeCall">,
+    InterfaceMethod<[{An upper bound of the kernel launches the call makes in a decode
+      step (what a CUDA graph of the step captures): by default two, a kernel and a
+      GEMM's split-K reduction or an attention's split combine.}],
+      "uint64_t", "getMaxDecodeLaunches", (ins), [{}], [{ return 2; }]>
   ];
 }
 

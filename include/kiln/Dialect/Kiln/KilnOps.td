@@ -259,10 +259,13 @@ def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [
 // Cached ops are in destination-passing style: `outs(%init)` is the buffer the
 // result is written to. On tensors they yield the result; after bufferization they
 // work on memrefs, yield nothing, and lower in place to one runtime call.
-class Kiln_CachedOp<string mnemonic, list<Trait> traits = []>
+// `runtimeMethods`: the RuntimeCallOpInterface methods with a default that the op
+// overrides.
+class Kiln_CachedOp<string mnemonic, list<Trait> traits = [],
+                    list<string> runtimeMethods = []>
     : Kiln_Op<mnemonic, !listconcat(traits, [
         DeclareOpInterfaceMethods<Kiln_CachedOpInterface, ["getResourceRequestsUnder"]>,
-        DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+        DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, runtimeMethods>,
         DestinationStyleOpInterface,
         MemoryEffects<[MemRead, MemWrite]>])> {
   let hasVerifier = 1;
@@ -291,7 +294,7 @@ def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention"> {
 }
 
 def Kiln_CachedMlaAttentionOp : Kiln_CachedOp<"cached_mla_attention",
-    [AttrSizedOperandSegments]> {
+    [AttrSizedOperandSegments], ["getMaxDecodeLaunches"]> {
   let summary = "MLA reading and appending its latent cache";
   let description = [{
     Like `kiln.mla_attention`, with the latent resource in slot `cache` (`mla_latent`,
@@ -511,7 +514,7 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     AttrSizedOperandSegments,
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
-    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>]> {
   let summary = "the routed experts of a mixture-of-experts layer";
   let description = [{
     From the router's logits `[tokens, experts]` (a `kiln.linear` before it; bf16, or
@@ -711,7 +714,7 @@ def Kiln_InputOp : Kiln_Op<"input", [Pure]> {
 // Handing a buffer to the runtime is an effect the IR cannot see (the runtime reads it
 // after the step), so the op also "writes": it must never be erased as dead.
 def Kiln_OutputOp : Kiln_Op<"output", [
-    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>,
     MemoryEffects<[MemWrite]>]> {
   let summary = "hands a result of the step (the logits) to the runtime";
   let arguments = (ins Kiln_OutputKindAttr:$kind,
