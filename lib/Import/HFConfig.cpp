@@ -592,6 +592,20 @@ double yarnMscale(double factor, double mscale) {
   return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
+/// What DeepSeek-style routers (DeepSeek, Nemotron-H) need of their top-k and scale.
+LogicalResult checkDeepSeekStyleRouting(Reader &r, const ModelSpec &m) {
+  if (m.topK < 1 || m.topK > m.experts) {
+    r.error("num_experts_per_tok") << "num_experts_per_tok = " << m.topK
+                                   << " must be in [1, n_routed_experts = " << m.experts << "]";
+    return failure();
+  }
+  if (!(m.routedScale > 0)) {
+    r.error("routed_scaling_factor") << "routed_scaling_factor must be positive";
+    return failure();
+  }
+  return success();
+}
+
 /// DeepSeek's routing as transformers runs it. V3: sigmoid scores plus
 /// e_score_correction_bias, groups keyed by their two best (n_group / topk_group),
 /// norm_topk_prob, routed_scaling_factor, an fp32 combine. V2: softmax scores, topk_method
@@ -624,17 +638,8 @@ LogicalResult readDeepSeekRouting(Reader &r, ModelSpec &m) {
       m.routerTopGroups = r.getIntOr("topk_group", 1, 1);
     }
   }
-  if (r.failedAny())
+  if (r.failedAny() || failed(checkDeepSeekStyleRouting(r, m)))
     return failure();
-  if (m.topK < 1 || m.topK > m.experts) {
-    r.error("num_experts_per_tok") << "num_experts_per_tok = " << m.topK
-                                   << " must be in [1, n_routed_experts = " << m.experts << "]";
-    return failure();
-  }
-  if (!(m.routedScale > 0)) {
-    r.error("routed_scaling_factor") << "routed_scaling_factor must be positive";
-    return failure();
-  }
   return success();
 }
 
@@ -820,17 +825,8 @@ LogicalResult readNemotronHRouting(Reader &r, ModelSpec &m) {
   m.routerGroups = r.getIntOr("n_group", 1, 1);
   m.routerTopGroups = r.getIntOr("topk_group", 1, 1);
   m.routedScale = r.getNumber("routed_scaling_factor", /*required=*/false).value_or(1.0);
-  if (r.failedAny())
+  if (r.failedAny() || failed(checkDeepSeekStyleRouting(r, m)))
     return failure();
-  if (m.topK < 1 || m.topK > m.experts) {
-    r.error("num_experts_per_tok") << "num_experts_per_tok = " << m.topK
-                                   << " must be in [1, n_routed_experts = " << m.experts << "]";
-    return failure();
-  }
-  if (!(m.routedScale > 0)) {
-    r.error("routed_scaling_factor") << "routed_scaling_factor must be positive";
-    return failure();
-  }
   // Nemotron 3 Super's latent MoE projects the tokens down before the experts.
   if (r.has("moe_latent_size") && r.getIntOr("moe_latent_size", 0, 0) > 0) {
     r.error("moe_latent_size") << "latent MoE (moe_latent_size) is not supported yet";
