@@ -94,7 +94,9 @@ private:
     return tensor::EmptyOp::create(b, at, activation(dims), ValueRange{count});
   }
 
-  Value rmsNorm(Value x, const Twine &weightName, Value count, Location at);
+  /// RMSNorm with the model's rms_norm_eps, or `eps` when given.
+  Value rmsNorm(Value x, const Twine &weightName, Value count, Location at,
+                std::optional<double> eps = std::nullopt);
   /// `module.weight` [out, in] (and `module.bias` [out]) applied to x [count, in].
   Value linear(Value x, const Twine &module, int64_t out, int64_t in, bool bias, Value count);
   /// [count, heads * d] -> [count, heads, d].
@@ -166,13 +168,14 @@ Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Lo
   return WeightRefOp::create(b, at, type, key);
 }
 
-Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count, Location at) {
+Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count, Location at,
+                                   std::optional<double> eps) {
   auto type = cast<RankedTensorType>(x.getType());
   int64_t dim = type.getShape().back();
   Value w = weight(weightName, {dim}, at);
   Value init = empty(type.getShape().drop_front(), count, at);
   return RmsNormOp::create(b, at, type, x, w, init,
-                           b.getF32FloatAttr(static_cast<float>(m.rmsNormEps)))
+                           b.getF32FloatAttr(static_cast<float>(eps.value_or(m.rmsNormEps))))
       .getResult();
 }
 
@@ -473,6 +476,10 @@ void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, V
           .getResult();
 }
 
+// transformers' DeepseekV2/V3 attention builds q_a_layernorm and kv_a_layernorm with
+// the RMSNorm default, not the config's rms_norm_eps.
+constexpr double kMlaLatentNormEps = 1e-6;
+
 Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_t layer,
                                         Value positions, Value tokens) {
   const int64_t heads = m.heads, nope = m.qkNope, rope = m.qkRope, rank = m.kvLoraRank,
@@ -481,7 +488,8 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
   Value q;
   if (m.qLoraRank > 0) {
     Value qa = linear(x, attn + ".q_a_proj", m.qLoraRank, m.hidden, m.attentionBias, tokens);
-    qa = rmsNorm(qa, attn + ".q_a_layernorm.weight", tokens, loc(attn + ".q_a_layernorm"));
+    qa = rmsNorm(qa, attn + ".q_a_layernorm.weight", tokens, loc(attn + ".q_a_layernorm"),
+                 kMlaLatentNormEps);
     q = linear(qa, attn + ".q_b_proj", qWidth, m.qLoraRank, false, tokens);
   } else {
     q = linear(x, attn + ".q_proj", qWidth, m.hidden, false, tokens);
@@ -493,8 +501,9 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
   // kv_a_proj_with_mqa yields [compressed KV | k_pe]; both are read as column views.
   Value compressed =
       linear(x, attn + ".kv_a_proj_with_mqa", rank + rope, m.hidden, m.attentionBias, tokens);
-  Value latent = rmsNorm(columns(compressed, 0, rank, tokens, at),
-                         attn + ".kv_a_layernorm.weight", tokens, loc(attn + ".kv_a_layernorm"));
+  Value latent =
+      rmsNorm(columns(compressed, 0, rank, tokens, at), attn + ".kv_a_layernorm.weight", tokens,
+              loc(attn + ".kv_a_layernorm"), kMlaLatentNormEps);
   Value kPe = columns(compressed, rank, rope, tokens, at);
   Location kvbLoc = loc(attn + ".kv_b_proj");
   Value kvB = weight(attn + ".kv_b_proj.weight", {heads * (nope + v), rank}, kvbLoc);
@@ -515,9 +524,10 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
 }
 
 Value DenseDecoderBuilder::deepSeekMoe(Value x, const std::string &mlp, Value tokens) {
-  // V3 sums the experts in an fp32 tensor, V2 in the activations' bf16.
+  // transformers 5.17's DeepseekV2/V3 experts both add each expert's weighted output,
+  // rounded to bf16, into a bf16 tensor (Nemotron-H's into an fp32 one).
   Value routed = fp32RoutedExperts(x, mlp, tokens, /*gated=*/true, ActivationKind::silu,
-                                   /*accumulateF32=*/m.sigmoidRouter);
+                                   /*accumulateF32=*/false);
   if (m.sharedExperts == 0)
     return routed;
   Location at = loc(mlp);

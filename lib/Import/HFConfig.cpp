@@ -608,7 +608,7 @@ LogicalResult checkDeepSeekStyleRouting(Reader &r, const ModelSpec &m) {
 
 /// DeepSeek's routing as transformers runs it. V3: sigmoid scores plus
 /// e_score_correction_bias, groups keyed by their two best (n_group / topk_group),
-/// norm_topk_prob, routed_scaling_factor, an fp32 combine. V2: softmax scores, topk_method
+/// norm_topk_prob, routed_scaling_factor. V2: softmax scores, topk_method
 /// greedy or group_limited_greedy (groups keyed by their best), routed_scaling_factor,
 /// never renormalized (transformers' DeepseekV2Moe ignores norm_topk_prob), a bf16
 /// combine. Defaults are transformers' configuration classes'.

@@ -132,9 +132,8 @@ struct ModelSpec {
   int64_t topK = 0, moeEvery = 1;
   bool normTopK = false, roundRouterWeights = false;
   bool gatedSharedExpert = false; // Qwen2-MoE: shared expert x sigmoid(shared_expert_gate)
-  // DeepSeek-style routing (nemotron_h; deepseek_v3 once its graph lands): an fp32 router,
-  // sigmoid scores with e_score_correction_bias, group-limited top-k, a routed scale and
-  // an fp32 combine.
+  // DeepSeek-style routing (nemotron_h, deepseek_v3): an fp32 router, sigmoid scores
+  // with e_score_correction_bias, group-limited top-k and a routed scale.
   bool sigmoidRouter = false;
   int64_t routerGroups = 1, routerTopGroups = 1;
   double routedScale = 1.0;

@@ -21,7 +21,8 @@
  *     default: bf16(float(y_j) * w_j) added with every partial sum rounded to bf16
  *              (transformers' Qwen-MoE/Mixtral loop: index_add_ into a bf16 tensor);
  *     F32_COMBINE: fp32 products float(y_j) * w_j added in fp32, rounded once
- *              (DeepSeek's and Nemotron-H's loop: index_add_ into an fp32 tensor).
+ *              (Nemotron-H's loop: index_add_ into an fp32 tensor; transformers 5.17's
+ *              DeepSeek experts add into a bf16 one, the default).
  * The expert GEMMs run batched through device arrays of pointers
  * (kiln_gemm_bf16_batched), so the host never learns the routing and the call is
  * captured in CUDA graphs, in one of two modes:

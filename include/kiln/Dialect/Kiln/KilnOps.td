@@ -532,7 +532,7 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     `gate`, else `down(activation(up(x)))` (Nemotron-H's relu2 experts). `init`
     receives the weighted sum of the experts' outputs in ascending expert order: by
     default every product and partial sum rounded (transformers' eager loop into a bf16
-    tensor); with `accumulate_f32` in fp32, rounded once (DeepSeek's and Nemotron-H's
+    tensor); with `accumulate_f32` in fp32, rounded once (Nemotron-H's
     loop into an fp32 tensor). `gate`, `up`: `[experts, inter, hidden]`; `down`:
     `[experts, hidden, inter]`, each stacked from the per-expert tensors of the
     checkpoint (`kiln.weight`s whose name holds `*`). `scratch` (`[tokens, bytes] i8`,
