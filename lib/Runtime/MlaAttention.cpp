@@ -39,6 +39,14 @@ struct MlaLayer {
   int64_t absRow() const { return static_cast<int64_t>(heads) * (rank + rope); }
 };
 
+/// Whether a verify step of q_len queries a sequence would run mla_decode's other tile
+/// configuration than the single-token step of the same token (<= 16 heads): it then
+/// runs a token at a time, so verify and decode give the same bits (lossless).
+bool verifyChangesTiling(int32_t heads, int32_t qLen) {
+  return heads <= KILN_MLA_SMALL_TILE_ROWS &&
+         static_cast<int64_t>(heads) * qLen > KILN_MLA_SMALL_TILE_ROWS;
+}
+
 /// Whether a prompt runs expanded through the FMHA (its head dims fit prefill_fmha).
 bool expandedPrompt(const kiln_rt_context *ctx, const MlaLayer &l, int32_t prefillKernel) {
   const int32_t qk = l.nope + l.rope;
@@ -66,6 +74,11 @@ kiln_status_t checkMlaShape(const Call &c, const kiln_rt_context *ctx, const Mla
     return c.error(KILN_ERROR_UNSUPPORTED,
                    "page_size %d unsupported (MLA pages hold 64 tokens; the model's is %lld)",
                    pageSize, static_cast<long long>(ctx->config.page_size));
+  if (l.tokens > KILN_MLA_MAX_PER_TOKEN_QUERIES)
+    return c.error(KILN_ERROR_UNSUPPORTED,
+                   "%lld tokens in one step; MLA runs at most %d (compile with a smaller "
+                   "--max-step-tokens)",
+                   static_cast<long long>(l.tokens), KILN_MLA_MAX_PER_TOKEN_QUERIES);
   if (l.tokens != ctx->tokens)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d tokens",
                    static_cast<long long>(l.tokens), ctx->tokens);
@@ -182,7 +195,8 @@ kiln_status_t absorbed(const Call &c, kiln_rt_context *ctx, const MlaLayer &l, c
   dp.num_splits = 1; // a query's bits must not depend on the step's batch
   dp.stream = ctx->stream;
   const bool perToken = ctx->phase != KILN_RT_PHASE_DECODE ||
-                        (ctx->qLen > 1 && specDecMode == KILN_RT_EXTEND_CONTEXT);
+                        (ctx->qLen > 1 && (specDecMode == KILN_RT_EXTEND_CONTEXT ||
+                                           verifyChangesTiling(l.heads, ctx->qLen)));
   bool small = decodeKernel == KILN_RT_KERNEL_MLA_DECODE_SMALL_SMEM;
   if (perToken) {
     // Prompts and extend-context drafts: every token a query of its own sequence's

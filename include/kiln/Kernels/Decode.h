@@ -33,6 +33,11 @@ extern "C" {
 #define KILN_MLA_ROPE_DIM 64
 #define KILN_MLA_HEAD_DIM 576 /* KILN_MLA_KV_LORA_RANK + KILN_MLA_ROPE_DIM */
 #define KILN_MLA_PAGE_SIZE 64
+/* kiln_mla_decode's tiling follows the query rows of a sequence: q_len * num_heads above
+ * this runs the large-tile configuration, which rounds differently from the small one. */
+#define KILN_MLA_SMALL_TILE_ROWS 16
+/* The per-token mode (token_rows) launches a block row per token: at most this many. */
+#define KILN_MLA_MAX_PER_TOKEN_QUERIES 65535
 #define KILN_DECODE_MAX_SPLITS 128
 
 /* ---- gqa_decode ------------------------------------------------------------------

@@ -369,7 +369,7 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
   return KILN_OK;
 }
 
-constexpr int kMlaBigRows = 64, kMlaSmallRows = 16;
+constexpr int kMlaBigRows = 64, kMlaSmallRows = KILN_MLA_SMALL_TILE_ROWS;
 
 kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big,
                       bool forQuery, KernelInfo *info, SplitPlan *plan) {
