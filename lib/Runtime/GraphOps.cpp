@@ -48,44 +48,43 @@ kiln_status_t checkNormShape(const Call &c, int64_t rows, int64_t dim, float eps
 }
 } // namespace
 
-extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight,
-                                    void *out, int64_t rows, int64_t dim, float eps) {
-  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm")
-  auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRanges(c, ctx,
-                                      {bf16("x", x, rows, dim), bf16("weight", weight, 1, dim),
-                                       bf16("out", out, rows, dim, true)});
-        s != KILN_OK)
-      return s;
+namespace {
+/// kiln_rt_rms_norm over rows x_stride elements apart (x_stride == dim: dense rows).
+kiln_status_t rmsNormRows(const Call &c, kiln_rt_context_t *ctx, const void *x, int64_t xStride,
+                          const void *weight, void *out, int64_t rows, int64_t dim, float eps) {
+  if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
+    return s;
+  const bool dense = xStride == dim;
+  if (kiln_status_t s = dense ? KILN_OK : checkStride(c, "x", xStride, dim); s != KILN_OK)
+    return s;
+  if (kiln_status_t s = checkRanges(c, ctx,
+                                    {dense ? bf16("x", x, rows, dim)
+                                           : stridedBf16("x", x, rows, dim, xStride),
+                                     bf16("weight", weight, 1, dim),
+                                     bf16("out", out, rows, dim, true)});
+      s != KILN_OK)
+    return s;
+  if (dense)
     return launchValidated(c, ctx, "kiln_rms_norm_bf16", out, rows, dim, [&] {
       return kiln_rms_norm_bf16(x, weight, out, rows, dim, eps, ctx->stream);
     });
-  };
-  return record(ctx, run());
+  return launchValidated(c, ctx, "kiln_rms_norm_rows_bf16", out, rows, dim, [&] {
+    return kiln_rms_norm_rows_bf16(x, xStride, weight, out, rows, dim, eps, ctx->stream);
+  });
+}
+} // namespace
+
+extern "C" int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight,
+                                    void *out, int64_t rows, int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm")
+  return record(ctx, rmsNormRows(c, ctx, x, dim, weight, out, rows, dim, eps));
 }
 
 extern "C" int32_t kiln_rt_rms_norm_strided(kiln_rt_context_t *ctx, const void *x,
                                             int64_t x_stride, const void *weight, void *out,
                                             int64_t rows, int64_t dim, float eps) {
   KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm_strided")
-  auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkStride(c, "x", x_stride, dim); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRanges(c, ctx,
-                                      {stridedBf16("x", x, rows, dim, x_stride),
-                                       bf16("weight", weight, 1, dim),
-                                       bf16("out", out, rows, dim, true)});
-        s != KILN_OK)
-      return s;
-    return launchValidated(c, ctx, "kiln_rms_norm_rows_bf16", out, rows, dim, [&] {
-      return kiln_rms_norm_rows_bf16(x, x_stride, weight, out, rows, dim, eps, ctx->stream);
-    });
-  };
-  return record(ctx, run());
+  return record(ctx, rmsNormRows(c, ctx, x, x_stride, weight, out, rows, dim, eps));
 }
 
 extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,

@@ -321,9 +321,11 @@ kiln_status_t mlaAttention(const Call &c, kiln_rt_context *ctx, uint64_t cacheOf
 
   const bool expand = expandedPrompt(ctx, l, prefillKernel);
   char *base = static_cast<char *>(scratch);
-  // rope(k_pe) goes after the path's other regions (Layout.h).
-  const int64_t kPeOffset =
-      l.tokens * (expand ? 2 * (2 * l.qRow() + l.kvRow()) : 2 * (l.absRow() + l.heads * l.rank));
+  // rope(k_pe) is the last region of the path's layout (Layout.h).
+  const int64_t pathBytes =
+      expand ? kiln_rt_mla_expanded_bytes_per_token(l.heads, l.rope, l.nope, l.v)
+             : kiln_rt_mla_absorbed_bytes_per_token(l.heads, l.rank, l.rope);
+  const int64_t kPeOffset = l.tokens * (pathBytes - 2 * l.rope);
   char *kPeRoped = base + kPeOffset;
   if (kiln_status_t s = ropeRows(c, ctx, l, kPe, kPeStride, l.rope, kPeRoped, l.rope, l.rope, 1,
                                  0, positions);

@@ -349,6 +349,26 @@ __global__ void rmsNormScalarKernel(const uint16_t *x, const uint16_t *__restric
 }
 
 // ---- rope ----------------------------------------------------------------------------
+// A token's cos/sin table for every frequency of a head: cos in [0, half), sin in
+// [half, 2 half); rounded to bf16 as transformers' cos/sin tensors are, unless `exact`.
+// Callers sync before (the previous table is no longer read) and after.
+__device__ __forceinline__ void fillCosSin(float *cosSin, float position, const RopeTable &table,
+                                           int half, float attentionFactor, bool exact) {
+  for (int f = threadIdx.x; f < half; f += blockDim.x) {
+    const float angle = position * table.invFreq[f];
+    const float c = cosf(angle) * attentionFactor, s = sinf(angle) * attentionFactor;
+    cosSin[f] = exact ? c : roundBf16(c);
+    cosSin[half + f] = exact ? s : roundBf16(s);
+  }
+}
+
+// rotate_half on one pair (x1 = x[f], x2 = x[f + half]) with bf16 products.
+__device__ __forceinline__ void rotateHalfPair(float x1, float x2, float c, float s, float &o1,
+                                               float &o2) {
+  o1 = roundBf16(x1 * c) + roundBf16(-x2 * s);
+  o2 = roundBf16(x2 * c) + roundBf16(x1 * s);
+}
+
 // One block per token: the block computes the token's bf16 cos/sin table (accurate
 // cosf/sinf: angles reach 1e5 radians) into shared memory once, then rotates every head.
 // Each work item is a pair of chunks (x[f..], x[f + half..]) that only it reads and
@@ -362,11 +382,7 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const float position = static_cast<float>(positions[t]);
     __syncthreads(); // the previous token's table is no longer read
-    for (int f = threadIdx.x; f < half; f += blockDim.x) {
-      const float angle = position * table.invFreq[f];
-      cosSin[f] = roundBf16(cosf(angle) * attentionFactor);
-      cosSin[half + f] = roundBf16(sinf(angle) * attentionFactor);
-    }
+    fillCosSin(cosSin, position, table, half, attentionFactor, /*exact=*/false);
     __syncthreads();
     const int64_t tokenBase = t * heads * headDim;
     if (Vec) {
@@ -379,9 +395,8 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
         unpack8(*reinterpret_cast<const uint4 *>(x + first + half), x2);
 #pragma unroll
         for (int e = 0; e < kVecElems; ++e) {
-          const float c = cosSin[chunk * kVecElems + e], s = cosSin[half + chunk * kVecElems + e];
-          o1[e] = roundBf16(x1[e] * c) + roundBf16(-x2[e] * s);
-          o2[e] = roundBf16(x2[e] * c) + roundBf16(x1[e] * s);
+          rotateHalfPair(x1[e], x2[e], cosSin[chunk * kVecElems + e],
+                         cosSin[half + chunk * kVecElems + e], o1[e], o2[e]);
         }
         *reinterpret_cast<uint4 *>(out + first) = pack8(o1);
         *reinterpret_cast<uint4 *>(out + first + half) = pack8(o2);
@@ -391,9 +406,10 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
         const int h = item / half, f = item - h * half;
         const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + f;
         const float x1 = bf2f(x[first]), x2 = bf2f(x[first + half]);
-        const float c = cosSin[f], s = cosSin[half + f];
-        out[first] = f2bf(roundBf16(x1 * c) + roundBf16(-x2 * s));
-        out[first + half] = f2bf(roundBf16(x2 * c) + roundBf16(x1 * s));
+        float o1, o2;
+        rotateHalfPair(x1, x2, cosSin[f], cosSin[half + f], o1, o2);
+        out[first] = f2bf(o1);
+        out[first + half] = f2bf(o2);
       }
     }
   }
@@ -413,14 +429,9 @@ __global__ void ropeRowsKernel(const uint16_t *x, int64_t xToken, int64_t xHead,
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const float position = static_cast<float>(positions[t]);
     __syncthreads();
-    for (int f = threadIdx.x; f < half; f += blockDim.x) {
-      const float angle = position * table.invFreq[f];
-      // transformers rounds cos/sin to the activations' bf16, except DeepSeek-V2's complex
-      // product, which stays in fp32.
-      const float c = cosf(angle) * attentionFactor, s = sinf(angle) * attentionFactor;
-      cosSin[f] = Style == KILN_ROPE_STYLE_COMPLEX_PAIRS ? c : roundBf16(c);
-      cosSin[half + f] = Style == KILN_ROPE_STYLE_COMPLEX_PAIRS ? s : roundBf16(s);
-    }
+    // DeepSeek-V2's complex product keeps cos/sin in fp32.
+    fillCosSin(cosSin, position, table, half, attentionFactor,
+               /*exact=*/Style == KILN_ROPE_STYLE_COMPLEX_PAIRS);
     __syncthreads();
     for (int item = threadIdx.x; item < heads * pass; item += blockDim.x) {
       const int h = item / pass, j = item - h * pass;
@@ -439,8 +450,10 @@ __global__ void ropeRowsKernel(const uint16_t *x, int64_t xToken, int64_t xHead,
         const bool moved = Style == KILN_ROPE_STYLE_DEINTERLEAVE;
         const float x1 = bf2f(src[moved ? 2 * f : f]);
         const float x2 = bf2f(src[moved ? 2 * f + 1 : f + half]);
-        dst[f] = f2bf(roundBf16(x1 * c) + roundBf16(-x2 * s));
-        dst[f + half] = f2bf(roundBf16(x2 * c) + roundBf16(x1 * s));
+        float o1, o2;
+        rotateHalfPair(x1, x2, c, s, o1, o2);
+        dst[f] = f2bf(o1);
+        dst[f + half] = f2bf(o2);
       }
     }
   }
