@@ -255,3 +255,41 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
     return
   }
 }
+
+// -----
+// The whole-graph MLA op reads the page size from the module's kiln.runtime.
+func.func @mla_no_runtime(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x48xbf16>, %kpe: memref<?x16xbf16>,
+                          %lat: memref<?x64xbf16>, %pos: memref<?xi32>, %kvb: memref<128x64xbf16>,
+                          %s: memref<?x672xi8>, %o: memref<?x2x32xbf16>) {
+  %c = kiln.cache_resource layer 0 unit [80] of bf16 {offset = 0 : i64} : !kiln.cache<mla_latent>
+  // expected-error @below {{'kiln.cached_mla_attention' op needs the module's 'kiln.runtime' to lower (page size)}}
+  // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
+  kiln.cached_mla_attention layer 0 %q, %lat k_pe(%kpe : memref<?x16xbf16>)
+    positions(%pos : memref<?xi32>) kv_b(%kvb : memref<128x64xbf16>) scratch(%s : memref<?x672xi8>)
+    cache(%c : !kiln.cache<mla_latent>) outs(%o : memref<?x2x32xbf16>)
+    {num_heads = 2, kv_lora_rank = 64, qk_rope_head_dim = 16, qk_nope_head_dim = 32,
+     v_head_dim = 32, softmax_scale = 0.125 : f32, rope = #kiln.rope<type = default, theta = 10000.0>,
+     decode_kernel = "mla_decode", prefill_kernel = "mla_prefill"}
+    : memref<?x2x48xbf16>, memref<?x64xbf16>
+  return
+}
+
+// -----
+// An unplanned latent resource (no offset) cannot be addressed.
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = bf16>} {
+  func.func @mla_unplanned(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x48xbf16>, %kpe: memref<?x16xbf16>,
+                           %lat: memref<?x64xbf16>, %pos: memref<?xi32>, %kvb: memref<128x64xbf16>,
+                           %s: memref<?x672xi8>, %o: memref<?x2x32xbf16>) {
+    %c = kiln.cache_resource layer 4 unit [80] of bf16 : !kiln.cache<mla_latent>
+    // expected-error @below {{layer 4: the latent resource has no planned offset; run kiln-plan-memory}}
+    // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
+    kiln.cached_mla_attention layer 4 %q, %lat k_pe(%kpe : memref<?x16xbf16>)
+      positions(%pos : memref<?xi32>) kv_b(%kvb : memref<128x64xbf16>) scratch(%s : memref<?x672xi8>)
+      cache(%c : !kiln.cache<mla_latent>) outs(%o : memref<?x2x32xbf16>)
+      {num_heads = 2, kv_lora_rank = 64, qk_rope_head_dim = 16, qk_nope_head_dim = 32,
+       v_head_dim = 32, softmax_scale = 0.125 : f32, rope = #kiln.rope<type = default, theta = 10000.0>,
+       decode_kernel = "mla_decode", prefill_kernel = "mla_prefill"}
+      : memref<?x2x48xbf16>, memref<?x64xbf16>
+    return
+  }
+}

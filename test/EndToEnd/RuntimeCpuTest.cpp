@@ -2,6 +2,8 @@
 // compiled-code entry point's validation on a validation-only ("dry") context (pointers
 // inside the regions, sizes, kernels per phase, spec-dec modes), the sticky status, and
 // the legacy bind-based MLA/SSM/conv rules.
+#include "kiln/Kernels/Decode.h"
+#include "kiln/Kernels/Graph.h"
 #include "kiln/Kernels/Moe.h"
 #include "kiln/Runtime/Runtime.h"
 
@@ -346,6 +348,98 @@ TEST(RuntimeCpu, GraphOpValidation) {
   EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("kiln_rt_output(LOGITS) not called"), std::string::npos)
       << lastError();
+}
+
+// The plan of a small MLA model: one latent pool of 8 pages of 64 tokens x 576 values.
+kiln_rt_config_t mlaConfig() {
+  kiln_rt_config_t c = tinyConfig();
+  c.page_size = KILN_MLA_PAGE_SIZE;
+  c.kv_pages = 8;
+  c.cache_bytes = 8ull * KILN_MLA_PAGE_SIZE * KILN_MLA_HEAD_DIM * 2;
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 256 / KILN_MLA_PAGE_SIZE);
+  return c;
+}
+
+// kiln_rt_mla_attention's shape, kernel and pointer rules on a dry context (16 heads,
+// qk_nope 128, v 128), and the strided norm of its latent.
+TEST(RuntimeCpu, MlaAttentionValidation) {
+  Dry d(mlaConfig());
+  Step dec(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  Step pre(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
+  struct Args {
+    int64_t tokens = 2, kPeStride = 576;
+    int32_t heads = 16, rank = 512, decodeKernel = KILN_RT_KERNEL_MLA_DECODE,
+            prefillKernel = KILN_RT_KERNEL_MLA_PREFILL, style = KILN_ROPE_STYLE_DEINTERLEAVE;
+    uint64_t cacheOffset = 0;
+    float scale = 0.1f;
+  };
+  auto mla = [&](const Args &a) {
+    // q, the kv_a output (latent | k_pe columns), the normed latent, scratch, out.
+    return kiln_rt_mla_attention(
+        d.ctx, 0, a.cacheOffset, d.a(0), d.a(1 << 20), d.a((1 << 20) + 1024), a.kPeStride,
+        kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.w(), d.a(2 << 20), d.a(3 << 20),
+        a.tokens, a.heads, a.rank, 64, 128, 128, KILN_MLA_PAGE_SIZE, a.decodeKernel,
+        a.prefillKernel, KILN_RT_SINGLE_TOKEN, a.scale, a.style, KILN_RT_ROPE_DEFAULT, 1e4f, 1.f,
+        0.f, 0.f, 0, 1.f);
+  };
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &dec.b), KILN_OK) << lastError();
+  EXPECT_EQ(mla(Args{}), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_strided(d.ctx, d.a(1 << 20), 576, d.w(), d.a((1 << 20) + 4096), 2,
+                                     512, 1e-6f),
+            KILN_OK)
+      << lastError();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &pre.b), KILN_OK) << lastError();
+  Args prompt;
+  prompt.tokens = 12;
+  EXPECT_EQ(mla(prompt), KILN_OK) << lastError();
+
+  struct Case {
+    const char *what;
+    Step *step;
+    Args args;
+    kiln_status_t status;
+  };
+  auto with = [](auto edit) {
+    Args a;
+    edit(a);
+    return a;
+  };
+  const Case cases[] = {
+      {"kv_lora_rank 256 / qk_rope_head_dim 64 unsupported", &dec,
+       with([](Args &a) { a.rank = 256; }), KILN_ERROR_UNSUPPORTED},
+      {"num_heads 129 unsupported", &dec, with([](Args &a) { a.heads = 129; }),
+       KILN_ERROR_UNSUPPORTED},
+      {"decode_kernel 1 (gqa_decode) cannot run MLA decode", &dec,
+       with([](Args &a) { a.decodeKernel = KILN_RT_KERNEL_GQA_DECODE; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"prefill_kernel 2 (prefill_fmha) cannot run MLA in prefill", &pre,
+       with([](Args &a) {
+         a.tokens = 12;
+         a.prefillKernel = KILN_RT_KERNEL_PREFILL_FMHA;
+       }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"tokens 3 != the step's 2 tokens", &dec, with([](Args &a) { a.tokens = 3; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"softmax_scale 0 must be finite and > 0", &dec, with([](Args &a) { a.scale = 0.f; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"rope_style 5 unknown", &dec, with([](Args &a) { a.style = 5; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"k_pe row stride 32 outside", &dec, with([](Args &a) { a.kPeStride = 32; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+      {"mla_latent", &dec, with([](Args &a) { a.cacheOffset = 4096; }),
+       KILN_ERROR_INVALID_ARGUMENT},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &c.step->b), KILN_OK) << lastError();
+    EXPECT_EQ(mla(c.args), c.status);
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
+  // The strided norm: a stride below the row's width.
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &dec.b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_strided(d.ctx, d.a(1 << 20), 256, d.w(), d.a(), 2, 512, 1e-6f),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("x row stride 256 outside [512"), std::string::npos) << lastError();
 }
 
 TEST(RuntimeCpu, StickyStatus) {
