@@ -101,8 +101,9 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
        .priority = 10, .note = "1 + draft tokens, state after each into intermediates"});
   add({.name = "ssm_update_replay", .family = OpFamily::ssm, .phase = Phase::decode,
-       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
-       .priority = 10, .note = "replay-mode update (planned)"});
+       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .priority = 10,
+       .note = "replay mode: folds the accepted prefix of the last step from its kept "
+               "x/B/dt, then 1 + draft tokens whose inputs are kept instead of states"});
   add({.name = "ssm_prefill_sequential", .family = OpFamily::ssm, .phase = Phase::prefill,
        .dtypes = kF32 | kBf16, .priority = 1,
        .note = "prefill as token-by-token state updates (exact, slow for long prompts)"});

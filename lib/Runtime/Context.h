@@ -212,6 +212,9 @@ struct kiln_rt_context {
   std::map<std::pair<int32_t, std::string>, void *> bindings;
   std::map<std::pair<int32_t, std::string>, kiln::rt::Resource> resources;
   std::map<std::pair<int32_t, std::string>, kiln::rt::CommitEntry> commits;
+  // A replay-mode SSM layer ran (docs/replay.md): a speculative step's accepted prefix is
+  // folded by the next step from the batch's replay pairs, not copied.
+  bool replayLayers = false;
   kiln::rt::Buffer split;    // legacy MLA split-KV partials
   kiln::rt::Buffer index;    // legacy token index (MLA expanded tables)
   kiln::rt::Buffer accepted; // legacy commit counts

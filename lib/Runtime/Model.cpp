@@ -35,6 +35,10 @@ struct Sequence {
   // becomes the state. -1: nothing pending.
   int32_t specBase = -1;
   int32_t specTokens = 0;
+  // Replay mode (docs/replay.md): tokens of the last speculative step that were accepted
+  // and that the next step folds into the SSM states, and the replay buffer they are in.
+  int32_t replayPending = 0;
+  int32_t replayBuffer = 0;
 };
 
 // One sequence's part of a step.
@@ -65,6 +69,7 @@ struct kiln_model {
 
   // Host scratch of a step, sized at load (no allocation per step).
   std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax, oldLens;
+  std::vector<int32_t> replayPairs; // the step's {pending, buffer} per sequence
   std::vector<float> logits; // [max_logit_rows, vocab], sized on first use
   std::vector<Piece> pieces;
 };
@@ -162,6 +167,7 @@ void initSequences(kiln_model *m) {
   m->qLens.resize(B);
   m->seqLens.resize(B);
   m->slotIds.resize(B);
+  m->replayPairs.assign(2 * static_cast<size_t>(B), 0);
   m->table.resize(B * static_cast<size_t>(m->pagesPerSeq));
   m->tokens.resize(static_cast<size_t>(mf.maxStepTokens));
   m->rows.resize(static_cast<size_t>(mf.maxLogitRows));
@@ -316,7 +322,8 @@ bool hasRecurrentState(const kiln_model *m) {
 
 // Resolves a pending speculative step of the sequence in `slot`: the state after its
 // accepted tokens (len - specBase of them) is copied from the intermediates of every
-// recurrent layer into the layer's state.
+// rewind-mode layer into the layer's state; replay-mode layers fold them in at the
+// sequence's next step (its replay pair).
 kiln_status_t commitSpeculation(const char *fn, kiln_model *m, int32_t slot) {
   Sequence &s = m->slots[slot];
   if (s.specBase < 0)
@@ -330,6 +337,8 @@ kiln_status_t commitSpeculation(const char *fn, kiln_model *m, int32_t slot) {
                 tokens, tokens);
   s.specBase = -1;
   kiln_rt_context *ctx = m->ctx;
+  if (ctx->replayLayers)
+    s.replayPending = accepted;
   if (ctx->dry)
     return KILN_OK;
   // The compiled layers' entries (interSlotBytes set) hold 1 + max_draft_len tokens a
@@ -415,6 +424,8 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     m->qLens[i] = p.count;
     m->seqLens[i] = newLen;
     m->slotIds[i] = p.slot;
+    m->replayPairs[2 * static_cast<size_t>(i)] = s.replayPending;
+    m->replayPairs[2 * static_cast<size_t>(i) + 1] = s.replayBuffer;
     std::copy(s.pages.begin(), s.pages.end(), m->table.begin() + static_cast<size_t>(i) * P);
     std::fill(m->table.begin() + static_cast<size_t>(i) * P + s.pages.size(),
               m->table.begin() + static_cast<size_t>(i + 1) * P, 0);
@@ -436,6 +447,7 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
   b.token_ids = m->tokens.data();
   b.logit_rows = m->rows.data();
   b.num_logit_rows = numRows;
+  b.replay = m->replayPairs.data();
   ++m->steps;
   // The upload is left to the forward: a replayed decode step's graph holds it.
   if (kiln_status_t s = kiln::rt::setBatch(m->ctx, &b, kiln::rt::Upload::WithForward);
@@ -462,15 +474,22 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
       return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
     }
   }
-  // A multi-token decode step of a model with recurrent layers left rewind intermediates.
-  const bool speculative = decode && pieces.front().count > 1 && !m->ctx->commits.empty();
+  // A multi-token decode step of a model with recurrent layers left rewind intermediates
+  // or replay inputs (in the other replay buffer); the step folded the pending ones.
+  const bool replay = m->ctx->replayLayers;
+  const bool speculative =
+      decode && pieces.front().count > 1 && (!m->ctx->commits.empty() || replay);
   int32_t row = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Piece &p = pieces[i];
-    m->slots[p.slot].len = m->seqLens[i];
+    Sequence &seq = m->slots[p.slot];
+    seq.len = m->seqLens[i];
+    seq.replayPending = 0;
     if (speculative) {
-      m->slots[p.slot].specBase = oldLens[static_cast<size_t>(i)];
-      m->slots[p.slot].specTokens = p.count;
+      seq.specBase = oldLens[static_cast<size_t>(i)];
+      seq.specTokens = p.count;
+      if (replay)
+        seq.replayBuffer ^= 1;
     }
     const int32_t perPiece = decode ? p.count : 1;
     for (int32_t r = 0; r < perPiece; ++r, ++row) {
@@ -669,6 +688,8 @@ extern "C" kiln_status_t kiln_model_add_sequence(kiln_model_t *model, int32_t *s
       s.id = model->nextId++;
       s.len = 0;
       s.pages.clear();
+      s.replayPending = 0;
+      s.replayBuffer = 0;
       *seq_id = s.id;
       return kiln::kernels::ok();
     }

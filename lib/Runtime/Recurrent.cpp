@@ -4,9 +4,13 @@
 //
 //   DECODE, one token a sequence   the update kernel, in place on the slots' states (one
 //                                  launch for the batch; CUDA-graph capturable)
-//   DECODE, 1 + drafts            the spec kernel: the state after each token goes to
-//                                  the rewind intermediates, the main state is only read;
-//                                  kiln_rt_commit_accepted copies the accepted one back
+//   DECODE, 1 + drafts            rewind: the spec kernel: the state after each token goes
+//                                  to the rewind intermediates, the main state is only
+//                                  read; the next step's commit copies the accepted one
+//                                  back. replay (docs/replay.md): ssm_update_replay folds
+//                                  the accepted tokens of the last step into the state
+//                                  from their kept inputs, then keeps this step's inputs;
+//                                  one token a sequence commits it in place
 //   PREFILL                        the step's slots start from zeros, then
 //   PREFILL, EXTEND                the sequence's tokens in order, one launch per token
 //                                  (the decode kernel's math: exact, not fast; the chunked
@@ -61,8 +65,9 @@ kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels
                    ctx->qLen, kiln_rt_kernel_name(want.spec), kiln_rt_kernel_name(decodeKernel));
   if (interOffset < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                   "%s needs the layer's rewind intermediates (intermediate_offset < 0)",
-                   kiln_rt_kernel_name(want.spec));
+                   "%s needs the layer's %s (offset < 0)", kiln_rt_kernel_name(want.spec),
+                   want.spec == KILN_RT_KERNEL_SSM_UPDATE_REPLAY ? "replay buffers"
+                                                                 : "rewind intermediates");
   if (ctx->qLen > 1 + ctx->config.max_draft_len)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "q_len %d exceeds 1 + max_draft_len %lld (the intermediates' tokens)",
@@ -425,8 +430,70 @@ kiln_status_t runChunkScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOf
   return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_chunk_scan");
 }
 
+// The planned offsets of a replay-mode layer's buffers (-1: rewind mode, or no
+// speculation).
+struct ReplayOffsets {
+  int64_t x, b, dt;
+  bool any() const { return x >= 0 || b >= 0 || dt >= 0; }
+  bool all() const { return x >= 0 && b >= 0 && dt >= 0; }
+};
+
+// Claims a replay layer's three buffers (x, B, dt' of two steps of 1 + max_draft_len
+// tokens a slot) as the layer's resources.
+kiln_status_t useReplayBuffers(const Call &c, kiln_rt_context *ctx, const ScanShape &sh,
+                               const ReplayOffsets &r) {
+  const int64_t slots = ctx->config.max_batch, steps = 2 * (1 + ctx->config.max_draft_len);
+  const struct {
+    const char *kind;
+    int64_t offset;
+    uint64_t bytes;
+  } buffers[] = {
+      {"replay_x", r.x, bytesOf({slots, steps, sh.heads, sh.headDim, 2})},
+      {"replay_b", r.b, bytesOf({slots, steps, sh.groups, sh.stateSize, 2})},
+      {"replay_dt", r.dt, bytesOf({slots, steps, sh.heads, 4})}};
+  for (const auto &buffer : buffers)
+    if (kiln_status_t s = useResource(c, ctx, buffer.kind, static_cast<uint64_t>(buffer.offset),
+                                      buffer.bytes);
+        s != KILN_OK)
+      return s;
+  return KILN_OK;
+}
+
+// Replay mode's launch: a decode step's tokens (speculative, or committed when one a
+// sequence), or with `tokens` 0 the fold of the pending prefixes alone (before a chunk
+// that continues the sequences).
+kiln_status_t runReplay(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                        const ReplayOffsets &r, const ScanShape &sh, int32_t tokens,
+                        const void *x, const void *dt, const void *B, const void *C,
+                        const void *aLog, const void *d, const void *dtBias, void *out,
+                        float dtMin, float dtMax, int32_t stateDtype) {
+  char *caches = ctx->base[kCaches];
+  kiln_ssm_update_replay_params_t p{};
+  fillScan(p, sh, tokens, x, dt, B, C, aLog, d, dtBias, out, dtMin, dtMax, stateDtype);
+  p.state = at(caches, stateOffset);
+  p.num_slots = ctx->legacy.num_slots;
+  p.state_indices = ctx->legacy.slot_indices;
+  p.replay = ioPtr<int32_t>(ctx, ctx->io.replay);
+  p.replay_x = at(caches, static_cast<uint64_t>(r.x));
+  p.replay_B = at(caches, static_cast<uint64_t>(r.b));
+  p.replay_dt = reinterpret_cast<float *>(at(caches, static_cast<uint64_t>(r.dt)));
+  p.max_tokens = static_cast<int32_t>(1 + ctx->config.max_draft_len);
+  p.commit = tokens <= 1 ? 1 : 0;
+  p.batch = ctx->batch;
+  p.num_tokens = tokens;
+  p.x_stride_token = sh.xStride;
+  p.dt_stride_token = sh.dtStride;
+  p.B_stride_token = sh.bcStride;
+  p.C_stride_token = sh.bcStride;
+  p.out_stride_token = sh.heads * sh.headDim;
+  p.stream = ctx->stream;
+  kiln_status_t s = kiln_ssm_update_replay(&p);
+  ++ctx->launches;
+  return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_update_replay");
+}
+
 kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
-                        int64_t interOffset, const void *x, const void *dt, const void *B,
+                        int64_t interOffset, const ReplayOffsets &replayAt, const void *x, const void *dt, const void *B,
                         const void *C, const void *aLog, const void *d, const void *dtBias,
                         void *out, const ScanShape &sh, float dtMin, float dtMax,
                         int32_t stateDtype, int32_t decodeKernel, int32_t prefillKernel,
@@ -464,12 +531,28 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
     return s;
   if (kiln_status_t s = checkStride(c, "B/C", sh.bcStride, GN); s != KILN_OK)
     return s;
+  if (replayAt.any() && (!replayAt.all() || interOffset >= 0))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "replay offsets {x %lld, b %lld, dt %lld} with intermediate_offset %lld: "
+                   "replay mode needs all three buffers and no rewind intermediates",
+                   static_cast<long long>(replayAt.x), static_cast<long long>(replayAt.b),
+                   static_cast<long long>(replayAt.dt), static_cast<long long>(interOffset));
+  const bool replayMode = replayAt.all();
+  ctx->replayLayers |= replayMode;
+  if (replayMode && ctx->phase == KILN_RT_PHASE_DECODE &&
+      decodeKernel != KILN_RT_KERNEL_SSM_UPDATE_REPLAY)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "decode_kernel %d (%s) cannot run a replay-mode layer (ssm_update_replay)",
+                   decodeKernel, kiln_rt_kernel_name(decodeKernel));
   bool spec = false;
   if (kiln_status_t s = checkPhase(c, ctx,
-                                   {KILN_RT_KERNEL_SSM_UPDATE, KILN_RT_KERNEL_SSM_UPDATE_SPEC,
+                                   {KILN_RT_KERNEL_SSM_UPDATE,
+                                    replayMode ? KILN_RT_KERNEL_SSM_UPDATE_REPLAY
+                                               : KILN_RT_KERNEL_SSM_UPDATE_SPEC,
                                     KILN_RT_KERNEL_SSM_PREFILL_SEQUENTIAL,
                                     KILN_RT_KERNEL_SSM_CHUNK_SCAN},
-                                   decodeKernel, prefillKernel, specDecMode, interOffset, &spec);
+                                   decodeKernel, prefillKernel, specDecMode,
+                                   replayMode ? replayAt.x : interOffset, &spec);
       s != KILN_OK)
     return s;
   auto f32 = [&](const char *what, const void *p) {
@@ -486,11 +569,23 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
     return s;
   const uint64_t slotBytes = bytesOf({sh.heads, sh.headDim, sh.stateSize,
                                       static_cast<int64_t>(dtypeBytes(stateDtype))});
+  if (replayMode)
+    if (kiln_status_t s = useReplayBuffers(c, ctx, sh, replayAt); s != KILN_OK)
+      return s;
   bool launch = false;
-  if (kiln_status_t s = claimStates(c, ctx, "ssm_state", "intermediate_ssm_state", stateOffset, interOffset,
-                                    slotBytes, spec, &launch);
+  if (kiln_status_t s = claimStates(c, ctx, "ssm_state", "intermediate_ssm_state", stateOffset,
+                                    interOffset, slotBytes, spec && !replayMode, &launch);
       s != KILN_OK || !launch)
     return s;
+  if (replayMode && ctx->phase == KILN_RT_PHASE_DECODE)
+    return runReplay(c, ctx, stateOffset, replayAt, sh, ctx->qLen, x, dt, B, C, aLog, d,
+                     dtBias, out, dtMin, dtMax, stateDtype);
+  if (replayMode && ctx->phase == KILN_RT_PHASE_EXTEND)
+    if (kiln_status_t s = runReplay(c, ctx, stateOffset, replayAt, sh, 0, nullptr, nullptr,
+                                    nullptr, nullptr, aLog, d, dtBias, nullptr, dtMin, dtMax,
+                                    stateDtype);
+        s != KILN_OK)
+      return s;
   char *caches = ctx->base[kCaches];
   const LegacyBatch &b = ctx->legacy;
   if (spec) {
@@ -549,7 +644,9 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
 } // namespace
 
 extern "C" int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
-                                     int64_t intermediate_offset, const void *x, const void *dt,
+                                     int64_t intermediate_offset, int64_t replay_x_offset,
+                                     int64_t replay_b_offset, int64_t replay_dt_offset,
+                                     const void *x, const void *dt,
                                      const void *b, const void *c_, const void *a_log,
                                      const void *d, const void *dt_bias, void *out,
                                      int64_t tokens, int64_t heads, int64_t head_dim,
@@ -568,7 +665,9 @@ extern "C" int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint
          layer, ctx};
   const ScanShape shape{tokens, heads, head_dim, state_size, n_groups, x_stride, dt_stride,
                         bc_stride};
-  kiln_status_t s = mambaScan(c, ctx, state_offset, intermediate_offset, x, dt, b, c_, a_log, d,
+  const ReplayOffsets replayAt{replay_x_offset, replay_b_offset, replay_dt_offset};
+  kiln_status_t s = mambaScan(c, ctx, state_offset, intermediate_offset, replayAt, x, dt, b, c_,
+                              a_log, d,
                               dt_bias, out, shape, dt_min, dt_max, state_dtype, decode_kernel,
                               prefill_kernel, spec_dec_mode);
   return finish(c, ctx, s, out, tokens, heads * head_dim);

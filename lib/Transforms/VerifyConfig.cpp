@@ -32,8 +32,7 @@ struct VerifyConfigPass : public kiln::impl::KilnVerifyConfigBase<VerifyConfigPa
         return WalkResult::advance();
       ResourceKind kind = resource.getResourceKind();
       bool replay = kind == ResourceKind::replay_x || kind == ResourceKind::replay_b ||
-                    kind == ResourceKind::replay_dt || kind == ResourceKind::replay_dacs ||
-                    kind == ResourceKind::replay_index;
+                    kind == ResourceKind::replay_dt;
       InFlightDiagnostic diag = resource->emitError();
       if (replay)
         diag << "SSM replay mode requires speculation: " << describeResource(resource)

@@ -325,7 +325,7 @@ module {
 // CHECK-NEXT: %[[MIN:.*]] = arith.constant 1.000000e-03 : f32
 // CHECK-NEXT: %[[MAX:.*]] = arith.constant 0.000000e+00 : f32
 // CHECK-NEXT: %[[F32:.*]] = arith.constant 2 : i32
-// CHECK: call @kiln_rt_mamba_ssm({{.*}}, %[[XS]], %[[DS]], %[[BS]], %[[MIN]], %[[MAX]], %[[F32]], {{[^)]*}}) {kiln.layer = 1 : i64} : (!llvm.ptr, i32, i64, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i64, i64, i64, i64, f32, f32, i32, i32, i32, i32) -> i32
+// CHECK: call @kiln_rt_mamba_ssm({{.*}}, %[[XS]], %[[DS]], %[[BS]], %[[MIN]], %[[MAX]], %[[F32]], {{[^)]*}}) {kiln.layer = 1 : i64} : (!llvm.ptr, i32, i64, i64, i64, i64, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i64, i64, i64, i64, f32, f32, i32, i32, i32, i32) -> i32
 // CHECK: %[[GS:.*]] = arith.constant 776 : i64
 // CHECK: call @kiln_rt_gated_rms_norm({{.*}}, %[[GS]], {{[^)]*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, f32) -> i32
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16>} {

@@ -128,8 +128,9 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_EQ(l.positions, 1024u);
   EXPECT_EQ(l.token_batch, 2048u);
   EXPECT_EQ(l.logit_rows, 3072u);
+  EXPECT_EQ(l.replay + 256u, l.block_table); // {pending, buffer} of 4 sequences
   EXPECT_EQ(l.block_table + 256u, l.bytes);
-  EXPECT_EQ(l.bytes, 3072u + 256 * 5);
+  EXPECT_EQ(l.bytes, 3072u + 256 * 6);
   EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
   EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
   // Split partials: 16 splits x every decode row (tokens x heads) x (d + 1) x 4.
@@ -213,6 +214,94 @@ TEST(RuntimeCpu, SetBatchValidation) {
   // The next good step clears it.
   EXPECT_EQ(kiln_rt_set_batch(d.ctx, &ok.b), KILN_OK);
   EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
+}
+
+// Replay pairs ride in the step: pending tokens within one speculative step (none for a
+// new prompt), a buffer of the two.
+TEST(RuntimeCpu, SetBatchReplayPairs) {
+  Dry d;
+  Step decode(KILN_RT_PHASE_DECODE, {2, 2}, {10, 20});
+  std::vector<int32_t> pairs = {2, 1, 0, 0};
+  decode.b.replay = pairs.data();
+  EXPECT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
+  auto expectError = [&](Step &s, const char *what) {
+    EXPECT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_ERROR_INVALID_ARGUMENT) << what;
+    EXPECT_NE(lastError().find(what), std::string::npos) << lastError();
+  };
+  pairs = {5, 0, 0, 0};
+  expectError(decode, "replay[0] = {5, 0}: pending tokens must be in [0, 4]");
+  pairs = {1, 0, 0, 2};
+  expectError(decode, "replay[1] = {0, 2}");
+  pairs = {-1, 0, 0, 0};
+  expectError(decode, "replay[0] = {-1, 0}");
+  Step prefill(KILN_RT_PHASE_PREFILL, {5}, {5});
+  std::vector<int32_t> one = {1, 0};
+  prefill.b.replay = one.data();
+  expectError(prefill, "must be in [0, 0] (a prefill starts a sequence)");
+}
+
+// A replay-mode Mamba2 layer on a dry context: its three buffers are claimed as the
+// layer's resources, and the call's mode, kernels and offsets are checked.
+TEST(RuntimeCpu, MambaReplayValidation) {
+  kiln_rt_config_t config = tinyConfig();
+  config.cache_bytes = 4 << 20;
+  Dry d(config);
+  // 8 heads x 64, state 64, 2 groups; x [tokens, 512], dt [tokens, 8], B = C [tokens, 128].
+  const uint64_t state = 0, stateBytes = 4ull * 8 * 64 * 64 * 4;
+  const uint64_t rx = stateBytes, rxBytes = 4ull * 2 * 4 * 8 * 64 * 2;
+  const uint64_t rb = rx + rxBytes, rbBytes = 4ull * 2 * 4 * 2 * 64 * 2;
+  const uint64_t rdt = rb + rbBytes;
+  auto ssm = [&](int64_t interOffset, int64_t xOff, int64_t bOff, int64_t dtOff,
+                 int32_t decodeKernel, int64_t tokens) {
+    return kiln_rt_mamba_ssm(d.ctx, 3, state, interOffset, xOff, bOff, dtOff, d.a(),
+                             d.a(1 << 16), d.a(2 << 16), d.a(3 << 16), d.w(), d.w(256),
+                             d.w(512), d.a(4 << 16), tokens, 8, 64, 64, 2, 512, 8, 128, 0.f,
+                             0.f, KILN_DTYPE_F32, decodeKernel, KILN_RT_KERNEL_SSM_CHUNK_SCAN,
+                             0);
+  };
+  Step spec(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20});
+  std::vector<int32_t> pairs = {2, 1, 0, 0};
+  spec.b.replay = pairs.data();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &spec.b), KILN_OK) << lastError();
+  EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6), KILN_OK) << lastError();
+  uint64_t offset = 0, bytes = 0;
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 3, "replay_b", &offset, &bytes), KILN_OK) << lastError();
+  EXPECT_EQ(offset, rb);
+  EXPECT_EQ(bytes, rbBytes);
+  // One token a sequence commits through the same kernel; so does a continuing chunk
+  // (after folding the pending tokens).
+  Step one(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &one.b), KILN_OK) << lastError();
+  EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 2), KILN_OK) << lastError();
+  Step extend(KILN_RT_PHASE_EXTEND, {4, 2}, {14, 22});
+  extend.b.replay = pairs.data();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &extend.b), KILN_OK) << lastError();
+  EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6), KILN_OK) << lastError();
+
+  struct Case {
+    const char *what;
+    std::function<int32_t()> call;
+  };
+  std::vector<Case> cases = {
+      {"replay mode needs all three buffers and no rewind intermediates",
+       [&] { return ssm(-1, rx, -1, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6); }},
+      {"replay mode needs all three buffers and no rewind intermediates",
+       [&] { return ssm(rdt + 4096, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6); }},
+      {"decode_kernel 6 (ssm_update_spec) cannot run a replay-mode layer",
+       [&] { return ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_SPEC, 6); }},
+      {"a decode step of 3 tokens a sequence needs ssm_update_spec",
+       [&] { return ssm(rdt + 4096, -1, -1, -1, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6); }},
+      {"replay_x [4194304, 4227072) does not fit in the caches",
+       [&] { return ssm(-1, 4 << 20, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6); }},
+      {"replay_dt [0, 1024) overlaps layer 3's ssm_state",
+       [&] { return ssm(-1, rx, rb, 0, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6); }},
+  };
+  for (const Case &c : cases) {
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &spec.b), KILN_OK) << lastError();
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(c.call(), KILN_ERROR_INVALID_ARGUMENT) << c.what;
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
 }
 
 TEST(RuntimeCpu, InputsAndRegions) {

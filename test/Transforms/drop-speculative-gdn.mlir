@@ -29,10 +29,9 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
     %k = kiln.cache_resource layer 0 unit [2, 3, 16, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_k>
     %vv = kiln.cache_resource layer 0 unit [2, 3, 32, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_v>
     %g = kiln.cache_resource layer 0 unit [2, 32, 3, 2] of f32 shard 1 speculative_only : !kiln.cache<gdn_replay_gb>
-    %x = kiln.cache_resource layer 0 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
     %o = kiln.cached_gated_delta_net layer 0 %qk, %qk, %v, %gb, %gb state(%s : !kiln.cache<gdn_state>)
         replay_k(%k : !kiln.cache<gdn_replay_k>) replay_v(%vv : !kiln.cache<gdn_replay_v>)
-        replay_gb(%g : !kiln.cache<gdn_replay_gb>) replay_index(%x : !kiln.cache<replay_index>)
+        replay_gb(%g : !kiln.cache<gdn_replay_gb>)
         outs(%v : tensor<?x32x128xbf16>)
         {num_k_heads = 16, num_v_heads = 32, head_k_dim = 128, head_v_dim = 128}
         : tensor<?x16x128xbf16>, tensor<?x16x128xbf16>, tensor<?x32x128xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16> -> tensor<?x32x128xbf16>

@@ -46,8 +46,7 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 3, 16, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_k>
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 3, 32, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_v>
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 32, 3, 2] of f32 shard 1 speculative_only : !kiln.cache<gdn_replay_gb>
-// CHECK-DAG: kiln.cache_resource layer 0 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
-// CHECK: kiln.cached_gated_delta_net layer 0 {{.*}} replay_k({{.*}}) replay_v({{.*}}) replay_gb({{.*}}) replay_index(
+// CHECK: kiln.cached_gated_delta_net layer 0 {{.*}} replay_k({{.*}}) replay_v({{.*}}) replay_gb({{.*}}) outs(
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>,
                    kiln.spec = #kiln.spec<mode = ngram, max_draft_len = 2, ssm = replay>} {
   func.func @replay(%qk: tensor<?x16x128xbf16>, %v: tensor<?x32x128xbf16>, %gb: tensor<?x32xbf16>) {

@@ -58,16 +58,16 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 102
 }
 
 // -----
-// Replay mode: the five replay buffers instead of intermediate SSM states; ngram
+// Replay mode: the three replay buffers instead of intermediate SSM states; ngram
 // speculation uses no draft layer, so the MTP layer gets no KV.
 // CHECK-LABEL: func.func @replay
 // CHECK-NOT: intermediate_ssm_state
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 3, 128, 80] of bf16 shard 2 speculative_only : !kiln.cache<replay_x>
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 3, 8, 128] of bf16 shard 2 speculative_only : !kiln.cache<replay_b>
 // CHECK-DAG: kiln.cache_resource layer 0 unit [2, 128, 3] of f32 shard 1 speculative_only : !kiln.cache<replay_dt>
-// CHECK-DAG: kiln.cache_resource layer 0 unit [2, 128, 3] of f32 shard 1 speculative_only : !kiln.cache<replay_dacs>
-// CHECK-DAG: kiln.cache_resource layer 0 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
-// CHECK: kiln.cached_ssm layer 0 {{.*}} replay_x({{.*}}) replay_b({{.*}}) replay_dt({{.*}}) replay_dacs({{.*}}) replay_index(
+// CHECK-NOT: replay_dacs
+// CHECK-NOT: replay_index
+// CHECK: kiln.cached_ssm layer 0 {{.*}} replay_x({{.*}}) replay_b({{.*}}) replay_dt({{.*}}) outs(
 // CHECK-NOT: draft_kv
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16>,
                    kiln.spec = #kiln.spec<mode = ngram, max_draft_len = 2, ssm = replay>} {

@@ -9,11 +9,11 @@
 // = 256, max_logit_rows = 4. A [?, 128] bf16 buffer of tokens takes 256 x 128 x 2 =
 // 65536 bytes, one of logit rows 4 x 128 x 2 = 1024.
 // weights: the last weight ends at 131072 + 256. caches: kiln.plan's total. io: 3 x 1024
-// (token arrays) + 6 x 256. workspace: 32 MiB + align256(16 x 4 x 1 x (1 + 1) x 4) =
+// (token arrays) + 7 x 256. workspace: 32 MiB + align256(16 x 4 x 1 x (1 + 1) x 4) =
 // 33554944, plus the padding that makes the total a whole number of 2 MiB pages
 // (cudaMalloc's granule): 17 x 2 MiB = 35651584 in all.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: kiln.device_memory = #kiln.device_memory<weights = 131328, caches = 262144, activations = 131072, workspace = 35122688, io = 4352, max_step_tokens = 256, max_logit_rows = 4, activation_buffers = 4, cuda_graphs = 8388608>
+// CHECK-SAME: kiln.device_memory = #kiln.device_memory<weights = 131328, caches = 262144, activations = 131072, workspace = 35122432, io = 4608, max_step_tokens = 256, max_logit_rows = 4, activation_buffers = 4, cuda_graphs = 8388608>
 // CHECK-LABEL: func.func @kiln_model_forward
 // CHECK: %[[IDS:.*]] = kiln.input token_ids
 // CHECK: %[[ROWS:.*]] = kiln.input logit_rows
@@ -69,7 +69,7 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
 // size; the weights without a planned offset count for nothing yet. The workspace pads
 // the total to 17 x 2 MiB again.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: kiln.device_memory = #kiln.device_memory<weights = 131072, caches = 0, activations = 51200, workspace = 35466496, io = 2816, max_step_tokens = 100, max_logit_rows = 4, activation_buffers = 4, cuda_graphs = 8388608>
+// CHECK-SAME: kiln.device_memory = #kiln.device_memory<weights = 131072, caches = 0, activations = 51200, workspace = 35466240, io = 3072, max_step_tokens = 100, max_logit_rows = 4, activation_buffers = 4, cuda_graphs = 8388608>
 // CHECK-LABEL: func.func @kiln_model_forward
 // CHECK: %[[A:.*]] = kiln.activation_buffer offset 0 capacity 25600[%{{.*}}] : memref<?x128xbf16>
 // CHECK: %[[V:.*]] = memref.expand_shape %[[A]]
@@ -102,7 +102,7 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
   }
 }
 
-// STEP64: kiln.device_memory = #kiln.device_memory<weights = 426752, caches = 262144, activations = 98304, workspace = {{[0-9]+}}, io = 2048, max_step_tokens = 64, max_logit_rows = 4, activation_buffers = 19, cuda_graphs = 8388608>
+// STEP64: kiln.device_memory = #kiln.device_memory<weights = 426752, caches = 262144, activations = 98304, workspace = {{[0-9]+}}, io = 2304, max_step_tokens = 64, max_logit_rows = 4, activation_buffers = 19, cuda_graphs = 8388608>
 // STEP64-SAME: kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = bf16, max_step_tokens = 64>
 // STEP64: kiln.activation_buffer offset 0 capacity 16384[%{{.*}}] : memref<?x128xbf16>
 // STEP64: kiln.activation_buffer offset {{[0-9]+}} capacity 32768[%{{.*}}] : memref<?x256xbf16>

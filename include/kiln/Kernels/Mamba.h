@@ -1,7 +1,8 @@
 /* Mamba2 decode kernels: selective state update and causal conv1d update (C ABI).
  *
  * Registry names (what the compiler's kernel registry calls these kernels):
- *   "ssm_update", "ssm_update_spec", "conv_update", "conv_update_spec".
+ *   "ssm_update", "ssm_update_spec", "ssm_update_replay", "conv_update",
+ *   "conv_update_spec".
  *
  * Conventions shared by all four launchers
  *  - Sizes are element counts; strides are in ELEMENTS of the tensor's own dtype. A
@@ -41,6 +42,7 @@ extern "C" {
 #define KILN_KERNEL_CONV_UPDATE "conv_update"
 #define KILN_KERNEL_CONV_UPDATE_SPEC "conv_update_spec"
 #define KILN_KERNEL_SSM_CHUNK_SCAN "ssm_chunk_scan"
+#define KILN_KERNEL_SSM_UPDATE_REPLAY "ssm_update_replay"
 
 /* ---- ssm_update ---------------------------------------------------------------------
  * Per sequence b (slot s = state_indices[b]), head h (group g = h / (heads / n_groups)),
@@ -134,6 +136,66 @@ typedef struct kiln_ssm_update_spec_params {
 } kiln_ssm_update_spec_params_t;
 
 kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_t *params);
+
+/* ---- ssm_update_replay ----------------------------------------------------------------
+ * Replay-mode speculation (docs/replay.md). A speculative step does not keep the state
+ * after each of its tokens; it keeps the tokens' inputs, and the state stays at the
+ * sequence's last committed token. Each slot has two replay buffers (the step being
+ * folded is read from one while the step running writes the other), packed:
+ *   replay_x  [num_slots, 2, max_tokens, heads, head_dim]       (dtype)
+ *   replay_B  [num_slots, 2, max_tokens, n_groups, state_size]  (dtype)
+ *   replay_dt [num_slots, 2, heads, max_tokens]                 (f32: dt' after bias,
+ *                                                                 softplus and clamp)
+ * replay [batch, 2] (int32, device) gives each sequence {pending, buffer}: the first
+ * `pending` tokens (0..max_tokens) of its last speculative step were accepted and are
+ * not yet in the state; they are in `buffer` (0 or 1). Per sequence:
+ *   1. the pending tokens go into the state with ssm_update's arithmetic on the same
+ *      inputs, so the state is bitwise what that many single-token calls leave;
+ *   2. commit != 0: the step's T = num_tokens tokens are final: applied one after the
+ *      other, outputs as ssm_update_spec, the state written after the last one (equal
+ *      to T ssm_update calls). num_tokens == 0 folds the pending tokens only (before a
+ *      prompt chunk that continues the sequence; activations may be NULL);
+ *      commit == 0: the state after step 1 is written (when pending > 0); the T tokens
+ *      (1 <= T <= max_tokens) run from it in registers, giving their outputs, and their
+ *      x, B and dt' go to the other buffer (1 - buffer). The caller passes
+ *      {accepted, 1 - buffer} at the sequence's next step.
+ * A pending count outside 0..max_tokens is clamped (the caller validates it). */
+typedef struct kiln_ssm_update_replay_params {
+  void *state; /* [num_slots, heads, head_dim, state_size], read and written */
+  kiln_dtype_t state_dtype;
+  int64_t state_stride_slot, state_stride_head, state_stride_dim;
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL */
+  const int32_t *replay;        /* [batch, 2]: {pending tokens, their buffer} */
+  void *replay_x;
+  void *replay_B;
+  float *replay_dt;
+  int32_t max_tokens; /* tokens a replay buffer holds (1 + max draft length) */
+  int32_t commit;     /* nonzero: the step's tokens are final (not speculative) */
+  int32_t batch, num_tokens, heads, head_dim, state_size, n_groups;
+  kiln_dtype_t dtype;
+  const void *x; /* [batch, T, heads, head_dim] */
+  int64_t x_stride_batch, x_stride_token, x_stride_head;
+  const void *dt; /* [batch, T, heads] */
+  int64_t dt_stride_batch, dt_stride_token;
+  const float *dt_bias;
+  const float *A;
+  const void *B; /* [batch, T, n_groups, state_size] */
+  int64_t B_stride_batch, B_stride_token, B_stride_group;
+  const void *C;
+  int64_t C_stride_batch, C_stride_token, C_stride_group;
+  const float *D;
+  const void *z; /* [batch, T, heads, head_dim] or NULL */
+  int64_t z_stride_batch, z_stride_token, z_stride_head;
+  void *out; /* [batch, T, heads, head_dim] */
+  int64_t out_stride_batch, out_stride_token, out_stride_head;
+  int32_t dt_softplus;
+  int32_t a_is_log;
+  float dt_min, dt_max;
+  void *stream;
+} kiln_ssm_update_replay_params_t;
+
+kiln_status_t kiln_ssm_update_replay(const kiln_ssm_update_replay_params_t *params);
 
 /* ---- conv_update ----------------------------------------------------------------------
  * Causal depthwise conv1d, one token. Per sequence b (slot s), channel c < conv_dim,

@@ -147,6 +147,12 @@ typedef struct kiln_rt_batch {
   const int32_t *token_ids;   /* [sum q_lens] */
   const int32_t *logit_rows;  /* [num_logit_rows] token indices whose logits are wanted */
   int32_t num_logit_rows;     /* 1..max_logit_rows */
+  /* [batch, 2] or NULL (all {0, 0}): for a model compiled with --ssm-mode replay, each
+   * sequence's {pending, buffer}: the first `pending` tokens (0..1 + max_draft_len) of
+   * its last speculative step were accepted and are not yet in its recurrent states;
+   * they are in replay buffer `buffer` (0 or 1), and a speculative step keeps its own
+   * tokens in the other one (docs/replay.md). 0 pending in a PREFILL step. */
+  const int32_t *replay;
 } kiln_rt_batch_t;
 
 /* Validates the step against the plan, clears the sticky status, writes the io arrays
@@ -354,9 +360,18 @@ int32_t kiln_rt_causal_conv(kiln_rt_context_t *ctx, int32_t layer, uint64_t stat
  * [heads] f32 (d, dt_bias may be NULL), out [tokens, heads, head_dim] dense bf16. dt' =
  * softplus(dt + dt_bias) clamped to [dt_min, dt_max] where those are > 0; the decay is
  * -exp(a_log). The state [max_batch slots, heads, head_dim, state_size] of state_dtype at
- * state_offset; phases and intermediates as kiln_rt_causal_conv. */
+ * state_offset; phases and intermediates as kiln_rt_causal_conv. Replay mode (all three
+ * replay offsets >= 0, intermediate_offset -1; docs/replay.md): the packed buffers
+ * replay_x [slots, 2, 1 + max_draft_len, heads, head_dim] bf16, replay_b [slots, 2,
+ * 1 + max_draft_len, n_groups, state_size] bf16 and replay_dt [slots, 2, heads,
+ * 1 + max_draft_len] f32; every DECODE step runs ssm_update_replay, which first folds
+ * each sequence's pending tokens (the step's replay pairs, kiln_rt_batch_t.replay) into
+ * its state; one token a sequence is committed, 1 + drafts are kept as inputs. An
+ * EXTEND step folds the pending tokens before its chunk. */
 int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
-                          int64_t intermediate_offset, const void *x, const void *dt,
+                          int64_t intermediate_offset, int64_t replay_x_offset,
+                          int64_t replay_b_offset, int64_t replay_dt_offset,
+                          const void *x, const void *dt,
                           const void *b, const void *c, const void *a_log, const void *d,
                           const void *dt_bias, void *out, int64_t tokens, int64_t heads,
                           int64_t head_dim, int64_t state_size, int64_t n_groups,

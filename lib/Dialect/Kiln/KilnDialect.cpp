@@ -151,8 +151,6 @@ bool kiln::isSpeculativeOnlyKind(ResourceKind kind) {
   case ResourceKind::replay_x:
   case ResourceKind::replay_b:
   case ResourceKind::replay_dt:
-  case ResourceKind::replay_dacs:
-  case ResourceKind::replay_index:
   case ResourceKind::draft_kv:
   case ResourceKind::intermediate_gdn_state:
   case ResourceKind::gdn_replay_k:

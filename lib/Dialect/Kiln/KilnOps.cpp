@@ -367,7 +367,6 @@ SmallVector<ResourceRequest> ssmRequests(MLIRContext *context, int64_t h, int64_
                                          SpecAttr spec, RuntimeAttr runtime) {
   Type stateType = runtime.getSsmStateType();
   Type f32 = Float32Type::get(context);
-  Type i32 = IntegerType::get(context, 32);
   SmallVector<ResourceRequest> requests = {
       {ResourceKind::ssm_state, {h, p, n}, stateType, 0, std::nullopt}};
   if (!spec)
@@ -378,12 +377,12 @@ SmallVector<ResourceRequest> ssmRequests(MLIRContext *context, int64_t h, int64_
                         1, std::nullopt});
     return requests;
   }
-  // Replay: the inputs of the last two steps, so the accepted prefix can be recomputed.
+  // Replay: x, B and dt (after softplus and clamp) of the last two speculative steps
+  // (one being read while the next is written), so the state after the accepted prefix
+  // is recomputed token by token: docs/replay.md.
   requests.push_back({ResourceKind::replay_x, {2, steps, h, p}, modelType, 2, std::nullopt});
   requests.push_back({ResourceKind::replay_b, {2, steps, g, n}, modelType, 2, std::nullopt});
   requests.push_back({ResourceKind::replay_dt, {2, h, steps}, f32, 1, std::nullopt});
-  requests.push_back({ResourceKind::replay_dacs, {2, h, steps}, f32, 1, std::nullopt});
-  requests.push_back({ResourceKind::replay_index, {2}, i32, std::nullopt, std::nullopt});
   return requests;
 }
 
@@ -406,7 +405,6 @@ SmallVector<ResourceRequest> gdnRequests(MLIRContext *context, int64_t hk, int64
   // f32 unless the config says otherwise), divided across TP ranks by value head.
   Type stateType = runtime.getSsmStateType();
   Type f32 = Float32Type::get(context);
-  Type i32 = IntegerType::get(context, 32);
   SmallVector<ResourceRequest> requests = {
       {ResourceKind::gdn_state, {hv, dk, dv}, stateType, 0, std::nullopt}};
   if (!spec)
@@ -424,7 +422,6 @@ SmallVector<ResourceRequest> gdnRequests(MLIRContext *context, int64_t hk, int64
   requests.push_back(
       {ResourceKind::gdn_replay_v, {2, steps, hv, dv}, modelType, 2, std::nullopt});
   requests.push_back({ResourceKind::gdn_replay_gb, {2, hv, steps, 2}, f32, 1, std::nullopt});
-  requests.push_back({ResourceKind::replay_index, {2}, i32, std::nullopt, std::nullopt});
   return requests;
 }
 
@@ -497,7 +494,7 @@ Operation *SsmOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
       builder, getLoc(), getOut().getType(), getX(), getDt(), getB(), getC(), getZ(),
       getALog(), getD(), getDtBias(), get(ResourceKind::ssm_state), get(ResourceKind::intermediate_ssm_state),
       get(ResourceKind::replay_x), get(ResourceKind::replay_b), get(ResourceKind::replay_dt),
-      get(ResourceKind::replay_dacs), get(ResourceKind::replay_index), init, getLayerAttr(),
+      init, getLayerAttr(),
       getNumHeadsAttr(), getHeadDimAttr(), getStateSizeAttr(), getNGroupsAttr(),
       getDraftAttr(), getDtMinAttr(), getDtMaxAttr(), nullptr, nullptr, nullptr);
 }
@@ -509,7 +506,7 @@ Operation *GatedDeltaNetOp::buildCachedForm(OpBuilder &builder, ValueRange resou
       builder, getLoc(), getOut().getType(), getQ(), getK(), getV(), getG(), getBeta(),
       get(ResourceKind::gdn_state), get(ResourceKind::intermediate_gdn_state),
       get(ResourceKind::gdn_replay_k), get(ResourceKind::gdn_replay_v),
-      get(ResourceKind::gdn_replay_gb), get(ResourceKind::replay_index), init, getLayerAttr(),
+      get(ResourceKind::gdn_replay_gb), init, getLayerAttr(),
       getNumKHeadsAttr(), getNumVHeadsAttr(), getHeadKDimAttr(), getHeadVDimAttr(),
       getDraftAttr(), nullptr, nullptr, nullptr);
 }
@@ -700,9 +697,7 @@ SmallVector<CacheSlot> CachedSsmOp::getCacheSlots() {
                     getIntermediate()},
           CacheSlot{"replay_x", {ResourceKind::replay_x}, true, getReplayX()},
           CacheSlot{"replay_b", {ResourceKind::replay_b}, true, getReplayB()},
-          CacheSlot{"replay_dt", {ResourceKind::replay_dt}, true, getReplayDt()},
-          CacheSlot{"replay_dacs", {ResourceKind::replay_dacs}, true, getReplayDacs()},
-          CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
+          CacheSlot{"replay_dt", {ResourceKind::replay_dt}, true, getReplayDt()}};
 }
 SmallVector<ResourceRequest> CachedSsmOp::getResourceRequestsUnder(SpecAttr spec,
                                                                      RuntimeAttr runtime) {
@@ -711,8 +706,7 @@ SmallVector<ResourceRequest> CachedSsmOp::getResourceRequestsUnder(SpecAttr spec
 }
 void CachedSsmOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getIntermediateMutable(), getReplayXMutable(),
-                              getReplayBMutable(), getReplayDtMutable(),
-                              getReplayDacsMutable(), getReplayIndexMutable()});
+                              getReplayBMutable(), getReplayDtMutable()});
 }
 
 // Gated DeltaNet
@@ -741,8 +735,7 @@ SmallVector<CacheSlot> CachedGatedDeltaNetOp::getCacheSlots() {
                     getIntermediate()},
           CacheSlot{"replay_k", {ResourceKind::gdn_replay_k}, true, getReplayK()},
           CacheSlot{"replay_v", {ResourceKind::gdn_replay_v}, true, getReplayV()},
-          CacheSlot{"replay_gb", {ResourceKind::gdn_replay_gb}, true, getReplayGb()},
-          CacheSlot{"replay_index", {ResourceKind::replay_index}, true, getReplayIndex()}};
+          CacheSlot{"replay_gb", {ResourceKind::gdn_replay_gb}, true, getReplayGb()}};
 }
 SmallVector<ResourceRequest> CachedGatedDeltaNetOp::getResourceRequestsUnder(
     SpecAttr spec, RuntimeAttr runtime) {
@@ -752,8 +745,7 @@ SmallVector<ResourceRequest> CachedGatedDeltaNetOp::getResourceRequestsUnder(
 }
 void CachedGatedDeltaNetOp::detachResource(Value resource) {
   clearSlotHolding(resource, {getIntermediateMutable(), getReplayKMutable(),
-                              getReplayVMutable(), getReplayGbMutable(),
-                              getReplayIndexMutable()});
+                              getReplayVMutable(), getReplayGbMutable()});
 }
 
 // Conv
@@ -916,16 +908,18 @@ FailureOr<int64_t> stateDtypeOf(Operation *op, int64_t layer, Value resource) {
                            << ", but the recurrent kernels keep f32 or bf16 states";
 }
 
-/// Planned offsets of a recurrent op's state and (rewind mode) its intermediates.
-LogicalResult stateOffsets(Operation *op, int64_t layer, Value state, Value intermediate,
-                           Value replay, int64_t &stateOffset, int64_t &interOffset) {
-  if (replay)
-    return op->emitOpError() << "layer " << layer
-                             << ": replay-mode speculation has no runtime kernel yet; "
-                                "compile with --ssm-mode rewind";
+/// Planned offsets of a recurrent op's state and its speculative buffers: the rewind
+/// intermediates or the replay buffers (-1 where the slot is empty).
+LogicalResult stateOffsets(Operation *op, int64_t layer, Value state,
+                           ArrayRef<Value> speculative, int64_t &stateOffset,
+                           MutableArrayRef<int64_t> speculativeOffsets) {
   stateOffset = plannedOffset(state);
-  interOffset = intermediate ? plannedOffset(intermediate) : -1;
-  if (stateOffset < 0 || (intermediate && interOffset < 0))
+  bool planned = stateOffset >= 0;
+  for (auto [value, offset] : llvm::zip_equal(speculative, speculativeOffsets)) {
+    offset = value ? plannedOffset(value) : -1;
+    planned &= !value || offset >= 0;
+  }
+  if (!planned)
     return op->emitOpError() << "layer " << layer
                              << ": the state has no planned offset; run kiln-plan-memory";
   return success();
@@ -955,9 +949,11 @@ FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
     return emitOpError() << "layer " << getLayer()
                          << ": a gate inside the scan is not lowered; apply it in a "
                             "kiln.gated_rms_norm after the scan (Mamba2's order)";
-  int64_t stateOffset, interOffset;
-  if (failed(stateOffsets(*this, getLayer(), getState(), getIntermediate(), getReplayX(),
-                          stateOffset, interOffset)) ||
+  // intermediate, replay_x, replay_b, replay_dt
+  int64_t stateOffset, speculative[4];
+  if (failed(stateOffsets(*this, getLayer(), getState(),
+                          {getIntermediate(), getReplayX(), getReplayB(), getReplayDt()},
+                          stateOffset, speculative)) ||
       failed(requireBf16(*this, getLayer(), {getX(), getDt(), getB(), getC(), getInit()})))
     return failure();
   FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
@@ -965,7 +961,9 @@ FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
     return failure();
   return RuntimeCall{
       "kiln_rt_mamba_ssm",
-      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset), RuntimeArg::i64(interOffset),
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset),
+       RuntimeArg::i64(speculative[0]), RuntimeArg::i64(speculative[1]),
+       RuntimeArg::i64(speculative[2]), RuntimeArg::i64(speculative[3]),
        RuntimeArg::stridedPointer(getX()), RuntimeArg::stridedPointer(getDt()),
        RuntimeArg::stridedPointer(getB()), RuntimeArg::stridedPointer(getC()),
        RuntimeArg::f32Pointer(getALog()), RuntimeArg::f32Pointer(getD()),
@@ -989,9 +987,9 @@ FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
   if (!getWeight())
     return emitOpError() << "layer " << getLayer()
                          << ": lowering needs the conv's weight (and bias, if any)";
-  int64_t stateOffset, interOffset;
-  if (failed(stateOffsets(*this, getLayer(), getState(), getIntermediate(), Value(),
-                          stateOffset, interOffset)) ||
+  int64_t stateOffset, interOffset[1];
+  if (failed(stateOffsets(*this, getLayer(), getState(), {getIntermediate()}, stateOffset,
+                          interOffset)) ||
       failed(requireBf16(*this, getLayer(), {getX(), getWeight(), getBias(), getInit()})))
     return failure();
   FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
@@ -999,7 +997,7 @@ FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
     return failure();
   return RuntimeCall{
       "kiln_rt_causal_conv",
-      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset), RuntimeArg::i64(interOffset),
+      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(stateOffset), RuntimeArg::i64(interOffset[0]),
        RuntimeArg::stridedPointer(getX()), RuntimeArg::pointer(getWeight()),
        RuntimeArg::pointer(getBias()), RuntimeArg::pointer(getInit()),
        RuntimeArg::dim(getX(), 0), RuntimeArg::i64(getConvDim()),

@@ -41,12 +41,14 @@ struct SsmCommon {
   const void *x, *dt;
   const float *A;
   const void *B, *C, *out;
+  bool hasTokens = true; // false: a replay fold with no tokens of its own
 };
 
 bool checkSsmCommon(Checker &c, const SsmCommon &p) {
-  if (!c.notNull(p.state, "state") || !c.notNull(p.x, "x") || !c.notNull(p.dt, "dt") ||
-      !c.notNull(p.A, "A") || !c.notNull(p.B, "B") || !c.notNull(p.C, "C") ||
-      !c.notNull(p.out, "out"))
+  if (!c.notNull(p.state, "state") || !c.notNull(p.A, "A"))
+    return false;
+  if (p.hasTokens && (!c.notNull(p.x, "x") || !c.notNull(p.dt, "dt") || !c.notNull(p.B, "B") ||
+                      !c.notNull(p.C, "C") || !c.notNull(p.out, "out")))
     return false;
   if (p.stateDtype != KILN_DTYPE_F32 && p.stateDtype != KILN_DTYPE_BF16) {
     c.status = fail(KILN_ERROR_UNSUPPORTED, "%s: state_dtype must be F32 or BF16 (got %d)",
@@ -62,7 +64,8 @@ bool checkSsmCommon(Checker &c, const SsmCommon &p) {
   if (!c.atMost(p.batch, kMaxGridYZ, "batch") || !c.positive(p.numSlots, "num_slots") ||
       !c.positive(p.heads, "heads") || !c.atMost(p.heads, kMaxGridYZ, "heads") ||
       !c.positive(p.headDim, "head_dim") || !c.positive(p.stateSize, "state_size") ||
-      !c.positive(p.nGroups, "n_groups") || !c.positive(p.T, "num_tokens") ||
+      !c.positive(p.nGroups, "n_groups") ||
+      (p.hasTokens && !c.positive(p.T, "num_tokens")) ||
       !c.atMost(p.T, kMaxTokens, "num_tokens"))
     return false;
   if (p.stateSize != 64 && p.stateSize != 128 && p.stateSize != 256) {
@@ -111,6 +114,45 @@ void fillSsmOperands(SsmArgs &a, const Params &p, int32_t numTokens) {
   a.dtMax = p.dt_max;
 }
 
+
+// The activation strides of a multi-token launcher (spec, replay): defaults filled in,
+// each checked against its packed value for T tokens a sequence.
+template <typename Params>
+bool takeTokenStrides(Checker &c, SsmArgs &a, const Params &p, int64_t T) {
+  const int64_t H = p.heads, P = p.head_dim, N = p.state_size, G = p.n_groups;
+  a.xBatch = p.x_stride_batch;
+  a.xToken = p.x_stride_token;
+  a.xHead = p.x_stride_head;
+  a.dtBatch = p.dt_stride_batch;
+  a.dtToken = p.dt_stride_token;
+  a.bBatch = p.B_stride_batch;
+  a.bToken = p.B_stride_token;
+  a.bGroup = p.B_stride_group;
+  a.cBatch = p.C_stride_batch;
+  a.cToken = p.C_stride_token;
+  a.cGroup = p.C_stride_group;
+  a.zBatch = p.z_stride_batch;
+  a.zToken = p.z_stride_token;
+  a.zHead = p.z_stride_head;
+  a.yBatch = p.out_stride_batch;
+  a.yToken = p.out_stride_token;
+  a.yHead = p.out_stride_head;
+  if (!c.stride(a.xHead, P, "x_stride_head") || !c.stride(a.xToken, H * P, "x_stride_token") ||
+      !c.stride(a.xBatch, T * H * P, "x_stride_batch") ||
+      !c.stride(a.dtToken, H, "dt_stride_token") ||
+      !c.stride(a.dtBatch, T * H, "dt_stride_batch") ||
+      !c.stride(a.bGroup, N, "B_stride_group") || !c.stride(a.bToken, G * N, "B_stride_token") ||
+      !c.stride(a.bBatch, T * G * N, "B_stride_batch") ||
+      !c.stride(a.cGroup, N, "C_stride_group") || !c.stride(a.cToken, G * N, "C_stride_token") ||
+      !c.stride(a.cBatch, T * G * N, "C_stride_batch") ||
+      !c.stride(a.zHead, P, "z_stride_head") || !c.stride(a.zToken, H * P, "z_stride_token") ||
+      !c.stride(a.zBatch, T * H * P, "z_stride_batch") ||
+      !c.stride(a.yHead, P, "out_stride_head") ||
+      !c.stride(a.yToken, H * P, "out_stride_token") ||
+      !c.stride(a.yBatch, T * H * P, "out_stride_batch"))
+    return false;
+  return true;
+}
 } // namespace
 
 extern "C" kiln_status_t kiln_ssm_update(const kiln_ssm_update_params_t *params) {
@@ -178,8 +220,7 @@ extern "C" kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_
     return c.status;
   if (!c.notNull(p.intermediate, "intermediate") || !c.aligned16(p.intermediate, "intermediate"))
     return c.status;
-  const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size,
-                G = p.n_groups;
+  const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size;
   const int se = elemSize(p.state_dtype);
   SsmArgs a{};
   a.inDim = p.state_stride_dim;
@@ -201,36 +242,7 @@ extern "C" kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "ssm_update_spec: state_stride_dim / inter_stride_dim < state_size (%lld)",
                 static_cast<long long>(N));
-  a.xBatch = p.x_stride_batch;
-  a.xToken = p.x_stride_token;
-  a.xHead = p.x_stride_head;
-  a.dtBatch = p.dt_stride_batch;
-  a.dtToken = p.dt_stride_token;
-  a.bBatch = p.B_stride_batch;
-  a.bToken = p.B_stride_token;
-  a.bGroup = p.B_stride_group;
-  a.cBatch = p.C_stride_batch;
-  a.cToken = p.C_stride_token;
-  a.cGroup = p.C_stride_group;
-  a.zBatch = p.z_stride_batch;
-  a.zToken = p.z_stride_token;
-  a.zHead = p.z_stride_head;
-  a.yBatch = p.out_stride_batch;
-  a.yToken = p.out_stride_token;
-  a.yHead = p.out_stride_head;
-  if (!c.stride(a.xHead, P, "x_stride_head") || !c.stride(a.xToken, H * P, "x_stride_token") ||
-      !c.stride(a.xBatch, T * H * P, "x_stride_batch") ||
-      !c.stride(a.dtToken, H, "dt_stride_token") ||
-      !c.stride(a.dtBatch, T * H, "dt_stride_batch") ||
-      !c.stride(a.bGroup, N, "B_stride_group") || !c.stride(a.bToken, G * N, "B_stride_token") ||
-      !c.stride(a.bBatch, T * G * N, "B_stride_batch") ||
-      !c.stride(a.cGroup, N, "C_stride_group") || !c.stride(a.cToken, G * N, "C_stride_token") ||
-      !c.stride(a.cBatch, T * G * N, "C_stride_batch") ||
-      !c.stride(a.zHead, P, "z_stride_head") || !c.stride(a.zToken, H * P, "z_stride_token") ||
-      !c.stride(a.zBatch, T * H * P, "z_stride_batch") ||
-      !c.stride(a.yHead, P, "out_stride_head") ||
-      !c.stride(a.yToken, H * P, "out_stride_token") ||
-      !c.stride(a.yBatch, T * H * P, "out_stride_batch"))
+  if (!takeTokenStrides(c, a, p, T))
     return c.status;
   if (p.batch == 0)
     return ok();
@@ -475,4 +487,70 @@ extern "C" kiln_status_t kiln_conv_prefill(const kiln_conv_prefill_params_t *par
   a.out = p.out;
   a.silu = p.silu;
   return launchConvPrefill(a, p.state_dtype, p.dtype, p.stream);
+}
+
+extern "C" kiln_status_t kiln_ssm_update_replay(const kiln_ssm_update_replay_params_t *params) {
+  Checker c{"ssm_update_replay"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_ssm_update_replay_params_t &p = *params;
+  if (p.num_tokens < 0 || (p.num_tokens == 0 && !p.commit))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "ssm_update_replay: num_tokens %d: a speculative step has at least one token "
+                "(0 only folds the pending prefix, with commit set)", p.num_tokens);
+  SsmCommon common{p.state, p.state_dtype, p.num_slots, p.state_indices, p.batch,
+                   p.num_tokens, p.heads, p.head_dim, p.state_size, p.n_groups, p.dtype,
+                   p.x, p.dt, p.A, p.B, p.C, p.out, p.num_tokens > 0};
+  if (!checkSsmCommon(c, common))
+    return c.status;
+  if (!c.notNull(p.replay, "replay") || !c.notNull(p.replay_x, "replay_x") ||
+      !c.notNull(p.replay_B, "replay_B") || !c.notNull(p.replay_dt, "replay_dt") ||
+      !c.positive(p.max_tokens, "max_tokens") || !c.atMost(p.max_tokens, kMaxTokens, "max_tokens"))
+    return c.status;
+  if (!p.commit && p.num_tokens > p.max_tokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "ssm_update_replay: num_tokens %d > max_tokens %d: a speculative step's "
+                "inputs must fit a replay buffer", p.num_tokens, p.max_tokens);
+  const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size,
+                G = p.n_groups, R = p.max_tokens;
+  const int se = elemSize(p.state_dtype);
+  SsmArgs a{};
+  a.inDim = p.state_stride_dim;
+  a.inHead = p.state_stride_head;
+  a.inSlot = p.state_stride_slot;
+  if (!c.vecStride(a.inDim, N, se, "state_stride_dim") ||
+      !c.vecStride(a.inHead, P * a.inDim, se, "state_stride_head") ||
+      !c.vecStride(a.inSlot, H * a.inHead, se, "state_stride_slot"))
+    return c.status;
+  if (a.inDim < N)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "ssm_update_replay: state_stride_dim (%lld) < state_size (%lld)",
+                static_cast<long long>(a.inDim), static_cast<long long>(N));
+  if (T > 0 && !takeTokenStrides(c, a, p, T))
+    return c.status;
+  if (p.batch == 0)
+    return ok();
+  a.stateIn = p.state;
+  a.stateOut = p.state;
+  a.outSlot = a.inSlot;
+  a.outHead = a.inHead;
+  a.outDim = a.inDim;
+  a.outToken = 0;
+  a.replay = p.replay;
+  a.replayX = p.replay_x;
+  a.replayB = p.replay_B;
+  a.replayDt = p.replay_dt;
+  a.rxToken = H * P;
+  a.rxBuffer = R * a.rxToken;
+  a.rxSlot = 2 * a.rxBuffer;
+  a.rbToken = G * N;
+  a.rbBuffer = R * a.rbToken;
+  a.rbSlot = 2 * a.rbBuffer;
+  a.rdHead = R;
+  a.rdBuffer = H * R;
+  a.rdSlot = 2 * a.rdBuffer;
+  a.replayTokens = p.max_tokens;
+  a.commit = p.commit ? 1 : 0;
+  fillSsmOperands(a, p, p.num_tokens);
+  return launchSsmUpdateReplay(a, p.state_dtype, p.dtype, p.state_size, p.stream);
 }

@@ -35,6 +35,17 @@ struct SsmArgs {
   int32_t dtSoftplus;
   int32_t aIsLog;
   float dtMin, dtMax;
+  // Replay mode (ssm_update_replay): per sequence {pending tokens, the buffer holding
+  // them}; the slot's two buffers of x [T][heads][head_dim], B [T][groups][state] and
+  // dt [heads][T] (strides in elements); stateOut is the state itself.
+  const int32_t *replay;
+  void *replayX, *replayB;
+  float *replayDt;
+  int64_t rxSlot, rxBuffer, rxToken;
+  int64_t rbSlot, rbBuffer, rbToken;
+  int64_t rdSlot, rdBuffer, rdHead;
+  int32_t replayTokens;
+  int32_t commit; // the step's tokens are final: applied to the state, not kept
 };
 
 struct ConvArgs {
@@ -94,6 +105,8 @@ kiln_status_t launchSsmUpdate(const SsmArgs &args, kiln_dtype_t stateDtype,
                               kiln_dtype_t dtype, int stateSize, void *stream);
 kiln_status_t launchSsmUpdateSpec(const SsmArgs &args, kiln_dtype_t stateDtype,
                                   kiln_dtype_t dtype, int stateSize, void *stream);
+kiln_status_t launchSsmUpdateReplay(const SsmArgs &args, kiln_dtype_t stateDtype,
+                                    kiln_dtype_t dtype, int stateSize, void *stream);
 kiln_status_t launchConvUpdate(const ConvArgs &args, kiln_dtype_t stateDtype,
                                kiln_dtype_t dtype, int width, bool spec, void *stream);
 kiln_status_t launchSsmChunkScan(const ChunkScanArgs &args, kiln_dtype_t stateDtype,

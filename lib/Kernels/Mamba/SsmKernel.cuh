@@ -1,4 +1,7 @@
-// Mamba2 selective state update kernel (decode), single-token and spec (T tokens).
+// Mamba2 selective state update kernel (decode): single-token, spec (T tokens, the state
+// after each into the rewind intermediates) and replay (docs/replay.md: the pending
+// accepted prefix of the last speculative step folded in first, then T tokens whose
+// inputs are kept instead of their states).
 //
 // Work split: one block of kThreads threads per (row chunk, head, sequence). A state row
 // (state_size values of one head_dim index p) is owned by kTpr consecutive lanes, each
@@ -31,8 +34,59 @@ template <typename ST, int N> struct SsmConfig {
   static_assert(kNv * kVec * kTpr == N, "state_size must be a multiple of the vector");
 };
 
-template <typename ST, typename AT, int N, bool kSpec>
+enum class SsmMode { single, spec, replay };
+
+// Writes the rows of the state a thread owns (kRows rows of kNv 16-byte vectors each).
+template <typename ST, typename Cfg>
+__device__ __forceinline__ void storeRows(const float (&s)[Cfg::kRows][Cfg::kNv][Cfg::kVec],
+                                          ST *base, int64_t rowStride, int rowBase, int lane,
+                                          int headDim) {
+#pragma unroll
+  for (int r = 0; r < Cfg::kRows; ++r) {
+    const int row = rowBase + r * Cfg::kRowsPerIter;
+    if (row < headDim)
+#pragma unroll
+      for (int v = 0; v < Cfg::kNv; ++v)
+        store16(base + row * rowStride + (v * Cfg::kTpr + lane) * Cfg::kVec,
+                pack16<ST>(s[r][v]));
+  }
+}
+
+// A speculative replay step keeps token t's inputs in the slot's other replay buffer:
+// x by the lane-0 thread of each row, dt by the head's first thread, B by the first
+// row's lanes of the group's first head. The copies are exact (the activation dtype,
+// and dt as the f32 the update used).
+template <typename AT, typename Cfg>
+__device__ __forceinline__ void keepReplayInputs(const SsmArgs &a, int slot, int buffer, int t,
+                                                 int h, int g, float dt, const AT *Bp,
+                                                 const AT *xp, int rowBase, int lane) {
+  AT *rx = static_cast<AT *>(a.replayX) + slot * a.rxSlot + buffer * a.rxBuffer +
+           t * a.rxToken + h * a.headDim;
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < Cfg::kRows; ++r) {
+      const int row = rowBase + r * Cfg::kRowsPerIter;
+      if (row < a.headDim)
+        rx[row] = xp[row];
+    }
+  if (blockIdx.x != 0)
+    return;
+  if (threadIdx.x == 0)
+    a.replayDt[slot * a.rdSlot + buffer * a.rdBuffer + h * a.rdHead + t] = dt;
+  if (h % a.headsPerGroup == 0 && threadIdx.x < Cfg::kTpr) {
+    AT *rb = static_cast<AT *>(a.replayB) + slot * a.rbSlot + buffer * a.rbBuffer +
+             t * a.rbToken + g * (Cfg::kNv * Cfg::kTpr * Cfg::kVec);
+#pragma unroll
+    for (int v = 0; v < Cfg::kNv; ++v)
+#pragma unroll
+      for (int e = 0; e < Cfg::kVec; ++e)
+        rb[(v * Cfg::kTpr + lane) * Cfg::kVec + e] = Bp[(v * Cfg::kTpr + lane) * Cfg::kVec + e];
+  }
+}
+
+template <typename ST, typename AT, int N, SsmMode kMode>
 __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) {
+  constexpr bool kReplay = kMode == SsmMode::replay;
   using Cfg = SsmConfig<ST, N>;
   constexpr int kVec = Cfg::kVec, kTpr = Cfg::kTpr, kNv = Cfg::kNv, kRows = Cfg::kRows;
   const int b = blockIdx.z, h = blockIdx.y;
@@ -64,7 +118,44 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
     }
   }
 
-  const int numTokens = kSpec ? a.numTokens : 1;
+  // Replay: the tokens of the sequence's last speculative step that were accepted go into
+  // the state first, with ssm_update's arithmetic on the same inputs (dt kept after
+  // softplus and clamp), so the state is bitwise what single-token steps leave.
+  int readBuffer = 0;
+  if constexpr (kReplay) {
+    const int pending = min(max(a.replay[2 * b], 0), a.replayTokens);
+    readBuffer = a.replay[2 * b + 1] & 1;
+    for (int t = 0; t < pending; ++t) {
+      const float dt = a.replayDt[slot * a.rdSlot + readBuffer * a.rdBuffer + h * a.rdHead + t];
+      const float dA = expf(dt * A);
+      const AT *Bp = static_cast<const AT *>(a.replayB) + slot * a.rbSlot +
+                     readBuffer * a.rbBuffer + t * a.rbToken + g * N;
+      const AT *xp = static_cast<const AT *>(a.replayX) + slot * a.rxSlot +
+                     readBuffer * a.rxBuffer + t * a.rxToken + h * a.headDim;
+      float Bv[kNv][kVec];
+#pragma unroll
+      for (int v = 0; v < kNv; ++v)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+          Bv[v][e] = toFloat(Bp[(v * kTpr + lane) * kVec + e]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int row = rowBase + r * Cfg::kRowsPerIter;
+        const float dtx = dt * (row < a.headDim ? toFloat(xp[row]) : 0.0f);
+#pragma unroll
+        for (int v = 0; v < kNv; ++v)
+#pragma unroll
+          for (int e = 0; e < kVec; ++e)
+            s[r][v][e] = roundTo<ST>(fmaf(s[r][v][e], dA, dtx * Bv[v][e]));
+      }
+    }
+    // A committing step writes the state after its last token instead.
+    if (pending > 0 && (!a.commit || a.numTokens == 0))
+      storeRows<ST, Cfg>(s, static_cast<ST *>(a.stateOut) + slot * a.outSlot + h * a.outHead,
+                         a.outDim, rowBase, lane, a.headDim);
+  }
+
+  const int numTokens = kMode == SsmMode::single ? 1 : a.numTokens;
   for (int t = 0; t < numTokens; ++t) {
     const float dt =
         stepSize(toFloat(static_cast<const AT *>(a.dt)[b * a.dtBatch + t * a.dtToken + h]),
@@ -81,6 +172,12 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
         Cv[v][e] = toFloat(Cp[(v * kTpr + lane) * kVec + e]);
       }
     const AT *xp = static_cast<const AT *>(a.x) + b * a.xBatch + t * a.xToken + h * a.xHead;
+    if constexpr (kReplay)
+      if (!a.commit)
+        keepReplayInputs<AT, Cfg>(a, slot, 1 - readBuffer, t, h, g, dt, Bp, xp, rowBase, lane);
+    // single: the state in place; spec: intermediate t; replay: the state, after the
+    // last token of a committing step only.
+    const bool storeState = !kReplay || (a.commit && t == numTokens - 1);
     ST *stOut = static_cast<ST *>(a.stateOut) + slot * a.outSlot + t * a.outToken + h * a.outHead;
     float xv[kRows];
 #pragma unroll
@@ -105,9 +202,10 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
       for (int off = kTpr / 2; off > 0; off >>= 1)
         acc += __shfl_xor_sync(0xffffffffu, acc, off);
       if (row < a.headDim) {
+        if (storeState)
 #pragma unroll
-        for (int v = 0; v < kNv; ++v)
-          store16(stOut + row * a.outDim + (v * kTpr + lane) * kVec, pack16<ST>(s[r][v]));
+          for (int v = 0; v < kNv; ++v)
+            store16(stOut + row * a.outDim + (v * kTpr + lane) * kVec, pack16<ST>(s[r][v]));
         if (lane == 0) {
           float y = fmaf(Dh, xv[r], acc);
           if (a.z) {
@@ -123,7 +221,7 @@ __global__ void __launch_bounds__(kSsmThreads) ssmUpdateKernel(const SsmArgs a) 
   }
 }
 
-template <bool kSpec>
+template <SsmMode kMode>
 kiln_status_t launchSsm(const SsmArgs &a, kiln_dtype_t stateDtype, kiln_dtype_t dtype,
                         int stateSize, void *stream, const char *name) {
   auto go = [&](auto stTag, auto atTag, auto nTag) -> kiln_status_t {
@@ -132,7 +230,7 @@ kiln_status_t launchSsm(const SsmArgs &a, kiln_dtype_t stateDtype, kiln_dtype_t 
     constexpr int N = decltype(nTag)::value;
     using Cfg = SsmConfig<ST, N>;
     dim3 grid((a.headDim + Cfg::kRowsPerBlock - 1) / Cfg::kRowsPerBlock, a.heads, a.batch);
-    ssmUpdateKernel<ST, AT, N, kSpec>
+    ssmUpdateKernel<ST, AT, N, kMode>
         <<<grid, kSsmThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)

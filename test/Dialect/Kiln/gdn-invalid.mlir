@@ -37,7 +37,7 @@ func.func @replay_partial(%qk: tensor<?x16x128xbf16>, %v: tensor<?x32x128xbf16>,
                           %init: tensor<?x32x128xbf16>) {
   %s = kiln.cache_resource layer 0 unit [32, 128, 128] of f32 shard 0 : !kiln.cache<gdn_state>
   %k = kiln.cache_resource layer 0 unit [2, 3, 16, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_k>
-  // expected-error @below {{replay slots are all-or-none: replay mode needs replay_k, replay_v, replay_gb and replay_index}}
+  // expected-error @below {{replay slots are all-or-none: replay mode needs replay_k, replay_v and replay_gb}}
   %o = kiln.cached_gated_delta_net layer 0 %qk, %qk, %v, %gb, %gb state(%s : !kiln.cache<gdn_state>)
       replay_k(%k : !kiln.cache<gdn_replay_k>) outs(%init : tensor<?x32x128xbf16>)
       {num_k_heads = 16, num_v_heads = 32, head_k_dim = 128, head_v_dim = 128}

@@ -24,17 +24,16 @@ func.func @cached_rewind(%qk: tensor<?x16x128xbf16>, %v: tensor<?x32x128xbf16>, 
 }
 
 // CHECK-LABEL: func.func @cached_replay
-// CHECK: replay_k(%{{.*}} : !kiln.cache<gdn_replay_k>) replay_v(%{{.*}} : !kiln.cache<gdn_replay_v>) replay_gb(%{{.*}} : !kiln.cache<gdn_replay_gb>) replay_index(%{{.*}} : !kiln.cache<replay_index>)
+// CHECK: replay_k(%{{.*}} : !kiln.cache<gdn_replay_k>) replay_v(%{{.*}} : !kiln.cache<gdn_replay_v>) replay_gb(%{{.*}} : !kiln.cache<gdn_replay_gb>) outs(
 func.func @cached_replay(%qk: tensor<?x16x128xbf16>, %v: tensor<?x32x128xbf16>, %gb: tensor<?x32xbf16>,
                          %init: tensor<?x32x128xbf16>) -> tensor<?x32x128xbf16> {
   %s = kiln.cache_resource layer 0 unit [32, 128, 128] of f32 shard 0 : !kiln.cache<gdn_state>
   %k = kiln.cache_resource layer 0 unit [2, 3, 16, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_k>
   %vv = kiln.cache_resource layer 0 unit [2, 3, 32, 128] of bf16 shard 2 speculative_only : !kiln.cache<gdn_replay_v>
   %g = kiln.cache_resource layer 0 unit [2, 32, 3, 2] of f32 shard 1 speculative_only : !kiln.cache<gdn_replay_gb>
-  %x = kiln.cache_resource layer 0 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
   %o = kiln.cached_gated_delta_net layer 0 %qk, %qk, %v, %gb, %gb state(%s : !kiln.cache<gdn_state>)
       replay_k(%k : !kiln.cache<gdn_replay_k>) replay_v(%vv : !kiln.cache<gdn_replay_v>)
-      replay_gb(%g : !kiln.cache<gdn_replay_gb>) replay_index(%x : !kiln.cache<replay_index>)
+      replay_gb(%g : !kiln.cache<gdn_replay_gb>)
       outs(%init : tensor<?x32x128xbf16>)
       {num_k_heads = 16, num_v_heads = 32, head_k_dim = 128, head_v_dim = 128}
       : tensor<?x16x128xbf16>, tensor<?x16x128xbf16>, tensor<?x32x128xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16> -> tensor<?x32x128xbf16>

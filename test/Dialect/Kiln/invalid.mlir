@@ -397,7 +397,7 @@ func.func @f(%q: tensor<?x16x576xbf16>, %l: tensor<?x576xbf16>, %o: tensor<?x16x
 func.func @f(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>, %b: tensor<?x8x128xbf16>) {
   %s = kiln.cache_resource layer 0 unit [128, 64, 128] of f32 : !kiln.cache<ssm_state>
   %rx = kiln.cache_resource layer 0 unit [2, 4, 128, 64] of bf16 speculative_only : !kiln.cache<replay_x>
-  // expected-error @below {{replay slots are all-or-none: replay mode needs replay_x, replay_b, replay_dt, replay_dacs and replay_index}}
+  // expected-error @below {{replay slots are all-or-none: replay mode needs replay_x, replay_b and replay_dt}}
   %0 = kiln.cached_ssm layer 0 %x, %dt, %b, %b state(%s : !kiln.cache<ssm_state>) replay_x(%rx : !kiln.cache<replay_x>)
     outs(%x : tensor<?x128x64xbf16>) {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
     : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
@@ -411,13 +411,11 @@ func.func @f(%x: tensor<?x128x64xbf16>, %dt: tensor<?x128xbf16>, %b: tensor<?x8x
   %rx = kiln.cache_resource layer 0 unit [2, 4, 128, 64] of bf16 speculative_only : !kiln.cache<replay_x>
   %rb = kiln.cache_resource layer 0 unit [2, 4, 8, 128] of bf16 speculative_only : !kiln.cache<replay_b>
   %rdt = kiln.cache_resource layer 0 unit [2, 128, 4] of f32 speculative_only : !kiln.cache<replay_dt>
-  %rda = kiln.cache_resource layer 0 unit [2, 128, 4] of f32 speculative_only : !kiln.cache<replay_dacs>
-  %ri = kiln.cache_resource layer 0 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
   // expected-error @below {{'intermediate' (rewind mode) and the replay slots (replay mode) are exclusive}}
   %0 = kiln.cached_ssm layer 0 %x, %dt, %b, %b state(%s : !kiln.cache<ssm_state>) intermediate(%i : !kiln.cache<intermediate_ssm_state>)
     replay_x(%rx : !kiln.cache<replay_x>) replay_b(%rb : !kiln.cache<replay_b>)
-    replay_dt(%rdt : !kiln.cache<replay_dt>) replay_dacs(%rda : !kiln.cache<replay_dacs>)
-    replay_index(%ri : !kiln.cache<replay_index>) outs(%x : tensor<?x128x64xbf16>)
+    replay_dt(%rdt : !kiln.cache<replay_dt>)
+    outs(%x : tensor<?x128x64xbf16>)
     {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
     : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
   return

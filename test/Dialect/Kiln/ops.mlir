@@ -82,13 +82,11 @@ module attributes {
     %rx = kiln.cache_resource layer 2 unit [2, 4, 128, 64] of bf16 shard 2 speculative_only : !kiln.cache<replay_x>
     %rb = kiln.cache_resource layer 2 unit [2, 4, 8, 128] of bf16 shard 2 speculative_only : !kiln.cache<replay_b>
     %rdt = kiln.cache_resource layer 2 unit [2, 128, 4] of f32 shard 1 speculative_only : !kiln.cache<replay_dt>
-    %rda = kiln.cache_resource layer 2 unit [2, 128, 4] of f32 shard 1 speculative_only : !kiln.cache<replay_dacs>
-    %ri = kiln.cache_resource layer 2 unit [2] of i32 speculative_only : !kiln.cache<replay_index>
-    // CHECK: kiln.cached_ssm layer 2 {{.*}} state(%[[S]] : !kiln.cache<ssm_state>) replay_x(%[[RX]] : !kiln.cache<replay_x>) replay_b({{.*}}) replay_dt({{.*}}) replay_dacs({{.*}}) replay_index({{.*}}) outs(%{{[^ ]*}} : tensor<?x128x64xbf16>)
+    // CHECK: kiln.cached_ssm layer 2 {{.*}} state(%[[S]] : !kiln.cache<ssm_state>) replay_x(%[[RX]] : !kiln.cache<replay_x>) replay_b({{.*}}) replay_dt({{.*}}) outs(%{{[^ ]*}} : tensor<?x128x64xbf16>)
     %2 = kiln.cached_ssm layer 2 %x, %dt, %bc, %bc state(%s : !kiln.cache<ssm_state>)
       replay_x(%rx : !kiln.cache<replay_x>) replay_b(%rb : !kiln.cache<replay_b>)
-      replay_dt(%rdt : !kiln.cache<replay_dt>) replay_dacs(%rda : !kiln.cache<replay_dacs>)
-      replay_index(%ri : !kiln.cache<replay_index>) outs(%x : tensor<?x128x64xbf16>)
+      replay_dt(%rdt : !kiln.cache<replay_dt>)
+      outs(%x : tensor<?x128x64xbf16>)
       {num_heads = 128, head_dim = 64, state_size = 128, n_groups = 8}
       : tensor<?x128x64xbf16>, tensor<?x128xbf16>, tensor<?x8x128xbf16>, tensor<?x8x128xbf16> -> tensor<?x128x64xbf16>
     // CHECK: %[[CS:.*]] = kiln.cache_resource layer 2 unit [10240, 3] of bf16 shard 0 unmanaged : !kiln.cache<conv_state>

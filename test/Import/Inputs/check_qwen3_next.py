@@ -29,7 +29,6 @@ if mode == "replay":
     expected["gdn_replay_k"] = SLOTS * 2 * STEPS * (HK // TP) * DK * BF16
     expected["gdn_replay_v"] = SLOTS * 2 * STEPS * (HV // TP) * DV * BF16
     expected["gdn_replay_gb"] = SLOTS * 2 * (HV // TP) * STEPS * 2 * F32
-    expected["replay_index"] = SLOTS * 2 * 4
 
 by_kind = {}
 for r in report["resources"]:

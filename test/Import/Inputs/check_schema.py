@@ -3,8 +3,8 @@ import json
 import sys
 
 KINDS = {"kv", "mla_latent", "ssm_state", "conv_state", "intermediate_ssm_state",
-         "intermediate_conv_state", "replay_x", "replay_b", "replay_dt", "replay_dacs",
-         "replay_index", "draft_kv"}
+         "intermediate_conv_state", "replay_x", "replay_b", "replay_dt",
+         "draft_kv"}
 for path in sys.argv[1:]:
     with open(path) as f:
         d = json.load(f)

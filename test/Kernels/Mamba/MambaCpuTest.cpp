@@ -200,6 +200,78 @@ TEST(MambaLaunchers, SsmUpdateSpecValidation) {
   EXPECT_EQ(kiln_ssm_update_spec(&p), KILN_OK) << kiln_last_error();
 }
 
+kiln_ssm_update_replay_params_t validSsmReplay() {
+  kiln_ssm_update_replay_params_t p{};
+  auto s = validSsmSpec();
+  p.state = const_cast<void *>(s.state);
+  p.state_dtype = s.state_dtype;
+  p.num_slots = s.num_slots;
+  p.replay = static_cast<const int32_t *>(fake(0x90000));
+  p.replay_x = fake(0xa0000);
+  p.replay_B = fake(0xb0000);
+  p.replay_dt = static_cast<float *>(fake(0xc0000));
+  p.max_tokens = 4;
+  p.batch = s.batch;
+  p.num_tokens = 4;
+  p.heads = s.heads;
+  p.head_dim = s.head_dim;
+  p.state_size = s.state_size;
+  p.n_groups = s.n_groups;
+  p.dtype = s.dtype;
+  p.x = s.x;
+  p.dt = s.dt;
+  p.A = s.A;
+  p.B = s.B;
+  p.C = s.C;
+  p.out = s.out;
+  return p;
+}
+
+TEST(MambaLaunchers, SsmUpdateReplayValidation) {
+  expectError(kiln_ssm_update_replay(nullptr), KILN_ERROR_INVALID_ARGUMENT,
+              "ssm_update_replay", "params");
+  struct Case {
+    void (*mutate)(kiln_ssm_update_replay_params_t &);
+    kiln_status_t status;
+    const char *arg;
+  } cases[] = {
+      {[](kiln_ssm_update_replay_params_t &p) { p.replay = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "replay"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.replay_x = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "replay_x"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.replay_B = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "replay_B"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.replay_dt = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "replay_dt"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.max_tokens = 0; }, KILN_ERROR_INVALID_ARGUMENT, "max_tokens"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.max_tokens = 65; }, KILN_ERROR_UNSUPPORTED, "max_tokens"},
+      // Speculative tokens must fit a replay buffer; a step of none must commit.
+      {[](kiln_ssm_update_replay_params_t &p) { p.num_tokens = 5; }, KILN_ERROR_INVALID_ARGUMENT, "fit a replay buffer"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.num_tokens = 0; }, KILN_ERROR_INVALID_ARGUMENT, "with commit set"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.num_tokens = -1; }, KILN_ERROR_INVALID_ARGUMENT, "num_tokens -1"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.x = nullptr; }, KILN_ERROR_INVALID_ARGUMENT, "x"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.state = fake(0x10008); }, KILN_ERROR_UNSUPPORTED, "state"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.state_stride_dim = 64; }, KILN_ERROR_INVALID_ARGUMENT, "state_stride_dim"},
+      {[](kiln_ssm_update_replay_params_t &p) { p.B_stride_token = -2; }, KILN_ERROR_INVALID_ARGUMENT, "B_stride_token"},
+  };
+  for (const Case &c : cases) {
+    auto p = validSsmReplay();
+    c.mutate(p);
+    SCOPED_TRACE(c.arg);
+    expectError(kiln_ssm_update_replay(&p), c.status, "ssm_update_replay", c.arg);
+  }
+  // A committing step may outgrow the buffers (its tokens are not kept), and a fold of
+  // the pending tokens alone needs no activations.
+  auto commit = validSsmReplay();
+  commit.commit = 1;
+  commit.num_tokens = 5;
+  commit.batch = 0;
+  EXPECT_EQ(kiln_ssm_update_replay(&commit), KILN_OK) << kiln_last_error();
+  auto fold = validSsmReplay();
+  fold.commit = 1;
+  fold.num_tokens = 0;
+  fold.x = fold.dt = fold.B = fold.C = nullptr;
+  fold.out = nullptr;
+  fold.batch = 0;
+  EXPECT_EQ(kiln_ssm_update_replay(&fold), KILN_OK) << kiln_last_error();
+}
+
 kiln_conv_update_params_t validConv() {
   kiln_conv_update_params_t p{};
   p.state = fake(0x10000);

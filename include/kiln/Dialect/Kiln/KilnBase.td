@@ -76,8 +76,9 @@ def Kiln_ResourceKind : Kiln_I32Enum<"ResourceKind", "kind of a cache resource",
   I32EnumAttrCase<"replay_x", 6>,
   I32EnumAttrCase<"replay_b", 7>,
   I32EnumAttrCase<"replay_dt", 8>,
-  I32EnumAttrCase<"replay_dacs", 9>,
-  I32EnumAttrCase<"replay_index", 10>,
+  // 9 and 10 were replay_dacs and replay_index: replay recomputes the prefix token by
+  // token from dt (bitwise the non-speculative recurrence), and the pending count and
+  // buffer of a sequence are per-step inputs (docs/replay.md).
   I32EnumAttrCase<"draft_kv", 11>,
   // Gated DeltaNet (Qwen3-Next linear attention): the recurrent state, its per-draft
   // copies (rewind), and the inputs replay recomputes the accepted prefix from.

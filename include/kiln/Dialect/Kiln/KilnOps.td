@@ -325,7 +325,8 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
   let summary = "Mamba2 mixer updating its SSM state";
   let description = [{
     Like `kiln.ssm`, with the `state` resource and the speculative slots:
-    `intermediate` (rewind mode) or the five replay buffers (replay mode). With
+    `intermediate` (rewind mode) or the three replay buffers (replay mode:
+    x, B and dt of the last two speculative steps, docs/replay.md). With
     speculation off all speculative slots are empty.
   }];
   let arguments = !con((ins AnyShaped:$x, AnyShaped:$dt, AnyShaped:$b,
@@ -336,9 +337,7 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
                             Optional<Kiln_CacheType>:$intermediate,
                             Optional<Kiln_CacheType>:$replay_x,
                             Optional<Kiln_CacheType>:$replay_b,
-                            Optional<Kiln_CacheType>:$replay_dt,
-                            Optional<Kiln_CacheType>:$replay_dacs,
-                            Optional<Kiln_CacheType>:$replay_index, AnyShaped:$init),
+                            Optional<Kiln_CacheType>:$replay_dt, AnyShaped:$init),
                        SsmAttrs, SsmClampAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
@@ -350,8 +349,6 @@ def Kiln_CachedSsmOp : Kiln_CachedOp<"cached_ssm", [AttrSizedOperandSegments]> {
     (`replay_x` `(` $replay_x^ `:` qualified(type($replay_x)) `)`)?
     (`replay_b` `(` $replay_b^ `:` qualified(type($replay_b)) `)`)?
     (`replay_dt` `(` $replay_dt^ `:` qualified(type($replay_dt)) `)`)?
-    (`replay_dacs` `(` $replay_dacs^ `:` qualified(type($replay_dacs)) `)`)?
-    (`replay_index` `(` $replay_index^ `:` qualified(type($replay_index)) `)`)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($x) `,` type($dt) `,` type($b) `,` type($c) (`->` type($out)^)?
   }];
@@ -363,8 +360,8 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
   let description = [{
     Like `kiln.gated_delta_net`, with the `state` resource (`gdn_state`) and the
     speculative slots: `intermediate` (rewind mode: the state after each verified
-    token) or the replay buffers `replay_k`, `replay_v`, `replay_gb`, `replay_index`
-    (replay mode: the last two steps' inputs). With speculation off all speculative
+    token) or the replay buffers `replay_k`, `replay_v`, `replay_gb` (replay mode:
+    the last two steps' inputs). With speculation off all speculative
     slots are empty.
   }];
   let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v, AnyShaped:$g,
@@ -372,8 +369,7 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
                             Optional<Kiln_CacheType>:$intermediate,
                             Optional<Kiln_CacheType>:$replay_k,
                             Optional<Kiln_CacheType>:$replay_v,
-                            Optional<Kiln_CacheType>:$replay_gb,
-                            Optional<Kiln_CacheType>:$replay_index, AnyShaped:$init),
+                            Optional<Kiln_CacheType>:$replay_gb, AnyShaped:$init),
                        GdnAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
@@ -383,7 +379,6 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
     (`replay_k` `(` $replay_k^ `:` qualified(type($replay_k)) `)`)?
     (`replay_v` `(` $replay_v^ `:` qualified(type($replay_v)) `)`)?
     (`replay_gb` `(` $replay_gb^ `:` qualified(type($replay_gb)) `)`)?
-    (`replay_index` `(` $replay_index^ `:` qualified(type($replay_index)) `)`)?
     `outs` `(` $init `:` type($init) `)`
     attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($g) `,` type($beta)
     (`->` type($out)^)?
