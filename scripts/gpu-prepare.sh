@@ -22,6 +22,11 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   tiny "$config" ngram:4 "$family-ngram"
   tiny "$config" draft:4 "$family-draft"
   tiny "${config%.json}-draft.json" none "$family-draftmodel"
+  # Mamba2 families: the same speculation in replay mode (docs/replay.md).
+  if grep -q '"hybrid_override_pattern"' "$config"; then
+    tiny "$config" ngram:4 "$family-replayngram" --ssm-mode replay
+    tiny "$config" draft:4 "$family-replaydraft" --ssm-mode replay
+  fi
   # The MLA families have no FP8 latent cache (parity.py skips their fp8 modes).
   grep -q '"kv_lora_rank"' "$config" && continue
   tiny "$config" none "$family-fp8nospec" --kv-dtype fp8
@@ -34,5 +39,8 @@ seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"
   --emit=so -o "$root/.carry/models/seed-nospec.so" || { echo "kiln-compile failed: seed"; parity_failed=1; }
 "$build/bin/kiln-compile" "$seed" --target l40s --max-batch 32 --max-seq-len 8192 --spec ngram:3 \
   --emit=so -o "$root/.carry/models/seed-ngram.so" || { echo "kiln-compile failed: seed ngram"; parity_failed=1; }
+"$build/bin/kiln-compile" "$seed" --target l40s --max-batch 64 --max-seq-len 8192 --spec ngram:3 \
+  --ssm-mode replay --emit=so -o "$root/.carry/models/seed-replay.so" ||
+  { echo "kiln-compile failed: seed replay"; parity_failed=1; }
 ls -la "$root/.carry/models"
 exit "$parity_failed"

@@ -1,5 +1,5 @@
-// Benchmark of the Mamba2 decode kernels (ssm_update, ssm_update_spec, conv_update,
-// conv_update_spec) with Nemotron-H shapes, against the copy (read+write) bandwidth
+// Benchmark of the Mamba2 decode kernels (ssm_update, ssm_update_spec, ssm_update_replay,
+// conv_update, conv_update_spec) with Nemotron-H shapes, against the copy (read+write) bandwidth
 // ceiling measured in the same run. Prints one line per case and writes JSON (argv[1])
 // that peer_torch.py merges with its peers (ratios).
 //
@@ -220,6 +220,109 @@ void benchSsm(int batch, int T) {
                   (void *)bias})
     if (p)
       CHECK(cudaFree(p));
+}
+
+// The rewind commit as a runtime at its best would do it: one launch copying each
+// sequence's accepted intermediate (token k - 1) into its state.
+__global__ void commitKernel(const float *__restrict__ inter, float *__restrict__ state,
+                             const int32_t *__restrict__ idx, size_t slotFloats, int T, int k) {
+  const int slot = idx[blockIdx.y];
+  const uint4 *src = reinterpret_cast<const uint4 *>(inter + (size_t(slot) * T + k - 1) * slotFloats);
+  uint4 *dst = reinterpret_cast<uint4 *>(state + size_t(slot) * slotFloats);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < slotFloats / 4;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+
+// One speculative SSM step of a batch in each mode (docs/replay.md), k = T - 1 of the
+// last step's T tokens accepted:
+//   rewind: ssm_update_spec (state read, T states written) + the commit of the accepted
+//           state (read + write): (3 + T) state bytes a sequence;
+//   replay: ssm_update_replay folding the k pending tokens, then keeping the T new
+//           tokens' inputs: 2 state bytes a sequence plus the small replay buffers.
+void benchReplayStep(int batch, int T) {
+  const double slotBytes = double(H) * P * N * 4;
+  const double rewindBytes = batch * slotBytes * (3 + T);
+  int groups = std::min(256, std::max(2, (int)std::ceil(2.0e9 / rewindBytes)));
+  const int slots = batch * groups;
+  int32_t *idx = makeIndices(batch, groups);
+  void *state = alloc(size_t(slots * slotBytes), 1.0f, true);
+  void *inter = alloc(size_t(slots * slotBytes * T), 1.0f, true);
+  void *x = alloc(size_t(batch) * T * H * P * 2), *out = alloc(size_t(batch) * T * H * P * 2);
+  void *dt = alloc(size_t(batch) * T * H * 2);
+  void *B = alloc(size_t(batch) * T * G * N * 2), *C = alloc(size_t(batch) * T * G * N * 2);
+  float *A = static_cast<float *>(alloc(H * 4));
+  CHECK(cudaMemset(A, 0xbf, H * 4));
+  float *D = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  float *bias = static_cast<float *>(alloc(H * 4, 1.0f, true));
+  void *rx = alloc(size_t(slots) * 2 * T * H * P * 2), *rb = alloc(size_t(slots) * 2 * T * G * N * 2);
+  float *rdt = static_cast<float *>(alloc(size_t(slots) * 2 * H * T * 4, 0.1f, true));
+  std::vector<int32_t> pairs;
+  for (int b = 0; b < batch; ++b) {
+    pairs.push_back(T - 1);
+    pairs.push_back(0);
+  }
+  int32_t *dPairs;
+  CHECK(cudaMalloc(&dPairs, pairs.size() * 4));
+  CHECK(cudaMemcpy(dPairs, pairs.data(), pairs.size() * 4, cudaMemcpyHostToDevice));
+  auto common = [&](auto &p, int i, cudaStream_t s) {
+    p.state_dtype = KILN_DTYPE_F32;
+    p.num_slots = slots;
+    p.state_indices = idx + size_t(i) * batch;
+    p.batch = batch;
+    p.num_tokens = T;
+    p.heads = H;
+    p.head_dim = P;
+    p.state_size = N;
+    p.n_groups = G;
+    p.dtype = KILN_DTYPE_BF16;
+    p.x = x;
+    p.dt = dt;
+    p.dt_bias = bias;
+    p.A = A;
+    p.B = B;
+    p.C = C;
+    p.D = D;
+    p.out = out;
+    p.dt_softplus = 1;
+    p.stream = s;
+  };
+  const double rewind = timeGraph(
+      [&](int i, cudaStream_t s) {
+        kiln_ssm_update_spec_params_t p{};
+        common(p, i, s);
+        p.state = state;
+        p.intermediate = inter;
+        KCHECK(kiln_ssm_update_spec(&p));
+        commitKernel<<<dim3(16, batch), 256, 0, s>>>(
+            static_cast<const float *>(inter), static_cast<float *>(state),
+            idx + size_t(i) * batch, size_t(H) * P * N, T, T - 1);
+      },
+      groups);
+  const double replay = timeGraph(
+      [&](int i, cudaStream_t s) {
+        kiln_ssm_update_replay_params_t p{};
+        common(p, i, s);
+        p.state = state;
+        p.replay = dPairs;
+        p.replay_x = rx;
+        p.replay_B = rb;
+        p.replay_dt = rdt;
+        p.max_tokens = T;
+        KCHECK(kiln_ssm_update_replay(&p));
+      },
+      groups);
+  const double inputs = double(batch) * T * (2.0 * H * P * 2 + 2.0 * G * N * 2 + H * 2);
+  const double kept = double(batch) * T * (H * P * 2 + G * N * 2 + H * 4);
+  report({"ssm_step_rewind", batch, T, rewind, batch * slotBytes * (3 + T),
+          batch * slotBytes * (3 + T) + inputs});
+  report({"ssm_step_replay", batch, T, replay, batch * slotBytes * 2,
+          batch * slotBytes * 2 + inputs + 2 * kept});
+  std::printf("replay step / rewind step at B=%d T=%d: %.2fx faster (predicted %.2fx from "
+              "state bytes)\n", batch, T, rewind / replay, (3.0 + T) / 2.0);
+  for (void *p : {(void *)idx, state, inter, x, out, dt, B, C, (void *)A, (void *)D,
+                  (void *)bias, rx, rb, (void *)rdt, (void *)dPairs})
+    CHECK(cudaFree(p));
 }
 
 void benchConv(int batch, int T) {
@@ -477,6 +580,10 @@ int main(int argc, char **argv) {
     benchSsm(b, 1);
   for (int b : {64, 256})
     benchSsm(b, 4);
+  // Replay vs rewind, one speculative step with 3 drafts (issue 14's target: >= 1.2x at
+  // batch 128).
+  for (int b : {32, 128})
+    benchReplayStep(b, 4);
   if (!only || std::string(only) != "ssm") {
     for (int b : {64, 512})
       benchConv(b, 1);

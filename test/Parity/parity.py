@@ -15,6 +15,8 @@ For every family built by make_models.py:
                          eagerly, against nospec's replayed CUDA graphs
               tf         <family>-nospec.so --teacher-forced (the reference's tokens)
               ngram      <family>-ngram.so --spec ngram:4
+              replayngram, replaydraft  (Mamba2 families) the same with --ssm-mode replay:
+                         <family>-replayngram.so / -replaydraft.so (docs/replay.md)
               draft      <family>-draft.so + the 1-layer draft model --spec draft:4
               selfdraft  <family>-draft.so + the target itself as draft (nearly every
                          draft accepted: the full-accept path, where `draft` mostly
@@ -77,7 +79,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
                          use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
-             "fp8ngram"]
+             "fp8ngram", "replayngram", "replaydraft"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
                "fp8 for mla_attention layers)")
@@ -89,7 +91,9 @@ UNSUPPORTED_MODES = {
     "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
     "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
 }
-SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram"}
+SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft"}
+# The SSM layers' replay mode (--ssm-mode replay); families without Mamba2 layers skip it.
+REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
 DRAFT_LEN = 4
 
@@ -344,7 +348,8 @@ def mode_command(mode, family, work, args):
     """kiln-run's arguments for one mode, or a reason why it cannot run."""
     so = {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
           "draft": "draft", "selfdraft": "draft", "fp8": "fp8nospec", "fp8tf": "fp8nospec",
-          "fp8ngram": "fp8ngram"}[mode]
+          "fp8ngram": "fp8ngram", "replayngram": "replayngram",
+          "replaydraft": "replaydraft"}[mode]
     model_so = args.so_dir / f"{family}-{so}.so"
     cmd = [str(args.kiln_run), str(model_so), "--weights", str(args.models / family),
            "--prompts", str(work / "prompts.txt"),
@@ -357,9 +362,9 @@ def mode_command(mode, family, work, args):
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
-    elif mode in ("ngram", "fp8ngram"):
+    elif mode in ("ngram", "fp8ngram", "replayngram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
-    elif mode == "draft":
+    elif mode in ("draft", "replaydraft"):
         draft_so = args.so_dir / f"{family}-draftmodel.so"
         needed.append(draft_so)
         cmd += ["--draft-model", str(draft_so),
@@ -661,9 +666,12 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
+    config = json.loads((model_dir / "config.json").read_text())
     rows, nospec, fp8 = [], None, None
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
+        if mode in REPLAY_MODES and "hybrid_override_pattern" not in config:
+            reason = "no Mamba2 layers: replay mode is the SSM layers' speculation"
         if reason:
             rows.append((mode, True, f"SKIPPED: {reason}", {"skipped": reason}))
             continue

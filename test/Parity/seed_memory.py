@@ -6,6 +6,7 @@ A Nemotron-Nano-9B-v2-shaped model (test/Tools/Inputs/nemotron-nano-9b-v2-seed.j
 (test/Tools/seed-nano-l40s.test checks the plans) runs on this GPU:
   seed-nospec.so   no speculation, max_batch 64: no speculative-only state exists
   seed-ngram.so    ngram:3 in rewind mode, max_batch 32: the intermediates are planned
+  seed-replay.so   ngram:3 in replay mode, max_batch 64: the replay buffers are planned
 For each: the device memory the model holds after loading and after generating equals
 its plan (nothing allocated outside it), and the speculative run's tokens equal the
 plain run's (lossless). Weights are random (make_models.randomize) and saved with
@@ -62,7 +63,8 @@ def main():
         " ".join(str(rng.randrange(config.vocab_size)) for _ in range(n)) + "\n"
         for n in PROMPT_LENGTHS))
     results, failed = {}, False
-    for so, spec in (("seed-nospec", None), ("seed-ngram", "ngram:3")):
+    for so, spec in (("seed-nospec", None), ("seed-ngram", "ngram:3"),
+                     ("seed-replay", "ngram:3")):
         result, error = run(args, so, spec, work)
         if error:
             print(f"{so}: FAIL kiln-run: {error}")
@@ -75,11 +77,14 @@ def main():
         print(f"{so}: {'PASS' if ok else 'FAIL'} planned {planned} used {used} "
               f"after the run {after} ({(used - planned) / planned * 100:+.3f}%)")
         results[so] = result
-    if len(results) == 2:
-        same = results["seed-nospec"]["outputs"] == results["seed-ngram"]["outputs"]
+    for so in ("seed-ngram", "seed-replay"):
+        if "seed-nospec" not in results or so not in results:
+            continue
+        same = results["seed-nospec"]["outputs"] == results[so]["outputs"]
         failed |= not same
-        print(f"lossless ngram:3: {'PASS' if same else 'FAIL'}; acceptance "
-              f"{results['seed-ngram'].get('acceptance_rate')}")
+        print(f"lossless {so} ngram:3: {'PASS' if same else 'FAIL'}; acceptance "
+              f"{results[so].get('acceptance_rate')}; decode "
+              f"{results[so].get('decode_tokens_per_s')} tok/s")
     (work / "seed.json").write_text(json.dumps(results, indent=1))
     return 1 if failed else 0
 

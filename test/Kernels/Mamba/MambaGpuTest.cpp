@@ -393,6 +393,153 @@ void runSsmSpec(const SsmCase &c, uint64_t seed) {
       << "spec outputs != single-token outputs";
 }
 
+// The fields the spec and replay launchers share, for one step's inputs `d` on the
+// device buffers `in` (x, dt, B, C, z, A, D, dt_bias, indices).
+struct StepInputs {
+  std::unique_ptr<DeviceBuffer> x, dt, B, C, z, A, D, bias, idx;
+  explicit StepInputs(const SsmData &d)
+      : x(upload(d.x)), dt(upload(d.dt)), B(upload(d.B)), C(upload(d.C)), z(upload(d.z)),
+        A(upload(d.A)), D(upload(d.D)), bias(upload(d.dtBias)), idx(upload(d.idx)) {}
+};
+template <typename Params>
+void fillStep(Params &p, const SsmCase &c, const StepInputs &in, void *state, void *out) {
+  p.state = state;
+  p.state_dtype = c.stateDtype;
+  p.num_slots = c.slots;
+  p.state_indices = c.nullIndices ? nullptr : in.idx->as<int32_t>();
+  p.batch = c.batch;
+  p.num_tokens = c.tokens;
+  p.heads = c.heads;
+  p.head_dim = c.headDim;
+  p.state_size = c.stateSize;
+  p.n_groups = c.groups;
+  p.dtype = c.dtype;
+  p.x = in.x->ptr;
+  p.dt = in.dt->ptr;
+  p.dt_bias = c.dtBias ? in.bias->as<float>() : nullptr;
+  p.A = in.A->as<float>();
+  p.B = in.B->ptr;
+  p.C = in.C->ptr;
+  p.D = c.D ? in.D->as<float>() : nullptr;
+  p.z = c.z ? in.z->ptr : nullptr;
+  p.out = out;
+  p.dt_softplus = c.softplus;
+  p.a_is_log = c.aLogClamp;
+  p.dt_min = c.aLogClamp ? kDtMin : 0.0f;
+  p.dt_max = c.aLogClamp ? kDtMax : 0.0f;
+}
+
+// Replay mode against rewind, bit for bit, over three steps of a sequence batch:
+//   1. speculative from the initial state: outputs equal the spec kernel's, the state
+//      is untouched, the inputs go to buffer 1;
+//   2. speculative with k_b = 1 + b % T of step 1's tokens pending (buffer 1): the state
+//      becomes step 1's intermediate k_b - 1, outputs equal the spec kernel's from it;
+//      a fold alone (no tokens) of a copy gives the same state;
+//   3. committing with step 2's T - b % T tokens pending (buffer 0): the state equals the
+//      spec kernel's last intermediate from step 2's accepted state.
+void runSsmReplay(const SsmCase &c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  SsmData d1(c, seed), d2(c, seed + 1000);
+  d2.idx = d1.idx;
+  const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
+  const size_t slotElems = H * P * N, se = dtypeSize(c.stateDtype), ae = dtypeSize(c.dtype);
+  const size_t outBytes = c.batch * T * H * P * ae, stateBytes = c.slots * slotElems * se;
+  StepInputs in1(d1), in2(d2);
+  auto state = upload(d1.state), rewind = upload(d1.state);
+  // Poisoned (NaN) replay buffers: a read of anything not kept poisons the state.
+  auto rx = poisoned(c.slots * 2 * T * H * P * ae), rb = poisoned(c.slots * 2 * T * G * N * ae),
+       rdt = poisoned(c.slots * 2 * H * T * 4);
+  auto inter = poisoned(c.slots * T * slotElems * se);
+
+  auto replayStep = [&](const StepInputs &in, const std::vector<int32_t> &pairs, int commit,
+                        int tokens, void *stateBuf, void *out) {
+    auto dPairs = upload(pairs);
+    kiln_ssm_update_replay_params_t p{};
+    fillStep(p, c, in, stateBuf, out);
+    p.replay = dPairs->as<int32_t>();
+    p.replay_x = rx->ptr;
+    p.replay_B = rb->ptr;
+    p.replay_dt = rdt->as<float>();
+    p.max_tokens = static_cast<int32_t>(T);
+    p.commit = commit;
+    p.num_tokens = tokens;
+    KILN_OK_(kiln_ssm_update_replay(&p));
+    CUDA_OK(cudaDeviceSynchronize());
+  };
+  auto specStep = [&](const StepInputs &in, void *out) {
+    kiln_ssm_update_spec_params_t p{};
+    fillStep(p, c, in, rewind->ptr, out);
+    p.intermediate = inter->ptr;
+    KILN_OK_(kiln_ssm_update_spec(&p));
+    CUDA_OK(cudaDeviceSynchronize());
+  };
+  auto pairsOf = [&](auto pending, int buffer) {
+    std::vector<int32_t> v;
+    for (int b = 0; b < c.batch; ++b) {
+      v.push_back(pending(b));
+      v.push_back(buffer);
+    }
+    return v;
+  };
+  // The rewind commit: each live sequence's state becomes its intermediate k - 1.
+  auto commitRewind = [&](auto accepted) {
+    for (int b = 0; b < c.batch; ++b)
+      if (const int slot = d1.slotOf(b); slot >= 0)
+        CUDA_OK(cudaMemcpy(rewind->as<char>() + slot * slotElems * se,
+                           inter->as<char>() + (slot * T + accepted(b) - 1) * slotElems * se,
+                           slotElems * se, cudaMemcpyDeviceToDevice));
+  };
+  auto expectSame = [&](const DeviceBuffer &a, const DeviceBuffer &b, size_t bytes,
+                        const char *what) {
+    std::vector<uint8_t> ha(bytes), hb(bytes);
+    cudaMemcpy(ha.data(), a.ptr, bytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb.data(), b.ptr, bytes, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::memcmp(ha.data(), hb.data(), bytes), 0) << what;
+  };
+  auto expectLiveSlotsSame = [&](const DeviceBuffer &a, const DeviceBuffer &b,
+                                 const char *what) {
+    std::vector<uint8_t> ha(stateBytes), hb(stateBytes);
+    cudaMemcpy(ha.data(), a.ptr, stateBytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb.data(), b.ptr, stateBytes, cudaMemcpyDeviceToHost);
+    for (int b = 0; b < c.batch; ++b)
+      if (const int slot = d1.slotOf(b); slot >= 0)
+        EXPECT_EQ(std::memcmp(&ha[slot * slotElems * se], &hb[slot * slotElems * se],
+                              slotElems * se), 0)
+            << what << ": sequence " << b << " (slot " << slot << ")";
+  };
+  auto first = [&](int b) { return 1 + b % static_cast<int>(T); };
+  auto second = [&](int b) { return static_cast<int>(T) - b % static_cast<int>(T); };
+
+  // Step 1.
+  auto out1 = poisoned(outBytes), ref1 = poisoned(outBytes);
+  replayStep(in1, pairsOf([](int) { return 0; }, 0), 0, static_cast<int>(T), state->ptr,
+             out1->ptr);
+  specStep(in1, ref1->ptr);
+  expectSame(*out1, *ref1, outBytes, "step 1 outputs");
+  auto initial = upload(d1.state);
+  expectSame(*state, *initial, stateBytes, "a speculative step without pending tokens "
+                                           "modified the state");
+  // Step 2.
+  auto out2 = poisoned(outBytes), ref2 = poisoned(outBytes);
+  commitRewind(first);
+  auto beforeStep2 = std::make_unique<DeviceBuffer>(stateBytes);
+  CUDA_OK(cudaMemcpy(beforeStep2->ptr, state->ptr, stateBytes, cudaMemcpyDeviceToDevice));
+  replayStep(in2, pairsOf(first, 1), 0, static_cast<int>(T), state->ptr, out2->ptr);
+  expectLiveSlotsSame(*state, *rewind, "step 2's folded state");
+  specStep(in2, ref2->ptr);
+  expectSame(*out2, *ref2, outBytes, "step 2 outputs");
+  replayStep(in2, pairsOf(first, 1), 1, 0, beforeStep2->ptr, nullptr);
+  expectLiveSlotsSame(*beforeStep2, *rewind, "the fold alone");
+  // Step 3: committing, step 1's inputs again.
+  auto out3 = poisoned(outBytes), ref3 = poisoned(outBytes);
+  commitRewind(second);
+  replayStep(in1, pairsOf(second, 0), 1, static_cast<int>(T), state->ptr, out3->ptr);
+  specStep(in1, ref3->ptr);
+  commitRewind([&](int) { return static_cast<int>(T); });
+  expectLiveSlotsSame(*state, *rewind, "step 3's committed state");
+  expectSame(*out3, *ref3, outBytes, "step 3 outputs");
+}
+
 const kiln_dtype_t F32 = KILN_DTYPE_F32, BF16 = KILN_DTYPE_BF16, F16 = KILN_DTYPE_F16;
 
 TEST(MambaGpu, SsmUpdate) {
@@ -428,6 +575,20 @@ TEST(MambaGpu, SsmUpdateSpec) {
   uint64_t seed = 100;
   for (const SsmCase &c : cases)
     runSsmSpec(c, seed++);
+}
+
+TEST(MambaGpu, SsmUpdateReplayEqualsRewind) {
+  KILN_REQUIRE_GPU();
+  const SsmCase cases[] = {
+      {F32, BF16, 7, 11, 8, 64, 128, 2, 4, false, true, true, true, 3, false, true},
+      {F32, BF16, 5, 9, 4, 80, 64, 4, 3, true, true, true, true, 2, false},
+      {BF16, BF16, 6, 8, 8, 64, 128, 2, 4, false, true, true, true, 0, false, true},
+      {F32, F16, 3, 3, 6, 40, 256, 3, 2, false, false, true, true, 0, true},
+      {F32, BF16, 4, 6, 16, 64, 128, 8, 1, false, true, true, true, 0, false, true},
+  };
+  uint64_t seed = 200;
+  for (const SsmCase &c : cases)
+    runSsmReplay(c, seed++);
 }
 
 // ---------------------------------------------------------------------------------------
