@@ -599,17 +599,17 @@ void kiln::rt::restartForward(kiln_rt_context *ctx) {
 
 namespace {
 
-// A sequence's replay pair: pending tokens within one speculative step (none before a
-// prompt), a buffer of the two.
+// A sequence's pending pair: accepted tokens within one speculative step (none before a
+// prompt), a replay buffer of the two.
 kiln_status_t checkReplay(const char *fn, const kiln_rt_batch_t &b, int i,
                           int64_t maxDraftLen) {
-  if (!b.replay)
+  if (!b.pending)
     return KILN_OK;
-  const int32_t pending = b.replay[2 * i], buffer = b.replay[2 * i + 1];
+  const int32_t pending = b.pending[2 * i], buffer = b.pending[2 * i + 1];
   const int64_t most = b.phase == KILN_RT_PHASE_PREFILL ? 0 : 1 + maxDraftLen;
   if (pending < 0 || pending > most || (buffer != 0 && buffer != 1))
     return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "%s (%s): replay[%d] = {%d, %d}: pending tokens must be in [0, %lld] (%s) "
+                "%s (%s): pending[%d] = {%d, %d}: accepted tokens must be in [0, %lld] (%s) "
                 "and the buffer 0 or 1", fn, kiln_rt_phase_name(b.phase), i, pending, buffer,
                 static_cast<long long>(most),
                 b.phase == KILN_RT_PHASE_PREFILL ? "a prefill starts a sequence"
@@ -753,7 +753,7 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
     auto *lens = reinterpret_cast<int32_t *>(h + ctx->io.seq_lens);
     auto *cu = reinterpret_cast<int32_t *>(h + ctx->io.cu_seqlens);
     auto *slots = reinterpret_cast<int32_t *>(h + ctx->io.slots);
-    auto *replay = reinterpret_cast<int32_t *>(h + ctx->io.replay);
+    auto *pending = reinterpret_cast<int32_t *>(h + ctx->io.pending);
     auto *table = reinterpret_cast<int32_t *>(h + ctx->io.block_table);
     std::memcpy(ids, b.token_ids, static_cast<size_t>(tokens) * sizeof(int32_t));
     for (int i = 0; i < b.batch; ++i) {
@@ -764,8 +764,8 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
       }
       lens[i] = b.seq_lens[i];
       slots[i] = b.slots ? b.slots[i] : i;
-      replay[2 * i] = b.replay ? b.replay[2 * i] : 0;
-      replay[2 * i + 1] = b.replay ? b.replay[2 * i + 1] : 0;
+      pending[2 * i] = b.pending ? b.pending[2 * i] : 0;
+      pending[2 * i + 1] = b.pending ? b.pending[2 * i + 1] : 0;
     }
     std::memcpy(cu, ctx->cuHost.data(), ctx->cuHost.size() * sizeof(int32_t));
     std::memcpy(rows, b.logit_rows, static_cast<size_t>(b.num_logit_rows) * sizeof(int32_t));

@@ -48,10 +48,7 @@ struct CommitEntry {
   uint64_t stateOffset = 0;
   uint64_t interOffset = 0;
   uint64_t slotBytes = 0;
-  int32_t tokens = 0;
-  // Bytes between two slots' intermediates; 0: slotBytes * tokens (the legacy calls size
-  // them by the step, the compiled calls by 1 + max_draft_len).
-  uint64_t interSlotBytes = 0;
+  int32_t tokens = 0; // the step's q_len: its intermediates hold that many a slot
 };
 
 // What the legacy bind-based calls (MLA, SSM, conv) read of the current step (device
@@ -212,9 +209,10 @@ struct kiln_rt_context {
   std::map<std::pair<int32_t, std::string>, void *> bindings;
   std::map<std::pair<int32_t, std::string>, kiln::rt::Resource> resources;
   std::map<std::pair<int32_t, std::string>, kiln::rt::CommitEntry> commits;
-  // A replay-mode SSM layer ran (docs/replay.md): a speculative step's accepted prefix is
-  // folded by the next step from the batch's replay pairs, not copied.
-  bool replayLayers = false;
+  // A compiled recurrent layer (causal_conv, mamba_ssm) ran: a speculative step's
+  // accepted prefix is committed by the next step's layers from the batch's pending
+  // pairs (docs/replay.md).
+  bool recurrentLayers = false;
   kiln::rt::Buffer split;    // legacy MLA split-KV partials
   kiln::rt::Buffer index;    // legacy token index (MLA expanded tables)
   kiln::rt::Buffer accepted; // legacy commit counts

@@ -274,9 +274,9 @@ extern "C" kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx,
       continue; // written by a step with another batch shape
     e = kiln::runtime::launchCommitSlots(
         at(ctx->base[kCaches], entry.stateOffset), entry.slotBytes, at(ctx->base[kCaches], entry.interOffset),
-        entry.interSlotBytes ? entry.interSlotBytes : entry.slotBytes * entry.tokens,
+        entry.slotBytes * entry.tokens,
         entry.slotBytes, entry.slotBytes, b.slot_indices,
-        static_cast<const int32_t *>(ctx->accepted.ptr), entry.tokens, b.batch, b.num_slots,
+        static_cast<const int32_t *>(ctx->accepted.ptr), 1, entry.tokens, b.batch, b.num_slots,
         ctx->stream);
     ++ctx->launches;
     if (e != cudaSuccess)

@@ -30,14 +30,13 @@ struct Sequence {
   int32_t len = 0;
   std::vector<int32_t> pages;
   // A speculative decode step left the recurrent layers' state after each of its
-  // `specTokens` tokens in their rewind intermediates; the length the sequence has when
-  // it is next used (truncated to the accepted prefix, or stepped) picks the one that
-  // becomes the state. -1: nothing pending.
+  // `specTokens` tokens in their rewind intermediates (or, replay mode, the tokens' inputs
+  // in the replay buffer `replayBuffer`); the length the sequence has when it is next
+  // used (truncated to the accepted prefix, or stepped) gives the accepted count, which
+  // its next step commits (`pendingAccepted`, docs/replay.md). -1: nothing pending.
   int32_t specBase = -1;
   int32_t specTokens = 0;
-  // Replay mode (docs/replay.md): tokens of the last speculative step that were accepted
-  // and that the next step folds into the SSM states, and the replay buffer they are in.
-  int32_t replayPending = 0;
+  int32_t pendingAccepted = 0;
   int32_t replayBuffer = 0;
 };
 
@@ -69,7 +68,7 @@ struct kiln_model {
 
   // Host scratch of a step, sized at load (no allocation per step).
   std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax, oldLens;
-  std::vector<int32_t> replayPairs; // the step's {pending, buffer} per sequence
+  std::vector<int32_t> pendingPairs; // the step's {pending, buffer} per sequence
   std::vector<float> logits; // [max_logit_rows, vocab], sized on first use
   std::vector<Piece> pieces;
 };
@@ -167,7 +166,7 @@ void initSequences(kiln_model *m) {
   m->qLens.resize(B);
   m->seqLens.resize(B);
   m->slotIds.resize(B);
-  m->replayPairs.assign(2 * static_cast<size_t>(B), 0);
+  m->pendingPairs.assign(2 * static_cast<size_t>(B), 0);
   m->table.resize(B * static_cast<size_t>(m->pagesPerSeq));
   m->tokens.resize(static_cast<size_t>(mf.maxStepTokens));
   m->rows.resize(static_cast<size_t>(mf.maxLogitRows));
@@ -320,10 +319,11 @@ bool hasRecurrentState(const kiln_model *m) {
   return false;
 }
 
-// Resolves a pending speculative step of the sequence in `slot`: the state after its
-// accepted tokens (len - specBase of them) is copied from the intermediates of every
-// rewind-mode layer into the layer's state; replay-mode layers fold them in at the
-// sequence's next step (its replay pair).
+// Resolves a pending speculative step of the sequence in `slot`: its accepted tokens
+// (len - specBase of them) become the sequence's pending count, which the recurrent
+// layers of its next step commit before anything else (rewind: a copy from the
+// intermediates, replay: a fold of the kept inputs; docs/replay.md). No device work here:
+// the count rides in the step's pending pairs.
 kiln_status_t commitSpeculation(const char *fn, kiln_model *m, int32_t slot) {
   Sequence &s = m->slots[slot];
   if (s.specBase < 0)
@@ -336,30 +336,7 @@ kiln_status_t commitSpeculation(const char *fn, kiln_model *m, int32_t slot) {
                 "recurrent state can only be rewound to 1..%d of them", fn, s.id, accepted,
                 tokens, tokens);
   s.specBase = -1;
-  kiln_rt_context *ctx = m->ctx;
-  if (ctx->replayLayers)
-    s.replayPending = accepted;
-  if (ctx->dry)
-    return KILN_OK;
-  // The compiled layers' entries (interSlotBytes set) hold 1 + max_draft_len tokens a
-  // slot whatever the step's q_len, so an entry recorded by a step with another q_len
-  // (whose graph is replayed now) still addresses this one's intermediates.
-  for (const auto &[key, entry] : ctx->commits) {
-    if (!entry.interSlotBytes)
-      continue;
-    const uint64_t interSlot = entry.interSlotBytes;
-    char *caches = ctx->base[kiln::rt::kCaches];
-    cudaError_t e = cudaMemcpyAsync(
-        caches + entry.stateOffset + static_cast<uint64_t>(slot) * entry.slotBytes,
-        caches + entry.interOffset + static_cast<uint64_t>(slot) * interSlot +
-            static_cast<uint64_t>(accepted - 1) * entry.slotBytes,
-        entry.slotBytes, cudaMemcpyDeviceToDevice, ctx->stream);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return fail(KILN_ERROR_CUDA, "%s: sequence %d: committing layer %d's %s state: %s", fn,
-                  s.id, key.first, key.second.c_str(), cudaGetErrorString(e));
-    }
-  }
+  s.pendingAccepted = accepted;
   return KILN_OK;
 }
 
@@ -424,8 +401,8 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     m->qLens[i] = p.count;
     m->seqLens[i] = newLen;
     m->slotIds[i] = p.slot;
-    m->replayPairs[2 * static_cast<size_t>(i)] = s.replayPending;
-    m->replayPairs[2 * static_cast<size_t>(i) + 1] = s.replayBuffer;
+    m->pendingPairs[2 * static_cast<size_t>(i)] = s.pendingAccepted;
+    m->pendingPairs[2 * static_cast<size_t>(i) + 1] = s.replayBuffer;
     std::copy(s.pages.begin(), s.pages.end(), m->table.begin() + static_cast<size_t>(i) * P);
     std::fill(m->table.begin() + static_cast<size_t>(i) * P + s.pages.size(),
               m->table.begin() + static_cast<size_t>(i + 1) * P, 0);
@@ -447,7 +424,7 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
   b.token_ids = m->tokens.data();
   b.logit_rows = m->rows.data();
   b.num_logit_rows = numRows;
-  b.replay = m->replayPairs.data();
+  b.pending = m->pendingPairs.data();
   ++m->steps;
   // The upload is left to the forward: a replayed decode step's graph holds it.
   if (kiln_status_t s = kiln::rt::setBatch(m->ctx, &b, kiln::rt::Upload::WithForward);
@@ -475,21 +452,18 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     }
   }
   // A multi-token decode step of a model with recurrent layers left rewind intermediates
-  // or replay inputs (in the other replay buffer); the step folded the pending ones.
-  const bool replay = m->ctx->replayLayers;
-  const bool speculative =
-      decode && pieces.front().count > 1 && (!m->ctx->commits.empty() || replay);
+  // or replay inputs (in the other replay buffer); the step committed the pending ones.
+  const bool speculative = decode && pieces.front().count > 1 && m->ctx->recurrentLayers;
   int32_t row = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Piece &p = pieces[i];
     Sequence &seq = m->slots[p.slot];
     seq.len = m->seqLens[i];
-    seq.replayPending = 0;
+    seq.pendingAccepted = 0;
     if (speculative) {
       seq.specBase = oldLens[static_cast<size_t>(i)];
       seq.specTokens = p.count;
-      if (replay)
-        seq.replayBuffer ^= 1;
+      seq.replayBuffer ^= 1;
     }
     const int32_t perPiece = decode ? p.count : 1;
     for (int32_t r = 0; r < perPiece; ++r, ++row) {
@@ -688,7 +662,7 @@ extern "C" kiln_status_t kiln_model_add_sequence(kiln_model_t *model, int32_t *s
       s.id = model->nextId++;
       s.len = 0;
       s.pages.clear();
-      s.replayPending = 0;
+      s.pendingAccepted = 0;
       s.replayBuffer = 0;
       *seq_id = s.id;
       return kiln::kernels::ok();

@@ -6,8 +6,8 @@
 //                                  launch for the batch; CUDA-graph capturable)
 //   DECODE, 1 + drafts            rewind: the spec kernel: the state after each token goes
 //                                  to the rewind intermediates, the main state is only
-//                                  read; the next step's commit copies the accepted one
-//                                  back. replay (docs/replay.md): ssm_update_replay folds
+//                                  read; the next step copies the accepted one back
+//                                  first (commitPending, one launch a layer). replay (docs/replay.md): ssm_update_replay folds
 //                                  the accepted tokens of the last step into the state
 //                                  from their kept inputs, then keeps this step's inputs;
 //                                  one token a sequence commits it in place
@@ -20,6 +20,7 @@
 #include "Context.h"
 #include "GraphOpCommon.h"
 #include "Legacy.h"
+#include "RuntimeKernels.h"
 
 #include "kiln/Kernels/Mamba.h"
 
@@ -76,16 +77,16 @@ kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels
   return KILN_OK;
 }
 
-// Records the state (and, for a speculative step, the intermediates) as the layer's
+// Records the state (and the intermediates, when the layer has them) as the layer's
 // resources, so that two layers cannot overlap and kiln_rt_resource answers.
 kiln_status_t useStates(const Call &c, kiln_rt_context *ctx, const char *stateKind,
                         const char *interKind, uint64_t stateOffset, int64_t interOffset,
-                        uint64_t slotBytes, bool spec) {
+                        uint64_t slotBytes) {
   const uint64_t slots = static_cast<uint64_t>(ctx->config.max_batch);
   if (kiln_status_t s = useResource(c, ctx, stateKind, stateOffset, slotBytes * slots);
       s != KILN_OK)
     return s;
-  if (!spec)
+  if (interOffset < 0)
     return KILN_OK;
   const uint64_t tokens = 1 + static_cast<uint64_t>(ctx->config.max_draft_len);
   return useResource(c, ctx, interKind, static_cast<uint64_t>(interOffset),
@@ -126,15 +127,36 @@ kiln_status_t runSequential(const Call &c, kiln_rt_context *ctx, uint64_t stateO
 
 kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn);
 
+// The rewind commit of a decode or extend step: each sequence with pending accepted
+// tokens (the step's pending pairs) gets the state after the last of them from the
+// layer's intermediates, before the step's own update reads it. One launch a layer,
+// inside the forward (a replayed CUDA graph holds it); a no-op for sequences with none.
+kiln_status_t commitPending(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                            int64_t interOffset, uint64_t slotBytes) {
+  if (interOffset < 0 || ctx->phase == KILN_RT_PHASE_PREFILL)
+    return KILN_OK;
+  const int32_t tokens = static_cast<int32_t>(1 + ctx->config.max_draft_len);
+  char *caches = ctx->base[kCaches];
+  cudaError_t e = kiln::runtime::launchCommitSlots(
+      at(caches, stateOffset), slotBytes, at(caches, static_cast<uint64_t>(interOffset)),
+      slotBytes * tokens, slotBytes, slotBytes, ctx->legacy.slot_indices,
+      ioPtr<int32_t>(ctx, ctx->io.pending), 2, tokens, ctx->batch, ctx->legacy.num_slots,
+      ctx->stream);
+  ++ctx->launches;
+  return e == cudaSuccess ? KILN_OK : c.cuda(e, "the commit of the accepted states");
+}
+
 // What every state layer does before its launches: the state (and intermediates) as the
 // layer's resources, no capture of a prompt's launches, nothing more in a dry context
-// (*launch false), else the context's device.
+// (*launch false), else the context's device and the commit of the pending accepted
+// states (rewind intermediates).
 kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *stateKind,
                           const char *interKind, uint64_t stateOffset, int64_t interOffset,
-                          uint64_t slotBytes, bool spec, bool *launch) {
+                          uint64_t slotBytes, bool *launch) {
   *launch = false;
+  ctx->recurrentLayers = true;
   if (kiln_status_t s =
-          useStates(c, ctx, stateKind, interKind, stateOffset, interOffset, slotBytes, spec);
+          useStates(c, ctx, stateKind, interKind, stateOffset, interOffset, slotBytes);
       s != KILN_OK)
     return s;
   if (kiln_status_t s = refuseSequentialCapture(ctx, c.fn); s != KILN_OK)
@@ -142,6 +164,9 @@ kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *state
   if (ctx->dry)
     return KILN_OK;
   if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+    return s;
+  if (kiln_status_t s = commitPending(c, ctx, stateOffset, interOffset, slotBytes);
+      s != KILN_OK)
     return s;
   *launch = true;
   return KILN_OK;
@@ -239,8 +264,8 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
   const uint64_t slotBytes =
       bytesOf({convDim, width - 1, static_cast<int64_t>(dtypeBytes(stateDtype))});
   bool launch = false;
-  if (kiln_status_t s = claimStates(c, ctx, "conv_state", "intermediate_conv_state", stateOffset, interOffset,
-                                    slotBytes, spec, &launch);
+  if (kiln_status_t s = claimStates(c, ctx, "conv_state", "intermediate_conv_state",
+                                    stateOffset, interOffset, slotBytes, &launch);
       s != KILN_OK || !launch)
     return s;
   char *caches = ctx->base[kCaches];
@@ -271,10 +296,6 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
     p.out_stride_token = convDim;
     p.silu = silu ? 1 : 0;
     p.stream = ctx->stream;
-    ctx->commits[{c.layer, "conv"}] =
-        CommitEntry{stateOffset, static_cast<uint64_t>(interOffset),
-                    slotBytes, T, static_cast<uint64_t>(p.inter_stride_slot) *
-                                      dtypeBytes(stateDtype)};
     kiln_status_t s = kiln_conv_update_spec(&p);
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_conv_update_spec");
@@ -298,7 +319,6 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
   p.silu = silu ? 1 : 0;
   p.stream = ctx->stream;
   if (ctx->phase == KILN_RT_PHASE_DECODE) {
-    ctx->commits.erase({c.layer, "conv"});
     kiln_status_t s = kiln_conv_update(&p);
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_conv_update");
@@ -473,7 +493,7 @@ kiln_status_t runReplay(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
   p.state = at(caches, stateOffset);
   p.num_slots = ctx->legacy.num_slots;
   p.state_indices = ctx->legacy.slot_indices;
-  p.replay = ioPtr<int32_t>(ctx, ctx->io.replay);
+  p.replay = ioPtr<int32_t>(ctx, ctx->io.pending);
   p.replay_x = at(caches, static_cast<uint64_t>(r.x));
   p.replay_B = at(caches, static_cast<uint64_t>(r.b));
   p.replay_dt = reinterpret_cast<float *>(at(caches, static_cast<uint64_t>(r.dt)));
@@ -538,7 +558,6 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
                    static_cast<long long>(replayAt.x), static_cast<long long>(replayAt.b),
                    static_cast<long long>(replayAt.dt), static_cast<long long>(interOffset));
   const bool replayMode = replayAt.all();
-  ctx->replayLayers |= replayMode;
   if (replayMode && ctx->phase == KILN_RT_PHASE_DECODE &&
       decodeKernel != KILN_RT_KERNEL_SSM_UPDATE_REPLAY)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
@@ -574,7 +593,7 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
       return s;
   bool launch = false;
   if (kiln_status_t s = claimStates(c, ctx, "ssm_state", "intermediate_ssm_state", stateOffset,
-                                    interOffset, slotBytes, spec && !replayMode, &launch);
+                                    interOffset, slotBytes, &launch);
       s != KILN_OK || !launch)
     return s;
   if (replayMode && ctx->phase == KILN_RT_PHASE_DECODE)
@@ -609,9 +628,6 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
     p.C_stride_token = sh.bcStride;
     p.out_stride_token = HP;
     p.stream = ctx->stream;
-    ctx->commits[{c.layer, "ssm"}] =
-        CommitEntry{stateOffset, static_cast<uint64_t>(interOffset), slotBytes, T,
-                    static_cast<uint64_t>(p.inter_stride_slot) * dtypeBytes(stateDtype)};
     kiln_status_t s = kiln_ssm_update_spec(&p);
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_update_spec");
@@ -624,7 +640,6 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
   p.batch = ctx->batch;
   p.stream = ctx->stream;
   if (ctx->phase == KILN_RT_PHASE_DECODE) {
-    ctx->commits.erase({c.layer, "ssm"});
     kiln_status_t s = kiln_ssm_update(&p);
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_ssm_update");

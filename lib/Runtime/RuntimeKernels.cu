@@ -68,11 +68,11 @@ __global__ void zeroSlotsKernel(unsigned char *base, size_t slotStride, size_t s
 __global__ void commitSlotsKernel(unsigned char *state, size_t stateStride,
                                   const unsigned char *inter, size_t interSlotStride,
                                   size_t interTokenStride, size_t slotBytes,
-                                  const int32_t *slots, const int32_t *accepted, int32_t tokens,
-                                  int32_t numSlots) {
+                                  const int32_t *slots, const int32_t *accepted,
+                                  int32_t acceptedStride, int32_t tokens, int32_t numSlots) {
   int b = blockIdx.y;
   int slot = slots ? slots[b] : b;
-  int k = accepted[b];
+  int k = accepted[b * acceptedStride];
   if (slot < 0 || slot >= numSlots || k < 1 || k > tokens)
     return;
   unsigned char *dst = state + static_cast<size_t>(slot) * stateStride;
@@ -128,15 +128,16 @@ cudaError_t launchZeroSlots(void *base, size_t slotStride, size_t slotBytes,
 
 cudaError_t launchCommitSlots(void *state, size_t stateStride, const void *inter,
                               size_t interSlotStride, size_t interTokenStride, size_t slotBytes,
-                              const int32_t *slots, const int32_t *accepted, int32_t tokens,
-                              int32_t batch, int32_t numSlots, cudaStream_t stream) {
+                              const int32_t *slots, const int32_t *accepted,
+                              int32_t acceptedStride, int32_t tokens, int32_t batch,
+                              int32_t numSlots, cudaStream_t stream) {
   if (batch <= 0 || slotBytes == 0)
     return cudaSuccess;
   dim3 grid(blocksFor(slotBytes), static_cast<unsigned>(batch));
   commitSlotsKernel<<<grid, 256, 0, stream>>>(
       static_cast<unsigned char *>(state), stateStride,
       static_cast<const unsigned char *>(inter), interSlotStride, interTokenStride, slotBytes,
-      slots, accepted, tokens, numSlots);
+      slots, accepted, acceptedStride, tokens, numSlots);
   return cudaGetLastError();
 }
 

@@ -46,14 +46,15 @@ cudaError_t launchZeroSlots(void *base, size_t slot_stride, size_t slot_bytes,
                             const int32_t *slot_indices, int32_t batch, int32_t num_slots,
                             cudaStream_t stream);
 
-// For every sequence b with 1 <= accepted[b] <= tokens: copies slot_bytes bytes from
-// inter + slot * inter_slot_stride + (accepted[b] - 1) * inter_token_stride to
-// state + slot * state_slot_stride.
+// For every sequence b with 1 <= k = accepted[b * accepted_stride] <= tokens: copies
+// slot_bytes bytes from inter + slot * inter_slot_stride + (k - 1) * inter_token_stride
+// to state + slot * state_slot_stride.
 cudaError_t launchCommitSlots(void *state, size_t state_slot_stride, const void *inter,
                               size_t inter_slot_stride, size_t inter_token_stride,
                               size_t slot_bytes, const int32_t *slot_indices,
-                              const int32_t *accepted, int32_t tokens, int32_t batch,
-                              int32_t num_slots, cudaStream_t stream);
+                              const int32_t *accepted, int32_t accepted_stride,
+                              int32_t tokens, int32_t batch, int32_t num_slots,
+                              cudaStream_t stream);
 
 } // namespace kiln::runtime
 

@@ -128,7 +128,7 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_EQ(l.positions, 1024u);
   EXPECT_EQ(l.token_batch, 2048u);
   EXPECT_EQ(l.logit_rows, 3072u);
-  EXPECT_EQ(l.replay + 256u, l.block_table); // {pending, buffer} of 4 sequences
+  EXPECT_EQ(l.pending + 256u, l.block_table); // {pending, buffer} of 4 sequences
   EXPECT_EQ(l.block_table + 256u, l.bytes);
   EXPECT_EQ(l.bytes, 3072u + 256 * 6);
   EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
@@ -216,27 +216,27 @@ TEST(RuntimeCpu, SetBatchValidation) {
   EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
 }
 
-// Replay pairs ride in the step: pending tokens within one speculative step (none for a
-// new prompt), a buffer of the two.
-TEST(RuntimeCpu, SetBatchReplayPairs) {
+// Pending pairs ride in the step: accepted tokens within one speculative step (none for
+// a new prompt), a replay buffer of the two.
+TEST(RuntimeCpu, SetBatchPendingPairs) {
   Dry d;
   Step decode(KILN_RT_PHASE_DECODE, {2, 2}, {10, 20});
   std::vector<int32_t> pairs = {2, 1, 0, 0};
-  decode.b.replay = pairs.data();
+  decode.b.pending = pairs.data();
   EXPECT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
   auto expectError = [&](Step &s, const char *what) {
     EXPECT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_ERROR_INVALID_ARGUMENT) << what;
     EXPECT_NE(lastError().find(what), std::string::npos) << lastError();
   };
   pairs = {5, 0, 0, 0};
-  expectError(decode, "replay[0] = {5, 0}: pending tokens must be in [0, 4]");
+  expectError(decode, "pending[0] = {5, 0}: accepted tokens must be in [0, 4]");
   pairs = {1, 0, 0, 2};
-  expectError(decode, "replay[1] = {0, 2}");
+  expectError(decode, "pending[1] = {0, 2}");
   pairs = {-1, 0, 0, 0};
-  expectError(decode, "replay[0] = {-1, 0}");
+  expectError(decode, "pending[0] = {-1, 0}");
   Step prefill(KILN_RT_PHASE_PREFILL, {5}, {5});
   std::vector<int32_t> one = {1, 0};
-  prefill.b.replay = one.data();
+  prefill.b.pending = one.data();
   expectError(prefill, "must be in [0, 0] (a prefill starts a sequence)");
 }
 
@@ -261,7 +261,7 @@ TEST(RuntimeCpu, MambaReplayValidation) {
   };
   Step spec(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20});
   std::vector<int32_t> pairs = {2, 1, 0, 0};
-  spec.b.replay = pairs.data();
+  spec.b.pending = pairs.data();
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &spec.b), KILN_OK) << lastError();
   EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6), KILN_OK) << lastError();
   uint64_t offset = 0, bytes = 0;
@@ -274,7 +274,7 @@ TEST(RuntimeCpu, MambaReplayValidation) {
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &one.b), KILN_OK) << lastError();
   EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 2), KILN_OK) << lastError();
   Step extend(KILN_RT_PHASE_EXTEND, {4, 2}, {14, 22});
-  extend.b.replay = pairs.data();
+  extend.b.pending = pairs.data();
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &extend.b), KILN_OK) << lastError();
   EXPECT_EQ(ssm(-1, rx, rb, rdt, KILN_RT_KERNEL_SSM_UPDATE_REPLAY, 6), KILN_OK) << lastError();
 

@@ -62,7 +62,7 @@ typedef struct kiln_rt_io_layout {
   uint64_t seq_lens;
   uint64_t cu_seqlens;
   uint64_t slots;
-  uint64_t replay; /* [max_batch, 2]: {pending accepted tokens, their replay buffer} */
+  uint64_t pending; /* [max_batch, 2]: {accepted tokens to commit, their replay buffer} */
   uint64_t block_table; /* last: a step uploads the io buffer up to its own rows here */
   uint64_t bytes;
 } kiln_rt_io_layout_t;
@@ -88,7 +88,7 @@ static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t m
   at += kiln_rt_align((b + 1u) * 4u);
   l.slots = at;
   at += kiln_rt_align(b * 4u);
-  l.replay = at;
+  l.pending = at;
   at += kiln_rt_align(b * 8u);
   l.block_table = at;
   at += kiln_rt_align(b * p * 4u);

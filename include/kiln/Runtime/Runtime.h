@@ -147,12 +147,14 @@ typedef struct kiln_rt_batch {
   const int32_t *token_ids;   /* [sum q_lens] */
   const int32_t *logit_rows;  /* [num_logit_rows] token indices whose logits are wanted */
   int32_t num_logit_rows;     /* 1..max_logit_rows */
-  /* [batch, 2] or NULL (all {0, 0}): for a model compiled with --ssm-mode replay, each
+  /* [batch, 2] or NULL (all {0, 0}): for a model with recurrent (Mamba2) layers, each
    * sequence's {pending, buffer}: the first `pending` tokens (0..1 + max_draft_len) of
-   * its last speculative step were accepted and are not yet in its recurrent states;
-   * they are in replay buffer `buffer` (0 or 1), and a speculative step keeps its own
-   * tokens in the other one (docs/replay.md). 0 pending in a PREFILL step. */
-  const int32_t *replay;
+   * its last speculative step were accepted and are not yet in its recurrent states.
+   * The step's layers commit them first: rewind layers copy the state after token
+   * pending - 1 from their intermediates, replay layers fold the tokens kept in replay
+   * buffer `buffer` (0 or 1) and keep a speculative step's own in the other one
+   * (docs/replay.md). 0 pending in a PREFILL step. */
+  const int32_t *pending;
 } kiln_rt_batch_t;
 
 /* Validates the step against the plan, clears the sticky status, writes the io arrays
@@ -365,7 +367,7 @@ int32_t kiln_rt_causal_conv(kiln_rt_context_t *ctx, int32_t layer, uint64_t stat
  * replay_x [slots, 2, 1 + max_draft_len, heads, head_dim] bf16, replay_b [slots, 2,
  * 1 + max_draft_len, n_groups, state_size] bf16 and replay_dt [slots, 2, heads,
  * 1 + max_draft_len] f32; every DECODE step runs ssm_update_replay, which first folds
- * each sequence's pending tokens (the step's replay pairs, kiln_rt_batch_t.replay) into
+ * each sequence's pending tokens (the step's pairs, kiln_rt_batch_t.pending) into
  * its state; one token a sequence is committed, 1 + drafts are kept as inputs. An
  * EXTEND step folds the pending tokens before its chunk. */
 int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
