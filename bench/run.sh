@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The one entry point of Kiln's benchmarks (GPU machine, repository root):
-#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, moe, model, runtime
-#                                 (default: all)
+#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, moe, model,
+#                                 ssmmodes, runtime (default: all)
 # Builds the CUDA half once (-DKILN_BUILD_COMPILER=OFF, sm_90a) into
 # ${KILN_BENCH_BUILD:-/tmp/kiln-bench-build} and runs each family's benchmark with its
 # peers in the same run; logs and JSON go to ${OUT:-/tmp/kiln-bench-out}/<family>.
-# `model` also needs .carry/models/llama-3.1-8b-bench.so (bench/Model/compile.sh on the
-# build machine). Results and their notes: docs/performance.md, bench/<Family>/NOTES.md.
+# `model` and `ssmmodes` also need .carry/models/llama-3.1-8b-bench.so and
+# seed-b{128,64}-{nospec,rewind,replay}.so (bench/Model/compile.sh on the build machine). Results and their notes: docs/performance.md, bench/<Family>/NOTES.md.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BENCH_BUILD:-/tmp/kiln-bench-build}
 out=${OUT:-/tmp/kiln-bench-out}
-families=${*:-decode prefill mamba gemm moe model runtime}
+families=${*:-decode prefill mamba gemm moe model ssmmodes runtime}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -39,12 +39,17 @@ for family in $families; do
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
       --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
+  ssmmodes)
+    # Replay against rewind speculation on a Mamba2 hybrid (docs/replay.md).
+    OUT="$out/$family" python3 "$root/bench/Model/bench_ssm_modes.py" \
+      --kiln-run "$build/bin/kiln-run" --so-dir "$root/.carry/models" \
+      --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
   runtime)
     # CUDA graph launch cost against PyTorch's graph replay (bench/Runtime/NOTES.md).
     nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
       -o "$build/graph_launch" && "$build/graph_launch" &&
       python3 "$root/bench/Runtime/graph_launch_peer.py" ;;
-  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, moe, model, runtime)"
+  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, moe, model, ssmmodes, runtime)"
      status=1; continue ;;
   esac > "$out/$family.log" 2>&1
   rc=$?

@@ -9,3 +9,16 @@ mkdir -p "$root/.carry/models"
 "$build/bin/kiln-compile" "$root/examples/models/llama-3.1-8b-instruct.json" --target h200 \
   --max-batch 64 --max-seq-len 4608 --spec none --emit=so \
   -o "$root/.carry/models/llama-3.1-8b-bench.so"
+# bench_ssm_modes.py: the seed scenario's Nemotron-Nano-9B-v2-shaped hybrid at batch 128
+# (H200) and 64 (H100), without speculation and with ngram:3 in each SSM mode.
+seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"
+for batch in 128 64; do
+  for mode in nospec rewind replay; do
+    spec=ngram:3
+    [ "$mode" = nospec ] && spec=none
+    extra=()
+    [ "$mode" != nospec ] && extra=(--ssm-mode "$mode")
+    "$build/bin/kiln-compile" "$seed" --target h200 --max-batch "$batch" --max-seq-len 256 \
+      --spec "$spec" "${extra[@]}" --emit=so -o "$root/.carry/models/seed-b$batch-$mode.so"
+  done
+done
