@@ -20,6 +20,10 @@
 # decode = bench/Decode's kernel benchmark (bf16 and FP8 pools) with its PyTorch peers.
 # seed = test/Parity/seed_memory.py: the Nemotron-Nano-9B-v2-shaped model compiled for an
 # L40S, device memory against the plan with and without speculation.
+# mambabench = bench/Mamba's decode-kernel benchmark (prebuilt kiln_bench_mamba) with its
+# PyTorch/Triton peers, replay vs rewind step included (KILN_BENCH_ONLY=ssm: no conv).
+# ssmmodes = bench/Model/bench_ssm_modes.py: replay vs rewind speculative decode of the
+# seed-shaped hybrid at batch 128 (H200) / 64 (H100).
 # launchbench = bench/Runtime/graph_launch.cu alone (nvcc here, ~20 s): graph launch cost
 # by size and by node kind (plain, cluster, PDL, distinct functions, cuBLASLt GEMMs).
 set -u
@@ -63,6 +67,19 @@ if has seed; then
   python3 "$root/test/Parity/seed_memory.py" --kiln-run "$build/bin/kiln-run" \
     --so-dir "$root/.carry/models" --out "$out/seed" > "$out/seed.log" 2>&1
   echo "seed rc=$? ($(elapsed))"; tail -5 "$out/seed.log"
+fi
+if has mambabench; then
+  mkdir -p "$out/mamba"
+  { KILN_BENCH_ONLY=${KILN_BENCH_ONLY:-ssm} "$build/bin/kiln_bench_mamba" "$out/mamba/mamba_kiln.json" &&
+    python3 "$root/bench/Mamba/peer_torch.py" "$out/mamba/mamba_kiln.json" \
+      "$out/mamba/mamba_bench.json"; } > "$out/mambabench.log" 2>&1
+  echo "mambabench rc=$? ($(elapsed))"; grep -E "replay|ssm_step|ceiling" "$out/mambabench.log"
+fi
+if has ssmmodes; then
+  OUT="$out/ssmmodes" timeout 540 python3 "$root/bench/Model/bench_ssm_modes.py" \
+    --kiln-run "$build/bin/kiln-run" --so-dir "$root/.carry/models" \
+    --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" > "$out/ssmmodes.log" 2>&1
+  echo "ssmmodes rc=$? ($(elapsed))"; tail -8 "$out/ssmmodes.log"
 fi
 if has diagnose; then
   (cd "$root/test/Parity" && timeout 300 python3 diagnose.py \
