@@ -91,8 +91,9 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
        .maxHeads = 128, .priority = 10,
        .note = "MLA prompts expanded (kv_b_proj on the latent) through prefill_fmha when "
-               "qk_nope + qk_rope == v_head_dim in {64, 128}; other shapes and chunks that "
-               "continue a sequence go through the decode kernel a token at a time"});
+               "qk_nope + qk_rope == v_head_dim in {64, 128} or is DeepSeek's 192 over "
+               "v_head_dim 128; other shapes and chunks that continue a sequence go "
+               "through the decode kernel a token at a time"});
   // Mamba2 SSM.
   add({.name = "ssm_update", .family = OpFamily::ssm, .phase = Phase::decode,
        .dtypes = kF32 | kBf16, .priority = 10,

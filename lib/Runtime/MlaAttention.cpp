@@ -8,7 +8,8 @@
 //                out   = W_UV o_lat                      (a strided per-head GEMM)
 //   expanded     kv = latent kv_b^T, q = [q_nope | rope(q_pe)], k = [k_nope | rope(k_pe)]
 //   (mla_prefill, prefill_fmha over the prompts' own keys; PREFILL with
-//    PREFILL phase) qk_nope + qk_rope == v_head_dim in {64, 128}
+//    PREFILL phase) qk_nope + qk_rope == v_head_dim in {64, 128}, or DeepSeek's
+//                  192 (128 + 64) over v_head_dim 128
 //
 // Decode keeps a token's bits independent of the step (lossless speculation): the GEMMs
 // run under the context's row-invariant policy and mla_decode runs one split a query.
@@ -47,11 +48,13 @@ bool verifyChangesTiling(int32_t heads, int32_t qLen) {
          static_cast<int64_t>(heads) * qLen > KILN_MLA_SMALL_TILE_ROWS;
 }
 
-/// Whether a prompt runs expanded through the FMHA (its head dims fit prefill_fmha).
+/// Whether a prompt runs expanded through the FMHA (its head dims fit prefill_fmha:
+/// equal q/k and v dims of 64 or 128, or DeepSeek's 192 over 128).
 bool expandedPrompt(const kiln_rt_context *ctx, const MlaLayer &l, int32_t prefillKernel) {
   const int32_t qk = l.nope + l.rope;
+  const bool fits = (qk == l.v && (qk == 64 || qk == 128)) || (qk == 192 && l.v == 128);
   return ctx->phase == KILN_RT_PHASE_PREFILL && prefillKernel == KILN_RT_KERNEL_MLA_PREFILL &&
-         qk == l.v && (qk == 64 || qk == 128);
+         fits;
 }
 
 kiln_status_t checkMlaShape(const Call &c, const kiln_rt_context *ctx, const MlaLayer &l,
@@ -276,6 +279,7 @@ kiln_status_t expanded(const Call &c, kiln_rt_context *ctx, const MlaLayer &l, c
   fp.q_heads = l.heads;
   fp.kv_heads = l.heads;
   fp.head_dim = static_cast<int32_t>(qHead);
+  fp.v_head_dim = l.v;
   fp.dtype = KILN_DTYPE_BF16;
   fp.softmax_scale = l.softmaxScale;
   fp.causal = 1;

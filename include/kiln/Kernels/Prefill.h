@@ -57,13 +57,17 @@ typedef struct kiln_prefill_fmha_params {
   int32_t max_seqlen_q; /* >= every q_len: sizes the grid */
   int32_t q_heads;
   int32_t kv_heads;     /* divides q_heads */
-  int32_t head_dim;     /* 64 or 128 */
+  int32_t head_dim;     /* 64 or 128; 192 with v_head_dim 128 */
   kiln_dtype_t dtype;   /* KILN_DTYPE_BF16 or KILN_DTYPE_F16 (q, k, v, out alike) */
   float softmax_scale;  /* usually 1 / sqrt(head_dim); must be finite and > 0 */
   int32_t causal;       /* 1: bottom-right causal mask; 0: none */
   void *stream;         /* cudaStream_t; NULL = default stream */
   int32_t window;       /* > 0: sliding window of that many keys (needs causal); 0: none */
   const float *sinks;   /* device [q_heads] attention-sink logits, or NULL (see above) */
+  /* V's and out's head dim; 0: head_dim. head_dim 192 with v_head_dim 128 is DeepSeek
+   * MLA's expanded prompt (q/k = nope 128 + rope 64, v 128; mma.sync kernel, dense only);
+   * any other v_head_dim must equal head_dim. v and out strides default to v_head_dim. */
+  int32_t v_head_dim;
 } kiln_prefill_fmha_params_t;
 
 typedef struct kiln_prefill_fmha_paged_params {

@@ -122,7 +122,8 @@ template <> struct DefaultConfig<128> {
 };
 
 // Calls `launch(T{}, std::integral_constant<int, D>{})` with the element type and head
-// dim of the shipped instantiations (validated before: bf16/fp16, head_dim 64 or 128).
+// dim of the shipped instantiations (validated before: bf16/fp16, head_dim 64 or 128;
+// head_dim 192 is dispatched before, by `dispatch`).
 template <typename Launch>
 inline cudaError_t forShippedConfig(kiln_dtype_t dtype, int headDim, Launch &&launch) {
   using D64 = std::integral_constant<int, 64>;
@@ -132,6 +133,21 @@ inline cudaError_t forShippedConfig(kiln_dtype_t dtype, int headDim, Launch &&la
   return headDim == 64 ? launch(__half{}, D64{}) : launch(__half{}, D128{});
 }
 
+// DeepSeek MLA's expanded prompts: q/k 192 (nope 128 + rope 64), v/out 128, dense K/V.
+// 8 warps of 16 query rows (Q fragments in registers: 48 registers), 64-key tiles,
+// 2 stages: 128 KiB of shared memory.
+struct MlaPromptConfig {
+  static constexpr int D = 192, DV = 128, BM = 128, BN = 64, STAGES = 2, MT = 1;
+};
+
+template <typename T>
+inline cudaError_t launchMlaPrompt(const FmhaArgs &a, const kiln_prefill_fmha_params_t &p,
+                                   cudaStream_t stream) {
+  using C = MlaPromptConfig;
+  return launchPrefillFmha<T, C::D, C::BM, C::BN, C::STAGES, false, C::MT, true, false, C::DV>(
+      a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+}
+
 template <bool PAGED, typename Params>
 inline kiln_status_t dispatch(const Params &p, const char *name) {
   kiln_status_t st = checkDeviceSm80(name);
@@ -139,6 +155,13 @@ inline kiln_status_t dispatch(const Params &p, const char *name) {
     return st;
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if constexpr (!PAGED) {
+    if (p.head_dim == MlaPromptConfig::D)
+      return launchResult(p.dtype == KILN_DTYPE_BF16
+                              ? launchMlaPrompt<__nv_bfloat16>(a, p, stream)
+                              : launchMlaPrompt<__half>(a, p, stream),
+                          name);
+  }
   const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {
     using T = decltype(t);
     using C = DefaultConfig<decltype(d)::value>;

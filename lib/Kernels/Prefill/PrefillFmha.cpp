@@ -13,6 +13,8 @@ namespace {
 
 constexpr int32_t kMaxGridZ = 65535;
 constexpr int32_t kBlockM = 128; // query rows per block of every instantiation
+// DeepSeek MLA's expanded prompts: q/k (nope + rope) and v head dims.
+constexpr int32_t kMlaQkDim = 192, kMlaVDim = 128;
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -56,8 +58,9 @@ kiln_status_t validateCommon(const char *name, const void *q, const void *out,
                 name, qHeads, kvHeads);
   if (headDim < 1)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: head_dim = %d must be positive", name, headDim);
-  if (headDim != 64 && headDim != 128)
-    return fail(KILN_ERROR_UNSUPPORTED, "%s: head_dim = %d not supported (64, 128)", name,
+  if (headDim != 64 && headDim != 128 && headDim != kMlaQkDim)
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: head_dim = %d not supported (64, 128; 192 with v_head_dim 128)", name,
                 headDim);
   if (dtype != KILN_DTYPE_BF16 && dtype != KILN_DTYPE_F16)
     return fail(KILN_ERROR_UNSUPPORTED, "%s: dtype = %d not supported (bf16, f16)", name,
@@ -90,17 +93,21 @@ kiln_status_t checkStrides(const char *name, const char *what, long long tok, lo
 
 } // namespace
 
+static int32_t vHeadDim(const kiln_prefill_fmha_params_t &p) {
+  return p.v_head_dim ? p.v_head_dim : p.head_dim;
+}
+
 ResolvedStrides resolveStrides(const kiln_prefill_fmha_params_t &p) {
-  const long long d = p.head_dim;
+  const long long d = p.head_dim, dv = vHeadDim(p);
   ResolvedStrides s;
   s.q_head = p.q_head_stride ? p.q_head_stride : d;
   s.q_tok = p.q_token_stride ? p.q_token_stride : d * p.q_heads;
   s.k_head = p.k_head_stride ? p.k_head_stride : d;
   s.k_tok = p.k_token_stride ? p.k_token_stride : d * p.kv_heads;
-  s.v_head = p.v_head_stride ? p.v_head_stride : d;
-  s.v_tok = p.v_token_stride ? p.v_token_stride : d * p.kv_heads;
-  s.o_head = p.out_head_stride ? p.out_head_stride : d;
-  s.o_tok = p.out_token_stride ? p.out_token_stride : d * p.q_heads;
+  s.v_head = p.v_head_stride ? p.v_head_stride : dv;
+  s.v_tok = p.v_token_stride ? p.v_token_stride : dv * p.kv_heads;
+  s.o_head = p.out_head_stride ? p.out_head_stride : dv;
+  s.o_tok = p.out_token_stride ? p.out_token_stride : dv * p.q_heads;
   return s;
 }
 
@@ -135,6 +142,15 @@ kiln_status_t validateDense(const kiln_prefill_fmha_params_t &p, const char *nam
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: v is not 16-byte aligned", name);
   if (p.total_k < 0)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: total_k = %d is negative", name, p.total_k);
+  const int32_t dv = vHeadDim(p);
+  if (dv < 0 || (dv != p.head_dim && !(p.head_dim == kMlaQkDim && dv == kMlaVDim)) ||
+      (p.head_dim == kMlaQkDim && dv != kMlaVDim))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: v_head_dim = %d with head_dim = %d not supported (equal, or 128 under "
+                "192: DeepSeek MLA)", name, p.v_head_dim, p.head_dim);
+  if (p.head_dim == kMlaQkDim && (p.window > 0 || p.sinks))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: head_dim 192 (MLA prompts) has no sliding window or sinks", name);
   if (p.q_token_stride < 0 || p.q_head_stride < 0 || p.k_token_stride < 0 ||
       p.k_head_stride < 0 || p.v_token_stride < 0 || p.v_head_stride < 0 ||
       p.out_token_stride < 0 || p.out_head_stride < 0)
@@ -142,8 +158,8 @@ kiln_status_t validateDense(const kiln_prefill_fmha_params_t &p, const char *nam
   const ResolvedStrides s = resolveStrides(p);
   if ((st = checkStrides(name, "q", s.q_tok, s.q_head, p.q_heads, p.head_dim)) != KILN_OK ||
       (st = checkStrides(name, "k", s.k_tok, s.k_head, p.kv_heads, p.head_dim)) != KILN_OK ||
-      (st = checkStrides(name, "v", s.v_tok, s.v_head, p.kv_heads, p.head_dim)) != KILN_OK ||
-      (st = checkStrides(name, "out", s.o_tok, s.o_head, p.q_heads, p.head_dim)) != KILN_OK)
+      (st = checkStrides(name, "v", s.v_tok, s.v_head, p.kv_heads, dv)) != KILN_OK ||
+      (st = checkStrides(name, "out", s.o_tok, s.o_head, p.q_heads, dv)) != KILN_OK)
     return st;
   return KILN_OK;
 }
@@ -155,6 +171,9 @@ kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const cha
                      p.window);
   if (st != KILN_OK)
     return st;
+  if (p.head_dim == kMlaQkDim)
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: head_dim 192 (DeepSeek MLA prompts) reads dense K/V only", name);
   if (!p.kv_cache)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: kv_cache is null", name);
   if (!p.seq_lens)

@@ -121,22 +121,25 @@ template <int D> __device__ __forceinline__ int swz(int row, int col) {
 }
 
 // [Q][K ring][V ring], plus the widened fp16 K and V tiles over an FP8 cache (whose
-// rings hold bytes).
-template <int D, int BM, int BN, int STAGES, bool F8 = false>
+// rings hold bytes). DV: V's and the output's head dim (MLA's 128 under q/k's 192).
+template <int D, int BM, int BN, int STAGES, bool F8 = false, int DV = D>
 constexpr int fmhaSmemBytes() {
   return F8 ? (BM * D + 2 * BN * D) * 2 + 2 * STAGES * BN * D
-            : (BM * D + 2 * STAGES * BN * D) * 2;
+            : (BM * D + STAGES * BN * (D + DV)) * 2;
 }
 
 // MT: 16-row m-tiles per warp (1: Q fragments in registers; 2: K/V fragments shared by
 // two m-tiles, halving shared-memory reads per FLOP, Q re-read from shared memory).
 // T: q and out; F8 (PAGED only): the cache holds e4m3 bytes, and CT, the mma operand
-// type, is fp16.
+// type, is fp16. DV < D (dense only): V and the output have DV columns a head, q and k D
+// (DeepSeek MLA's expanded prompts: 192 and 128).
 template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT, bool QREG,
-          bool F8 = false>
+          bool F8 = false, int DV = D>
 __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
   static_assert(D % 64 == 0 && BN % 16 == 0 && BM % (16 * MT) == 0 && STAGES >= 2, "tile");
   static_assert(!F8 || PAGED, "FP8 is a paged cache's format");
+  static_assert(DV % 64 == 0 && DV <= D && (DV == D || (!PAGED && !F8)),
+                "a narrower V is a dense-K/V shape");
   using CT = std::conditional_t<F8, __half, T>;
   using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
   constexpr int WROWS = 16 * MT;
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   CT *sWideK = sQ + BM * D; // F8 only
   CT *sWideV = sWideK + BN * D;
   KT *sK = reinterpret_cast<KT *>(F8 ? sWideV + BN * D : sQ + BM * D);
-  KT *sV = sK + STAGES * BN * D;
+  KT *sV = sK + STAGES * BN * D; // STAGES tiles of BN x DV
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   static_assert((BN * KV_CHUNKS) % NTHREADS == 0, "K/V loads");
   auto loadKV = [&](int tile, int stage) {
     const uint32_t dstK = smemAddr(sK + stage * BN * D);
-    const uint32_t dstV = smemAddr(sV + stage * BN * D);
+    const uint32_t dstV = smemAddr(sV + stage * BN * DV);
     const int n0 = tile * BN;
 #pragma unroll
     for (int it = 0; it < BN * KV_CHUNKS / NTHREADS; ++it) {
@@ -252,7 +255,21 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       }
       const int o = F8 ? row * D + ch * 16 : swz<D>(row, ch * 8) * 2;
       cpAsync16(dstK + o, srcK, valid ? 16 : 0);
-      cpAsync16(dstV + o, srcV, valid ? 16 : 0);
+      if constexpr (DV == D)
+        cpAsync16(dstV + o, srcV, valid ? 16 : 0);
+    }
+    if constexpr (DV != D) { // dense only: V's rows of DV columns
+      constexpr int V_CHUNKS = DV / 8;
+      static_assert((BN * V_CHUNKS) % NTHREADS == 0, "V loads");
+#pragma unroll
+      for (int it = 0; it < BN * V_CHUNKS / NTHREADS; ++it) {
+        const int i = tid + it * NTHREADS;
+        const int row = i / V_CHUNKS, ch = i % V_CHUNKS;
+        const int key = n0 + row;
+        const bool valid = key < kLen && key >= keyFloor;
+        const KT *srcV = valid ? vBase + static_cast<int64_t>(key) * a.v_tok + ch * 8 : vBase;
+        cpAsync16(dstV + swz<DV>(row, ch * 8) * 2, srcV, valid ? 16 : 0);
+      }
     }
   };
   // F8: a stage's raw K and V tiles -> the swizzled fp16 tiles the mma path reads.
@@ -279,11 +296,11 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
   }
 
   uint32_t qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
-  float o[MT][D / 8][4];
+  float o[MT][DV / 8][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
+    for (int i = 0; i < DV / 8; ++i)
       o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
   float rowMax[MT][2], rowSum[MT][2];
 #pragma unroll
@@ -329,7 +346,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
     if (n0 >= warpNEnd || n0 + BN <= warpNBegin)
       continue; // every key of this tile is masked for this warp's rows
     const CT *tK = F8 ? sWideK : reinterpret_cast<const CT *>(sK) + stage * BN * D;
-    const CT *tV = F8 ? sWideV : reinterpret_cast<const CT *>(sV) + stage * BN * D;
+    const CT *tV = F8 ? sWideV : reinterpret_cast<const CT *>(sV) + stage * BN * DV;
 
     // S = Q K^T
     float s[MT][BN / 8][4];
@@ -397,7 +414,7 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
         rowMax[mt][r] = mNew;
         rowSum[mt][r] *= alpha;
 #pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
+        for (int dn = 0; dn < DV / 8; ++dn) {
           o[mt][dn][2 * r] *= alpha;
           o[mt][dn][2 * r + 1] *= alpha;
         }
@@ -426,11 +443,11 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
         pa[mt][3] = MmaType<CT>::pack(s[mt][2 * kp + 1][2], s[mt][2 * kp + 1][3]);
       }
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t bv[4];
         const int row = kp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
         const int col = dp * 16 + (lane >> 4) * 8;
-        ldmatrixX4Trans(bv, smemAddr(tV + swz<D>(row, col)));
+        ldmatrixX4Trans(bv, smemAddr(tV + swz<DV>(row, col)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           MmaType<CT>::mma(o[mt][2 * dp], pa[mt], bv[0], bv[1]);
@@ -456,27 +473,28 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
       inv[r] = sum > 0.f ? vScale / sum : 0.f;
     }
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
+    for (int dn = 0; dn < DV / 8; ++dn) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = warp * WROWS + mt * 16 + g + 8 * r;
         const uint32_t packed =
             MmaType<T>::pack(o[mt][dn][2 * r] * inv[r], o[mt][dn][2 * r + 1] * inv[r]);
-        *reinterpret_cast<uint32_t *>(sQ + swz<D>(row, dn * 8 + 2 * t)) = packed;
+        *reinterpret_cast<uint32_t *>(sQ + swz<DV>(row, dn * 8 + 2 * t)) = packed;
       }
     }
   }
   __syncwarp();
   T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
              static_cast<int64_t>(head) * a.o_head;
+  constexpr int OUT_CHUNKS = DV / 8;
 #pragma unroll
-  for (int it = 0; it < WROWS * CHUNKS / 32; ++it) {
+  for (int it = 0; it < WROWS * OUT_CHUNKS / 32; ++it) {
     const int i = lane + it * 32;
-    const int row = i / CHUNKS, ch = i % CHUNKS;
+    const int row = i / OUT_CHUNKS, ch = i % OUT_CHUNKS;
     const int qrow = warpRow0 + row;
     if (qrow < qLen) {
       const uint4 val =
-          *reinterpret_cast<const uint4 *>(sQ + swz<D>(warp * WROWS + row, ch * 8));
+          *reinterpret_cast<const uint4 *>(sQ + swz<DV>(warp * WROWS + row, ch * 8));
       *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
     }
   }
@@ -485,11 +503,11 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
 // Launches one instantiation; grid = (q_heads, batch, query blocks of the longest
 // sequence), blockIdx.z == 0 being the last (longest causal) block of each sequence.
 template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT = 1,
-          bool QREG = true, bool F8 = false>
+          bool QREG = true, bool F8 = false, int DV = D>
 cudaError_t launchPrefillFmha(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                               cudaStream_t stream) {
-  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES, F8>();
-  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG, F8>;
+  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES, F8, DV>();
+  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG, F8, DV>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)

@@ -21,6 +21,9 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   kiln_status_t st = checkDeviceSm90(name);
   if (st != KILN_OK)
     return st;
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: variant sm90 has head_dim 64 and 128 (got %d)",
+                name, p.head_dim);
   if constexpr (PAGED) {
     if (p.kv_dtype != p.dtype)
       return fail(KILN_ERROR_UNSUPPORTED,

@@ -13,11 +13,13 @@ namespace kiln::reference {
 // query seeing no key gets zeros; a window > 0 (causal) leaves it the last `window` of
 // its keys; sinks ([q_heads] logits in scaled-score units, or null) join each head's
 // softmax without a value. Inputs are the values the kernel sees (already rounded to bf16/fp16); all
-// math in double.
+// math in double. v_head_dim > 0: v and out have that many columns a head (q and k
+// head_dim; DeepSeek MLA's 128 under 192).
 void prefillAttentionReference(const float *q, const float *k, const float *v, double *out,
                                const int32_t *cu_q, const int32_t *cu_k, int batch,
                                int q_heads, int kv_heads, int head_dim, double softmax_scale,
-                               bool causal, int window = 0, const float *sinks = nullptr);
+                               bool causal, int window = 0, const float *sinks = nullptr,
+                               int v_head_dim = 0);
 
 } // namespace kiln::reference
 

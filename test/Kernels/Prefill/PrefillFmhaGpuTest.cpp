@@ -294,6 +294,62 @@ void runCase(const Case &c, uint64_t seed) {
 const kiln_dtype_t kDtypes[] = {KILN_DTYPE_BF16, KILN_DTYPE_F16};
 const int kHeadDims[] = {64, 128};
 
+// DeepSeek MLA's expanded prompts: q/k head_dim 192 over v/out 128 (the kernel's DV),
+// v read in place inside the kv_b output ([k_nope 128 | v 128] a head, so v's head stride
+// is 256 and its token stride heads x 256), out packed at 128 a head.
+void runMlaPromptCase(const std::vector<int> &lens, int heads, kiln_dtype_t dt,
+                      uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int batch = static_cast<int>(lens.size()), d = 192, dv = 128, kvHead = 256;
+  const std::vector<int32_t> cu = prefix(lens);
+  const int total = cu.back();
+  std::vector<uint16_t> qBits, kBits, kvBits;
+  std::vector<float> qVals, kVals, kvVals;
+  randomTensor(rng, static_cast<size_t>(total) * heads * d, 2.0f, dt, qBits, qVals);
+  randomTensor(rng, static_cast<size_t>(total) * heads * d, 2.0f, dt, kBits, kVals);
+  randomTensor(rng, static_cast<size_t>(total) * heads * kvHead, 1.0f, dt, kvBits, kvVals);
+  std::vector<float> vVals(static_cast<size_t>(total) * heads * dv);
+  for (size_t r = 0; r < static_cast<size_t>(total) * heads; ++r)
+    std::copy_n(kvVals.begin() + r * kvHead + 128, dv, vVals.begin() + r * dv);
+  const size_t outElems = static_cast<size_t>(total) * heads * dv;
+  DeviceBuffer<uint16_t> dQ(qBits.size()), dK(kBits.size()), dKv(kvBits.size()),
+      dOut(outElems);
+  DeviceBuffer<int32_t> dCu(cu.size());
+  dQ.upload(qBits);
+  dK.upload(kBits);
+  dKv.upload(kvBits);
+  dCu.upload(cu);
+  CUDA_OK(cudaMemset(dOut.ptr, 0xff, outElems * 2));
+  kiln_prefill_fmha_params_t p{};
+  p.q = dQ.ptr;
+  p.k = dK.ptr;
+  p.v = dKv.ptr + 128;
+  p.v_token_stride = static_cast<int64_t>(heads) * kvHead;
+  p.v_head_stride = kvHead;
+  p.out = dOut.ptr;
+  p.cu_seqlens_q = dCu.ptr;
+  p.cu_seqlens_k = dCu.ptr;
+  p.batch = batch;
+  p.total_q = p.total_k = total;
+  p.max_seqlen_q = *std::max_element(lens.begin(), lens.end());
+  p.q_heads = p.kv_heads = heads;
+  p.head_dim = d;
+  p.v_head_dim = dv;
+  p.dtype = dt;
+  p.softmax_scale = 0.1352f; // yarn-scaled, not 1/sqrt(192)
+  p.causal = 1;
+  ASSERT_EQ(kiln_prefill_fmha(&p), KILN_OK) << kiln_last_error();
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint16_t> got(outElems);
+  CUDA_OK(cudaMemcpy(got.data(), dOut.ptr, outElems * 2, cudaMemcpyDeviceToHost));
+  std::vector<double> ref(outElems);
+  kiln::reference::prefillAttentionReference(qVals.data(), kVals.data(), vVals.data(),
+                                             ref.data(), cu.data(), cu.data(), batch, heads,
+                                             heads, d, p.softmax_scale, true, 0, nullptr, dv);
+  Case c{lens, lens, heads, heads, d, dt, true};
+  compare(c, got, ref);
+}
+
 } // namespace
 
 // q_len == k_len, ragged lengths around the tile sizes (64, 128), length 1, GQA 1/4/8.
@@ -412,3 +468,13 @@ TEST(PrefillFmhaGpu, PagedFp8Cache) {
       }
 }
 
+
+// DeepSeek MLA prompts: head_dim 192 over v_head_dim 128, v strided inside kv.
+TEST(PrefillFmhaGpu, MlaPromptHeadDims) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (kiln_dtype_t dt : kDtypes) {
+    runMlaPromptCase({1, 17, 64, 129, 300}, 4, dt, seed++);
+    runMlaPromptCase({513, 7}, 16, dt, seed++);
+  }
+}

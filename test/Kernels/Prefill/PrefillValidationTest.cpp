@@ -152,6 +152,28 @@ TEST(PrefillValidation, DenseHeadDimDtypeScale) {
   expectDense(p, KILN_ERROR_INVALID_ARGUMENT, "causal");
 }
 
+// v_head_dim: equal to head_dim, or DeepSeek MLA's 128 under 192 (dense only, no window
+// or sinks); v and out strides are checked against it.
+TEST(PrefillValidation, VHeadDim) {
+  auto p = validDense();
+  p.v_head_dim = 64;
+  expectDense(p, KILN_ERROR_UNSUPPORTED, "v_head_dim = 64 with head_dim = 128");
+  p = validDense();
+  p.head_dim = 192;
+  expectDense(p, KILN_ERROR_UNSUPPORTED, "v_head_dim = 0 with head_dim = 192");
+  p.v_head_dim = 128;
+  p.window = 16;
+  expectDense(p, KILN_ERROR_UNSUPPORTED, "no sliding window or sinks");
+  p = validDense();
+  p.head_dim = 192;
+  p.v_head_dim = 128;
+  p.v_token_stride = 200; // 2 kv heads of 128 do not fit
+  expectDense(p, KILN_ERROR_INVALID_ARGUMENT, "v strides");
+  auto paged = validPaged();
+  paged.head_dim = 192;
+  expectPaged(paged, KILN_ERROR_UNSUPPORTED, "reads dense K/V only");
+}
+
 TEST(PrefillValidation, DenseStridesAndAlignment) {
   auto p = validDense();
   p.q_token_stride = 1028; // not a multiple of 8
