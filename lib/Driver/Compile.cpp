@@ -304,6 +304,9 @@ int compile(MLIRContext &context, const CompileOptions &o) {
           return fail(*tooBig, 2);
       ImportOptions importOptions;
       importOptions.eagle3Head = specMode == "eagle3";
+      if (specMode == "mtp")
+        llvm::StringRef(specName).substr(specName.find(':') + 1)
+            .getAsInteger(10, importOptions.mtpDrafts);
       module = importHFConfig(text, path, &context, importOptions);
     }
   }

@@ -67,11 +67,13 @@ namespace {
 
 class DenseDecoderBuilder {
 public:
-  DenseDecoderBuilder(const ModelSpec &m, StringRef file, MLIRContext *ctx, ModuleOp module)
-      : m(m), ctx(ctx), module(module), b(ctx), fileLoc(FileLineColLoc::get(ctx, file, 1, 1)) {}
+  DenseDecoderBuilder(const ModelSpec &m, StringRef file, MLIRContext *ctx, ModuleOp module,
+                      const ImportOptions &options)
+      : m(m), options(options), ctx(ctx), module(module), b(ctx),
+        fileLoc(FileLineColLoc::get(ctx, file, 1, 1)) {}
 
-  /// Builds `@forward` (and `@eagle3_head` for an Eagle3 draft layer).
-  void build();
+  /// Builds `@forward` (and `@eagle3_head` for an Eagle3 draft layer). Failure: diagnosed.
+  LogicalResult build();
 
   /// Bytes of all declared weights (saturating).
   uint64_t weightBytes();
@@ -126,12 +128,18 @@ private:
   /// `prefix.experts.*`), without the shared experts.
   Value fp32RoutedExperts(Value x, const std::string &prefix, Value tokens, bool gated,
                           ActivationKind activationKind, bool accumulateF32);
-  /// One DeepSeek decoder layer: MLA, then the dense SwiGLU MLP or the MoE block.
+  /// One DeepSeek decoder layer: MLA, then the dense SwiGLU MLP or the MoE block. A
+  /// draft layer (an MTP module's) keeps its latents in the draft KV.
   void buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h, Value positions,
                           Value tokens);
   /// DeepSeek's multi-head latent attention of `attn` on x, up to o_proj.
   Value mlaAttention(Value x, const std::string &attn, int64_t layer, Value positions,
-                     Value tokens);
+                     Value tokens, std::optional<DraftKind> draft);
+  /// DeepSeek's MTP module `layer` after the target (docs/mtp.md): the embedding of each
+  /// token's next token and the target's final hidden state, normed, concatenated and
+  /// projected, one decoder layer, the shared head at the logit rows, their argmax.
+  Value mtpModule(const LayerSpec &layer, Value next, Value finalHidden, Value positions,
+                  Value tokens, Value rows, Value rowCount);
   /// DeepSeek's MoE block `mlp`: the fp32 router, the routed SwiGLU experts and the
   /// shared experts.
   Value deepSeekMoe(Value x, const std::string &mlp, Value tokens);
@@ -143,8 +151,11 @@ private:
   /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x.
   Value swigluMlp(Value x, const std::string &module, int64_t inter, Value tokens);
   void buildEagle3Head(const LayerSpec &layer);
+  /// The MTP module to run after the target (`--spec mtp:N` on DeepSeek), or null.
+  const LayerSpec *mtpLayer() const;
 
   const ModelSpec &m;
+  const ImportOptions &options;
   MLIRContext *ctx;
   ModuleOp module;
   OpBuilder b;
@@ -465,7 +476,7 @@ void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, V
   Location layerLoc = loc(prefix);
   Value x = rmsNorm(h, prefix + ".input_layernorm.weight", tokens,
                     loc(prefix + ".input_layernorm"));
-  Value o = mlaAttention(x, prefix + ".self_attn", layer.index, positions, tokens);
+  Value o = mlaAttention(x, prefix + ".self_attn", layer.index, positions, tokens, layer.draft);
   h = AddOp::create(b, layerLoc, h.getType(), h, o, empty({m.hidden}, tokens, layerLoc))
           .getResult();
   x = rmsNorm(h, prefix + ".post_attention_layernorm.weight", tokens,
@@ -481,7 +492,8 @@ void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, V
 constexpr double kMlaLatentNormEps = 1e-6;
 
 Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_t layer,
-                                        Value positions, Value tokens) {
+                                        Value positions, Value tokens,
+                                        std::optional<DraftKind> draft) {
   const int64_t heads = m.heads, nope = m.qkNope, rope = m.qkRope, rank = m.kvLoraRank,
                 v = m.vHeadDim, qWidth = heads * (nope + rope);
   Location at = loc(attn);
@@ -515,7 +527,8 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
   Value out =
       MlaAttentionOp::create(b, at, activation({heads, v}), q, latent, kPe, positions, kvB,
                              scratch, i64(layer), i64(heads), i64(rank), i64(rope),
-                             DraftKindAttr(), i64(nope), i64(v), m.rope,
+                             draft ? DraftKindAttr::get(ctx, *draft) : DraftKindAttr(),
+                             i64(nope), i64(v), m.rope,
                              RopeStyleAttr::get(ctx, m.ropeStyle),
                              b.getF32FloatAttr(static_cast<float>(m.mlaSoftmaxScale)))
           .getOut();
@@ -575,12 +588,20 @@ void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {
   func::ReturnOp::create(b, at, out);
 }
 
-void DenseDecoderBuilder::build() {
+LogicalResult DenseDecoderBuilder::build() {
   Type ids = RankedTensorType::get({ShapedType::kDynamic}, b.getI32Type());
   Type logits = activation({m.vocab});
+  const LayerSpec *mtp = mtpLayer();
+  if (mtp && options.mtpDrafts != 1)
+    return emitError(loc("model.layers." + std::to_string(mtp->index)))
+           << "--spec mtp:" << options.mtpDrafts
+           << ": DeepSeek's MTP module drafts one token a step; use --spec mtp:1";
+  SmallVector<Type> results = {logits};
+  if (mtp)
+    results.push_back(RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type()));
   b.setInsertionPointToEnd(module.getBody());
   auto fn = func::FuncOp::create(b, fileLoc, "forward",
-                                 b.getFunctionType({ids, ids, ids}, {logits}));
+                                 b.getFunctionType({ids, ids, ids}, results));
   firstFunction = fn;
   fn->setAttr(KilnDialect::kEntryAttrName, b.getUnitAttr());
   const InputKind inputs[] = {InputKind::token_ids, InputKind::positions,
@@ -589,6 +610,9 @@ void DenseDecoderBuilder::build() {
     fn.setArgAttr(index, KilnDialect::kInputAttrName, InputKindAttr::get(ctx, kind));
   fn.setResultAttr(0, KilnDialect::kOutputAttrName,
                    OutputKindAttr::get(ctx, OutputKind::logits));
+  if (mtp)
+    fn.setResultAttr(1, KilnDialect::kOutputAttrName,
+                     OutputKindAttr::get(ctx, OutputKind::draft_tokens));
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToEnd(entry);
   Value tokenIds = entry->getArgument(0), positions = entry->getArgument(1),
@@ -635,13 +659,16 @@ void DenseDecoderBuilder::build() {
   }
 
   // The rows the runtime asks for (each sequence's last token in decode), then the
-  // final norm and the lm_head on those rows only.
+  // final norm and the lm_head on those rows only. An MTP module reads every token's
+  // final hidden state: then the norm runs on all of them first (row-wise: the same
+  // bits at the logit rows).
   Location gatherLoc = loc(root);
-  Value last = GatherRowsOp::create(b, gatherLoc, activation({m.hidden}), h, rows,
+  const std::string finalNorm = nemotron ? "backbone.norm_f" : "model.norm";
+  Value finalHidden = mtp ? rmsNorm(h, finalNorm + ".weight", tokens, loc(finalNorm)) : h;
+  Value last = GatherRowsOp::create(b, gatherLoc, activation({m.hidden}), finalHidden, rows,
                                     empty({m.hidden}, rowCount, gatherLoc))
                    .getResult();
-  const std::string finalNorm = nemotron ? "backbone.norm_f" : "model.norm";
-  Value normed = rmsNorm(last, finalNorm + ".weight", rowCount, loc(finalNorm));
+  Value normed = mtp ? last : rmsNorm(last, finalNorm + ".weight", rowCount, loc(finalNorm));
   Value out;
   if (m.tied) {
     Location at = loc("lm_head");
@@ -651,16 +678,74 @@ void DenseDecoderBuilder::build() {
   } else {
     out = linear(normed, "lm_head", m.vocab, m.hidden, false, rowCount);
   }
-  func::ReturnOp::create(b, fileLoc, out);
+  if (!mtp) {
+    func::ReturnOp::create(b, fileLoc, out);
+  } else {
+    Location at = loc("model.layers." + std::to_string(mtp->index));
+    auto tokenType = RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type());
+    Value picks = ArgmaxOp::create(b, at, tokenType, out,
+                                   tensor::EmptyOp::create(b, at, tokenType, ValueRange{rowCount}))
+                      .getResult();
+    Value next = NextTokensOp::create(b, at, ids, tokenIds, picks, rows,
+                                      tensor::EmptyOp::create(b, at, ids, ValueRange{tokens}))
+                     .getResult();
+    Value drafts = mtpModule(*mtp, next, finalHidden, positions, tokens, rows, rowCount);
+    func::ReturnOp::create(b, fileLoc, ValueRange{out, drafts});
+  }
 
   if (m.isDeepSeek()) {
-    if (!draftLayers.empty())
+    if (!draftLayers.empty() && !mtp)
       buildMlaDraftSkeleton(draftLayers);
-    return;
+    return success();
   }
   for (const LayerSpec *layer : draftLayers)
     buildEagle3Head(*layer);
+  return success();
 }
+
+const LayerSpec *DenseDecoderBuilder::mtpLayer() const {
+  if (!options.mtpDrafts || !m.isDeepSeek())
+    return nullptr;
+  for (const LayerSpec &layer : m.layers)
+    if (layer.draft == DraftKind::mtp)
+      return &layer;
+  return nullptr;
+}
+
+Value DenseDecoderBuilder::mtpModule(const LayerSpec &layer, Value next, Value finalHidden,
+                                     Value positions, Value tokens, Value rows,
+                                     Value rowCount) {
+  const std::string prefix = "model.layers." + std::to_string(layer.index);
+  Location at = loc(prefix);
+  // The module's embedding is the target's (DeepSeek's checkpoints repeat it under the
+  // module's prefix; vLLM and SGLang share it too).
+  Location embedLoc = loc("model.embed_tokens");
+  Value table = weight("model.embed_tokens.weight", {m.vocab, m.hidden}, embedLoc);
+  Value embedded = EmbeddingOp::create(b, embedLoc, activation({m.hidden}), next, table,
+                                       empty({m.hidden}, tokens, embedLoc))
+                       .getResult();
+  // eh_proj([enorm(embedding) | hnorm(hidden)]).
+  Value en = rmsNorm(embedded, prefix + ".enorm.weight", tokens, loc(prefix + ".enorm"));
+  Value hn = rmsNorm(finalHidden, prefix + ".hnorm.weight", tokens, loc(prefix + ".hnorm"));
+  Value both = ConcatOp::create(b, at, activation({2 * m.hidden}), en, hn,
+                                empty({2 * m.hidden}, tokens, at))
+                   .getResult();
+  Value h = linear(both, prefix + ".eh_proj", m.hidden, 2 * m.hidden, false, tokens);
+  buildDeepSeekLayer(layer, m.deepSeekMoeLayer(layer.index), h, positions, tokens);
+  Value last = GatherRowsOp::create(b, at, activation({m.hidden}), h, rows,
+                                    empty({m.hidden}, rowCount, at))
+                   .getResult();
+  Value normed = rmsNorm(last, prefix + ".shared_head.norm.weight", rowCount,
+                         loc(prefix + ".shared_head.norm"));
+  Value logits = linear(normed, prefix + ".shared_head.head", m.vocab, m.hidden, false,
+                        rowCount);
+  auto tokenType = RankedTensorType::get({ShapedType::kDynamic, 1}, b.getI32Type());
+  return ArgmaxOp::create(b, at, tokenType, logits,
+                          tensor::EmptyOp::create(b, at, tokenType, ValueRange{rowCount}))
+      .getResult();
+}
+
+
 
 uint64_t DenseDecoderBuilder::weightBytes() {
   uint64_t total = 0;
@@ -678,8 +763,9 @@ OwningOpRef<ModuleOp> kiln::import_detail::buildDenseDecoder(const ModelSpec &m,
                                                              MLIRContext *ctx,
                                                              const ImportOptions &options) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(FileLineColLoc::get(ctx, file, 1, 1));
-  DenseDecoderBuilder builder(m, file, ctx, *module);
-  builder.build();
+  DenseDecoderBuilder builder(m, file, ctx, *module, options);
+  if (failed(builder.build()))
+    return nullptr;
   setModuleConfig(*module, m, options, builder.weightBytes());
   if (failed(mlir::verify(*module)))
     return nullptr;

@@ -726,9 +726,11 @@ LogicalResult readDeepSeek(Reader &r, ModelSpec &m) {
                                         << " is implausibly large";
     return failure();
   }
+  m.firstKDense = firstDense;
+  m.moeLayerFreq = freq;
   for (int64_t i = 0; i < m.numLayers; ++i) {
     m.layers.push_back({LayerKind::mla, i, std::nullopt, std::nullopt});
-    bool moe = m.experts > 0 && i >= firstDense && i % freq == 0;
+    bool moe = m.deepSeekMoeLayer(i);
     m.layers.push_back({moe ? LayerKind::moe : LayerKind::mlp, i, std::nullopt,
                         std::nullopt});
   }

@@ -141,6 +141,12 @@ struct ModelSpec {
   // DeepSeek MLA: how the rope part rotates, and the scores' scale (yarn's mscale^2).
   RopeStyle ropeStyle = RopeStyle::rotate_half;
   double mlaSoftmaxScale = 0;
+  // DeepSeek's dense first layers and MoE frequency (an MTP module's layer is MoE or
+  // dense by the same rule as the target's).
+  int64_t firstKDense = 0, moeLayerFreq = 1;
+  bool deepSeekMoeLayer(int64_t i) const {
+    return experts > 0 && i >= firstKDense && i % moeLayerFreq == 0;
+  }
   std::set<int64_t> mlpOnlyLayers;
   bool isMoeLayer(int64_t i) const {
     return experts > 0 && topK > 0 && !mlpOnlyLayers.count(i) && (i + 1) % moeEvery == 0;

@@ -841,6 +841,26 @@ extern "C" int64_t kiln_rt_step_tokens(const kiln_rt_context_t *ctx) {
 
 // ---- inputs and outputs of compiled code ---------------------------------------------------
 
+namespace {
+// kiln_rt_output(DRAFT_TOKENS): an MTP module's draft at each logit row, [rows, 1] i32.
+kiln_status_t handDraftTokens(const Call &c, kiln_rt_context *ctx, const void *data,
+                              int64_t rows, int64_t cols) {
+  if (rows != ctx->numLogitRows || cols != 1)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "draft_tokens: [%lld, %lld], but the step asks for [%d, 1]",
+                   static_cast<long long>(rows), static_cast<long long>(cols),
+                   ctx->numLogitRows);
+  uint64_t bytes;
+  if (!product(&bytes, {rows, 4}))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "draft_tokens size overflows");
+  if (kiln_status_t s = checkRange(c, ctx, "draft_tokens", data, bytes, 4, false); s != KILN_OK)
+    return s;
+  ctx->draftTokens = data;
+  ctx->draftTokensGeneration = ctx->generation;
+  return KILN_OK;
+}
+} // namespace
+
 extern "C" void *kiln_rt_input(kiln_rt_context_t *ctx, int32_t which) {
   if (!ctx) {
     fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_input: context is null");
@@ -901,9 +921,12 @@ extern "C" int32_t kiln_rt_output(kiln_rt_context_t *ctx, int32_t which, const v
   auto run = [&]() -> kiln_status_t {
     if (!ctx->hasBatch)
       return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
+    if (which == KILN_RT_OUTPUT_DRAFT_TOKENS)
+      return handDraftTokens(c, ctx, data, rows, cols);
     if (which != KILN_RT_OUTPUT_LOGITS)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "output %d unknown (logits is %d)", which,
-                     KILN_RT_OUTPUT_LOGITS);
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "output %d unknown (logits is %d, draft_tokens %d)", which,
+                     KILN_RT_OUTPUT_LOGITS, KILN_RT_OUTPUT_DRAFT_TOKENS);
     if (rows != ctx->numLogitRows)
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "logits: %lld rows, but the step asks for %d logit rows",
@@ -994,6 +1017,38 @@ extern "C" kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *ou
   noteStreamIdle(ctx);
   std::memcpy(out, ctx->argmaxHost, rows * sizeof(int32_t));
   return kiln::kernels::ok();
+}
+
+extern "C" kiln_status_t kiln_rt_read_draft_tokens(kiln_rt_context_t *ctx, int32_t *out,
+                                                   int64_t rows) {
+  const char *fn = "kiln_rt_read_draft_tokens";
+  if (kiln_status_t s = checkResults(fn, ctx, rows); s != KILN_OK)
+    return s;
+  if (!out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
+  if (ctx->draftTokensGeneration != ctx->generation || !ctx->draftTokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: the step handed back no draft tokens (a model compiled without "
+                "--spec mtp:1)", fn);
+  if (ctx->dry) {
+    std::fill(out, out + rows, 0);
+    return kiln::kernels::ok();
+  }
+  Call c{fn};
+  cudaError_t e = cudaSetDevice(ctx->device);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(out, ctx->draftTokens, static_cast<size_t>(rows) * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, ctx->stream);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(ctx->stream);
+  if (e != cudaSuccess)
+    return noteCudaError(ctx, e, c.cuda(e, "copying the draft tokens to the host"));
+  noteStreamIdle(ctx);
+  return kiln::kernels::ok();
+}
+
+extern "C" int32_t kiln_rt_has_draft_tokens(const kiln_rt_context_t *ctx) {
+  return ctx && ctx->draftTokensGeneration == ctx->generation && ctx->draftTokens ? 1 : 0;
 }
 
 extern "C" kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t rows,

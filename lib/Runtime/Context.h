@@ -88,6 +88,7 @@ struct StepGraph {
   cudaGraphExec_t exec = nullptr;
   // The forward's host-side effects, restored on replay.
   const void *logits = nullptr;
+  const void *draftTokens = nullptr;
   int64_t logitRows = 0, logitCols = 0, opIndex = 0;
   int32_t lastAttention = -1;
   uint64_t launches = 0;
@@ -161,6 +162,9 @@ struct kiln_rt_context {
   const void *logits = nullptr;
   int64_t logitRows = 0, logitCols = 0;
   uint64_t logitsGeneration = ~0ull;
+  // An MTP module's draft token at each logit row ([rows, 1] i32), when the step has one.
+  const void *draftTokens = nullptr;
+  uint64_t draftTokensGeneration = ~0ull;
 
   // Sticky status of the step.
   kiln_status_t status = KILN_OK;

@@ -408,6 +408,74 @@ extern "C" int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, cons
                                     "kiln_swiglu_bf16"));
 }
 
+extern "C" int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b,
+                                  void *out, int64_t rows, int64_t cols_a, int64_t cols_b) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_concat")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s =
+            positive(c, {{"rows", rows}, {"cols_a", cols_a}, {"cols_b", cols_b}});
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("a", a, rows, cols_a), bf16("b", b, rows, cols_b),
+                                       bf16("out", out, rows, cols_a + cols_b, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_concat_bf16", out, rows, cols_a + cols_b, [&] {
+      return kiln_concat_bf16(a, b, out, rows, cols_a, cols_b, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_argmax(kiln_rt_context_t *ctx, const void *logits, void *out,
+                                  int64_t rows, int64_t cols) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_argmax")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"cols", cols}}); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("logits", logits, rows, cols),
+                                       {"out", out, bytesOf({rows, 4}), 4, true}});
+        s != KILN_OK)
+      return s;
+    return launchValidatedUntraced(c, ctx, "kiln_argmax_bf16", [&] {
+      return kiln_argmax_bf16(logits, static_cast<int32_t *>(out), rows, cols, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_next_tokens(kiln_rt_context_t *ctx, const void *ids,
+                                       const void *picks, const void *rows, void *out,
+                                       int64_t tokens, int64_t num_rows) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_next_tokens")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"num_rows", num_rows}});
+        s != KILN_OK)
+      return s;
+    if (tokens != ctx->tokens)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d",
+                     static_cast<long long>(tokens), ctx->tokens);
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {{"ids", ids, bytesOf({tokens, 4}), 4, false},
+                                       {"picks", picks, bytesOf({num_rows, 4}), 4, false},
+                                       {"rows", rows, bytesOf({num_rows, 4}), 4, false},
+                                       {"out", out, bytesOf({tokens, 4}), 4, true}});
+        s != KILN_OK)
+      return s;
+    if (ids == out)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "out aliases ids");
+    return launchValidatedUntraced(c, ctx, "kiln_next_tokens_i32", [&] {
+      return kiln_next_tokens_i32(static_cast<const int32_t *>(ids),
+                                  static_cast<const int32_t *>(picks),
+                                  static_cast<const int32_t *>(rows),
+                                  static_cast<int32_t *>(out), tokens, num_rows, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows,
                                        void *out, int64_t num_rows, int64_t dim,
                                        int64_t num_source_rows) {

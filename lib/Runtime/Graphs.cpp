@@ -32,6 +32,8 @@ void replayHostEffects(kiln_rt_context *ctx, const StepGraph &graph) {
   ctx->logitRows = graph.logitRows;
   ctx->logitCols = graph.logitCols;
   ctx->logitsGeneration = ctx->logits ? ctx->generation : ~0ull;
+  ctx->draftTokens = graph.draftTokens;
+  ctx->draftTokensGeneration = ctx->draftTokens ? ctx->generation : ~0ull;
   ctx->opIndex = graph.opIndex;
   ctx->lastAttention = graph.lastAttention;
   ctx->launches += graph.launches;
@@ -159,6 +161,8 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   graph.logits = ctx->logitsGeneration == ctx->generation ? ctx->logits : nullptr;
   graph.logitRows = ctx->logitRows;
   graph.logitCols = ctx->logitCols;
+  graph.draftTokens =
+      ctx->draftTokensGeneration == ctx->generation ? ctx->draftTokens : nullptr;
   graph.opIndex = ctx->opIndex;
   graph.lastAttention = ctx->lastAttention;
   graph.argmax = ctx->argmaxGeneration == ctx->generation;

@@ -69,6 +69,9 @@ struct kiln_model {
   // Host scratch of a step, sized at load (no allocation per step).
   std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax, oldLens;
   std::vector<int32_t> pendingPairs; // the step's {pending, buffer} per sequence
+  // MTP drafts (a model compiled with --spec mtp:1): the step's, by logit row, and the
+  // last call's, in the layout of its greedy tokens (-1 where none came).
+  std::vector<int32_t> stepDrafts, lastDrafts;
   std::vector<float> logits; // [max_logit_rows, vocab], sized on first use
   std::vector<Piece> pieces;
 };
@@ -442,6 +445,15 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     std::string message = kiln_last_error();
     return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
   }
+  const bool drafts = kiln_rt_has_draft_tokens(m->ctx) != 0;
+  if (drafts) {
+    m->stepDrafts.resize(static_cast<size_t>(numRows));
+    if (kiln_status_t s = kiln_rt_read_draft_tokens(m->ctx, m->stepDrafts.data(), numRows);
+        s != KILN_OK) {
+      std::string message = kiln_last_error();
+      return fail(s, "%s: %s step: %s", fn, kiln_rt_phase_name(phase), message.c_str());
+    }
+  }
   const int64_t vocab = mf.vocabSize;
   if (logitsOut) {
     m->logits.resize(static_cast<size_t>(numRows) * static_cast<size_t>(vocab));
@@ -472,6 +484,8 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
       const size_t dst = static_cast<size_t>(p.out) * perPiece + r;
       if (argmaxOut)
         argmaxOut[dst] = m->argmax[row];
+      if (drafts && dst < m->lastDrafts.size())
+        m->lastDrafts[dst] = m->stepDrafts[row];
       if (logitsOut)
         std::copy(m->logits.begin() + static_cast<size_t>(row) * vocab,
                   m->logits.begin() + static_cast<size_t>(row + 1) * vocab,
@@ -646,6 +660,19 @@ extern "C" kiln_rt_context_t *kiln_model_context(kiln_model_t *model) {
   return model ? model->ctx : nullptr;
 }
 
+extern "C" kiln_status_t kiln_model_last_drafts(const kiln_model_t *model, int32_t *drafts,
+                                                int32_t count) {
+  const char *fn = "kiln_model_last_drafts";
+  if (!model || !drafts)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: model or drafts is null", fn);
+  if (count < 0 || static_cast<size_t>(count) != model->lastDrafts.size())
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: count %d, but the last prefill/decode/extend handed back %zu results", fn,
+                count, model->lastDrafts.size());
+  std::copy(model->lastDrafts.begin(), model->lastDrafts.end(), drafts);
+  return kiln::kernels::ok();
+}
+
 extern "C" uint64_t kiln_model_steps(const kiln_model_t *model) {
   return model ? model->steps : 0;
 }
@@ -774,6 +801,7 @@ extern "C" kiln_status_t kiln_model_prefill(kiln_model_t *model, const int32_t *
     }
     Snapshot snapshot;
     snapshot.take(model, slots);
+    model->lastDrafts.assign(static_cast<size_t>(n), -1);
     kiln_status_t s = runChunked(fn, model, KILN_RT_PHASE_PREFILL, slots, prompts, prompt_lens,
                                  next_tokens, logits_host);
     if (s != KILN_OK) {
@@ -804,6 +832,7 @@ extern "C" kiln_status_t kiln_model_extend(kiln_model_t *model, const int32_t *s
                     fn, seq_ids[i], i, lens[i]);
     Snapshot snapshot;
     snapshot.take(model, slots);
+    model->lastDrafts.assign(static_cast<size_t>(n), -1);
     kiln_status_t s = runChunked(fn, model, KILN_RT_PHASE_EXTEND, slots, tokens, lens,
                                  last_argmax, logits_host);
     if (s != KILN_OK) {
@@ -843,6 +872,7 @@ extern "C" kiln_status_t kiln_model_decode(kiln_model_t *model, const int32_t *s
       return s;
     Snapshot snapshot;
     snapshot.take(model, slots);
+    model->lastDrafts.assign(static_cast<size_t>(n) * q_len, -1);
     std::vector<Piece> &step = model->pieces;
     for (int32_t first = 0; first < n; first += static_cast<int32_t>(perStep)) {
       const int32_t last = static_cast<int32_t>(std::min<int64_t>(n, first + perStep));

@@ -9,6 +9,7 @@
 #include "kiln/Registry/KernelRegistry.h"
 #include "kiln/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -37,9 +38,15 @@ KernelQuery describeOp(CachedOpInterface op, const ModuleConfig &config) {
 }
 
 /// Tokens per sequence a decode step of `op` verifies: 1 + drafts for the target
-/// model's layers under any speculation; draft layers decode one token at a time.
+/// model's layers under any speculation, and for draft layers inside the model's entry
+/// (an MTP module run after the target on the step's tokens, docs/mtp.md); other draft
+/// layers decode one token at a time.
 unsigned decodeQueryLen(CachedOpInterface op, SpecAttr spec) {
-  if (!spec || op.getDraftKind())
+  if (!spec)
+    return 1;
+  auto fn = op->getParentOfType<func::FuncOp>();
+  const bool inStep = fn && fn->hasAttr(KilnDialect::kEntryAttrName);
+  if (op.getDraftKind() && !inStep)
     return 1;
   return spec.getTokensPerStep();
 }

@@ -125,14 +125,6 @@ module {
 }
 
 // -----
-func.func @logits_rank(%ctx: !llvm.ptr {kiln.context}, %l: memref<4x8x16xbf16>) {
-  // expected-error @below {{'kiln.output' op logits must be a [rows, vocab] buffer, got 'memref<4x8x16xbf16>'}}
-  // expected-error @below {{failed to legalize operation 'kiln.output' that was explicitly marked illegal}}
-  kiln.output logits %l : memref<4x8x16xbf16>
-  return
-}
-
-// -----
 module {
   func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr) -> i32
   func.func @clash(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xbf16>, %o: memref<?x128xbf16>) {

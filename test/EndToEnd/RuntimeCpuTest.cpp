@@ -304,6 +304,59 @@ TEST(RuntimeCpu, MambaReplayValidation) {
   }
 }
 
+// The ops and the output of an MTP module run after the target (docs/mtp.md) on a dry
+// context: argmax, next_tokens and concat validate like every op; draft tokens come
+// back per logit row, and a step that hands none back says so.
+TEST(RuntimeCpu, MtpOpsValidation) {
+  Dry d;
+  Step verify(KILN_RT_PHASE_DECODE, {2, 2}, {10, 20}, 2); // 4 tokens, 4 logit rows
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &verify.b), KILN_OK) << lastError();
+  void *ids = kiln_rt_input(d.ctx, KILN_RT_INPUT_TOKEN_IDS);
+  void *rows = kiln_rt_input(d.ctx, KILN_RT_INPUT_LOGIT_ROWS);
+  char *logits = d.a(), *picks = d.a(1 << 16), *next = d.a(2 << 16), *both = d.a(3 << 16);
+  EXPECT_EQ(kiln_rt_argmax(d.ctx, logits, picks, 4, 512), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_next_tokens(d.ctx, ids, picks, rows, next, 4, 4), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_concat(d.ctx, d.a(4 << 16), d.a(5 << 16), both, 4, 256, 256), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, logits, 4, 512), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_DRAFT_TOKENS, picks, 4, 1), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_has_draft_tokens(d.ctx), 1);
+  int32_t drafts[4] = {9, 9, 9, 9};
+  EXPECT_EQ(kiln_rt_read_draft_tokens(d.ctx, drafts, 4), KILN_OK) << lastError();
+  EXPECT_EQ(drafts[3], 0); // dry: zeros
+
+  struct Case {
+    const char *what;
+    std::function<int32_t()> call;
+  };
+  std::vector<Case> cases = {
+      {"kiln_rt_next_tokens: op 1 of the decode step (before the first attention): tokens 3 "
+       "!= the step's 4",
+       [&] { return kiln_rt_next_tokens(d.ctx, ids, picks, rows, next, 3, 4); }},
+      {"out (offset 0 of the io region) is an output",
+       [&] { return kiln_rt_next_tokens(d.ctx, ids, picks, rows, ids, 4, 4); }},
+      {"cols_b 0", [&] { return kiln_rt_concat(d.ctx, d.a(), d.a(), both, 4, 256, 0); }},
+      {"draft_tokens: [3, 1], but the step asks for [4, 1]",
+       [&] { return kiln_rt_output(d.ctx, KILN_RT_OUTPUT_DRAFT_TOKENS, picks, 3, 1); }},
+      {"output 7 unknown (logits is 0, draft_tokens 1)",
+       [&] { return kiln_rt_output(d.ctx, 7, picks, 4, 1); }},
+  };
+  for (const Case &c : cases) {
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &verify.b), KILN_OK) << lastError();
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(c.call(), KILN_ERROR_INVALID_ARGUMENT) << c.what;
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
+  // A step whose forward hands back logits only has no drafts to read.
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &verify.b), KILN_OK) << lastError();
+  ASSERT_EQ(kiln_rt_output(d.ctx, KILN_RT_OUTPUT_LOGITS, logits, 4, 512), KILN_OK);
+  EXPECT_EQ(kiln_rt_has_draft_tokens(d.ctx), 0);
+  EXPECT_EQ(kiln_rt_read_draft_tokens(d.ctx, drafts, 4), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("handed back no draft tokens"), std::string::npos) << lastError();
+}
+
 TEST(RuntimeCpu, InputsAndRegions) {
   Dry d;
   Step s(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});

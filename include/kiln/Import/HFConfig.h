@@ -48,6 +48,10 @@ struct ImportOptions {
   /// Append one Eagle3 draft decoder layer with the target's attention shapes
   /// (`draft = #kiln<draft eagle3>`).
   bool eagle3Head = false;
+  /// Draft tokens a step asked of MTP (`--spec mtp:N`; 0: none). A whole-graph DeepSeek
+  /// model then runs its MTP module inside `@forward` after the target and hands back a
+  /// draft token a logit row (docs/mtp.md); its module drafts one token, so N must be 1.
+  unsigned mtpDrafts = 0;
   /// Name recorded in `#kiln.model`; empty: the file name without `.json`
   /// (and without a trailing `.config`).
   std::string modelName;

@@ -151,6 +151,18 @@ kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *rows, void *ou
 kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows, int64_t cols,
                                void *stream);
 
+/* out[r] = [a[r, 0:cols_a] | b[r, 0:cols_b]], bf16 rows (an MTP module's input). */
+kiln_status_t kiln_concat_bf16(const void *a, const void *b, void *out, int64_t rows,
+                               int64_t cols_a, int64_t cols_b, void *stream);
+
+/* The token after each token of a step (an MTP module's inputs, docs/mtp.md):
+ * out[t] = ids[t + 1] for t < tokens - 1 (out[tokens - 1] = ids[tokens - 1]), then
+ * out[rows[r]] = picks[r] for r < num_rows (a row outside [0, tokens) is skipped). All
+ * int32 device arrays; out must not alias ids. Two launches on the stream. */
+kiln_status_t kiln_next_tokens_i32(const int32_t *ids, const int32_t *picks,
+                                   const int32_t *rows, int32_t *out, int64_t tokens,
+                                   int64_t num_rows, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

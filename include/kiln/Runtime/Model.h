@@ -112,6 +112,12 @@ kiln_status_t kiln_model_extend(kiln_model_t *model, const int32_t *seq_ids, int
                                 const int32_t *const *tokens, const int32_t *lens,
                                 int32_t *last_argmax, float *logits_host);
 
+/* The MTP drafts of the last prefill, decode or extend call (a model compiled with
+ * --spec mtp:1, docs/mtp.md), in the layout of its greedy tokens ([n], or [n, q_len] for
+ * decode): at each position, the module's greedy guess of the token after the greedy
+ * token. -1 where the model hands back none. count must be that call's result count. */
+kiln_status_t kiln_model_last_drafts(const kiln_model_t *model, int32_t *drafts,
+                                     int32_t count);
 /* Forward calls made so far, and kernel launches of the context. */
 uint64_t kiln_model_steps(const kiln_model_t *model);
 

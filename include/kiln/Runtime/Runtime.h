@@ -173,6 +173,12 @@ int64_t kiln_rt_step_tokens(const kiln_rt_context_t *ctx);
  * (out [rows]) and the logits as float (out [rows, vocab]). Both synchronize the stream.
  * On a dry context they write zeros. */
 kiln_status_t kiln_rt_read_argmax(kiln_rt_context_t *ctx, int32_t *out, int64_t rows);
+/* After a forward that called kiln_rt_output(DRAFT_TOKENS) (a model compiled with
+ * --spec mtp:1, docs/mtp.md): the MTP module's greedy draft at every logit row, the token
+ * after the row's own prediction. Synchronizes the stream; zeros on a dry context. */
+kiln_status_t kiln_rt_read_draft_tokens(kiln_rt_context_t *ctx, int32_t *out, int64_t rows);
+/* 1 when the current step handed back draft tokens. */
+int32_t kiln_rt_has_draft_tokens(const kiln_rt_context_t *ctx);
 kiln_status_t kiln_rt_read_logits(kiln_rt_context_t *ctx, float *out, int64_t rows,
                                   int64_t cols);
 
@@ -311,6 +317,16 @@ int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *position
 int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
 int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
                        int64_t n);
+/* kiln.concat: out[r] = [a[r, 0:cols_a] | b[r, 0:cols_b]] (bf16). */
+int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b, void *out,
+                       int64_t rows, int64_t cols_a, int64_t cols_b);
+/* kiln.argmax: out[r] = argmax(logits[r, 0:cols]) (torch's ties), int32 [rows, 1]. */
+int32_t kiln_rt_argmax(kiln_rt_context_t *ctx, const void *logits, void *out, int64_t rows,
+                       int64_t cols);
+/* kiln.next_tokens: out[t] = ids[t + 1], then out[rows[r]] = picks[r] (int32; tokens of
+ * the step, num_rows logit rows). */
+int32_t kiln_rt_next_tokens(kiln_rt_context_t *ctx, const void *ids, const void *picks,
+                            const void *rows, void *out, int64_t tokens, int64_t num_rows);
 int32_t kiln_rt_gather_rows(kiln_rt_context_t *ctx, const void *x, const void *rows, void *out,
                             int64_t num_rows, int64_t dim, int64_t num_source_rows);
 /* A gated shared expert (kiln_sigmoid_gate_bf16): out[r, :] = bf16(sigmoid(bf16(x[r, :] .

@@ -394,6 +394,21 @@ struct ConvertKilnToRuntimeCallsPass
     if (failed(materializeBuffers(module)))
       return signalPassFailure();
 
+    // A compiled model's buffers are device memory: a copy between them would run on
+    // the host. Bufferization leaves one where an op writes into a tensor read later;
+    // every op must write a destination of its own (docs/overview.md). An embedder's
+    // module (no plan) keeps its copies: its buffers are its own business.
+    WalkResult copies = module.walk([&](memref::CopyOp copy) {
+      if (!isModel)
+        return WalkResult::advance();
+      copy.emitError() << "a copy between the step's buffers has no runtime call (an op "
+                          "writes into a tensor that is read later); give it a "
+                          "destination of its own";
+      return WalkResult::interrupt();
+    });
+    if (copies.wasInterrupted())
+      return signalPassFailure();
+
     ConversionTarget target(getContext());
     target.addLegalDialect<func::FuncDialect, arith::ArithDialect, memref::MemRefDialect,
                            LLVM::LLVMDialect>();

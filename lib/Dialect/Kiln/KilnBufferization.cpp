@@ -60,7 +60,7 @@ void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &regist
   registry.addExtension(+[](MLIRContext *context, KilnDialect *) {
     attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp,
                                  AddOp, SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, GatedRmsNormOp,
-                                 ActivationOp, CachedAttentionOp, CachedMlaAttentionOp,
+                                 ActivationOp, ArgmaxOp, NextTokensOp, ConcatOp, CachedAttentionOp, CachedMlaAttentionOp,
                                  CachedSsmOp, CachedCausalConvOp>(context);
     WeightRefOp::attachInterface<WeightRefModel>(*context);
   });

@@ -1172,6 +1172,9 @@ KILN_COMPUTE_EFFECTS(MoeOp)
 KILN_COMPUTE_EFFECTS(SigmoidGateOp)
 KILN_COMPUTE_EFFECTS(GatedRmsNormOp)
 KILN_COMPUTE_EFFECTS(ActivationOp)
+KILN_COMPUTE_EFFECTS(ArgmaxOp)
+KILN_COMPUTE_EFFECTS(ConcatOp)
+KILN_COMPUTE_EFFECTS(NextTokensOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1608,6 +1611,79 @@ FailureOr<RuntimeCall> GatherRowsOp::getRuntimeCall() {
                       RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 0)}};
 }
 
+LogicalResult ConcatOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "lhs", getLhs(), 2)) ||
+      failed(checkRank(op, "rhs", getRhs(), 2)) || failed(checkRank(op, "init", getInit(), 2)))
+    return failure();
+  Type element = shapedOf(getLhs()).getElementType();
+  int64_t a = sizeOf(getLhs(), 1), b = sizeOf(getRhs(), 1);
+  if (failed(checkElementType(op, "rhs", getRhs(), element)) ||
+      failed(checkElementType(op, "init", getInit(), element)) ||
+      failed(checkDimEquals(op, "rhs", getRhs(), 0, sizeOf(getLhs(), 0), "the row count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getLhs(), 0), "the row count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1,
+                            ShapedType::isDynamic(a) || ShapedType::isDynamic(b)
+                                ? ShapedType::kDynamic
+                                : a + b,
+                            "the two widths")))
+    return failure();
+  return success();
+}
+FailureOr<RuntimeCall> ConcatOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_concat",
+                     {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getLhs(), 0),
+                      RuntimeArg::dim(getLhs(), 1), RuntimeArg::dim(getRhs(), 1)}};
+}
+
+LogicalResult ArgmaxOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "logits", getLogits(), 2)) ||
+      failed(checkRank(op, "init", getInit(), 2)) ||
+      failed(checkElementType(op, "init", getInit(), i32Type(op))) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getLogits(), 0), "the row count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, 1, "one token a row")))
+    return failure();
+  if (!shapedOf(getLogits()).getElementType().isBF16())
+    return emitOpError() << "'logits' must be bf16, got " << getLogits().getType();
+  return success();
+}
+FailureOr<RuntimeCall> ArgmaxOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_argmax",
+                     {RuntimeArg::pointer(getLogits()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getLogits(), 0), RuntimeArg::dim(getLogits(), 1)}};
+}
+
+LogicalResult NextTokensOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "ids", getIds(), 1)) ||
+      failed(checkRank(op, "picks", getPicks(), 2)) ||
+      failed(checkRank(op, "rows", getRows(), 1)) ||
+      failed(checkRank(op, "init", getInit(), 1)) ||
+      failed(checkElementType(op, "ids", getIds(), i32Type(op))) ||
+      failed(checkElementType(op, "picks", getPicks(), i32Type(op))) ||
+      failed(checkElementType(op, "rows", getRows(), i32Type(op))) ||
+      failed(checkElementType(op, "init", getInit(), i32Type(op))) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getIds(), 0), "the token count")) ||
+      failed(checkDimEquals(op, "picks", getPicks(), 0, sizeOf(getRows(), 0), "the row count")) ||
+      failed(checkDimEquals(op, "picks", getPicks(), 1, 1, "one token a row")))
+    return failure();
+  return success();
+}
+FailureOr<RuntimeCall> NextTokensOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_next_tokens",
+                     {RuntimeArg::pointer(getIds()), RuntimeArg::pointer(getPicks()),
+                      RuntimeArg::pointer(getRows()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getIds(), 0), RuntimeArg::dim(getRows(), 0)}};
+}
+
 //===----------------------------------------------------------------------===//
 // Weights and step buffers
 //===----------------------------------------------------------------------===//
@@ -1676,10 +1752,17 @@ LogicalResult BufferFromPointerOp::verify() {
 // Records where the step's result is; launches nothing.
 uint64_t OutputOp::getMaxDecodeLaunches() { return 0; }
 
-FailureOr<RuntimeCall> OutputOp::getRuntimeCall() {
+LogicalResult OutputOp::verify() {
   auto type = cast<MemRefType>(getBuffer().getType());
-  if (type.getRank() != 2)
+  if (getKind() == OutputKind::logits && type.getRank() != 2)
     return emitOpError() << "logits must be a [rows, vocab] buffer, got " << type;
+  if (getKind() == OutputKind::draft_tokens &&
+      (type.getRank() != 2 || type.getDimSize(1) != 1 || !type.getElementType().isInteger(32)))
+    return emitOpError() << "draft tokens must be a [rows, 1] i32 buffer, got " << type;
+  return success();
+}
+
+FailureOr<RuntimeCall> OutputOp::getRuntimeCall() {
   return RuntimeCall{"kiln_rt_output",
                      {RuntimeArg::i32(static_cast<int64_t>(getKind())),
                       RuntimeArg::pointer(getBuffer()), RuntimeArg::dim(getBuffer(), 0),

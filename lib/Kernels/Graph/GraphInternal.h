@@ -50,6 +50,11 @@ cudaError_t launchActivation(const void *x, void *out, int64_t n, int kind,
                              cudaStream_t stream);
 cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, void *out,
                               int64_t rows, int64_t dim, int64_t cols, cudaStream_t stream);
+cudaError_t launchConcat(const void *a, const void *b, void *out, int64_t rows, int64_t colsA,
+                         int64_t colsB, cudaStream_t stream);
+cudaError_t launchNextTokens(const int32_t *ids, const int32_t *picks, const int32_t *rows,
+                             int32_t *out, int64_t tokens, int64_t numRows,
+                             cudaStream_t stream);
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,
                          cudaStream_t stream);
 

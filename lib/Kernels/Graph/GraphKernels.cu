@@ -1007,6 +1007,58 @@ cudaError_t launchActivation(const void *x, void *out, int64_t n, int kind,
   return cudaGetLastError();
 }
 
+namespace {
+// One element a thread: out[r, c] from a's or b's row (a plain copy, memory-bound).
+__global__ void concatKernel(const uint16_t *__restrict__ a, const uint16_t *__restrict__ b,
+                             uint16_t *__restrict__ out, int64_t rows, int64_t colsA,
+                             int64_t colsB) {
+  const int64_t width = colsA + colsB, total = rows * width;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / width, c = i % width;
+    out[i] = c < colsA ? a[r * colsA + c] : b[r * colsB + (c - colsA)];
+  }
+}
+
+__global__ void shiftTokensKernel(const int32_t *__restrict__ ids, int32_t *__restrict__ out,
+                                  int64_t tokens) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[t] = ids[t + 1 < tokens ? t + 1 : t];
+}
+__global__ void scatterPicksKernel(const int32_t *__restrict__ picks,
+                                   const int32_t *__restrict__ rows, int32_t *__restrict__ out,
+                                   int64_t tokens, int64_t numRows) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < numRows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t t = rows[r];
+    if (t >= 0 && t < tokens)
+      out[t] = picks[r];
+  }
+}
+} // namespace
+
+cudaError_t launchConcat(const void *a, const void *b, void *out, int64_t rows, int64_t colsA,
+                         int64_t colsB, cudaStream_t stream) {
+  constexpr int threads = 256;
+  concatKernel<<<gridFor(rows * (colsA + colsB), threads), threads, 0, stream>>>(
+      static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b),
+      static_cast<uint16_t *>(out), rows, colsA, colsB);
+  return cudaGetLastError();
+}
+
+cudaError_t launchNextTokens(const int32_t *ids, const int32_t *picks, const int32_t *rows,
+                             int32_t *out, int64_t tokens, int64_t numRows,
+                             cudaStream_t stream) {
+  constexpr int threads = 256;
+  shiftTokensKernel<<<gridFor(tokens, threads), threads, 0, stream>>>(ids, out, tokens);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || numRows == 0)
+    return e;
+  scatterPicksKernel<<<gridFor(numRows, threads), threads, 0, stream>>>(picks, rows, out,
+                                                                       tokens, numRows);
+  return cudaGetLastError();
+}
+
 cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t cols,
                          cudaStream_t stream) {
   const auto *pl = static_cast<const uint16_t *>(logits);

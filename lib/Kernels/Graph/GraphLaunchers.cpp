@@ -357,6 +357,37 @@ extern "C" kiln_status_t kiln_activation_bf16(const void *x, void *out, int64_t 
   return launched(c.kernel, launchActivation(x, out, n, kind, asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_concat_bf16(const void *a, const void *b, void *out,
+                                          int64_t rows, int64_t cols_a, int64_t cols_b,
+                                          void *stream) {
+  Checker c{"kiln_concat_bf16"};
+  if (!c.notNull(a, "a") || !c.notNull(b, "b") || !c.notNull(out, "out") ||
+      !c.elementAligned(a, 2, "a") || !c.elementAligned(b, 2, "b") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(rows, "rows") ||
+      !c.positive(cols_a, "cols_a") || !c.positive(cols_b, "cols_b") ||
+      !c.sizeFits(rows, cols_a + cols_b, "out"))
+    return c.status;
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel, launchConcat(a, b, out, rows, cols_a, cols_b, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_next_tokens_i32(const int32_t *ids, const int32_t *picks,
+                                              const int32_t *rows, int32_t *out,
+                                              int64_t tokens, int64_t num_rows, void *stream) {
+  Checker c{"kiln_next_tokens_i32"};
+  if (!c.notNull(ids, "ids") || !c.notNull(out, "out") || !c.nonNegative(tokens, "tokens") ||
+      !c.nonNegative(num_rows, "num_rows") ||
+      (num_rows > 0 && (!c.notNull(picks, "picks") || !c.notNull(rows, "rows"))))
+    return c.status;
+  if (ids == out)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out aliases ids", c.kernel);
+  if (tokens == 0)
+    return ok();
+  return launched(c.kernel,
+                  launchNextTokens(ids, picks, rows, out, tokens, num_rows, asStream(stream)));
+}
+
 extern "C" kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int64_t rows,
                                           int64_t cols, void *stream) {
   Checker c{"kiln_argmax_bf16"};

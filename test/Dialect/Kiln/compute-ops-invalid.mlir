@@ -567,3 +567,65 @@ func.func @f(%x: tensor<4x256xbf16>) {
   %0 = kiln.activation relu2 ins(%x : tensor<4x256xbf16>) outs(%e : tensor<4x128xbf16>) -> tensor<4x128xbf16>
   return
 }
+
+// -----
+func.func @f(%l: tensor<4x512xbf16>) {
+  %e = tensor.empty() : tensor<4x2xi32>
+  // expected-error @below {{dimension 1 of 'init' (2) must equal one token a row (1)}}
+  %0 = kiln.argmax ins(%l : tensor<4x512xbf16>) outs(%e : tensor<4x2xi32>) -> tensor<4x2xi32>
+  return
+}
+
+// -----
+func.func @f(%l: tensor<4x512xf32>) {
+  %e = tensor.empty() : tensor<4x1xi32>
+  // expected-error @below {{'logits' must be bf16, got 'tensor<4x512xf32>'}}
+  %0 = kiln.argmax ins(%l : tensor<4x512xf32>) outs(%e : tensor<4x1xi32>) -> tensor<4x1xi32>
+  return
+}
+
+// -----
+func.func @f(%ids: tensor<8xi32>, %p: tensor<3x1xi32>, %rows: tensor<2xi32>) {
+  %e = tensor.empty() : tensor<8xi32>
+  // expected-error @below {{dimension 0 of 'picks' (3) must equal the row count (2)}}
+  %0 = kiln.next_tokens ins(%ids, %p, %rows : tensor<8xi32>, tensor<3x1xi32>, tensor<2xi32>) outs(%e : tensor<8xi32>) -> tensor<8xi32>
+  return
+}
+
+// -----
+func.func @f(%ids: tensor<8xi32>, %p: tensor<2x1xi32>, %rows: tensor<2xi32>) {
+  %e = tensor.empty() : tensor<7xi32>
+  // expected-error @below {{dimension 0 of 'init' (7) must equal the token count (8)}}
+  %0 = kiln.next_tokens ins(%ids, %p, %rows : tensor<8xi32>, tensor<2x1xi32>, tensor<2xi32>) outs(%e : tensor<7xi32>) -> tensor<7xi32>
+  return
+}
+
+// -----
+func.func @f(%a: tensor<4x64xbf16>, %b: tensor<4x32xbf16>) {
+  %e = tensor.empty() : tensor<4x128xbf16>
+  // expected-error @below {{dimension 1 of 'init' (128) must equal the two widths (96)}}
+  %0 = kiln.concat ins(%a, %b : tensor<4x64xbf16>, tensor<4x32xbf16>) outs(%e : tensor<4x128xbf16>) -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%a: tensor<4x64xbf16>, %b: tensor<3x64xbf16>) {
+  %e = tensor.empty() : tensor<4x128xbf16>
+  // expected-error @below {{dimension 0 of 'rhs' (3) must equal the row count (4)}}
+  %0 = kiln.concat ins(%a, %b : tensor<4x64xbf16>, tensor<3x64xbf16>) outs(%e : tensor<4x128xbf16>) -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%d: memref<4x2xi32>) {
+  // expected-error @below {{draft tokens must be a [rows, 1] i32 buffer, got 'memref<4x2xi32>'}}
+  kiln.output draft_tokens %d : memref<4x2xi32>
+  return
+}
+
+// -----
+func.func @f(%l: memref<4x8x16xbf16>) {
+  // expected-error @below {{logits must be a [rows, vocab] buffer, got 'memref<4x8x16xbf16>'}}
+  kiln.output logits %l : memref<4x8x16xbf16>
+  return
+}

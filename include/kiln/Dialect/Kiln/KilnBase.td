@@ -171,7 +171,8 @@ def Kiln_InputKindAttr : EnumAttr<Kiln_Dialect, Kiln_InputKind, "input">;
 
 // The values match KILN_RT_OUTPUT_* of include/kiln/Runtime/ABI.def.
 def Kiln_OutputKind : Kiln_I32Enum<"OutputKind", "what a compiled model hands back", [
-  I32EnumAttrCase<"logits", 0>
+  I32EnumAttrCase<"logits", 0>,
+  I32EnumAttrCase<"draft_tokens", 1>  // an MTP module's greedy draft at each logit row
 ]>;
 def Kiln_OutputKindAttr : EnumAttr<Kiln_Dialect, Kiln_OutputKind, "output">;
 

@@ -653,6 +653,44 @@ def Kiln_GatherRowsOp : Kiln_BinaryComputeOp<"gather_rows", "input", "rows"> {
   let arguments = (ins AnyShaped:$input, AnyShaped:$rows, AnyShaped:$init);
 }
 
+def Kiln_ConcatOp : Kiln_BinaryComputeOp<"concat", "lhs", "rhs"> {
+  let summary = "rows joined side by side (an MTP module's [embedding | hidden])";
+  let description = [{
+    `out[r, :] = [lhs[r, :] | rhs[r, :]]`: `lhs: [rows, a]`, `rhs: [rows, b]`,
+    `out: [rows, a + b]`, one element type.
+  }];
+  let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$init);
+}
+
+def Kiln_ArgmaxOp : Kiln_ComputeOp<"argmax"> {
+  let summary = "each row's greedy token (inside the step, for an MTP module's input)";
+  let description = [{
+    `out[r, 0] = argmax(logits[r, :])` with torch.argmax's ties (the smallest index):
+    the token the runtime's own argmax of the logits gives. `out: [rows, 1] i32`.
+  }];
+  let arguments = (ins AnyShaped:$logits, AnyShaped:$init);
+  let assemblyFormat = [{
+    `ins` `(` $logits `:` type($logits) `)` `outs` `(` $init `:` type($init) `)`
+    attr-dict (`->` type($result)^)?
+  }];
+}
+
+def Kiln_NextTokensOp : Kiln_ComputeOp<"next_tokens"> {
+  let summary = "the token after each token of the step (an MTP module's input tokens)";
+  let description = [{
+    `out[t] = ids[t + 1]` (the step's next token, the next sequence's first one for a
+    sequence's last), then `out[rows[r]] = picks[r, 0]` for every logit row: where the
+    model predicts the next token, the prediction wins (every token of a decode or
+    verify step; a prompt's last token). `ids, out: [tokens] i32`, `picks: [rows, 1]
+    i32` (kiln.argmax of the logits), `rows: [rows] i32`.
+  }];
+  let arguments = (ins AnyShaped:$ids, AnyShaped:$picks, AnyShaped:$rows, AnyShaped:$init);
+  let assemblyFormat = [{
+    `ins` `(` $ids `,` $picks `,` $rows `:` type($ids) `,` type($picks) `,` type($rows) `)`
+    `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Weights
 //===----------------------------------------------------------------------===//
@@ -711,10 +749,15 @@ def Kiln_InputOp : Kiln_Op<"input", [Pure]> {
 def Kiln_OutputOp : Kiln_Op<"output", [
     DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>,
     MemoryEffects<[MemWrite]>]> {
-  let summary = "hands a result of the step (the logits) to the runtime";
+  let summary = "hands a result of the step (the logits, draft tokens) to the runtime";
+  let description = [{
+    `logits`: `[rows, vocab]`; `draft_tokens`: `[rows, 1] i32` (an MTP module's greedy
+    draft at each logit row).
+  }];
   let arguments = (ins Kiln_OutputKindAttr:$kind,
                        Arg<AnyMemRef, "the buffer handed over", [MemRead]>:$buffer);
   let assemblyFormat = "$kind $buffer attr-dict `:` type($buffer)";
+  let hasVerifier = 1;
 }
 
 def Kiln_ActivationBufferOp : Kiln_Op<"activation_buffer", [Pure]> {
