@@ -23,8 +23,8 @@ namespace {
 
 const char *kUsage =
     "usage: kiln-run MODEL.so --weights DIR --prompts FILE --max-new-tokens N\n"
-    "                [--spec ngram:K | --draft-model DRAFT.so --draft-weights DIR "
-    "--spec draft:K]\n"
+    "                [--spec ngram:K | --spec mtp:1 | --draft-model DRAFT.so "
+    "--draft-weights DIR --spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
     "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--check-launches]\n"
     "                [--trace DIR] [--dry]\n"
@@ -33,6 +33,8 @@ const char *kUsage =
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
     "  --spec ngram:K         verify K n-gram (prompt-lookup) proposals per step\n"
     "  --spec draft:K         K proposals of a draft model (--draft-model/--draft-weights)\n"
+    "  --spec mtp:1           the model's own MTP module proposes one token a step (a\n"
+    "                         DeepSeek model compiled with --spec mtp:1; docs/mtp.md)\n"
     "  --json OUT             results: outputs, tokens/s, acceptance, memory\n"
     "  --logits OUT.bin       float32 [prompts, vocab] logits of the prefill step\n"
     "  --teacher-forced REF   {\"continuations\": [[ids...] per prompt]}: feed the reference\n"
@@ -59,7 +61,7 @@ struct Options {
   kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool checkLaunches = false;
   bool dry = false;
-  enum class Spec { None, Ngram, Draft } spec = Spec::None;
+  enum class Spec { None, Ngram, Draft, Mtp } spec = Spec::None;
   int k = 0;
 };
 
@@ -156,7 +158,7 @@ Options parseOptions(int argc, char **argv) {
     size_t colon = spec.find(':');
     std::string kind = spec.substr(0, colon);
     if (colon == std::string::npos)
-      die("--spec " + spec + ": expected ngram:K or draft:K");
+      die("--spec " + spec + ": expected ngram:K, draft:K or mtp:1");
     o.k = parseInt(spec.substr(colon + 1), "--spec K");
     if (o.k < 1)
       die("--spec " + spec + ": K must be >= 1");
@@ -164,8 +166,12 @@ Options parseOptions(int argc, char **argv) {
       o.spec = Options::Spec::Ngram;
     else if (kind == "draft")
       o.spec = Options::Spec::Draft;
+    else if (kind == "mtp")
+      o.spec = Options::Spec::Mtp;
     else
-      die("--spec " + spec + ": unknown kind '" + kind + "' (ngram or draft)");
+      die("--spec " + spec + ": unknown kind '" + kind + "' (ngram, draft or mtp)");
+    if (o.spec == Options::Spec::Mtp && o.k != 1)
+      die("--spec " + spec + ": DeepSeek's MTP module drafts one token a step; use mtp:1");
   }
   if (o.spec == Options::Spec::Draft && (o.draftModel.empty() || (!o.dry && o.draftWeights.empty())))
     die("--spec draft:K needs --draft-model DRAFT.so and --draft-weights DIR");
@@ -401,6 +407,17 @@ void generate(const Options &o, Model &target, Model *draft,
     return;
   for (size_t i = 0; i < n; ++i)
     r.outputs[i].push_back(next[i]);
+  // MTP: the module's guess of the token after each sequence's last token, refreshed by
+  // every step (kiln_model_last_drafts).
+  const bool mtp = o.spec == Options::Spec::Mtp;
+  std::vector<int32_t> mtpDraft(n, -1);
+  if (mtp) {
+    check(kiln_model_last_drafts(target.model, mtpDraft.data(), static_cast<int32_t>(n)),
+          "MTP drafts of the prefill");
+    if (std::find(mtpDraft.begin(), mtpDraft.end(), -1) != mtpDraft.end())
+      die("--spec mtp:1: " + o.model + " hands back no MTP drafts (compile it with "
+          "--spec mtp:1)");
+  }
 
   // Draft model: its own sequences, prefilled with the prompts; `pending` holds the
   // tokens it has not seen yet (the last one is the target's last token).
@@ -444,7 +461,10 @@ void generate(const Options &o, Model &target, Model *draft,
       targetLen[j] = target.len(active[j]);
       tokens[static_cast<size_t>(j) * q] = r.outputs[active[j]].back();
     }
-    if (k > 0 && o.spec == Options::Spec::Ngram) {
+    if (k > 0 && mtp) {
+      for (int32_t j = 0; j < m; ++j)
+        drafts[static_cast<size_t>(j)] = mtpDraft[active[j]];
+    } else if (k > 0 && o.spec == Options::Spec::Ngram) {
       std::vector<int32_t> history;
       for (int32_t j = 0; j < m; ++j) {
         const size_t i = active[j];
@@ -485,6 +505,12 @@ void generate(const Options &o, Model &target, Model *draft,
     check(kiln_model_decode(target.model, ids.data(), m, tokens.data(), q, argmax.data(), nullptr),
           k > 0 ? "verify step (decode)" : "decode step");
     ++r.steps;
+    std::vector<int32_t> stepMtp;
+    if (mtp) {
+      stepMtp.resize(static_cast<size_t>(m) * q);
+      check(kiln_model_last_drafts(target.model, stepMtp.data(), m * q),
+            "MTP drafts of the step");
+    }
     for (int32_t j = 0; j < m; ++j) {
       const size_t i = active[j];
       const int32_t *row = &argmax[static_cast<size_t>(j) * q];
@@ -498,6 +524,10 @@ void generate(const Options &o, Model &target, Model *draft,
       fresh.resize(std::min(fresh.size(), room));
       r.outputs[i].insert(r.outputs[i].end(), fresh.begin(), fresh.end());
       r.decodeTokens += static_cast<int64_t>(fresh.size());
+      // The module ran at every position of the step: at the last accepted one it
+      // guessed the token after the bonus token, the next step's draft.
+      if (mtp)
+        mtpDraft[i] = stepMtp[static_cast<size_t>(j) * q + a];
       if (k > 0) {
         // The cache keeps [last, accepted drafts]; the bonus token is the next "last".
         check(kiln_model_truncate(target.model, ids[j], targetLen[j] + 1 + a),
@@ -577,6 +607,7 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   s += "],\n";
   const char *spec = o.spec == Options::Spec::Ngram   ? "ngram"
                      : o.spec == Options::Spec::Draft ? "draft"
+                     : o.spec == Options::Spec::Mtp   ? "mtp"
                                                       : "none";
   s += "  \"spec\": \"" + std::string(spec) + (o.k ? ":" + std::to_string(o.k) : "") + "\",\n";
   s += "  \"prompt_tokens\": " + std::to_string(r.promptTokens) + ",\n";
@@ -661,7 +692,9 @@ int run(int argc, char **argv) {
           " differs from the target's " + std::to_string(target.info.vocab_size));
   }
   if (o.spec != Options::Spec::None && target.info.max_draft_len < o.k)
-    die("--spec " + std::string(o.spec == Options::Spec::Ngram ? "ngram:" : "draft:") +
+    die("--spec " + std::string(o.spec == Options::Spec::Ngram   ? "ngram:"
+                                : o.spec == Options::Spec::Mtp ? "mtp:"
+                                                               : "draft:") +
         std::to_string(o.k) + " verifies " + std::to_string(o.k) +
         " drafts per step, but " + o.model + " was compiled with max_draft_len " +
         std::to_string(target.info.max_draft_len) + " (compile it for >= " +

@@ -33,7 +33,7 @@ StringRef dtypeName(Type type) {
 std::pair<int64_t, int64_t> modelWidths(ModuleOp module) {
   int64_t vocab = 0, hidden = 0;
   module.walk([&](Operation *op) {
-    if (auto output = dyn_cast<OutputOp>(op))
+    if (auto output = dyn_cast<OutputOp>(op); output && output.getKind() == OutputKind::logits)
       vocab = cast<ShapedType>(output.getBuffer().getType()).getDimSize(1);
     if (auto embedding = dyn_cast<EmbeddingOp>(op))
       hidden = cast<ShapedType>(embedding.getTable().getType()).getDimSize(1);
