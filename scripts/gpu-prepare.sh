@@ -22,6 +22,9 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   tiny "$config" ngram:4 "$family-ngram"
   tiny "$config" draft:4 "$family-draft"
   tiny "${config%.json}-draft.json" none "$family-draftmodel"
+  # DeepSeek with an MTP module (docs/mtp.md): the target plus its module, --spec mtp:1.
+  mtp="${config%.json}-mtp.json"
+  [ -f "$mtp" ] && tiny "$mtp" mtp:1 "$family-mtp"
   # Mamba2 families: the same speculation in replay mode (docs/replay.md).
   if grep -q '"hybrid_override_pattern"' "$config"; then
     tiny "$config" ngram:4 "$family-replayngram" --ssm-mode replay

@@ -5,6 +5,11 @@ For every family (a `<family>-tiny.json` in --configs) this writes, under --out:
   <family>/          the target model: config.json + model.safetensors (save_pretrained)
   <family>/prompts.txt   the prompts, one a line, space-separated token ids
   <family>-draft/    the 1-layer draft model of `<family>-tiny-draft.json`
+  <family>-mtp/      with a `<family>-tiny-mtp.json` (DeepSeek): the target plus one MTP
+                     module (layer N = num_hidden_layers) in one model.safetensors; its
+                     decoder layer is a copy of layer N - 1 (the parity test's reference
+                     module reuses that layer), enorm/hnorm/eh_proj are drawn here, the
+                     shared head is the target's final norm and lm_head (docs/mtp.md)
   manifest.json      what was built, with the library versions
 
 Weights are drawn here with one seeded generator rather than left to transformers'
@@ -169,6 +174,32 @@ def save(model, directory):
     model.save_pretrained(str(directory), safe_serialization=True)
 
 
+@torch.no_grad()
+def make_mtp(target_dir, mtp_config_path, out_dir, std, seed):
+    """The target's checkpoint plus MTP module N (see the module docstring)."""
+    from safetensors.torch import load_file, save_file
+    fields = json.loads(Path(mtp_config_path).read_text())
+    n = fields["num_hidden_layers"]
+    tensors = load_file(str(Path(target_dir) / "model.safetensors"))
+    hidden = tensors["model.embed_tokens.weight"].shape[1]
+    source = f"model.layers.{n - 1}."
+    for name in [k for k in tensors if k.startswith(source)]:
+        tensors[f"model.layers.{n}." + name[len(source):]] = tensors[name].clone()
+    gen = torch.Generator().manual_seed(seed + 1)
+    mtp = f"model.layers.{n}."
+    for norm in ("enorm", "hnorm"):
+        tensors[mtp + norm + ".weight"] = (
+            1.0 + NORM_JITTER * torch.randn(hidden, generator=gen)).to(torch.bfloat16)
+    tensors[mtp + "eh_proj.weight"] = (
+        std * torch.randn(hidden, 2 * hidden, generator=gen)).to(torch.bfloat16)
+    tensors[mtp + "shared_head.norm.weight"] = tensors["model.norm.weight"].clone()
+    tensors[mtp + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
+
+
 def make_family(family, configs, out, seed, device):
     target_config = load_config(configs / f"{family}-tiny.json")
     draft_path = configs / f"{family}-tiny-draft.json"
@@ -182,6 +213,11 @@ def make_family(family, configs, out, seed, device):
 
     entry = {"target": str(out / family), "prompts": [len(p) for p in prompts],
              "parameters": sum(p.numel() for p in target.parameters())}
+    mtp_path = configs / f"{family}-tiny-mtp.json"
+    if mtp_path.exists():
+        make_mtp(out / family, mtp_path, out / f"{family}-mtp",
+                 target_config.initializer_range, seed)
+        entry["mtp"] = str(out / f"{family}-mtp")
     if draft_path.exists():
         draft = make_draft(target, load_config(draft_path), device)
         save(draft, out / f"{family}-draft")

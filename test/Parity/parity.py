@@ -17,6 +17,11 @@ For every family built by make_models.py:
               ngram      <family>-ngram.so --spec ngram:4
               replayngram, replaydraft  (Mamba2 families) the same with --ssm-mode replay:
                          <family>-replayngram.so / -replaydraft.so (docs/replay.md)
+              mtp        (DeepSeek, with configs/<family>-tiny-mtp.json) <family>-mtp.so
+                         --spec mtp:1 on <family>-mtp/ (the target plus an MTP module):
+                         lossless, and every guess of the module equals a PyTorch
+                         reference of it written here (transformers does not run MTP
+                         modules; docs/mtp.md)
               draft      <family>-draft.so + the 1-layer draft model --spec draft:4
               selfdraft  <family>-draft.so + the target itself as draft (nearly every
                          draft accepted: the full-accept path, where `draft` mostly
@@ -64,6 +69,7 @@ Usage: python3 test/Parity/parity.py --models DIR --so-dir .carry/models \
            --kiln-run BUILD/bin/kiln-run --lib-dir BUILD/lib --out OUT
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -79,7 +85,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
                          use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
-             "fp8ngram", "replayngram", "replaydraft"]
+             "fp8ngram", "replayngram", "replaydraft", "mtp"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
                "fp8 for mla_attention layers)")
@@ -91,7 +97,7 @@ UNSUPPORTED_MODES = {
     "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
     "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
 }
-SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft"}
+SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft", "mtp"}
 # The SSM layers' replay mode (--ssm-mode replay); families without Mamba2 layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
@@ -349,9 +355,10 @@ def mode_command(mode, family, work, args):
     so = {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
           "draft": "draft", "selfdraft": "draft", "fp8": "fp8nospec", "fp8tf": "fp8nospec",
           "fp8ngram": "fp8ngram", "replayngram": "replayngram",
-          "replaydraft": "replaydraft"}[mode]
+          "replaydraft": "replaydraft", "mtp": "mtp"}[mode]
     model_so = args.so_dir / f"{family}-{so}.so"
-    cmd = [str(args.kiln_run), str(model_so), "--weights", str(args.models / family),
+    weights = args.models / (f"{family}-mtp" if mode == "mtp" else family)
+    cmd = [str(args.kiln_run), str(model_so), "--weights", str(weights),
            "--prompts", str(work / "prompts.txt"),
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
@@ -364,6 +371,8 @@ def mode_command(mode, family, work, args):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
     elif mode in ("ngram", "fp8ngram", "replayngram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
+    elif mode == "mtp":
+        cmd += ["--spec", "mtp:1"]
     elif mode in ("draft", "replaydraft"):
         draft_so = args.so_dir / f"{family}-draftmodel.so"
         needed.append(draft_so)
@@ -584,6 +593,85 @@ def check_graphs(tokens, result, nospec_tokens, nospec_result, count):
     return ok, text, {**details, "replayed": replayed, "eager_replayed": eager_replayed}
 
 
+@torch.no_grad()
+def mtp_reference(model_dir, mtp_dir, sequences, args):
+    """DeepSeek's MTP module in PyTorch over each whole sequence: per position p, the
+    greedy guess of token p + 2 and its top-2 margin. h_p is the target's final hidden
+    state (after model.norm); the input is [enorm(embed(t_(p+1))) | hnorm(h_p)] through
+    eh_proj, one decoder layer (a copy of layer N - 1: make_models.make_mtp), then
+    shared_head.norm and shared_head.head."""
+    from safetensors.torch import load_file
+    model = load_reference_model(model_dir, args.device)
+    config = model.config
+    n = config.num_hidden_layers
+    tensors = load_file(str(Path(mtp_dir) / "model.safetensors"), device=args.device)
+    prefix = f"model.layers.{n}."
+    block = copy.deepcopy(model.model.layers[n - 1])
+    norm_type = type(model.model.norm)
+
+    def rms_norm(name):
+        norm = norm_type(config.hidden_size, eps=config.rms_norm_eps).to(args.device)
+        norm.weight.data = tensors[prefix + name + ".weight"].to(norm.weight.dtype)
+        return norm
+
+    enorm, hnorm, head_norm = rms_norm("enorm"), rms_norm("hnorm"), rms_norm("shared_head.norm")
+    eh_proj = tensors[prefix + "eh_proj.weight"]
+    head = tensors[prefix + "shared_head.head.weight"]
+    results = []
+    for ids in sequences:
+        tokens = torch.tensor([ids], device=args.device)
+        hidden = model.model(input_ids=tokens).last_hidden_state[:, :-1]
+        embedded = model.model.embed_tokens(tokens[:, 1:])
+        x = torch.nn.functional.linear(torch.cat([enorm(embedded), hnorm(hidden)], dim=-1),
+                                       eh_proj)
+        positions = torch.arange(x.shape[1], device=args.device)[None]
+        rope = model.model.rotary_emb(x, positions)
+        out = block(x, attention_mask=None, position_ids=positions, position_embeddings=rope)
+        out = out[0] if isinstance(out, tuple) else out
+        logits = torch.nn.functional.linear(head_norm(out), head)[0].float()
+        top2 = torch.topk(logits, 2, dim=-1)
+        results.append({"guess": top2.indices[:, 0].tolist(),
+                        "margin": (top2.values[:, 0] - top2.values[:, 1]).tolist(),
+                        "top": top2.values[:, 0].tolist()})
+    del model
+    torch.cuda.empty_cache()
+    return results
+
+
+def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
+    """Kiln's MTP guesses (kiln-run's mtp_guesses: position, token) against the PyTorch
+    module over each prompt + its generated tokens; a disagreement passes only at a
+    near-tie of the reference (top-2 margin under the tie tolerance)."""
+    guesses = result.get("mtp_guesses")
+    if not guesses:
+        return False, "mtp: kiln-run reported no MTP guesses", {}
+    sequences = [p + o for p, o in zip(prompts, result.get("outputs", []))]
+    try:
+        ref = mtp_reference(model_dir, mtp_dir, sequences, args)
+    except Exception as error:  # a reference that cannot run is a failure, with its cause
+        return False, f"mtp: reference failed: {type(error).__name__}: {error}"[:300], {}
+    agree = total = ties = 0
+    bad = []
+    for i, (made, r) in enumerate(zip(guesses, ref)):
+        for position, token in made:
+            if position >= len(r["guess"]):
+                continue  # guessed past the generated text: nothing to compare
+            total += 1
+            if token == r["guess"][position]:
+                agree += 1
+                continue
+            tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]))
+            if r["margin"][position] < tol:
+                ties += 1
+            else:
+                bad.append((i, position, token, r["guess"][position]))
+    ok = total > 0 and not bad
+    text = (f"mtp guesses {agree}/{total} equal the PyTorch module's ({ties} near-ties"
+            + (f"; first off: prompt {bad[0][0]} position {bad[0][1]}: kiln {bad[0][2]}, "
+               f"reference {bad[0][3]}" if bad else "") + ")")
+    return ok, text, {"agree": agree, "total": total, "near_ties": ties, "off": bad[:10]}
+
+
 def check_memory(result, rtol):
     planned, used = result.get("planned_device_bytes"), result.get("used_device_bytes")
     if not planned or used is None:
@@ -672,6 +760,8 @@ def run_family(family, args, out, env):
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
         if mode in REPLAY_MODES and "hybrid_override_pattern" not in config:
             reason = "no Mamba2 layers: replay mode is the SSM layers' speculation"
+        if mode == "mtp" and not (args.models / f"{family}-mtp").exists():
+            reason = "no MTP module (a configs/<family>-tiny-mtp.json builds one)"
         if reason:
             rows.append((mode, True, f"SKIPPED: {reason}", {"skipped": reason}))
             continue
@@ -689,7 +779,14 @@ def run_family(family, args, out, env):
         baseline = fp8 if mode in FP8_MODES else nospec
         ok, text, details = evaluate_mode(mode, result, ref, prompts, baseline, work, vocab,
                                           args)
-        details["kiln_run"] = {k: v for k, v in result.items() if k != "outputs"}
+        if mode == "mtp":
+            mtp_ok, mtp_text, mtp_details = check_mtp_guesses(
+                result, model_dir, args.models / f"{family}-mtp", prompts, args)
+            ok = ok and mtp_ok
+            text = f"{text}; {mtp_text}"
+            details["mtp"] = {"ok": mtp_ok, "text": mtp_text, **mtp_details}
+        details["kiln_run"] = {k: v for k, v in result.items()
+                               if k not in ("outputs", "mtp_guesses")}
         rows.append((mode, ok, text, details))
     return rows, {"prompts": [len(p) for p in prompts], "near_tie_steps": small,
                   "steps": steps, "generate_check": ref["generate_check"]}

@@ -361,6 +361,9 @@ struct Results {
     int32_t token; // kiln's argmax there
   };
   std::vector<Mismatch> tfMismatches;
+  // --spec mtp:1: per prompt, every guess the MTP module made, {position p, token}: its
+  // greedy guess of the token at p + 2, made at p (the parity test's reference check).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> mtpGuesses;
 };
 
 // Largest draft count every active sequence can still take (max_seq_len).
@@ -417,6 +420,9 @@ void generate(const Options &o, Model &target, Model *draft,
     if (std::find(mtpDraft.begin(), mtpDraft.end(), -1) != mtpDraft.end())
       die("--spec mtp:1: " + o.model + " hands back no MTP drafts (compile it with "
           "--spec mtp:1)");
+    r.mtpGuesses.assign(n, {});
+    for (size_t i = 0; i < n; ++i)
+      r.mtpGuesses[i].push_back({lens[i] - 1, mtpDraft[i]});
   }
 
   // Draft model: its own sequences, prefilled with the prompts; `pending` holds the
@@ -526,8 +532,10 @@ void generate(const Options &o, Model &target, Model *draft,
       r.decodeTokens += static_cast<int64_t>(fresh.size());
       // The module ran at every position of the step: at the last accepted one it
       // guessed the token after the bonus token, the next step's draft.
-      if (mtp)
+      if (mtp) {
         mtpDraft[i] = stepMtp[static_cast<size_t>(j) * q + a];
+        r.mtpGuesses[i].push_back({targetLen[j] + a, mtpDraft[i]});
+      }
       if (k > 0) {
         // The cache keeps [last, accepted drafts]; the bonus token is the next "last".
         check(kiln_model_truncate(target.model, ids[j], targetLen[j] + 1 + a),
@@ -622,6 +630,17 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        (r.proposed ? number(static_cast<double>(r.accepted) / r.proposed) : std::string("null")) +
        ",\n";
   s += "  \"proposed_drafts\": " + std::to_string(r.proposed) + ",\n";
+  if (!r.mtpGuesses.empty()) {
+    s += "  \"mtp_guesses\": [";
+    for (size_t i = 0; i < r.mtpGuesses.size(); ++i) {
+      s += i ? ", [" : "[";
+      for (size_t g = 0; g < r.mtpGuesses[i].size(); ++g)
+        s += (g ? ", [" : "[") + std::to_string(r.mtpGuesses[i][g].first) + ", " +
+             std::to_string(r.mtpGuesses[i][g].second) + "]";
+      s += "]";
+    }
+    s += "],\n";
+  }
   s += "  \"accepted_drafts\": " + std::to_string(r.accepted) + ",\n";
   s += "  \"mean_tokens_per_step\": " +
        number(r.steps ? static_cast<double>(r.decodeTokens) / r.steps : 0) + ",\n";
