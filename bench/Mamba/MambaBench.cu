@@ -134,6 +134,38 @@ int32_t *makeIndices(int batch, int groups) {
 
 const int H = 128, P = 64, N = 128, G = 8;
 
+// The fields every SSM launcher's params share, for `batch` sequences of T tokens on
+// the benchmark's buffers, launch i of the graph (its own part of the slot pool).
+struct SsmBuffers {
+  int32_t *idx;
+  int slots;
+  void *x, *z, *out, *dt, *B, *C;
+  float *A, *D, *bias;
+};
+template <typename Params>
+void fillSsm(Params &p, const SsmBuffers &b, int batch, int i, cudaStream_t s) {
+  p.state_dtype = KILN_DTYPE_F32;
+  p.num_slots = b.slots;
+  p.state_indices = b.idx + size_t(i) * batch;
+  p.batch = batch;
+  p.heads = H;
+  p.head_dim = P;
+  p.state_size = N;
+  p.n_groups = G;
+  p.dtype = KILN_DTYPE_BF16;
+  p.x = b.x;
+  p.dt = b.dt;
+  p.dt_bias = b.bias;
+  p.A = b.A;
+  p.B = b.B;
+  p.C = b.C;
+  p.D = b.D;
+  p.z = b.z;
+  p.out = b.out;
+  p.dt_softplus = 1;
+  p.stream = s;
+}
+
 void benchSsm(int batch, int T) {
   const bool spec = T > 1;
   const double slotBytes = double(H) * P * N * 4;
@@ -153,32 +185,14 @@ void benchSsm(int batch, int T) {
   float *D = static_cast<float *>(alloc(H * 4, 1.0f, true));
   float *bias = static_cast<float *>(alloc(H * 4, 1.0f, true));
   const double inputs = double(batch) * T * (3.0 * H * P * 2 + 2.0 * G * N * 2 + H * 2);
+  const SsmBuffers buffers{idx, slots, x, z, out, dt, B, C, A, D, bias};
   double sec;
   if (!spec) {
     sec = timeGraph(
         [&](int i, cudaStream_t s) {
           kiln_ssm_update_params_t p{};
+          fillSsm(p, buffers, batch, i, s);
           p.state = state;
-          p.state_dtype = KILN_DTYPE_F32;
-          p.num_slots = slots;
-          p.state_indices = idx + size_t(i) * batch;
-          p.batch = batch;
-          p.heads = H;
-          p.head_dim = P;
-          p.state_size = N;
-          p.n_groups = G;
-          p.dtype = KILN_DTYPE_BF16;
-          p.x = x;
-          p.dt = dt;
-          p.dt_bias = bias;
-          p.A = A;
-          p.B = B;
-          p.C = C;
-          p.D = D;
-          p.z = z;
-          p.out = out;
-          p.dt_softplus = 1;
-          p.stream = s;
           KCHECK(kiln_ssm_update(&p));
         },
         groups);
@@ -186,29 +200,10 @@ void benchSsm(int batch, int T) {
     sec = timeGraph(
         [&](int i, cudaStream_t s) {
           kiln_ssm_update_spec_params_t p{};
+          fillSsm(p, buffers, batch, i, s);
           p.state = state;
-          p.state_dtype = KILN_DTYPE_F32;
-          p.num_slots = slots;
-          p.state_indices = idx + size_t(i) * batch;
           p.intermediate = inter;
-          p.batch = batch;
           p.num_tokens = T;
-          p.heads = H;
-          p.head_dim = P;
-          p.state_size = N;
-          p.n_groups = G;
-          p.dtype = KILN_DTYPE_BF16;
-          p.x = x;
-          p.dt = dt;
-          p.dt_bias = bias;
-          p.A = A;
-          p.B = B;
-          p.C = C;
-          p.D = D;
-          p.z = z;
-          p.out = out;
-          p.dt_softplus = 1;
-          p.stream = s;
           KCHECK(kiln_ssm_update_spec(&p));
         },
         groups);
@@ -265,32 +260,12 @@ void benchReplayStep(int batch, int T) {
   int32_t *dPairs;
   CHECK(cudaMalloc(&dPairs, pairs.size() * 4));
   CHECK(cudaMemcpy(dPairs, pairs.data(), pairs.size() * 4, cudaMemcpyHostToDevice));
-  auto common = [&](auto &p, int i, cudaStream_t s) {
-    p.state_dtype = KILN_DTYPE_F32;
-    p.num_slots = slots;
-    p.state_indices = idx + size_t(i) * batch;
-    p.batch = batch;
-    p.num_tokens = T;
-    p.heads = H;
-    p.head_dim = P;
-    p.state_size = N;
-    p.n_groups = G;
-    p.dtype = KILN_DTYPE_BF16;
-    p.x = x;
-    p.dt = dt;
-    p.dt_bias = bias;
-    p.A = A;
-    p.B = B;
-    p.C = C;
-    p.D = D;
-    p.out = out;
-    p.dt_softplus = 1;
-    p.stream = s;
-  };
+  const SsmBuffers buffers{idx, slots, x, nullptr, out, dt, B, C, A, D, bias};
   const double rewind = timeGraph(
       [&](int i, cudaStream_t s) {
         kiln_ssm_update_spec_params_t p{};
-        common(p, i, s);
+        fillSsm(p, buffers, batch, i, s);
+        p.num_tokens = T;
         p.state = state;
         p.intermediate = inter;
         KCHECK(kiln_ssm_update_spec(&p));
@@ -302,7 +277,8 @@ void benchReplayStep(int batch, int T) {
   const double replay = timeGraph(
       [&](int i, cudaStream_t s) {
         kiln_ssm_update_replay_params_t p{};
-        common(p, i, s);
+        fillSsm(p, buffers, batch, i, s);
+        p.num_tokens = T;
         p.state = state;
         p.replay = dPairs;
         p.replay_x = rx;

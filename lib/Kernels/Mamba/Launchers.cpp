@@ -115,6 +115,37 @@ void fillSsmOperands(SsmArgs &a, const Params &p, int32_t numTokens) {
 }
 
 
+// The state is written where it is read (ssm_update, ssm_update_replay).
+void updateInPlace(SsmArgs &a, void *state) {
+  a.stateIn = state;
+  a.stateOut = state;
+  a.outSlot = a.inSlot;
+  a.outHead = a.inHead;
+  a.outDim = a.inDim;
+  a.outToken = 0;
+}
+
+// The state's strides (defaults filled in): 16-byte rows, and rows of at least
+// state_size values. `a.in*` take them.
+template <typename Params>
+bool takeStateStrides(Checker &c, SsmArgs &a, const Params &p) {
+  const int64_t H = p.heads, P = p.head_dim, N = p.state_size;
+  const int se = elemSize(p.state_dtype);
+  a.inDim = p.state_stride_dim;
+  a.inHead = p.state_stride_head;
+  a.inSlot = p.state_stride_slot;
+  if (!c.vecStride(a.inDim, N, se, "state_stride_dim") ||
+      !c.vecStride(a.inHead, P * a.inDim, se, "state_stride_head") ||
+      !c.vecStride(a.inSlot, H * a.inHead, se, "state_stride_slot"))
+    return false;
+  if (a.inDim < N) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: state_stride_dim (%lld) < state_size (%lld)",
+                    c.kernel, static_cast<long long>(a.inDim), static_cast<long long>(N));
+    return false;
+  }
+  return true;
+}
+
 // The activation strides of a multi-token launcher (spec, replay): defaults filled in,
 // each checked against its packed value for T tokens a sequence.
 template <typename Params>
@@ -166,18 +197,9 @@ extern "C" kiln_status_t kiln_ssm_update(const kiln_ssm_update_params_t *params)
   if (!checkSsmCommon(c, common))
     return c.status;
   const int64_t H = p.heads, P = p.head_dim, N = p.state_size, G = p.n_groups;
-  const int se = elemSize(p.state_dtype);
   SsmArgs a{};
-  a.inDim = p.state_stride_dim;
-  a.inHead = p.state_stride_head;
-  a.inSlot = p.state_stride_slot;
-  if (!c.vecStride(a.inDim, N, se, "state_stride_dim") ||
-      !c.vecStride(a.inHead, P * a.inDim, se, "state_stride_head") ||
-      !c.vecStride(a.inSlot, H * a.inHead, se, "state_stride_slot"))
+  if (!takeStateStrides(c, a, p))
     return c.status;
-  if (a.inDim < N)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "ssm_update: state_stride_dim (%lld) < state_size (%lld)",
-                static_cast<long long>(a.inDim), static_cast<long long>(N));
   a.xBatch = p.x_stride_batch;
   a.xHead = p.x_stride_head;
   a.dtBatch = p.dt_stride_batch;
@@ -198,12 +220,7 @@ extern "C" kiln_status_t kiln_ssm_update(const kiln_ssm_update_params_t *params)
     return c.status;
   if (p.batch == 0)
     return ok();
-  a.stateIn = p.state;
-  a.stateOut = p.state;
-  a.outSlot = a.inSlot;
-  a.outHead = a.inHead;
-  a.outDim = a.inDim;
-  a.outToken = 0;
+  updateInPlace(a, p.state);
   fillSsmOperands(a, p, 1);
   return launchSsmUpdate(a, p.state_dtype, p.dtype, p.state_size, p.stream);
 }
@@ -223,25 +240,21 @@ extern "C" kiln_status_t kiln_ssm_update_spec(const kiln_ssm_update_spec_params_
   const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size;
   const int se = elemSize(p.state_dtype);
   SsmArgs a{};
-  a.inDim = p.state_stride_dim;
-  a.inHead = p.state_stride_head;
-  a.inSlot = p.state_stride_slot;
+  if (!takeStateStrides(c, a, p))
+    return c.status;
   a.outDim = p.inter_stride_dim;
   a.outHead = p.inter_stride_head;
   a.outToken = p.inter_stride_token;
   a.outSlot = p.inter_stride_slot;
-  if (!c.vecStride(a.inDim, N, se, "state_stride_dim") ||
-      !c.vecStride(a.inHead, P * a.inDim, se, "state_stride_head") ||
-      !c.vecStride(a.inSlot, H * a.inHead, se, "state_stride_slot") ||
-      !c.vecStride(a.outDim, N, se, "inter_stride_dim") ||
+  if (!c.vecStride(a.outDim, N, se, "inter_stride_dim") ||
       !c.vecStride(a.outHead, P * a.outDim, se, "inter_stride_head") ||
       !c.vecStride(a.outToken, H * a.outHead, se, "inter_stride_token") ||
       !c.vecStride(a.outSlot, T * a.outToken, se, "inter_stride_slot"))
     return c.status;
-  if (a.inDim < N || a.outDim < N)
+  if (a.outDim < N)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "ssm_update_spec: state_stride_dim / inter_stride_dim < state_size (%lld)",
-                static_cast<long long>(N));
+                "ssm_update_spec: inter_stride_dim (%lld) < state_size (%lld)",
+                static_cast<long long>(a.outDim), static_cast<long long>(N));
   if (!takeTokenStrides(c, a, p, T))
     return c.status;
   if (p.batch == 0)
@@ -513,29 +526,14 @@ extern "C" kiln_status_t kiln_ssm_update_replay(const kiln_ssm_update_replay_par
                 "inputs must fit a replay buffer", p.num_tokens, p.max_tokens);
   const int64_t T = p.num_tokens, H = p.heads, P = p.head_dim, N = p.state_size,
                 G = p.n_groups, R = p.max_tokens;
-  const int se = elemSize(p.state_dtype);
   SsmArgs a{};
-  a.inDim = p.state_stride_dim;
-  a.inHead = p.state_stride_head;
-  a.inSlot = p.state_stride_slot;
-  if (!c.vecStride(a.inDim, N, se, "state_stride_dim") ||
-      !c.vecStride(a.inHead, P * a.inDim, se, "state_stride_head") ||
-      !c.vecStride(a.inSlot, H * a.inHead, se, "state_stride_slot"))
+  if (!takeStateStrides(c, a, p))
     return c.status;
-  if (a.inDim < N)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "ssm_update_replay: state_stride_dim (%lld) < state_size (%lld)",
-                static_cast<long long>(a.inDim), static_cast<long long>(N));
   if (T > 0 && !takeTokenStrides(c, a, p, T))
     return c.status;
   if (p.batch == 0)
     return ok();
-  a.stateIn = p.state;
-  a.stateOut = p.state;
-  a.outSlot = a.inSlot;
-  a.outHead = a.inHead;
-  a.outDim = a.inDim;
-  a.outToken = 0;
+  updateInPlace(a, p.state);
   a.replay = p.replay;
   a.replayX = p.replay_x;
   a.replayB = p.replay_B;

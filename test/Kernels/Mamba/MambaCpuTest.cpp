@@ -147,13 +147,13 @@ TEST(MambaLaunchers, SsmUpdateValidation) {
   }
 }
 
-kiln_ssm_update_spec_params_t validSsmSpec() {
-  kiln_ssm_update_spec_params_t p{};
+// validSsm()'s fields in a multi-token launcher's params (4 tokens a sequence).
+template <typename Params> Params multiTokenSsm() {
+  Params p{};
   auto s = validSsm();
   p.state = s.state;
   p.state_dtype = s.state_dtype;
   p.num_slots = s.num_slots;
-  p.intermediate = fake(0x80000);
   p.batch = s.batch;
   p.num_tokens = 4;
   p.heads = s.heads;
@@ -167,6 +167,12 @@ kiln_ssm_update_spec_params_t validSsmSpec() {
   p.B = s.B;
   p.C = s.C;
   p.out = s.out;
+  return p;
+}
+
+kiln_ssm_update_spec_params_t validSsmSpec() {
+  auto p = multiTokenSsm<kiln_ssm_update_spec_params_t>();
+  p.intermediate = fake(0x80000);
   return p;
 }
 
@@ -201,29 +207,12 @@ TEST(MambaLaunchers, SsmUpdateSpecValidation) {
 }
 
 kiln_ssm_update_replay_params_t validSsmReplay() {
-  kiln_ssm_update_replay_params_t p{};
-  auto s = validSsmSpec();
-  p.state = const_cast<void *>(s.state);
-  p.state_dtype = s.state_dtype;
-  p.num_slots = s.num_slots;
+  auto p = multiTokenSsm<kiln_ssm_update_replay_params_t>();
   p.replay = static_cast<const int32_t *>(fake(0x90000));
   p.replay_x = fake(0xa0000);
   p.replay_B = fake(0xb0000);
   p.replay_dt = static_cast<float *>(fake(0xc0000));
   p.max_tokens = 4;
-  p.batch = s.batch;
-  p.num_tokens = 4;
-  p.heads = s.heads;
-  p.head_dim = s.head_dim;
-  p.state_size = s.state_size;
-  p.n_groups = s.n_groups;
-  p.dtype = s.dtype;
-  p.x = s.x;
-  p.dt = s.dt;
-  p.A = s.A;
-  p.B = s.B;
-  p.C = s.C;
-  p.out = s.out;
   return p;
 }
 

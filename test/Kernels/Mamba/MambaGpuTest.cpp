@@ -263,25 +263,20 @@ void runSsmSingle(const SsmCase &c, uint64_t seed) {
 // Spec: checks intermediates/outputs against the reference after every token, the main
 // state untouched, and bit-equality with the single-token launcher applied T times
 // (fed through strided views of the [batch, T, ...] inputs).
-void runSsmSpec(const SsmCase &c, uint64_t seed) {
-  SCOPED_TRACE(name(c));
-  SsmData d(c, seed);
-  const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
-  const size_t slotElems = H * P * N;
-  auto dState = upload(d.state);
-  auto dIdx = upload(d.idx);
-  auto dx = upload(d.x), ddt = upload(d.dt), dB = upload(d.B), dC = upload(d.C),
-       dz = upload(d.z);
-  auto dA = upload(d.A), dD = upload(d.D), dBias = upload(d.dtBias);
-  auto dOut = poisoned(c.batch * T * H * P * dtypeSize(c.dtype));
-  auto dInter = poisoned(c.slots * T * slotElems * dtypeSize(c.stateDtype));
-
-  kiln_ssm_update_spec_params_t p{};
-  p.state = dState->ptr;
+// The fields the spec and replay launchers share, for one step's inputs `d` on the
+// device buffers `in` (x, dt, B, C, z, A, D, dt_bias, indices).
+struct StepInputs {
+  std::unique_ptr<DeviceBuffer> x, dt, B, C, z, A, D, bias, idx;
+  explicit StepInputs(const SsmData &d)
+      : x(upload(d.x)), dt(upload(d.dt)), B(upload(d.B)), C(upload(d.C)), z(upload(d.z)),
+        A(upload(d.A)), D(upload(d.D)), bias(upload(d.dtBias)), idx(upload(d.idx)) {}
+};
+template <typename Params>
+void fillStep(Params &p, const SsmCase &c, const StepInputs &in, void *state, void *out) {
+  p.state = state;
   p.state_dtype = c.stateDtype;
   p.num_slots = c.slots;
-  p.state_indices = c.nullIndices ? nullptr : dIdx->as<int32_t>();
-  p.intermediate = dInter->ptr;
+  p.state_indices = c.nullIndices ? nullptr : in.idx->as<int32_t>();
   p.batch = c.batch;
   p.num_tokens = c.tokens;
   p.heads = c.heads;
@@ -289,19 +284,35 @@ void runSsmSpec(const SsmCase &c, uint64_t seed) {
   p.state_size = c.stateSize;
   p.n_groups = c.groups;
   p.dtype = c.dtype;
-  p.x = dx->ptr;
-  p.dt = ddt->ptr;
-  p.dt_bias = c.dtBias ? dBias->as<float>() : nullptr;
-  p.A = dA->as<float>();
-  p.B = dB->ptr;
-  p.C = dC->ptr;
-  p.D = c.D ? dD->as<float>() : nullptr;
-  p.z = c.z ? dz->ptr : nullptr;
-  p.out = dOut->ptr;
+  p.x = in.x->ptr;
+  p.dt = in.dt->ptr;
+  p.dt_bias = c.dtBias ? in.bias->as<float>() : nullptr;
+  p.A = in.A->as<float>();
+  p.B = in.B->ptr;
+  p.C = in.C->ptr;
+  p.D = c.D ? in.D->as<float>() : nullptr;
+  p.z = c.z ? in.z->ptr : nullptr;
+  p.out = out;
   p.dt_softplus = c.softplus;
   p.a_is_log = c.aLogClamp;
   p.dt_min = c.aLogClamp ? kDtMin : 0.0f;
   p.dt_max = c.aLogClamp ? kDtMax : 0.0f;
+}
+
+void runSsmSpec(const SsmCase &c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  SsmData d(c, seed);
+  const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
+  const size_t slotElems = H * P * N;
+  auto dState = upload(d.state);
+  StepInputs in(d);
+  auto &dx = in.x, &ddt = in.dt, &dB = in.B, &dC = in.C, &dz = in.z;
+  auto dOut = poisoned(c.batch * T * H * P * dtypeSize(c.dtype));
+  auto dInter = poisoned(c.slots * T * slotElems * dtypeSize(c.stateDtype));
+
+  kiln_ssm_update_spec_params_t p{};
+  fillStep(p, c, in, dState->ptr, dOut->ptr);
+  p.intermediate = dInter->ptr;
   KILN_OK_(kiln_ssm_update_spec(&p));
   CUDA_OK(cudaDeviceSynchronize());
 
@@ -391,42 +402,6 @@ void runSsmSpec(const SsmCase &c, uint64_t seed) {
   download(gotOut2, *dOut2);
   EXPECT_EQ(std::memcmp(gotOut2.bytes.data(), gotOut.bytes.data(), gotOut.bytes.size()), 0)
       << "spec outputs != single-token outputs";
-}
-
-// The fields the spec and replay launchers share, for one step's inputs `d` on the
-// device buffers `in` (x, dt, B, C, z, A, D, dt_bias, indices).
-struct StepInputs {
-  std::unique_ptr<DeviceBuffer> x, dt, B, C, z, A, D, bias, idx;
-  explicit StepInputs(const SsmData &d)
-      : x(upload(d.x)), dt(upload(d.dt)), B(upload(d.B)), C(upload(d.C)), z(upload(d.z)),
-        A(upload(d.A)), D(upload(d.D)), bias(upload(d.dtBias)), idx(upload(d.idx)) {}
-};
-template <typename Params>
-void fillStep(Params &p, const SsmCase &c, const StepInputs &in, void *state, void *out) {
-  p.state = state;
-  p.state_dtype = c.stateDtype;
-  p.num_slots = c.slots;
-  p.state_indices = c.nullIndices ? nullptr : in.idx->as<int32_t>();
-  p.batch = c.batch;
-  p.num_tokens = c.tokens;
-  p.heads = c.heads;
-  p.head_dim = c.headDim;
-  p.state_size = c.stateSize;
-  p.n_groups = c.groups;
-  p.dtype = c.dtype;
-  p.x = in.x->ptr;
-  p.dt = in.dt->ptr;
-  p.dt_bias = c.dtBias ? in.bias->as<float>() : nullptr;
-  p.A = in.A->as<float>();
-  p.B = in.B->ptr;
-  p.C = in.C->ptr;
-  p.D = c.D ? in.D->as<float>() : nullptr;
-  p.z = c.z ? in.z->ptr : nullptr;
-  p.out = out;
-  p.dt_softplus = c.softplus;
-  p.a_is_log = c.aLogClamp;
-  p.dt_min = c.aLogClamp ? kDtMin : 0.0f;
-  p.dt_max = c.aLogClamp ? kDtMax : 0.0f;
 }
 
 // Replay mode against rewind, bit for bit, over three steps of a sequence batch:
