@@ -256,6 +256,11 @@ extern "C" kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx,
       return fail(KILN_ERROR_INVALID_ARGUMENT,
                   "kiln_rt_commit_accepted: accepted[%d] = %d outside 0..q_len (%d)", i,
                   accepted[i], b.q_len);
+  if (ctx->commits.empty() && ctx->recurrentLayers)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_rt_commit_accepted: the compiled recurrent layers commit at the "
+                "sequence's next step, from kiln_rt_batch_t.pending (docs/replay.md); this "
+                "call serves the legacy kiln_rt_ssm / kiln_rt_conv only");
   if (ctx->dry || ctx->commits.empty())
     return kiln::kernels::ok();
   Call c{"kiln_rt_commit_accepted", "commit", -1};

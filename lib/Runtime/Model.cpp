@@ -304,6 +304,14 @@ struct Snapshot {
     for (int32_t s : slots)
       saved.push_back({s, {m->slots[s].len, m->slots[s].pages.size()}});
   }
+  // The sequences of a completed step keep it: its states (and speculative bookkeeping)
+  // are on the device, whatever a later step of the same call does.
+  void forget(const std::vector<Piece> &done) {
+    for (const Piece &p : done)
+      saved.erase(std::remove_if(saved.begin(), saved.end(),
+                                 [&](const auto &entry) { return entry.first == p.slot; }),
+                  saved.end());
+  }
   void restore(kiln_model *m) {
     for (const auto &[slot, state] : saved) {
       Sequence &s = m->slots[slot];
@@ -436,6 +444,15 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     return fail(s, "%s: %s step of %d sequence(s), %d token(s): %s", fn,
                 kiln_rt_phase_name(phase), n, total, message.c_str());
   }
+  // From here the layers have committed the pending tokens and a speculative step has
+  // kept its own in the other replay buffer, whether or not the rest succeeds.
+  const bool speculative = decode && pieces.front().count > 1;
+  for (const Piece &p : pieces) {
+    Sequence &seq = m->slots[p.slot];
+    seq.pendingAccepted = 0;
+    if (speculative)
+      seq.replayBuffer ^= 1;
+  }
   if (kiln_status_t s = kiln_rt_forward(m->ctx, m->forwardFn); s != KILN_OK) {
     std::string message = kiln_last_error();
     return fail(s, "%s: %s step of %d sequence(s), %d token(s): forward: %s", fn,
@@ -464,18 +481,16 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
     }
   }
   // A multi-token decode step of a model with recurrent layers left rewind intermediates
-  // or replay inputs (in the other replay buffer); the step committed the pending ones.
-  const bool speculative = decode && pieces.front().count > 1 && m->ctx->recurrentLayers;
+  // or replay inputs, which the sequence's next step commits.
+  const bool leftStates = speculative && m->ctx->recurrentLayers;
   int32_t row = 0;
   for (int32_t i = 0; i < n; ++i) {
     const Piece &p = pieces[i];
     Sequence &seq = m->slots[p.slot];
     seq.len = m->seqLens[i];
-    seq.pendingAccepted = 0;
-    if (speculative) {
+    if (leftStates) {
       seq.specBase = oldLens[static_cast<size_t>(i)];
       seq.specTokens = p.count;
-      seq.replayBuffer ^= 1;
     }
     const int32_t perPiece = decode ? p.count : 1;
     for (int32_t r = 0; r < perPiece; ++r, ++row) {
@@ -891,6 +906,7 @@ extern "C" kiln_status_t kiln_model_decode(kiln_model_t *model, const int32_t *s
         snapshot.restore(model);
         return fail(s, "%s", message.c_str());
       }
+      snapshot.forget(step);
     }
     return kiln::kernels::ok();
   });

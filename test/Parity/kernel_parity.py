@@ -39,7 +39,8 @@ class PrefillParams(ctypes.Structure):
                    "batch", "total_q", "total_k", "max_seqlen_q", "q_heads", "kv_heads",
                    "head_dim", "dtype")] + \
                [("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int32),
-                ("stream", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("window", ctypes.c_int32),
+                ("sinks", ctypes.c_void_p), ("v_head_dim", ctypes.c_int32)]
 
 
 class RopeParams(ctypes.Structure):

@@ -363,8 +363,8 @@ int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, void *out, int
  * slots, conv_dim, width - 1] of state_dtype is at state_offset in the caches; rewind
  * intermediates [slots, 1 + max_draft_len, conv_dim, width - 1] at intermediate_offset
  * (-1: none). DECODE with one token a sequence: conv_update in place; with 1 + drafts
- * (MULTI_TOKEN): conv_update_spec into the intermediates, committed by
- * kiln_rt_commit_accepted. PREFILL: the slots start from zeros; PREFILL and EXTEND run the
+ * (MULTI_TOKEN): conv_update_spec into the intermediates, committed by the sequence's next
+ * DECODE or EXTEND step (its kiln_rt_batch_t.pending pair). PREFILL: the slots start from zeros; PREFILL and EXTEND run the
  * sequence's tokens in order (conv_prefill_sequential). */
 int32_t kiln_rt_causal_conv(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
                             int64_t intermediate_offset, const void *x, const void *weight,
