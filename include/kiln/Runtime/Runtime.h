@@ -297,7 +297,8 @@ int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void 
  * activations, out [tokens, heads, v]; the latent pool at cache_offset. Appends the
  * latent and rope(k_pe) to the cache; decode runs the absorbed form through
  * decode_kernel (mla_decode / mla_decode_small_smem), prompts the expanded form through
- * the FMHA (prefill_kernel mla_prefill, when nope + rope == v in {64, 128}) or the
+ * the FMHA (prefill_kernel mla_prefill, when nope + rope == v in {64, 128}, or 192 over
+ * v 128) or the
  * absorbed form a token at a time. rope_style is KILN_ROPE_STYLE_*, the rope_* values
  * kiln_rt_rope's. */
 int32_t kiln_rt_mla_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t cache_offset,

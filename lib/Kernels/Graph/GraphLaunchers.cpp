@@ -367,6 +367,14 @@ extern "C" kiln_status_t kiln_concat_bf16(const void *a, const void *b, void *ou
       !c.positive(cols_a, "cols_a") || !c.positive(cols_b, "cols_b") ||
       !c.sizeFits(rows, cols_a + cols_b, "out"))
     return c.status;
+  const auto *o = static_cast<const char *>(out);
+  const int64_t outBytes = rows * (cols_a + cols_b) * 2;
+  auto overlaps = [&](const void *p, int64_t bytes) {
+    const auto *q = static_cast<const char *>(p);
+    return q < o + outBytes && o < q + bytes;
+  };
+  if (rows > 0 && (overlaps(a, rows * cols_a * 2) || overlaps(b, rows * cols_b * 2)))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out overlaps a or b", c.kernel);
   if (rows == 0)
     return ok();
   return launched(c.kernel, launchConcat(a, b, out, rows, cols_a, cols_b, asStream(stream)));
@@ -380,8 +388,11 @@ extern "C" kiln_status_t kiln_next_tokens_i32(const int32_t *ids, const int32_t 
       !c.nonNegative(num_rows, "num_rows") ||
       (num_rows > 0 && (!c.notNull(picks, "picks") || !c.notNull(rows, "rows"))))
     return c.status;
-  if (ids == out)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out aliases ids", c.kernel);
+  auto overlaps = [&](const int32_t *p, int64_t n) {
+    return p && p < out + tokens && out < p + n;
+  };
+  if (overlaps(ids, tokens) || overlaps(picks, num_rows) || overlaps(rows, num_rows))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out overlaps ids, picks or rows", c.kernel);
   if (tokens == 0)
     return ok();
   return launched(c.kernel,

@@ -518,6 +518,9 @@ extern "C" kiln_status_t kiln_ssm_update_replay(const kiln_ssm_update_replay_par
     return c.status;
   if (!c.notNull(p.replay, "replay") || !c.notNull(p.replay_x, "replay_x") ||
       !c.notNull(p.replay_B, "replay_B") || !c.notNull(p.replay_dt, "replay_dt") ||
+      !c.elementAligned(p.replay, 4, "replay") || !c.elementAligned(p.replay_x, 2, "replay_x") ||
+      !c.elementAligned(p.replay_B, 2, "replay_B") ||
+      !c.elementAligned(p.replay_dt, 4, "replay_dt") ||
       !c.positive(p.max_tokens, "max_tokens") || !c.atMost(p.max_tokens, kMaxTokens, "max_tokens"))
     return c.status;
   if (!p.commit && p.num_tokens > p.max_tokens)

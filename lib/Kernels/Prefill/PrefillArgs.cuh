@@ -134,18 +134,34 @@ inline cudaError_t forShippedConfig(kiln_dtype_t dtype, int headDim, Launch &&la
 }
 
 // DeepSeek MLA's expanded prompts: q/k 192 (nope 128 + rope 64), v/out 128, dense K/V.
-// 8 warps of 16 query rows (Q fragments in registers: 48 registers), 64-key tiles,
-// 2 stages: 128 KiB of shared memory.
+// 8 warps of 16 query rows (Q fragments in registers: 48 registers), 2 stages of 64-key
+// tiles (128 KiB of shared memory), or of 32-key tiles (88 KiB) where a block may not
+// have 128 KiB (sm_86, sm_89, sm_120: about 99 KiB).
 struct MlaPromptConfig {
-  static constexpr int D = 192, DV = 128, BM = 128, BN = 64, STAGES = 2, MT = 1;
+  static constexpr int D = 192, DV = 128, BM = 128, STAGES = 2, MT = 1;
 };
+
+template <typename T, int BN>
+inline cudaError_t launchMlaPromptTiles(const FmhaArgs &a, const kiln_prefill_fmha_params_t &p,
+                                        cudaStream_t stream) {
+  using C = MlaPromptConfig;
+  return launchPrefillFmha<T, C::D, C::BM, BN, C::STAGES, false, C::MT, true, false, C::DV>(
+      a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+}
 
 template <typename T>
 inline cudaError_t launchMlaPrompt(const FmhaArgs &a, const kiln_prefill_fmha_params_t &p,
                                    cudaStream_t stream) {
   using C = MlaPromptConfig;
-  return launchPrefillFmha<T, C::D, C::BM, C::BN, C::STAGES, false, C::MT, true, false, C::DV>(
-      a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  int device = 0, optin = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess)
+    return err;
+  if (optin >= fmhaSmemBytes<C::D, C::BM, 64, C::STAGES, false, C::DV>())
+    return launchMlaPromptTiles<T, 64>(a, p, stream);
+  return launchMlaPromptTiles<T, 32>(a, p, stream);
 }
 
 template <bool PAGED, typename Params>

@@ -381,6 +381,28 @@ TEST(GraphValidation, Argmax) {
   EXPECT_EQ(kiln_argmax_bf16(l, o, 0, 8, nullptr), KILN_OK);
 }
 
+// An MTP module's input kernels (docs/mtp.md): the row concat and the next tokens.
+TEST(GraphValidation, ConcatAndNextTokens) {
+  const char *k = "kiln_concat_bf16";
+  void *a = fake(0x10000), *b = fake(0x20000), *o = fake(0x30000);
+  expectError(kiln_concat_bf16(nullptr, b, o, 4, 8, 8, nullptr), kInvalid, k, "a");
+  expectError(kiln_concat_bf16(a, b, o, 4, 0, 8, nullptr), kInvalid, k, "cols_a");
+  expectError(kiln_concat_bf16(a, b, o, -1, 8, 8, nullptr), kInvalid, k, "rows");
+  expectError(kiln_concat_bf16(a, b, fake(0x10010), 4, 8, 8, nullptr), kInvalid, k,
+              "out overlaps a or b");
+  EXPECT_EQ(kiln_concat_bf16(a, b, o, 0, 8, 8, nullptr), KILN_OK) << kiln_last_error();
+  const char *n = "kiln_next_tokens_i32";
+  auto *ids = static_cast<int32_t *>(fake(0x10000)), *picks = static_cast<int32_t *>(fake(0x20000)),
+       *rows = static_cast<int32_t *>(fake(0x30000)), *out = static_cast<int32_t *>(fake(0x40000));
+  expectError(kiln_next_tokens_i32(nullptr, picks, rows, out, 8, 2, nullptr), kInvalid, n, "ids");
+  expectError(kiln_next_tokens_i32(ids, nullptr, rows, out, 8, 2, nullptr), kInvalid, n, "picks");
+  expectError(kiln_next_tokens_i32(ids, picks, rows, out, -1, 2, nullptr), kInvalid, n, "tokens");
+  expectError(kiln_next_tokens_i32(ids, picks, rows, ids + 4, 8, 2, nullptr), kInvalid, n,
+              "out overlaps ids, picks or rows");
+  EXPECT_EQ(kiln_next_tokens_i32(ids, nullptr, nullptr, out, 0, 0, nullptr), KILN_OK)
+      << kiln_last_error();
+}
+
 TEST(GraphValidation, Gemm) {
   const char *k = "kiln_gemm_bf16";
   EXPECT_EQ(kiln_gemm_create(nullptr), kInvalid);
