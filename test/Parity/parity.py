@@ -610,8 +610,9 @@ def mtp_reference(model_dir, mtp_dir, sequences, args):
     norm_type = type(model.model.norm)
 
     def rms_norm(name):
-        norm = norm_type(config.hidden_size, eps=config.rms_norm_eps).to(args.device)
-        norm.weight.data = tensors[prefix + name + ".weight"].to(norm.weight.dtype)
+        norm = norm_type(config.hidden_size, eps=config.rms_norm_eps).to(args.device,
+                                                                          torch.bfloat16)
+        norm.weight.data = tensors[prefix + name + ".weight"].to(torch.bfloat16)
         return norm
 
     enorm, hnorm, head_norm = rms_norm("enorm"), rms_norm("hnorm"), rms_norm("shared_head.norm")
@@ -754,12 +755,12 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
-    config = json.loads((model_dir / "config.json").read_text())
     rows, nospec, fp8 = [], None, None
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
-        if mode in REPLAY_MODES and "hybrid_override_pattern" not in config:
-            reason = "no Mamba2 layers: replay mode is the SSM layers' speculation"
+        if mode in REPLAY_MODES and not (args.so_dir / f"{family}-{mode}.so").exists():
+            reason = ("no Mamba2 layers (gpu-prepare.sh compiles replay models for the "
+                      "hybrid_override_pattern families only)")
         if mode == "mtp" and not (args.models / f"{family}-mtp").exists():
             reason = "no MTP module (a configs/<family>-tiny-mtp.json builds one)"
         if reason:

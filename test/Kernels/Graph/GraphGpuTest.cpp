@@ -1063,3 +1063,33 @@ TEST(GraphGpu, GemmStridedBatchedMlaHeads) {
     }
   }
 }
+
+// An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
+// next_tokens shifts the ids and lets the picks win at their rows (out-of-range rows
+// skipped), a prompt's last token keeping its own id.
+TEST(GraphGpu, ConcatAndNextTokens) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(17);
+  const int64_t rows = 37, ca = 24, cb = 40;
+  auto a = randomBf16(rows * ca, rng, 1.0f), b = randomBf16(rows * cb, rng, 1.0f);
+  auto da = upload(a), db = upload(b);
+  auto dout = poisoned(rows * (ca + cb) * 2);
+  ASSERT_EQ(kiln_concat_bf16(da->ptr, db->ptr, dout->ptr, rows, ca, cb, nullptr), KILN_OK)
+      << kiln_last_error();
+  auto got = download(dout->at<uint16_t>(), rows * (ca + cb));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ca + cb; ++c)
+      ASSERT_EQ(got[r * (ca + cb) + c], c < ca ? a[r * ca + c] : b[r * cb + c - ca])
+          << "row " << r << " column " << c;
+
+  const std::vector<int32_t> ids = {5, 6, 7, 8, 9, 10, 11};
+  const std::vector<int32_t> picks = {100, 101, 102}, at = {2, 6, 99};
+  auto dids = upload(ids), dpicks = upload(picks), drows = upload(at);
+  auto dnext = poisoned(ids.size() * 4);
+  ASSERT_EQ(kiln_next_tokens_i32(dids->at<int32_t>(), dpicks->at<int32_t>(),
+                                 drows->at<int32_t>(), dnext->at<int32_t>(), 7, 3, nullptr),
+            KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(download(dnext->at<int32_t>(), 7),
+            (std::vector<int32_t>{6, 7, 100, 9, 10, 11, 101}));
+}

@@ -414,8 +414,12 @@ void runSsmSpec(const SsmCase &c, uint64_t seed) {
 //      spec kernel's last intermediate from step 2's accepted state.
 void runSsmReplay(const SsmCase &c, uint64_t seed) {
   SCOPED_TRACE(name(c));
+  // Step 2's tokens are new; the layer's parameters (A, D, dt_bias) and slots are not.
   SsmData d1(c, seed), d2(c, seed + 1000);
   d2.idx = d1.idx;
+  d2.A = d1.A;
+  d2.D = d1.D;
+  d2.dtBias = d1.dtBias;
   const size_t H = c.heads, P = c.headDim, N = c.stateSize, G = c.groups, T = c.tokens;
   const size_t slotElems = H * P * N, se = dtypeSize(c.stateDtype), ae = dtypeSize(c.dtype);
   const size_t outBytes = c.batch * T * H * P * ae, stateBytes = c.slots * slotElems * se;
