@@ -633,7 +633,7 @@ def mtp_reference(model_dir, mtp_dir, sequences, args):
         top2 = torch.topk(logits, 2, dim=-1)
         results.append({"guess": top2.indices[:, 0].tolist(),
                         "margin": (top2.values[:, 0] - top2.values[:, 1]).tolist(),
-                        "top": top2.values[:, 0].tolist()})
+                        "top": top2.values[:, 0].tolist(), "logits": logits.cpu()})
     del model
     torch.cuda.empty_cache()
     return results
@@ -661,15 +661,20 @@ def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
             if token == r["guess"][position]:
                 agree += 1
                 continue
+            # A near-tie either way: the reference's top-2 margin, or how far below the
+            # reference's top Kiln's guess is, under the tie tolerance.
             tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]))
-            if r["margin"][position] < tol:
+            gap = r["top"][position] - float(r["logits"][position, token])
+            if r["margin"][position] < tol or gap < tol:
                 ties += 1
             else:
-                bad.append((i, position, token, r["guess"][position]))
+                bad.append((i, position, token, r["guess"][position], round(gap, 4),
+                            round(tol, 4)))
     ok = total > 0 and not bad
     text = (f"mtp guesses {agree}/{total} equal the PyTorch module's ({ties} near-ties"
-            + (f"; first off: prompt {bad[0][0]} position {bad[0][1]}: kiln {bad[0][2]}, "
-               f"reference {bad[0][3]}" if bad else "") + ")")
+            + (f"; {len(bad)} off, first: prompt {bad[0][0]} position {bad[0][1]}: kiln "
+               f"{bad[0][2]} ({bad[0][4]} below the reference's top, tolerance "
+               f"{bad[0][5]}), reference {bad[0][3]}" if bad else "") + ")")
     return ok, text, {"agree": agree, "total": total, "near_ties": ties, "off": bad[:10]}
 
 
