@@ -215,7 +215,7 @@ struct kiln_rt_context {
   std::map<std::pair<int32_t, std::string>, kiln::rt::CommitEntry> commits;
   // A compiled recurrent layer (causal_conv, mamba_ssm) ran: a speculative step's
   // accepted prefix is committed by the next step's layers from the batch's pending
-  // pairs (docs/replay.md).
+  // pairs (docs/replay.md), and a sequence cannot be truncated further back.
   bool recurrentLayers = false;
   kiln::rt::Buffer split;    // legacy MLA split-KV partials
   kiln::rt::Buffer index;    // legacy token index (MLA expanded tables)

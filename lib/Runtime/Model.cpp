@@ -321,15 +321,6 @@ struct Snapshot {
   }
 };
 
-// Whether the model keeps per-sequence recurrent state (Mamba2 conv/SSM), which a
-// truncation cannot rewind beyond the last speculative step.
-bool hasRecurrentState(const kiln_model *m) {
-  for (const auto &[key, resource] : m->ctx->resources)
-    if (key.second == "ssm_state" || key.second == "conv_state")
-      return true;
-  return false;
-}
-
 // Resolves a pending speculative step of the sequence in `slot`: its accepted tokens
 // (len - specBase of them) become the sequence's pending count, which the recurrent
 // layers of its next step commit before anything else (rewind: a copy from the
@@ -741,7 +732,8 @@ extern "C" kiln_status_t kiln_model_truncate(kiln_model_t *model, int32_t seq_id
                 "%s: sequence %d: new_len %d outside [0, its length %d]", fn, seq_id, new_len,
                 s->len);
   const int64_t page = model->manifest.pageSize;
-  if (s->specBase < 0 && new_len < s->len && hasRecurrentState(model))
+  // Recurrent (Mamba2) states cannot be rewound beyond the last speculative step.
+  if (s->specBase < 0 && new_len < s->len && model->ctx->recurrentLayers)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: sequence %d: the model's recurrent layers (Mamba2) cannot rewind to %d "
                 "of its %d tokens (only within its last speculative step)", fn, seq_id,
