@@ -290,8 +290,12 @@ def router_key_gaps(module, logits):
         keys = logits.softmax(dim=-1)
         slope = keys * (1 - keys)
     tokens, experts = keys.shape
-    groups = getattr(module, "num_group", 1) or 1
-    kept = getattr(module, "topk_group", groups) or groups
+    # DeepSeek-V2's routers name the group count num_group, V3's and Nemotron-H's
+    # n_group; either may only be in the module's config.
+    config = getattr(module, "config", None)
+    groups = (getattr(module, "num_group", None) or getattr(module, "n_group", None)
+              or getattr(config, "n_group", None) or 1)
+    kept = getattr(module, "topk_group", None) or getattr(config, "topk_group", None) or groups
     gaps = []
     if 1 < groups and kept < groups:
         grouped = keys.view(tokens, groups, experts // groups)
