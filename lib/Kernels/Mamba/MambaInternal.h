@@ -98,6 +98,13 @@ struct ConvPrefillArgs {
 // 32 or 16 tokens; 0: none fits).
 int chunkScanTokens(int headDim, int stateSize, size_t sharedBytes);
 
+// Shared memory the tensor-core chunk scan (ChunkScanMma.cu) needs for these arguments,
+// or 0 when it does not take them (fp16 activations, unaligned rows, a head_dim x
+// state_size it is not instantiated for); launchSsmChunkScan then runs the fp32 kernel.
+int chunkScanMmaBytes(const ChunkScanArgs &args);
+kiln_status_t launchSsmChunkScanMma(const ChunkScanArgs &args, kiln_dtype_t stateDtype,
+                                    void *stream);
+
 // Launch helpers implemented in the .cu files. Arguments are already validated; they
 // return KILN_OK, KILN_ERROR_UNSUPPORTED (no instantiation) or KILN_ERROR_CUDA, with the
 // message set through fail().

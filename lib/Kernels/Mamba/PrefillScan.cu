@@ -260,6 +260,9 @@ kiln_status_t launchSsmChunkScan(const ChunkScanArgs &a, kiln_dtype_t stateDtype
   if (e != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "ssm_chunk_scan: device query failed: %s",
                 cudaGetErrorString(e));
+  const int mmaBytes = chunkScanMmaBytes(a);
+  if (mmaBytes > 0 && mmaBytes <= optin)
+    return launchSsmChunkScanMma(a, stateDtype, stream);
   const int L = chunkScanTokens(a.headDim, a.stateSize, static_cast<size_t>(optin));
   if (L == 0)
     return fail(KILN_ERROR_UNSUPPORTED,
