@@ -239,19 +239,39 @@ def torch_ssd(T, chunk=128):
     return bench(run, iters=10, warm=2)
 
 
+def bf16_tensor_ceiling():
+    """The chunk scan's products run on tensor cores (bf16 mma.sync, fp32 accumulate):
+    its ceiling is a large bf16 GEMM in the same run (TFLOP/s)."""
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    sec = bench(lambda _: torch.matmul(a, b), iters=10, warm=3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2.0 * 8192 ** 3 / sec / 1e12
+
+
 def main():
     kiln = json.load(open(sys.argv[1]))
-    prefill = [c for c in kiln["cases"] if c["kernel"] in ("ssm_chunk_scan", "ssm_prefill_sequential")]
+    prefill = [c for c in kiln["cases"]
+               if c["kernel"] in ("ssm_chunk_scan", "ssm_chunk_scan_fp32", "ssm_prefill_sequential")]
     kiln["cases"] = [c for c in kiln["cases"] if c not in prefill]
+    tensor = bf16_tensor_ceiling() if prefill else None
+    if tensor:
+        print(f"bf16 tensor ceiling (torch.matmul 8192^3): {tensor:.1f} TFLOP/s", flush=True)
     for c in prefill:
         if c["kernel"] != "ssm_chunk_scan":
             continue
         seq = next((s["us"] for s in prefill
                     if s["kernel"] == "ssm_prefill_sequential" and s["T"] == c["T"]), None)
         peer = torch_ssd(c["T"]) * 1e6
-        print(f"ssm prefill T={c['T']}: kiln chunk_scan {c['us']:.1f} us, token by token "
-              f"{seq:.1f} us ({seq / c['us']:.1f}x), torch chunked SSD {peer:.1f} us "
-              f"(kiln {peer / c['us']:.2f}x the torch peer)", flush=True)
+        nominal = c["state_bytes"] / c["us"] / 1e6  # MambaBench stores 4 T H P N FLOPs here
+        print(f"ssm prefill T={c['T']}: kiln chunk_scan {c['us']:.1f} us "
+              f"({nominal:.1f} nominal TFLOP/s, {100 * nominal / tensor:.1f}% of the bf16 "
+              f"tensor ceiling), token by token {seq:.1f} us ({seq / c['us']:.1f}x), torch "
+              f"chunked SSD {peer:.1f} us (kiln {peer / c['us']:.2f}x the torch peer)",
+              flush=True)
+        c["tensor_ceiling_TFLOPs"] = tensor
+        c["torch_ssd_us"] = peer
     ceiling = kiln["ceiling_TBps"]
     rows = []
     print(f"device {kiln['device']}, copy ceiling {ceiling:.2f} TB/s")
@@ -288,7 +308,8 @@ def main():
               f"{f(tr / us if tr else None, 8, 2)} {f(em, 12)}", flush=True)
         rows.append(row)
     if len(sys.argv) > 2:
-        json.dump(dict(device=kiln["device"], ceiling_TBps=ceiling, cases=rows),
+        json.dump(dict(device=kiln["device"], ceiling_TBps=ceiling, cases=rows,
+                       prefill=prefill),
                   open(sys.argv[2], "w"), indent=1)
 
 
