@@ -145,11 +145,14 @@ def load_reference_model(model_dir, device):
 
 
 @torch.no_grad()
-def greedy_with_logits(model, prompt, count, device):
-    """Greedy tokens and the float32 logits of every step (step i predicts token i)."""
+def greedy_with_logits(model, prompt, count, device, after_forward=None):
+    """Greedy tokens and the float32 logits of every step (step i predicts token i);
+    after_forward() runs after each forward (the prompt's, then one a step)."""
     out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
     tokens, logits = [], []
     for i in range(count):
+        if after_forward:
+            after_forward()
         step = out.logits[0, -1].float()
         logits.append(step)
         tokens.append(int(torch.argmax(step)))
@@ -178,8 +181,21 @@ def reference(model_dir, prompts, count, args):
     """Per prompt: tokens, step logits, margins and near-tie tolerances."""
     model = load_reference_model(model_dir, args.device)
     result = {"tokens": [], "logits": [], "margin": [], "tol": [], "generate_check": "ok"}
+    # MoE models: the routers' gaps at the token each step predicts from, on the greedy
+    # path itself (KV cache, one token a forward): where the reference's own choice sits
+    # on a near-tie, as at DeepSeek-V3's prompt 2 step 25 (H200, 2026-12-06: a group
+    # decision 1.0 ulp from flipping there, 2.1 on the teacher-forced forward).
+    captured, path_gaps = [], []
+    handles = hook_routers(model, captured.append)
+
+    def after_forward():
+        if captured:
+            path_gaps[-1].append(float(min(gaps[-1] for gaps in captured)))
+        captured.clear()
     for prompt in prompts:
-        tokens, logits = greedy_with_logits(model, prompt, count, args.device)
+        path_gaps.append([])
+        captured.clear()  # the previous prompt's generate cross-check
+        tokens, logits = greedy_with_logits(model, prompt, count, args.device, after_forward)
         top2 = torch.topk(logits, 2, dim=-1).values.cpu()
         margin = (top2[:, 0] - top2[:, 1]).tolist()
         tol = [max(args.tie_floor, args.tie_ulps * bf16_ulp(t)) for t in top2[:, 0].tolist()]
@@ -196,6 +212,8 @@ def reference(model_dir, prompts, count, args):
                         f"{first_difference(generated, tokens)}")
             except Exception as error:  # only a cross-check: report, don't stop
                 result["generate_check"] = f"skipped: {type(error).__name__}: {error}"[:200]
+    for handle in handles:
+        handle.remove()
     # A second correct bf16 implementation (eager attention instead of sdpa): how far two
     # transformers paths are from each other, the scale of rounding noise in these models.
     use_attention(model, "eager")
@@ -203,7 +221,16 @@ def reference(model_dir, prompts, count, args):
         model(input_ids=torch.tensor([prompt], device=args.device)).logits[0, -1].float().cpu()
         for prompt in prompts]
     use_attention(model, "sdpa")
-    result["router_gap"] = router_gaps(model, prompts, result["tokens"], args.device)
+    # The closer of the two paths counts: either one being a rounding away from another
+    # expert set means the reference's token there is not a decision it can make.
+    forward_gaps = router_gaps(model, prompts, result["tokens"], args.device)
+    if forward_gaps is not None:
+        result["router_gap_forward"] = forward_gaps
+        result["router_gap_path"] = path_gaps
+        result["router_gap"] = [[min(a, b) for a, b in zip(f, g)]
+                                for f, g in zip(forward_gaps, path_gaps)]
+    else:
+        result["router_gap"] = None
     # The same weights in float32, teacher-forced on the reference's own continuation: how
     # far transformers' bf16 logits are from exact arithmetic at every step. That error is
     # the reference's own uncertainty: a step whose bf16 top-1/top-2 margin is within it
@@ -237,18 +264,10 @@ def router_gaps(model, prompts, continuations, device):
     (a routing near-tie). Routers that choose on other keys than the logits (DeepSeek's
     sigmoid-plus-bias keys and expert groups, see router_key_gaps) have their key gaps
     turned into the logit change that closes them."""
-    routers = [m for m in model.modules()
-               if type(m).__name__.endswith("Router") and hasattr(m, "top_k")]
-    if not routers:
-        return None
     captured = []
-
-    def hook(module, inputs, output):
-        logits = (output[0] if isinstance(output, tuple) else output).float()
-        logits = logits.reshape(-1, logits.shape[-1])
-        captured.append(router_key_gaps(module, logits).cpu())
-
-    handles = [r.register_forward_hook(hook) for r in routers]
+    handles = hook_routers(model, captured.append)
+    if not handles:
+        return None
     try:
         gaps = []
         for prompt, tokens in zip(prompts, continuations):
@@ -260,6 +279,18 @@ def router_gaps(model, prompts, continuations, device):
     finally:
         for h in handles:
             h.remove()
+
+
+def hook_routers(model, keep):
+    """Forward hooks on the MoE routers: keep(gaps) gets router_key_gaps of every token
+    of each router call. Returns the hook handles ([] for a dense model)."""
+    routers = [m for m in model.modules()
+               if type(m).__name__.endswith("Router") and hasattr(m, "top_k")]
+
+    def hook(module, inputs, output):
+        logits = (output[0] if isinstance(output, tuple) else output).float()
+        keep(router_key_gaps(module, logits.reshape(-1, logits.shape[-1])).cpu())
+    return [r.register_forward_hook(hook) for r in routers]
 
 
 def bf16_ulps_of(values):
