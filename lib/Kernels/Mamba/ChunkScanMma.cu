@@ -66,6 +66,18 @@ __device__ __forceinline__ void storeSplitPair(__nv_bfloat16 *hi, __nv_bfloat16 
   *reinterpret_cast<uint32_t *>(lo) = packBf16(l0, l1);
 }
 
+// acc[j] and acc[j + 1] += a . b[j / 2]'s two n8 tiles, for every pair of accumulator
+// tiles: independent accumulators back to back.
+template <int Tiles>
+__device__ __forceinline__ void mmaTilePairs(float (&acc)[Tiles][4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[Tiles / 2][4]) {
+#pragma unroll
+  for (int j = 0; j < Tiles; j += 2) {
+    mma16816<__nv_bfloat16>(acc[j], a, b[j / 2][0], b[j / 2][1]);
+    mma16816<__nv_bfloat16>(acc[j + 1], a, b[j / 2][2], b[j / 2][3]);
+  }
+}
+
 // Row-lane addresses of ldmatrix x4 loads (lane l feeds row l % 8 of matrix l / 8).
 // A fragment of a row-major [m][k] tile at (m0, k0).
 __device__ __forceinline__ int aRow(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
@@ -209,17 +221,8 @@ template <int P, int N> struct ChunkScanMma {
           mma16816<__nv_bfloat16>(cb[j + 1], cf, bf[j / 2][2], bf[j / 2][3]);
         }
       }
-      // Independent accumulators back to back.
-#pragma unroll
-      for (int j = 0; j < P / 8; j += 2) {
-        mma16816<__nv_bfloat16>(y[j], cf, hf[j / 2][0], hf[j / 2][1]);
-        mma16816<__nv_bfloat16>(y[j + 1], cf, hf[j / 2][2], hf[j / 2][3]);
-      }
-#pragma unroll
-      for (int j = 0; j < P / 8; j += 2) {
-        mma16816<__nv_bfloat16>(y[j], cf, lf[j / 2][0], lf[j / 2][1]);
-        mma16816<__nv_bfloat16>(y[j + 1], cf, lf[j / 2][2], lf[j / 2][3]);
-      }
+      mmaTilePairs(y, cf, hf);
+      mmaTilePairs(y, cf, lf);
     }
     const int g = lane >> 2, c = lane & 3;
     const int r0 = m0 + g, r1 = r0 + 8;
@@ -260,16 +263,8 @@ template <int P, int N> struct ChunkScanMma {
 #pragma unroll
       for (int j = 0; j < P / 8; j += 2)
         ldsmX4T(xf[j / 2], xs + (16 * kk + btRow(lane)) * L::xRow + 8 * j + btCol(lane));
-#pragma unroll
-      for (int j = 0; j < P / 8; j += 2) {
-        mma16816<__nv_bfloat16>(y[j], ghi, xf[j / 2][0], xf[j / 2][1]);
-        mma16816<__nv_bfloat16>(y[j + 1], ghi, xf[j / 2][2], xf[j / 2][3]);
-      }
-#pragma unroll
-      for (int j = 0; j < P / 8; j += 2) {
-        mma16816<__nv_bfloat16>(y[j], glo, xf[j / 2][0], xf[j / 2][1]);
-        mma16816<__nv_bfloat16>(y[j + 1], glo, xf[j / 2][2], xf[j / 2][3]);
-      }
+      mmaTilePairs(y, ghi, xf);
+      mmaTilePairs(y, glo, xf);
     }
     auto *out = static_cast<__nv_bfloat16 *>(a.out);
 #pragma unroll
