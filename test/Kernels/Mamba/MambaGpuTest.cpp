@@ -724,21 +724,6 @@ TEST(MambaGpu, ConvUpdateSpec) {
 
 // Sequences of these lengths (crossing 16/32/64-token chunk edges) packed one after the
 // other; a padding sequence (slot -1) among them must leave its rows and slot untouched.
-struct PackedPrompts {
-  std::vector<int32_t> cu{0}, slots;
-  int tokens() const { return cu.back(); }
-  int batch() const { return static_cast<int>(slots.size()); }
-};
-
-PackedPrompts packPrompts(const std::vector<int> &lengths, int padIndex) {
-  PackedPrompts p;
-  for (size_t b = 0; b < lengths.size(); ++b) {
-    p.cu.push_back(p.cu.back() + lengths[b]);
-    p.slots.push_back(static_cast<int>(b) == padIndex ? -1 : static_cast<int>(lengths.size() - 1 - b));
-  }
-  return p;
-}
-
 struct ChunkCase {
   kiln_dtype_t state;
   int heads, headDim, stateSize, groups;

@@ -95,6 +95,24 @@ inline std::vector<int32_t> makeIndices(Rng &rng, int batch, int slots, int padE
   return idx;
 }
 
+// A ragged batch of prompts packed token after token: cu_seqlens and the slot of every
+// sequence (the slots in reverse order; the sequence at padIndex is padding, -1).
+struct PackedPrompts {
+  std::vector<int32_t> cu{0}, slots;
+  int tokens() const { return cu.back(); }
+  int batch() const { return static_cast<int>(slots.size()); }
+};
+
+inline PackedPrompts packPrompts(const std::vector<int> &lengths, int padIndex) {
+  PackedPrompts p;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    p.cu.push_back(p.cu.back() + lengths[b]);
+    const int slot = static_cast<int>(lengths.size() - 1 - b);
+    p.slots.push_back(static_cast<int>(b) == padIndex ? -1 : slot);
+  }
+  return p;
+}
+
 } // namespace kiln::test
 
 #endif

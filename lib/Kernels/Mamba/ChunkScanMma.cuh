@@ -1,0 +1,427 @@
+// The device code of ssm_chunk_scan on tensor cores (sm_80+, bf16 activations, head_dim x
+// state_size in the instantiated set; ChunkScanMma.cu launches it). The same SSD math as
+// the fp32 kernel in PrefillScan.cu, with every product over a chunk an mma.sync m16n8k16
+// (bf16 in, fp32 accumulate):
+//   CB      = C . B^T                     (exact: C and B are bf16)
+//   y       = exp(cum_t) (C . S^T) + G . X (G = decayed CB, masked causal)
+//   S'      = exp(cum_last) S + (w o X)^T . B
+// Operands that are fp32 (S, G, w o X) are split into a bf16 high part and a bf16 low
+// part (v = hi + lo to ~16 bits) and multiplied twice, so each product carries ~2^-17
+// relative error instead of bf16's 2^-9; the state itself stays fp32 in registers for the
+// whole sequence. See docs/kernels-mamba.md for the design and measurements.
+//
+// A header so that the same code also runs on the host: test/Kernels/Mamba/
+// ChunkScanEmulationTest.cpp runs it a CTA at a time, threads as fibers, with cp.async,
+// ldmatrix, mma.sync, shuffles and barriers emulated (CtaEmulator.h), to check its
+// fragment layouts, barriers and padding logic in CI, where there is no GPU.
+#ifndef KILN_LIB_KERNELS_MAMBA_CHUNKSCANMMA_CUH
+#define KILN_LIB_KERNELS_MAMBA_CHUNKSCANMMA_CUH
+
+// The device primitives used below (cp.async, ldmatrix, mma.sync, pack2): under nvcc
+// those of Decode/DecodeDevice.cuh; on the host the CTA emulator, included first,
+// defines the same names in kiln::decode together with the CUDA built-ins.
+#if defined(__CUDACC__)
+#include "../Decode/DecodeDevice.cuh"
+#elif !defined(KILN_CTA_EMULATION)
+#error "device code: compile with nvcc, or include test/Kernels/Mamba/CtaEmulator.h first"
+#endif
+#include "MambaCommon.cuh"
+#include "MambaInternal.h"
+
+namespace kiln::kernels::mamba {
+// Internal linkage, as when this code lived in ChunkScanMma.cu: every includer has its
+// own copy, so the emulation's host instantiations of the kernel never meet the .cu's
+// launch stubs of the same names at link time.
+namespace {
+
+using decode::cpAsync16;
+using decode::cpAsyncCommit;
+using decode::cpAsyncWait;
+using decode::ldsmX4;
+using decode::ldsmX4T;
+using decode::mma16816;
+
+constexpr int kChunk = 64; // tokens a chunk
+constexpr int kWarps = 4;
+constexpr int kMmaThreads = kWarps * 32;
+
+// Shared memory of one CTA, in bytes. bf16 rows are padded by 8 elements (16 bytes) so
+// that ldmatrix's 8 row addresses fall in 8 distinct 16-byte bank groups.
+template <int P, int N> struct MmaScanSmem {
+  static constexpr int xRow = P + 8; // X[t][p], Xw hi/lo [u][p]
+  static constexpr int nRow = N + 8; // B[t][n], C[t][n], S hi/lo [p][n]
+  static constexpr int xTile = kChunk * xRow * 2;
+  static constexpr int nTile = kChunk * nRow * 2;
+  // One of two load stages: X, B, C and the raw dt of a chunk.
+  static constexpr int stageX = 0, stageB = xTile, stageC = stageB + nTile,
+                       stageDt = stageC + nTile, stageBytes = stageDt + kChunk * 4;
+  static constexpr int sHi = 2 * stageBytes, sLo = sHi + P * nRow * 2;
+  static constexpr int xwHi = sLo + P * nRow * 2, xwLo = xwHi + xTile;
+  static constexpr int cum = xwLo + xTile, dts = cum + kChunk * 4, w = dts + kChunk * 4;
+  static constexpr int bytes = w + kChunk * 4;
+};
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  return decode::pack2<__nv_bfloat16>(lo, hi);
+}
+
+// v = hi + lo with both bf16: hi is v rounded, lo the rounded remainder.
+__device__ __forceinline__ void splitBf16(float v, float &hi, float &lo) {
+  hi = __bfloat162float(__float2bfloat16_rn(v));
+  lo = v - hi;
+}
+
+// Two adjacent values as their bf16 high parts at hi and their remainders at lo.
+__device__ __forceinline__ void storeSplitPair(__nv_bfloat16 *hi, __nv_bfloat16 *lo, float v0,
+                                               float v1) {
+  float h0, l0, h1, l1;
+  splitBf16(v0, h0, l0);
+  splitBf16(v1, h1, l1);
+  *reinterpret_cast<uint32_t *>(hi) = packBf16(h0, h1);
+  *reinterpret_cast<uint32_t *>(lo) = packBf16(l0, l1);
+}
+
+// acc[j] and acc[j + 1] += a . b[j / 2]'s two n8 tiles, for every pair of accumulator
+// tiles: independent accumulators back to back.
+template <int Tiles>
+__device__ __forceinline__ void mmaTilePairs(float (&acc)[Tiles][4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[Tiles / 2][4]) {
+#pragma unroll
+  for (int j = 0; j < Tiles; j += 2) {
+    mma16816<__nv_bfloat16>(acc[j], a, b[j / 2][0], b[j / 2][1]);
+    mma16816<__nv_bfloat16>(acc[j + 1], a, b[j / 2][2], b[j / 2][3]);
+  }
+}
+
+// Row-lane addresses of ldmatrix x4 loads (lane l feeds row l % 8 of matrix l / 8).
+// A fragment of a row-major [m][k] tile at (m0, k0).
+__device__ __forceinline__ int aRow(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int aCol(int lane) { return (lane >> 4) * 8; }
+// B fragments of two n8 tiles from a [n][k] tile (non-transposed load) at (n0, k0).
+__device__ __forceinline__ int bnRow(int lane) { return (lane & 7) + (lane >> 4) * 8; }
+__device__ __forceinline__ int bnCol(int lane) { return ((lane >> 3) & 1) * 8; }
+// B fragments of two n8 tiles from a [k][n] tile (transposed load) at (k0, n0); the same
+// addresses give an A fragment from a [k][m] tile when the two middle matrices swap.
+__device__ __forceinline__ int btRow(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int btCol(int lane) { return (lane >> 4) * 8; }
+__device__ __forceinline__ int atRow(int lane) { return (lane & 7) + (lane >> 4) * 8; }
+__device__ __forceinline__ int atCol(int lane) { return ((lane >> 3) & 1) * 8; }
+
+// P: the head rows of one CTA's slice; N: the state size.
+template <int P, int N> struct ChunkScanMma {
+  using L = MmaScanSmem<P, N>;
+  static constexpr int kPTiles = P / 16; // 16-row tiles of the head rows
+  static constexpr int kNW = N / kWarps; // state columns a warp owns in the update
+  static constexpr int kNWTiles = kNW / 8;
+  static constexpr int kCTiles = kChunk / 8; // n8 tiles of a chunk's CB row block
+
+  const ChunkScanArgs &a;
+  char *smem;
+  int h, p0, lane, warp; // p0: the first head row of this CTA's slice
+
+  __device__ __nv_bfloat16 *at(int offset) const {
+    return reinterpret_cast<__nv_bfloat16 *>(smem + offset);
+  }
+  __device__ float *floats(int offset) const { return reinterpret_cast<float *>(smem + offset); }
+  __device__ char *stage(int s) const { return smem + s * L::stageBytes; }
+
+  // Starts the asynchronous copy of the chunk at token t0 (rows past `end` zero-filled)
+  // into stage s; returns this thread's raw dt of the chunk (kept until the stage is
+  // free to take it).
+  __device__ float issueChunk(int s, int t0, int end, int g) const {
+    const auto *x = static_cast<const __nv_bfloat16 *>(a.x);
+    const auto *bm = static_cast<const __nv_bfloat16 *>(a.B);
+    const auto *cm = static_cast<const __nv_bfloat16 *>(a.C);
+    __nv_bfloat16 *xs = reinterpret_cast<__nv_bfloat16 *>(stage(s) + L::stageX);
+    __nv_bfloat16 *bs = reinterpret_cast<__nv_bfloat16 *>(stage(s) + L::stageB);
+    __nv_bfloat16 *cs = reinterpret_cast<__nv_bfloat16 *>(stage(s) + L::stageC);
+    constexpr int xVecs = P / 8, nVecs = N / 8;
+    for (int i = threadIdx.x; i < kChunk * xVecs; i += kMmaThreads) {
+      const int r = i / xVecs, v = i % xVecs;
+      const bool valid = t0 + r < end;
+      const int64_t row = valid ? t0 + r : t0;
+      cpAsync16(xs + r * L::xRow + v * 8, x + row * a.xToken + h * a.headDim + p0 + v * 8, valid);
+    }
+    for (int i = threadIdx.x; i < kChunk * nVecs; i += kMmaThreads) {
+      const int r = i / nVecs, v = i % nVecs;
+      const bool valid = t0 + r < end;
+      const int64_t row = valid ? t0 + r : t0;
+      cpAsync16(bs + r * L::nRow + v * 8, bm + row * a.bToken + g * N + v * 8, valid);
+      cpAsync16(cs + r * L::nRow + v * 8, cm + row * a.cToken + g * N + v * 8, valid);
+    }
+    cpAsyncCommit();
+    const int t = t0 + static_cast<int>(threadIdx.x);
+    return threadIdx.x < kChunk && t < end
+               ? __bfloat162float(static_cast<const __nv_bfloat16 *>(a.dt)[t * a.dtToken + h])
+               : 0.0f;
+  }
+
+  // Step sizes, cumulative log decays and the state-update weights of a chunk (warp 0;
+  // two tokens a lane): dts[t], cum[t] = sum_{u<=t} dts[u] A, w[u] = exp(cum_last -
+  // cum[u]) dts[u]. Padding tokens get dts = 0, so they neither decay nor contribute.
+  __device__ void chunkDecays(const float *rawDt, int len, float A, float bias) const {
+    float *cum = floats(L::cum), *dts = floats(L::dts), *w = floats(L::w);
+    const int t = 2 * lane;
+    const float d0 = t < len ? stepSize(rawDt[t], bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
+    const float d1 =
+        t + 1 < len ? stepSize(rawDt[t + 1], bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
+    const float a0 = d0 * A, a1 = d1 * A;
+    float run = a0 + a1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float v = __shfl_up_sync(0xffffffffu, run, o);
+      if (lane >= o)
+        run += v;
+    }
+    float before = __shfl_up_sync(0xffffffffu, run, 1);
+    if (lane == 0)
+      before = 0.0f;
+    const float c0 = before + a0, c1 = c0 + a1;
+    const float last = __shfl_sync(0xffffffffu, c1, 31);
+    cum[t] = c0;
+    cum[t + 1] = c1;
+    dts[t] = d0;
+    dts[t + 1] = d1;
+    w[t] = expf(last - c0) * d0;
+    w[t + 1] = expf(last - c1) * d1;
+  }
+
+  // The update's left operand: w[u] x[u][p], split into bf16 high and low parts.
+  __device__ void weightedInputs(const __nv_bfloat16 *xs) const {
+    const float *w = floats(L::w);
+    __nv_bfloat16 *hi = at(L::xwHi), *lo = at(L::xwLo);
+    constexpr int pairs = P / 2;
+    for (int i = threadIdx.x; i < kChunk * pairs; i += kMmaThreads) {
+      const int u = i / pairs, p = 2 * (i % pairs);
+      const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162 *>(xs + u * L::xRow + p);
+      storeSplitPair(hi + u * L::xRow + p, lo + u * L::xRow + p, __low2float(xv) * w[u],
+                     __high2float(xv) * w[u]);
+    }
+  }
+
+  // The outputs of this warp's 16 tokens (rows 16 warp ..): the state's part and the
+  // chunk's own part, then D x; rows past `len` are not stored.
+  __device__ void outputs(const char *st, int t0, int len, float D) const {
+    const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageX);
+    const __nv_bfloat16 *bs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageB);
+    const __nv_bfloat16 *cs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageC);
+    const __nv_bfloat16 *sHi = at(L::sHi), *sLo = at(L::sLo);
+    const float *cum = floats(L::cum), *dts = floats(L::dts);
+    const int m0 = 16 * warp;
+    float cb[kCTiles][4] = {};
+    float y[P / 8][4] = {};
+    // One pass over the state dimension: C's fragment feeds both C.B^T (the causal tiles
+    // up to this warp's rows) and C.S^T.
+    // Every fragment of a k step is loaded before its mma's: the asm statements keep their
+    // order, so a load issued just before the mma that needs it would stall the warp for
+    // the whole shared-memory latency.
+#pragma unroll
+    for (int k0 = 0; k0 < N; k0 += 16) {
+      uint32_t cf[4], bf[kCTiles / 2][4], hf[P / 16][4], lf[P / 16][4];
+      ldsmX4(cf, cs + (m0 + aRow(lane)) * L::nRow + k0 + aCol(lane));
+#pragma unroll
+      for (int j = 0; j < kCTiles; j += 2)
+        if (j <= 2 * warp)
+          ldsmX4(bf[j / 2], bs + (8 * j + bnRow(lane)) * L::nRow + k0 + bnCol(lane));
+#pragma unroll
+      for (int j = 0; j < P / 8; j += 2) {
+        const int off = (8 * j + bnRow(lane)) * L::nRow + k0 + bnCol(lane);
+        ldsmX4(hf[j / 2], sHi + off);
+        ldsmX4(lf[j / 2], sLo + off);
+      }
+#pragma unroll
+      for (int j = 0; j < kCTiles; j += 2) {
+        if (j <= 2 * warp) {
+          mma16816<__nv_bfloat16>(cb[j], cf, bf[j / 2][0], bf[j / 2][1]);
+          mma16816<__nv_bfloat16>(cb[j + 1], cf, bf[j / 2][2], bf[j / 2][3]);
+        }
+      }
+      mmaTilePairs(y, cf, hf);
+      mmaTilePairs(y, cf, lf);
+    }
+    const int g = lane >> 2, c = lane & 3;
+    const int r0 = m0 + g, r1 = r0 + 8;
+    const float e0 = expf(cum[r0]), e1 = expf(cum[r1]);
+#pragma unroll
+    for (int j = 0; j < P / 8; ++j) {
+      y[j][0] *= e0;
+      y[j][1] *= e0;
+      y[j][2] *= e1;
+      y[j][3] *= e1;
+    }
+    // G = CB exp(cum_t - cum_u) dt_u below the diagonal, times X, 16 keys at a time.
+#pragma unroll
+    for (int kk = 0; kk < kCTiles / 2; ++kk) {
+      if (kk > warp)
+        continue;
+      uint32_t ghi[4], glo[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * kk + half, u0 = 8 * j + 2 * c;
+        float v[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int t = r < 2 ? r0 : r1, u = u0 + (r & 1);
+          v[r] = u <= t ? cb[j][r] * expf(cum[t] - cum[u]) * dts[u] : 0.0f;
+        }
+        float h[4], l[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          splitBf16(v[r], h[r], l[r]);
+        // Accumulator tiles j (keys 0-7) and j+1 (keys 8-15) are the A fragment's halves.
+        ghi[2 * half] = packBf16(h[0], h[1]);
+        ghi[2 * half + 1] = packBf16(h[2], h[3]);
+        glo[2 * half] = packBf16(l[0], l[1]);
+        glo[2 * half + 1] = packBf16(l[2], l[3]);
+      }
+      uint32_t xf[P / 16][4];
+#pragma unroll
+      for (int j = 0; j < P / 8; j += 2)
+        ldsmX4T(xf[j / 2], xs + (16 * kk + btRow(lane)) * L::xRow + 8 * j + btCol(lane));
+      mmaTilePairs(y, ghi, xf);
+      mmaTilePairs(y, glo, xf);
+    }
+    auto *out = static_cast<__nv_bfloat16 *>(a.out);
+#pragma unroll
+    for (int j = 0; j < P / 8; ++j) {
+      const int p = 8 * j + 2 * c;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = half ? r1 : r0;
+        if (t >= len)
+          continue;
+        const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162 *>(xs + t * L::xRow + p);
+        const float v0 = y[j][2 * half] + D * __low2float(xv);
+        const float v1 = y[j][2 * half + 1] + D * __high2float(xv);
+        *reinterpret_cast<uint32_t *>(out + (t0 + t) * a.yToken + h * a.headDim + p0 + p) =
+            packBf16(v0, v1);
+      }
+    }
+  }
+
+  // S = exp(cum_last) S + (w o X)^T B for this warp's kNW state columns, every head row.
+  __device__ void updateState(float (&s)[kPTiles][kNWTiles][4], const char *st) const {
+    const __nv_bfloat16 *bs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageB);
+    const __nv_bfloat16 *xwHi = at(L::xwHi), *xwLo = at(L::xwLo);
+    const float decay = expf(floats(L::cum)[kChunk - 1]);
+    const int n0 = warp * kNW;
+    forEachState([&](int mi, int nj, int r, int, int) { s[mi][nj][r] *= decay; });
+#pragma unroll
+    for (int k0 = 0; k0 < kChunk; k0 += 16) {
+      uint32_t bf[kNWTiles][2];
+#pragma unroll
+      for (int nj = 0; nj < kNWTiles; nj += 2) {
+        uint32_t f[4];
+        ldsmX4T(f, bs + (k0 + btRow(lane)) * L::nRow + n0 + 8 * nj + btCol(lane));
+        bf[nj][0] = f[0];
+        bf[nj][1] = f[1];
+        bf[nj + 1][0] = f[2];
+        bf[nj + 1][1] = f[3];
+      }
+      uint32_t ahi[kPTiles][4], alo[kPTiles][4];
+#pragma unroll
+      for (int mi = 0; mi < kPTiles; ++mi) {
+        const int off = (k0 + atRow(lane)) * L::xRow + 16 * mi + atCol(lane);
+        ldsmX4T(ahi[mi], xwHi + off);
+        ldsmX4T(alo[mi], xwLo + off);
+      }
+#pragma unroll
+      for (int mi = 0; mi < kPTiles; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < kNWTiles; ++nj)
+          mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
+#pragma unroll
+      for (int mi = 0; mi < kPTiles; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < kNWTiles; ++nj)
+          mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
+    }
+  }
+
+  // The state's bf16 high and low parts, the right operand of the next chunk's C.S^T.
+  __device__ void publishState(const float (&s)[kPTiles][kNWTiles][4]) const {
+    __nv_bfloat16 *hi = at(L::sHi), *lo = at(L::sLo);
+    // Registers 2k and 2k + 1 are adjacent columns of one row: stored as a pair.
+    forEachState([&](int mi, int nj, int r, int p, int n) {
+      if (r % 2 == 0)
+        storeSplitPair(hi + p * L::nRow + n, lo + p * L::nRow + n, s[mi][nj][r], s[mi][nj][r + 1]);
+    });
+  }
+
+  // Visits this thread's state elements (head row p, state column n, register r).
+  template <typename F> __device__ void forEachState(F &&f) const {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < kPTiles; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < kNWTiles; ++nj)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          f(mi, nj, r, 16 * mi + g + (r >> 1) * 8, warp * kNW + 8 * nj + 2 * c + (r & 1));
+  }
+};
+
+// One CTA per (head, sequence, slice of P head rows), walking the sequence chunk by chunk
+// with the next chunk's loads in flight; the slice's state lives in registers (fp32) from
+// the first chunk to the last. The kernel's body, on the CTA's dynamic shared memory
+// `smem` (a parameter so that the host emulation can run it on a buffer of its own).
+template <int P, int N, typename StateT>
+__device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
+                                                const int32_t *__restrict__ cuSeqlens,
+                                                char *smem) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int slot = a.indices ? a.indices[b] : b;
+  if (slot < 0 || slot >= a.numSlots)
+    return;
+  using K = ChunkScanMma<P, N>;
+  using L = MmaScanSmem<P, N>;
+  const int p0 = static_cast<int>(blockIdx.z) * P;
+  const K k{a, smem, h, p0, static_cast<int>(threadIdx.x & 31), static_cast<int>(threadIdx.x >> 5)};
+  const int g = h / a.headsPerGroup;
+  const float A = a.aIsLog ? -expf(a.A[h]) : a.A[h];
+  const float D = a.D ? a.D[h] : 0.0f;
+  const float bias = a.dtBias ? a.dtBias[h] : 0.0f;
+  const int begin = cuSeqlens[b], end = cuSeqlens[b + 1];
+  const int chunks = (end - begin + kChunk - 1) / kChunk;
+  float pendingDt = chunks > 0 ? k.issueChunk(0, begin, end, g) : 0.0f;
+  StateT *state = static_cast<StateT *>(a.state) + slot * a.stSlot + h * a.stHead + p0 * a.stDim;
+  float s[K::kPTiles][K::kNWTiles][4];
+  k.forEachState(
+      [&](int mi, int nj, int r, int p, int n) { s[mi][nj][r] = toFloat(state[p * a.stDim + n]); });
+  k.publishState(s);
+  if (threadIdx.x < kChunk)
+    k.floats(L::stageDt)[threadIdx.x] = pendingDt;
+  for (int ci = 0; ci < chunks; ++ci) {
+    const int cur = ci & 1, t0 = begin + ci * kChunk, len = min(kChunk, end - t0);
+    cpAsyncWait<0>();
+    __syncthreads(); // chunk ci landed; chunk ci - 1 is done with the other stage
+    if (ci + 1 < chunks)
+      pendingDt = k.issueChunk(cur ^ 1, t0 + kChunk, end, g);
+    const char *st = k.stage(cur);
+    if (k.warp == 0)
+      k.chunkDecays(reinterpret_cast<const float *>(st + L::stageDt), len, A, bias);
+    __syncthreads();
+    k.weightedInputs(reinterpret_cast<const __nv_bfloat16 *>(st + L::stageX));
+    k.outputs(st, t0, len, D);
+    __syncthreads(); // the weighted inputs are complete; the state's parts were read
+    k.updateState(s, st);
+    k.publishState(s);
+    if (ci + 1 < chunks && threadIdx.x < kChunk)
+      reinterpret_cast<float *>(k.stage(cur ^ 1) + L::stageDt)[threadIdx.x] = pendingDt;
+  }
+  k.forEachState([&](int mi, int nj, int r, int p, int n) {
+    state[p * a.stDim + n] = fromFloat<StateT>(s[mi][nj][r]);
+  });
+}
+
+template <int P, int N, typename StateT>
+__global__ void __launch_bounds__(kMmaThreads)
+    ssmChunkScanMmaKernel(ChunkScanArgs a, const int32_t *__restrict__ cuSeqlens) {
+  extern __shared__ __align__(16) char smem[];
+  chunkScanMmaCta<P, N, StateT>(a, cuSeqlens, smem);
+}
+
+} // namespace
+} // namespace kiln::kernels::mamba
+
+#endif

@@ -1,0 +1,330 @@
+#include "CtaEmulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace kiln::test::emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024; // a thread's stack (pages are touched lazily)
+constexpr size_t kGuardBytes = 256;        // after the shared memory, to catch overruns
+constexpr unsigned char kPoison = 0xFF;    // bf16 and fp32 NaN
+constexpr unsigned char kGuard = 0xA5;
+
+CtaEmulator *active = nullptr; // the emulator running a block
+
+float bf16Bits(uint32_t bits) { return bitsFloat(bits << 16); }
+
+// ldmatrix x4: lanes 8i..8i+7 address the rows of 8x8 matrix i; lane t receives, for
+// each matrix, the pair of elements at row t / 4, columns 2 (t % 4) and + 1 (transposed:
+// column t / 4, rows 2 (t % 4) and + 1).
+void ldmatrix(WarpLanes &lanes, bool trans) {
+  CtaEmulator &cta = CtaEmulator::current();
+  uint16_t m[4][8][8];
+  for (int i = 0; i < 4; ++i) {
+    uintptr_t rows[8];
+    for (int r = 0; r < 8; ++r) {
+      const auto *p = reinterpret_cast<const char *>(lanes[8 * i + r].in[0]);
+      cta.checkShared(p, 16, "ldmatrix row");
+      std::memcpy(m[i][r], p, 16);
+      rows[r] = static_cast<uintptr_t>(p - cta.shared());
+    }
+    // The 8 rows of a phase are read in one wavefront when they fall in distinct 16-byte
+    // groups of the 32 4-byte banks.
+    bool conflict = false;
+    for (int r = 0; r < 8; ++r)
+      for (int q = 0; q < r; ++q)
+        conflict |= rows[q] != rows[r] && (rows[q] / 16) % 8 == (rows[r] / 16) % 8;
+    cta.countLdmatrixPhase(conflict);
+  }
+  for (int t = 0; t < kWarpSize; ++t)
+    for (int i = 0; i < 4; ++i) {
+      const int a = t / 4, b = 2 * (t % 4);
+      const uint16_t lo = trans ? m[i][b][a] : m[i][a][b];
+      const uint16_t hi = trans ? m[i][b + 1][a] : m[i][a][b + 1];
+      lanes[t].out[i] = lo | static_cast<uint32_t>(hi) << 16;
+    }
+}
+
+} // namespace
+
+void ldmatrixX4(WarpLanes &lanes) { ldmatrix(lanes, false); }
+void ldmatrixX4Trans(WarpLanes &lanes) { ldmatrix(lanes, true); }
+
+// mma.sync m16n8k16 row.col, bf16 operands, fp32 accumulators; lane l = 4 g + c holds
+// A rows g and g + 8 at columns 2c, 2c + 1 (registers 0, 1) and 2c + 8, 2c + 9 (2, 3), B
+// column g at rows 2c, 2c + 1 and 2c + 8, 2c + 9, and C / D rows g and g + 8 at columns 2c
+// and 2c + 1. The products are summed exactly (fp64) and rounded once.
+void mmaBf16(WarpLanes &lanes) {
+  double a[16][16], b[16][8], c[16][8];
+  auto lo = [](uint64_t v) { return bf16Bits(static_cast<uint32_t>(v) & 0xffff); };
+  auto hi = [](uint64_t v) { return bf16Bits(static_cast<uint32_t>(v) >> 16); };
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int g = l / 4, k = 2 * (l % 4);
+    const uint64_t *in = lanes[l].in;
+    for (int half = 0; half < 2; ++half) {
+      const int col = k + 8 * half;
+      a[g][col] = lo(in[2 * half]);
+      a[g][col + 1] = hi(in[2 * half]);
+      a[g + 8][col] = lo(in[2 * half + 1]);
+      a[g + 8][col + 1] = hi(in[2 * half + 1]);
+      b[col][g] = lo(in[4 + half]);
+      b[col + 1][g] = hi(in[4 + half]);
+    }
+    c[g][k] = bitsFloat(static_cast<uint32_t>(in[6]));
+    c[g][k + 1] = bitsFloat(static_cast<uint32_t>(in[7]));
+    c[g + 8][k] = bitsFloat(static_cast<uint32_t>(in[8]));
+    c[g + 8][k + 1] = bitsFloat(static_cast<uint32_t>(in[9]));
+  }
+  float d[16][8];
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      double sum = c[m][n];
+      for (int k = 0; k < 16; ++k)
+        sum += a[m][k] * b[k][n];
+      d[m][n] = static_cast<float>(sum);
+    }
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int g = l / 4, k = 2 * (l % 4);
+    const float out[4] = {d[g][k], d[g][k + 1], d[g + 8][k], d[g + 8][k + 1]};
+    for (int i = 0; i < 4; ++i)
+      lanes[l].out[i] = floatBits(out[i]);
+  }
+}
+
+void shuffleIndexed(WarpLanes &lanes) {
+  for (int l = 0; l < kWarpSize; ++l)
+    lanes[l].out[0] = static_cast<uint32_t>(lanes[lanes[l].in[1] % kWarpSize].in[0]);
+}
+
+void shuffleUp(WarpLanes &lanes) {
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int delta = static_cast<int>(lanes[l].in[1]);
+    lanes[l].out[0] = static_cast<uint32_t>(lanes[l >= delta ? l - delta : l].in[0]);
+  }
+}
+
+struct CtaEmulator::Fiber {
+  struct Copy {
+    char *dst;
+    const char *src;
+    bool valid;
+  };
+  ucontext_t context;
+  uint3 index;
+  bool done = false;
+  int waitScope = -1; // the warp or block collective it waits in; -1: free to run
+  uint64_t waitGeneration = 0;
+  std::vector<std::vector<Copy>> committed; // cp.async groups, oldest first
+  std::vector<Copy> open;                   // copies not committed yet
+};
+
+CtaEmulator::CtaEmulator(int threads, size_t sharedBytes, uint64_t seed)
+    : threads_(threads), sharedBytes_(sharedBytes), rng_(seed),
+      sharedAlloc_(new char[sharedBytes + kGuardBytes + 128]),
+      stacks_(new char[threads * kStackBytes]), fibers_(threads), scopes_(threads / kWarpSize + 1),
+      exchange_(threads / kWarpSize) {
+  if (threads % kWarpSize != 0) {
+    std::fprintf(stderr, "CtaEmulator: %d threads is not whole warps\n", threads);
+    std::abort();
+  }
+  // 128-byte aligned, as the dynamic shared memory is.
+  const auto base = reinterpret_cast<uintptr_t>(sharedAlloc_.get());
+  shared_ = sharedAlloc_.get() + ((128 - base % 128) % 128);
+}
+
+CtaEmulator::~CtaEmulator() = default;
+
+CtaEmulator &CtaEmulator::current() {
+  if (!active || !active->running_) {
+    std::fprintf(stderr, "CtaEmulator: a device primitive called outside a running block\n");
+    std::abort();
+  }
+  return *active;
+}
+
+const uint3 &CtaEmulator::threadIndex() const { return running_->index; }
+
+LaneData &CtaEmulator::lane() {
+  const unsigned t = running_->index.x;
+  return exchange_[t / kWarpSize][t % kWarpSize];
+}
+
+bool CtaEmulator::run(uint3 block, const std::function<void()> &body) {
+  active = this;
+  block_ = block;
+  body_ = &body;
+  error_.clear();
+  std::memset(shared_, kPoison, sharedBytes_);
+  std::memset(shared_ + sharedBytes_, kGuard, kGuardBytes);
+  for (Scope &s : scopes_)
+    s = Scope{};
+  for (int t = 0; t < threads_; ++t) {
+    Fiber &f = fibers_[t];
+    f.index = uint3{static_cast<unsigned>(t), 0, 0};
+    f.done = false;
+    f.waitScope = -1;
+    f.committed.clear();
+    f.open.clear();
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = stacks_.get() + t * kStackBytes;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &scheduler_; // where a thread goes when its body returns
+    makecontext(&f.context, fiberEntry, 0);
+  }
+  bool ok = schedule();
+  for (const Fiber &f : fibers_)
+    if (ok && (!f.committed.empty() || !f.open.empty())) {
+      abandon("thread " + std::to_string(f.index.x) + " left cp.async copies not waited for");
+      ok = false;
+    }
+  if (ok && !sharedIntact()) {
+    abandon("written past the end of the shared memory");
+    ok = false;
+  }
+  body_ = nullptr;
+  active = nullptr;
+  return ok;
+}
+
+void CtaEmulator::fiberEntry() {
+  (*active->body_)();
+  active->running_->done = true;
+}
+
+bool CtaEmulator::schedule() {
+  const int warps = threads_ / kWarpSize;
+  // Each warp goes on in a round with its own probability: some run far ahead.
+  std::vector<double> speed(warps);
+  for (double &s : speed)
+    s = std::uniform_real_distribution<double>(0.05, 1.0)(rng_);
+  std::vector<int> ready;
+  std::vector<char> go(warps);
+  for (;;) {
+    ready.clear();
+    int done = 0;
+    for (int t = 0; t < threads_; ++t) {
+      const Fiber &f = fibers_[t];
+      if (f.done)
+        ++done;
+      else if (f.waitScope < 0 || scopes_[f.waitScope].generation != f.waitGeneration)
+        ready.push_back(t);
+    }
+    if (done == threads_)
+      return true;
+    if (ready.empty()) {
+      int atBarrier = 0;
+      for (const Fiber &f : fibers_)
+        atBarrier += !f.done && f.waitScope == warps;
+      abandon("deadlock: " + std::to_string(done) + " threads returned, " +
+              std::to_string(atBarrier) + " wait at __syncthreads, the others in warp collectives");
+      return false;
+    }
+    std::shuffle(ready.begin(), ready.end(), rng_);
+    for (int w = 0; w < warps; ++w)
+      go[w] = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < speed[w];
+    for (int t : ready) {
+      Fiber &f = fibers_[t];
+      if (!go[t / kWarpSize])
+        continue;
+      f.waitScope = -1;
+      running_ = &f;
+      swapcontext(&scheduler_, &f.context);
+      running_ = nullptr;
+      if (!error_.empty())
+        return false;
+    }
+  }
+}
+
+void CtaEmulator::arrive(int scope, WarpOp op) {
+  Scope &s = scopes_[scope];
+  const bool block = scope == threads_ / kWarpSize;
+  if (s.arrived == 0)
+    s.op = op;
+  else if (s.op != op)
+    fail(block ? "__syncthreads reached by a thread whose warp was in another collective"
+               : "the threads of warp " + std::to_string(scope) +
+                     " are in different collectives (divergence)");
+  running_->waitScope = scope;
+  running_->waitGeneration = s.generation;
+  if (++s.arrived == (block ? threads_ : kWarpSize)) {
+    if (!block)
+      op(exchange_[scope]);
+    s.arrived = 0;
+    ++s.generation;
+  }
+  swapcontext(&running_->context, &scheduler_);
+}
+
+void CtaEmulator::warpCollective(WarpOp op) {
+  arrive(static_cast<int>(running_->index.x) / kWarpSize, op);
+}
+
+void CtaEmulator::barrier() { arrive(threads_ / kWarpSize, nullptr); }
+
+void CtaEmulator::abandon(const std::string &what) {
+  if (!error_.empty())
+    return;
+  error_ = what;
+  if (running_)
+    error_ += " (thread " + std::to_string(running_->index.x) + ")";
+  error_ += " in block (" + std::to_string(block_.x) + ", " + std::to_string(block_.y) + ", " +
+            std::to_string(block_.z) + ")";
+}
+
+void CtaEmulator::fail(const std::string &what) {
+  abandon(what);
+  // The scheduler sees the error and never resumes this thread (nor any other).
+  swapcontext(&running_->context, &scheduler_);
+  std::abort();
+}
+
+void CtaEmulator::checkShared(const void *p, size_t bytes, const char *what) {
+  const auto *c = static_cast<const char *>(p);
+  if (c < shared_ || c + bytes > shared_ + sharedBytes_)
+    fail(std::string(what) + " outside the shared memory");
+  if ((c - shared_) % 16 != 0)
+    fail(std::string(what) + " not at a 16-byte boundary");
+}
+
+void CtaEmulator::countLdmatrixPhase(bool conflict) {
+  ++ldmatrixPhases_;
+  bankConflicts_ += conflict;
+}
+
+void CtaEmulator::copyAsync(void *dst, const void *src, bool valid) {
+  checkShared(dst, 16, "cp.async destination");
+  if (valid && reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    fail("cp.async source not at a 16-byte boundary");
+  // Until the wait, the destination may hold anything.
+  std::memset(dst, kPoison, 16);
+  running_->open.push_back({static_cast<char *>(dst), static_cast<const char *>(src), valid});
+}
+
+void CtaEmulator::commitAsync() {
+  running_->committed.push_back(std::move(running_->open));
+  running_->open.clear();
+}
+
+void CtaEmulator::waitAsync(int pendingGroups) {
+  auto &groups = running_->committed;
+  while (static_cast<int>(groups.size()) > pendingGroups) {
+    for (const Fiber::Copy &c : groups.front())
+      if (c.valid)
+        std::memcpy(c.dst, c.src, 16);
+      else
+        std::memset(c.dst, 0, 16); // cp.async with src-size 0 zero-fills
+    groups.erase(groups.begin());
+  }
+}
+
+bool CtaEmulator::sharedIntact() const {
+  for (size_t i = 0; i < kGuardBytes; ++i)
+    if (static_cast<unsigned char>(shared_[sharedBytes_ + i]) != kGuard)
+      return false;
+  return true;
+}
+
+} // namespace kiln::test::emu

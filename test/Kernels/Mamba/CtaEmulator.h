@@ -1,0 +1,227 @@
+// A host emulator of one CUDA thread block (CTA), to run warp-synchronous device code in
+// CI, where there is no GPU. Every thread is a fiber; the warp-wide operations (ldmatrix,
+// mma.sync, shuffles) and __syncthreads are collectives: a thread that reaches one waits
+// until its whole warp (or block) has arrived, and the last to arrive performs it for all.
+// A seeded random scheduler picks which waiting threads go on, with warps at random
+// relative speeds, so that a missing barrier shows up as a read of stale or poisoned data.
+//
+// Include it before a device header (e.g. Mamba/ChunkScanMma.cuh): it defines
+// KILN_CTA_EMULATION, which such a header checks for on the host, the CUDA built-ins the
+// device code names, and, in kiln::decode, the primitives of Decode/DecodeDevice.cuh that
+// the emulated kernels use. The CUDA headers' host pass already defines __device__,
+// __global__, __forceinline__ and __shared__ (as nothing) and the bf16 conversions.
+//
+// What a run checks: every thread of the warp (block) takes part in every collective, and
+// in the same one; ldmatrix and cp.async addresses are 16-byte aligned and inside the
+// shared memory; cp.async destinations are undefined (poisoned) from the issue until the
+// issuing thread waits for them, and every copy is waited for; nothing is written past the
+// end of the shared memory, which is poisoned (0xFF: bf16 / fp32 NaN) before each block.
+// It counts ldmatrix bank conflicts.
+#ifndef KILN_TEST_KERNELS_MAMBA_CTAEMULATOR_H
+#define KILN_TEST_KERNELS_MAMBA_CTAEMULATOR_H
+
+#define KILN_CTA_EMULATION 1
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <ucontext.h>
+
+#include <array>
+#include <cmath> // expf, log1pf, fmaxf, ...: the host twins of the device math functions
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace kiln::test::emu {
+
+constexpr int kWarpSize = 32;
+
+// One thread's operands of a warp collective and its results.
+struct LaneData {
+  uint64_t in[10];
+  uint32_t out[4];
+};
+using WarpLanes = std::array<LaneData, kWarpSize>;
+// A warp collective: every lane's results from all lanes' operands.
+using WarpOp = void (*)(WarpLanes &lanes);
+
+class CtaEmulator {
+public:
+  // `threads` a multiple of 32; `sharedBytes` of dynamic shared memory; `seed` picks the
+  // schedules of all the blocks this emulator runs.
+  CtaEmulator(int threads, size_t sharedBytes, uint64_t seed);
+  ~CtaEmulator();
+  CtaEmulator(const CtaEmulator &) = delete;
+  CtaEmulator &operator=(const CtaEmulator &) = delete;
+
+  // Runs `body` as every thread of block `block`: true when they all returned, false at
+  // the first failure (error() says which). The shared memory is poisoned first.
+  bool run(uint3 block, const std::function<void()> &body);
+  char *shared() const { return shared_; }
+  const std::string &error() const { return error_; }
+  // 8-row phases of ldmatrix loads so far, and those whose rows share a bank.
+  long ldmatrixPhases() const { return ldmatrixPhases_; }
+  long bankConflicts() const { return bankConflicts_; }
+
+  // The device side: what the built-ins and primitives below call, in the running block.
+  static CtaEmulator &current();
+  const uint3 &threadIndex() const;
+  const uint3 &blockIndex() const { return block_; }
+  // This thread's operands and results in its warp's collectives.
+  LaneData &lane();
+  // Waits until all 32 threads of this warp have called it, with the same op; the last
+  // runs it.
+  void warpCollective(WarpOp op);
+  void barrier(); // __syncthreads
+  // Records the failure (the first one counts) and abandons the block: does not return.
+  [[noreturn]] void fail(const std::string &what);
+  // Fails unless [p, p + bytes) is inside the shared memory at a 16-byte boundary.
+  void checkShared(const void *p, size_t bytes, const char *what);
+  void countLdmatrixPhase(bool conflict);
+  void copyAsync(void *dst, const void *src, bool valid);
+  void commitAsync();
+  void waitAsync(int pendingGroups); // lands all but the newest `pendingGroups` groups
+
+private:
+  struct Fiber;
+  struct Scope {
+    int arrived = 0;
+    uint64_t generation = 0;
+    WarpOp op = nullptr;
+  };
+  static void fiberEntry();
+  void arrive(int scope, WarpOp op);
+  bool schedule();
+  void abandon(const std::string &what);
+  bool sharedIntact() const;
+
+  int threads_;
+  size_t sharedBytes_;
+  std::mt19937_64 rng_;
+  std::unique_ptr<char[]> sharedAlloc_, stacks_;
+  char *shared_;
+  std::vector<Fiber> fibers_;
+  std::vector<Scope> scopes_; // one a warp, then the block
+  std::vector<WarpLanes> exchange_;
+  ucontext_t scheduler_;
+  uint3 block_{};
+  const std::function<void()> *body_ = nullptr;
+  Fiber *running_ = nullptr;
+  std::string error_;
+  long ldmatrixPhases_ = 0, bankConflicts_ = 0;
+};
+
+// The warp collectives (CtaEmulator.cpp).
+void ldmatrixX4(WarpLanes &lanes);
+void ldmatrixX4Trans(WarpLanes &lanes);
+void mmaBf16(WarpLanes &lanes);
+void shuffleIndexed(WarpLanes &lanes);
+void shuffleUp(WarpLanes &lanes);
+
+// The calling thread's part in a collective of 32-bit operands with one 32-bit result.
+inline uint32_t warpExchange(WarpOp op, uint32_t value, uint32_t arg) {
+  CtaEmulator &cta = CtaEmulator::current();
+  LaneData &me = cta.lane();
+  me.in[0] = value;
+  me.in[1] = arg;
+  cta.warpCollective(op);
+  return me.out[0];
+}
+
+inline uint32_t floatBits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+inline float bitsFloat(uint32_t u) {
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+} // namespace kiln::test::emu
+
+// CUDA built-ins, for the running thread.
+#define threadIdx (::kiln::test::emu::CtaEmulator::current().threadIndex())
+#define blockIdx (::kiln::test::emu::CtaEmulator::current().blockIndex())
+#define __launch_bounds__(...)
+
+inline void __syncthreads() { kiln::test::emu::CtaEmulator::current().barrier(); }
+// Whole-warp shuffles only (the emulation has no partial masks).
+inline float __shfl_sync(unsigned mask, float v, int srcLane) {
+  namespace emu = kiln::test::emu;
+  if (mask != 0xffffffffu)
+    emu::CtaEmulator::current().fail("__shfl_sync: partial mask");
+  return emu::bitsFloat(
+      emu::warpExchange(emu::shuffleIndexed, emu::floatBits(v), static_cast<uint32_t>(srcLane)));
+}
+inline float __shfl_up_sync(unsigned mask, float v, unsigned delta) {
+  namespace emu = kiln::test::emu;
+  if (mask != 0xffffffffu)
+    emu::CtaEmulator::current().fail("__shfl_up_sync: partial mask");
+  return emu::bitsFloat(emu::warpExchange(emu::shuffleUp, emu::floatBits(v), delta));
+}
+inline float __uint_as_float(unsigned u) { return kiln::test::emu::bitsFloat(u); }
+inline unsigned __float_as_uint(float f) { return kiln::test::emu::floatBits(f); }
+inline int min(int a, int b) { return a < b ? a : b; }
+
+// Decode/DecodeDevice.cuh's primitives (the bf16 ones), emulated.
+namespace kiln::decode {
+
+inline void cpAsync16(void *smem, const void *gmem, bool valid) {
+  test::emu::CtaEmulator::current().copyAsync(smem, gmem, valid);
+}
+inline void cpAsyncCommit() { test::emu::CtaEmulator::current().commitAsync(); }
+template <int N> inline void cpAsyncWait() { test::emu::CtaEmulator::current().waitAsync(N); }
+
+namespace detail {
+inline void ldmatrix(test::emu::WarpOp op, uint32_t (&r)[4], const void *smem) {
+  test::emu::CtaEmulator &cta = test::emu::CtaEmulator::current();
+  test::emu::LaneData &me = cta.lane();
+  me.in[0] = reinterpret_cast<uintptr_t>(smem);
+  cta.warpCollective(op);
+  for (int i = 0; i < 4; ++i)
+    r[i] = me.out[i];
+}
+} // namespace detail
+
+inline void ldsmX4(uint32_t (&r)[4], const void *smem) {
+  detail::ldmatrix(test::emu::ldmatrixX4, r, smem);
+}
+inline void ldsmX4T(uint32_t (&r)[4], const void *smem) {
+  detail::ldmatrix(test::emu::ldmatrixX4Trans, r, smem);
+}
+
+template <typename T>
+inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "the emulation has the bf16 mma only");
+  test::emu::CtaEmulator &cta = test::emu::CtaEmulator::current();
+  test::emu::LaneData &me = cta.lane();
+  for (int i = 0; i < 4; ++i) {
+    me.in[i] = a[i];
+    me.in[6 + i] = test::emu::floatBits(c[i]);
+  }
+  me.in[4] = b0;
+  me.in[5] = b1;
+  cta.warpCollective(test::emu::mmaBf16);
+  for (int i = 0; i < 4; ++i)
+    c[i] = test::emu::bitsFloat(me.out[i]);
+}
+
+template <typename T> inline uint32_t pack2(float lo, float hi);
+template <> inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+} // namespace kiln::decode
+
+#endif
