@@ -421,6 +421,27 @@ template <typename F> double timeEager(F &&enqueue, int launches, int repeats = 
 // chunked scan in one launch against ssm_update once per token (the sequential
 // prefill). FLOPs: the recurrence's 4 x head_dim x state_size a token and head (state
 // update and output), the work any form must do.
+// The fields the prompt benchmark's chunk scan and token-by-token update share: one
+// sequence of the layer's shape, an f32 state, bf16 activations, softplus dt.
+template <typename Params>
+void promptLayer(Params &p, void *state, const float *A, const float *D, const float *bias,
+                 cudaStream_t s) {
+  p.state = state;
+  p.state_dtype = KILN_DTYPE_F32;
+  p.num_slots = 1;
+  p.batch = 1;
+  p.heads = H;
+  p.head_dim = P;
+  p.state_size = N;
+  p.n_groups = G;
+  p.dtype = KILN_DTYPE_BF16;
+  p.dt_bias = bias;
+  p.A = A;
+  p.D = D;
+  p.dt_softplus = 1;
+  p.stream = s;
+}
+
 void benchPrefill(int T, double fmaTflops) {
   void *state = alloc(size_t(H) * P * N * 4, 0.1f, true);
   // x rows are H P + 4 elements apart in the second timing: rows that are not 16-byte
@@ -442,27 +463,14 @@ void benchPrefill(int T, double fmaTflops) {
     return timeGraph(
         [&](int, cudaStream_t s) {
           kiln_ssm_chunk_scan_params_t p{};
+          promptLayer(p, state, A, D, bias, s);
           p.x_stride_token = xStride;
-          p.state = state;
-          p.state_dtype = KILN_DTYPE_F32;
-          p.num_slots = 1;
           p.cu_seqlens = cu;
-          p.batch = 1;
-          p.heads = H;
-          p.head_dim = P;
-          p.state_size = N;
-          p.n_groups = G;
-          p.dtype = KILN_DTYPE_BF16;
           p.x = x;
           p.dt = dt;
-          p.dt_bias = bias;
-          p.A = A;
           p.B = B;
           p.C = C;
-          p.D = D;
           p.out = out;
-          p.dt_softplus = 1;
-          p.stream = s;
           KCHECK(kiln_ssm_chunk_scan(&p));
         },
         1, 10);
@@ -471,25 +479,12 @@ void benchPrefill(int T, double fmaTflops) {
   const double sequential = timeEager(
       [&](int t, cudaStream_t s) {
         kiln_ssm_update_params_t p{};
-        p.state = state;
-        p.state_dtype = KILN_DTYPE_F32;
-        p.num_slots = 1;
-        p.batch = 1;
-        p.heads = H;
-        p.head_dim = P;
-        p.state_size = N;
-        p.n_groups = G;
-        p.dtype = KILN_DTYPE_BF16;
+        promptLayer(p, state, A, D, bias, s);
         p.x = static_cast<char *>(x) + size_t(t) * H * P * 2;
         p.dt = static_cast<char *>(dt) + size_t(t) * H * 2;
-        p.dt_bias = bias;
-        p.A = A;
         p.B = static_cast<char *>(B) + size_t(t) * G * N * 2;
         p.C = static_cast<char *>(C) + size_t(t) * G * N * 2;
-        p.D = D;
         p.out = static_cast<char *>(out) + size_t(t) * H * P * 2;
-        p.dt_softplus = 1;
-        p.stream = s;
         KCHECK(kiln_ssm_update(&p));
       },
       T, 2);

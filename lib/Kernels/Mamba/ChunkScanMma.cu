@@ -52,6 +52,14 @@ constexpr MmaShape kMmaShapes[] = {shape<64, 128, 32>(), shape<80, 128, 80>(), s
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The instantiation for these arguments' (head_dim, state_size), or null.
+const MmaShape *shapeFor(const ChunkScanArgs &a) {
+  for (const MmaShape &s : kMmaShapes)
+    if (s.P == a.headDim && s.N == a.stateSize)
+      return &s;
+  return nullptr;
+}
+
 } // namespace
 
 int chunkScanMmaBytes(const ChunkScanArgs &a) {
@@ -62,24 +70,20 @@ int chunkScanMmaBytes(const ChunkScanArgs &a) {
       a.bToken % 8 != 0 || a.cToken % 8 != 0 || a.yToken % 2 != 0 ||
       (reinterpret_cast<uintptr_t>(a.out) & 3) != 0)
     return 0;
-  for (const MmaShape &s : kMmaShapes)
-    if (s.P == a.headDim && s.N == a.stateSize)
-      return s.bytes;
-  return 0;
+  const MmaShape *shape = shapeFor(a);
+  return shape ? shape->bytes : 0;
 }
 
 kiln_status_t launchSsmChunkScanMma(const ChunkScanArgs &a, kiln_dtype_t stateDtype, void *stream) {
-  for (const MmaShape &s : kMmaShapes) {
-    if (s.P != a.headDim || s.N != a.stateSize)
-      continue;
-    const cudaError_t e = s.launch(a, stateDtype, static_cast<cudaStream_t>(stream));
-    if (e != cudaSuccess)
-      return fail(KILN_ERROR_CUDA, "ssm_chunk_scan: launch failed: %s", cudaGetErrorString(e));
-    return KILN_OK;
-  }
-  return fail(KILN_ERROR_UNSUPPORTED,
-              "ssm_chunk_scan: no tensor-core variant for head_dim %d x state_size %d", a.headDim,
-              a.stateSize);
+  const MmaShape *shape = shapeFor(a);
+  if (!shape)
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "ssm_chunk_scan: no tensor-core variant for head_dim %d x state_size %d", a.headDim,
+                a.stateSize);
+  const cudaError_t e = shape->launch(a, stateDtype, static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "ssm_chunk_scan: launch failed: %s", cudaGetErrorString(e));
+  return KILN_OK;
 }
 
 } // namespace kiln::kernels::mamba
