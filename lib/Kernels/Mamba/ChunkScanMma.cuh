@@ -23,7 +23,7 @@
 #if defined(__CUDACC__)
 #include "../Decode/DecodeDevice.cuh"
 #elif !defined(KILN_CTA_EMULATION)
-#error "device code: compile with nvcc, or include test/Kernels/Mamba/CtaEmulator.h first"
+#error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
 #include "MambaCommon.cuh"
 #include "MambaInternal.h"

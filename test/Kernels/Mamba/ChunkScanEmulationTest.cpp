@@ -1,5 +1,5 @@
 // CPU test (runs in CI): the tensor-core ssm_chunk_scan kernel (ChunkScanMma.cuh) run on
-// the host, one CTA at a time, by the CTA emulator (CtaEmulator.h), against the fp64
+// the host, one CTA at a time, by the CTA emulator (Common/CtaEmulator.h), against the fp64
 // token-by-token reference at MambaGpuTest's tolerances. Without a GPU this checks the
 // kernel's fragment layouts (ldmatrix addresses, mma operand packing), its barriers and
 // cp.async pipeline (under random warp schedules), its padding logic (partial chunks,

@@ -1,24 +1,37 @@
 // A host emulator of one CUDA thread block (CTA), to run warp-synchronous device code in
 // CI, where there is no GPU. Every thread is a fiber; the warp-wide operations (ldmatrix,
-// mma.sync, shuffles) and __syncthreads are collectives: a thread that reaches one waits
-// until its whole warp (or block) has arrived, and the last to arrive performs it for all.
-// A seeded random scheduler picks which waiting threads go on, with warps at random
-// relative speeds, so that a missing barrier shows up as a read of stale or poisoned data.
+// mma.sync, shuffles), Hopper's warpgroup-wide ones (wgmma.mma_async, its fence, commit
+// and wait) and __syncthreads are collectives: a thread that reaches one waits until its
+// whole warp (warpgroup: the 128 threads of warps 4g..4g+3; block) has arrived, and the
+// last to arrive performs it for all. A seeded random scheduler picks which waiting
+// threads go on, with warps at random relative speeds, so that a missing barrier shows up
+// as a read of stale or poisoned data.
 //
-// Include it before a device header (e.g. Mamba/ChunkScanMma.cuh): it defines
-// KILN_CTA_EMULATION, which such a header checks for on the host, the CUDA built-ins the
-// device code names, and, in kiln::decode, the primitives of Decode/DecodeDevice.cuh that
-// the emulated kernels use. The CUDA headers' host pass already defines __device__,
-// __global__, __forceinline__ and __shared__ (as nothing) and the bf16 conversions.
+// Include it before a device header (e.g. Mamba/ChunkScanMma.cuh, Common/Wgmma.cuh): it
+// defines KILN_CTA_EMULATION, which such a header checks for on the host, the CUDA
+// built-ins the device code names, in kiln::decode the primitives of
+// Decode/DecodeDevice.cuh that the emulated kernels use, and in kiln::kernels::sm90 the
+// instructions of Common/Wgmma.cuh (which keeps its descriptor and swizzle arithmetic).
+// The CUDA headers' host pass already defines __device__, __global__, __forceinline__
+// and __shared__ (as nothing) and the bf16 conversions.
 //
-// What a run checks: every thread of the warp (block) takes part in every collective, and
-// in the same one; ldmatrix and cp.async addresses are 16-byte aligned and inside the
-// shared memory; cp.async destinations are undefined (poisoned) from the issue until the
-// issuing thread waits for them, and every copy is waited for; nothing is written past the
-// end of the shared memory, which is poisoned (0xFF: bf16 / fp32 NaN) before each block.
+// A wgmma is asynchronous, as on the GPU: issuing one only queues it in its warpgroup's
+// open group, with every thread's accumulator registers (the address of its array and
+// their values then); the wait that retires its group runs it, reading the shared memory
+// at that time, so that an operand overwritten before the wait gives a wrong result.
+//
+// What a run checks: every thread of the warp (warpgroup, block) takes part in every
+// collective, and in the same one (a wgmma with the same shape, descriptors and
+// accumulate flag); ldmatrix and cp.async addresses are 16-byte aligned and inside the
+// shared memory, as is every byte a wgmma reads; cp.async destinations are undefined
+// (poisoned) from the issue until the issuing thread waits for them, and every copy is
+// waited for; a wgmma's accumulators are not touched from its issue until the wait that
+// runs it, and no thread exits with a wgmma in flight; nothing is written past the end of
+// the shared memory, which is poisoned (0xFF: bf16 / fp32 NaN) before each block and
+// starts on a 1024-byte boundary (offsets from it swizzle as shared-window addresses do).
 // It counts ldmatrix bank conflicts.
-#ifndef KILN_TEST_KERNELS_MAMBA_CTAEMULATOR_H
-#define KILN_TEST_KERNELS_MAMBA_CTAEMULATOR_H
+#ifndef KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
+#define KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
 
 #define KILN_CTA_EMULATION 1
 
@@ -41,6 +54,7 @@
 namespace kiln::test::emu {
 
 constexpr int kWarpSize = 32;
+constexpr int kWarpgroupThreads = 128; // four warps, the threads of a wgmma
 
 // One thread's operands of a warp collective and its results.
 struct LaneData {
@@ -68,6 +82,8 @@ public:
   // 8-row phases of ldmatrix loads so far, and those whose rows share a bank.
   long ldmatrixPhases() const { return ldmatrixPhases_; }
   long bankConflicts() const { return bankConflicts_; }
+  // wgmma instructions run (retired by a wait) so far.
+  long wgmmas() const { return wgmmas_; }
 
   // The device side: what the built-ins and primitives below call, in the running block.
   static CtaEmulator &current();
@@ -87,16 +103,40 @@ public:
   void copyAsync(void *dst, const void *src, bool valid);
   void commitAsync();
   void waitAsync(int pendingGroups); // lands all but the newest `pendingGroups` groups
+  // The offset of `p` from the start of the shared memory: its shared-window address.
+  // Fails unless p is inside the shared memory (or just past its end).
+  uint32_t sharedAddress(const void *p);
+  // Hopper's wgmma.mma_async m64nNk16 (bf16 operands in shared memory through 128-byte
+  // swizzle K-major descriptors, fp32 accumulators `d`, N / 2 of them a thread) and its
+  // fence, commit_group and wait_group: collectives of the calling thread's warpgroup.
+  // The issue queues the instruction in the warpgroup's open group; commit closes that
+  // group (empty or not); wait runs, in issue order, the wgmmas of every committed group
+  // but the newest `pendingGroups`.
+  void wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate);
+  void wgmmaFence();
+  void wgmmaCommit();
+  void wgmmaWait(int pendingGroups);
 
 private:
   struct Fiber;
+  struct Wgmma;
+  struct Warpgroup;
+  // The warpgroup collectives (0: none, a warp collective or __syncthreads).
+  enum GroupOp : int { kNoGroupOp, kGroupFence, kGroupIssue, kGroupCommit, kGroupWait };
   struct Scope {
     int arrived = 0;
     uint64_t generation = 0;
     WarpOp op = nullptr;
+    int groupOp = kNoGroupOp;
   };
   static void fiberEntry();
-  void arrive(int scope, WarpOp op);
+  // Scopes: one a warp, then the block, then one a warpgroup.
+  int blockScope() const { return threads_ / kWarpSize; }
+  void arrive(int scope, WarpOp op, int groupOp);
+  void warpgroupCollective(GroupOp op);
+  void performGroupOp(int group, GroupOp op);
+  void runWgmma(int group, const Wgmma &w); // checks its accumulators, runs it
+  bool wgmmaInFlight(int group) const;
   bool schedule();
   void abandon(const std::string &what);
   bool sharedIntact() const;
@@ -107,14 +147,15 @@ private:
   std::unique_ptr<char[]> sharedAlloc_, stacks_;
   char *shared_;
   std::vector<Fiber> fibers_;
-  std::vector<Scope> scopes_; // one a warp, then the block
+  std::vector<Scope> scopes_;
+  std::vector<Warpgroup> warpgroups_; // the whole ones
   std::vector<WarpLanes> exchange_;
   ucontext_t scheduler_;
   uint3 block_{};
   const std::function<void()> *body_ = nullptr;
   Fiber *running_ = nullptr;
   std::string error_;
-  long ldmatrixPhases_ = 0, bankConflicts_ = 0;
+  long ldmatrixPhases_ = 0, bankConflicts_ = 0, wgmmas_ = 0;
 };
 
 // The warp collectives (CtaEmulator.cpp).
@@ -223,5 +264,33 @@ template <> inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
 }
 
 } // namespace kiln::decode
+
+// Common/Wgmma.cuh's instructions, emulated (the header itself supplies swizzledOffset,
+// swizzledDescriptor and the constants).
+namespace kiln::kernels::sm90 {
+
+inline uint32_t smemAddress(const void *ptr) {
+  return ::kiln::test::emu::CtaEmulator::current().sharedAddress(ptr);
+}
+
+// m64nNk16: d (64 x N, fp32, the warpgroup's N/2 registers a thread) = A (64 x 16, from
+// the descriptor a) . B^T (N x 16, descriptor b) + (accumulate ? d : 0), when a
+// wgmmaWait retires it.
+template <int N> inline void wgmmaBf16(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(N >= 8 && N <= 256 && N % 8 == 0, "wgmma m64nNk16: N a multiple of 8 to 256");
+  ::kiln::test::emu::CtaEmulator::current().wgmma(N, d, a, b, accumulate);
+}
+inline void wgmmaFence() { ::kiln::test::emu::CtaEmulator::current().wgmmaFence(); }
+inline void wgmmaCommit() { ::kiln::test::emu::CtaEmulator::current().wgmmaCommit(); }
+template <int Pending> inline void wgmmaWait() {
+  static_assert(Pending >= 0, "wgmma.wait_group: a pending count of 0 or more");
+  ::kiln::test::emu::CtaEmulator::current().wgmmaWait(Pending);
+}
+// The accumulators live in memory here, where the emulator can see them: nothing to pin.
+template <int Regs> inline void pinAccumulators(float (&)[Regs]) {}
+// The emulated wgmma reads the shared memory as every other access does.
+inline void fenceProxyAsyncShared() {}
+
+} // namespace kiln::kernels::sm90
 
 #endif

@@ -9,8 +9,10 @@ namespace {
 
 constexpr size_t kStackBytes = 256 * 1024; // a thread's stack (pages are touched lazily)
 constexpr size_t kGuardBytes = 256;        // after the shared memory, to catch overruns
+constexpr size_t kSharedAlign = 1024;      // the 128-byte swizzle's period (Wgmma.cuh)
 constexpr unsigned char kPoison = 0xFF;    // bf16 and fp32 NaN
 constexpr unsigned char kGuard = 0xA5;
+constexpr int kWgmmaK = 16; // K of one wgmma
 
 CtaEmulator *active = nullptr; // the emulator running a block
 
@@ -111,27 +113,53 @@ struct CtaEmulator::Fiber {
     const char *src;
     bool valid;
   };
+  // Its operands of the warpgroup collective it is in.
+  struct GroupArgs {
+    int n = 0;
+    uint64_t a = 0, b = 0;
+    bool accumulate = false;
+    float *d = nullptr;
+    int pending = 0;
+  };
   ucontext_t context;
   uint3 index;
+  GroupArgs group;
   bool done = false;
-  int waitScope = -1; // the warp or block collective it waits in; -1: free to run
+  int waitScope = -1; // the collective (its scope) it waits in; -1: free to run
   uint64_t waitGeneration = 0;
   std::vector<std::vector<Copy>> committed; // cp.async groups, oldest first
   std::vector<Copy> open;                   // copies not committed yet
 };
 
+// A queued wgmma: the instruction, and every thread of the warpgroup's accumulator
+// array and its values at the issue (as later updated by the wgmmas run before it).
+struct CtaEmulator::Wgmma {
+  int n;
+  uint64_t a, b;
+  bool accumulate;
+  std::array<float *, kWarpgroupThreads> d;
+  std::vector<float> issued; // thread t's n / 2 values from t * n / 2
+};
+
+struct CtaEmulator::Warpgroup {
+  std::vector<std::vector<Wgmma>> committed; // oldest first
+  std::vector<Wgmma> open;                   // issued, not committed yet
+};
+
 CtaEmulator::CtaEmulator(int threads, size_t sharedBytes, uint64_t seed)
     : threads_(threads), sharedBytes_(sharedBytes), rng_(seed),
-      sharedAlloc_(new char[sharedBytes + kGuardBytes + 128]),
-      stacks_(new char[threads * kStackBytes]), fibers_(threads), scopes_(threads / kWarpSize + 1),
-      exchange_(threads / kWarpSize) {
+      sharedAlloc_(new char[sharedBytes + kGuardBytes + kSharedAlign]),
+      stacks_(new char[threads * kStackBytes]), fibers_(threads),
+      scopes_(threads / kWarpSize + 1 + threads / kWarpgroupThreads),
+      warpgroups_(threads / kWarpgroupThreads), exchange_(threads / kWarpSize) {
   if (threads % kWarpSize != 0) {
     std::fprintf(stderr, "CtaEmulator: %d threads is not whole warps\n", threads);
     std::abort();
   }
-  // 128-byte aligned, as the dynamic shared memory is.
+  // On a 1024-byte boundary, as a dynamic shared memory at the start of the shared window
+  // is: offsets from it (smemAddress) then swizzle as the hardware's addresses do.
   const auto base = reinterpret_cast<uintptr_t>(sharedAlloc_.get());
-  shared_ = sharedAlloc_.get() + ((128 - base % 128) % 128);
+  shared_ = sharedAlloc_.get() + ((kSharedAlign - base % kSharedAlign) % kSharedAlign);
 }
 
 CtaEmulator::~CtaEmulator() = default;
@@ -160,6 +188,8 @@ bool CtaEmulator::run(uint3 block, const std::function<void()> &body) {
   std::memset(shared_ + sharedBytes_, kGuard, kGuardBytes);
   for (Scope &s : scopes_)
     s = Scope{};
+  for (Warpgroup &g : warpgroups_)
+    g = Warpgroup{};
   for (int t = 0; t < threads_; ++t) {
     Fiber &f = fibers_[t];
     f.index = uint3{static_cast<unsigned>(t), 0, 0};
@@ -190,6 +220,9 @@ bool CtaEmulator::run(uint3 block, const std::function<void()> &body) {
 
 void CtaEmulator::fiberEntry() {
   (*active->body_)();
+  const int group = static_cast<int>(active->running_->index.x) / kWarpgroupThreads;
+  if (active->wgmmaInFlight(group))
+    active->fail("wgmma still in flight at exit");
   active->running_->done = true;
 }
 
@@ -214,11 +247,14 @@ bool CtaEmulator::schedule() {
     if (done == threads_)
       return true;
     if (ready.empty()) {
-      int atBarrier = 0;
-      for (const Fiber &f : fibers_)
+      int atBarrier = 0, inGroups = 0;
+      for (const Fiber &f : fibers_) {
         atBarrier += !f.done && f.waitScope == warps;
+        inGroups += !f.done && f.waitScope > warps;
+      }
       abandon("deadlock: " + std::to_string(done) + " threads returned, " +
-              std::to_string(atBarrier) + " wait at __syncthreads, the others in warp collectives");
+              std::to_string(atBarrier) + " wait at __syncthreads, " + std::to_string(inGroups) +
+              " in warpgroup collectives, the others in warp collectives");
       return false;
     }
     std::shuffle(ready.begin(), ready.end(), rng_);
@@ -238,19 +274,25 @@ bool CtaEmulator::schedule() {
   }
 }
 
-void CtaEmulator::arrive(int scope, WarpOp op) {
+void CtaEmulator::arrive(int scope, WarpOp op, int groupOp) {
   Scope &s = scopes_[scope];
-  const bool block = scope == threads_ / kWarpSize;
-  if (s.arrived == 0)
+  const bool block = scope == blockScope(), group = scope > blockScope();
+  if (s.arrived == 0) {
     s.op = op;
-  else if (s.op != op)
-    fail(block ? "__syncthreads reached by a thread whose warp was in another collective"
-               : "the threads of warp " + std::to_string(scope) +
-                     " are in different collectives (divergence)");
+    s.groupOp = groupOp;
+  } else if (s.op != op || s.groupOp != groupOp) {
+    fail(block   ? "__syncthreads reached by a thread whose warp was in another collective"
+         : group ? "the threads of warpgroup " + std::to_string(scope - blockScope() - 1) +
+                       " are in different warpgroup collectives (divergence)"
+                 : "the threads of warp " + std::to_string(scope) +
+                       " are in different collectives (divergence)");
+  }
   running_->waitScope = scope;
   running_->waitGeneration = s.generation;
-  if (++s.arrived == (block ? threads_ : kWarpSize)) {
-    if (!block)
+  if (++s.arrived == (block ? threads_ : group ? kWarpgroupThreads : kWarpSize)) {
+    if (group)
+      performGroupOp(scope - blockScope() - 1, static_cast<GroupOp>(groupOp));
+    else if (!block)
       op(exchange_[scope]);
     s.arrived = 0;
     ++s.generation;
@@ -259,10 +301,10 @@ void CtaEmulator::arrive(int scope, WarpOp op) {
 }
 
 void CtaEmulator::warpCollective(WarpOp op) {
-  arrive(static_cast<int>(running_->index.x) / kWarpSize, op);
+  arrive(static_cast<int>(running_->index.x) / kWarpSize, op, kNoGroupOp);
 }
 
-void CtaEmulator::barrier() { arrive(threads_ / kWarpSize, nullptr); }
+void CtaEmulator::barrier() { arrive(blockScope(), nullptr, kNoGroupOp); }
 
 void CtaEmulator::abandon(const std::string &what) {
   if (!error_.empty())
@@ -318,6 +360,172 @@ void CtaEmulator::waitAsync(int pendingGroups) {
         std::memset(c.dst, 0, 16); // cp.async with src-size 0 zero-fills
     groups.erase(groups.begin());
   }
+}
+
+uint32_t CtaEmulator::sharedAddress(const void *p) {
+  const auto *c = static_cast<const char *>(p);
+  if (c < shared_ || c > shared_ + sharedBytes_)
+    fail("smemAddress of a pointer outside the shared memory");
+  return static_cast<uint32_t>(c - shared_);
+}
+
+void CtaEmulator::wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate) {
+  Fiber::GroupArgs &args = running_->group;
+  args.n = n;
+  args.a = a;
+  args.b = b;
+  args.accumulate = accumulate;
+  args.d = d;
+  warpgroupCollective(kGroupIssue);
+}
+
+void CtaEmulator::wgmmaFence() { warpgroupCollective(kGroupFence); }
+
+void CtaEmulator::wgmmaCommit() { warpgroupCollective(kGroupCommit); }
+
+void CtaEmulator::wgmmaWait(int pendingGroups) {
+  running_->group.pending = pendingGroups;
+  warpgroupCollective(kGroupWait);
+}
+
+void CtaEmulator::warpgroupCollective(GroupOp op) {
+  const int group = static_cast<int>(running_->index.x) / kWarpgroupThreads;
+  if (group >= static_cast<int>(warpgroups_.size()))
+    fail("a warpgroup collective in a block of " + std::to_string(threads_) +
+         " threads, whose warpgroup " + std::to_string(group) + " is not whole");
+  arrive(blockScope() + 1 + group, nullptr, op);
+}
+
+bool CtaEmulator::wgmmaInFlight(int group) const {
+  if (group >= static_cast<int>(warpgroups_.size()))
+    return false;
+  const Warpgroup &g = warpgroups_[group];
+  bool queued = !g.open.empty();
+  for (const std::vector<Wgmma> &c : g.committed)
+    queued |= !c.empty();
+  return queued;
+}
+
+void CtaEmulator::performGroupOp(int group, GroupOp op) {
+  Warpgroup &g = warpgroups_[group];
+  const Fiber *members = &fibers_[static_cast<size_t>(group) * kWarpgroupThreads];
+  const Fiber::GroupArgs &first = members[0].group;
+  switch (op) {
+  case kNoGroupOp:
+  case kGroupFence:
+    break;
+  case kGroupIssue: {
+    for (int t = 1; t < kWarpgroupThreads; ++t) {
+      const Fiber::GroupArgs &other = members[t].group;
+      if (other.n != first.n || other.a != first.a || other.b != first.b ||
+          other.accumulate != first.accumulate)
+        fail("wgmma: thread " + std::to_string(members[t].index.x) + " issues another N, " +
+             "descriptor or accumulate flag than thread " + std::to_string(members[0].index.x) +
+             " of its warpgroup");
+    }
+    const int regs = first.n / 2;
+    Wgmma w{first.n, first.a, first.b, first.accumulate, {}, {}};
+    w.issued.resize(static_cast<size_t>(kWarpgroupThreads) * regs);
+    for (int t = 0; t < kWarpgroupThreads; ++t) {
+      w.d[t] = members[t].group.d;
+      std::memcpy(&w.issued[static_cast<size_t>(t) * regs], w.d[t], regs * sizeof(float));
+    }
+    g.open.push_back(std::move(w));
+    break;
+  }
+  case kGroupCommit:
+    g.committed.push_back(std::move(g.open));
+    g.open.clear();
+    break;
+  case kGroupWait:
+    for (int t = 1; t < kWarpgroupThreads; ++t)
+      if (members[t].group.pending != first.pending)
+        fail("wgmma.wait_group: the threads of warpgroup " + std::to_string(group) +
+             " wait with different pending counts");
+    while (static_cast<int>(g.committed.size()) > first.pending) {
+      for (const Wgmma &w : g.committed.front())
+        runWgmma(group, w);
+      g.committed.erase(g.committed.begin());
+    }
+    break;
+  }
+}
+
+// One wgmma m64nNk16, bf16 x bf16 -> fp32, both operands K-major through 128-byte swizzle
+// descriptors. Element (row, k) of an operand lies at canonical byte address start +
+// (row / 8) * stride + (row % 8) * 128 + 2 k, whose bits 4-6 the swizzle XORs with bits
+// 7-9. Thread t = 32 w + l of the warpgroup holds, in registers 4i .. 4i + 3, D at rows
+// 16 w + l / 4 (+ 8) and columns 8 i + 2 (l % 4) (+ 1). As in mmaBf16, the products
+// (exact in fp64) are summed in fp64, with the fp32 accumulator, and rounded once to fp32:
+// the hardware rounds differently, in the last bits.
+void CtaEmulator::runWgmma(int group, const Wgmma &w) {
+  Warpgroup &g = warpgroups_[group];
+  const int regs = w.n / 2;
+  for (int t = 0; t < kWarpgroupThreads; ++t)
+    if (std::memcmp(w.d[t], &w.issued[static_cast<size_t>(t) * regs], regs * sizeof(float)) != 0)
+      fail("accumulators touched while a wgmma is in flight (those of thread " +
+           std::to_string(group * kWarpgroupThreads + t) + ")");
+  auto load = [&](uint64_t desc, int rows, const char *which, std::vector<double> &to) {
+    const std::string operand = std::string("wgmma operand ") + which;
+    const unsigned layout = static_cast<unsigned>(desc >> 62);
+    if (layout != 1)
+      fail(operand + ": descriptor layout type " + std::to_string(layout) +
+           " (the emulation has the 128-byte swizzle, 1, only)");
+    const unsigned baseOffset = static_cast<unsigned>(desc >> 49) & 7;
+    if (baseOffset != 0)
+      fail(operand + ": descriptor base offset " + std::to_string(baseOffset) +
+           " (the emulation has 0 only)");
+    const uint64_t start = (desc & 0x3FFF) << 4, stride = ((desc >> 32) & 0x3FFF) << 4;
+    to.resize(static_cast<size_t>(rows) * kWgmmaK);
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < kWgmmaK; ++k) {
+        const uint64_t canonical = start + (r / 8) * stride + (r % 8) * 128 + k * 2;
+        const uint64_t physical = canonical ^ (((canonical >> 7) & 7) << 4);
+        if (physical + 2 > sharedBytes_)
+          fail(operand + " outside the shared memory");
+        uint16_t bits;
+        std::memcpy(&bits, shared_ + physical, 2);
+        to[static_cast<size_t>(r) * kWgmmaK + k] = bf16Bits(bits);
+      }
+  };
+  std::vector<double> a, b;
+  load(w.a, 64, "A", a);
+  load(w.b, w.n, "B", b);
+  for (int t = 0; t < kWarpgroupThreads; ++t) {
+    const int warp = t / kWarpSize, lane = t % kWarpSize;
+    float *d = w.d[t];
+    for (int i = 0; i < w.n / 8; ++i)
+      for (int r = 0; r < 4; ++r) {
+        const int row = 16 * warp + lane / 4 + 8 * (r / 2), col = 8 * i + 2 * (lane % 4) + r % 2;
+        const double *ar = &a[static_cast<size_t>(row) * kWgmmaK];
+        const double *br = &b[static_cast<size_t>(col) * kWgmmaK];
+        double sum = w.accumulate ? d[4 * i + r] : 0.0;
+        for (int k = 0; k < kWgmmaK; ++k)
+          sum += ar[k] * br[k];
+        d[4 * i + r] = static_cast<float>(sum);
+      }
+  }
+  ++wgmmas_;
+  // The wgmmas still queued over these registers take them as they are now: what the
+  // instruction wrote is not a touch by the thread.
+  auto refresh = [&](Wgmma &q) {
+    if (&q == &w)
+      return;
+    const int qRegs = q.n / 2;
+    for (int t = 0; t < kWarpgroupThreads; ++t) {
+      const auto lo = reinterpret_cast<uintptr_t>(w.d[t]), hi = lo + regs * sizeof(float);
+      for (int j = 0; j < qRegs; ++j) {
+        const auto at = reinterpret_cast<uintptr_t>(q.d[t] + j);
+        if (at >= lo && at < hi)
+          q.issued[static_cast<size_t>(t) * qRegs + j] = q.d[t][j];
+      }
+    }
+  };
+  for (std::vector<Wgmma> &c : g.committed)
+    for (Wgmma &q : c)
+      refresh(q);
+  for (Wgmma &q : g.open)
+    refresh(q);
 }
 
 bool CtaEmulator::sharedIntact() const {
