@@ -16,8 +16,9 @@ over all 256 experts). Peers in the same run, on the same tensors:
            [tokens x top_k, hidden] x [hidden, 2 x inter] then [tokens x top_k, inter] x
            [inter, hidden] (weights stored [out, in] as the experts'), in a CUDA graph
 Kiln in both modes: pairs (one one-row GEMM per (token, expert) pair: what decode and
-verify steps run) and grouped (pairs sorted by expert, M-row tiles: prefill and
-extend), each inside a CUDA graph of CALLS calls (kiln_moe never syncs with the host); the
+verify steps run) and grouped (pairs sorted by expert: prefill and extend; on sm_90 Kiln's
+own grouped GEMM, and as "grouped-cublaslt" the same layer on cuBLASLt's pointer-array
+GEMM over padded M-row tiles, compared in the same run), each inside a CUDA graph of CALLS calls (kiln_moe never syncs with the host); the
 loop peer cannot be captured (it asks the host which experts were hit), so it is timed
 with events around CALLS eager calls (3 single calls when that would pass LOOP_BUDGET_S,
 skipped when even those would); grouped likewise. Bytes = the distinct experts'
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 NORMALIZE_TOP_K = 1    # KILN_MOE_NORMALIZE_TOP_K
 ROUND_WEIGHTS = 2      # KILN_MOE_ROUND_WEIGHTS
 GROUPED = 4            # KILN_MOE_GROUPED
+LIBRARY_GEMM = 128     # KILN_MOE_LIBRARY_GEMM
 SIGMOID = 8            # KILN_MOE_SIGMOID
 F32_LOGITS = 16        # KILN_MOE_F32_LOGITS
 
@@ -244,6 +246,9 @@ def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
         modes["pairs"] = flags
     if T * K >= 4 * E:
         modes["grouped"] = flags | GROUPED
+        # The same grouped layer with its GEMMs on cuBLASLt (where the own grouped GEMM
+        # runs, i.e. sm_90 and hidden, inter multiples of 128: the two compared).
+        modes["grouped-cublaslt"] = flags | GROUPED | LIBRARY_GEMM
     if not modes:
         # Too few pairs for grouped tiles: the runtime's grouped call runs pairs here.
         modes["pairs"] = flags

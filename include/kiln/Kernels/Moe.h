@@ -35,7 +35,10 @@
  *    rows padded to a multiple of M = min(256, the power of two <= tokens x top_k /
  *    experts), and every M-row tile is one GEMM entry: an expert's weights are read
  *    once per tile. A token's bits may then depend on the batch (the runtime uses it
- *    for prefill and extend steps, not for decode and verify).
+ *    for prefill and extend steps, not for decode and verify). On sm_90 (the sm_90a
+ *    image) with hidden and inter multiples of 128, the expert GEMMs are instead Kiln's
+ *    own grouped GEMM (wgmma), which reads the per-expert row counts on the device: the
+ *    rows are not padded, and each expert's weights are read once per call.
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
  * down [experts, hidden, inter], out [tokens, hidden]; bf16 (logits bf16 or fp32), dense;
@@ -69,7 +72,10 @@ extern "C" {
 #define KILN_MOE_F32_LOGITS 16  /* the logits are fp32 */
 #define KILN_MOE_F32_COMBINE 32 /* the weighted sum in fp32, rounded once */
 #define KILN_MOE_GROUP_MAX 64   /* a group's key is its largest c (DeepSeek-V2) */
-#define KILN_MOE_KNOWN_FLAGS 127
+/* Execution: the grouped mode's GEMMs on cuBLASLt even where Kiln's own grouped GEMM
+ * runs (benchmarks and tests compare the two). */
+#define KILN_MOE_LIBRARY_GEMM 128
+#define KILN_MOE_KNOWN_FLAGS 255
 
 typedef struct kiln_moe_params {
   const void *x, *logits;

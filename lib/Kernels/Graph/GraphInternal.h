@@ -4,6 +4,7 @@
 #ifndef KILN_LIB_KERNELS_GRAPH_GRAPHINTERNAL_H
 #define KILN_LIB_KERNELS_GRAPH_GRAPHINTERNAL_H
 
+#include "GroupedGemm.h"
 #include "kiln/Kernels/Graph.h"
 #include "kiln/Kernels/Moe.h"
 
@@ -70,6 +71,10 @@ struct MoeLayout {
   void **outPtrs;
   int64_t entries;
   uint16_t *xRows, *gateRows, *upRows, *yRows;
+  // The own grouped GEMM's token tiles and their count (GroupedGemm.h), or null: the
+  // cuBLASLt entries instead.
+  GroupedGemmTile *gemmTiles;
+  int32_t *gemmTileCount;
 };
 constexpr int kMoeNormalizeTopK = KILN_MOE_NORMALIZE_TOP_K;
 constexpr int kMoeRoundWeights = KILN_MOE_ROUND_WEIGHTS;

@@ -725,6 +725,23 @@ __global__ void moeRouteKernel(const Logit *__restrict__ logits, MoeLayout layou
   }
 }
 
+// The own grouped GEMM's token tiles: each expert's rows in the fewest tiles of at most
+// kGroupedGemmMaxTileTokens, of equal size (the last may be smaller), experts in order.
+__device__ void writeGemmTiles(const MoeLayout &layout, const int *counts, const int *offsets,
+                               int experts) {
+  int32_t used = 0;
+  for (int e = 0; e < experts; ++e) {
+    const int rows = counts[e];
+    if (rows == 0)
+      continue;
+    const int parts = (rows + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens;
+    const int each = (rows + parts - 1) / parts;
+    for (int first = 0; first < rows; first += each)
+      layout.gemmTiles[used++] = {e, offsets[e] + first, min(each, rows - first)};
+  }
+  *layout.gemmTileCount = used;
+}
+
 // Grouped mode, one block: the pairs per expert, each expert's rows padded to a multiple
 // of M (padded offsets, table[0..E]) and its tiles (tile bases, table[E+1..2E+1]), then
 // the GEMM entries of every tile; entries beyond the last tile repeat it (identical
@@ -749,6 +766,8 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
   __syncthreads();
   for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
     layout.table[i] = offsets[i]; // offsets, then the bases that follow them
+  if (layout.gemmTiles && threadIdx.x == 0)
+    writeGemmTiles(layout, counts, offsets, experts);
   const int used = bases[experts];
   for (int64_t entry = threadIdx.x; entry < layout.entries; entry += blockDim.x) {
     const int tile = entry < used ? static_cast<int>(entry) : used - 1;

@@ -7,6 +7,7 @@
 
 #include "ArgChecker.h"
 #include "GraphInternal.h"
+#include "GroupedGemm.h"
 #include "StatusInternal.h"
 
 #include <cstdint>
@@ -103,6 +104,42 @@ bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
   return true;
 }
 
+// Whether the grouped mode's GEMMs run on the own grouped GEMM (GroupedGemm.h): every
+// GEMM's output features a multiple of its CTA tile (K then a multiple of its K block),
+// the device runs the sm_90a image, and the caller did not ask for cuBLASLt.
+bool useOwnGroupedGemm(const kiln_moe_params_t &p, cudaStream_t stream) {
+  if ((p.flags & KILN_MOE_LIBRARY_GEMM) || p.hidden % kGroupedGemmFeatureTile != 0 ||
+      p.inter % kGroupedGemmFeatureTile != 0)
+    return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+                         capture != cudaStreamCaptureStatusNone;
+  return groupedGemmDeviceReady(!capturing);
+}
+
+// One of the layer's three GEMMs over the expert-sorted rows: out = in . W_e^T.
+struct ExpertGemm {
+  const uint16_t *in, *weights;
+  uint16_t *out;
+  int64_t n, k;
+  int64_t first; // the cuBLASLt path's first entry in the pointer arrays
+};
+
+kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
+                            const ExpertGemm &g, int tileRows, int64_t tileBound) {
+  if (layout.gemmTiles) {
+    const GroupedGemmArgs args{g.in, g.weights, g.out, layout.gemmTiles, layout.gemmTileCount,
+                               g.n,  g.k};
+    const cudaError_t e = launchGroupedGemm(args, tileBound, static_cast<cudaStream_t>(p.stream));
+    return e == cudaSuccess ? ok()
+                            : fail(KILN_ERROR_CUDA, "kiln_moe: grouped GEMM launch failed: %s",
+                                   cudaGetErrorString(e));
+  }
+  return kiln_gemm_bf16_batched(p.gemm, layout.wPtrs + g.first, layout.xPtrs + g.first,
+                                layout.outPtrs + g.first, layout.entries, tileRows, g.n, g.k,
+                                p.gemm_workspace, p.gemm_workspace_bytes, p.stream);
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_t inter,
@@ -152,7 +189,12 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   if (p->tokens == 0)
     return ok();
 
-  const int tileRows = tileRowsFor(*p, entries);
+  cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+  int tileRows = tileRowsFor(*p, entries);
+  // The own grouped GEMM reads exact per-expert rows: no padding, no cuBLASLt entries.
+  const bool ownGemm = tileRows > 1 && useOwnGroupedGemm(*p, stream);
+  if (ownGemm)
+    tileRows = 1;
   const uint64_t tokens = static_cast<uint64_t>(p->tokens);
   char *at = static_cast<char *>(p->scratch);
   auto carve = [&](int which) {
@@ -172,20 +214,27 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   layout.slots = reinterpret_cast<int32_t *>(carve(2));
   layout.table = reinterpret_cast<int32_t *>(carve(3));
   // Pairs mode: an entry per pair. Grouped: per M-row tile, at most (pairs + experts x
-  // (M - 1)) / M of them.
-  layout.entries = tileRows == 1 ? entries : (entries + p->experts * (tileRows - 1)) / tileRows;
+  // (M - 1)) / M of them. The own grouped GEMM: none; its token tiles take the pointer
+  // section (at most 12 x (pairs / 192 + experts) + 4 bytes of its 72 x pairs).
+  layout.entries = ownGemm         ? 0
+                   : tileRows == 1 ? entries
+                                   : (entries + p->experts * (tileRows - 1)) / tileRows;
   void **pointers = reinterpret_cast<void **>(carve(4));
   layout.wPtrs = const_cast<const void **>(pointers);
   layout.xPtrs = const_cast<const void **>(pointers + 3 * layout.entries);
   layout.outPtrs = pointers + 6 * layout.entries;
+  const int64_t tileBound = groupedGemmTileBound(entries, p->experts);
+  if (ownGemm) {
+    layout.gemmTiles = reinterpret_cast<GroupedGemmTile *>(pointers);
+    layout.gemmTileCount = reinterpret_cast<int32_t *>(layout.gemmTiles + tileBound);
+  }
   layout.xRows = reinterpret_cast<uint16_t *>(carve(5));
   layout.gateRows = reinterpret_cast<uint16_t *>(carve(6));
   layout.upRows = reinterpret_cast<uint16_t *>(carve(7));
   layout.yRows = reinterpret_cast<uint16_t *>(carve(8));
   // Rows the GEMMs and the SwiGLU cover: the pairs, or their padded expert-sorted rows.
-  const int64_t rows = layout.entries * tileRows;
+  const int64_t rows = ownGemm ? entries : layout.entries * tileRows;
 
-  cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
   const MoeRouting routing{static_cast<int>(p->experts),
                            p->top_k,
                            p->flags,
@@ -193,18 +242,19 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
                            orOne(p->groups),
                            orOne(p->top_groups),
                            p->scale == 0.0f ? 1.0f : p->scale};
-  cudaError_t e = launchMoeRoute(p->logits, layout, p->tokens, routing, tileRows == 1, stream);
-  if (e == cudaSuccess && tileRows > 1)
-    e = launchMoeGroup(layout, entries, p->top_k, static_cast<int>(p->experts), tileRows,
-                       stream);
+  const bool grouped = ownGemm || tileRows > 1;
+  cudaError_t e = launchMoeRoute(p->logits, layout, p->tokens, routing, !grouped, stream);
+  if (e == cudaSuccess && grouped)
+    e = launchMoeGroup(layout, entries, p->top_k, static_cast<int>(p->experts), tileRows, stream);
   if (e != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "kiln_moe: routing launch failed: %s", cudaGetErrorString(e));
-  // The gate, up and down GEMMs' entries lie one after the other in each array.
-  const struct {
-    int64_t first, n, k;
-  } gemms[] = {{0, p->inter, p->hidden},
-               {layout.entries, p->inter, p->hidden},
-               {2 * layout.entries, p->hidden, p->inter}};
+  // The gate, up and down GEMMs (their cuBLASLt entries lie one after the other in each
+  // pointer array); down reads the activation written over the gate rows.
+  auto weight = [](const void *w) { return static_cast<const uint16_t *>(w); };
+  const ExpertGemm gemms[] = {
+      {layout.xRows, weight(p->gate), layout.gateRows, p->inter, p->hidden, 0},
+      {layout.xRows, weight(p->up), layout.upRows, p->inter, p->hidden, layout.entries},
+      {layout.gateRows, weight(p->down), layout.yRows, p->hidden, p->inter, 2 * layout.entries}};
   // Plain experts skip the gate GEMM; their activation goes where SwiGLU's would.
   for (int g = p->gate ? 0 : 1; g < 3; ++g) {
     if (g == 2)
@@ -215,11 +265,7 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
                                              p->activation, p->stream);
           s != KILN_OK)
         return s;
-    if (kiln_status_t s = kiln_gemm_bf16_batched(
-            p->gemm, layout.wPtrs + gemms[g].first, layout.xPtrs + gemms[g].first,
-            layout.outPtrs + gemms[g].first, layout.entries, tileRows, gemms[g].n, gemms[g].k,
-            p->gemm_workspace, p->gemm_workspace_bytes, p->stream);
-        s != KILN_OK)
+    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[g], tileRows, tileBound); s != KILN_OK)
       return s;
   }
   e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,

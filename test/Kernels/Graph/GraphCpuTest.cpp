@@ -699,7 +699,8 @@ TEST(GraphValidation, Moe) {
               kUnsupported, k, "experts");
   expectError(with([](kiln_moe_params_t &q) { q.inter = 36; }), kUnsupported, k,
               "multiples of 8");
-  expectError(with([](kiln_moe_params_t &q) { q.flags = 128; }), kInvalid, k, "unknown bits");
+  expectError(with([](kiln_moe_params_t &q) { q.flags = KILN_MOE_KNOWN_FLAGS + 1; }), kInvalid,
+              k, "unknown bits");
   expectError(with([](kiln_moe_params_t &q) {
                 q.flags = KILN_MOE_F32_LOGITS;
                 q.logits = fake(0x20002);

@@ -724,7 +724,14 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
                            {23, 128, 64, 64, 6, kDeepSeek, 8, 3, 2.5f, false, true},
                            {9, 64, 32, 16, 4, kDeepSeek, 4, 2, 1.0f, false, false},
                            {29, 128, 64, 8, 2, kDeepSeek, 1, 1, 2.5f, true, true},
-                           {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
+                           {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true},
+                           // hidden and inter multiples of 128: on sm_90 the grouped mode
+                           // runs the own grouped GEMM (one tile an expert; two; rows of a
+                           // handful; plain experts).
+                           {600, 256, 128, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
+                           {1000, 128, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
+                           {70, 128, 128, 32, 2, KILN_MOE_ROUND_WEIGHTS},
+                           {300, 256, 128, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
   std::vector<Case> cases;
   for (auto c : routings) {
     cases.push_back(c);
@@ -832,6 +839,25 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
       KILN_OK_(kiln_moe(&twice));
       const auto second = download(again->at<uint16_t>(), c.tokens * c.hidden);
       EXPECT_TRUE(second == got) << "a second grouped call gave other bits";
+      // The same layer on cuBLASLt (where the own grouped GEMM ran: another sum order).
+      kiln_moe_params_t library = p;
+      library.flags |= KILN_MOE_LIBRARY_GEMM;
+      library.out = again->ptr;
+      KILN_OK_(kiln_moe(&library));
+      const auto viaLibrary = download(again->at<uint16_t>(), c.tokens * c.hidden);
+      int apart = 0;
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        double scale = 0.0;
+        for (int64_t h = 0; h < c.hidden; ++h)
+          scale = std::max(scale, std::fabs(double(bf16ToFloat(viaLibrary[t * c.hidden + h]))));
+        for (int64_t h = 0; h < c.hidden; ++h)
+          if (!(std::fabs(double(bf16ToFloat(got[t * c.hidden + h])) -
+                          double(bf16ToFloat(viaLibrary[t * c.hidden + h]))) <=
+                0.02 * scale + 1e-6))
+            ++apart;
+      }
+      EXPECT_EQ(apart, 0) << "elements beyond 2% of their row's largest value between the "
+                             "two GEMM paths";
       continue;
     }
     // Each token alone: the same bits as in the batch.

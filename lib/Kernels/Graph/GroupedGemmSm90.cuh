@@ -1,0 +1,227 @@
+// The device code of the MoE layer's grouped expert GEMM on Hopper (sm_90a, wgmma): for
+// every token tile of an expert's rows, out[rows, n] = in[rows, k] . W_e^T, W_e the
+// expert's [n, k] weights, bf16 in and out, fp32 accumulate. GroupedGemmSm90.cu launches
+// it; docs/kernels-graph.md ("MoE") has the design and the measurements.
+//
+// The operands are swapped: the weights are wgmma's A operand (64 output features a
+// warpgroup) and the tokens its B operand (N = the tile's tokens rounded up to 32). An
+// expert at prefill has tens to a few hundred rows, and the B side takes any multiple of
+// 8 where the A side only whole 64-row tiles, so the padding is at most 31 token columns
+// a tile instead of up to 63 rows, and each weight byte is read from memory once.
+//
+// A persistent CTA (two warpgroups, 128 features) walks its tiles' K blocks as one flat
+// sequence of items: a ring of kStages shared-memory stages is filled by cp.async
+// kStages - 2 items ahead, across tile boundaries, so the next tile's loads overlap this
+// tile's epilogue; one wgmma group stays in flight while the next is issued.
+//
+// A header so that the same code also runs on the host under the CTA emulator
+// (test/Kernels/Common/CtaEmulator.h), which checks its layouts, barriers and masking in
+// CI, where there is no GPU.
+#ifndef KILN_LIB_KERNELS_GRAPH_GROUPEDGEMMSM90_CUH
+#define KILN_LIB_KERNELS_GRAPH_GROUPEDGEMMSM90_CUH
+
+#if defined(__CUDACC__)
+#include "../Decode/DecodeDevice.cuh"
+#elif !defined(KILN_CTA_EMULATION)
+#error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
+#endif
+#include "../Common/Wgmma.cuh"
+#include "GroupedGemm.h"
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace kiln::graph {
+
+namespace grouped {
+// Internal linkage: the emulation's host instantiations never meet the .cu's.
+namespace {
+
+constexpr int kFeatureTile = kGroupedGemmFeatureTile; // two warpgroups of 64 features
+constexpr int kThreads = 2 * kernels::sm90::kWarpgroupThreads;
+constexpr int kTokenStep = 32;                            // token columns are padded to this
+constexpr int kMaxTileTokens = kGroupedGemmMaxTileTokens; // B's rows a stage holds
+static_assert(kFeatureTile == 2 * 64 && kGroupedGemmKBlock == kernels::sm90::kKBlock &&
+                  kMaxTileTokens % kTokenStep == 0,
+              "the tile shapes GroupedGemm.h promises");
+constexpr int kRowBytes = kernels::sm90::kSwizzleRowBytes;
+constexpr int kStageA = kFeatureTile * kRowBytes;   // weights: 16 KiB
+constexpr int kStageB = kMaxTileTokens * kRowBytes; // tokens: 24 KiB
+constexpr int kStageBytes = kStageA + kStageB;
+constexpr int kStages = 5;
+// The ring, and the slack that lets it start on a 1024-byte boundary.
+constexpr int kSharedBytes = kStages * kStageBytes + kernels::sm90::kSwizzleAtomBytes;
+static_assert(kStageA % kernels::sm90::kSwizzleAtomBytes == 0 &&
+                  kStageB % kernels::sm90::kSwizzleAtomBytes == 0,
+              "every tile of the ring starts on a swizzle atom");
+static_assert(kStages >= 3, "one stage in the wgmma, one draining, one loading");
+
+using decode::cpAsync16;
+using decode::cpAsyncCommit;
+using decode::cpAsyncWait;
+
+// The loads of one item into its stage: the weights' 128 feature rows and the tile's
+// token rows (rows past the tile's end are zero-filled, never read).
+__device__ __forceinline__ void loadItem(const GroupedGemmArgs &a, const GroupedGemmTile &t,
+                                         int featureTile, int kBlock, char *stage) {
+  using namespace kernels::sm90;
+  const int64_t k0 = static_cast<int64_t>(kBlock) * kKBlock;
+  const uint16_t *w =
+      a.weights + (static_cast<int64_t>(t.expert) * a.n + featureTile * kFeatureTile) * a.k + k0;
+  for (int c = threadIdx.x; c < kFeatureTile * 8; c += kThreads) {
+    const int row = c >> 3, chunk = c & 7;
+    cpAsync16(stage + swizzledOffset(row, chunk), w + row * a.k + chunk * 8, true);
+  }
+  const int tokens = (t.rows + kTokenStep - 1) / kTokenStep * kTokenStep;
+  const uint16_t *x = a.in + static_cast<int64_t>(t.first) * a.k + k0;
+  for (int c = threadIdx.x; c < tokens * 8; c += kThreads) {
+    const int row = c >> 3, chunk = c & 7;
+    const bool valid = row < t.rows;
+    cpAsync16(stage + kStageA + swizzledOffset(row, chunk),
+              valid ? x + static_cast<int64_t>(row) * a.k + chunk * 8 : a.in, valid);
+  }
+}
+
+// The warpgroup's accumulators (features of rows, tokens of columns) as bf16 rows of
+// out: thread (warp w, lane l) holds features 16w + l/4 (+8) of token pairs 8i + 2(l%4).
+template <int Tokens>
+__device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
+                                          int featureTile, const float (&acc)[Tokens / 2], int wg) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const int64_t feature = featureTile * kFeatureTile + wg * 64 + warp * 16 + (lane >> 2);
+  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + feature;
+#pragma unroll
+  for (int i = 0; i < Tokens / 8; ++i) {
+    const int token = 8 * i + 2 * (lane & 3);
+    if (token >= t.rows) // columns past the tile hold zero-filled rows' sums
+      break;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int tk = token + (r & 1);
+      if (tk < t.rows) {
+        const __nv_bfloat16 v = __float2bfloat16_rn(acc[4 * i + r]);
+        uint16_t bits;
+        __builtin_memcpy(&bits, &v, 2);
+        out[static_cast<int64_t>(tk) * a.n + (r >> 1) * 8] = bits;
+      }
+    }
+  }
+}
+
+// A CTA's pipeline: a ring of kStages stages filled kStages - 2 items ahead. Item i is
+// K block i % kBlocks of the CTA's tile i / kBlocks (tiles cta, cta + ctas, ...).
+struct Pipeline {
+  const GroupedGemmArgs &a;
+  char *ring;
+  uint32_t ringAddress;
+  int cta, ctas, featureTiles, kBlocks;
+  int64_t items;
+
+  __device__ __forceinline__ int64_t tileOf(int64_t item) const {
+    return cta + item / kBlocks * ctas;
+  }
+  __device__ __forceinline__ void load(int64_t item) const {
+    if (item < items) {
+      const int64_t tile = tileOf(item);
+      loadItem(a, a.tiles[tile / featureTiles], static_cast<int>(tile % featureTiles),
+               static_cast<int>(item % kBlocks), ring + (item % kStages) * kStageBytes);
+    }
+    cpAsyncCommit(); // an empty group past the end keeps the wait count uniform
+  }
+  // Waits for item `item`'s stage and starts the load kStages - 2 items ahead; returns
+  // the stage's shared address.
+  __device__ __forceinline__ uint32_t acquire(int64_t item) const {
+    cpAsyncWait<kStages - 3>(); // this item's stage has landed (this thread's part)
+    kernels::sm90::fenceProxyAsyncShared();
+    // Every part of the stage has landed, and every warpgroup is done with the stage the
+    // next load overwrites (its wgmmas were waited for in the previous iteration).
+    __syncthreads();
+    load(item + kStages - 2);
+    return ringAddress + static_cast<uint32_t>((item % kStages) * kStageBytes);
+  }
+};
+
+// One tile's K blocks (items first .. first + kBlocks - 1) into the warpgroup's 64
+// features x Tokens accumulators, then its rows of out. An instruction width is fixed for
+// the whole tile, so no accumulator register changes hands while a wgmma is in flight.
+template <int Tokens>
+__device__ __forceinline__ void runTile(const Pipeline &p, int64_t first, const GroupedGemmTile &t,
+                                        int featureTile, int wg) {
+  using namespace kernels::sm90;
+  // Defined before the first wgmma reads them (it ignores them: accumulate is off), so
+  // that each width's registers are live only inside its tile, not across the kernel.
+  float acc[Tokens / 2];
+#pragma unroll
+  for (int i = 0; i < Tokens / 2; ++i)
+    acc[i] = 0.0f;
+  for (int kb = 0; kb < p.kBlocks; ++kb) {
+    const uint32_t stage = p.acquire(first + kb);
+    const uint32_t a = stage + wg * 64 * kRowBytes, b = stage + kStageA;
+    wgmmaFence();
+#pragma unroll
+    for (int s = 0; s < kKBlock / kWgmmaK; ++s)
+      wgmmaBf16<Tokens>(acc, swizzledDescriptor(a, s), swizzledDescriptor(b, s), kb > 0 || s > 0);
+    wgmmaCommit();
+    wgmmaWait<1>();
+  }
+  wgmmaWait<0>();
+  pinAccumulators(acc);
+  storeTile<Tokens>(p.a, t, featureTile, acc, wg);
+}
+
+// One persistent CTA, `cta` of `ctas`: tiles cta, cta + ctas, ... of the (token tile,
+// feature tile) grid, feature tiles fastest, so the CTAs running at one time share token
+// tiles (their rows stay in L2) and each weight row is read once. `shared`: kSharedBytes.
+__device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *shared, int cta,
+                                               int ctas) {
+  using namespace kernels::sm90;
+  // The ring on a 1024-byte boundary of the shared window (the swizzle is on addresses).
+  const uint32_t rawAddress = smemAddress(shared);
+  const uint32_t ringAddress = (rawAddress + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
+  const int featureTiles = static_cast<int>(a.n / kFeatureTile);
+  const int kBlocks = static_cast<int>(a.k / kKBlock);
+  const int64_t tiles = static_cast<int64_t>(*a.tileCount) * featureTiles;
+  if (cta >= tiles)
+    return;
+  const int64_t mine = (tiles - cta + ctas - 1) / ctas;
+  const Pipeline p{a,           shared + (ringAddress - rawAddress),
+                   ringAddress, cta,
+                   ctas,        featureTiles,
+                   kBlocks,     mine * kBlocks};
+  const int wg = threadIdx.x / kWarpgroupThreads;
+  for (int s = 0; s < kStages - 2; ++s)
+    p.load(s);
+  for (int64_t local = 0; local < mine; ++local) {
+    const int64_t tile = cta + local * ctas, first = local * kBlocks;
+    const GroupedGemmTile t = a.tiles[tile / featureTiles];
+    const int featureTile = static_cast<int>(tile % featureTiles);
+    switch ((t.rows + kTokenStep - 1) / kTokenStep) {
+    case 1:
+      runTile<32>(p, first, t, featureTile, wg);
+      break;
+    case 2:
+      runTile<64>(p, first, t, featureTile, wg);
+      break;
+    case 3:
+      runTile<96>(p, first, t, featureTile, wg);
+      break;
+    case 4:
+      runTile<128>(p, first, t, featureTile, wg);
+      break;
+    case 5:
+      runTile<160>(p, first, t, featureTile, wg);
+      break;
+    default:
+      runTile<192>(p, first, t, featureTile, wg);
+      break;
+    }
+  }
+  cpAsyncWait<0>(); // the empty groups past the last item
+}
+
+} // namespace
+} // namespace grouped
+
+} // namespace kiln::graph
+
+#endif

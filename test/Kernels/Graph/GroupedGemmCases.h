@@ -1,0 +1,112 @@
+// The grouped expert GEMM's test cases (lib/Kernels/Graph/GroupedGemm.h), shared by the
+// CPU emulation test and the GPU test: token-tile tables that cover every instruction
+// width (tiles of 1 to 192 rows, widths 32..192), tiles of one expert side by side,
+// experts without rows, rows no tile covers (which must stay untouched), and more tiles
+// than CTAs (the persistent loop and the loads that cross tiles).
+#ifndef KILN_TEST_KERNELS_GRAPH_GROUPEDGEMMCASES_H
+#define KILN_TEST_KERNELS_GRAPH_GROUPEDGEMMCASES_H
+
+#include "GroupedGemm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kiln::test::grouped {
+
+struct Case {
+  std::string name;
+  int64_t n, k;
+  int experts;
+  std::vector<graph::GroupedGemmTile> tiles;
+  int ctas; // persistent CTAs to run (fewer than the tiles x feature tiles)
+
+  int64_t rows() const {
+    int64_t last = 0;
+    for (const auto &t : tiles)
+      last = std::max<int64_t>(last, t.first + t.rows);
+    return last + 3; // trailing rows no tile covers
+  }
+};
+
+inline std::vector<Case> cases() {
+  return {
+      // One expert in two tiles, an expert skipped, a gap of rows between tiles.
+      {"widths", 256, 256, 4, {{0, 0, 1}, {0, 1, 31}, {2, 40, 33}, {3, 73, 64}, {1, 140, 65}}, 3},
+      {"wide", 128, 512, 3, {{2, 0, 192}, {0, 192, 160}, {1, 352, 97}, {1, 449, 128}}, 2},
+      // K of one block and a single CTA walking every tile.
+      {"short-k", 256, 64, 2, {{1, 0, 7}, {0, 7, 150}}, 1},
+  };
+}
+
+inline uint16_t toBf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); // nearest-even
+}
+inline float fromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// Random inputs of a case: in [rows, k], weights [experts, n, k].
+struct Data {
+  std::vector<uint16_t> in, weights;
+};
+inline Data randomData(const Case &c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Data d;
+  d.in.resize(static_cast<size_t>(c.rows() * c.k));
+  d.weights.resize(static_cast<size_t>(c.experts * c.n * c.k));
+  for (auto &v : d.in)
+    v = toBf16(u(rng));
+  for (auto &v : d.weights)
+    v = toBf16(u(rng) / std::sqrt(static_cast<float>(c.k)));
+  return d;
+}
+
+constexpr uint16_t kPoison = 0xFFFF; // a bf16 NaN: rows no tile covers must keep it
+
+// Checks `out` ([rows, n], poisoned before the call) against the exact products: each
+// covered element within one bf16 rounding of the fp32 sum (plus the sum's own fp32
+// error), every other element still poison. Returns a description of the first
+// mismatch, or "".
+inline std::string check(const Case &c, const Data &d, const std::vector<uint16_t> &out) {
+  std::vector<char> covered(static_cast<size_t>(c.rows()), 0);
+  for (const auto &t : c.tiles)
+    for (int r = 0; r < t.rows; ++r) {
+      const int64_t row = t.first + r;
+      covered[row] = 1;
+      for (int64_t f = 0; f < c.n; ++f) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int64_t i = 0; i < c.k; ++i) {
+          const double p = double(fromBf16(d.in[row * c.k + i])) *
+                           double(fromBf16(d.weights[(t.expert * c.n + f) * c.k + i]));
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        const double got = fromBf16(out[row * c.n + f]);
+        const double tolerance = std::ldexp(std::fabs(sum), -8) + magnitude * 1e-6 + 1e-30;
+        if (!(std::fabs(got - sum) <= tolerance))
+          return c.name + ": row " + std::to_string(row) + " feature " + std::to_string(f) +
+                 " of expert " + std::to_string(t.expert) + ": " + std::to_string(got) + " vs " +
+                 std::to_string(sum);
+      }
+    }
+  for (int64_t row = 0; row < c.rows(); ++row)
+    if (!covered[row])
+      for (int64_t f = 0; f < c.n; ++f)
+        if (out[row * c.n + f] != kPoison)
+          return c.name + ": row " + std::to_string(row) + " is in no tile but was written";
+  return "";
+}
+
+} // namespace kiln::test::grouped
+
+#endif

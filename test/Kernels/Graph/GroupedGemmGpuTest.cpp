@@ -1,0 +1,61 @@
+// GPU test: the MoE grouped expert GEMM (GroupedGemmSm90.cu, wgmma) on the cases the CPU
+// emulation test runs (GroupedGemmCases.h), launched as kiln_moe launches it, against
+// exact products; rows no tile covers stay untouched, and a second launch gives the same
+// bits. On an sm_90 device the kernel must be ready (the library carries the sm_90a
+// image); elsewhere the MoE layer keeps cuBLASLt and the test says so.
+#include "GpuTest.h"
+#include "GroupedGemmCases.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+using namespace kiln::test;
+
+namespace {
+
+template <typename T> T *deviceCopy(const std::vector<T> &host) {
+  T *p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return p;
+}
+
+TEST(GroupedGemmGpu, MatchesExactProductsOnEveryTile) {
+  KILN_REQUIRE_GPU();
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) {
+    EXPECT_FALSE(kiln::graph::groupedGemmDeviceReady(true));
+    GTEST_SKIP() << "sm_" << major << minor << ": the grouped GEMM is sm_90a only";
+  }
+  ASSERT_TRUE(kiln::graph::groupedGemmDeviceReady(true)) << "no sm_90a image in the library";
+  for (const grouped::Case &c : grouped::cases()) {
+    SCOPED_TRACE(c.name);
+    const grouped::Data d = grouped::randomData(c, 11);
+    const size_t outElems = static_cast<size_t>(c.rows() * c.n);
+    uint16_t *in = deviceCopy(d.in), *weights = deviceCopy(d.weights);
+    uint16_t *out = deviceCopy(std::vector<uint16_t>(outElems, grouped::kPoison));
+    auto *tiles = deviceCopy(c.tiles);
+    int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(c.tiles.size())});
+    const kiln::graph::GroupedGemmArgs args{in, weights, out, tiles, count, c.n, c.k};
+    // A bound above the tiles in use: the CTAs past them must return untouched.
+    const int64_t bound = static_cast<int64_t>(c.tiles.size()) + 5;
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(args, bound, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> got(outElems), again(outElems);
+    ASSERT_EQ(cudaMemcpy(got.data(), out, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(grouped::check(c, d, got), "");
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(args, bound, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(again.data(), out, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(again == got) << "a second launch gave other bits";
+    for (void *p : {static_cast<void *>(in), static_cast<void *>(weights), static_cast<void *>(out),
+                    static_cast<void *>(tiles), static_cast<void *>(count)})
+      cudaFree(p);
+  }
+}
+
+} // namespace
