@@ -223,7 +223,9 @@ def reference(model_dir, prompts, count, args):
     use_attention(model, "sdpa")
     # The closer of the two paths counts: either one being a rounding away from another
     # expert set means the reference's token there is not a decision it can make.
-    forward_gaps = router_gaps(model, prompts, result["tokens"], args.device)
+    bf16_layers = router_gap_layers(model, prompts, result["tokens"], args.device)
+    forward_gaps = None if bf16_layers is None else [
+        g.min(dim=0).values[len(prompt) - 1:].tolist() for prompt, g in zip(prompts, bf16_layers)]
     if forward_gaps is not None:
         result["router_gap_forward"] = forward_gaps
         result["router_gap_path"] = path_gaps
@@ -236,6 +238,10 @@ def reference(model_dir, prompts, count, args):
     # the reference's own uncertainty: a step whose bf16 top-1/top-2 margin is within it
     # is a near-tie that the reference itself does not resolve (measured_tolerance).
     model = model.float()
+    if bf16_layers is not None:
+        fp32_layers = router_gap_layers(model, prompts, result["tokens"], args.device)
+        result["router_tie_measured"] = measured_routing_ties(bf16_layers, fp32_layers,
+                                                              prompts, args)
     result["fp32_first"], result["fp32_steps"] = [], []
     for prompt, tokens in zip(prompts, result["tokens"]):
         ids = torch.tensor([prompt + tokens[:-1]], device=args.device)
@@ -264,21 +270,42 @@ def router_gaps(model, prompts, continuations, device):
     (a routing near-tie). Routers that choose on other keys than the logits (DeepSeek's
     sigmoid-plus-bias keys and expert groups, see router_key_gaps) have their key gaps
     turned into the logit change that closes them."""
+    layers = router_gap_layers(model, prompts, continuations, device)
+    if layers is None:
+        return None
+    return [g.min(dim=0).values[len(prompt) - 1:].tolist() for prompt, g in zip(prompts, layers)]
+
+
+@torch.no_grad()
+def router_gap_layers(model, prompts, continuations, device):
+    """Per prompt: router_key_gaps of every MoE layer at every token of prompt +
+    continuation[:-1], teacher-forced ([layers, tokens]); None for dense models."""
     captured = []
     handles = hook_routers(model, captured.append)
     if not handles:
         return None
     try:
-        gaps = []
+        layers = []
         for prompt, tokens in zip(prompts, continuations):
             captured.clear()
             model(input_ids=torch.tensor([prompt + tokens[:-1]], device=device))
-            per_token = torch.stack(captured).min(dim=0).values
-            gaps.append(per_token[len(prompt) - 1:].tolist())
-        return gaps
+            layers.append(torch.stack(captured))
+        return layers
     finally:
         for h in handles:
             h.remove()
+
+
+def measured_routing_ties(bf16_layers, fp32_layers, prompts, args):
+    """Per prompt and step: whether some MoE layer's router gap is within the reference's
+    own error on it, twice |bf16 gap - fp32 gap| (the same weights in fp32, teacher-forced
+    on the same tokens), as measured_tolerance does for the logits: a routing decision
+    the bf16 reference cannot make reliably either."""
+    ties = []
+    for prompt, b, f in zip(prompts, bf16_layers, fp32_layers):
+        slack = (2.0 * (b - f).abs()).clamp_min(args.router_tie_ulps)
+        ties.append((b <= slack).any(dim=0)[len(prompt) - 1:].tolist())
+    return ties
 
 
 def hook_routers(model, keep):
@@ -352,9 +379,11 @@ def router_key_gaps(module, logits):
 
 
 def routing_tie(ref, p, i, args):
-    """Step i of prompt p sits on a router near-tie (see router_gaps)."""
-    gaps = ref.get("router_gap")
-    return gaps is not None and gaps[p][i] <= args.router_tie_ulps
+    """Step i of prompt p sits on a router near-tie (see router_gaps): within the fixed
+    ulps, or within the reference's own measured error (measured_routing_ties)."""
+    gaps, measured = ref.get("router_gap"), ref.get("router_tie_measured")
+    return ((gaps is not None and gaps[p][i] <= args.router_tie_ulps) or
+            (measured is not None and bool(measured[p][i])))
 
 
 def measured_tolerance(bf16, exact, args):
@@ -653,22 +682,61 @@ def mtp_reference(model_dir, mtp_dir, sequences, args):
     enorm, hnorm, head_norm = rms_norm("enorm"), rms_norm("hnorm"), rms_norm("shared_head.norm")
     eh_proj = tensors[prefix + "eh_proj.weight"]
     head = tensors[prefix + "shared_head.head.weight"]
-    results = []
-    for ids in sequences:
+    # Router gaps (router_key_gaps) of the target's MoE layers at each position and of the
+    # module's own layer when it is an MoE layer: a guess decided by a routing near-tie
+    # (the same rule as the target's tokens) is a near-tie, not an error.
+    captured = []
+    handles = hook_routers(model, captured.append) + hook_routers(block, captured.append)
+
+    def smallest_gap(length):
+        gaps = torch.stack(captured).min(dim=0).values[:length] if captured else None
+        captured.clear()
+        return gaps
+
+    def module_logits(ids):
+        """The module's logits at every position of one sequence ([positions, vocab])
+        and the smallest router gap there (None without MoE layers)."""
         tokens = torch.tensor([ids], device=args.device)
+        captured.clear()
         hidden = model.model(input_ids=tokens).last_hidden_state[:, :-1]
+        target_gaps = smallest_gap(hidden.shape[1])
         embedded = model.model.embed_tokens(tokens[:, 1:])
         x = torch.nn.functional.linear(torch.cat([enorm(embedded), hnorm(hidden)], dim=-1),
                                        eh_proj)
         positions = torch.arange(x.shape[1], device=args.device)[None]
         rope = model.model.rotary_emb(x, positions)
         out = block(x, attention_mask=None, position_ids=positions, position_embeddings=rope)
+        module_gaps = smallest_gap(x.shape[1])
         out = out[0] if isinstance(out, tuple) else out
         logits = torch.nn.functional.linear(head_norm(out), head)[0].float()
-        top2 = torch.topk(logits, 2, dim=-1)
-        results.append({"guess": top2.indices[:, 0].tolist(),
-                        "margin": (top2.values[:, 0] - top2.values[:, 1]).tolist(),
-                        "top": top2.values[:, 0].tolist(), "logits": logits.cpu()})
+        gaps = [g for g in (target_gaps, module_gaps) if g is not None]
+        return logits, (torch.stack(gaps).min(dim=0).values.tolist() if gaps else None)
+
+    results = []
+    try:
+        for ids in sequences:
+            logits, router_gap = module_logits(ids)
+            top2 = torch.topk(logits, 2, dim=-1)
+            results.append({"guess": top2.indices[:, 0].tolist(),
+                            "margin": (top2.values[:, 0] - top2.values[:, 1]).tolist(),
+                            "top": top2.values[:, 0].tolist(), "logits": logits.cpu(),
+                            "router_gap": router_gap})
+        # The same target and module in fp32 on the same tokens: the bf16 reference's own
+        # error on its margins at each position (measured_tolerance, as for the target's
+        # steps), and the guess exact arithmetic makes.
+        model.float()
+        block.float()
+        for module in (enorm, hnorm, head_norm):
+            module.float()
+        eh_proj, head = eh_proj.float(), head.float()
+        for ids, r in zip(sequences, results):
+            exact, _ = module_logits(ids)
+            r["fp32_guess"] = exact.argmax(dim=-1).tolist()
+            r["tol_measured"] = [measured_tolerance(r["logits"][i], exact[i].cpu(), args)
+                                 for i in range(exact.shape[0])]
+    finally:
+        for h in handles:
+            h.remove()
     del model
     torch.cuda.empty_cache()
     return results
@@ -677,7 +745,9 @@ def mtp_reference(model_dir, mtp_dir, sequences, args):
 def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
     """Kiln's MTP guesses (kiln-run's mtp_guesses: position, token) against the PyTorch
     module over each prompt + its generated tokens; a disagreement passes only at a
-    near-tie of the reference (top-2 margin under the tie tolerance)."""
+    near-tie of the reference (top-2 margin, or Kiln's guess below the top, within the
+    fixed tie tolerance or the reference's own error measured against fp32), at a routing
+    near-tie, or where Kiln's guess is the fp32 module's."""
     guesses = result.get("mtp_guesses")
     if not guesses:
         return False, "mtp: kiln-run reported no MTP guesses", {}
@@ -686,7 +756,7 @@ def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
         ref = mtp_reference(model_dir, mtp_dir, sequences, args)
     except Exception as error:  # a reference that cannot run is a failure, with its cause
         return False, f"mtp: reference failed: {type(error).__name__}: {error}"[:300], {}
-    agree = total = ties = 0
+    agree = total = ties = routing_ties = exact = 0
     bad = []
     for i, (made, r) in enumerate(zip(guesses, ref)):
         for position, token in made:
@@ -698,18 +768,26 @@ def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
                 continue
             # A near-tie either way: the reference's top-2 margin, or how far below the
             # reference's top Kiln's guess is, under the tie tolerance.
-            tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]))
+            tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]),
+                      r["tol_measured"][position] if "tol_measured" in r else 0.0)
             gap = r["top"][position] - float(r["logits"][position, token])
+            router_gap = r["router_gap"][position] if r.get("router_gap") else None
             if r["margin"][position] < tol or gap < tol:
                 ties += 1
+            elif router_gap is not None and router_gap < args.router_tie_ulps:
+                routing_ties += 1
+            elif "fp32_guess" in r and token == r["fp32_guess"][position]:
+                exact += 1  # Kiln guessed what the same weights guess in fp32
             else:
                 bad.append((i, position, token, r["guess"][position], round(gap, 4),
-                            round(tol, 4)))
+                            round(tol, 4), None if router_gap is None else round(router_gap, 1)))
     ok = total > 0 and not bad
-    text = (f"mtp guesses {agree}/{total} equal the PyTorch module's ({ties} near-ties"
+    text = (f"mtp guesses {agree}/{total} equal the PyTorch module's ({ties} near-ties, "
+            f"{routing_ties} routing near-ties, {exact} the fp32 module's guess"
             + (f"; {len(bad)} off, first: prompt {bad[0][0]} position {bad[0][1]}: kiln "
                f"{bad[0][2]} ({bad[0][4]} below the reference's top, tolerance "
-               f"{bad[0][5]}), reference {bad[0][3]}" if bad else "") + ")")
+               f"{bad[0][5]}), reference {bad[0][3]}, router gap {bad[0][6]} ulps"
+               if bad else "") + ")")
     return ok, text, {"agree": agree, "total": total, "near_ties": ties, "off": bad[:10]}
 
 
