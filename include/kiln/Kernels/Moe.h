@@ -36,7 +36,7 @@
  *    experts), and every M-row tile is one GEMM entry: an expert's weights are read
  *    once per tile. A token's bits may then depend on the batch (the runtime uses it
  *    for prefill and extend steps, not for decode and verify). On sm_90 (the sm_90a
- *    image) with hidden and inter multiples of 128, the expert GEMMs are instead Kiln's
+ *    image) with hidden and inter multiples of 256, the expert GEMMs are instead Kiln's
  *    own grouped GEMM (wgmma), which reads the per-expert row counts on the device: the
  *    rows are not padded, and each expert's weights are read once per call.
  *

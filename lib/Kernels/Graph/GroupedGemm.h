@@ -28,8 +28,8 @@ struct GroupedGemmArgs {
 
 // Token rows of a tile (an expert with more is split into equal tiles), and output
 // features of a CTA (n must be a multiple), and K's granularity.
-constexpr int kGroupedGemmMaxTileTokens = 192;
-constexpr int kGroupedGemmFeatureTile = 128;
+constexpr int kGroupedGemmMaxTileTokens = 160;
+constexpr int kGroupedGemmFeatureTile = 256;
 constexpr int kGroupedGemmKBlock = 64;
 
 // The tiles `pairs` (token, expert) pairs over `experts` experts can need.

@@ -9,6 +9,9 @@
 #include <mutex>
 
 namespace kiln::graph {
+static_assert(grouped::kMaxTileTokens == kGroupedGemmMaxTileTokens &&
+                  grouped::kFeatureTile == kGroupedGemmFeatureTile,
+              "the library compiles the tiles GroupedGemm.h promises");
 namespace {
 
 // 1 in the image compiled with wgmma (sm_90a), 0 in the others: the image the device

@@ -11,7 +11,7 @@
 //
 // A persistent CTA (two warpgroups, 128 features) walks its tiles' K blocks as one flat
 // sequence of items: a ring of kStages shared-memory stages is filled by cp.async
-// kStages - 2 items ahead, across tile boundaries, so the next tile's loads overlap this
+// kAhead items ahead, across tile boundaries, so the next tile's loads overlap this
 // tile's epilogue; one wgmma group stays in flight while the next is issued.
 //
 // A header so that the same code also runs on the host under the CTA emulator
@@ -37,24 +37,46 @@ namespace grouped {
 // Internal linkage: the emulation's host instantiations never meet the .cu's.
 namespace {
 
-constexpr int kFeatureTile = kGroupedGemmFeatureTile; // two warpgroups of 64 features
+// The two tunables, which bench/Moe's kernel benchmark overrides per translation unit
+// to compare variants (the library always compiles the defaults).
+#ifndef KILN_GROUPED_GEMM_STAGES
+#define KILN_GROUPED_GEMM_STAGES 4
+#endif
+#ifndef KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT // wgmma groups left running across an item
+#define KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT 1
+#endif
+#ifndef KILN_GROUPED_GEMM_MAX_TILE_TOKENS
+#define KILN_GROUPED_GEMM_MAX_TILE_TOKENS kGroupedGemmMaxTileTokens
+#endif
+#ifndef KILN_GROUPED_GEMM_WARPGROUP_TILES // 64-feature wgmma tiles a warpgroup
+#define KILN_GROUPED_GEMM_WARPGROUP_TILES (kGroupedGemmFeatureTile / 128)
+#endif
+
+constexpr int kWarpgroupTiles = KILN_GROUPED_GEMM_WARPGROUP_TILES;
+constexpr int kFeatureTile = 2 * 64 * kWarpgroupTiles; // two warpgroups of 64-feature tiles
 constexpr int kThreads = 2 * kernels::sm90::kWarpgroupThreads;
-constexpr int kTokenStep = 32;                            // token columns are padded to this
-constexpr int kMaxTileTokens = kGroupedGemmMaxTileTokens; // B's rows a stage holds
-static_assert(kFeatureTile == 2 * 64 && kGroupedGemmKBlock == kernels::sm90::kKBlock &&
-                  kMaxTileTokens % kTokenStep == 0,
-              "the tile shapes GroupedGemm.h promises");
+constexpr int kTokenStep = 32; // token columns are padded to this
+constexpr int kMaxTileTokens = KILN_GROUPED_GEMM_MAX_TILE_TOKENS; // B's rows a stage holds
+static_assert(kGroupedGemmKBlock == kernels::sm90::kKBlock && kMaxTileTokens % kTokenStep == 0 &&
+                  kMaxTileTokens <= 256,
+              "the tile shapes GroupedGemm.h promises; wgmma's N is at most 256");
 constexpr int kRowBytes = kernels::sm90::kSwizzleRowBytes;
-constexpr int kStageA = kFeatureTile * kRowBytes;   // weights: 16 KiB
+constexpr int kStageA = kFeatureTile * kRowBytes;   // weights: 16 KiB a 128 features
 constexpr int kStageB = kMaxTileTokens * kRowBytes; // tokens: 24 KiB
 constexpr int kStageBytes = kStageA + kStageB;
-constexpr int kStages = 5;
+constexpr int kStages = KILN_GROUPED_GEMM_STAGES;
+constexpr int kWgmmaInFlight = KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT;
+// Items loaded ahead of the one the wgmmas read: the ring less that stage and the
+// stages wgmmas may still be reading.
+constexpr int kAhead = kStages - 1 - kWgmmaInFlight;
 // The ring, and the slack that lets it start on a 1024-byte boundary.
 constexpr int kSharedBytes = kStages * kStageBytes + kernels::sm90::kSwizzleAtomBytes;
+static_assert(kSharedBytes <= 227 * 1024, "the ring fits sm_90's opt-in shared memory");
 static_assert(kStageA % kernels::sm90::kSwizzleAtomBytes == 0 &&
                   kStageB % kernels::sm90::kSwizzleAtomBytes == 0,
               "every tile of the ring starts on a swizzle atom");
-static_assert(kStages >= 3, "one stage in the wgmma, one draining, one loading");
+static_assert((kWgmmaInFlight == 0 || kWgmmaInFlight == 1) && kAhead >= 1,
+              "a stage in the wgmma, the one still draining, at least one loading");
 
 using decode::cpAsync16;
 using decode::cpAsyncCommit;
@@ -82,13 +104,15 @@ __device__ __forceinline__ void loadItem(const GroupedGemmArgs &a, const Grouped
   }
 }
 
-// The warpgroup's accumulators (features of rows, tokens of columns) as bf16 rows of
+// One wgmma tile's accumulators (64 features of rows, tokens of columns) as bf16 rows of
 // out: thread (warp w, lane l) holds features 16w + l/4 (+8) of token pairs 8i + 2(l%4).
+// `tile`: the tile's first feature within the CTA's.
 template <int Tokens>
 __device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
-                                          int featureTile, const float (&acc)[Tokens / 2], int wg) {
+                                          int featureTile, const float (&acc)[Tokens / 2],
+                                          int tile) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int64_t feature = featureTile * kFeatureTile + wg * 64 + warp * 16 + (lane >> 2);
+  const int64_t feature = int64_t(featureTile) * kFeatureTile + tile + warp * 16 + (lane >> 2);
   uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + feature;
 #pragma unroll
   for (int i = 0; i < Tokens / 8; ++i) {
@@ -108,7 +132,7 @@ __device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const Groupe
   }
 }
 
-// A CTA's pipeline: a ring of kStages stages filled kStages - 2 items ahead. Item i is
+// A CTA's pipeline: a ring of kStages stages filled kAhead items ahead. Item i is
 // K block i % kBlocks of the CTA's tile i / kBlocks (tiles cta, cta + ctas, ...).
 struct Pipeline {
   const GroupedGemmArgs &a;
@@ -128,15 +152,15 @@ struct Pipeline {
     }
     cpAsyncCommit(); // an empty group past the end keeps the wait count uniform
   }
-  // Waits for item `item`'s stage and starts the load kStages - 2 items ahead; returns
+  // Waits for item `item`'s stage and starts the load kAhead items ahead; returns
   // the stage's shared address.
   __device__ __forceinline__ uint32_t acquire(int64_t item) const {
-    cpAsyncWait<kStages - 3>(); // this item's stage has landed (this thread's part)
+    cpAsyncWait<kAhead - 1>(); // this item's stage has landed (this thread's part)
     kernels::sm90::fenceProxyAsyncShared();
     // Every part of the stage has landed, and every warpgroup is done with the stage the
     // next load overwrites (its wgmmas were waited for in the previous iteration).
     __syncthreads();
-    load(item + kStages - 2);
+    load(item + kAhead);
     return ringAddress + static_cast<uint32_t>((item % kStages) * kStageBytes);
   }
 };
@@ -150,23 +174,42 @@ __device__ __forceinline__ void runTile(const Pipeline &p, int64_t first, const 
   using namespace kernels::sm90;
   // Defined before the first wgmma reads them (it ignores them: accumulate is off), so
   // that each width's registers are live only inside its tile, not across the kernel.
-  float acc[Tokens / 2];
+  float acc[kWarpgroupTiles][Tokens / 2];
 #pragma unroll
-  for (int i = 0; i < Tokens / 2; ++i)
-    acc[i] = 0.0f;
+  for (int m = 0; m < kWarpgroupTiles; ++m)
+#pragma unroll
+    for (int i = 0; i < Tokens / 2; ++i)
+      acc[m][i] = 0.0f;
+  const int firstFeature = wg * 64 * kWarpgroupTiles; // within the CTA's features
   for (int kb = 0; kb < p.kBlocks; ++kb) {
     const uint32_t stage = p.acquire(first + kb);
-    const uint32_t a = stage + wg * 64 * kRowBytes, b = stage + kStageA;
+    const uint32_t a = stage + firstFeature * kRowBytes, b = stage + kStageA;
     wgmmaFence();
 #pragma unroll
     for (int s = 0; s < kKBlock / kWgmmaK; ++s)
-      wgmmaBf16<Tokens>(acc, swizzledDescriptor(a, s), swizzledDescriptor(b, s), kb > 0 || s > 0);
+#pragma unroll
+      for (int m = 0; m < kWarpgroupTiles; ++m)
+        wgmmaBf16<Tokens>(acc[m], swizzledDescriptor(a + m * 64 * kRowBytes, s),
+                          swizzledDescriptor(b, s), kb > 0 || s > 0);
     wgmmaCommit();
-    wgmmaWait<1>();
+    wgmmaWait<kWgmmaInFlight>();
   }
   wgmmaWait<0>();
-  pinAccumulators(acc);
-  storeTile<Tokens>(p.a, t, featureTile, acc, wg);
+#pragma unroll
+  for (int m = 0; m < kWarpgroupTiles; ++m) {
+    pinAccumulators(acc[m]);
+    storeTile<Tokens>(p.a, t, featureTile, acc[m], firstFeature + m * 64);
+  }
+}
+
+// The tile with the narrowest instruction that covers its rows (Tokens, Tokens + 32, ...).
+template <int Tokens>
+__device__ __forceinline__ void runWidth(const Pipeline &p, int64_t first, const GroupedGemmTile &t,
+                                         int featureTile, int wg) {
+  if constexpr (Tokens < kMaxTileTokens)
+    if (t.rows > Tokens)
+      return runWidth<Tokens + kTokenStep>(p, first, t, featureTile, wg);
+  runTile<Tokens>(p, first, t, featureTile, wg);
 }
 
 // One persistent CTA, `cta` of `ctas`: tiles cta, cta + ctas, ... of the (token tile,
@@ -189,32 +232,13 @@ __device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *s
                    ctas,        featureTiles,
                    kBlocks,     mine * kBlocks};
   const int wg = threadIdx.x / kWarpgroupThreads;
-  for (int s = 0; s < kStages - 2; ++s)
+  for (int s = 0; s < kAhead; ++s)
     p.load(s);
   for (int64_t local = 0; local < mine; ++local) {
     const int64_t tile = cta + local * ctas, first = local * kBlocks;
     const GroupedGemmTile t = a.tiles[tile / featureTiles];
     const int featureTile = static_cast<int>(tile % featureTiles);
-    switch ((t.rows + kTokenStep - 1) / kTokenStep) {
-    case 1:
-      runTile<32>(p, first, t, featureTile, wg);
-      break;
-    case 2:
-      runTile<64>(p, first, t, featureTile, wg);
-      break;
-    case 3:
-      runTile<96>(p, first, t, featureTile, wg);
-      break;
-    case 4:
-      runTile<128>(p, first, t, featureTile, wg);
-      break;
-    case 5:
-      runTile<160>(p, first, t, featureTile, wg);
-      break;
-    default:
-      runTile<192>(p, first, t, featureTile, wg);
-      break;
-    }
+    runWidth<kTokenStep>(p, first, t, featureTile, wg);
   }
   cpAsyncWait<0>(); // the empty groups past the last item
 }

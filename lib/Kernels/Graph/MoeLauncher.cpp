@@ -215,7 +215,7 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
   layout.table = reinterpret_cast<int32_t *>(carve(3));
   // Pairs mode: an entry per pair. Grouped: per M-row tile, at most (pairs + experts x
   // (M - 1)) / M of them. The own grouped GEMM: none; its token tiles take the pointer
-  // section (at most 12 x (pairs / 192 + experts) + 4 bytes of its 72 x pairs).
+  // section (at most 12 x (pairs / 160 + experts) + 4 bytes of its 72 x pairs).
   layout.entries = ownGemm         ? 0
                    : tileRows == 1 ? entries
                                    : (entries + p->experts * (tileRows - 1)) / tileRows;

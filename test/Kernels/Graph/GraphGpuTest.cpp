@@ -725,13 +725,13 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
                            {9, 64, 32, 16, 4, kDeepSeek, 4, 2, 1.0f, false, false},
                            {29, 128, 64, 8, 2, kDeepSeek, 1, 1, 2.5f, true, true},
                            {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true},
-                           // hidden and inter multiples of 128: on sm_90 the grouped mode
+                           // hidden and inter multiples of 256: on sm_90 the grouped mode
                            // runs the own grouped GEMM (one tile an expert; two; rows of a
                            // handful; plain experts).
-                           {600, 256, 128, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
-                           {1000, 128, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
-                           {70, 128, 128, 32, 2, KILN_MOE_ROUND_WEIGHTS},
-                           {300, 256, 128, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
+                           {600, 256, 256, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
+                           {1000, 256, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
+                           {70, 256, 256, 32, 2, KILN_MOE_ROUND_WEIGHTS},
+                           {300, 512, 256, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
   std::vector<Case> cases;
   for (auto c : routings) {
     cases.push_back(c);

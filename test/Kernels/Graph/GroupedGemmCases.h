@@ -1,6 +1,6 @@
 // The grouped expert GEMM's test cases (lib/Kernels/Graph/GroupedGemm.h), shared by the
 // CPU emulation test and the GPU test: token-tile tables that cover every instruction
-// width (tiles of 1 to 192 rows, widths 32..192), tiles of one expert side by side,
+// width (tiles of 1 to 160 rows, widths 32..160), tiles of one expert side by side,
 // experts without rows, rows no tile covers (which must stay untouched), and more tiles
 // than CTAs (the persistent loop and the loads that cross tiles).
 #ifndef KILN_TEST_KERNELS_GRAPH_GROUPEDGEMMCASES_H
@@ -36,7 +36,7 @@ inline std::vector<Case> cases() {
   return {
       // One expert in two tiles, an expert skipped, a gap of rows between tiles.
       {"widths", 256, 256, 4, {{0, 0, 1}, {0, 1, 31}, {2, 40, 33}, {3, 73, 64}, {1, 140, 65}}, 3},
-      {"wide", 128, 512, 3, {{2, 0, 192}, {0, 192, 160}, {1, 352, 97}, {1, 449, 128}}, 2},
+      {"wide", 512, 512, 3, {{2, 0, 160}, {0, 160, 129}, {1, 289, 97}, {1, 386, 128}}, 3},
       // K of one block and a single CTA walking every tile.
       {"short-k", 256, 64, 2, {{1, 0, 7}, {0, 7, 150}}, 1},
   };
