@@ -7,28 +7,38 @@
 
 namespace {
 
-__global__ void __launch_bounds__(kiln::graph::grouped::kThreads, 1)
+namespace grouped = kiln::graph::grouped;
+#if KILN_GROUPED_GEMM_PRODUCER
+constexpr int kVariantThreads = grouped::kSpecializedThreads;
+constexpr int kVariantShared = grouped::kSpecializedSharedBytes;
+#else
+constexpr int kVariantThreads = grouped::kThreads, kVariantShared = grouped::kSharedBytes;
+#endif
+
+__global__ void __launch_bounds__(kVariantThreads, 1)
     variantKernel(kiln::graph::GroupedGemmArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) char shared[];
-  kiln::graph::grouped::groupedGemmCta(a, shared, static_cast<int>(blockIdx.x),
-                                       static_cast<int>(gridDim.x));
+#if KILN_GROUPED_GEMM_PRODUCER
+  grouped::groupedGemmCtaSpecialized(a, shared, static_cast<int>(blockIdx.x),
+                                     static_cast<int>(gridDim.x));
+#else
+  grouped::groupedGemmCta(a, shared, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+#endif
 #endif
 }
 
 cudaError_t launch(const kiln::graph::GroupedGemmArgs &a, int ctas, cudaStream_t stream) {
-  using namespace kiln::graph::grouped;
   cudaError_t e = cudaFuncSetAttribute(variantKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSharedBytes);
+                                       kVariantShared);
   if (e != cudaSuccess)
     return e;
-  variantKernel<<<ctas, kThreads, kSharedBytes, stream>>>(a);
+  variantKernel<<<ctas, kVariantThreads, kVariantShared, stream>>>(a);
   return cudaGetLastError();
 }
 
 } // namespace
 
 kiln::bench::GroupedGemmVariant KILN_GROUPED_GEMM_VARIANT() {
-  using namespace kiln::graph::grouped;
-  return {kStages, kMaxTileTokens, kFeatureTile, kSharedBytes, launch};
+  return {grouped::kStages, grouped::kMaxTileTokens, grouped::kFeatureTile, kVariantShared, launch};
 }

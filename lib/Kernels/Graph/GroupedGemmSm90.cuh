@@ -42,6 +42,9 @@ namespace {
 #ifndef KILN_GROUPED_GEMM_STAGES
 #define KILN_GROUPED_GEMM_STAGES 4
 #endif
+#ifndef KILN_GROUPED_GEMM_PRODUCER // bench/Moe's producer-warpgroup variant (below)
+#define KILN_GROUPED_GEMM_PRODUCER 0
+#endif
 #ifndef KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT // wgmma groups left running across an item
 #define KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT 1
 #endif
@@ -85,18 +88,19 @@ using decode::cpAsyncWait;
 // The loads of one item into its stage: the weights' 128 feature rows and the tile's
 // token rows (rows past the tile's end are zero-filled, never read).
 __device__ __forceinline__ void loadItem(const GroupedGemmArgs &a, const GroupedGemmTile &t,
-                                         int featureTile, int kBlock, char *stage) {
+                                         int featureTile, int kBlock, char *stage,
+                                         int thread = threadIdx.x, int threads = kThreads) {
   using namespace kernels::sm90;
   const int64_t k0 = static_cast<int64_t>(kBlock) * kKBlock;
   const uint16_t *w =
       a.weights + (static_cast<int64_t>(t.expert) * a.n + featureTile * kFeatureTile) * a.k + k0;
-  for (int c = threadIdx.x; c < kFeatureTile * 8; c += kThreads) {
+  for (int c = thread; c < kFeatureTile * 8; c += threads) {
     const int row = c >> 3, chunk = c & 7;
     cpAsync16(stage + swizzledOffset(row, chunk), w + row * a.k + chunk * 8, true);
   }
   const int tokens = (t.rows + kTokenStep - 1) / kTokenStep * kTokenStep;
   const uint16_t *x = a.in + static_cast<int64_t>(t.first) * a.k + k0;
-  for (int c = threadIdx.x; c < tokens * 8; c += kThreads) {
+  for (int c = thread; c < tokens * 8; c += threads) {
     const int row = c >> 3, chunk = c & 7;
     const bool valid = row < t.rows;
     cpAsync16(stage + kStageA + swizzledOffset(row, chunk),
@@ -132,24 +136,52 @@ __device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const Groupe
   }
 }
 
-// A CTA's pipeline: a ring of kStages stages filled kAhead items ahead. Item i is
-// K block i % kBlocks of the CTA's tile i / kBlocks (tiles cta, cta + ctas, ...).
-struct Pipeline {
+// What a persistent CTA, `cta` of `ctas`, works on: tiles cta, cta + ctas, ... of the
+// (token tile, feature tile) grid, feature tiles fastest, so the CTAs running at one time
+// share token tiles (their rows stay in L2) and each weight row is read once; as items,
+// item i being K block i % kBlocks of the CTA's tile i / kBlocks; and its ring of
+// kStages stages on a 1024-byte boundary of the shared window (the swizzle is on
+// addresses).
+struct CtaWork {
   const GroupedGemmArgs &a;
   char *ring;
   uint32_t ringAddress;
   int cta, ctas, featureTiles, kBlocks;
-  int64_t items;
+  int64_t items; // 0: a CTA past the tiles in use
 
+  __device__ __forceinline__ CtaWork(const GroupedGemmArgs &args, char *shared, int cta, int ctas)
+      : a(args), cta(cta), ctas(ctas), featureTiles(static_cast<int>(args.n / kFeatureTile)),
+        kBlocks(static_cast<int>(args.k / kernels::sm90::kKBlock)) {
+    using kernels::sm90::kSwizzleAtomBytes;
+    const uint32_t raw = kernels::sm90::smemAddress(shared);
+    ringAddress = (raw + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
+    ring = shared + (ringAddress - raw);
+    const int64_t tiles = static_cast<int64_t>(*args.tileCount) * featureTiles;
+    items = cta < tiles ? (tiles - cta + ctas - 1) / ctas * kBlocks : 0;
+  }
   __device__ __forceinline__ int64_t tileOf(int64_t item) const {
     return cta + item / kBlocks * ctas;
   }
+  __device__ __forceinline__ char *stage(int64_t item) const {
+    return ring + (item % kStages) * kStageBytes;
+  }
+  __device__ __forceinline__ uint32_t stageAddress(int64_t item) const {
+    return ringAddress + static_cast<uint32_t>((item % kStages) * kStageBytes);
+  }
+  // Item `item`'s loads, by `threads` threads of which this is `thread`.
+  __device__ __forceinline__ void loadItem(int64_t item, int thread, int threads) const {
+    const int64_t tile = tileOf(item);
+    grouped::loadItem(a, a.tiles[tile / featureTiles], static_cast<int>(tile % featureTiles),
+                      static_cast<int>(item % kBlocks), stage(item), thread, threads);
+  }
+};
+
+// The ring filled by every thread, kAhead items ahead, with a CTA barrier a K block.
+struct Pipeline : CtaWork {
+  using CtaWork::CtaWork;
   __device__ __forceinline__ void load(int64_t item) const {
-    if (item < items) {
-      const int64_t tile = tileOf(item);
-      loadItem(a, a.tiles[tile / featureTiles], static_cast<int>(tile % featureTiles),
-               static_cast<int>(item % kBlocks), ring + (item % kStages) * kStageBytes);
-    }
+    if (item < items)
+      loadItem(item, threadIdx.x, kThreads);
     cpAsyncCommit(); // an empty group past the end keeps the wait count uniform
   }
   // Waits for item `item`'s stage and starts the load kAhead items ahead; returns
@@ -161,15 +193,17 @@ struct Pipeline {
     // next load overwrites (its wgmmas were waited for in the previous iteration).
     __syncthreads();
     load(item + kAhead);
-    return ringAddress + static_cast<uint32_t>((item % kStages) * kStageBytes);
+    return stageAddress(item);
   }
+  // The stage of `item` is no longer read (the barrier in acquire covers it).
+  __device__ __forceinline__ void release(int64_t) const {}
 };
 
 // One tile's K blocks (items first .. first + kBlocks - 1) into the warpgroup's 64
 // features x Tokens accumulators, then its rows of out. An instruction width is fixed for
 // the whole tile, so no accumulator register changes hands while a wgmma is in flight.
-template <int Tokens>
-__device__ __forceinline__ void runTile(const Pipeline &p, int64_t first, const GroupedGemmTile &t,
+template <int Tokens, class Ring>
+__device__ __forceinline__ void runTile(const Ring &p, int64_t first, const GroupedGemmTile &t,
                                         int featureTile, int wg) {
   using namespace kernels::sm90;
   // Defined before the first wgmma reads them (it ignores them: accumulate is off), so
@@ -193,8 +227,12 @@ __device__ __forceinline__ void runTile(const Pipeline &p, int64_t first, const 
                           swizzledDescriptor(b, s), kb > 0 || s > 0);
     wgmmaCommit();
     wgmmaWait<kWgmmaInFlight>();
+    if (kWgmmaInFlight == 0 || kb > 0)
+      p.release(first + kb - kWgmmaInFlight);
   }
   wgmmaWait<0>();
+  if (kWgmmaInFlight > 0)
+    p.release(first + p.kBlocks - 1);
 #pragma unroll
   for (int m = 0; m < kWarpgroupTiles; ++m) {
     pinAccumulators(acc[m]);
@@ -203,8 +241,8 @@ __device__ __forceinline__ void runTile(const Pipeline &p, int64_t first, const 
 }
 
 // The tile with the narrowest instruction that covers its rows (Tokens, Tokens + 32, ...).
-template <int Tokens>
-__device__ __forceinline__ void runWidth(const Pipeline &p, int64_t first, const GroupedGemmTile &t,
+template <int Tokens, class Ring>
+__device__ __forceinline__ void runWidth(const Ring &p, int64_t first, const GroupedGemmTile &t,
                                          int featureTile, int wg) {
   if constexpr (Tokens < kMaxTileTokens)
     if (t.rows > Tokens)
@@ -212,36 +250,108 @@ __device__ __forceinline__ void runWidth(const Pipeline &p, int64_t first, const
   runTile<Tokens>(p, first, t, featureTile, wg);
 }
 
-// One persistent CTA, `cta` of `ctas`: tiles cta, cta + ctas, ... of the (token tile,
-// feature tile) grid, feature tiles fastest, so the CTAs running at one time share token
-// tiles (their rows stay in L2) and each weight row is read once. `shared`: kSharedBytes.
+// The consumer side: the CTA's tiles, each with the narrowest instruction for its rows.
+template <class Ring> __device__ __forceinline__ void consumeTiles(const Ring &p) {
+  const int wg = threadIdx.x / kernels::sm90::kWarpgroupThreads;
+  for (int64_t first = 0; first < p.items; first += p.kBlocks) {
+    const int64_t tile = p.tileOf(first);
+    runWidth<kTokenStep>(p, first, p.a.tiles[tile / p.featureTiles],
+                         static_cast<int>(tile % p.featureTiles), wg);
+  }
+}
+
+// One persistent CTA, `cta` of `ctas` (CtaWork). `shared`: kSharedBytes.
 __device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *shared, int cta,
                                                int ctas) {
-  using namespace kernels::sm90;
-  // The ring on a 1024-byte boundary of the shared window (the swizzle is on addresses).
-  const uint32_t rawAddress = smemAddress(shared);
-  const uint32_t ringAddress = (rawAddress + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
-  const int featureTiles = static_cast<int>(a.n / kFeatureTile);
-  const int kBlocks = static_cast<int>(a.k / kKBlock);
-  const int64_t tiles = static_cast<int64_t>(*a.tileCount) * featureTiles;
-  if (cta >= tiles)
+  const Pipeline p(a, shared, cta, ctas);
+  if (p.items == 0)
     return;
-  const int64_t mine = (tiles - cta + ctas - 1) / ctas;
-  const Pipeline p{a,           shared + (ringAddress - rawAddress),
-                   ringAddress, cta,
-                   ctas,        featureTiles,
-                   kBlocks,     mine * kBlocks};
-  const int wg = threadIdx.x / kWarpgroupThreads;
   for (int s = 0; s < kAhead; ++s)
     p.load(s);
-  for (int64_t local = 0; local < mine; ++local) {
-    const int64_t tile = cta + local * ctas, first = local * kBlocks;
-    const GroupedGemmTile t = a.tiles[tile / featureTiles];
-    const int featureTile = static_cast<int>(tile % featureTiles);
-    runWidth<kTokenStep>(p, first, t, featureTile, wg);
-  }
+  consumeTiles(p);
   cpAsyncWait<0>(); // the empty groups past the last item
 }
+
+#if KILN_GROUPED_GEMM_PRODUCER
+// A variant under evaluation (bench/Moe only; the library compiles the one above): a
+// third warpgroup produces, the two others only consume, and the stages hand over
+// through mbarriers instead of a CTA barrier a K block. full[s] completes when the
+// producer's 128 threads' copies into stage s have landed (cp.async.mbarrier.arrive);
+// empty[s] when both consumer warpgroups' wgmmas are done reading it.
+constexpr int kProducerThreads = kernels::sm90::kWarpgroupThreads;
+constexpr int kSpecializedThreads = kThreads + kProducerThreads;
+constexpr int kSpecializedSharedBytes = kSharedBytes + 2 * kStages * 8;
+
+__device__ __forceinline__ void mbarrierInit(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrierArriveOnCopies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrierWait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nWAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra WAIT;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+struct HandoffRing : CtaWork {
+  uint32_t bars; // full[kStages] then empty[kStages], after the ring
+
+  __device__ __forceinline__ HandoffRing(const GroupedGemmArgs &args, char *shared, int cta,
+                                         int ctas)
+      : CtaWork(args, shared, cta, ctas), bars(ringAddress + kStages * kStageBytes) {}
+  __device__ __forceinline__ uint32_t full(int64_t item) const {
+    return bars + static_cast<uint32_t>(item % kStages) * 8;
+  }
+  __device__ __forceinline__ uint32_t empty(int64_t item) const {
+    return bars + static_cast<uint32_t>(kStages + item % kStages) * 8;
+  }
+  __device__ __forceinline__ uint32_t acquire(int64_t item) const {
+    mbarrierWait(full(item), static_cast<uint32_t>(item / kStages) & 1);
+    kernels::sm90::fenceProxyAsyncShared();
+    return stageAddress(item);
+  }
+  __device__ __forceinline__ void release(int64_t item) const {
+    if (threadIdx.x % kernels::sm90::kWarpgroupThreads == 0)
+      mbarrierArrive(empty(item));
+  }
+  __device__ __forceinline__ void produce() const {
+    const int thread = threadIdx.x - kThreads;
+    for (int64_t item = 0; item < items; ++item) {
+      if (item >= kStages)
+        mbarrierWait(empty(item), static_cast<uint32_t>(item / kStages - 1) & 1);
+      loadItem(item, thread, kProducerThreads);
+      mbarrierArriveOnCopies(full(item));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory"); // no copy outlives its thread
+  }
+};
+
+__device__ __forceinline__ void groupedGemmCtaSpecialized(const GroupedGemmArgs &a, char *shared,
+                                                          int cta, int ctas) {
+  const HandoffRing p(a, shared, cta, ctas);
+  if (p.items == 0)
+    return;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStages; ++s) {
+      mbarrierInit(p.full(s), kProducerThreads);
+      mbarrierInit(p.empty(s), 2);
+    }
+  __syncthreads();
+  if (threadIdx.x >= kThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    p.produce();
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  consumeTiles(p);
+}
+#endif // KILN_GROUPED_GEMM_PRODUCER
 
 } // namespace
 } // namespace grouped
