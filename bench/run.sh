@@ -20,7 +20,7 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
   cmake -G Ninja -S "$root" -B "$build" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$root/.carry/googletest" &&
   ninja -C "$build" -j"${KILN_BENCH_JOBS:-16}" kiln_decode_bench kiln_prefill_bench \
-    kiln_bench_mamba kiln-run kiln_runtime
+    kiln_bench_mamba kiln_bench_grouped_gemm kiln-run kiln_runtime
 } > "$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 echo "build done ($(elapsed))"
 
@@ -33,8 +33,11 @@ for family in $families; do
   mamba) bash "$root/bench/Mamba/run.sh" "$build" "$out/$family" ;;
   gemm) OUT="$out/$family" python3 "$root/bench/Gemm/bench_gemm.py" \
       --lib "$build/lib/libkiln_runtime.so" ;;
-  moe) OUT="$out/$family" python3 "$root/bench/Moe/bench_moe.py" \
-      --lib "$build/lib/libkiln_runtime.so" ;;
+  moe)
+    # The grouped expert GEMM's variants alone, then the whole layer against PyTorch.
+    "$build/bin/kiln_bench_grouped_gemm" "$out/$family/grouped-gemm.json" &&
+      OUT="$out/$family" python3 "$root/bench/Moe/bench_moe.py" \
+        --lib "$build/lib/libkiln_runtime.so" ;;
   model)
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
       --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
