@@ -25,6 +25,7 @@
 #elif !defined(KILN_CTA_EMULATION)
 #error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
+#include "../Common/Mbarrier.cuh"
 #include "../Common/Wgmma.cuh"
 #include "GroupedGemm.h"
 
@@ -278,26 +279,14 @@ __device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *s
 // through mbarriers instead of a CTA barrier a K block. full[s] completes when the
 // producer's 128 threads' copies into stage s have landed (cp.async.mbarrier.arrive);
 // empty[s] when both consumer warpgroups' wgmmas are done reading it.
+using kernels::sm90::mbarrierArrive;
+using kernels::sm90::mbarrierArriveOnCopies;
+using kernels::sm90::mbarrierInit;
+using kernels::sm90::mbarrierWait;
+
 constexpr int kProducerThreads = kernels::sm90::kWarpgroupThreads;
 constexpr int kSpecializedThreads = kThreads + kProducerThreads;
 constexpr int kSpecializedSharedBytes = kSharedBytes + 2 * kStages * 8;
-
-__device__ __forceinline__ void mbarrierInit(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrierArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrierArriveOnCopies(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrierWait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred done;\nWAIT:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra WAIT;\n}\n" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
 
 struct HandoffRing : CtaWork {
   uint32_t bars; // full[kStages] then empty[kStages], after the ring
@@ -328,7 +317,7 @@ struct HandoffRing : CtaWork {
       loadItem(item, thread, kProducerThreads);
       mbarrierArriveOnCopies(full(item));
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory"); // no copy outlives its thread
+    kernels::sm90::cpAsyncWaitAll(); // no copy outlives its thread
   }
 };
 
@@ -344,11 +333,11 @@ __device__ __forceinline__ void groupedGemmCtaSpecialized(const GroupedGemmArgs 
     }
   __syncthreads();
   if (threadIdx.x >= kThreads) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    kernels::sm90::shrinkRegisters<40>();
     p.produce();
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  kernels::sm90::growRegisters<232>();
   consumeTiles(p);
 }
 #endif // KILN_GROUPED_GEMM_PRODUCER
