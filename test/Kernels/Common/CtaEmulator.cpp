@@ -13,6 +13,12 @@ constexpr size_t kSharedAlign = 1024;      // the 128-byte swizzle's period (Wgm
 constexpr unsigned char kPoison = 0xFF;    // bf16 and fp32 NaN
 constexpr unsigned char kGuard = 0xA5;
 constexpr int kWgmmaK = 16; // K of one wgmma
+constexpr int kMbarrierBytes = 8;
+// What an initialized barrier's bytes hold here (the hardware's state is the emulator's).
+constexpr char kMbarrierTag[kMbarrierBytes] = {'m', 'b', 'a', 'r', 'r', 'i', 'e', 'r'};
+constexpr unsigned kMbarrierMaxCount = (1u << 20) - 1;
+// The chance that a batch of handed-over copies lands in a given scheduling round.
+constexpr double kLandingChance = 0.2;
 
 CtaEmulator *active = nullptr; // the emulator running a block
 
@@ -107,12 +113,20 @@ void shuffleUp(WarpLanes &lanes) {
   }
 }
 
+struct CtaEmulator::AsyncCopy {
+  char *dst;
+  const char *src;
+  bool valid;
+};
+
+// Copies a thread handed to a barrier: they land, then arrive on `bar`.
+struct CtaEmulator::Landing {
+  int thread = 0;
+  uint32_t bar = 0;
+  std::vector<AsyncCopy> copies;
+};
+
 struct CtaEmulator::Fiber {
-  struct Copy {
-    char *dst;
-    const char *src;
-    bool valid;
-  };
   // Its operands of the warpgroup collective it is in.
   struct GroupArgs {
     int n = 0;
@@ -120,6 +134,7 @@ struct CtaEmulator::Fiber {
     bool accumulate = false;
     float *d = nullptr;
     int pending = 0;
+    int registers = 0;
   };
   ucontext_t context;
   uint3 index;
@@ -127,8 +142,10 @@ struct CtaEmulator::Fiber {
   bool done = false;
   int waitScope = -1; // the collective (its scope) it waits in; -1: free to run
   uint64_t waitGeneration = 0;
-  std::vector<std::vector<Copy>> committed; // cp.async groups, oldest first
-  std::vector<Copy> open;                   // copies not committed yet
+  bool onMbarrier = false; // waits for the phase of parity waitParity of waitBar
+  uint32_t waitBar = 0, waitParity = 0;
+  std::vector<std::vector<AsyncCopy>> committed; // cp.async groups, oldest first
+  std::vector<AsyncCopy> open;                   // copies not committed yet
 };
 
 // A queued wgmma: the instruction, and every thread of the warpgroup's accumulator
@@ -190,11 +207,14 @@ bool CtaEmulator::run(uint3 block, const std::function<void()> &body) {
     s = Scope{};
   for (Warpgroup &g : warpgroups_)
     g = Warpgroup{};
+  mbarriers_.clear();
+  landings_.clear();
   for (int t = 0; t < threads_; ++t) {
     Fiber &f = fibers_[t];
     f.index = uint3{static_cast<unsigned>(t), 0, 0};
     f.done = false;
     f.waitScope = -1;
+    f.onMbarrier = false;
     f.committed.clear();
     f.open.clear();
     getcontext(&f.context);
@@ -235,27 +255,31 @@ bool CtaEmulator::schedule() {
   std::vector<int> ready;
   std::vector<char> go(warps);
   for (;;) {
+    if (!landings_.empty())
+      landSome();
     ready.clear();
     int done = 0;
     for (int t = 0; t < threads_; ++t) {
       const Fiber &f = fibers_[t];
       if (f.done)
         ++done;
-      else if (f.waitScope < 0 || scopes_[f.waitScope].generation != f.waitGeneration)
+      else if (runnable(f))
         ready.push_back(t);
     }
-    if (done == threads_)
+    if (done == threads_) {
+      // The block ends when its copies have landed, those handed to barriers too.
+      while (!landings_.empty())
+        landThrough(landings_.size() - 1);
       return true;
+    }
     if (ready.empty()) {
-      int atBarrier = 0, inGroups = 0;
-      for (const Fiber &f : fibers_) {
-        atBarrier += !f.done && f.waitScope == warps;
-        inGroups += !f.done && f.waitScope > warps;
+      if (landings_.empty()) {
+        abandon(deadlock(done));
+        return false;
       }
-      abandon("deadlock: " + std::to_string(done) + " threads returned, " +
-              std::to_string(atBarrier) + " wait at __syncthreads, " + std::to_string(inGroups) +
-              " in warpgroup collectives, the others in warp collectives");
-      return false;
+      // Only copies in flight can make a waiting thread go on: one batch lands.
+      landThrough(std::uniform_int_distribution<size_t>(0, landings_.size() - 1)(rng_));
+      continue;
     }
     std::shuffle(ready.begin(), ready.end(), rng_);
     for (int w = 0; w < warps; ++w)
@@ -265,6 +289,7 @@ bool CtaEmulator::schedule() {
       if (!go[t / kWarpSize])
         continue;
       f.waitScope = -1;
+      f.onMbarrier = false;
       running_ = &f;
       swapcontext(&scheduler_, &f.context);
       running_ = nullptr;
@@ -272,6 +297,45 @@ bool CtaEmulator::schedule() {
         return false;
     }
   }
+}
+
+bool CtaEmulator::runnable(const Fiber &f) const {
+  if (f.onMbarrier) // the barrier stays in mbarriers_ to the end of the block
+    return mbarriers_.find(f.waitBar)->second.parity != f.waitParity;
+  return f.waitScope < 0 || scopes_[f.waitScope].generation != f.waitGeneration;
+}
+
+std::string CtaEmulator::deadlock(int done) const {
+  const int warps = threads_ / kWarpSize;
+  int atBarrier = 0, inGroups = 0, onMbarriers = 0;
+  std::map<std::pair<uint32_t, uint32_t>, int> waits; // (barrier, parity): threads
+  for (const Fiber &f : fibers_) {
+    if (f.done)
+      continue;
+    if (f.onMbarrier) {
+      ++onMbarriers;
+      ++waits[{f.waitBar, f.waitParity}];
+    } else {
+      atBarrier += f.waitScope == warps;
+      inGroups += f.waitScope > warps;
+    }
+  }
+  std::string what = "deadlock: every thread waits: " + std::to_string(done) +
+                     " threads returned, " + std::to_string(atBarrier) +
+                     " wait at __syncthreads, " + std::to_string(inGroups) +
+                     " in warpgroup collectives, " + std::to_string(onMbarriers) +
+                     " on mbarriers, the others in warp collectives";
+  if (done > 0 && atBarrier > 0)
+    what += " (a __syncthreads after threads returned never completes)";
+  for (const auto &[wait, threads] : waits) {
+    const Mbarrier &b = mbarriers_.find(wait.first)->second;
+    what += "; " + std::to_string(threads) + " wait for the phase of parity " +
+            std::to_string(wait.second) + " of the mbarrier at shared address " +
+            std::to_string(wait.first) + " (its phase of parity " + std::to_string(b.parity) +
+            " has " + std::to_string(b.pending) + " of " + std::to_string(b.count) +
+            " arrivals pending)";
+  }
+  return what;
 }
 
 void CtaEmulator::arrive(int scope, WarpOp op, int groupOp) {
@@ -353,13 +417,129 @@ void CtaEmulator::commitAsync() {
 void CtaEmulator::waitAsync(int pendingGroups) {
   auto &groups = running_->committed;
   while (static_cast<int>(groups.size()) > pendingGroups) {
-    for (const Fiber::Copy &c : groups.front())
-      if (c.valid)
-        std::memcpy(c.dst, c.src, 16);
-      else
-        std::memset(c.dst, 0, 16); // cp.async with src-size 0 zero-fills
+    land(groups.front());
     groups.erase(groups.begin());
   }
+}
+
+void CtaEmulator::land(const std::vector<AsyncCopy> &copies) {
+  for (const AsyncCopy &c : copies)
+    if (c.valid)
+      std::memcpy(c.dst, c.src, 16);
+    else
+      std::memset(c.dst, 0, 16); // cp.async with src-size 0 zero-fills
+}
+
+CtaEmulator::Mbarrier &CtaEmulator::mbarrierAt(uint32_t bar, const char *what) {
+  const std::string at = " at shared address " + std::to_string(bar);
+  if (bar % kMbarrierBytes != 0 || uint64_t{bar} + kMbarrierBytes > sharedBytes_)
+    fail(std::string(what) + ": the mbarrier" + at +
+         " is not 8-byte aligned inside the shared memory");
+  const auto it = mbarriers_.find(bar);
+  if (it == mbarriers_.end())
+    fail(std::string(what) + " on an uninitialized mbarrier" + at);
+  if (std::memcmp(shared_ + bar, kMbarrierTag, kMbarrierBytes) != 0)
+    fail(std::string(what) + ": the mbarrier" + at + " was overwritten since its init");
+  return it->second;
+}
+
+void CtaEmulator::completeArrival(Mbarrier &b) {
+  if (--b.pending == 0) {
+    b.parity ^= 1;
+    b.pending = b.count;
+    ++mbarrierPhases_;
+  }
+}
+
+void CtaEmulator::mbarrierInit(uint32_t bar, unsigned count) {
+  if (bar % kMbarrierBytes != 0 || uint64_t{bar} + kMbarrierBytes > sharedBytes_)
+    fail("mbarrier init: shared address " + std::to_string(bar) +
+         " is not 8-byte aligned inside the shared memory");
+  if (count == 0 || count > kMbarrierMaxCount)
+    fail("mbarrier init: an expected count of " + std::to_string(count) +
+         " (1 to 2^20 - 1 arrivals a phase)");
+  std::memcpy(shared_ + bar, kMbarrierTag, kMbarrierBytes);
+  mbarriers_[bar] = Mbarrier{count, count, 0};
+}
+
+void CtaEmulator::mbarrierArrive(uint32_t bar) {
+  completeArrival(mbarrierAt(bar, "mbarrier arrive"));
+}
+
+void CtaEmulator::mbarrierArriveOnCopies(uint32_t bar) {
+  mbarrierAt(bar, "cp.async mbarrier arrive");
+  Fiber &me = *running_;
+  Landing l{static_cast<int>(me.index.x), bar, {}};
+  for (std::vector<AsyncCopy> &group : me.committed)
+    l.copies.insert(l.copies.end(), group.begin(), group.end());
+  l.copies.insert(l.copies.end(), me.open.begin(), me.open.end());
+  me.committed.clear();
+  me.open.clear();
+  landings_.push_back(std::move(l));
+}
+
+void CtaEmulator::mbarrierWait(uint32_t bar, uint32_t parity) {
+  mbarrierAt(bar, "mbarrier wait");
+  if (parity > 1)
+    fail("mbarrier wait: parity " + std::to_string(parity) + " (0 or 1)");
+  running_->onMbarrier = true;
+  running_->waitBar = bar;
+  running_->waitParity = parity;
+  swapcontext(&running_->context, &scheduler_);
+}
+
+void CtaEmulator::waitAllAsync() {
+  // The batches handed over first: their copies were issued before the thread's others.
+  const int me = static_cast<int>(running_->index.x);
+  for (size_t i = landings_.size(); i-- > 0;)
+    if (landings_[i].thread == me) {
+      landThrough(i);
+      break;
+    }
+  commitAsync();
+  waitAsync(0);
+}
+
+void CtaEmulator::landThrough(size_t i) {
+  const int thread = landings_[i].thread;
+  size_t kept = 0;
+  for (size_t k = 0; k < landings_.size(); ++k) {
+    Landing &l = landings_[k];
+    if (k <= i && l.thread == thread) {
+      land(l.copies);
+      completeArrival(mbarriers_.find(l.bar)->second);
+    } else {
+      if (kept != k)
+        landings_[kept] = std::move(l);
+      ++kept;
+    }
+  }
+  landings_.resize(kept);
+}
+
+void CtaEmulator::landSome() {
+  // A thread's batch lands only after those it handed over before.
+  std::vector<char> held(threads_, 0);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  size_t kept = 0;
+  for (size_t k = 0; k < landings_.size(); ++k) {
+    Landing &l = landings_[k];
+    if (!held[l.thread] && coin(rng_) < kLandingChance) {
+      land(l.copies);
+      completeArrival(mbarriers_.find(l.bar)->second);
+    } else {
+      held[l.thread] = 1;
+      if (kept != k)
+        landings_[kept] = std::move(l);
+      ++kept;
+    }
+  }
+  landings_.resize(kept);
+}
+
+void CtaEmulator::setMaxRegisters(int registers, bool grow) {
+  running_->group.registers = registers;
+  warpgroupCollective(grow ? kGroupGrow : kGroupShrink);
 }
 
 uint32_t CtaEmulator::sharedAddress(const void *p) {
@@ -447,6 +627,14 @@ void CtaEmulator::performGroupOp(int group, GroupOp op) {
         runWgmma(group, w);
       g.committed.erase(g.committed.begin());
     }
+    break;
+  case kGroupShrink:
+  case kGroupGrow:
+    for (int t = 1; t < kWarpgroupThreads; ++t)
+      if (members[t].group.registers != first.registers)
+        fail("setmaxnreg: the threads of warpgroup " + std::to_string(group) +
+             " ask for different register counts (" + std::to_string(first.registers) + ", " +
+             std::to_string(members[t].group.registers) + ")");
     break;
   }
 }

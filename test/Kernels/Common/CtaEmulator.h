@@ -24,12 +24,21 @@
 // collective, and in the same one (a wgmma with the same shape, descriptors and
 // accumulate flag); ldmatrix and cp.async addresses are 16-byte aligned and inside the
 // shared memory, as is every byte a wgmma reads; cp.async destinations are undefined
-// (poisoned) from the issue until the issuing thread waits for them, and every copy is
-// waited for; a wgmma's accumulators are not touched from its issue until the wait that
-// runs it, and no thread exits with a wgmma in flight; nothing is written past the end of
-// the shared memory, which is poisoned (0xFF: bf16 / fp32 NaN) before each block and
-// starts on a 1024-byte boundary (offsets from it swizzle as shared-window addresses do).
-// It counts ldmatrix bank conflicts.
+// (poisoned) from the issue until the issuing thread waits for them (or they land for the
+// mbarrier it handed them to), and every copy is waited for or handed to a barrier; a
+// wgmma's accumulators are not touched from its issue until the wait that runs it, and no
+// thread exits with a wgmma in flight; nothing is written past the end of the shared
+// memory, which is poisoned (0xFF: bf16 / fp32 NaN) before each block and starts on a
+// 1024-byte boundary (offsets from it swizzle as shared-window addresses do). It counts
+// ldmatrix bank conflicts.
+//
+// Hopper's shared-memory mbarriers (Common/Mbarrier.cuh) are the emulator's too: a thread
+// that waits on one yields until the phase it names has completed, and the copies a
+// thread hands to one (cp.async.mbarrier.arrive) land, and then arrive, at a later point
+// of the schedule that the scheduler picks, so that a consumer that reads a stage before
+// its barrier says the copies are in sees poison or stale data. When every thread that
+// has not returned waits (in collectives or on mbarriers) and no handed-over copy is left
+// to land, the block fails with a deadlock, naming the barriers waited on.
 #ifndef KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
 #define KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
 
@@ -45,6 +54,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -84,6 +94,8 @@ public:
   long bankConflicts() const { return bankConflicts_; }
   // wgmma instructions run (retired by a wait) so far.
   long wgmmas() const { return wgmmas_; }
+  // mbarrier phases completed so far.
+  long mbarrierPhases() const { return mbarrierPhases_; }
 
   // The device side: what the built-ins and primitives below call, in the running block.
   static CtaEmulator &current();
@@ -116,13 +128,53 @@ public:
   void wgmmaFence();
   void wgmmaCommit();
   void wgmmaWait(int pendingGroups);
+  // Hopper's shared-memory mbarriers, named by their shared address (sharedAddress: 8-byte
+  // aligned, the barrier's 8 bytes inside the shared memory). The emulator keeps their
+  // state: the arrivals a phase expects (`count`, 1 to 2^20 - 1), those still pending and
+  // the parity of the phase in progress (0 after the init, which may be repeated and then
+  // resets it). The init writes a tag into the 8 bytes, which every later operation on the
+  // barrier checks is still there (nothing is to write over a barrier in use). The phase
+  // completes at the arrival that leaves none pending: the parity flips and the count
+  // starts over.
+  void mbarrierInit(uint32_t bar, unsigned count);
+  void mbarrierArrive(uint32_t bar);
+  // cp.async.mbarrier.arrive.noinc: hands the copies this thread issued and has not waited
+  // for (its committed cp.async groups and its open one) to the barrier; they are no
+  // longer the thread's to wait for. The scheduler lands them, and then arrives on the
+  // barrier once, at a later point of its choosing; a thread's handed-over batches land
+  // in the order it handed them over, and all are landed by the end of the block.
+  void mbarrierArriveOnCopies(uint32_t bar);
+  // mbarrier.try_wait.parity in a loop: blocks until the phase of parity `parity` (0 or
+  // 1) has completed, i.e. until the barrier's current parity is the other one. Always a
+  // point where the scheduler may run other threads.
+  void mbarrierWait(uint32_t bar, uint32_t parity);
+  // cp.async.wait_all: lands, now, every copy this thread issued: those it handed to
+  // barriers (which then arrive on them), then its groups, open one included.
+  void waitAllAsync();
+  // setmaxnreg.dec / .inc: a collective of the calling thread's warpgroup, with the same
+  // register count in every thread; it checks that, and changes nothing.
+  void setMaxRegisters(int registers, bool grow);
 
 private:
   struct Fiber;
   struct Wgmma;
   struct Warpgroup;
+  struct AsyncCopy;
+  struct Landing;
+  struct Mbarrier {
+    unsigned count = 0, pending = 0;
+    uint32_t parity = 0;
+  };
   // The warpgroup collectives (0: none, a warp collective or __syncthreads).
-  enum GroupOp : int { kNoGroupOp, kGroupFence, kGroupIssue, kGroupCommit, kGroupWait };
+  enum GroupOp : int {
+    kNoGroupOp,
+    kGroupFence,
+    kGroupIssue,
+    kGroupCommit,
+    kGroupWait,
+    kGroupShrink,
+    kGroupGrow
+  };
   struct Scope {
     int arrived = 0;
     uint64_t generation = 0;
@@ -138,7 +190,17 @@ private:
   void runWgmma(int group, const Wgmma &w); // checks its accumulators, runs it
   bool wgmmaInFlight(int group) const;
   bool schedule();
+  bool runnable(const Fiber &f) const;
+  std::string deadlock(int done) const; // why no thread can go on
   void abandon(const std::string &what);
+  // The initialized, intact barrier at `bar`; fails (naming `what`) otherwise.
+  Mbarrier &mbarrierAt(uint32_t bar, const char *what);
+  void completeArrival(Mbarrier &b);
+  static void land(const std::vector<AsyncCopy> &copies);
+  // Lands the handed-over batch landings_[i] and, first, those its thread handed over
+  // before it, and arrives on their barriers.
+  void landThrough(size_t i);
+  void landSome(); // each batch at random, in each thread's order
   bool sharedIntact() const;
 
   int threads_;
@@ -150,12 +212,14 @@ private:
   std::vector<Scope> scopes_;
   std::vector<Warpgroup> warpgroups_; // the whole ones
   std::vector<WarpLanes> exchange_;
+  std::map<uint32_t, Mbarrier> mbarriers_; // by shared address
+  std::vector<Landing> landings_;          // handed-over copies, oldest first
   ucontext_t scheduler_;
   uint3 block_{};
   const std::function<void()> *body_ = nullptr;
   Fiber *running_ = nullptr;
   std::string error_;
-  long ldmatrixPhases_ = 0, bankConflicts_ = 0, wgmmas_ = 0;
+  long ldmatrixPhases_ = 0, bankConflicts_ = 0, wgmmas_ = 0, mbarrierPhases_ = 0;
 };
 
 // The warp collectives (CtaEmulator.cpp).
@@ -266,7 +330,7 @@ template <> inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
 } // namespace kiln::decode
 
 // Common/Wgmma.cuh's instructions, emulated (the header itself supplies swizzledOffset,
-// swizzledDescriptor and the constants).
+// swizzledDescriptor and the constants), and Common/Mbarrier.cuh's.
 namespace kiln::kernels::sm90 {
 
 inline uint32_t smemAddress(const void *ptr) {
@@ -290,6 +354,31 @@ template <int Pending> inline void wgmmaWait() {
 template <int Regs> inline void pinAccumulators(float (&)[Regs]) {}
 // The emulated wgmma reads the shared memory as every other access does.
 inline void fenceProxyAsyncShared() {}
+
+// Common/Mbarrier.cuh's, emulated.
+inline void mbarrierInit(uint32_t bar, unsigned count) {
+  ::kiln::test::emu::CtaEmulator::current().mbarrierInit(bar, count);
+}
+inline void mbarrierArrive(uint32_t bar) {
+  ::kiln::test::emu::CtaEmulator::current().mbarrierArrive(bar);
+}
+inline void mbarrierArriveOnCopies(uint32_t bar) {
+  ::kiln::test::emu::CtaEmulator::current().mbarrierArriveOnCopies(bar);
+}
+inline void mbarrierWait(uint32_t bar, uint32_t parity) {
+  ::kiln::test::emu::CtaEmulator::current().mbarrierWait(bar, parity);
+}
+inline void cpAsyncWaitAll() { ::kiln::test::emu::CtaEmulator::current().waitAllAsync(); }
+template <int Registers> inline void shrinkRegisters() {
+  static_assert(Registers >= 24 && Registers <= 256 && Registers % 8 == 0,
+                "setmaxnreg: a multiple of 8 from 24 to 256");
+  ::kiln::test::emu::CtaEmulator::current().setMaxRegisters(Registers, false);
+}
+template <int Registers> inline void growRegisters() {
+  static_assert(Registers >= 24 && Registers <= 256 && Registers % 8 == 0,
+                "setmaxnreg: a multiple of 8 from 24 to 256");
+  ::kiln::test::emu::CtaEmulator::current().setMaxRegisters(Registers, true);
+}
 
 } // namespace kiln::kernels::sm90
 
