@@ -36,9 +36,10 @@
  *    experts), and every M-row tile is one GEMM entry: an expert's weights are read
  *    once per tile. A token's bits may then depend on the batch (the runtime uses it
  *    for prefill and extend steps, not for decode and verify). On sm_90 (the sm_90a
- *    image) with hidden and inter multiples of 256, the expert GEMMs are instead Kiln's
- *    own grouped GEMM (wgmma), which reads the per-expert row counts on the device: the
- *    rows are not padded, and each expert's weights are read once per call.
+ *    image) with hidden and inter multiples of 256 and at most 160 pairs an expert on
+ *    average, the expert GEMMs are instead Kiln's own grouped GEMM (wgmma), which reads
+ *    the per-expert row counts on the device: the rows are not padded, and each
+ *    expert's weights are read once per 160-row tile.
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
  * down [experts, hidden, inter], out [tokens, hidden]; bf16 (logits bf16 or fp32), dense;
