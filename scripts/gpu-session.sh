@@ -20,6 +20,8 @@
 # decode = bench/Decode's kernel benchmark (bf16 and FP8 pools) with its PyTorch peers.
 # seed = test/Parity/seed_memory.py: the Nemotron-Nano-9B-v2-shaped model compiled for an
 # L40S, device memory against the plan with and without speculation.
+# moebench = bench/Moe: the grouped expert GEMM's variants (prebuilt
+# kiln_bench_grouped_gemm), then the whole MoE layer against PyTorch (bench_moe.py).
 # mambabench = bench/Mamba's decode-kernel benchmark (prebuilt kiln_bench_mamba) with its
 # PyTorch/Triton peers, replay vs rewind step included (KILN_BENCH_ONLY=ssm: no conv).
 # ssmmodes = bench/Model/bench_ssm_modes.py: replay vs rewind speculative decode of the
@@ -74,6 +76,15 @@ if has mambabench; then
     python3 "$root/bench/Mamba/peer_torch.py" "$out/mamba/mamba_kiln.json" \
       "$out/mamba/mamba_bench.json"; } > "$out/mambabench.log" 2>&1
   echo "mambabench rc=$? ($(elapsed))"; grep -E "replay|ssm_step|ceiling" "$out/mambabench.log"
+fi
+if has moebench; then
+  # The grouped expert GEMM's variants alone (KILN_BENCH_MODEL / KILN_BENCH_VARIANT narrow
+  # it), then the whole MoE layer against PyTorch (KILN_MOE_MODELS, default DeepSeek-V3).
+  mkdir -p "$out/moe"
+  { timeout 150 "$build/bin/kiln_bench_grouped_gemm" "$out/moe/grouped-gemm.json" &&
+    timeout 300 python3 "$root/bench/Moe/bench_moe.py" --lib "$build/lib/libkiln_runtime.so" \
+      --out "$out/moe" --models ${KILN_MOE_MODELS:-deepseek-v3}; } > "$out/moebench.log" 2>&1
+  echo "moebench rc=$? ($(elapsed))"; grep -E "of dense|ceiling|target" "$out/moebench.log"
 fi
 if has ssmmodes; then
   OUT="$out/ssmmodes" timeout 540 python3 "$root/bench/Model/bench_ssm_modes.py" \
