@@ -12,10 +12,9 @@ struct GroupedGemmVariant {
 };
 } // namespace kiln::bench
 
-// One registration function per variant: stages x tile tokens (x wgmma tiles a
-// warpgroup), bench/Moe/CMakeLists.txt's list.
-#define KILN_GROUPED_GEMM_VARIANTS(X)                                                         \
-  X(S4T160W2) X(S4T160W2F0) X(S3T160W2F0) X(S4T192W1) X(P4T160W2) X(P4T160W2F0) X(P4T128W2)
+// One registration function per variant: KILN_GROUPED_GEMM_VARIANTS(X), generated from
+// bench/Moe/CMakeLists.txt's table.
+#include "GroupedGemmVariants.inc"
 
 #define KILN_DECLARE_VARIANT(name) kiln::bench::GroupedGemmVariant groupedGemm##name();
 KILN_GROUPED_GEMM_VARIANTS(KILN_DECLARE_VARIANT)
