@@ -37,6 +37,17 @@ inline int64_t groupedGemmTileBound(int64_t pairs, int64_t experts) {
   return (pairs + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens + experts;
 }
 
+// Whether a grouped MoE layer's shapes take the kernel: every GEMM's output features a
+// multiple of the CTA's (K then a multiple of the K block), and the experts' rows one
+// tile on average at most (past that the GEMMs are compute-bound, the kernel reads an
+// expert once per tile, and cuBLASLt's padding is small: Mixtral at 2048 tokens, 512
+// rows an expert, ran 5.6 ms against cuBLASLt's 3.6 on an H100).
+inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts,
+                                 int64_t pairs) {
+  return hidden % kGroupedGemmFeatureTile == 0 && inter % kGroupedGemmFeatureTile == 0 &&
+         pairs <= experts * kGroupedGemmMaxTileTokens;
+}
+
 // Whether the current device runs the kernel: compute capability 9.0 with the sm_90a
 // image in this library. Found out once per device, by a synchronous read of the loaded
 // image, which `mayProbe` false (a stream being captured) forbids: not ready until then.

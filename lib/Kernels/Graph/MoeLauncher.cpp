@@ -104,15 +104,12 @@ bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
   return true;
 }
 
-// Whether the grouped mode's GEMMs run on the own grouped GEMM (GroupedGemm.h): every
-// GEMM's output features a multiple of its CTA tile (K then a multiple of its K block),
-// the experts' rows one tile on average (past that the GEMMs are compute-bound and the
-// own GEMM reads an expert once per tile, while cuBLASLt's padding is small: Mixtral at
-// 2048 tokens, 512 rows an expert, ran 5.6 ms against cuBLASLt's 3.6 on an H100), the
-// device runs the sm_90a image, and the caller did not ask for cuBLASLt.
+// Whether the grouped mode's GEMMs run on the own grouped GEMM (GroupedGemm.h): the
+// shapes fit it, the device runs the sm_90a image, and the caller did not ask for
+// cuBLASLt.
 bool useOwnGroupedGemm(const kiln_moe_params_t &p, int64_t pairs, cudaStream_t stream) {
-  if ((p.flags & KILN_MOE_LIBRARY_GEMM) || p.hidden % kGroupedGemmFeatureTile != 0 ||
-      p.inter % kGroupedGemmFeatureTile != 0 || pairs > p.experts * kGroupedGemmMaxTileTokens)
+  if ((p.flags & KILN_MOE_LIBRARY_GEMM) ||
+      !groupedGemmShapesFit(p.hidden, p.inter, p.experts, pairs))
     return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||

@@ -53,4 +53,22 @@ TEST(GroupedGemmEmulation, CtasPastTheTilesDoNothing) {
     ASSERT_EQ(v, grouped::kPoison);
 }
 
+// Which grouped MoE layers take the kernel (GroupedGemm.h): the shapes of the measured
+// models at their benchmark batches.
+TEST(GroupedGemmSelection, ShapesAndRowsPerExpert) {
+  using kiln::graph::groupedGemmShapesFit;
+  // DeepSeek-V3 (hidden 7168, 256 experts of 2048, top 8) at 4096 and 512 tokens.
+  EXPECT_TRUE(groupedGemmShapesFit(7168, 2048, 256, 4096 * 8));
+  EXPECT_TRUE(groupedGemmShapesFit(7168, 2048, 256, 512 * 8));
+  // Qwen3-30B-A3B (2048, 128 experts of 768, top 8) at 2048 tokens: 128 rows an expert.
+  EXPECT_TRUE(groupedGemmShapesFit(2048, 768, 128, 2048 * 8));
+  // Mixtral-8x7B (4096, 8 experts of 14336, top 2): 64 rows an expert at 256 tokens take
+  // it, 512 at 2048 tokens (compute-bound) keep cuBLASLt.
+  EXPECT_TRUE(groupedGemmShapesFit(4096, 14336, 8, 256 * 2));
+  EXPECT_FALSE(groupedGemmShapesFit(4096, 14336, 8, 2048 * 2));
+  // Nemotron-3-Nano (hidden 2688, experts of 1856): not multiples of the CTA's features.
+  EXPECT_FALSE(groupedGemmShapesFit(2688, 1856, 128, 4096 * 6));
+  EXPECT_FALSE(groupedGemmShapesFit(2048, 896, 128, 4096));
+}
+
 } // namespace
