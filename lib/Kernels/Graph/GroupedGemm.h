@@ -42,8 +42,7 @@ inline int64_t groupedGemmTileBound(int64_t pairs, int64_t experts) {
 // tile on average at most (past that the GEMMs are compute-bound, the kernel reads an
 // expert once per tile, and cuBLASLt's padding is small: Mixtral at 2048 tokens, 512
 // rows an expert, ran 5.6 ms against cuBLASLt's 3.6 on an H100).
-inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts,
-                                 int64_t pairs) {
+inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts, int64_t pairs) {
   return hidden % kGroupedGemmFeatureTile == 0 && inter % kGroupedGemmFeatureTile == 0 &&
          pairs <= experts * kGroupedGemmMaxTileTokens;
 }
