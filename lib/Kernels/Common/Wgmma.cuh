@@ -31,15 +31,23 @@ __device__ __forceinline__ uint32_t swizzledOffset(int row, int chunk) {
   return static_cast<uint32_t>(row * kSwizzleRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// The descriptor of the K16 slice `slice` (0..3) of a swizzled tile whose rows start at
-// shared address `tile` (1024-byte aligned, a shared-window address as smemAddress
-// gives; the 14-bit field holds bits 4..17 of it).
+// A 128-byte-swizzle matrix descriptor: the operand at shared address `start` (a
+// shared-window address as smemAddress gives; the 14-bit field holds bits 4..17 of it),
+// `leading` bytes between core matrices along the leading dimension (used by MN-major
+// operands), `stride` bytes between 8-row groups.
+__device__ __forceinline__ uint64_t swizzle128Descriptor(uint32_t start, uint32_t leading,
+                                                         uint32_t stride) {
+  const uint64_t swizzle128 = 1; // layout type, bits 62-63
+  return static_cast<uint64_t>((start & 0x3FFFFu) >> 4) |
+         (static_cast<uint64_t>((leading >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((stride >> 4) & 0x3FFFu) << 32) | (swizzle128 << 62);
+}
+
+// The descriptor of the K16 slice `slice` (0..3) of a swizzled K-major tile whose rows
+// start at shared address `tile` (1024-byte aligned): slices 32 bytes apart, the leading
+// offset unused (16), 8-row groups one swizzle atom apart.
 __device__ __forceinline__ uint64_t swizzledDescriptor(uint32_t tile, int slice) {
-  const uint64_t start = ((tile + slice * kWgmmaK * 2) & 0x3FFFFu) >> 4;
-  const uint64_t leading = 1;                     // unused: 128-byte swizzle
-  const uint64_t stride = kSwizzleAtomBytes >> 4; // next 8-row group
-  const uint64_t swizzle128 = 1;                  // layout type, bits 62-63
-  return start | (leading << 16) | (stride << 32) | (swizzle128 << 62);
+  return swizzle128Descriptor(tile + slice * kWgmmaK * 2, 16, kSwizzleAtomBytes);
 }
 
 #ifndef KILN_CTA_EMULATION

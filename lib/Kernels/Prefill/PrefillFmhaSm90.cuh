@@ -12,6 +12,7 @@
 
 #include "PrefillFmhaKernel.cuh"
 #include "PrefillWgmma.cuh"
+#include "Wgmma.cuh"
 
 #include <type_traits>
 
@@ -22,25 +23,6 @@ namespace kiln::kernels::prefill {
 // the GMMA SWIZZLE_128B canonical layout (blocks 1024-byte aligned).
 template <int ROWS> __device__ __forceinline__ int gmmaOff(int row, int col) {
   return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
-}
-
-// GMMA shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ uint64_t gmmaDesc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-
-template <int N> __device__ __forceinline__ void fenceOperands(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-    asm volatile("" : "+f"(r[i])::"memory");
-}
-
-__device__ __forceinline__ void fenceProxyAsync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
 }
 
 template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() {
@@ -179,7 +161,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
 
   for (int j = jFirst; j < nTiles; ++j) {
     cpAsyncWait<STAGES - 2>();
-    fenceProxyAsync(); // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+    // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+    sm90::fenceProxyAsyncShared();
     __syncthreads();
     {
       const int next = j + STAGES - 1;
@@ -195,18 +178,19 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     const uint32_t tV = sVAddr + stage * BN * D * 2;
 
     // S = Q K^T: A = Q rows of this warpgroup (K-major), B = K tile (K-major).
-    wgmma::fence();
-    fenceOperands(s);
+    sm90::wgmmaFence();
+    sm90::pinAccumulators(s);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da =
-          gmmaDesc(sQAddr + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
-      const uint64_t db = gmmaDesc(tK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t da = sm90::swizzle128Descriptor(
+          sQAddr + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t db =
+          sm90::swizzle128Descriptor(tK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
       MmaS::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
     }
-    wgmma::commit();
-    wgmma::wait<0>();
-    fenceOperands(s);
+    sm90::wgmmaCommit();
+    sm90::wgmmaWait<0>();
+    sm90::pinAccumulators(s);
 
     const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
                           n0 < windowMaskEnd;
@@ -265,16 +249,16 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     }
     // O += P V: B = V tile, MN-major (d contiguous): LBO = next 64-column block,
     // SBO = next 8 keys.
-    wgmma::fence();
-    fenceOperands(o);
+    sm90::wgmmaFence();
+    sm90::pinAccumulators(o);
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) {
-      const uint64_t db = gmmaDesc(tV + kp * (16 * 128), BN * 128, 1024);
+      const uint64_t db = sm90::swizzle128Descriptor(tV + kp * (16 * 128), BN * 128, 1024);
       MmaO::template rs<1>(o, pa[kp], db, 1);
     }
-    wgmma::commit();
-    wgmma::wait<0>();
-    fenceOperands(o);
+    sm90::wgmmaCommit();
+    sm90::wgmmaWait<0>();
+    sm90::pinAccumulators(o);
   }
 
   cpAsyncWait<0>();

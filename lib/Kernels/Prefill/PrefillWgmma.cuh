@@ -1,6 +1,7 @@
 // Generated wrappers (see PrefillFmhaSm90.cuh) of the sm_90a wgmma instructions used by
 // the Hopper prefill kernel: m64nNk16, f32 accumulate, bf16/fp16 inputs, A from shared
-// memory (SS) or registers (RS), B from shared memory. Only compiled for sm_90a.
+// memory (SS) or registers (RS), B from shared memory. Only compiled for sm_90a. The
+// fences, groups and descriptors are Common/Wgmma.cuh's.
 #ifndef KILN_LIB_KERNELS_PREFILL_PREFILLWGMMA_CUH
 #define KILN_LIB_KERNELS_PREFILL_PREFILLWGMMA_CUH
 
@@ -11,22 +12,6 @@ namespace kiln::kernels::prefill::wgmma {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KILN_PREFILL_HAS_WGMMA 1
 #endif
-
-__device__ __forceinline__ void fence() {
-#ifdef KILN_PREFILL_HAS_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void commit() {
-#ifdef KILN_PREFILL_HAS_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void wait() {
-#ifdef KILN_PREFILL_HAS_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
 
 template <int N, bool BF16> struct Mma;
 
