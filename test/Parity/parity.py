@@ -386,11 +386,14 @@ def routing_tie(ref, p, i, args):
             (measured is not None and bool(measured[p][i])))
 
 
-def measured_tolerance(bf16, exact, args):
+def measured_tolerance(bf16, exact, args, token=None):
     """Twice the reference's own error on the margins between its top token and each of
-    its next top-k tokens (bf16 against fp32): a Kiln token inside that is a tie the
-    reference cannot break."""
+    its next top-k tokens (bf16 against fp32), and Kiln's token's margin when it is given
+    (it may lie outside the top-k): a Kiln token inside that is a tie the reference
+    cannot break."""
     top = torch.topk(bf16, args.tie_topk).indices
+    if token is not None:
+        top = torch.cat([top, torch.tensor([token], device=top.device)])
     margins_bf16 = bf16[top[0]] - bf16[top[1:]]
     margins_exact = exact[top[0]] - exact[top[1:]]
     return 2.0 * float((margins_bf16 - margins_exact).abs().max())
@@ -688,52 +691,57 @@ def mtp_reference(model_dir, mtp_dir, sequences, args):
     captured = []
     handles = hook_routers(model, captured.append) + hook_routers(block, captured.append)
 
-    def smallest_gap(length):
-        gaps = torch.stack(captured).min(dim=0).values[:length] if captured else None
+    def layer_gaps(length):
+        """The router gaps of the calls since the last one ([routers, positions])."""
+        gaps = torch.stack([g[:length] for g in captured]) if captured else None
         captured.clear()
         return gaps
 
     def module_logits(ids):
         """The module's logits at every position of one sequence ([positions, vocab])
-        and the smallest router gap there (None without MoE layers)."""
+        and the router gaps of the target's MoE layers and of the module's there
+        ([routers, positions]; None without MoE layers)."""
         tokens = torch.tensor([ids], device=args.device)
         captured.clear()
         hidden = model.model(input_ids=tokens).last_hidden_state[:, :-1]
-        target_gaps = smallest_gap(hidden.shape[1])
+        target_gaps = layer_gaps(hidden.shape[1])
         embedded = model.model.embed_tokens(tokens[:, 1:])
         x = torch.nn.functional.linear(torch.cat([enorm(embedded), hnorm(hidden)], dim=-1),
                                        eh_proj)
         positions = torch.arange(x.shape[1], device=args.device)[None]
         rope = model.model.rotary_emb(x, positions)
         out = block(x, attention_mask=None, position_ids=positions, position_embeddings=rope)
-        module_gaps = smallest_gap(x.shape[1])
+        module_gaps = layer_gaps(x.shape[1])
         out = out[0] if isinstance(out, tuple) else out
         logits = torch.nn.functional.linear(head_norm(out), head)[0].float()
         gaps = [g for g in (target_gaps, module_gaps) if g is not None]
-        return logits, (torch.stack(gaps).min(dim=0).values.tolist() if gaps else None)
+        return logits, (torch.cat(gaps) if gaps else None)
 
     results = []
     try:
         for ids in sequences:
-            logits, router_gap = module_logits(ids)
+            logits, gaps = module_logits(ids)
             top2 = torch.topk(logits, 2, dim=-1)
             results.append({"guess": top2.indices[:, 0].tolist(),
                             "margin": (top2.values[:, 0] - top2.values[:, 1]).tolist(),
                             "top": top2.values[:, 0].tolist(), "logits": logits.cpu(),
-                            "router_gap": router_gap})
+                            "router_gap": None if gaps is None else
+                            gaps.min(dim=0).values.tolist(), "gap_layers": gaps})
         # The same target and module in fp32 on the same tokens: the bf16 reference's own
         # error on its margins at each position (measured_tolerance, as for the target's
-        # steps), and the guess exact arithmetic makes.
+        # steps) and on its router gaps (measured_routing_ties), and the guess exact
+        # arithmetic makes.
         model.float()
         block.float()
         for module in (enorm, hnorm, head_norm):
             module.float()
         eh_proj, head = eh_proj.float(), head.float()
         for ids, r in zip(sequences, results):
-            exact, _ = module_logits(ids)
+            exact, exact_gaps = module_logits(ids)
             r["fp32_guess"] = exact.argmax(dim=-1).tolist()
-            r["tol_measured"] = [measured_tolerance(r["logits"][i], exact[i].cpu(), args)
-                                 for i in range(exact.shape[0])]
+            r["fp32_logits"] = exact.cpu()
+            r["router_tie_measured"] = None if exact_gaps is None else \
+                measured_routing_ties([r.pop("gap_layers")], [exact_gaps], [[0]], args)[0]
     finally:
         for h in handles:
             h.remove()
@@ -746,8 +754,10 @@ def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
     """Kiln's MTP guesses (kiln-run's mtp_guesses: position, token) against the PyTorch
     module over each prompt + its generated tokens; a disagreement passes only at a
     near-tie of the reference (top-2 margin, or Kiln's guess below the top, within the
-    fixed tie tolerance or the reference's own error measured against fp32), at a routing
-    near-tie, or where Kiln's guess is the fp32 module's."""
+    fixed tie tolerance or the reference's own error measured against fp32, Kiln's token's
+    margin included), at a routing near-tie (fixed ulps, or within the reference's own
+    error on a router's gap: measured_routing_ties), or where Kiln's guess is the fp32
+    module's."""
     guesses = result.get("mtp_guesses")
     if not guesses:
         return False, "mtp: kiln-run reported no MTP guesses", {}
@@ -768,13 +778,16 @@ def check_mtp_guesses(result, model_dir, mtp_dir, prompts, args):
                 continue
             # A near-tie either way: the reference's top-2 margin, or how far below the
             # reference's top Kiln's guess is, under the tie tolerance.
-            tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]),
-                      r["tol_measured"][position] if "tol_measured" in r else 0.0)
+            measured = measured_tolerance(r["logits"][position], r["fp32_logits"][position],
+                                          args, token=token)
+            tol = max(args.tie_floor, args.tie_ulps * bf16_ulp(r["top"][position]), measured)
             gap = r["top"][position] - float(r["logits"][position, token])
             router_gap = r["router_gap"][position] if r.get("router_gap") else None
+            router_tie = r.get("router_tie_measured")
             if r["margin"][position] < tol or gap < tol:
                 ties += 1
-            elif router_gap is not None and router_gap < args.router_tie_ulps:
+            elif (router_gap is not None and router_gap < args.router_tie_ulps) or \
+                    (router_tie is not None and router_tie[position]):
                 routing_ties += 1
             elif "fp32_guess" in r and token == r["fp32_guess"][position]:
                 exact += 1  # Kiln guessed what the same weights guess in fp32
