@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
         CHECK(cudaMemcpy(dTiles, tiles.data(), tiles.size() * sizeof(GroupedGemmTile),
                          cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(dCount, &count, 4, cudaMemcpyHostToDevice));
-        const GroupedGemmArgs args{in, weights, out, dTiles, dCount, g.n, g.k};
+        const GroupedGemmArgs args{in, weights, out, dTiles, dCount, g.n, g.k, pairs, m.experts};
         const int ctas = static_cast<int>(std::min<int64_t>(
             prop.multiProcessorCount, int64_t(count) * (g.n / variant.featureTile)));
         if (const cudaError_t e = variant.launch(args, ctas, nullptr); e != cudaSuccess) {

@@ -24,6 +24,8 @@ struct GroupedGemmArgs {
   const GroupedGemmTile *tiles;
   const int32_t *tileCount; // on the device: the tiles in use
   int64_t n, k;
+  // The extents of in and weights (tensor-map loads need them; tiles never exceed them).
+  int64_t rows = 0, experts = 0;
 };
 
 // Token rows of a tile (an expert with more is split into equal tiles), and output
@@ -53,7 +55,8 @@ inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts,
 bool groupedGemmDeviceReady(bool mayProbe);
 
 // Launches one persistent CTA per SM (at most `tileBound` x the feature tiles). n a
-// multiple of kGroupedGemmFeatureTile, k of kGroupedGemmKBlock; pointers 16-byte aligned.
+// multiple of kGroupedGemmFeatureTile, k of kGroupedGemmKBlock; pointers 16-byte aligned;
+// args.rows and args.experts the extents of in and weights.
 cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cudaStream_t stream);
 
 } // namespace kiln::graph

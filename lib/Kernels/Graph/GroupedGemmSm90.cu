@@ -1,7 +1,9 @@
-// Launches GroupedGemmSm90.cuh's kernel: one persistent CTA per SM. The kernel body is
+// Launches GroupedGemmSm90.cuh's kernel (its TMA ring, with the tensor maps encoded
+// here per call): one persistent CTA per SM. The kernel body is
 // compiled for sm_90a only (wgmma); groupedGemmDeviceReady() tells the MoE launcher
 // whether this device runs that image, else it keeps the cuBLASLt GEMM.
 #include "GroupedGemmSm90.cuh"
+#include "../Common/TensorMap.h"
 
 #include <cuda_runtime.h>
 
@@ -23,10 +25,12 @@ __device__ int groupedGemmHasWgmma = 1;
 __device__ int groupedGemmHasWgmma = 0;
 #endif
 
-__global__ void __launch_bounds__(grouped::kThreads, 1) groupedGemmSm90Kernel(GroupedGemmArgs a) {
+__global__ void __launch_bounds__(grouped::kTmaThreads, 1)
+    groupedGemmSm90Kernel(GroupedGemmArgs a, const __grid_constant__ grouped::GroupedGemmMaps maps) {
 #ifdef KILN_GROUPED_GEMM_HAS_WGMMA
   extern __shared__ __align__(16) char shared[];
-  grouped::groupedGemmCta(a, shared, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+  grouped::groupedGemmCtaTma(a, maps, shared, static_cast<int>(blockIdx.x),
+                             static_cast<int>(gridDim.x));
 #endif
 }
 
@@ -43,8 +47,13 @@ int readiness(int device) {
   if (cudaMemcpyFromSymbol(&hasWgmma, groupedGemmHasWgmma, sizeof hasWgmma) != cudaSuccess ||
       hasWgmma != 1)
     return -1;
+  // The driver must encode tensor maps (a map of any valid shape tells).
+  static const uint16_t probe[64] = {};
+  CUtensorMap map;
+  if (kernels::sm90::encodeBf16SwizzledMap(&map, probe, 1, 64, 1) != cudaSuccess)
+    return -1;
   return cudaFuncSetAttribute(groupedGemmSm90Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              grouped::kSharedBytes) == cudaSuccess
+                              grouped::kTmaSharedBytes) == cudaSuccess
              ? 1
              : -1;
 }
@@ -70,9 +79,17 @@ cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cu
     e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess)
     return e;
+  grouped::GroupedGemmMaps maps;
+  using kernels::sm90::encodeBf16SwizzledMap;
+  if ((e = encodeBf16SwizzledMap(&maps.weights, args.weights, args.experts * args.n, args.k,
+                                 grouped::kFeatureTile)) != cudaSuccess ||
+      (e = encodeBf16SwizzledMap(&maps.tokens, args.in, args.rows, args.k, grouped::kTokenBox)) !=
+          cudaSuccess)
+    return e;
   const int64_t work = tileBound * (args.n / grouped::kFeatureTile);
   const unsigned ctas = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(sms, work)));
-  groupedGemmSm90Kernel<<<ctas, grouped::kThreads, grouped::kSharedBytes, stream>>>(args);
+  groupedGemmSm90Kernel<<<ctas, grouped::kTmaThreads, grouped::kTmaSharedBytes, stream>>>(args,
+                                                                                        maps);
   return cudaGetLastError();
 }
 

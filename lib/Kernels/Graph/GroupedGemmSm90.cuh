@@ -9,10 +9,15 @@
 // 8 where the A side only whole 64-row tiles, so the padding is at most 31 token columns
 // a tile instead of up to 63 rows, and each weight byte is read from memory once.
 //
-// A persistent CTA (two warpgroups, 128 features) walks its tiles' K blocks as one flat
-// sequence of items: a ring of kStages shared-memory stages is filled by cp.async
-// kAhead items ahead, across tile boundaries, so the next tile's loads overlap this
-// tile's epilogue; one wgmma group stays in flight while the next is issued.
+// A persistent CTA (two consumer warpgroups, 256 features) walks its tiles' K blocks as
+// one flat sequence of items through a ring of kStages shared-memory stages, across tile
+// boundaries, so the next tile's loads overlap this tile's epilogue; one wgmma group
+// stays in flight while the next is issued. Two ways to fill the ring:
+// - the library's (KILN_GROUPED_GEMM_TMA 1): a producer warpgroup whose one thread issues
+//   tensor-map (TMA) loads, handed over through mbarriers;
+// - cp.async by every consumer thread, kAhead items ahead, with a CTA barrier a K block
+//   (the previous version, which bench/Moe keeps as the baseline: 77% of the read
+//   ceiling against 86% for TMA at DeepSeek-V3's shapes on an H100).
 //
 // A header so that the same code also runs on the host under the CTA emulator
 // (test/Kernels/Common/CtaEmulator.h), which checks its layouts, barriers and masking in
@@ -27,6 +32,7 @@
 #endif
 #include "../Common/Mbarrier.cuh"
 #include "../Common/Wgmma.cuh"
+#include "../Common/Tma.cuh"
 #include "GroupedGemm.h"
 
 #include <cuda_bf16.h>
@@ -38,13 +44,13 @@ namespace grouped {
 // Internal linkage: the emulation's host instantiations never meet the .cu's.
 namespace {
 
-// The two tunables, which bench/Moe's kernel benchmark overrides per translation unit
-// to compare variants (the library always compiles the defaults).
-#ifndef KILN_GROUPED_GEMM_STAGES
-#define KILN_GROUPED_GEMM_STAGES 4
+// The tunables, which bench/Moe's kernel benchmark overrides per translation unit to
+// compare variants (the library always compiles the defaults).
+#ifndef KILN_GROUPED_GEMM_TMA // 1: the TMA ring; 0: cp.async by every thread (below)
+#define KILN_GROUPED_GEMM_TMA 1
 #endif
-#ifndef KILN_GROUPED_GEMM_PRODUCER // bench/Moe's producer-warpgroup variant (below)
-#define KILN_GROUPED_GEMM_PRODUCER 0
+#ifndef KILN_GROUPED_GEMM_STAGES
+#define KILN_GROUPED_GEMM_STAGES (KILN_GROUPED_GEMM_TMA ? 3 : 4)
 #endif
 #ifndef KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT // wgmma groups left running across an item
 #define KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT 1
@@ -79,7 +85,7 @@ static_assert(kSharedBytes <= 227 * 1024, "the ring fits sm_90's opt-in shared m
 static_assert(kStageA % kernels::sm90::kSwizzleAtomBytes == 0 &&
                   kStageB % kernels::sm90::kSwizzleAtomBytes == 0,
               "every tile of the ring starts on a swizzle atom");
-static_assert((kWgmmaInFlight == 0 || kWgmmaInFlight == 1) && kAhead >= 1,
+static_assert((kWgmmaInFlight == 0 || kWgmmaInFlight == 1) && (KILN_GROUPED_GEMM_TMA || kAhead >= 1),
               "a stage in the wgmma, the one still draining, at least one loading");
 
 using decode::cpAsync16;
@@ -273,27 +279,37 @@ __device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *s
   cpAsyncWait<0>(); // the empty groups past the last item
 }
 
-#if KILN_GROUPED_GEMM_PRODUCER
-// A variant under evaluation (bench/Moe only; the library compiles the one above): a
-// third warpgroup produces, the two others only consume, and the stages hand over
-// through mbarriers instead of a CTA barrier a K block. full[s] completes when the
-// producer's 128 threads' copies into stage s have landed (cp.async.mbarrier.arrive);
-// empty[s] when both consumer warpgroups' wgmmas are done reading it.
+#if KILN_GROUPED_GEMM_TMA
+// The TMA ring (the library's): a third warpgroup produces, the two others only
+// consume, and the stages hand over through mbarriers instead of a CTA barrier a K block.
+// One producer thread issues each item as tensor-map loads (Common/Tma.cuh): the
+// weights' kFeatureTile x 64 box in one instruction, the tokens in boxes of kTokenBox
+// rows (a box past the input's last row reads zeros). full[s] completes when the item's
+// bytes have landed; empty[s] when both consumer warpgroups' wgmmas are done reading it.
 using kernels::sm90::mbarrierArrive;
-using kernels::sm90::mbarrierArriveOnCopies;
+using kernels::sm90::mbarrierArriveExpectTx;
 using kernels::sm90::mbarrierInit;
 using kernels::sm90::mbarrierWait;
+using kernels::sm90::tmaLoad2d;
 
 constexpr int kProducerThreads = kernels::sm90::kWarpgroupThreads;
-constexpr int kSpecializedThreads = kThreads + kProducerThreads;
-constexpr int kSpecializedSharedBytes = kSharedBytes + 2 * kStages * 8;
+constexpr int kTmaThreads = kThreads + kProducerThreads;
+constexpr int kTmaSharedBytes = kSharedBytes + 2 * kStages * 8;
+constexpr int kTokenBox = kTokenStep;
 
-struct HandoffRing : CtaWork {
+// The maps the host encodes per call (Common/TensorMap.h): weights as [experts x n, k] in
+// boxes of kFeatureTile rows, the input as [rows, k] in boxes of kTokenBox rows.
+struct GroupedGemmMaps {
+  kernels::sm90::TensorMap weights, tokens;
+};
+
+struct TmaRing : CtaWork {
+  const GroupedGemmMaps &maps;
   uint32_t bars; // full[kStages] then empty[kStages], after the ring
 
-  __device__ __forceinline__ HandoffRing(const GroupedGemmArgs &args, char *shared, int cta,
-                                         int ctas)
-      : CtaWork(args, shared, cta, ctas), bars(ringAddress + kStages * kStageBytes) {}
+  __device__ __forceinline__ TmaRing(const GroupedGemmArgs &args, const GroupedGemmMaps &m,
+                                     char *shared, int cta, int ctas)
+      : CtaWork(args, shared, cta, ctas), maps(m), bars(ringAddress + kStages * kStageBytes) {}
   __device__ __forceinline__ uint32_t full(int64_t item) const {
     return bars + static_cast<uint32_t>(item % kStages) * 8;
   }
@@ -302,45 +318,60 @@ struct HandoffRing : CtaWork {
   }
   __device__ __forceinline__ uint32_t acquire(int64_t item) const {
     mbarrierWait(full(item), static_cast<uint32_t>(item / kStages) & 1);
-    kernels::sm90::fenceProxyAsyncShared();
     return stageAddress(item);
   }
   __device__ __forceinline__ void release(int64_t item) const {
     if (threadIdx.x % kernels::sm90::kWarpgroupThreads == 0)
       mbarrierArrive(empty(item));
   }
+  // The producer thread: every item, once the consumers have released its stage.
   __device__ __forceinline__ void produce() const {
-    const int thread = threadIdx.x - kThreads;
+    GroupedGemmTile t{};
+    int featureTile = 0, tokens = 0;
     for (int64_t item = 0; item < items; ++item) {
+      const int kBlock = static_cast<int>(item % kBlocks);
+      if (kBlock == 0) { // a new tile: its descriptor once
+        const int64_t tile = tileOf(item);
+        t = a.tiles[tile / featureTiles];
+        featureTile = static_cast<int>(tile % featureTiles);
+        tokens = (t.rows + kTokenStep - 1) / kTokenStep * kTokenStep;
+      }
       if (item >= kStages)
         mbarrierWait(empty(item), static_cast<uint32_t>(item / kStages - 1) & 1);
-      loadItem(item, thread, kProducerThreads);
-      mbarrierArriveOnCopies(full(item));
+      const uint32_t bar = full(item), stage = stageAddress(item);
+      mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + tokens * kRowBytes));
+      const int k0 = kBlock * kernels::sm90::kKBlock;
+      tmaLoad2d(stage, &maps.weights, k0,
+                static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
+      for (int r = 0; r < tokens; r += kTokenBox)
+        tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
     }
-    kernels::sm90::cpAsyncWaitAll(); // no copy outlives its thread
   }
 };
 
-__device__ __forceinline__ void groupedGemmCtaSpecialized(const GroupedGemmArgs &a, char *shared,
-                                                          int cta, int ctas) {
-  const HandoffRing p(a, shared, cta, ctas);
+// One persistent CTA of kTmaThreads, `cta` of `ctas` (CtaWork). `shared`: kTmaSharedBytes.
+__device__ __forceinline__ void groupedGemmCtaTma(const GroupedGemmArgs &a,
+                                                  const GroupedGemmMaps &maps, char *shared,
+                                                  int cta, int ctas) {
+  const TmaRing p(a, maps, shared, cta, ctas);
   if (p.items == 0)
     return;
   if (threadIdx.x == 0)
     for (int s = 0; s < kStages; ++s) {
-      mbarrierInit(p.full(s), kProducerThreads);
+      mbarrierInit(p.full(s), 1);
       mbarrierInit(p.empty(s), 2);
     }
   __syncthreads();
   if (threadIdx.x >= kThreads) {
     kernels::sm90::shrinkRegisters<40>();
-    p.produce();
+    if (threadIdx.x == kThreads)
+      p.produce();
     return;
   }
   kernels::sm90::growRegisters<232>();
   consumeTiles(p);
 }
-#endif // KILN_GROUPED_GEMM_PRODUCER
+#endif // KILN_GROUPED_GEMM_TMA
 
 } // namespace
 } // namespace grouped

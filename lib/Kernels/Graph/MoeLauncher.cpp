@@ -125,11 +125,12 @@ struct ExpertGemm {
   int64_t first; // the cuBLASLt path's first entry in the pointer arrays
 };
 
+// `rows`: the expert-sorted rows in and out hold.
 kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
-                            const ExpertGemm &g, int tileRows, int64_t tileBound) {
+                            const ExpertGemm &g, int tileRows, int64_t tileBound, int64_t rows) {
   if (layout.gemmTiles) {
     const GroupedGemmArgs args{g.in, g.weights, g.out, layout.gemmTiles, layout.gemmTileCount,
-                               g.n,  g.k};
+                               g.n,  g.k,       rows,  p.experts};
     const cudaError_t e = launchGroupedGemm(args, tileBound, static_cast<cudaStream_t>(p.stream));
     return e == cudaSuccess ? ok()
                             : fail(KILN_ERROR_CUDA, "kiln_moe: grouped GEMM launch failed: %s",
@@ -265,7 +266,8 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
                                              p->activation, p->stream);
           s != KILN_OK)
         return s;
-    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[g], tileRows, tileBound); s != KILN_OK)
+    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[g], tileRows, tileBound, rows);
+        s != KILN_OK)
       return s;
   }
   e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,

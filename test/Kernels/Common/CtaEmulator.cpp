@@ -119,11 +119,13 @@ struct CtaEmulator::AsyncCopy {
   bool valid;
 };
 
-// Copies a thread handed to a barrier: they land, then arrive on `bar`.
+// Copies a thread handed to a barrier: they land, then arrive on `bar` (cp.async), or
+// complete `txBytes` transaction bytes on it (a TMA load).
 struct CtaEmulator::Landing {
   int thread = 0;
   uint32_t bar = 0;
   std::vector<AsyncCopy> copies;
+  uint32_t txBytes = 0;
 };
 
 struct CtaEmulator::Fiber {
@@ -257,6 +259,8 @@ bool CtaEmulator::schedule() {
   for (;;) {
     if (!landings_.empty())
       landSome();
+    if (!error_.empty())
+      return false;
     ready.clear();
     int done = 0;
     for (int t = 0; t < threads_; ++t) {
@@ -270,7 +274,7 @@ bool CtaEmulator::schedule() {
       // The block ends when its copies have landed, those handed to barriers too.
       while (!landings_.empty())
         landThrough(landings_.size() - 1);
-      return true;
+      return error_.empty();
     }
     if (ready.empty()) {
       if (landings_.empty()) {
@@ -279,6 +283,8 @@ bool CtaEmulator::schedule() {
       }
       // Only copies in flight can make a waiting thread go on: one batch lands.
       landThrough(std::uniform_int_distribution<size_t>(0, landings_.size() - 1)(rng_));
+      if (!error_.empty())
+        return false;
       continue;
     }
     std::shuffle(ready.begin(), ready.end(), rng_);
@@ -443,12 +449,79 @@ CtaEmulator::Mbarrier &CtaEmulator::mbarrierAt(uint32_t bar, const char *what) {
   return it->second;
 }
 
-void CtaEmulator::completeArrival(Mbarrier &b) {
-  if (--b.pending == 0) {
+void CtaEmulator::mbarrierFault(const std::string &what) {
+  // Landings also run between threads, in the scheduler, which checks the error.
+  if (running_)
+    fail(what);
+  abandon(what);
+}
+
+void CtaEmulator::completePhaseIfDone(Mbarrier &b) {
+  if (b.pending == 0 && b.txPending == 0) {
     b.parity ^= 1;
     b.pending = b.count;
     ++mbarrierPhases_;
   }
+}
+
+void CtaEmulator::completeArrival(Mbarrier &b) {
+  if (b.pending == 0)
+    return mbarrierFault("mbarrier: an arrival on a phase that has all its arrivals (waiting "
+                         "for bytes)");
+  --b.pending;
+  completePhaseIfDone(b);
+}
+
+void CtaEmulator::completeBytes(Mbarrier &b, uint32_t bytes) {
+  // The hardware's count may dip below zero until the expect_tx that announced them;
+  // every producer here announces first, so a dip means bytes nobody expected.
+  b.txPending -= bytes;
+  if (b.txPending < 0)
+    return mbarrierFault("mbarrier: " + std::to_string(bytes) +
+                         " transaction bytes landed that no expect_tx announced");
+  completePhaseIfDone(b);
+}
+
+void CtaEmulator::finishLanding(const Landing &l) {
+  land(l.copies);
+  Mbarrier &b = mbarriers_.find(l.bar)->second;
+  if (l.txBytes)
+    completeBytes(b, l.txBytes);
+  else
+    completeArrival(b);
+}
+
+void CtaEmulator::mbarrierArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  Mbarrier &b = mbarrierAt(bar, "mbarrier arrive.expect_tx");
+  b.txPending += bytes;
+  completeArrival(b);
+}
+
+void CtaEmulator::tensorLoad2d(uint32_t dst, const void *base, uint64_t rows, uint64_t cols,
+                               uint32_t boxRows, int32_t col, int32_t row, uint32_t bar) {
+  mbarrierAt(bar, "TMA load");
+  constexpr uint32_t kBoxRowBytes = 128, kAtomBytes = 1024;
+  if (dst % kAtomBytes != 0)
+    fail("TMA load: a 128-byte-swizzled box at shared address " + std::to_string(dst) +
+         ", not on a 1024-byte boundary");
+  if (boxRows == 0 || boxRows > 256 || col % 8 != 0)
+    fail("TMA load: a box of " + std::to_string(boxRows) + " rows at column " +
+         std::to_string(col) + " (1 to 256 rows, columns at 16-byte boundaries)");
+  char *box = shared_ + dst;
+  checkShared(box, size_t{boxRows} * kBoxRowBytes, "TMA load destination");
+  std::memset(box, kPoison, size_t{boxRows} * kBoxRowBytes);
+  Landing l{static_cast<int>(running_->index.x), bar, {}, boxRows * kBoxRowBytes};
+  const char *matrix = static_cast<const char *>(base);
+  for (uint32_t r = 0; r < boxRows; ++r)
+    for (uint32_t c = 0; c < 8; ++c) {
+      const int64_t y = int64_t{row} + r, x = int64_t{col} + 8 * c;
+      const bool inside = y >= 0 && y < static_cast<int64_t>(rows) && x >= 0 &&
+                          x + 8 <= static_cast<int64_t>(cols);
+      l.copies.push_back({box + r * kBoxRowBytes + ((c ^ (r & 7)) << 4),
+                          inside ? matrix + (y * static_cast<int64_t>(cols) + x) * 2 : nullptr,
+                          inside});
+    }
+  landings_.push_back(std::move(l));
 }
 
 void CtaEmulator::mbarrierInit(uint32_t bar, unsigned count) {
@@ -506,8 +579,7 @@ void CtaEmulator::landThrough(size_t i) {
   for (size_t k = 0; k < landings_.size(); ++k) {
     Landing &l = landings_[k];
     if (k <= i && l.thread == thread) {
-      land(l.copies);
-      completeArrival(mbarriers_.find(l.bar)->second);
+      finishLanding(l);
     } else {
       if (kept != k)
         landings_[kept] = std::move(l);
@@ -525,8 +597,7 @@ void CtaEmulator::landSome() {
   for (size_t k = 0; k < landings_.size(); ++k) {
     Landing &l = landings_[k];
     if (!held[l.thread] && coin(rng_) < kLandingChance) {
-      land(l.copies);
-      completeArrival(mbarriers_.find(l.bar)->second);
+      finishLanding(l);
     } else {
       held[l.thread] = 1;
       if (kept != k)

@@ -39,6 +39,11 @@
 // its barrier says the copies are in sees poison or stale data. When every thread that
 // has not returned waits (in collectives or on mbarriers) and no handed-over copy is left
 // to land, the block fails with a deadlock, naming the barriers waited on.
+//
+// TMA loads (Common/Tma.cuh) land the same way: the box is poisoned at the issue and
+// copied, 128-byte swizzled and zero past the matrix, at a later point of the schedule,
+// and then completes its bytes on its barrier, whose phase waits for both its arrivals
+// and the bytes announced by arrive.expect_tx.
 #ifndef KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
 #define KILN_TEST_KERNELS_COMMON_CTAEMULATOR_H
 
@@ -148,6 +153,18 @@ public:
   // 1) has completed, i.e. until the barrier's current parity is the other one. Always a
   // point where the scheduler may run other threads.
   void mbarrierWait(uint32_t bar, uint32_t parity);
+  // mbarrier.arrive.expect_tx: the phase in progress also waits for `bytes` more
+  // transaction bytes, then this thread arrives. A phase completes when it has all its
+  // arrivals and its transaction bytes are all in.
+  void mbarrierArriveExpectTx(uint32_t bar, uint32_t bytes);
+  // cp.async.bulk.tensor.2d (TMA) with the 128-byte swizzle: the box of `boxRows` rows x
+  // 64 bf16 at element (col, row) of the row-major bf16 matrix [rows, cols] at `base`
+  // into shared memory at `dst` (1024-byte aligned; chunk c of box row r at chunk
+  // c ^ (r % 8)), elements past the matrix read as zeros. The box is poisoned now; it
+  // lands later, at a point the scheduler picks (after this thread's earlier hand-overs),
+  // and then completes its bytes on `bar`.
+  void tensorLoad2d(uint32_t dst, const void *base, uint64_t rows, uint64_t cols,
+                    uint32_t boxRows, int32_t col, int32_t row, uint32_t bar);
   // cp.async.wait_all: lands, now, every copy this thread issued: those it handed to
   // barriers (which then arrive on them), then its groups, open one included.
   void waitAllAsync();
@@ -164,6 +181,7 @@ private:
   struct Mbarrier {
     unsigned count = 0, pending = 0;
     uint32_t parity = 0;
+    int64_t txPending = 0; // transaction bytes the phase still waits for
   };
   // The warpgroup collectives (0: none, a warp collective or __syncthreads).
   enum GroupOp : int {
@@ -196,6 +214,11 @@ private:
   // The initialized, intact barrier at `bar`; fails (naming `what`) otherwise.
   Mbarrier &mbarrierAt(uint32_t bar, const char *what);
   void completeArrival(Mbarrier &b);
+  void completeBytes(Mbarrier &b, uint32_t bytes);
+  void completePhaseIfDone(Mbarrier &b);
+  void mbarrierFault(const std::string &what); // fails in a thread, records in the scheduler
+  // A landed batch: its copies, then its arrival or its bytes on its barrier.
+  void finishLanding(const Landing &l);
   static void land(const std::vector<AsyncCopy> &copies);
   // Lands the handed-over batch landings_[i] and, first, those its thread handed over
   // before it, and arrives on their barriers.
@@ -354,6 +377,21 @@ template <int Pending> inline void wgmmaWait() {
 template <int Regs> inline void pinAccumulators(float (&)[Regs]) {}
 // The emulated wgmma reads the shared memory as every other access does.
 inline void fenceProxyAsyncShared() {}
+
+// Common/Tma.cuh's, emulated: a tensor map is the matrix and the box rows it loads (the
+// box is 64 bf16 wide, 128-byte swizzled, as Common/TensorMap.h encodes them).
+struct TensorMap {
+  const void *base;
+  uint64_t rows, cols;
+  uint32_t boxRows;
+};
+inline void mbarrierArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  ::kiln::test::emu::CtaEmulator::current().mbarrierArriveExpectTx(bar, bytes);
+}
+inline void tmaLoad2d(uint32_t dst, const TensorMap *map, int32_t col, int32_t row, uint32_t bar) {
+  ::kiln::test::emu::CtaEmulator::current().tensorLoad2d(dst, map->base, map->rows, map->cols,
+                                                         map->boxRows, col, row, bar);
+}
 
 // Common/Mbarrier.cuh's, emulated.
 inline void mbarrierInit(uint32_t bar, unsigned count) {

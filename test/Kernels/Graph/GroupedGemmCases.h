@@ -1,8 +1,9 @@
 // The grouped expert GEMM's test cases (lib/Kernels/Graph/GroupedGemm.h), shared by the
 // CPU emulation test and the GPU test: token-tile tables that cover every instruction
 // width (tiles of 1 to 160 rows, widths 32..160), tiles of one expert side by side,
-// experts without rows, rows no tile covers (which must stay untouched), and more tiles
-// than CTAs (the persistent loop and the loads that cross tiles).
+// experts without rows, rows no tile covers (which must stay untouched), more tiles than
+// CTAs (the persistent loop and the loads that cross tiles), and an input that ends with
+// the last tile.
 #ifndef KILN_TEST_KERNELS_GRAPH_GROUPEDGEMMCASES_H
 #define KILN_TEST_KERNELS_GRAPH_GROUPEDGEMMCASES_H
 
@@ -22,13 +23,14 @@ struct Case {
   int64_t n, k;
   int experts;
   std::vector<graph::GroupedGemmTile> tiles;
-  int ctas; // persistent CTAs to run (fewer than the tiles x feature tiles)
+  int ctas;              // persistent CTAs to run (fewer than the tiles x feature tiles)
+  int trailingRows = 3;  // input rows past the last tile (no tile covers them)
 
   int64_t rows() const {
     int64_t last = 0;
     for (const auto &t : tiles)
       last = std::max<int64_t>(last, t.first + t.rows);
-    return last + 3; // trailing rows no tile covers
+    return last + trailingRows;
   }
 };
 
@@ -39,6 +41,9 @@ inline std::vector<Case> cases() {
       {"wide", 512, 512, 3, {{2, 0, 160}, {0, 160, 129}, {1, 289, 97}, {1, 386, 128}}, 3},
       // K of one block and a single CTA walking every tile.
       {"short-k", 256, 64, 2, {{1, 0, 7}, {0, 7, 150}}, 1},
+      // The input ends with the last tile: its token loads reach past the last row (the
+      // TMA boxes of 32 rows read zeros there, never memory past the buffer).
+      {"last-rows", 256, 128, 2, {{1, 0, 40}, {0, 40, 9}}, 2, 0},
   };
 }
 

@@ -1,10 +1,12 @@
-// CPU test (runs in CI): the MoE grouped expert GEMM's device code (GroupedGemmSm90.cuh)
-// run on the host by the CTA emulator (test/Kernels/Common/CtaEmulator.h), wgmma
-// included, against exact products. Without a GPU this checks the swizzled shared
-// layout the cp.async loads write and the wgmma descriptors read, the accumulator
-// fragment the epilogue stores, the masking of token columns past a tile, the
-// persistent loop over tiles, and the ring's barriers and waits (under random warp
-// schedules: a stage overwritten before its wgmma was waited for reads the wrong data).
+// CPU test (runs in CI): the MoE grouped expert GEMM's device code (GroupedGemmSm90.cuh,
+// the library's TMA ring) run on the host by the CTA emulator
+// (test/Kernels/Common/CtaEmulator.h), wgmma and TMA included, against exact products.
+// Without a GPU this checks the swizzled shared layout the tensor-map loads write and the
+// wgmma descriptors read, the boxes past the input's end (zeros), the accumulator
+// fragment the epilogue stores, the masking of token columns past a tile, the persistent
+// loop over tiles, and the mbarrier hand-offs in both directions under random warp
+// schedules and random landing times: a stage read before its bytes are in, or
+// overwritten before its wgmmas were waited for, gives wrong products.
 #include "CtaEmulator.h" // first: the device header takes its primitives from it
 
 #include "GroupedGemmCases.h"
@@ -19,20 +21,41 @@ using kiln::test::emu::CtaEmulator;
 
 namespace {
 
+namespace grouped_gemm = kiln::graph::grouped;
+
+// The maps launchGroupedGemm encodes, for the emulator.
+grouped_gemm::GroupedGemmMaps mapsFor(const kiln::graph::GroupedGemmArgs &a) {
+  return {
+      {a.weights, static_cast<uint64_t>(a.experts * a.n), static_cast<uint64_t>(a.k),
+       grouped_gemm::kFeatureTile},
+      {a.in, static_cast<uint64_t>(a.rows), static_cast<uint64_t>(a.k), grouped_gemm::kTokenBox}};
+}
+
+// Runs blocks [first, last) of `ctas` through the TMA ring.
+bool runBlocks(CtaEmulator &cta, const kiln::graph::GroupedGemmArgs &args, int first, int last,
+               int ctas) {
+  const grouped_gemm::GroupedGemmMaps maps = mapsFor(args);
+  for (int b = first; b < last; ++b)
+    if (!cta.run({unsigned(b), 0, 0},
+                 [&] { grouped_gemm::groupedGemmCtaTma(args, maps, cta.shared(), b, ctas); }))
+      return false;
+  return true;
+}
+
 TEST(GroupedGemmEmulation, MatchesExactProductsOnEveryTile) {
-  for (const grouped::Case &c : grouped::cases()) {
-    SCOPED_TRACE(c.name);
-    const grouped::Data d = grouped::randomData(c, 11);
-    std::vector<uint16_t> out(static_cast<size_t>(c.rows() * c.n), grouped::kPoison);
-    const int32_t tileCount = static_cast<int32_t>(c.tiles.size());
-    const kiln::graph::GroupedGemmArgs args{
-        d.in.data(), d.weights.data(), out.data(), c.tiles.data(), &tileCount, c.n, c.k};
-    CtaEmulator cta(kiln::graph::grouped::kThreads, kiln::graph::grouped::kSharedBytes, 5);
-    for (int b = 0; b < c.ctas; ++b)
-      ASSERT_TRUE(cta.run({unsigned(b), 0, 0}, [&] {
-        kiln::graph::grouped::groupedGemmCta(args, cta.shared(), b, c.ctas);
-      })) << cta.error();
-    EXPECT_EQ(grouped::check(c, d, out), "");
+  for (const uint64_t seed : {5u, 6u}) {
+    for (const grouped::Case &c : grouped::cases()) {
+      SCOPED_TRACE(c.name + " seed " + std::to_string(seed));
+      const grouped::Data d = grouped::randomData(c, 11);
+      std::vector<uint16_t> out(static_cast<size_t>(c.rows() * c.n), grouped::kPoison);
+      const int32_t tileCount = static_cast<int32_t>(c.tiles.size());
+      const kiln::graph::GroupedGemmArgs args{
+          d.in.data(), d.weights.data(), out.data(), c.tiles.data(), &tileCount, c.n,
+          c.k,         c.rows(),         c.experts};
+      CtaEmulator cta(grouped_gemm::kTmaThreads, grouped_gemm::kTmaSharedBytes, seed);
+      ASSERT_TRUE(runBlocks(cta, args, 0, c.ctas, c.ctas)) << cta.error();
+      EXPECT_EQ(grouped::check(c, d, out), "");
+    }
   }
 }
 
@@ -44,11 +67,10 @@ TEST(GroupedGemmEmulation, CtasPastTheTilesDoNothing) {
   std::vector<uint16_t> out(static_cast<size_t>(c.rows() * c.n), grouped::kPoison);
   const int32_t tileCount = 1; // one tile x two feature tiles
   const kiln::graph::GroupedGemmArgs args{
-      d.in.data(), d.weights.data(), out.data(), c.tiles.data(), &tileCount, c.n, c.k};
-  CtaEmulator cta(kiln::graph::grouped::kThreads, kiln::graph::grouped::kSharedBytes, 9);
-  ASSERT_TRUE(cta.run({2, 0, 0}, [&] {
-    kiln::graph::grouped::groupedGemmCta(args, cta.shared(), 2, 4);
-  })) << cta.error();
+      d.in.data(), d.weights.data(), out.data(), c.tiles.data(), &tileCount, c.n,
+      c.k,         c.rows(),         c.experts};
+  CtaEmulator cta(grouped_gemm::kTmaThreads, grouped_gemm::kTmaSharedBytes, 9);
+  ASSERT_TRUE(runBlocks(cta, args, 2, 3, 4)) << cta.error();
   for (uint16_t v : out)
     ASSERT_EQ(v, grouped::kPoison);
 }

@@ -41,7 +41,8 @@ TEST(GroupedGemmGpu, MatchesExactProductsOnEveryTile) {
     uint16_t *out = deviceCopy(std::vector<uint16_t>(outElems, grouped::kPoison));
     auto *tiles = deviceCopy(c.tiles);
     int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(c.tiles.size())});
-    const kiln::graph::GroupedGemmArgs args{in, weights, out, tiles, count, c.n, c.k};
+    const kiln::graph::GroupedGemmArgs args{in,  weights, out,      tiles,    count,
+                                            c.n, c.k,     c.rows(), c.experts};
     // A bound above the tiles in use: the CTAs past them must return untouched.
     const int64_t bound = static_cast<int64_t>(c.tiles.size()) + 5;
     ASSERT_EQ(kiln::graph::launchGroupedGemm(args, bound, nullptr), cudaSuccess);
