@@ -214,6 +214,27 @@ class ExpertsShim(torch.nn.Module):
         return F.silu(g) * u
 
 
+def kernel_breakdown(fn, calls=5):
+    """Where one call's GPU time goes: (kernel name, ms a call) for every kernel fn
+    launches, largest first, from the PyTorch profiler's CUDA activity over `calls`
+    eager calls."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for item in prof.key_averages():
+        us = getattr(item, "device_time_total", None)
+        if us is None:
+            us = getattr(item, "cuda_time_total", 0)
+        if us > 0:
+            rows.append((item.key, us / 1e3 / calls))
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
     """One (model, tokens) row: Kiln's modes, the peers, the dense chain."""
     H, I, E, K, flags, scale = (m["hidden"], m["inter"], m["experts"], m["top_k"],
@@ -259,6 +280,16 @@ def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
         errs[mode] = float((out.float() - ref.float()).norm() / ref.float().norm())
     kiln_ms = min(times.values())
     err = max(errs.values())
+    breakdown = None
+    target = m.get("target")
+    if target and target[0] == T and "grouped" in modes:
+        p.flags = modes["grouped"]
+        breakdown = kernel_breakdown(kiln)
+        total = sum(ms for _, ms in breakdown)
+        print(f"{name} T={T}: grouped mode's kernels (profiler, eager calls; {total:.3f} ms "
+              f"of kernel time a call):")
+        for kernel, ms in breakdown[:8]:
+            print(f"    {ms:8.3f} ms {100 * ms / total:5.1f}%  {kernel[:90]}")
     loop_ms, loop_how = time_loop(lambda: loop_peer(x, logits, gate_up, down, K, flags, scale))
     grouped_ms = None
     if peers["grouped"]:
@@ -274,7 +305,6 @@ def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
     bytes_ = distinct * 3 * H * I * 2 + 2 * T * H * 2
     flops = 2 * T * K * 3 * H * I
     floor_ms = bytes_ / ceiling * 1e3
-    target = m.get("target")
     target_ratio = target[1] if target and target[0] == T else None
     row = {"model": name, "tokens": T, "hidden": H, "inter": I, "experts": E, "top_k": K,
            "distinct_experts": distinct,
@@ -294,6 +324,7 @@ def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
            "mem_floor_ms": floor_ms,
            "mem_floor_vs_dense": dense_ms / floor_ms,
            "target_vs_dense": target_ratio,
+           "grouped_kernels_ms": breakdown,
            "meets_target": dense_ms / kiln_ms >= target_ratio if target_ratio else None}
     modes_text = " ".join(f"{k} {v:.3f}" for k, v in times.items())
     loop_text = (f"loop {loop_ms:8.3f} ms ({row['kiln_vs_loop']:.2f}x"

@@ -742,18 +742,67 @@ __device__ void writeGemmTiles(const MoeLayout &layout, const int *counts, const
   *layout.gemmTileCount = used;
 }
 
-// Grouped mode, one block: the pairs per expert, each expert's rows padded to a multiple
-// of M (padded offsets, table[0..E]) and its tiles (tile bases, table[E+1..2E+1]), then
-// the GEMM entries of every tile; entries beyond the last tile repeat it (identical
-// writes of identical values).
-__global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int tileRows) {
-  extern __shared__ int plan[]; // counts [E], offsets [E + 1], tile bases [E + 1]
+// The plan kernel's shared memory: counts [E], offsets [E + 1], tile bases [E + 1], and
+// per chunk of the pairs its next row per expert [chunks][E], within the default 48 KiB.
+constexpr int kMoePlanSharedInts = 48 * 1024 / 4;
+constexpr int kMoePlanMaxChunks = 32; // one warp of the 1024-thread block a chunk
+inline int moePlanChunks(int experts) {
+  return std::max(1, std::min(kMoePlanMaxChunks, (kMoePlanSharedInts - 3 * experts - 2) / experts));
+}
+
+// Each pair's sorted row (layout.slots), stable in pair order: chunk w of the pairs is
+// warp w's; chunkRows[w][e] starts at the first row of expert e that chunk w owns (its
+// offset plus the pairs of e in the chunks before), and the warp walks its chunk 32 pairs
+// at a time, ranking the lanes that share an expert (match_any) and advancing the
+// expert's row past them.
+__device__ void rankPairs(const MoeLayout &layout, int64_t pairs, int experts, int chunks,
+                          int *chunkRows) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t per = (pairs + chunks - 1) / chunks;
+  if (warp >= chunks)
+    return;
+  const int64_t end = std::min<int64_t>(pairs, (warp + 1) * per);
+  int *rows = chunkRows + warp * experts;
+  for (int64_t base = warp * per; base < end; base += 32) {
+    const int64_t p = base + lane;
+    const int e = p < end ? layout.ids[p] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int before = __popc(same & ((1u << lane) - 1u));
+    if (e >= 0)
+      layout.slots[p] = rows[e] + before;
+    __syncwarp();
+    if (e >= 0 && lane == 31 - __clz(same)) // the last lane of its expert advances it
+      rows[e] += __popc(same);
+    __syncwarp();
+  }
+}
+
+// Grouped mode, one block of 1024 threads: the pairs per expert (per chunk of the pairs
+// first), each expert's rows padded to a multiple of M (padded offsets, table[0..E]) and
+// its tiles (tile bases, table[E+1..2E+1]), the own grouped GEMM's token tiles or the
+// GEMM entries of every tile (entries beyond the last tile repeat it: identical writes of
+// identical values), and each pair's sorted row.
+__global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int tileRows,
+                              int chunks) {
+  extern __shared__ int plan[];
   int *counts = plan, *offsets = plan + experts, *bases = offsets + experts + 1;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x)
-    counts[e] = 0;
+  int *chunkRows = bases + experts + 1; // [chunks][experts]
+  const int64_t per = (pairs + chunks - 1) / chunks;
+  for (int i = threadIdx.x; i < chunks * experts; i += blockDim.x)
+    chunkRows[i] = 0;
   __syncthreads();
-  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x)
-    atomicAdd(&counts[layout.ids[p]], 1);
+  if (const int warp = threadIdx.x >> 5; warp < chunks) {
+    const int64_t end = std::min<int64_t>(pairs, (warp + 1) * per);
+    for (int64_t p = warp * per + (threadIdx.x & 31); p < end; p += 32)
+      atomicAdd(&chunkRows[warp * experts + layout.ids[p]], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    int count = 0;
+    for (int w = 0; w < chunks; ++w)
+      count += chunkRows[w * experts + e];
+    counts[e] = count;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     offsets[0] = bases[0] = 0;
@@ -764,6 +813,14 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
     }
   }
   __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) { // chunk counts -> first rows
+    int row = offsets[e];
+    for (int w = 0; w < chunks; ++w) {
+      const int count = chunkRows[w * experts + e];
+      chunkRows[w * experts + e] = row;
+      row += count;
+    }
+  }
   for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
     layout.table[i] = offsets[i]; // offsets, then the bases that follow them
   if (layout.gemmTiles && threadIdx.x == 0)
@@ -782,33 +839,8 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
     const int64_t row = offsets[lo] + static_cast<int64_t>(tile - bases[lo]) * tileRows;
     writeMoeEntry(layout, entry, lo, layout.xRows + row * layout.hidden, row);
   }
-}
-
-// Grouped mode, one block per expert: a stable compaction of the pairs that chose it
-// (ballots and a block prefix) gives each its sorted row.
-__global__ void moeRankKernel(MoeLayout layout, int64_t pairs) {
-  __shared__ int warpCounts[32];
-  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = blockDim.x >> 5;
-  int64_t running = layout.table[e];
-  for (int64_t base = 0; base < pairs; base += blockDim.x) {
-    const int64_t p = base + threadIdx.x;
-    const bool mine = p < pairs && layout.ids[p] == e;
-    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-    if (lane == 0)
-      warpCounts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int w = 0; w < warps; ++w) {
-      before += w < warp ? warpCounts[w] : 0;
-      total += warpCounts[w];
-    }
-    if (mine)
-      layout.slots[p] =
-          static_cast<int32_t>(running + before + __popc(ballot & ((1u << lane) - 1u)));
-    running += total;
-    __syncthreads();
-  }
+  __syncthreads();
+  rankPairs(layout, pairs, experts, chunks, chunkRows);
 }
 
 // Grouped mode: each pair's token row copied to its sorted row.
@@ -1106,9 +1138,9 @@ cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t 
 
 cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
                            int tileRows, cudaStream_t stream) {
-  moePlanKernel<<<1, 1024, static_cast<size_t>(3 * experts + 2) * sizeof(int), stream>>>(
-      layout, pairs, experts, tileRows);
-  moeRankKernel<<<experts, 256, 0, stream>>>(layout, pairs);
+  const int chunks = moePlanChunks(experts);
+  moePlanKernel<<<1, 1024, static_cast<size_t>(3 * experts + 2 + chunks * experts) * sizeof(int),
+                  stream>>>(layout, pairs, experts, tileRows, chunks);
   const int64_t vectors = pairs * (layout.hidden / kVecElems);
   moeGatherKernel<<<gridFor(vectors, 256), 256, 0, stream>>>(layout, pairs, topK);
   return cudaGetLastError();
