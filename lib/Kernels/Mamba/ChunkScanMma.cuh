@@ -52,14 +52,24 @@ template <int P, int N> struct MmaScanSmem {
   static constexpr int nRow = N + 8; // B[t][n], C[t][n], S hi/lo [p][n]
   static constexpr int xTile = kChunk * xRow * 2;
   static constexpr int nTile = kChunk * nRow * 2;
-  // One of two load stages: X, B, C and the raw dt of a chunk.
+  // One of two stages of a chunk: X, B, C (cp.async) and the chunk's step sizes, log
+  // decays and update weights (fp32, written by warp 0 while the chunk before computes).
   static constexpr int stageX = 0, stageB = xTile, stageC = stageB + nTile,
-                       stageDt = stageC + nTile, stageBytes = stageDt + kChunk * 4;
+                       cum = stageC + nTile, dts = cum + kChunk * 4, w = dts + kChunk * 4,
+                       stageBytes = w + kChunk * 4;
   static constexpr int sHi = 2 * stageBytes, sLo = sHi + P * nRow * 2;
   static constexpr int xwHi = sLo + P * nRow * 2, xwLo = xwHi + xTile;
-  static constexpr int cum = xwLo + xTile, dts = cum + kChunk * 4, w = dts + kChunk * 4;
-  static constexpr int bytes = w + kChunk * 4;
+  static constexpr int bytes = xwLo + xTile;
 };
+
+// The state columns' n8 tiles each warp owns in the update, in warp order.
+struct StateSplit {
+  int tiles[kWarps];
+};
+template <int P, int N> constexpr StateSplit stateSplit() {
+  return {{N / 32, N / 32, N / 32, N / 32}}; // an even split
+}
+constexpr int cmax(int x, int y) { return x > y ? x : y; }
 
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
   return decode::pack2<__nv_bfloat16>(lo, hi);
@@ -111,8 +121,12 @@ __device__ __forceinline__ int atCol(int lane) { return ((lane >> 3) & 1) * 8; }
 template <int P, int N> struct ChunkScanMma {
   using L = MmaScanSmem<P, N>;
   static constexpr int kPTiles = P / 16; // 16-row tiles of the head rows
-  static constexpr int kNW = N / kWarps; // state columns a warp owns in the update
-  static constexpr int kNWTiles = kNW / 8;
+  // The state split as plain constants (device code cannot read a class-type constexpr).
+  static constexpr int kT0 = stateSplit<P, N>().tiles[0], kT1 = stateSplit<P, N>().tiles[1],
+                       kT2 = stateSplit<P, N>().tiles[2], kT3 = stateSplit<P, N>().tiles[3];
+  static_assert(kT0 + kT1 + kT2 + kT3 == N / 8, "every state column tile owned by one warp");
+  // Registers for the most tiles any warp owns; a warp uses the first wTiles() of them.
+  static constexpr int kNWTiles = cmax(cmax(kT0, kT1), cmax(kT2, kT3));
   static constexpr int kCTiles = kChunk / 8; // n8 tiles of a chunk's CB row block
 
   const ChunkScanArgs &a;
@@ -124,11 +138,18 @@ template <int P, int N> struct ChunkScanMma {
   }
   __device__ float *floats(int offset) const { return reinterpret_cast<float *>(smem + offset); }
   __device__ char *stage(int s) const { return smem + s * L::stageBytes; }
+  // This warp's share of the state columns: wTiles() n8 tiles from column 8 wFirst().
+  __device__ int wTiles() const {
+    return warp == 0 ? kT0 : warp == 1 ? kT1 : warp == 2 ? kT2 : kT3;
+  }
+  __device__ int wFirst() const {
+    return warp == 0 ? 0 : warp == 1 ? kT0 : warp == 2 ? kT0 + kT1 : kT0 + kT1 + kT2;
+  }
 
   // Starts the asynchronous copy of the chunk at token t0 (rows past `end` zero-filled)
-  // into stage s; returns this thread's raw dt of the chunk (kept until the stage is
-  // free to take it).
-  __device__ float issueChunk(int s, int t0, int end, int g) const {
+  // into stage s, and (warp 0) the loads of the chunk's raw dt, two tokens a lane, into
+  // dt0/dt1: they are first used after this chunk's outputs, when they have landed.
+  __device__ void issueChunk(int s, int t0, int end, int g, float &dt0, float &dt1) const {
     const auto *x = static_cast<const __nv_bfloat16 *>(a.x);
     const auto *bm = static_cast<const __nv_bfloat16 *>(a.B);
     const auto *cm = static_cast<const __nv_bfloat16 *>(a.C);
@@ -150,21 +171,26 @@ template <int P, int N> struct ChunkScanMma {
       cpAsync16(cs + r * L::nRow + v * 8, cm + row * a.cToken + g * N + v * 8, valid);
     }
     cpAsyncCommit();
-    const int t = t0 + static_cast<int>(threadIdx.x);
-    return threadIdx.x < kChunk && t < end
-               ? __bfloat162float(static_cast<const __nv_bfloat16 *>(a.dt)[t * a.dtToken + h])
-               : 0.0f;
+    if (warp == 0) {
+      const auto *dt = static_cast<const __nv_bfloat16 *>(a.dt);
+      const int t = t0 + 2 * lane;
+      dt0 = t < end ? __bfloat162float(dt[int64_t(t) * a.dtToken + h]) : 0.0f;
+      dt1 = t + 1 < end ? __bfloat162float(dt[int64_t(t + 1) * a.dtToken + h]) : 0.0f;
+    }
   }
 
-  // Step sizes, cumulative log decays and the state-update weights of a chunk (warp 0;
-  // two tokens a lane): dts[t], cum[t] = sum_{u<=t} dts[u] A, w[u] = exp(cum_last -
-  // cum[u]) dts[u]. Padding tokens get dts = 0, so they neither decay nor contribute.
-  __device__ void chunkDecays(const float *rawDt, int len, float A, float bias) const {
-    float *cum = floats(L::cum), *dts = floats(L::dts), *w = floats(L::w);
+  // Step sizes, cumulative log decays and the state-update weights of the chunk in stage
+  // st (warp 0; two tokens a lane, raw0/raw1 from issueChunk): dts[t], cum[t] =
+  // sum_{u<=t} dts[u] A, w[u] = exp(cum_last - cum[u]) dts[u]. Padding tokens get
+  // dts = 0, so they neither decay nor contribute.
+  __device__ void chunkDecays(char *st, float raw0, float raw1, int len, float A,
+                              float bias) const {
+    float *cum = reinterpret_cast<float *>(st + L::cum);
+    float *dts = reinterpret_cast<float *>(st + L::dts);
+    float *w = reinterpret_cast<float *>(st + L::w);
     const int t = 2 * lane;
-    const float d0 = t < len ? stepSize(rawDt[t], bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
-    const float d1 =
-        t + 1 < len ? stepSize(rawDt[t + 1], bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
+    const float d0 = t < len ? stepSize(raw0, bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
+    const float d1 = t + 1 < len ? stepSize(raw1, bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
     const float a0 = d0 * A, a1 = d1 * A;
     float run = a0 + a1;
 #pragma unroll
@@ -187,8 +213,9 @@ template <int P, int N> struct ChunkScanMma {
   }
 
   // The update's left operand: w[u] x[u][p], split into bf16 high and low parts.
-  __device__ void weightedInputs(const __nv_bfloat16 *xs) const {
-    const float *w = floats(L::w);
+  __device__ void weightedInputs(const char *st) const {
+    const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageX);
+    const float *w = reinterpret_cast<const float *>(st + L::w);
     __nv_bfloat16 *hi = at(L::xwHi), *lo = at(L::xwLo);
     constexpr int pairs = P / 2;
     for (int i = threadIdx.x; i < kChunk * pairs; i += kMmaThreads) {
@@ -206,7 +233,8 @@ template <int P, int N> struct ChunkScanMma {
     const __nv_bfloat16 *bs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageB);
     const __nv_bfloat16 *cs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageC);
     const __nv_bfloat16 *sHi = at(L::sHi), *sLo = at(L::sLo);
-    const float *cum = floats(L::cum), *dts = floats(L::dts);
+    const float *cum = reinterpret_cast<const float *>(st + L::cum);
+    const float *dts = reinterpret_cast<const float *>(st + L::dts);
     const int m0 = 16 * warp;
     float cb[kCTiles][4] = {};
     float y[P / 8][4] = {};
@@ -299,24 +327,31 @@ template <int P, int N> struct ChunkScanMma {
     }
   }
 
-  // S = exp(cum_last) S + (w o X)^T B for this warp's kNW state columns, every head row.
+  // S = exp(cum_last) S + (w o X)^T B for this warp's state columns (wTiles() n8 tiles
+  // from 8 wFirst()), every head row.
   __device__ void updateState(float (&s)[kPTiles][kNWTiles][4], const char *st) const {
     const __nv_bfloat16 *bs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageB);
     const __nv_bfloat16 *xwHi = at(L::xwHi), *xwLo = at(L::xwLo);
-    const float decay = expf(floats(L::cum)[kChunk - 1]);
-    const int n0 = warp * kNW;
+    const float decay = expf(reinterpret_cast<const float *>(st + L::cum)[kChunk - 1]);
+    const int nt = wTiles(), n0 = 8 * wFirst();
     forEachState([&](int mi, int nj, int r, int, int) { s[mi][nj][r] *= decay; });
 #pragma unroll
     for (int k0 = 0; k0 < kChunk; k0 += 16) {
       uint32_t bf[kNWTiles][2];
 #pragma unroll
       for (int nj = 0; nj < kNWTiles; nj += 2) {
+        if (nj >= nt)
+          continue;
+        // Two n8 tiles a load; a warp with an odd count reads 8 columns it does not use
+        // (the next warp's, or the row's padding after the last column).
         uint32_t f[4];
         ldsmX4T(f, bs + (k0 + btRow(lane)) * L::nRow + n0 + 8 * nj + btCol(lane));
         bf[nj][0] = f[0];
         bf[nj][1] = f[1];
-        bf[nj + 1][0] = f[2];
-        bf[nj + 1][1] = f[3];
+        if (nj + 1 < kNWTiles) {
+          bf[nj + 1][0] = f[2];
+          bf[nj + 1][1] = f[3];
+        }
       }
       uint32_t ahi[kPTiles][4], alo[kPTiles][4];
 #pragma unroll
@@ -329,12 +364,14 @@ template <int P, int N> struct ChunkScanMma {
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
         for (int nj = 0; nj < kNWTiles; ++nj)
-          mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
+          if (nj < nt)
+            mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
         for (int nj = 0; nj < kNWTiles; ++nj)
-          mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
+          if (nj < nt)
+            mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
     }
   }
 
@@ -351,13 +388,15 @@ template <int P, int N> struct ChunkScanMma {
   // Visits this thread's state elements (head row p, state column n, register r).
   template <typename F> __device__ void forEachState(F &&f) const {
     const int g = lane >> 2, c = lane & 3;
+    const int nt = wTiles(), n0 = 8 * wFirst();
 #pragma unroll
     for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
       for (int nj = 0; nj < kNWTiles; ++nj)
+        if (nj < nt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          f(mi, nj, r, 16 * mi + g + (r >> 1) * 8, warp * kNW + 8 * nj + 2 * c + (r & 1));
+          for (int r = 0; r < 4; ++r)
+            f(mi, nj, r, 16 * mi + g + (r >> 1) * 8, n0 + 8 * nj + 2 * c + (r & 1));
   }
 };
 
@@ -383,31 +422,39 @@ __device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
   const float bias = a.dtBias ? a.dtBias[h] : 0.0f;
   const int begin = cuSeqlens[b], end = cuSeqlens[b + 1];
   const int chunks = (end - begin + kChunk - 1) / kChunk;
-  float pendingDt = chunks > 0 ? k.issueChunk(0, begin, end, g) : 0.0f;
+  float dt0 = 0.0f, dt1 = 0.0f; // warp 0: the next chunk's raw dt, two tokens a lane
+  if (chunks > 0) {
+    k.issueChunk(0, begin, end, g, dt0, dt1);
+    if (k.warp == 0)
+      k.chunkDecays(k.stage(0), dt0, dt1, min(kChunk, end - begin), A, bias);
+  }
   StateT *state = static_cast<StateT *>(a.state) + slot * a.stSlot + h * a.stHead + p0 * a.stDim;
   float s[K::kPTiles][K::kNWTiles][4];
   k.forEachState(
       [&](int mi, int nj, int r, int p, int n) { s[mi][nj][r] = toFloat(state[p * a.stDim + n]); });
   k.publishState(s);
-  if (threadIdx.x < kChunk)
-    k.floats(L::stageDt)[threadIdx.x] = pendingDt;
   for (int ci = 0; ci < chunks; ++ci) {
     const int cur = ci & 1, t0 = begin + ci * kChunk, len = min(kChunk, end - t0);
     cpAsyncWait<0>();
-    __syncthreads(); // chunk ci landed; chunk ci - 1 is done with the other stage
-    if (ci + 1 < chunks)
-      pendingDt = k.issueChunk(cur ^ 1, t0 + kChunk, end, g);
-    const char *st = k.stage(cur);
-    if (k.warp == 0)
-      k.chunkDecays(reinterpret_cast<const float *>(st + L::stageDt), len, A, bias);
+    // Chunk ci landed, its decays and the state's parts are written; chunk ci - 1 is done
+    // with the other stage.
     __syncthreads();
-    k.weightedInputs(reinterpret_cast<const __nv_bfloat16 *>(st + L::stageX));
+    const bool next = ci + 1 < chunks;
+    if (next)
+      k.issueChunk(cur ^ 1, t0 + kChunk, end, g, dt0, dt1);
+    const char *st = k.stage(cur);
+    k.weightedInputs(st);
+    __syncthreads(); // the weighted inputs are complete
+    // Outputs and update back to back, before the barrier that ends the chunk: a warp
+    // with fewer causal tiles goes on to its update instead of waiting for the others.
     k.outputs(st, t0, len, D);
-    __syncthreads(); // the weighted inputs are complete; the state's parts were read
     k.updateState(s, st);
+    // Warp 0, the one with the fewest causal tiles, prepares the next chunk's decays in
+    // the other stage (read last by chunk ci - 1).
+    if (next && k.warp == 0)
+      k.chunkDecays(k.stage(cur ^ 1), dt0, dt1, min(kChunk, end - t0 - kChunk), A, bias);
+    __syncthreads(); // every warp's outputs read the state's parts
     k.publishState(s);
-    if (ci + 1 < chunks && threadIdx.x < kChunk)
-      reinterpret_cast<float *>(k.stage(cur ^ 1) + L::stageDt)[threadIdx.x] = pendingDt;
   }
   k.forEachState([&](int mi, int nj, int r, int p, int n) {
     state[p * a.stDim + n] = fromFloat<StateT>(s[mi][nj][r]);
