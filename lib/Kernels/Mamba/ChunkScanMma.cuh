@@ -62,12 +62,24 @@ template <int P, int N> struct MmaScanSmem {
   static constexpr int bytes = xwLo + xTile;
 };
 
-// The state columns' n8 tiles each warp owns in the update, in warp order.
+// The state columns' n8 tiles each warp owns in the update, in warp order. The update is
+// the one evenly divisible part of a chunk: the causal C.B^T and G.X work grows with the
+// warp index (warp w owns token rows 16w..16w+15), so the warps with fewer causal tiles
+// take more state columns and all reach the chunk's last barrier at about the same time.
+// 32 x 128: outputs 88/112/136/160 mma + 16 mma an n8 column tile -> 200/192/184/176; the
+// heavier warps keep fewer mma because they also compute more decay factors for G (8,
+// 16, 24, 32 a lane, ~20 instructions each), and warp 0 the next chunk's decays.
+// 32 x 64: outputs 48/64/80/96 + 16 a tile -> 112/96/96/112. 80 x 128 stays even: its
+// registers are full (a warp with more tiles needs their accumulators).
 struct StateSplit {
   int tiles[kWarps];
 };
 template <int P, int N> constexpr StateSplit stateSplit() {
-  return {{N / 32, N / 32, N / 32, N / 32}}; // an even split
+  if (P == 32 && N == 128)
+    return {{7, 5, 3, 1}};
+  if (P == 32 && N == 64)
+    return {{4, 2, 1, 1}};
+  return {{N / 32, N / 32, N / 32, N / 32}};
 }
 constexpr int cmax(int x, int y) { return x > y ? x : y; }
 
@@ -328,27 +340,52 @@ template <int P, int N> struct ChunkScanMma {
   }
 
   // S = exp(cum_last) S + (w o X)^T B for this warp's state columns (wTiles() n8 tiles
-  // from 8 wFirst()), every head row.
+  // from 8 wFirst()), every head row. One instance a tile count, so that a warp with
+  // fewer tiles neither branches nor issues predicated-off mma's per tile.
   __device__ void updateState(float (&s)[kPTiles][kNWTiles][4], const char *st) const {
+    if constexpr (kT0 == kT1 && kT1 == kT2 && kT2 == kT3) {
+      updateTiles<kT0>(s, st, kT0 * warp);
+    } else {
+      switch (warp) {
+      case 0:
+        updateTiles<kT0>(s, st, 0);
+        break;
+      case 1:
+        updateTiles<kT1>(s, st, kT0);
+        break;
+      case 2:
+        updateTiles<kT2>(s, st, kT0 + kT1);
+        break;
+      default:
+        updateTiles<kT3>(s, st, kT0 + kT1 + kT2);
+      }
+    }
+  }
+  template <int NT>
+  __device__ void updateTiles(float (&s)[kPTiles][kNWTiles][4], const char *st, int first) const {
     const __nv_bfloat16 *bs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageB);
     const __nv_bfloat16 *xwHi = at(L::xwHi), *xwLo = at(L::xwLo);
     const float decay = expf(reinterpret_cast<const float *>(st + L::cum)[kChunk - 1]);
-    const int nt = wTiles(), n0 = 8 * wFirst();
-    forEachState([&](int mi, int nj, int r, int, int) { s[mi][nj][r] *= decay; });
+    const int n0 = 8 * first;
+#pragma unroll
+    for (int mi = 0; mi < kPTiles; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          s[mi][nj][r] *= decay;
 #pragma unroll
     for (int k0 = 0; k0 < kChunk; k0 += 16) {
-      uint32_t bf[kNWTiles][2];
+      uint32_t bf[NT][2];
 #pragma unroll
-      for (int nj = 0; nj < kNWTiles; nj += 2) {
-        if (nj >= nt)
-          continue;
+      for (int nj = 0; nj < NT; nj += 2) {
         // Two n8 tiles a load; a warp with an odd count reads 8 columns it does not use
         // (the next warp's, or the row's padding after the last column).
         uint32_t f[4];
         ldsmX4T(f, bs + (k0 + btRow(lane)) * L::nRow + n0 + 8 * nj + btCol(lane));
         bf[nj][0] = f[0];
         bf[nj][1] = f[1];
-        if (nj + 1 < kNWTiles) {
+        if (nj + 1 < NT) {
           bf[nj + 1][0] = f[2];
           bf[nj + 1][1] = f[3];
         }
@@ -363,15 +400,13 @@ template <int P, int N> struct ChunkScanMma {
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < kNWTiles; ++nj)
-          if (nj < nt)
-            mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
+        for (int nj = 0; nj < NT; ++nj)
+          mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < kNWTiles; ++nj)
-          if (nj < nt)
-            mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
+        for (int nj = 0; nj < NT; ++nj)
+          mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
     }
   }
 
@@ -446,7 +481,8 @@ __device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
     k.weightedInputs(st);
     __syncthreads(); // the weighted inputs are complete
     // Outputs and update back to back, before the barrier that ends the chunk: a warp
-    // with fewer causal tiles goes on to its update instead of waiting for the others.
+    // with fewer causal tiles owns more state columns (stateSplit), so the warps arrive
+    // at the barrier together.
     k.outputs(st, t0, len, D);
     k.updateState(s, st);
     // Warp 0, the one with the fewest causal tiles, prepares the next chunk's decays in
