@@ -83,6 +83,11 @@ template <int P, int N> constexpr StateSplit stateSplit() {
 }
 constexpr int cmax(int x, int y) { return x > y ? x : y; }
 
+// Four adjacent bf16 values, one 8-byte shared-memory access.
+struct alignas(8) Bf16x4 {
+  __nv_bfloat162 a, b;
+};
+
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
   return decode::pack2<__nv_bfloat16>(lo, hi);
 }
@@ -169,14 +174,20 @@ template <int P, int N> struct ChunkScanMma {
     __nv_bfloat16 *bs = reinterpret_cast<__nv_bfloat16 *>(stage(s) + L::stageB);
     __nv_bfloat16 *cs = reinterpret_cast<__nv_bfloat16 *>(stage(s) + L::stageC);
     constexpr int xVecs = P / 8, nVecs = N / 8;
-    for (int i = threadIdx.x; i < kChunk * xVecs; i += kMmaThreads) {
-      const int r = i / xVecs, v = i % xVecs;
+    static_assert(kChunk * xVecs % kMmaThreads == 0 && kChunk * nVecs % kMmaThreads == 0,
+                  "whole rounds of 16-byte pieces");
+    // Fixed trip counts, kept rolled: unrolled, ptxas keeps every piece's 64-bit addresses
+    // live at once (80 x 128 then spills).
+#pragma unroll 1
+    for (int k = 0; k < kChunk * xVecs / kMmaThreads; ++k) {
+      const int i = threadIdx.x + k * kMmaThreads, r = i / xVecs, v = i % xVecs;
       const bool valid = t0 + r < end;
       const int64_t row = valid ? t0 + r : t0;
       cpAsync16(xs + r * L::xRow + v * 8, x + row * a.xToken + h * a.headDim + p0 + v * 8, valid);
     }
-    for (int i = threadIdx.x; i < kChunk * nVecs; i += kMmaThreads) {
-      const int r = i / nVecs, v = i % nVecs;
+#pragma unroll 1
+    for (int k = 0; k < kChunk * nVecs / kMmaThreads; ++k) {
+      const int i = threadIdx.x + k * kMmaThreads, r = i / nVecs, v = i % nVecs;
       const bool valid = t0 + r < end;
       const int64_t row = valid ? t0 + r : t0;
       cpAsync16(bs + r * L::nRow + v * 8, bm + row * a.bToken + g * N + v * 8, valid);
@@ -229,12 +240,31 @@ template <int P, int N> struct ChunkScanMma {
     const __nv_bfloat16 *xs = reinterpret_cast<const __nv_bfloat16 *>(st + L::stageX);
     const float *w = reinterpret_cast<const float *>(st + L::w);
     __nv_bfloat16 *hi = at(L::xwHi), *lo = at(L::xwLo);
-    constexpr int pairs = P / 2;
-    for (int i = threadIdx.x; i < kChunk * pairs; i += kMmaThreads) {
-      const int u = i / pairs, p = 2 * (i % pairs);
-      const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162 *>(xs + u * L::xRow + p);
-      storeSplitPair(hi + u * L::xRow + p, lo + u * L::xRow + p, __low2float(xv) * w[u],
-                     __high2float(xv) * w[u]);
+    // Four head rows (8 bytes) a piece, every load of the thread before its first store:
+    // the compiler cannot move a shared load above a shared store it may alias, so a
+    // load-compute-store loop would pay the load latency once a piece.
+    constexpr int quads = P / 4, iters = kChunk * quads / kMmaThreads;
+    static_assert(kChunk * quads % kMmaThreads == 0, "whole rounds of 4-row pieces");
+    Bf16x4 xv[iters];
+    float wv[iters];
+#pragma unroll
+    for (int k = 0; k < iters; ++k) {
+      const int i = threadIdx.x + k * kMmaThreads, u = i / quads, p = 4 * (i % quads);
+      xv[k] = *reinterpret_cast<const Bf16x4 *>(xs + u * L::xRow + p);
+      wv[k] = w[u];
+    }
+#pragma unroll
+    for (int k = 0; k < iters; ++k) {
+      const int i = threadIdx.x + k * kMmaThreads, u = i / quads, p = 4 * (i % quads);
+      float h[4], l[4];
+      splitBf16(__low2float(xv[k].a) * wv[k], h[0], l[0]);
+      splitBf16(__high2float(xv[k].a) * wv[k], h[1], l[1]);
+      splitBf16(__low2float(xv[k].b) * wv[k], h[2], l[2]);
+      splitBf16(__high2float(xv[k].b) * wv[k], h[3], l[3]);
+      *reinterpret_cast<uint2 *>(hi + u * L::xRow + p) =
+          make_uint2(packBf16(h[0], h[1]), packBf16(h[2], h[3]));
+      *reinterpret_cast<uint2 *>(lo + u * L::xRow + p) =
+          make_uint2(packBf16(l[0], l[1]), packBf16(l[2], l[3]));
     }
   }
 
