@@ -145,6 +145,9 @@ template <int P, int N> struct ChunkScanMma {
   // Registers for the most tiles any warp owns; a warp uses the first wTiles() of them.
   static constexpr int kNWTiles = cmax(cmax(kT0, kT1), cmax(kT2, kT3));
   static constexpr int kCTiles = kChunk / 8; // n8 tiles of a chunk's CB row block
+  // Two k steps' fragments of the outputs' state pass in flight: 36 more registers at 32
+  // head rows; 80 rows (60 more) would not fit beside the state's 80.
+  static constexpr bool kPipeline = P <= 32;
 
   const ChunkScanArgs &a;
   char *smem;
@@ -282,32 +285,54 @@ template <int P, int N> struct ChunkScanMma {
     float y[P / 8][4] = {};
     // One pass over the state dimension: C's fragment feeds both C.B^T (the causal tiles
     // up to this warp's rows) and C.S^T.
-    // Every fragment of a k step is loaded before its mma's: the asm statements keep their
-    // order, so a load issued just before the mma that needs it would stall the warp for
-    // the whole shared-memory latency.
-#pragma unroll
-    for (int k0 = 0; k0 < N; k0 += 16) {
+    // The asm statements keep their order, so a load issued just before the mma that
+    // needs it would stall the warp for the whole shared-memory latency. Every fragment
+    // of a k step is loaded before its mma's, and where the registers allow (kPipeline)
+    // one step ahead: step k + 1's loads are issued before step k's mma's and land while
+    // they run, so only the first step waits on ldmatrix.
+    struct Frags {
       uint32_t cf[4], bf[kCTiles / 2][4], hf[P / 16][4], lf[P / 16][4];
-      ldsmX4(cf, cs + (m0 + aRow(lane)) * L::nRow + k0 + aCol(lane));
+    };
+    auto load = [&](Frags &f, int k0) {
+      ldsmX4(f.cf, cs + (m0 + aRow(lane)) * L::nRow + k0 + aCol(lane));
 #pragma unroll
       for (int j = 0; j < kCTiles; j += 2)
         if (j <= 2 * warp)
-          ldsmX4(bf[j / 2], bs + (8 * j + bnRow(lane)) * L::nRow + k0 + bnCol(lane));
+          ldsmX4(f.bf[j / 2], bs + (8 * j + bnRow(lane)) * L::nRow + k0 + bnCol(lane));
 #pragma unroll
       for (int j = 0; j < P / 8; j += 2) {
         const int off = (8 * j + bnRow(lane)) * L::nRow + k0 + bnCol(lane);
-        ldsmX4(hf[j / 2], sHi + off);
-        ldsmX4(lf[j / 2], sLo + off);
+        ldsmX4(f.hf[j / 2], sHi + off);
+        ldsmX4(f.lf[j / 2], sLo + off);
       }
+    };
+    auto mmas = [&](const Frags &f) {
 #pragma unroll
       for (int j = 0; j < kCTiles; j += 2) {
         if (j <= 2 * warp) {
-          mma16816<__nv_bfloat16>(cb[j], cf, bf[j / 2][0], bf[j / 2][1]);
-          mma16816<__nv_bfloat16>(cb[j + 1], cf, bf[j / 2][2], bf[j / 2][3]);
+          mma16816<__nv_bfloat16>(cb[j], f.cf, f.bf[j / 2][0], f.bf[j / 2][1]);
+          mma16816<__nv_bfloat16>(cb[j + 1], f.cf, f.bf[j / 2][2], f.bf[j / 2][3]);
         }
       }
-      mmaTilePairs(y, cf, hf);
-      mmaTilePairs(y, cf, lf);
+      mmaTilePairs(y, f.cf, f.hf);
+      mmaTilePairs(y, f.cf, f.lf);
+    };
+    if constexpr (kPipeline) {
+      Frags f[2];
+      load(f[0], 0);
+#pragma unroll
+      for (int ks = 0; ks < N / 16; ++ks) {
+        if (ks + 1 < N / 16)
+          load(f[(ks + 1) & 1], 16 * (ks + 1));
+        mmas(f[ks & 1]);
+      }
+    } else {
+#pragma unroll
+      for (int k0 = 0; k0 < N; k0 += 16) {
+        Frags f;
+        load(f, k0);
+        mmas(f);
+      }
     }
     const int g = lane >> 2, c = lane & 3;
     const int r0 = m0 + g, r1 = r0 + 8;
