@@ -349,6 +349,12 @@ template <int P, int N> struct ChunkScanMma {
     for (int kk = 0; kk < kCTiles / 2; ++kk) {
       if (kk > warp)
         continue;
+      // X's fragments first: they land while G's exp/split/pack math runs (they used to be
+      // loaded after it, right before the mma's that read them).
+      uint32_t xf[P / 16][4];
+#pragma unroll
+      for (int j = 0; j < P / 8; j += 2)
+        ldsmX4T(xf[j / 2], xs + (16 * kk + btRow(lane)) * L::xRow + 8 * j + btCol(lane));
       uint32_t ghi[4], glo[4];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -369,10 +375,6 @@ template <int P, int N> struct ChunkScanMma {
         glo[2 * half] = packBf16(l[0], l[1]);
         glo[2 * half + 1] = packBf16(l[2], l[3]);
       }
-      uint32_t xf[P / 16][4];
-#pragma unroll
-      for (int j = 0; j < P / 8; j += 2)
-        ldsmX4T(xf[j / 2], xs + (16 * kk + btRow(lane)) * L::xRow + 8 * j + btCol(lane));
       mmaTilePairs(y, ghi, xf);
       mmaTilePairs(y, glo, xf);
     }
