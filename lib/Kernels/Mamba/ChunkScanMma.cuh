@@ -53,10 +53,11 @@ template <int P, int N> struct MmaScanSmem {
   static constexpr int xTile = kChunk * xRow * 2;
   static constexpr int nTile = kChunk * nRow * 2;
   // One of two stages of a chunk: X, B, C (cp.async) and the chunk's step sizes, log
-  // decays and update weights (fp32, written by warp 0 while the chunk before computes).
+  // decays, update weights and key factors (fp32, written by warp 0 while the chunk
+  // before computes).
   static constexpr int stageX = 0, stageB = xTile, stageC = stageB + nTile,
                        cum = stageC + nTile, dts = cum + kChunk * 4, w = dts + kChunk * 4,
-                       stageBytes = w + kChunk * 4;
+                       keyF = w + kChunk * 4, stageBytes = keyF + kChunk * 4;
   static constexpr int sHi = 2 * stageBytes, sLo = sHi + P * nRow * 2;
   static constexpr int xwHi = sLo + P * nRow * 2, xwLo = xwHi + xTile;
   static constexpr int bytes = xwLo + xTile;
@@ -207,8 +208,12 @@ template <int P, int N> struct ChunkScanMma {
 
   // Step sizes, cumulative log decays and the state-update weights of the chunk in stage
   // st (warp 0; two tokens a lane, raw0/raw1 from issueChunk): dts[t], cum[t] =
-  // sum_{u<=t} dts[u] A, w[u] = exp(cum_last - cum[u]) dts[u]. Padding tokens get
-  // dts = 0, so they neither decay nor contribute.
+  // sum_{u<=t} dts[u] A, w[u] = exp(cum_last - cum[u]) dts[u], and the key factors
+  // keyF[u] = exp(cum[e(u)] - cum[u]) dts[u], e(u) the last token of u's 16-token block
+  // (G's blocks below the diagonal: exp(cum_t - cum_u) = exp(cum_t - cum_e) exp(cum_e -
+  // cum_u) with u <= e < t, both factors <= 1, so neither under- nor overflows where
+  // their product does not). Padding tokens get dts = 0, so they neither decay nor
+  // contribute.
   __device__ void chunkDecays(char *st, float raw0, float raw1, int len, float A,
                               float bias) const {
     float *cum = reinterpret_cast<float *>(st + L::cum);
@@ -230,6 +235,10 @@ template <int P, int N> struct ChunkScanMma {
       before = 0.0f;
     const float c0 = before + a0, c1 = c0 + a1;
     const float last = __shfl_sync(0xffffffffu, c1, 31);
+    const float blockEnd = __shfl_sync(0xffffffffu, c1, lane | 7); // token 16 (t / 16) + 15
+    float *keyF = reinterpret_cast<float *>(st + L::keyF);
+    keyF[t] = expf(blockEnd - c0) * d0;
+    keyF[t + 1] = expf(blockEnd - c1) * d1;
     cum[t] = c0;
     cum[t + 1] = c1;
     dts[t] = d0;
@@ -280,6 +289,7 @@ template <int P, int N> struct ChunkScanMma {
     const __nv_bfloat16 *sHi = at(L::sHi), *sLo = at(L::sLo);
     const float *cum = reinterpret_cast<const float *>(st + L::cum);
     const float *dts = reinterpret_cast<const float *>(st + L::dts);
+    const float *keyF = reinterpret_cast<const float *>(st + L::keyF);
     const int m0 = 16 * warp;
     float cb[kCTiles][4] = {};
     float y[P / 8][4] = {};
@@ -336,7 +346,8 @@ template <int P, int N> struct ChunkScanMma {
     }
     const int g = lane >> 2, c = lane & 3;
     const int r0 = m0 + g, r1 = r0 + 8;
-    const float e0 = expf(cum[r0]), e1 = expf(cum[r1]);
+    const float cum0 = cum[r0], cum1 = cum[r1];
+    const float e0 = expf(cum0), e1 = expf(cum1);
 #pragma unroll
     for (int j = 0; j < P / 8; ++j) {
       y[j][0] *= e0;
@@ -355,15 +366,30 @@ template <int P, int N> struct ChunkScanMma {
 #pragma unroll
       for (int j = 0; j < P / 8; j += 2)
         ldsmX4T(xf[j / 2], xs + (16 * kk + btRow(lane)) * L::xRow + 8 * j + btCol(lane));
+      // Below the diagonal block, 2 exp a lane (its rows' factors) instead of 8; the
+      // keys' factors come from chunkDecays.
+      const bool below = kk < warp;
+      float q0 = 0.0f, q1 = 0.0f;
+      if (below) {
+        const float ce = cum[16 * kk + 15];
+        q0 = expf(cum0 - ce);
+        q1 = expf(cum1 - ce);
+      }
       uint32_t ghi[4], glo[4];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * kk + half, u0 = 8 * j + 2 * c;
         float v[4];
+        if (below) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int t = r < 2 ? r0 : r1, u = u0 + (r & 1);
-          v[r] = u <= t ? cb[j][r] * expf(cum[t] - cum[u]) * dts[u] : 0.0f;
+          for (int r = 0; r < 4; ++r)
+            v[r] = cb[j][r] * (r < 2 ? q0 : q1) * keyF[u0 + (r & 1)];
+        } else {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int t = r < 2 ? r0 : r1, u = u0 + (r & 1);
+            v[r] = u <= t ? cb[j][r] * expf(cum[t] - cum[u]) * dts[u] : 0.0f;
+          }
         }
         float h[4], l[4];
 #pragma unroll
