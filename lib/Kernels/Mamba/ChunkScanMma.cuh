@@ -457,39 +457,61 @@ template <int P, int N> struct ChunkScanMma {
 #pragma unroll
         for (int r = 0; r < 4; ++r)
           s[mi][nj][r] *= decay;
-#pragma unroll
-    for (int k0 = 0; k0 < kChunk; k0 += 16) {
-      uint32_t bf[NT][2];
+    // A k step's fragments: B's (two n8 tiles a load; a warp with an odd count reads 8
+    // columns it does not use, the next warp's or the row's padding after the last
+    // column) and the weighted inputs' hi and lo parts. Loaded one step ahead where the
+    // registers allow (kPipeline), as in outputs.
+    struct Frags {
+      uint32_t bf[NT][2], ahi[kPTiles][4], alo[kPTiles][4];
+    };
+    auto load = [&](Frags &f, int k0) {
 #pragma unroll
       for (int nj = 0; nj < NT; nj += 2) {
-        // Two n8 tiles a load; a warp with an odd count reads 8 columns it does not use
-        // (the next warp's, or the row's padding after the last column).
-        uint32_t f[4];
-        ldsmX4T(f, bs + (k0 + btRow(lane)) * L::nRow + n0 + 8 * nj + btCol(lane));
-        bf[nj][0] = f[0];
-        bf[nj][1] = f[1];
+        uint32_t q[4];
+        ldsmX4T(q, bs + (k0 + btRow(lane)) * L::nRow + n0 + 8 * nj + btCol(lane));
+        f.bf[nj][0] = q[0];
+        f.bf[nj][1] = q[1];
         if (nj + 1 < NT) {
-          bf[nj + 1][0] = f[2];
-          bf[nj + 1][1] = f[3];
+          f.bf[nj + 1][0] = q[2];
+          f.bf[nj + 1][1] = q[3];
         }
       }
-      uint32_t ahi[kPTiles][4], alo[kPTiles][4];
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi) {
         const int off = (k0 + atRow(lane)) * L::xRow + 16 * mi + atCol(lane);
-        ldsmX4T(ahi[mi], xwHi + off);
-        ldsmX4T(alo[mi], xwLo + off);
+        ldsmX4T(f.ahi[mi], xwHi + off);
+        ldsmX4T(f.alo[mi], xwLo + off);
       }
+    };
+    // hi then lo: an accumulator's two mma's kPTiles * NT apart.
+    auto mmas = [&](const Frags &f) {
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
         for (int nj = 0; nj < NT; ++nj)
-          mma16816<__nv_bfloat16>(s[mi][nj], ahi[mi], bf[nj][0], bf[nj][1]);
+          mma16816<__nv_bfloat16>(s[mi][nj], f.ahi[mi], f.bf[nj][0], f.bf[nj][1]);
 #pragma unroll
       for (int mi = 0; mi < kPTiles; ++mi)
 #pragma unroll
         for (int nj = 0; nj < NT; ++nj)
-          mma16816<__nv_bfloat16>(s[mi][nj], alo[mi], bf[nj][0], bf[nj][1]);
+          mma16816<__nv_bfloat16>(s[mi][nj], f.alo[mi], f.bf[nj][0], f.bf[nj][1]);
+    };
+    if constexpr (kPipeline) {
+      Frags f[2];
+      load(f[0], 0);
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks) {
+        if (ks + 1 < kChunk / 16)
+          load(f[(ks + 1) & 1], 16 * (ks + 1));
+        mmas(f[ks & 1]);
+      }
+    } else {
+#pragma unroll
+      for (int k0 = 0; k0 < kChunk; k0 += 16) {
+        Frags f;
+        load(f, k0);
+        mmas(f);
+      }
     }
   }
 
