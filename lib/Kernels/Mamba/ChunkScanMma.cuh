@@ -572,19 +572,22 @@ __device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
   float s[K::kPTiles][K::kNWTiles][4];
   k.forEachState(
       [&](int mi, int nj, int r, int p, int n) { s[mi][nj][r] = toFloat(state[p * a.stDim + n]); });
-  k.publishState(s);
+  // Two barriers a chunk. Between them every warp's even share: the next chunk's loads,
+  // the state's bf16 parts (the state after chunk ci - 1: every warp's outputs of chunk
+  // ci - 1 read the old ones before the top barrier) and the weighted inputs.
   for (int ci = 0; ci < chunks; ++ci) {
     const int cur = ci & 1, t0 = begin + ci * kChunk, len = min(kChunk, end - t0);
     cpAsyncWait<0>();
-    // Chunk ci landed, its decays and the state's parts are written; chunk ci - 1 is done
-    // with the other stage.
+    // Chunk ci landed and its decays are written; chunk ci - 1 is done with the other
+    // stage, the state's parts and the weighted inputs.
     __syncthreads();
     const bool next = ci + 1 < chunks;
     if (next)
       k.issueChunk(cur ^ 1, t0 + kChunk, end, g, dt0, dt1);
+    k.publishState(s);
     const char *st = k.stage(cur);
     k.weightedInputs(st);
-    __syncthreads(); // the weighted inputs are complete
+    __syncthreads(); // the weighted inputs and the state's parts are complete
     // Outputs and update back to back, before the barrier that ends the chunk: a warp
     // with fewer causal tiles owns more state columns (stateSplit), so the warps arrive
     // at the barrier together.
@@ -594,8 +597,6 @@ __device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
     // the other stage (read last by chunk ci - 1).
     if (next && k.warp == 0)
       k.chunkDecays(k.stage(cur ^ 1), dt0, dt1, min(kChunk, end - t0 - kChunk), A, bias);
-    __syncthreads(); // every warp's outputs read the state's parts
-    k.publishState(s);
   }
   k.forEachState([&](int mi, int nj, int r, int p, int n) {
     state[p * a.stDim + n] = fromFloat<StateT>(s[mi][nj][r]);
