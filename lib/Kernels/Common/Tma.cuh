@@ -38,23 +38,6 @@ __device__ __forceinline__ void tmaLoad2d(uint32_t dst, const void *map, int32_t
                : "memory");
 }
 
-// An L2 policy for data read once: its lines are the first evicted, so that data read
-// again (a GEMM's shared operand) stays.
-__device__ __forceinline__ uint64_t l2EvictFirstPolicy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// tmaLoad2d with an L2 policy (l2EvictFirstPolicy) for the lines it reads.
-__device__ __forceinline__ void tmaLoad2dHinted(uint32_t dst, const void *map, int32_t inner,
-                                                int32_t outer, uint32_t bar, uint64_t policy) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar), "l"(policy)
-               : "memory");
-}
-
 #endif // KILN_CTA_EMULATION
 
 } // namespace kiln::kernels::sm90

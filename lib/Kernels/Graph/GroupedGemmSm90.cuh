@@ -52,9 +52,6 @@ namespace {
 #ifndef KILN_GROUPED_GEMM_STAGES
 #define KILN_GROUPED_GEMM_STAGES (KILN_GROUPED_GEMM_TMA ? 3 : 4)
 #endif
-#ifndef KILN_GROUPED_GEMM_EVICT_FIRST // 1: the TMA ring's weight loads evict first from L2
-#define KILN_GROUPED_GEMM_EVICT_FIRST 0
-#endif
 #ifndef KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT // wgmma groups left running across an item
 #define KILN_GROUPED_GEMM_WGMMA_IN_FLIGHT 1
 #endif
@@ -331,9 +328,6 @@ struct TmaRing : CtaWork {
   __device__ __forceinline__ void produce() const {
     GroupedGemmTile t{};
     int featureTile = 0, tokens = 0;
-    // Each weight byte is read once; the token rows, by every feature tile of their expert.
-    const uint64_t weightPolicy =
-        KILN_GROUPED_GEMM_EVICT_FIRST ? kernels::sm90::l2EvictFirstPolicy() : 0;
     for (int64_t item = 0; item < items; ++item) {
       const int kBlock = static_cast<int>(item % kBlocks);
       if (kBlock == 0) { // a new tile: its descriptor once
@@ -347,11 +341,8 @@ struct TmaRing : CtaWork {
       const uint32_t bar = full(item), stage = stageAddress(item);
       mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + tokens * kRowBytes));
       const int k0 = kBlock * kernels::sm90::kKBlock;
-      const int32_t weightRow = static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile);
-      if (KILN_GROUPED_GEMM_EVICT_FIRST)
-        kernels::sm90::tmaLoad2dHinted(stage, &maps.weights, k0, weightRow, bar, weightPolicy);
-      else
-        tmaLoad2d(stage, &maps.weights, k0, weightRow, bar);
+      tmaLoad2d(stage, &maps.weights, k0,
+                static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
       for (int r = 0; r < tokens; r += kTokenBox)
         tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
     }

@@ -392,12 +392,6 @@ inline void tmaLoad2d(uint32_t dst, const TensorMap *map, int32_t col, int32_t r
   ::kiln::test::emu::CtaEmulator::current().tensorLoad2d(dst, map->base, map->rows, map->cols,
                                                          map->boxRows, col, row, bar);
 }
-// L2 policies change nothing the emulator can see.
-inline uint64_t l2EvictFirstPolicy() { return 0; }
-inline void tmaLoad2dHinted(uint32_t dst, const TensorMap *map, int32_t col, int32_t row,
-                            uint32_t bar, uint64_t) {
-  tmaLoad2d(dst, map, col, row, bar);
-}
 
 // Common/Mbarrier.cuh's, emulated.
 inline void mbarrierInit(uint32_t bar, unsigned count) {
