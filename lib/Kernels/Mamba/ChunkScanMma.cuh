@@ -553,7 +553,6 @@ __device__ __forceinline__ void chunkScanMmaCta(const ChunkScanArgs &a,
   if (slot < 0 || slot >= a.numSlots)
     return;
   using K = ChunkScanMma<P, N>;
-  using L = MmaScanSmem<P, N>;
   const int p0 = static_cast<int>(blockIdx.z) * P;
   const K k{a, smem, h, p0, static_cast<int>(threadIdx.x & 31), static_cast<int>(threadIdx.x >> 5)};
   const int g = h / a.headsPerGroup;
