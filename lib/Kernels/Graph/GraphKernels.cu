@@ -2,6 +2,7 @@
 // 16-bit patterns; every kernel has a 16-byte vector path (8 bf16 per access), taken
 // when the sizes and pointers allow it, and a scalar fallback.
 #include "GraphInternal.h"
+#include "Swiglu.cuh"
 
 #include <cuda_bf16.h>
 
@@ -83,10 +84,7 @@ struct AddOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 struct SwigluOp {
-  // HF: act_fn(gate) is a bf16 tensor (silu in fp32, rounded), then * up in bf16.
-  __device__ float operator()(float gate, float up) const {
-    return roundBf16(gate / (1.0f + expf(-gate))) * up;
-  }
+  __device__ float operator()(float gate, float up) const { return swigluOfBf16(gate, up); }
 };
 
 // No __restrict__: out may be a or b (each element is read before it is written, by the

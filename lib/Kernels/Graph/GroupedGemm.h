@@ -16,23 +16,33 @@ struct GroupedGemmTile {
   int32_t expert, first, rows;
 };
 
-// out[first + r, :] = in[first + r, :] . weights[expert]^T for every tile's rows.
+// out[first + r, :] = in[first + r, :] . weights[expert]^T for every tile's rows; with
+// `up` (the gated form, an MoE layer's gate and up GEMMs fused), out[first + r, :] =
+// SwiGLU(in . weights[expert]^T, in . up[expert]^T) instead, each product rounded to bf16
+// first (Swiglu.cuh: as the separate GEMMs and the elementwise SwiGLU round).
 struct GroupedGemmArgs {
   const uint16_t *in;      // [rows, k] bf16
-  const uint16_t *weights; // [experts, n, k] bf16
+  const uint16_t *weights; // [experts, n, k] bf16 (the gate's, when gated)
   uint16_t *out;           // [rows, n] bf16
   const GroupedGemmTile *tiles;
   const int32_t *tileCount; // on the device: the tiles in use
   int64_t n, k;
   // The extents of in and weights (tensor-map loads need them; tiles never exceed them).
   int64_t rows = 0, experts = 0;
+  const uint16_t *up = nullptr; // [experts, n, k] bf16: the gated form
 };
 
-// Token rows of a tile (an expert with more is split into equal tiles), and output
-// features of a CTA (n must be a multiple), and K's granularity.
+// Token rows of a tile (an expert with more is split into equal tiles), and weight rows
+// of a CTA: its output features, or half of them in the gated form (the gate's and the
+// up's rows of the same features; n a multiple either way), and K's granularity.
 constexpr int kGroupedGemmMaxTileTokens = 160;
 constexpr int kGroupedGemmFeatureTile = 256;
 constexpr int kGroupedGemmKBlock = 64;
+
+// A CTA's output features.
+constexpr int groupedGemmCtaFeatures(bool gated) {
+  return gated ? kGroupedGemmFeatureTile / 2 : kGroupedGemmFeatureTile;
+}
 
 // The tiles `pairs` (token, expert) pairs over `experts` experts can need.
 inline int64_t groupedGemmTileBound(int64_t pairs, int64_t experts) {
@@ -55,7 +65,7 @@ inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts,
 bool groupedGemmDeviceReady(bool mayProbe);
 
 // Launches one persistent CTA per SM (at most `tileBound` x the feature tiles). n a
-// multiple of kGroupedGemmFeatureTile, k of kGroupedGemmKBlock; pointers 16-byte aligned;
+// multiple of groupedGemmCtaFeatures, k of kGroupedGemmKBlock; pointers 16-byte aligned;
 // args.rows and args.experts the extents of in and weights.
 cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cudaStream_t stream);
 

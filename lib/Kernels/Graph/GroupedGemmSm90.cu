@@ -79,14 +79,18 @@ cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cu
     e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess)
     return e;
-  grouped::GroupedGemmMaps maps;
+  grouped::GroupedGemmMaps maps{};
   using kernels::sm90::encodeBf16SwizzledMap;
+  const bool gated = args.up != nullptr;
+  const uint32_t weightBox = gated ? grouped::kFeatureTile / 2 : grouped::kFeatureTile;
   if ((e = encodeBf16SwizzledMap(&maps.weights, args.weights, args.experts * args.n, args.k,
-                                 grouped::kFeatureTile)) != cudaSuccess ||
+                                 weightBox)) != cudaSuccess ||
+      (gated && (e = encodeBf16SwizzledMap(&maps.up, args.up, args.experts * args.n, args.k,
+                                           weightBox)) != cudaSuccess) ||
       (e = encodeBf16SwizzledMap(&maps.tokens, args.in, args.rows, args.k, grouped::kTokenBox)) !=
           cudaSuccess)
     return e;
-  const int64_t work = tileBound * (args.n / grouped::kFeatureTile);
+  const int64_t work = tileBound * (args.n / groupedGemmCtaFeatures(gated));
   const unsigned ctas = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(sms, work)));
   groupedGemmSm90Kernel<<<ctas, grouped::kTmaThreads, grouped::kTmaSharedBytes, stream>>>(args,
                                                                                         maps);

@@ -34,6 +34,7 @@
 #include "../Common/Wgmma.cuh"
 #include "../Common/Tma.cuh"
 #include "GroupedGemm.h"
+#include "Swiglu.cuh"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -143,6 +144,35 @@ __device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const Groupe
   }
 }
 
+// The gated form's epilogue: the gate's and the up's accumulators of the same 64
+// features (fragments as storeTile's), each rounded to bf16, through SwiGLU into out.
+// `feature`: the tile's first output feature.
+template <int Tokens>
+__device__ __forceinline__ void storeGatedTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
+                                               const float (&gate)[Tokens / 2],
+                                               const float (&up)[Tokens / 2], int64_t feature) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + feature + warp * 16 + (lane >> 2);
+#pragma unroll
+  for (int i = 0; i < Tokens / 8; ++i) {
+    const int token = 8 * i + 2 * (lane & 3);
+    if (token >= t.rows)
+      break;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int tk = token + (r & 1);
+      if (tk < t.rows) {
+        const float g = __bfloat162float(__float2bfloat16_rn(gate[4 * i + r]));
+        const float u = __bfloat162float(__float2bfloat16_rn(up[4 * i + r]));
+        const __nv_bfloat16 v = __float2bfloat16_rn(swigluOfBf16(g, u));
+        uint16_t bits;
+        __builtin_memcpy(&bits, &v, 2);
+        out[static_cast<int64_t>(tk) * a.n + (r >> 1) * 8] = bits;
+      }
+    }
+  }
+}
+
 // What a persistent CTA, `cta` of `ctas`, works on: tiles cta, cta + ctas, ... of the
 // (token tile, feature tile) grid, feature tiles fastest, so the CTAs running at one time
 // share token tiles (their rows stay in L2) and each weight row is read once; as items,
@@ -157,7 +187,8 @@ struct CtaWork {
   int64_t items; // 0: a CTA past the tiles in use
 
   __device__ __forceinline__ CtaWork(const GroupedGemmArgs &args, char *shared, int cta, int ctas)
-      : a(args), cta(cta), ctas(ctas), featureTiles(static_cast<int>(args.n / kFeatureTile)),
+      : a(args), cta(cta), ctas(ctas),
+        featureTiles(static_cast<int>(args.n / (args.up ? kFeatureTile / 2 : kFeatureTile))),
         kBlocks(static_cast<int>(args.k / kernels::sm90::kKBlock)) {
     using kernels::sm90::kSwizzleAtomBytes;
     const uint32_t raw = kernels::sm90::smemAddress(shared);
@@ -221,7 +252,12 @@ __device__ __forceinline__ void runTile(const Ring &p, int64_t first, const Grou
 #pragma unroll
     for (int i = 0; i < Tokens / 2; ++i)
       acc[m][i] = 0.0f;
-  const int firstFeature = wg * 64 * kWarpgroupTiles; // within the CTA's features
+  // The weight rows of the warpgroup's tile m in the stage: 64 a tile, consecutive; in the
+  // gated form tile 0 the gate's and tile 1 the up's rows of the same 64 features (the
+  // stage holds the CTA's gate rows, then its up rows).
+  const bool gated = p.a.up != nullptr;
+  const int firstFeature = wg * 64 * (gated ? 1 : kWarpgroupTiles); // within the CTA's
+  const int tileStride = gated ? kFeatureTile / 2 : 64;
   for (int kb = 0; kb < p.kBlocks; ++kb) {
     const uint32_t stage = p.acquire(first + kb);
     const uint32_t a = stage + firstFeature * kRowBytes, b = stage + kStageA;
@@ -230,7 +266,7 @@ __device__ __forceinline__ void runTile(const Ring &p, int64_t first, const Grou
     for (int s = 0; s < kKBlock / kWgmmaK; ++s)
 #pragma unroll
       for (int m = 0; m < kWarpgroupTiles; ++m)
-        wgmmaBf16<Tokens>(acc[m], swizzledDescriptor(a + m * 64 * kRowBytes, s),
+        wgmmaBf16<Tokens>(acc[m], swizzledDescriptor(a + m * tileStride * kRowBytes, s),
                           swizzledDescriptor(b, s), kb > 0 || s > 0);
     wgmmaCommit();
     wgmmaWait<kWgmmaInFlight>();
@@ -241,10 +277,18 @@ __device__ __forceinline__ void runTile(const Ring &p, int64_t first, const Grou
   if (kWgmmaInFlight > 0)
     p.release(first + p.kBlocks - 1);
 #pragma unroll
-  for (int m = 0; m < kWarpgroupTiles; ++m) {
+  for (int m = 0; m < kWarpgroupTiles; ++m)
     pinAccumulators(acc[m]);
-    storeTile<Tokens>(p.a, t, featureTile, acc[m], firstFeature + m * 64);
+  if constexpr (kWarpgroupTiles == 2) {
+    if (gated) {
+      storeGatedTile<Tokens>(p.a, t, acc[0], acc[1],
+                             int64_t(featureTile) * (kFeatureTile / 2) + firstFeature);
+      return;
+    }
   }
+#pragma unroll
+  for (int m = 0; m < kWarpgroupTiles; ++m)
+    storeTile<Tokens>(p.a, t, featureTile, acc[m], firstFeature + m * 64);
 }
 
 // The tile with the narrowest instruction that covers its rows (Tokens, Tokens + 32, ...).
@@ -298,9 +342,10 @@ constexpr int kTmaSharedBytes = kSharedBytes + 2 * kStages * 8;
 constexpr int kTokenBox = kTokenStep;
 
 // The maps the host encodes per call (Common/TensorMap.h): weights as [experts x n, k] in
-// boxes of kFeatureTile rows, the input as [rows, k] in boxes of kTokenBox rows.
+// boxes of kFeatureTile rows (gated: the gate's and the up's in boxes of half that), the
+// input as [rows, k] in boxes of kTokenBox rows.
 struct GroupedGemmMaps {
-  kernels::sm90::TensorMap weights, tokens;
+  kernels::sm90::TensorMap weights, tokens, up;
 };
 
 struct TmaRing : CtaWork {
@@ -341,8 +386,14 @@ struct TmaRing : CtaWork {
       const uint32_t bar = full(item), stage = stageAddress(item);
       mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + tokens * kRowBytes));
       const int k0 = kBlock * kernels::sm90::kKBlock;
-      tmaLoad2d(stage, &maps.weights, k0,
-                static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
+      if (a.up) { // the gate's rows of the CTA's features, then the up's
+        const int32_t row = static_cast<int32_t>(t.expert * a.n + featureTile * (kFeatureTile / 2));
+        tmaLoad2d(stage, &maps.weights, k0, row, bar);
+        tmaLoad2d(stage + (kFeatureTile / 2) * kRowBytes, &maps.up, k0, row, bar);
+      } else {
+        tmaLoad2d(stage, &maps.weights, k0,
+                  static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
+      }
       for (int r = 0; r < tokens; r += kTokenBox)
         tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
     }

@@ -117,12 +117,14 @@ bool useOwnGroupedGemm(const kiln_moe_params_t &p, int64_t pairs, cudaStream_t s
   return groupedGemmDeviceReady(!capturing);
 }
 
-// One of the layer's three GEMMs over the expert-sorted rows: out = in . W_e^T.
+// One of the layer's GEMMs over the expert-sorted rows: out = in . W_e^T, or with `up`
+// (the own grouped GEMM's gated form) out = SwiGLU(in . W_e^T, in . U_e^T).
 struct ExpertGemm {
   const uint16_t *in, *weights;
   uint16_t *out;
   int64_t n, k;
   int64_t first; // the cuBLASLt path's first entry in the pointer arrays
+  const uint16_t *up = nullptr;
 };
 
 // `rows`: the expert-sorted rows in and out hold.
@@ -130,7 +132,7 @@ kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
                             const ExpertGemm &g, int tileRows, int64_t tileBound, int64_t rows) {
   if (layout.gemmTiles) {
     const GroupedGemmArgs args{g.in, g.weights, g.out, layout.gemmTiles, layout.gemmTileCount,
-                               g.n,  g.k,       rows,  p.experts};
+                               g.n,  g.k,       rows,  p.experts,       g.up};
     const cudaError_t e = launchGroupedGemm(args, tileBound, static_cast<cudaStream_t>(p.stream));
     return e == cudaSuccess ? ok()
                             : fail(KILN_ERROR_CUDA, "kiln_moe: grouped GEMM launch failed: %s",
@@ -139,6 +141,16 @@ kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
   return kiln_gemm_bf16_batched(p.gemm, layout.wPtrs + g.first, layout.xPtrs + g.first,
                                 layout.outPtrs + g.first, layout.entries, tileRows, g.n, g.k,
                                 p.gemm_workspace, p.gemm_workspace_bytes, p.stream);
+}
+
+// The weighted sum of each token's expert rows into out.
+kiln_status_t combine(const MoeLayout &layout, const kiln_moe_params_t *p) {
+  const cudaError_t e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,
+                                         (p->flags & KILN_MOE_F32_COMBINE) != 0,
+                                         static_cast<cudaStream_t>(p->stream));
+  return e == cudaSuccess
+             ? ok()
+             : fail(KILN_ERROR_CUDA, "kiln_moe: combine launch failed: %s", cudaGetErrorString(e));
 }
 
 } // namespace
@@ -256,6 +268,19 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
       {layout.xRows, weight(p->gate), layout.gateRows, p->inter, p->hidden, 0},
       {layout.xRows, weight(p->up), layout.upRows, p->inter, p->hidden, layout.entries},
       {layout.gateRows, weight(p->down), layout.yRows, p->hidden, p->inter, 2 * layout.entries}};
+  if (ownGemm && p->gate) {
+    // The own GEMM's gated form: gate, up and SwiGLU in one pass over the weights, the
+    // activation straight into the gate rows (bitwise what the three steps give).
+    ExpertGemm gateUp = gemms[0];
+    gateUp.up = weight(p->up);
+    if (kiln_status_t s = runExpertGemm(*p, layout, gateUp, tileRows, tileBound, rows);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[2], tileRows, tileBound, rows);
+        s != KILN_OK)
+      return s;
+    return combine(layout, p);
+  }
   // Plain experts skip the gate GEMM; their activation goes where SwiGLU's would.
   for (int g = p->gate ? 0 : 1; g < 3; ++g) {
     if (g == 2)
@@ -270,9 +295,5 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
         s != KILN_OK)
       return s;
   }
-  e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,
-                       (p->flags & KILN_MOE_F32_COMBINE) != 0, stream);
-  if (e != cudaSuccess)
-    return fail(KILN_ERROR_CUDA, "kiln_moe: combine launch failed: %s", cudaGetErrorString(e));
-  return ok();
+  return combine(layout, p);
 }

@@ -59,11 +59,12 @@ inline float fromBf16(uint16_t b) {
   return v;
 }
 
-// Random inputs of a case: in [rows, k], weights [experts, n, k].
+// Random inputs of a case: in [rows, k], weights [experts, n, k], and for the gated form
+// the up weights [experts, n, k].
 struct Data {
-  std::vector<uint16_t> in, weights;
+  std::vector<uint16_t> in, weights, up;
 };
-inline Data randomData(const Case &c, uint32_t seed) {
+inline Data randomData(const Case &c, uint32_t seed, bool gated = false) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Data d;
@@ -73,10 +74,40 @@ inline Data randomData(const Case &c, uint32_t seed) {
     v = toBf16(u(rng));
   for (auto &v : d.weights)
     v = toBf16(u(rng) / std::sqrt(static_cast<float>(c.k)));
+  if (gated) {
+    d.up.resize(d.weights.size());
+    for (auto &v : d.up)
+      v = toBf16(u(rng) / std::sqrt(static_cast<float>(c.k)));
+  }
   return d;
 }
 
+// in[row] . w[expert, f] exactly, and the sum of the products' magnitudes.
+inline double exactDot(const Case &c, const Data &d, const std::vector<uint16_t> &w,
+                       int64_t row, int expert, int64_t f, double &magnitude) {
+  double sum = 0.0;
+  magnitude = 0.0;
+  for (int64_t i = 0; i < c.k; ++i) {
+    const double p = double(fromBf16(d.in[row * c.k + i])) *
+                     double(fromBf16(w[(expert * c.n + f) * c.k + i]));
+    sum += p;
+    magnitude += std::fabs(p);
+  }
+  return sum;
+}
+
 constexpr uint16_t kPoison = 0xFFFF; // a bf16 NaN: rows no tile covers must keep it
+
+// Every element of a row no tile covers is still poison.
+inline std::string untouchedRows(const Case &c, const std::vector<char> &covered,
+                                 const std::vector<uint16_t> &out) {
+  for (int64_t row = 0; row < c.rows(); ++row)
+    if (!covered[row])
+      for (int64_t f = 0; f < c.n; ++f)
+        if (out[row * c.n + f] != kPoison)
+          return c.name + ": row " + std::to_string(row) + " is in no tile but was written";
+  return "";
+}
 
 // Checks `out` ([rows, n], poisoned before the call) against the exact products: each
 // covered element within one bf16 rounding of the fp32 sum (plus the sum's own fp32
@@ -89,13 +120,8 @@ inline std::string check(const Case &c, const Data &d, const std::vector<uint16_
       const int64_t row = t.first + r;
       covered[row] = 1;
       for (int64_t f = 0; f < c.n; ++f) {
-        double sum = 0.0, magnitude = 0.0;
-        for (int64_t i = 0; i < c.k; ++i) {
-          const double p = double(fromBf16(d.in[row * c.k + i])) *
-                           double(fromBf16(d.weights[(t.expert * c.n + f) * c.k + i]));
-          sum += p;
-          magnitude += std::fabs(p);
-        }
+        double magnitude = 0.0;
+        const double sum = exactDot(c, d, d.weights, row, t.expert, f, magnitude);
         const double got = fromBf16(out[row * c.n + f]);
         const double tolerance = std::ldexp(std::fabs(sum), -8) + magnitude * 1e-6 + 1e-30;
         if (!(std::fabs(got - sum) <= tolerance))
@@ -104,12 +130,37 @@ inline std::string check(const Case &c, const Data &d, const std::vector<uint16_
                  std::to_string(sum);
       }
     }
-  for (int64_t row = 0; row < c.rows(); ++row)
-    if (!covered[row])
-      for (int64_t f = 0; f < c.n; ++f)
-        if (out[row * c.n + f] != kPoison)
-          return c.name + ": row " + std::to_string(row) + " is in no tile but was written";
-  return "";
+  return untouchedRows(c, covered, out);
+}
+
+// The gated form: each covered element is SwiGLU of the two exact products (each rounded
+// to bf16 as the kernel's fp32 sums are: within one bf16 rounding plus the sums' own
+// error, so the result within a few bf16 ulps), every other element still poison.
+inline std::string checkGated(const Case &c, const Data &d, const std::vector<uint16_t> &out) {
+  std::vector<char> covered(static_cast<size_t>(c.rows()), 0);
+  for (const auto &t : c.tiles)
+    for (int r = 0; r < t.rows; ++r) {
+      const int64_t row = t.first + r;
+      covered[row] = 1;
+      for (int64_t f = 0; f < c.n; ++f) {
+        double gateMagnitude = 0.0, upMagnitude = 0.0;
+        const double gate = fromBf16(toBf16(static_cast<float>(
+            exactDot(c, d, d.weights, row, t.expert, f, gateMagnitude))));
+        const double up = fromBf16(
+            toBf16(static_cast<float>(exactDot(c, d, d.up, row, t.expert, f, upMagnitude))));
+        const double want = gate / (1.0 + std::exp(-gate)) * up;
+        const double got = fromBf16(out[row * c.n + f]);
+        // A gate or up one bf16 step off moves silu(gate) x up by about that step's share.
+        const double tolerance = std::ldexp(std::fabs(want), -5) +
+                                 std::ldexp(std::fabs(up) + std::fabs(gate), -8) +
+                                 (gateMagnitude + upMagnitude) * 1e-6 + 1e-30;
+        if (!(std::fabs(got - want) <= tolerance))
+          return c.name + " (gated): row " + std::to_string(row) + " feature " +
+                 std::to_string(f) + " of expert " + std::to_string(t.expert) + ": " +
+                 std::to_string(got) + " vs " + std::to_string(want);
+      }
+    }
+  return untouchedRows(c, covered, out);
 }
 
 } // namespace kiln::test::grouped

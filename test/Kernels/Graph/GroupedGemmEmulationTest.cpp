@@ -25,10 +25,12 @@ namespace grouped_gemm = kiln::graph::grouped;
 
 // The maps launchGroupedGemm encodes, for the emulator.
 grouped_gemm::GroupedGemmMaps mapsFor(const kiln::graph::GroupedGemmArgs &a) {
-  return {
-      {a.weights, static_cast<uint64_t>(a.experts * a.n), static_cast<uint64_t>(a.k),
-       grouped_gemm::kFeatureTile},
-      {a.in, static_cast<uint64_t>(a.rows), static_cast<uint64_t>(a.k), grouped_gemm::kTokenBox}};
+  const auto weightRows = static_cast<uint64_t>(a.experts * a.n);
+  const uint32_t box = a.up ? grouped_gemm::kFeatureTile / 2 : grouped_gemm::kFeatureTile;
+  return {{a.weights, weightRows, static_cast<uint64_t>(a.k), box},
+          {a.in, static_cast<uint64_t>(a.rows), static_cast<uint64_t>(a.k),
+           grouped_gemm::kTokenBox},
+          {a.up, weightRows, static_cast<uint64_t>(a.k), box}};
 }
 
 // Runs blocks [first, last) of `ctas` through the TMA ring.
@@ -56,6 +58,24 @@ TEST(GroupedGemmEmulation, MatchesExactProductsOnEveryTile) {
       ASSERT_TRUE(runBlocks(cta, args, 0, c.ctas, c.ctas)) << cta.error();
       EXPECT_EQ(grouped::check(c, d, out), "");
     }
+  }
+}
+
+// The gated form (an MoE layer's gate and up GEMMs with SwiGLU in the epilogue): the
+// gate's and the up's rows of the same features side by side in a stage, paired in the
+// epilogue; a pairing or a row offset off by a tile gives values far off SwiGLU.
+TEST(GroupedGemmEmulation, GatedMatchesSwigluOfExactProducts) {
+  for (const grouped::Case &c : grouped::cases()) {
+    SCOPED_TRACE(c.name);
+    const grouped::Data d = grouped::randomData(c, 12, true);
+    std::vector<uint16_t> out(static_cast<size_t>(c.rows() * c.n), grouped::kPoison);
+    const int32_t tileCount = static_cast<int32_t>(c.tiles.size());
+    const kiln::graph::GroupedGemmArgs args{
+        d.in.data(), d.weights.data(), out.data(), c.tiles.data(), &tileCount,
+        c.n,         c.k,              c.rows(),   c.experts,      d.up.data()};
+    CtaEmulator cta(grouped_gemm::kTmaThreads, grouped_gemm::kTmaSharedBytes, 7);
+    ASSERT_TRUE(runBlocks(cta, args, 0, c.ctas, c.ctas)) << cta.error();
+    EXPECT_EQ(grouped::checkGated(c, d, out), "");
   }
 }
 

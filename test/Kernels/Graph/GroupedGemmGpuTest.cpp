@@ -5,6 +5,7 @@
 // image); elsewhere the MoE layer keeps cuBLASLt and the test says so.
 #include "GpuTest.h"
 #include "GroupedGemmCases.h"
+#include "kiln/Kernels/Graph.h"
 
 #include <gtest/gtest.h>
 
@@ -55,6 +56,59 @@ TEST(GroupedGemmGpu, MatchesExactProductsOnEveryTile) {
     EXPECT_TRUE(again == got) << "a second launch gave other bits";
     for (void *p : {static_cast<void *>(in), static_cast<void *>(weights), static_cast<void *>(out),
                     static_cast<void *>(tiles), static_cast<void *>(count)})
+      cudaFree(p);
+  }
+}
+
+// The gated form (gate, up and SwiGLU in one pass) against the exact products, and
+// bitwise against what kiln_moe ran before it: the two plain GEMMs, then the elementwise
+// SwiGLU.
+TEST(GroupedGemmGpu, GatedEqualsTwoGemmsThenSwiglu) {
+  KILN_REQUIRE_GPU();
+  if (!kiln::graph::groupedGemmDeviceReady(true))
+    GTEST_SKIP() << "not an sm_90a device: the grouped GEMM does not run here";
+  for (const grouped::Case &c : grouped::cases()) {
+    SCOPED_TRACE(c.name);
+    const grouped::Data d = grouped::randomData(c, 12, true);
+    const size_t outElems = static_cast<size_t>(c.rows() * c.n);
+    const std::vector<uint16_t> poison(outElems, grouped::kPoison);
+    uint16_t *in = deviceCopy(d.in), *gate = deviceCopy(d.weights), *up = deviceCopy(d.up);
+    uint16_t *fused = deviceCopy(poison), *gateOut = deviceCopy(poison), *upOut = deviceCopy(poison);
+    auto *tiles = deviceCopy(c.tiles);
+    int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(c.tiles.size())});
+    const int64_t bound = static_cast<int64_t>(c.tiles.size()) + 5;
+    const kiln::graph::GroupedGemmArgs gated{in,  gate, fused,    tiles,     count,
+                                             c.n, c.k,  c.rows(), c.experts, up};
+    kiln::graph::GroupedGemmArgs plain = gated;
+    plain.up = nullptr;
+    plain.out = gateOut;
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(gated, bound, nullptr), cudaSuccess);
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(plain, bound, nullptr), cudaSuccess);
+    plain.weights = up;
+    plain.out = upOut;
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(plain, bound, nullptr), cudaSuccess);
+    // SwiGLU over the rows the tiles cover (the others hold poison in both).
+    ASSERT_EQ(kiln_swiglu_bf16(gateOut, upOut, gateOut, static_cast<int64_t>(outElems), nullptr),
+              KILN_OK);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> got(outElems), want(outElems);
+    ASSERT_EQ(cudaMemcpy(got.data(), fused, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(want.data(), gateOut, outElems * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(grouped::checkGated(c, d, got), "");
+    std::vector<char> covered(static_cast<size_t>(c.rows()), 0);
+    for (const auto &t : c.tiles)
+      for (int r = 0; r < t.rows; ++r)
+        covered[t.first + r] = 1;
+    for (size_t i = 0; i < outElems; ++i) {
+      if (covered[i / c.n]) {
+        ASSERT_EQ(got[i], want[i]) << "element " << i << ": the fused SwiGLU rounds otherwise";
+      }
+    }
+    for (void *p : {static_cast<void *>(in), static_cast<void *>(gate), static_cast<void *>(up),
+                    static_cast<void *>(fused), static_cast<void *>(gateOut),
+                    static_cast<void *>(upOut), static_cast<void *>(tiles),
+                    static_cast<void *>(count)})
       cudaFree(p);
   }
 }
