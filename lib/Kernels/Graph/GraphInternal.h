@@ -75,6 +75,9 @@ struct MoeLayout {
   // cuBLASLt entries instead.
   GroupedGemmTile *gemmTiles;
   int32_t *gemmTileCount;
+  // With the own grouped GEMM: each sorted row's token (the GEMM gathers x's rows; xRows
+  // is not written), or null.
+  int32_t *rowTokens;
 };
 constexpr int kMoeNormalizeTopK = KILN_MOE_NORMALIZE_TOP_K;
 constexpr int kMoeRoundWeights = KILN_MOE_ROUND_WEIGHTS;
@@ -93,8 +96,8 @@ struct MoeRouting {
 // Logits are fp32 when routing.flags has KILN_MOE_F32_LOGITS, else bf16.
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,
                            const MoeRouting &routing, bool pairEntries, cudaStream_t stream);
-// Grouped mode: the expert table and tile entries (tileRows M), each pair's sorted row
-// and the gathered inputs.
+// Grouped mode: the expert table and tile entries (tileRows M), each pair's sorted row,
+// and the gathered inputs (xRows), or with layout.rowTokens each sorted row's token.
 cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
                            int tileRows, cudaStream_t stream);
 cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,

@@ -753,8 +753,8 @@ inline int moePlanChunks(int experts) {
 // offset plus the pairs of e in the chunks before), and the warp walks its chunk 32 pairs
 // at a time, ranking the lanes that share an expert (match_any) and advancing the
 // expert's row past them.
-__device__ void rankPairs(const MoeLayout &layout, int64_t pairs, int experts, int chunks,
-                          int *chunkRows) {
+__device__ void rankPairs(const MoeLayout &layout, int64_t pairs, int experts, int topK,
+                          int chunks, int *chunkRows) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t per = (pairs + chunks - 1) / chunks;
   if (warp >= chunks)
@@ -766,8 +766,12 @@ __device__ void rankPairs(const MoeLayout &layout, int64_t pairs, int experts, i
     const int e = p < end ? layout.ids[p] : -1;
     const unsigned same = __match_any_sync(0xffffffffu, e);
     const int before = __popc(same & ((1u << lane) - 1u));
-    if (e >= 0)
-      layout.slots[p] = rows[e] + before;
+    if (e >= 0) {
+      const int slot = rows[e] + before;
+      layout.slots[p] = slot;
+      if (layout.rowTokens)
+        layout.rowTokens[slot] = static_cast<int32_t>(p / topK);
+    }
     __syncwarp();
     if (e >= 0 && lane == 31 - __clz(same)) // the last lane of its expert advances it
       rows[e] += __popc(same);
@@ -780,8 +784,8 @@ __device__ void rankPairs(const MoeLayout &layout, int64_t pairs, int experts, i
 // its tiles (tile bases, table[E+1..2E+1]), the own grouped GEMM's token tiles or the
 // GEMM entries of every tile (entries beyond the last tile repeat it: identical writes of
 // identical values), and each pair's sorted row.
-__global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int tileRows,
-                              int chunks) {
+__global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int topK,
+                              int tileRows, int chunks) {
   extern __shared__ int plan[];
   int *counts = plan, *offsets = plan + experts, *bases = offsets + experts + 1;
   int *chunkRows = bases + experts + 1; // [chunks][experts]
@@ -838,7 +842,7 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
     writeMoeEntry(layout, entry, lo, layout.xRows + row * layout.hidden, row);
   }
   __syncthreads();
-  rankPairs(layout, pairs, experts, chunks, chunkRows);
+  rankPairs(layout, pairs, experts, topK, chunks, chunkRows);
 }
 
 // Grouped mode: each pair's token row copied to its sorted row.
@@ -1138,9 +1142,11 @@ cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int
                            int tileRows, cudaStream_t stream) {
   const int chunks = moePlanChunks(experts);
   moePlanKernel<<<1, 1024, static_cast<size_t>(3 * experts + 2 + chunks * experts) * sizeof(int),
-                  stream>>>(layout, pairs, experts, tileRows, chunks);
-  const int64_t vectors = pairs * (layout.hidden / kVecElems);
-  moeGatherKernel<<<gridFor(vectors, 256), 256, 0, stream>>>(layout, pairs, topK);
+                  stream>>>(layout, pairs, experts, topK, tileRows, chunks);
+  if (!layout.rowTokens) { // else the own grouped GEMM gathers the rows itself
+    const int64_t vectors = pairs * (layout.hidden / kVecElems);
+    moeGatherKernel<<<gridFor(vectors, 256), 256, 0, stream>>>(layout, pairs, topK);
+  }
   return cudaGetLastError();
 }
 

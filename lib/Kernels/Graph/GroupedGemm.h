@@ -30,6 +30,9 @@ struct GroupedGemmArgs {
   // The extents of in and weights (tensor-map loads need them; tiles never exceed them).
   int64_t rows = 0, experts = 0;
   const uint16_t *up = nullptr; // [experts, n, k] bf16: the gated form
+  // Gathered input: row r of the expert-sorted order is in[rowTokens[r]] (in is then the
+  // layer's [tokens, k] input and `rows` its tokens), so nobody writes the sorted copy.
+  const int32_t *rowTokens = nullptr;
 };
 
 // Token rows of a tile (an expert with more is split into equal tiles), and weight rows

@@ -328,10 +328,14 @@ __device__ __forceinline__ void groupedGemmCta(const GroupedGemmArgs &a, char *s
 // consume, and the stages hand over through mbarriers instead of a CTA barrier a K block.
 // One producer thread issues each item as tensor-map loads (Common/Tma.cuh): the
 // weights' kFeatureTile x 64 box in one instruction, the tokens in boxes of kTokenBox
-// rows (a box past the input's last row reads zeros). full[s] completes when the item's
-// bytes have landed; empty[s] when both consumer warpgroups' wgmmas are done reading it.
+// rows (a box past the input's last row reads zeros). With gathered input (rowTokens)
+// the producer warpgroup's 128 threads copy the token rows with cp.async instead (TMA
+// has no row gather on sm_90) and hand them to the barrier. full[s] completes when the
+// item's bytes (and copies) have landed; empty[s] when both consumer warpgroups' wgmmas
+// are done reading it.
 using kernels::sm90::mbarrierArrive;
 using kernels::sm90::mbarrierArriveExpectTx;
+using kernels::sm90::mbarrierArriveOnCopies;
 using kernels::sm90::mbarrierInit;
 using kernels::sm90::mbarrierWait;
 using kernels::sm90::tmaLoad2d;
@@ -363,14 +367,27 @@ struct TmaRing : CtaWork {
   }
   __device__ __forceinline__ uint32_t acquire(int64_t item) const {
     mbarrierWait(full(item), static_cast<uint32_t>(item / kStages) & 1);
+    // Gathered token rows came by cp.async (the generic proxy); wgmma reads through the
+    // async proxy.
+    if (a.rowTokens)
+      kernels::sm90::fenceProxyAsyncShared();
     return stageAddress(item);
   }
   __device__ __forceinline__ void release(int64_t item) const {
     if (threadIdx.x % kernels::sm90::kWarpgroupThreads == 0)
       mbarrierArrive(empty(item));
   }
-  // The producer thread: every item, once the consumers have released its stage.
-  __device__ __forceinline__ void produce() const {
+  // The arrivals full[s] expects a phase: the TMA issuer's, and with gathered input every
+  // producer thread's hand-over of its copies.
+  __device__ __forceinline__ static unsigned fullArrivals(const GroupedGemmArgs &a) {
+    return a.rowTokens ? 1 + kProducerThreads : 1;
+  }
+  // The producer warpgroup's `thread`: every item, once the consumers have released its
+  // stage. Thread 0 issues the TMA loads; with gathered input all copy the token rows.
+  __device__ __forceinline__ void produce(int thread) const {
+    const bool gather = a.rowTokens != nullptr;
+    if (!gather && thread != 0)
+      return;
     GroupedGemmTile t{};
     int featureTile = 0, tokens = 0;
     for (int64_t item = 0; item < items; ++item) {
@@ -384,8 +401,14 @@ struct TmaRing : CtaWork {
       if (item >= kStages)
         mbarrierWait(empty(item), static_cast<uint32_t>(item / kStages - 1) & 1);
       const uint32_t bar = full(item), stage = stageAddress(item);
-      mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + tokens * kRowBytes));
       const int k0 = kBlock * kernels::sm90::kKBlock;
+      if (gather) {
+        gatherTokens(t, tokens, k0, this->stage(item) + kStageA, thread);
+        mbarrierArriveOnCopies(bar);
+        if (thread != 0)
+          continue;
+      }
+      mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + (gather ? 0 : tokens) * kRowBytes));
       if (a.up) { // the gate's rows of the CTA's features, then the up's
         const int32_t row = static_cast<int32_t>(t.expert * a.n + featureTile * (kFeatureTile / 2));
         tmaLoad2d(stage, &maps.weights, k0, row, bar);
@@ -394,8 +417,25 @@ struct TmaRing : CtaWork {
         tmaLoad2d(stage, &maps.weights, k0,
                   static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
       }
-      for (int r = 0; r < tokens; r += kTokenBox)
-        tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
+      if (!gather)
+        for (int r = 0; r < tokens; r += kTokenBox)
+          tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
+    }
+    if (gather)
+      kernels::sm90::cpAsyncWaitAll(); // no copy outlives its thread
+  }
+  // The tile's token rows of K block k0 (in[rowTokens[first + r]]), 16 bytes a copy, into
+  // the swizzled stage; rows past the tile up to `tokens` are zero-filled.
+  __device__ __forceinline__ void gatherTokens(const GroupedGemmTile &t, int tokens, int k0,
+                                               char *stageB, int thread) const {
+    using kernels::sm90::swizzledOffset;
+    for (int c = thread; c < tokens * 8; c += kProducerThreads) {
+      const int row = c >> 3, chunk = c & 7;
+      const bool valid = row < t.rows;
+      const uint16_t *src =
+          valid ? a.in + static_cast<int64_t>(a.rowTokens[t.first + row]) * a.k + k0 + chunk * 8
+                : a.in;
+      cpAsync16(stageB + swizzledOffset(row, chunk), src, valid);
     }
   }
 };
@@ -409,14 +449,13 @@ __device__ __forceinline__ void groupedGemmCtaTma(const GroupedGemmArgs &a,
     return;
   if (threadIdx.x == 0)
     for (int s = 0; s < kStages; ++s) {
-      mbarrierInit(p.full(s), 1);
+      mbarrierInit(p.full(s), TmaRing::fullArrivals(a));
       mbarrierInit(p.empty(s), 2);
     }
   __syncthreads();
   if (threadIdx.x >= kThreads) {
     kernels::sm90::shrinkRegisters<40>();
-    if (threadIdx.x == kThreads)
-      p.produce();
+    p.produce(threadIdx.x - kThreads);
     return;
   }
   kernels::sm90::growRegisters<232>();

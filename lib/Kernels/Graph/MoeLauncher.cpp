@@ -131,8 +131,20 @@ struct ExpertGemm {
 kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
                             const ExpertGemm &g, int tileRows, int64_t tileBound, int64_t rows) {
   if (layout.gemmTiles) {
-    const GroupedGemmArgs args{g.in, g.weights, g.out, layout.gemmTiles, layout.gemmTileCount,
-                               g.n,  g.k,       rows,  p.experts,       g.up};
+    // The first GEMM reads x through the rows' tokens (x has `tokens` rows); the down
+    // GEMM its sorted activation rows.
+    const bool gather = g.in == layout.xRows && layout.rowTokens;
+    const GroupedGemmArgs args{gather ? layout.x : g.in,
+                               g.weights,
+                               g.out,
+                               layout.gemmTiles,
+                               layout.gemmTileCount,
+                               g.n,
+                               g.k,
+                               gather ? p.tokens : rows,
+                               p.experts,
+                               g.up,
+                               gather ? layout.rowTokens : nullptr};
     const cudaError_t e = launchGroupedGemm(args, tileBound, static_cast<cudaStream_t>(p.stream));
     return e == cudaSuccess ? ok()
                             : fail(KILN_ERROR_CUDA, "kiln_moe: grouped GEMM launch failed: %s",
@@ -242,6 +254,9 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
     layout.gemmTileCount = reinterpret_cast<int32_t *>(layout.gemmTiles + tileBound);
   }
   layout.xRows = reinterpret_cast<uint16_t *>(carve(5));
+  // The own grouped GEMM gathers x's rows itself: the x rows section holds each sorted
+  // row's token instead (4 of its 2 x hidden bytes a pair).
+  layout.rowTokens = ownGemm ? reinterpret_cast<int32_t *>(layout.xRows) : nullptr;
   layout.gateRows = reinterpret_cast<uint16_t *>(carve(6));
   layout.upRows = reinterpret_cast<uint16_t *>(carve(7));
   layout.yRows = reinterpret_cast<uint16_t *>(carve(8));

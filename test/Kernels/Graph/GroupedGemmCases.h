@@ -9,6 +9,7 @@
 
 #include "GroupedGemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +81,30 @@ inline Data randomData(const Case &c, uint32_t seed, bool gated = false) {
       v = toBf16(u(rng) / std::sqrt(static_cast<float>(c.k)));
   }
   return d;
+}
+
+// A gathered input for a case (GroupedGemmArgs::rowTokens): `tokens` rows of which the
+// sorted row r is row rowTokens[r] (several rows may share a token, as a token's top-k
+// pairs do); `d.in` is rewritten to the gathered rows, so check() still applies.
+struct Gathered {
+  std::vector<uint16_t> x;
+  std::vector<int32_t> rowTokens;
+  int64_t tokens;
+};
+inline Gathered gatherInput(const Case &c, Data &d, uint32_t seed) {
+  Gathered g;
+  g.tokens = c.rows() / 2 + 5;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  g.x.resize(static_cast<size_t>(g.tokens * c.k));
+  for (auto &v : g.x)
+    v = toBf16(u(rng));
+  g.rowTokens.resize(static_cast<size_t>(c.rows()));
+  for (int64_t r = 0; r < c.rows(); ++r) {
+    g.rowTokens[r] = static_cast<int32_t>((r * 7 + 3) % g.tokens);
+    std::copy_n(g.x.begin() + g.rowTokens[r] * c.k, c.k, d.in.begin() + r * c.k);
+  }
+  return g;
 }
 
 // in[row] . w[expert, f] exactly, and the sum of the products' magnitudes.

@@ -79,6 +79,36 @@ TEST(GroupedGemmEmulation, GatedMatchesSwigluOfExactProducts) {
   }
 }
 
+// Gathered input (the MoE layer's first GEMM reads x's rows through each sorted row's
+// token, by cp.async from the producer warpgroup, the weights still by TMA), plain and
+// gated: a wrong row, chunk or swizzle, or a stage read before the copies are in, gives
+// wrong products.
+TEST(GroupedGemmEmulation, GatheredInputMatchesExactProducts) {
+  for (const bool gatedForm : {false, true}) {
+    for (const grouped::Case &c : grouped::cases()) {
+      SCOPED_TRACE(c.name + (gatedForm ? " gated" : " plain"));
+      grouped::Data d = grouped::randomData(c, 13, gatedForm);
+      const grouped::Gathered g = grouped::gatherInput(c, d, 14);
+      std::vector<uint16_t> out(static_cast<size_t>(c.rows() * c.n), grouped::kPoison);
+      const int32_t tileCount = static_cast<int32_t>(c.tiles.size());
+      const kiln::graph::GroupedGemmArgs args{g.x.data(),
+                                              d.weights.data(),
+                                              out.data(),
+                                              c.tiles.data(),
+                                              &tileCount,
+                                              c.n,
+                                              c.k,
+                                              g.tokens,
+                                              c.experts,
+                                              gatedForm ? d.up.data() : nullptr,
+                                              g.rowTokens.data()};
+      CtaEmulator cta(grouped_gemm::kTmaThreads, grouped_gemm::kTmaSharedBytes, 15);
+      ASSERT_TRUE(runBlocks(cta, args, 0, c.ctas, c.ctas)) << cta.error();
+      EXPECT_EQ(gatedForm ? grouped::checkGated(c, d, out) : grouped::check(c, d, out), "");
+    }
+  }
+}
+
 // A CTA past the last tile returns before touching anything (the launch's bound on the
 // tiles exceeds the tiles in use).
 TEST(GroupedGemmEmulation, CtasPastTheTilesDoNothing) {

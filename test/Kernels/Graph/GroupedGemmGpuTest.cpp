@@ -113,4 +113,45 @@ TEST(GroupedGemmGpu, GatedEqualsTwoGemmsThenSwiglu) {
   }
 }
 
+// Gathered input (x's rows through each sorted row's token, as kiln_moe's first GEMM
+// reads them), gated: bitwise what the same GEMM gives on the rows gathered beforehand.
+TEST(GroupedGemmGpu, GatheredEqualsPreGathered) {
+  KILN_REQUIRE_GPU();
+  if (!kiln::graph::groupedGemmDeviceReady(true))
+    GTEST_SKIP() << "not an sm_90a device: the grouped GEMM does not run here";
+  for (const grouped::Case &c : grouped::cases()) {
+    SCOPED_TRACE(c.name);
+    grouped::Data d = grouped::randomData(c, 13, true);
+    const grouped::Gathered g = grouped::gatherInput(c, d, 14);
+    const size_t outElems = static_cast<size_t>(c.rows() * c.n);
+    const std::vector<uint16_t> poison(outElems, grouped::kPoison);
+    uint16_t *x = deviceCopy(g.x), *rowsIn = deviceCopy(d.in);
+    uint16_t *gate = deviceCopy(d.weights), *up = deviceCopy(d.up);
+    uint16_t *gathered = deviceCopy(poison), *pre = deviceCopy(poison);
+    int32_t *rowTokens = deviceCopy(g.rowTokens);
+    auto *tiles = deviceCopy(c.tiles);
+    int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(c.tiles.size())});
+    const int64_t bound = static_cast<int64_t>(c.tiles.size()) + 5;
+    const kiln::graph::GroupedGemmArgs direct{x,   gate, gathered, tiles,     count,
+                                              c.n, c.k,  g.tokens, c.experts, up,
+                                              rowTokens};
+    const kiln::graph::GroupedGemmArgs sorted{rowsIn, gate, pre,      tiles,     count,
+                                              c.n,    c.k,  c.rows(), c.experts, up};
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(direct, bound, nullptr), cudaSuccess);
+    ASSERT_EQ(kiln::graph::launchGroupedGemm(sorted, bound, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> got(outElems), want(outElems);
+    ASSERT_EQ(cudaMemcpy(got.data(), gathered, outElems * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(want.data(), pre, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(grouped::checkGated(c, d, got), "");
+    EXPECT_TRUE(got == want) << "the gathered rows give other bits than the sorted copy";
+    for (void *p : {static_cast<void *>(x), static_cast<void *>(rowsIn), static_cast<void *>(gate),
+                    static_cast<void *>(up), static_cast<void *>(gathered),
+                    static_cast<void *>(pre), static_cast<void *>(rowTokens),
+                    static_cast<void *>(tiles), static_cast<void *>(count)})
+      cudaFree(p);
+  }
+}
+
 } // namespace
