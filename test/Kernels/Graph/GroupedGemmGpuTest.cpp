@@ -154,4 +154,49 @@ TEST(GroupedGemmGpu, GatheredEqualsPreGathered) {
   }
 }
 
+// Whether a token's output bits depend on the tile around it: the same rows computed as
+// one tile of 160 (instruction width 160), as tiles of 1..31 rows (width 32) and in
+// between. If they never do, decode and verify steps (whose batches differ) may take
+// the grouped GEMM with speculation staying lossless (docs/kernels-graph.md); kiln_moe
+// keeps the pairs mode for them until this has passed on the GPU.
+TEST(GroupedGemmGpu, RowBitsDoNotDependOnTheTile) {
+  KILN_REQUIRE_GPU();
+  if (!kiln::graph::groupedGemmDeviceReady(true))
+    GTEST_SKIP() << "not an sm_90a device: the grouped GEMM does not run here";
+  const int64_t n = 512, k = 1024, rows = 160;
+  grouped::Case whole{"whole", n, k, 1, {{0, 0, 160}}, 2, 0};
+  const grouped::Data d = grouped::randomData(whole, 21, true);
+  const std::vector<std::vector<kiln::graph::GroupedGemmTile>> splits = {
+      {{0, 0, 160}},
+      {{0, 0, 1}, {0, 1, 31}, {0, 32, 33}, {0, 65, 64}, {0, 129, 31}},
+      {{0, 0, 97}, {0, 97, 2}, {0, 99, 61}}};
+  uint16_t *in = deviceCopy(d.in), *gate = deviceCopy(d.weights), *up = deviceCopy(d.up);
+  for (const bool gatedForm : {false, true}) {
+    std::vector<uint16_t> first;
+    for (const auto &tiles : splits) {
+      const size_t outElems = static_cast<size_t>(rows * n);
+      uint16_t *out = deviceCopy(std::vector<uint16_t>(outElems, grouped::kPoison));
+      auto *dTiles = deviceCopy(tiles);
+      int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(tiles.size())});
+      const kiln::graph::GroupedGemmArgs args{in, gate, out,  dTiles, count,
+                                              n,  k,    rows, 1,      gatedForm ? up : nullptr};
+      ASSERT_EQ(kiln::graph::launchGroupedGemm(args, static_cast<int64_t>(tiles.size()), nullptr),
+                cudaSuccess);
+      std::vector<uint16_t> got(outElems);
+      ASSERT_EQ(cudaMemcpy(got.data(), out, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      if (first.empty())
+        first = got;
+      else
+        EXPECT_TRUE(got == first) << (gatedForm ? "gated" : "plain") << ", split into "
+                                  << tiles.size() << " tiles: other bits";
+      cudaFree(out);
+      cudaFree(dTiles);
+      cudaFree(count);
+    }
+  }
+  cudaFree(in);
+  cudaFree(gate);
+  cudaFree(up);
+}
+
 } // namespace
