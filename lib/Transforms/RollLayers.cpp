@@ -25,6 +25,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/CallInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/LoopInvariantCodeMotionUtils.h"
 
@@ -46,6 +47,19 @@ constexpr int kPrologue = -1;
 /// one before are two or three ops deep; a longer chain means values computed across
 /// layers, which copying would make quadratic.
 constexpr unsigned kMaxChainDepth = 16;
+
+/// Longest layer pattern rolled as one loop body: a hybrid's repeating group of layers
+/// (Nemotron-H's Mamba, MoE and attention layers) rolls as groups of up to this many
+/// layer segments.
+constexpr unsigned kMaxPeriod = 16;
+
+/// The run of layer segments to roll: `count` groups of `period` consecutive segments
+/// from segment `start`, every group equal to the first.
+struct Run {
+  unsigned start = 0, period = 1, count = 1;
+  unsigned end() const { return start + period * count; }
+  unsigned segments() const { return period * count; }
+};
 
 /// The first call of each layer (calls of one layer share its mark).
 SmallVector<Operation *> findAnchors(Block &block) {
@@ -76,13 +90,15 @@ public:
 
   /// Copies into every segment the pure ops it uses from outside it.
   LogicalResult localizeSegments();
-  /// Number of leading segments that match segment 0 (at least 1).
-  unsigned countMatchingSegments();
-  /// Copies into the ops after segment `rolled - 1` the pure values they take from the
-  /// rolled segments; fails when a rolled value that is not pure escapes its segment.
-  LogicalResult localizeAfter(unsigned rolled, std::string &why);
-  /// Replaces segments [0, rolled) with a loop; returns the table's column count.
-  FailureOr<unsigned> roll(unsigned rolled, ModuleOp module, StringRef tableName,
+  /// The longest run of equal groups of consecutive segments (groups of 1 to kMaxPeriod
+  /// segments, anywhere in the step; the shorter period on a tie), found by the
+  /// segments' op-name signatures and confirmed op by op; `count` 1 when none repeats.
+  Run findRun();
+  /// Copies into the ops after the run the pure values they take from it; fails when a
+  /// value of the run that is not pure escapes its group.
+  LogicalResult localizeAfter(const Run &run, std::string &why);
+  /// Replaces the run with a loop; returns the table's column count.
+  FailureOr<unsigned> roll(const Run &run, ModuleOp module, StringRef tableName,
                            std::string &why);
   /// Erases every copy made so far (they only duplicate existing values).
   void undo();
@@ -96,9 +112,14 @@ private:
   FailureOr<Value> localize(Value value, int target, Operation *before,
                             function_ref<bool(Operation *)> shouldCopy, unsigned depth);
   SmallVector<Operation *> opsOf(unsigned index) const;
+  /// The ops of segments [first, first + count).
+  SmallVector<Operation *> opsOf(unsigned first, unsigned count) const;
   bool sameShape(Operation *a, Operation *b, const DenseMap<Operation *, unsigned> &posA,
                  const DenseMap<Operation *, unsigned> &posB) const;
-  bool escapes(unsigned index) const;
+  /// Whether the groups of `period` segments from segments a and b match op by op.
+  bool sameGroups(unsigned a, unsigned b, unsigned period) const;
+  /// Whether a value of segments [first, first + count) is used outside them.
+  bool escapes(unsigned first, unsigned count) const;
 
   Block &block;
   SmallVector<Operation *> anchors;
@@ -131,6 +152,13 @@ SmallVector<Operation *> LayerRoller::opsOf(unsigned index) const {
     if (op == anchors[index + 1])
       return ops;
   }
+}
+
+SmallVector<Operation *> LayerRoller::opsOf(unsigned first, unsigned count) const {
+  SmallVector<Operation *> ops;
+  for (unsigned index = first; index < first + count; ++index)
+    llvm::append_range(ops, opsOf(index));
+  return ops;
 }
 
 /// `value` as seen from segment `target`: itself, or a copy placed before `before`
@@ -235,59 +263,112 @@ bool LayerRoller::sameShape(Operation *a, Operation *b,
   return true;
 }
 
-unsigned LayerRoller::countMatchingSegments() {
-  numberOps();
-  SmallVector<Operation *> first = opsOf(0);
-  DenseMap<Operation *, unsigned> posFirst;
+bool LayerRoller::sameGroups(unsigned a, unsigned b, unsigned period) const {
+  SmallVector<Operation *> first = opsOf(a, period), other = opsOf(b, period);
+  if (first.size() != other.size())
+    return false;
+  DenseMap<Operation *, unsigned> posFirst, posOther;
   for (auto [i, op] : llvm::enumerate(first))
     posFirst[op] = i;
-  unsigned matching = 1;
-  for (; matching < numSegments(anchors); ++matching) {
-    SmallVector<Operation *> ops = opsOf(matching);
-    if (ops.size() != first.size())
-      break;
-    DenseMap<Operation *, unsigned> pos;
-    for (auto [i, op] : llvm::enumerate(ops))
-      pos[op] = i;
-    bool same = llvm::all_of(llvm::seq<size_t>(0, ops.size()), [&](size_t i) {
-      return sameShape(first[i], ops[i], posFirst, pos);
-    });
-    if (!same)
-      break;
-  }
-  return matching;
+  for (auto [i, op] : llvm::enumerate(other))
+    posOther[op] = i;
+  return llvm::all_of(llvm::seq<size_t>(0, first.size()), [&](size_t i) {
+    return sameShape(first[i], other[i], posFirst, posOther);
+  });
 }
 
-/// Whether a value of segment `index` is used outside it.
-bool LayerRoller::escapes(unsigned index) const {
-  for (Operation *op : opsOf(index))
+/// What must be equal in equal segments, cheaply: each op's name and result types, and a
+/// call's callee (a hybrid's layers differ in the runtime calls they make).
+llvm::hash_code signatureOf(ArrayRef<Operation *> ops) {
+  llvm::hash_code h = llvm::hash_value(ops.size());
+  for (Operation *op : ops) {
+    h = llvm::hash_combine(h, op->getName().getAsOpaquePointer(),
+                           llvm::hash_combine_range(op->getResultTypes().begin(),
+                                                    op->getResultTypes().end()));
+    if (auto call = dyn_cast<CallOpInterface>(op))
+      if (auto callee = dyn_cast<SymbolRefAttr>(call.getCallableForCallee()))
+        h = llvm::hash_combine(h, callee.getAsOpaquePointer());
+  }
+  return h;
+}
+
+Run LayerRoller::findRun() {
+  numberOps();
+  const unsigned n = numSegments(anchors);
+  // Equal groups have equal signatures: the search over every period and start compares
+  // those, then each candidate run, longest first, is confirmed op by op (it ends at the
+  // first group that differs from its first) until no candidate left can be longer.
+  SmallVector<llvm::hash_code> signature;
+  for (unsigned index = 0; index < n; ++index)
+    signature.push_back(signatureOf(opsOf(index)));
+  auto sameSignatures = [&](unsigned a, unsigned b, unsigned period) {
+    return llvm::equal(ArrayRef(signature).slice(a, period), ArrayRef(signature).slice(b, period));
+  };
+  SmallVector<Run> candidates;
+  for (unsigned period = 1; period <= std::min(kMaxPeriod, n / 2); ++period)
+    for (unsigned start = 0; start + 2 * period <= n;) {
+      Run run{start, period, 1};
+      while (run.end() + period <= n && sameSignatures(start, run.end(), period))
+        ++run.count;
+      if (run.count > 1)
+        candidates.push_back(run);
+      start = run.count > 1 ? run.end() : start + 1;
+    }
+  // Longest first; on a tie the shorter period (a smaller loop body), then the earlier.
+  llvm::stable_sort(candidates, [](const Run &a, const Run &b) {
+    return a.segments() != b.segments() ? a.segments() > b.segments() : a.period < b.period;
+  });
+  Run best;
+  for (Run run : candidates) {
+    if (run.segments() <= best.segments())
+      break;
+    unsigned confirmed = 1;
+    while (confirmed < run.count &&
+           sameGroups(run.start, run.start + confirmed * run.period, run.period))
+      ++confirmed;
+    run.count = confirmed;
+    if (run.count > 1 && run.segments() > best.segments())
+      best = run;
+  }
+  return best;
+}
+
+bool LayerRoller::escapes(unsigned first, unsigned count) const {
+  auto inside = [&](Operation *user) {
+    int at = segmentOf(user);
+    return at >= static_cast<int>(first) && at < static_cast<int>(first + count);
+  };
+  for (Operation *op : opsOf(first, count))
     for (Operation *user : op->getUsers())
-      if (segmentOf(user) != static_cast<int>(index))
+      if (!inside(user))
         return true;
   return false;
 }
 
-LogicalResult LayerRoller::localizeAfter(unsigned rolled, std::string &why) {
+LogicalResult LayerRoller::localizeAfter(const Run &run, std::string &why) {
   int after = static_cast<int>(numSegments(anchors)) + 1; // a target of its own
-  auto inRolled = [&](Operation *def) {
+  auto inRun = [&](Operation *def) {
     int at = segmentOf(def);
-    return at >= 0 && at < static_cast<int>(rolled);
+    return at >= static_cast<int>(run.start) && at < static_cast<int>(run.end());
   };
-  for (Operation *op = anchors[rolled]->getNextNode(); op; op = op->getNextNode())
+  for (Operation *op = anchors[run.end()]->getNextNode(); op; op = op->getNextNode())
     for (OpOperand &operand : op->getOpOperands()) {
-      FailureOr<Value> local = localize(operand.get(), after, op, inRolled, 0);
+      FailureOr<Value> local = localize(operand.get(), after, op, inRun, 0);
       if (failed(local)) {
         why = "a chain of pure ops too long to copy leaves the rolled layers";
         return failure();
       }
       operand.set(*local);
     }
-  for (unsigned index = 0; index < rolled; ++index)
-    if (escapes(index)) {
-      why = "a value of layer segment " + std::to_string(index) +
+  for (unsigned group = 0; group < run.count; ++group) {
+    const unsigned first = run.start + group * run.period;
+    if (escapes(first, run.period)) {
+      why = "a value of layer segment " + std::to_string(first) +
+            (run.period > 1 ? " (a group of " + std::to_string(run.period) + ")" : "") +
             " that is not pure is used outside it";
       return failure();
     }
+  }
   return success();
 }
 
@@ -404,11 +485,12 @@ void loadRow(OpBuilder &builder, Location loc, LLVM::GlobalOp table, Value row,
   }
 }
 
-FailureOr<unsigned> LayerRoller::roll(unsigned rolled, ModuleOp module, StringRef tableName,
+FailureOr<unsigned> LayerRoller::roll(const Run &run, ModuleOp module, StringRef tableName,
                                       std::string &why) {
+  // One loop iteration a group; "segments" below are the groups.
   SmallVector<SmallVector<Operation *>> segments;
-  for (unsigned index = 0; index < rolled; ++index)
-    segments.push_back(opsOf(index));
+  for (unsigned group = 0; group < run.count; ++group)
+    segments.push_back(opsOf(run.start + group * run.period, run.period));
   FailureOr<SmallVector<Column>> columns = findColumns(segments);
   if (failed(columns)) {
     why = "a constant that differs between layers has no table form";
@@ -416,15 +498,15 @@ FailureOr<unsigned> LayerRoller::roll(unsigned rolled, ModuleOp module, StringRe
   }
 
   // The loop, where segment 0 was; its body is segment 0 with the columns loaded.
-  Location loc = anchors[1]->getLoc();
+  Location loc = anchors[run.start + 1]->getLoc();
   OpBuilder builder(segments[0].front());
   auto loop = scf::ForOp::create(builder, loc, arith::ConstantIndexOp::create(builder, loc, 0),
-                                 arith::ConstantIndexOp::create(builder, loc, rolled),
+                                 arith::ConstantIndexOp::create(builder, loc, run.count),
                                  arith::ConstantIndexOp::create(builder, loc, 1));
   builder.setInsertionPoint(loop.getBody()->getTerminator());
   IRMapping mapping;
   if (!columns->empty())
-    loadRow(builder, loc, buildTable(module, loc, tableName, *columns, rolled),
+    loadRow(builder, loc, buildTable(module, loc, tableName, *columns, run.count),
             loop.getInductionVar(), *columns, segments[0], mapping);
   for (Operation *op : segments[0]) {
     if (op->getNumResults() == 1 && mapping.contains(op->getResult(0)))
@@ -482,30 +564,35 @@ struct KilnRollLayersPass : public kiln::impl::KilnRollLayersBase<KilnRollLayers
       roller.undo();
       return remark(fn, "not rolled: a chain of pure ops too long to copy into a layer");
     }
-    unsigned rolled = roller.countMatchingSegments();
-    if (rolled < 2) {
+    Run run = roller.findRun();
+    if (run.count < 2) {
       roller.undo();
-      return remark(fn, "not rolled: the first two layer segments differ");
+      return remark(fn, "not rolled: no two consecutive layer segments (or groups of up to " +
+                            Twine(kMaxPeriod) + ") are equal");
     }
-    if (failed(roller.localizeAfter(rolled, why))) {
+    if (failed(roller.localizeAfter(run, why))) {
       roller.undo();
       return remark(fn, "not rolled: " + why);
     }
     FailureOr<unsigned> columns =
-        roller.roll(rolled, module, (fn.getSymName() + "_layer_table").str(), why);
+        roller.roll(run, module, (fn.getSymName() + "_layer_table").str(), why);
     if (failed(columns)) {
       roller.undo();
       return remark(fn, "not rolled: " + why);
     }
     eraseDeadPureOps(block);
     unsigned after = countOps(fn);
-    numRolled += rolled;
+    numRolled += run.segments();
     numColumns += *columns;
     numOpsBefore += before;
     numOpsAfter += after;
-    remark(fn, "rolled " + Twine(rolled) + " layer segments into a loop over a table of " +
-                   Twine(*columns) + " columns (" + Twine(before) + " ops -> " +
-                   Twine(after) + ")");
+    std::string where;
+    if (run.period > 1 || run.start > 0)
+      where = " (" + std::to_string(run.count) + " groups of " + std::to_string(run.period) +
+              " from segment " + std::to_string(run.start) + ")";
+    remark(fn, "rolled " + Twine(run.segments()) + " layer segments" + where +
+                   " into a loop over a table of " + Twine(*columns) + " columns (" +
+                   Twine(before) + " ops -> " + Twine(after) + ")");
   }
 };
 

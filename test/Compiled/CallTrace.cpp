@@ -120,6 +120,74 @@ int32_t kiln_rt_attention(ctx_t *, int32_t layer, uint64_t kv_offset, const void
                               head_dim, page_size, window, decode_kernel, prefill_kernel,
                               spec_dec_mode, softmax_scale, kv_dtype});
 }
+int32_t kiln_rt_rms_norm_strided(ctx_t *, const void *x, int64_t x_stride, const void *weight,
+                                 void *out, int64_t rows, int64_t dim, float eps) {
+  return record("rms_norm_strided", {x, x_stride, weight, out, rows, dim, eps});
+}
+int32_t kiln_rt_linear_f32out(ctx_t *, const void *x, const void *w, void *out, int64_t m,
+                              int64_t n, int64_t k) {
+  return record("linear_f32out", {x, w, out, m, n, k});
+}
+int32_t kiln_rt_activation(ctx_t *, const void *x, void *out, int64_t n, int32_t kind) {
+  return record("activation", {x, out, n, kind});
+}
+int32_t kiln_rt_gated_rms_norm(ctx_t *, const void *x, const void *gate, const void *weight,
+                               void *out, int64_t rows, int64_t width, int64_t gate_stride,
+                               int64_t group_size, float eps) {
+  return record("gated_rms_norm", {x, gate, weight, out, rows, width, gate_stride, group_size,
+                                   eps});
+}
+int32_t kiln_rt_moe(ctx_t *, const void *x, const void *logits, const void *gate, const void *up,
+                    const void *down, const void *score_bias, void *out, void *scratch,
+                    int64_t tokens, int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
+                    int32_t flags, int32_t groups, int32_t top_groups, float scale,
+                    int32_t activation, int64_t scratch_per_token) {
+  return record("moe", {x, logits, gate, up, down, score_bias, out, scratch, tokens, hidden,
+                        inter, experts, top_k, flags, groups, top_groups, scale, activation,
+                        scratch_per_token});
+}
+int32_t kiln_rt_causal_conv(ctx_t *, int32_t layer, uint64_t state_offset,
+                            int64_t intermediate_offset, const void *x, const void *weight,
+                            const void *bias, void *out, int64_t tokens, int64_t conv_dim,
+                            int32_t width, int64_t x_stride, int32_t silu, int32_t state_dtype,
+                            int32_t decode_kernel, int32_t prefill_kernel,
+                            int32_t spec_dec_mode) {
+  return record("causal_conv", {layer, state_offset, intermediate_offset, x, weight, bias, out,
+                                tokens, conv_dim, width, x_stride, silu, state_dtype,
+                                decode_kernel, prefill_kernel, spec_dec_mode});
+}
+int32_t kiln_rt_mamba_ssm(ctx_t *, int32_t layer, uint64_t state_offset,
+                          int64_t intermediate_offset, int64_t replay_x_offset,
+                          int64_t replay_b_offset, int64_t replay_dt_offset, const void *x,
+                          const void *dt, const void *b, const void *c, const void *a_log,
+                          const void *d, const void *dt_bias, void *out, int64_t tokens,
+                          int64_t heads, int64_t head_dim, int64_t state_size, int64_t n_groups,
+                          int64_t x_stride, int64_t dt_stride, int64_t bc_stride, float dt_min,
+                          float dt_max, int32_t state_dtype, int32_t decode_kernel,
+                          int32_t prefill_kernel, int32_t spec_dec_mode) {
+  return record("mamba_ssm", {layer,     state_offset, intermediate_offset, replay_x_offset,
+                              replay_b_offset, replay_dt_offset, x, dt, b, c, a_log, d, dt_bias,
+                              out, tokens, heads, head_dim, state_size, n_groups, x_stride,
+                              dt_stride, bc_stride, dt_min, dt_max, state_dtype, decode_kernel,
+                              prefill_kernel, spec_dec_mode});
+}
+int32_t kiln_rt_mla_attention(ctx_t *, int32_t layer, uint64_t cache_offset, const void *q,
+                              const void *latent, const void *k_pe, int64_t k_pe_stride,
+                              const void *positions, const void *kv_b, void *scratch, void *out,
+                              int64_t tokens, int32_t num_heads, int32_t kv_lora_rank,
+                              int32_t rope_dim, int32_t nope_dim, int32_t v_dim,
+                              int32_t page_size, int32_t decode_kernel, int32_t prefill_kernel,
+                              int32_t spec_dec_mode, float softmax_scale, int32_t rope_style,
+                              int32_t rope_type, float theta, float factor, float low,
+                              float high, int64_t original_max_position,
+                              float attention_factor) {
+  return record("mla_attention",
+                {layer,     cache_offset,  q,          latent,   k_pe,    k_pe_stride, positions,
+                 kv_b,      scratch,       out,        tokens,   num_heads, kv_lora_rank,
+                 rope_dim,  nope_dim,      v_dim,      page_size, decode_kernel, prefill_kernel,
+                 spec_dec_mode, softmax_scale, rope_style, rope_type, theta, factor, low, high,
+                 original_max_position, attention_factor});
+}
 int32_t kiln_rt_output(ctx_t *, int32_t which, const void *data, int64_t rows, int64_t cols) {
   return record("output", {which, data, rows, cols});
 }

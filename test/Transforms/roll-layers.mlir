@@ -90,7 +90,7 @@ func.func private @kiln_rt_attention(!llvm.ptr, i32) -> i32
 // CHECK-NEXT:    return
 // CHECK-NOT:   llvm.mlir.global
 
-// expected-remark @below {{not rolled: the first two layer segments differ}}
+// expected-remark @below {{not rolled: no two consecutive layer segments (or groups of up to 16) are equal}}
 func.func @different(%ctx: !llvm.ptr {kiln.context}, %n: i64, %l0: i32, %l1: i32, %l2: i32) {
   %a0 = call @kiln_rt_attention(%ctx, %l0) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
   %x1 = call @kiln_rt_linear(%ctx, %n) : (!llvm.ptr, i64) -> i32
@@ -114,7 +114,7 @@ func.func private @kiln_rt_step(!llvm.ptr, i32) -> i32
 // CHECK-NEXT:    %[[A1:.*]] = call @kiln_rt_step(%{{.*}}, %[[A0]]) {kiln.layer = 1 : i64}
 // CHECK-NEXT:    call @kiln_rt_step(%{{.*}}, %[[A1]]) {kiln.layer = 2 : i64}
 
-// expected-remark @below {{not rolled: the first two layer segments differ}}
+// expected-remark @below {{not rolled: no two consecutive layer segments (or groups of up to 16) are equal}}
 func.func @crossing(%ctx: !llvm.ptr {kiln.context}, %s: i32) {
   %a0 = call @kiln_rt_step(%ctx, %s) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
   %a1 = call @kiln_rt_step(%ctx, %a0) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
@@ -173,5 +173,95 @@ func.func @single(%ctx: !llvm.ptr {kiln.context}, %s: i32) {
 func.func @two(%ctx: !llvm.ptr {kiln.context}, %s: i32) {
   %a0 = call @kiln_rt_step(%ctx, %s) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
   %a1 = call @kiln_rt_step(%ctx, %s) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
+  return
+}
+
+// -----
+
+// A first layer unlike the others (DeepSeek's dense layers before its MoE layers): the
+// run of equal segments after it rolls, the first segment stays as it was.
+
+func.func private @kiln_rt_attention(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_dense(!llvm.ptr) -> i32
+func.func private @kiln_rt_moe(!llvm.ptr) -> i32
+
+// CHECK-LABEL: func.func @prologue_layer
+// CHECK:         call @kiln_rt_attention({{.*}}) {kiln.layer = 0 : i64}
+// CHECK-NEXT:    call @kiln_rt_dense
+// CHECK:         call @kiln_rt_attention({{.*}}) {kiln.layer = 1 : i64}
+// CHECK:         scf.for
+// CHECK:           call @kiln_rt_moe
+// CHECK:           call @kiln_rt_attention
+// CHECK-NOT:       kiln.layer
+// CHECK:         }
+// CHECK-NEXT:    call @kiln_rt_moe
+// CHECK-NEXT:    return
+// CHECK:       llvm.mlir.global internal constant @prologue_layer_layer_table(dense<[2, 3, 4]>
+
+// expected-remark @below {{rolled 3 layer segments (3 groups of 1 from segment 1) into a loop over a table of 1 columns}}
+func.func @prologue_layer(%ctx: !llvm.ptr {kiln.context}) {
+  %c0 = arith.constant 0 : i32
+  %a0 = call @kiln_rt_attention(%ctx, %c0) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
+  %d0 = call @kiln_rt_dense(%ctx) : (!llvm.ptr) -> i32
+  %c1 = arith.constant 1 : i32
+  %a1 = call @kiln_rt_attention(%ctx, %c1) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
+  %m1 = call @kiln_rt_moe(%ctx) : (!llvm.ptr) -> i32
+  %c2 = arith.constant 2 : i32
+  %a2 = call @kiln_rt_attention(%ctx, %c2) {kiln.layer = 2 : i64} : (!llvm.ptr, i32) -> i32
+  %m2 = call @kiln_rt_moe(%ctx) : (!llvm.ptr) -> i32
+  %c3 = arith.constant 3 : i32
+  %a3 = call @kiln_rt_attention(%ctx, %c3) {kiln.layer = 3 : i64} : (!llvm.ptr, i32) -> i32
+  %m3 = call @kiln_rt_moe(%ctx) : (!llvm.ptr) -> i32
+  %c4 = arith.constant 4 : i32
+  %a4 = call @kiln_rt_attention(%ctx, %c4) {kiln.layer = 4 : i64} : (!llvm.ptr, i32) -> i32
+  %m4 = call @kiln_rt_moe(%ctx) : (!llvm.ptr) -> i32
+  return
+}
+
+// -----
+
+// A hybrid whose layers alternate (Mamba, attention, Mamba, ...): no two consecutive
+// segments are equal, but consecutive pairs of them are, and the pairs roll.
+
+func.func private @kiln_rt_attention(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_ssm(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_mlp(!llvm.ptr) -> i32
+
+// CHECK-LABEL: func.func @alternating
+// CHECK:         call @kiln_rt_attention({{.*}}) {kiln.layer = 0 : i64}
+// CHECK:         scf.for
+// CHECK:           call @kiln_rt_mlp
+// CHECK-NEXT:      call @kiln_rt_ssm
+// CHECK-NEXT:      call @kiln_rt_mlp
+// CHECK-NEXT:      call @kiln_rt_attention
+// CHECK-NOT:       kiln.layer
+// CHECK:         }
+// CHECK-NEXT:    call @kiln_rt_mlp
+// CHECK-NEXT:    return
+// CHECK:       llvm.mlir.global internal constant @alternating_layer_table(dense<[1, 2, 3, 4, 5, 6]>
+
+// expected-remark @below {{rolled 6 layer segments (3 groups of 2 from segment 0) into a loop over a table of 2 columns}}
+func.func @alternating(%ctx: !llvm.ptr {kiln.context}) {
+  %c0 = arith.constant 0 : i32
+  %a0 = call @kiln_rt_attention(%ctx, %c0) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
+  %p0 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c1 = arith.constant 1 : i32
+  %s1 = call @kiln_rt_ssm(%ctx, %c1) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
+  %p1 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c2 = arith.constant 2 : i32
+  %a2 = call @kiln_rt_attention(%ctx, %c2) {kiln.layer = 2 : i64} : (!llvm.ptr, i32) -> i32
+  %p2 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c3 = arith.constant 3 : i32
+  %s3 = call @kiln_rt_ssm(%ctx, %c3) {kiln.layer = 3 : i64} : (!llvm.ptr, i32) -> i32
+  %p3 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c4 = arith.constant 4 : i32
+  %a4 = call @kiln_rt_attention(%ctx, %c4) {kiln.layer = 4 : i64} : (!llvm.ptr, i32) -> i32
+  %p4 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c5 = arith.constant 5 : i32
+  %s5 = call @kiln_rt_ssm(%ctx, %c5) {kiln.layer = 5 : i64} : (!llvm.ptr, i32) -> i32
+  %p5 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
+  %c6 = arith.constant 6 : i32
+  %a6 = call @kiln_rt_attention(%ctx, %c6) {kiln.layer = 6 : i64} : (!llvm.ptr, i32) -> i32
+  %p6 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
   return
 }
