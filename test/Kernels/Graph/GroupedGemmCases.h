@@ -134,58 +134,58 @@ inline std::string untouchedRows(const Case &c, const std::vector<char> &covered
   return "";
 }
 
-// Checks `out` ([rows, n], poisoned before the call) against the exact products: each
-// covered element within one bf16 rounding of the fp32 sum (plus the sum's own fp32
-// error), every other element still poison. Returns a description of the first
-// mismatch, or "".
-inline std::string check(const Case &c, const Data &d, const std::vector<uint16_t> &out) {
+// Checks every element of `out` ([rows, n], poisoned before the call) that a tile covers
+// against expect(row, expert, feature) = {value, tolerance}, and that every other element
+// is still poison. Returns a description of the first mismatch, or "".
+struct Expected {
+  double value, tolerance;
+};
+template <class Expect>
+std::string checkCovered(const Case &c, const std::vector<uint16_t> &out, const char *form,
+                         Expect expect) {
   std::vector<char> covered(static_cast<size_t>(c.rows()), 0);
   for (const auto &t : c.tiles)
     for (int r = 0; r < t.rows; ++r) {
       const int64_t row = t.first + r;
       covered[row] = 1;
       for (int64_t f = 0; f < c.n; ++f) {
-        double magnitude = 0.0;
-        const double sum = exactDot(c, d, d.weights, row, t.expert, f, magnitude);
+        const Expected want = expect(row, t.expert, f);
         const double got = fromBf16(out[row * c.n + f]);
-        const double tolerance = std::ldexp(std::fabs(sum), -8) + magnitude * 1e-6 + 1e-30;
-        if (!(std::fabs(got - sum) <= tolerance))
-          return c.name + ": row " + std::to_string(row) + " feature " + std::to_string(f) +
-                 " of expert " + std::to_string(t.expert) + ": " + std::to_string(got) + " vs " +
-                 std::to_string(sum);
+        if (!(std::fabs(got - want.value) <= want.tolerance))
+          return c.name + form + ": row " + std::to_string(row) + " feature " +
+                 std::to_string(f) + " of expert " + std::to_string(t.expert) + ": " +
+                 std::to_string(got) + " vs " + std::to_string(want.value);
       }
     }
   return untouchedRows(c, covered, out);
 }
 
-// The gated form: each covered element is SwiGLU of the two exact products (each rounded
-// to bf16 as the kernel's fp32 sums are: within one bf16 rounding plus the sums' own
-// error, so the result within a few bf16 ulps), every other element still poison.
+// The plain form: each covered element within one bf16 rounding of the exact product
+// (plus the fp32 sum's own error).
+inline std::string check(const Case &c, const Data &d, const std::vector<uint16_t> &out) {
+  return checkCovered(c, out, "", [&](int64_t row, int expert, int64_t f) {
+    double magnitude = 0.0;
+    const double sum = exactDot(c, d, d.weights, row, expert, f, magnitude);
+    return Expected{sum, std::ldexp(std::fabs(sum), -8) + magnitude * 1e-6 + 1e-30};
+  });
+}
+
+// The gated form: each covered element is SwiGLU of the two exact products, each rounded
+// to bf16 as the kernel's fp32 sums are (within one bf16 rounding plus the sums' own
+// error, so the result within a few bf16 ulps).
 inline std::string checkGated(const Case &c, const Data &d, const std::vector<uint16_t> &out) {
-  std::vector<char> covered(static_cast<size_t>(c.rows()), 0);
-  for (const auto &t : c.tiles)
-    for (int r = 0; r < t.rows; ++r) {
-      const int64_t row = t.first + r;
-      covered[row] = 1;
-      for (int64_t f = 0; f < c.n; ++f) {
-        double gateMagnitude = 0.0, upMagnitude = 0.0;
-        const double gate = fromBf16(toBf16(static_cast<float>(
-            exactDot(c, d, d.weights, row, t.expert, f, gateMagnitude))));
-        const double up = fromBf16(
-            toBf16(static_cast<float>(exactDot(c, d, d.up, row, t.expert, f, upMagnitude))));
-        const double want = gate / (1.0 + std::exp(-gate)) * up;
-        const double got = fromBf16(out[row * c.n + f]);
-        // A gate or up one bf16 step off moves silu(gate) x up by about that step's share.
-        const double tolerance = std::ldexp(std::fabs(want), -5) +
-                                 std::ldexp(std::fabs(up) + std::fabs(gate), -8) +
-                                 (gateMagnitude + upMagnitude) * 1e-6 + 1e-30;
-        if (!(std::fabs(got - want) <= tolerance))
-          return c.name + " (gated): row " + std::to_string(row) + " feature " +
-                 std::to_string(f) + " of expert " + std::to_string(t.expert) + ": " +
-                 std::to_string(got) + " vs " + std::to_string(want);
-      }
-    }
-  return untouchedRows(c, covered, out);
+  return checkCovered(c, out, " (gated)", [&](int64_t row, int expert, int64_t f) {
+    double gateMagnitude = 0.0, upMagnitude = 0.0;
+    const double gate = fromBf16(
+        toBf16(static_cast<float>(exactDot(c, d, d.weights, row, expert, f, gateMagnitude))));
+    const double up =
+        fromBf16(toBf16(static_cast<float>(exactDot(c, d, d.up, row, expert, f, upMagnitude))));
+    const double want = gate / (1.0 + std::exp(-gate)) * up;
+    // A gate or up one bf16 step off moves silu(gate) x up by about that step's share.
+    return Expected{want, std::ldexp(std::fabs(want), -5) +
+                              std::ldexp(std::fabs(up) + std::fabs(gate), -8) +
+                              (gateMagnitude + upMagnitude) * 1e-6 + 1e-30};
+  });
 }
 
 } // namespace kiln::test::grouped

@@ -23,6 +23,8 @@ template <typename T> T *deviceCopy(const std::vector<T> &host) {
   return p;
 }
 
+template <typename... T> void freeDevice(T *...buffers) { (cudaFree(buffers), ...); }
+
 TEST(GroupedGemmGpu, MatchesExactProductsOnEveryTile) {
   KILN_REQUIRE_GPU();
   int device = 0, major = 0, minor = 0;
@@ -54,9 +56,7 @@ TEST(GroupedGemmGpu, MatchesExactProductsOnEveryTile) {
     ASSERT_EQ(kiln::graph::launchGroupedGemm(args, bound, nullptr), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(again.data(), out, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(again == got) << "a second launch gave other bits";
-    for (void *p : {static_cast<void *>(in), static_cast<void *>(weights), static_cast<void *>(out),
-                    static_cast<void *>(tiles), static_cast<void *>(count)})
-      cudaFree(p);
+    freeDevice(in, weights, out, tiles, count);
   }
 }
 
@@ -105,11 +105,7 @@ TEST(GroupedGemmGpu, GatedEqualsTwoGemmsThenSwiglu) {
         ASSERT_EQ(got[i], want[i]) << "element " << i << ": the fused SwiGLU rounds otherwise";
       }
     }
-    for (void *p : {static_cast<void *>(in), static_cast<void *>(gate), static_cast<void *>(up),
-                    static_cast<void *>(fused), static_cast<void *>(gateOut),
-                    static_cast<void *>(upOut), static_cast<void *>(tiles),
-                    static_cast<void *>(count)})
-      cudaFree(p);
+    freeDevice(in, gate, up, fused, gateOut, upOut, tiles, count);
   }
 }
 
@@ -146,11 +142,7 @@ TEST(GroupedGemmGpu, GatheredEqualsPreGathered) {
     ASSERT_EQ(cudaMemcpy(want.data(), pre, outElems * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(grouped::checkGated(c, d, got), "");
     EXPECT_TRUE(got == want) << "the gathered rows give other bits than the sorted copy";
-    for (void *p : {static_cast<void *>(x), static_cast<void *>(rowsIn), static_cast<void *>(gate),
-                    static_cast<void *>(up), static_cast<void *>(gathered),
-                    static_cast<void *>(pre), static_cast<void *>(rowTokens),
-                    static_cast<void *>(tiles), static_cast<void *>(count)})
-      cudaFree(p);
+    freeDevice(x, rowsIn, gate, up, gathered, pre, rowTokens, tiles, count);
   }
 }
 
@@ -189,14 +181,10 @@ TEST(GroupedGemmGpu, RowBitsDoNotDependOnTheTile) {
       else
         EXPECT_TRUE(got == first) << (gatedForm ? "gated" : "plain") << ", split into "
                                   << tiles.size() << " tiles: other bits";
-      cudaFree(out);
-      cudaFree(dTiles);
-      cudaFree(count);
+      freeDevice(out, dTiles, count);
     }
   }
-  cudaFree(in);
-  cudaFree(gate);
-  cudaFree(up);
+  freeDevice(in, gate, up);
 }
 
 } // namespace
