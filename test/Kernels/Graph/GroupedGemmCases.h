@@ -24,8 +24,8 @@ struct Case {
   int64_t n, k;
   int experts;
   std::vector<graph::GroupedGemmTile> tiles;
-  int ctas;              // persistent CTAs to run (fewer than the tiles x feature tiles)
-  int trailingRows = 3;  // input rows past the last tile (no tile covers them)
+  int ctas;             // persistent CTAs to run (fewer than the tiles x feature tiles)
+  int trailingRows = 3; // input rows past the last tile (no tile covers them)
 
   int64_t rows() const {
     int64_t last = 0;
@@ -108,13 +108,13 @@ inline Gathered gatherInput(const Case &c, Data &d, uint32_t seed) {
 }
 
 // in[row] . w[expert, f] exactly, and the sum of the products' magnitudes.
-inline double exactDot(const Case &c, const Data &d, const std::vector<uint16_t> &w,
-                       int64_t row, int expert, int64_t f, double &magnitude) {
+inline double exactDot(const Case &c, const Data &d, const std::vector<uint16_t> &w, int64_t row,
+                       int expert, int64_t f, double &magnitude) {
   double sum = 0.0;
   magnitude = 0.0;
   for (int64_t i = 0; i < c.k; ++i) {
-    const double p = double(fromBf16(d.in[row * c.k + i])) *
-                     double(fromBf16(w[(expert * c.n + f) * c.k + i]));
+    const double p =
+        double(fromBf16(d.in[row * c.k + i])) * double(fromBf16(w[(expert * c.n + f) * c.k + i]));
     sum += p;
     magnitude += std::fabs(p);
   }
@@ -152,9 +152,9 @@ std::string checkCovered(const Case &c, const std::vector<uint16_t> &out, const 
         const Expected want = expect(row, t.expert, f);
         const double got = fromBf16(out[row * c.n + f]);
         if (!(std::fabs(got - want.value) <= want.tolerance))
-          return c.name + form + ": row " + std::to_string(row) + " feature " +
-                 std::to_string(f) + " of expert " + std::to_string(t.expert) + ": " +
-                 std::to_string(got) + " vs " + std::to_string(want.value);
+          return c.name + form + ": row " + std::to_string(row) + " feature " + std::to_string(f) +
+                 " of expert " + std::to_string(t.expert) + ": " + std::to_string(got) + " vs " +
+                 std::to_string(want.value);
       }
     }
   return untouchedRows(c, covered, out);
