@@ -53,6 +53,9 @@ constexpr unsigned kMaxChainDepth = 16;
 /// layer segments.
 constexpr unsigned kMaxPeriod = 16;
 
+/// Runs rolled in one function at most (each a loop and a table).
+constexpr unsigned kMaxRuns = 8;
+
 /// The run of layer segments to roll: `count` groups of `period` consecutive segments
 /// from segment `start`, every group equal to the first.
 struct Run {
@@ -543,8 +546,11 @@ struct KilnRollLayersPass : public kiln::impl::KilnRollLayersBase<KilnRollLayers
     for (auto fn : module.getOps<func::FuncOp>())
       if (!fn.isExternal())
         functions.push_back(fn);
+    // A step may hold several runs (an irregular hybrid pattern, a draft module's layers
+    // after the target's): each round rolls the longest run left, until none is.
     for (func::FuncOp fn : functions)
-      rollFunction(module, fn);
+      for (unsigned round = 0; round < kMaxRuns && rollFunction(module, fn, round == 0); ++round)
+        ;
   }
 
   void remark(func::FuncOp fn, const Twine &message) {
@@ -552,33 +558,40 @@ struct KilnRollLayersPass : public kiln::impl::KilnRollLayersBase<KilnRollLayers
       fn.emitRemark() << message;
   }
 
-  void rollFunction(ModuleOp module, func::FuncOp fn) {
+  /// Rolls the longest run of `fn`'s step that is left; false when there is none (said
+  /// in a remark when `first`: nothing of the step rolled).
+  bool rollFunction(ModuleOp module, func::FuncOp fn, bool first) {
+    auto notRolled = [&](const Twine &why) {
+      if (first)
+        remark(fn, "not rolled: " + why);
+      return false;
+    };
     Block &block = fn.getBody().front();
     SmallVector<Operation *> anchors = findAnchors(block);
     if (anchors.size() < 3)
-      return remark(fn, "not rolled: fewer than two layer segments");
+      return notRolled("fewer than two layer segments");
     unsigned before = countOps(fn);
     LayerRoller roller(block, anchors);
     std::string why;
     if (failed(roller.localizeSegments())) {
       roller.undo();
-      return remark(fn, "not rolled: a chain of pure ops too long to copy into a layer");
+      return notRolled("a chain of pure ops too long to copy into a layer");
     }
     Run run = roller.findRun();
     if (run.count < 2) {
       roller.undo();
-      return remark(fn, "not rolled: no two consecutive layer segments (or groups of up to " +
-                            Twine(kMaxPeriod) + ") are equal");
+      return notRolled("no two consecutive layer segments (or groups of up to " +
+                       Twine(kMaxPeriod) + ") are equal");
     }
     if (failed(roller.localizeAfter(run, why))) {
       roller.undo();
-      return remark(fn, "not rolled: " + why);
+      return notRolled(why);
     }
     FailureOr<unsigned> columns =
         roller.roll(run, module, (fn.getSymName() + "_layer_table").str(), why);
     if (failed(columns)) {
       roller.undo();
-      return remark(fn, "not rolled: " + why);
+      return notRolled(why);
     }
     eraseDeadPureOps(block);
     unsigned after = countOps(fn);
@@ -593,6 +606,7 @@ struct KilnRollLayersPass : public kiln::impl::KilnRollLayersBase<KilnRollLayers
     remark(fn, "rolled " + Twine(run.segments()) + " layer segments" + where +
                    " into a loop over a table of " + Twine(*columns) + " columns (" +
                    Twine(before) + " ops -> " + Twine(after) + ")");
+    return true;
   }
 };
 

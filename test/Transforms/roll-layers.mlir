@@ -265,3 +265,49 @@ func.func @alternating(%ctx: !llvm.ptr {kiln.context}) {
   %p6 = call @kiln_rt_mlp(%ctx) : (!llvm.ptr) -> i32
   return
 }
+
+// -----
+
+// Two runs in one step (an irregular hybrid pattern): the longer run (the attention
+// layers, from segment 2: a segment ends with the next layer's first call) rolls first,
+// then the other, each into its own loop and table.
+
+func.func private @kiln_rt_attention(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_ssm(!llvm.ptr, i32) -> i32
+
+// CHECK-LABEL: func.func @two_runs
+// CHECK:         call @kiln_rt_ssm({{.*}}) {kiln.layer = 0 : i64}
+// CHECK:         llvm.mlir.addressof @two_runs_layer_table_0
+// CHECK:         scf.for
+// CHECK:           call @kiln_rt_ssm
+// CHECK-NOT:       kiln.layer
+// CHECK:         }
+// CHECK:         scf.for
+// CHECK:           call @kiln_rt_attention
+// CHECK-NOT:       kiln.layer
+// CHECK:         }
+// CHECK-NEXT:    return
+// CHECK-DAG:   llvm.mlir.global internal constant @two_runs_layer_table(dense<[3, 4, 5, 6, 7]>
+// CHECK-DAG:   llvm.mlir.global internal constant @two_runs_layer_table_0(dense<[1, 2]>
+
+// expected-remark @below {{rolled 5 layer segments (5 groups of 1 from segment 2) into a loop over a table of 1 columns}}
+// expected-remark @below {{rolled 2 layer segments into a loop over a table of 1 columns}}
+func.func @two_runs(%ctx: !llvm.ptr {kiln.context}) {
+  %c0 = arith.constant 0 : i32
+  %s0 = call @kiln_rt_ssm(%ctx, %c0) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
+  %c1 = arith.constant 1 : i32
+  %s1 = call @kiln_rt_ssm(%ctx, %c1) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
+  %c2 = arith.constant 2 : i32
+  %s2 = call @kiln_rt_ssm(%ctx, %c2) {kiln.layer = 2 : i64} : (!llvm.ptr, i32) -> i32
+  %c3 = arith.constant 3 : i32
+  %a3 = call @kiln_rt_attention(%ctx, %c3) {kiln.layer = 3 : i64} : (!llvm.ptr, i32) -> i32
+  %c4 = arith.constant 4 : i32
+  %a4 = call @kiln_rt_attention(%ctx, %c4) {kiln.layer = 4 : i64} : (!llvm.ptr, i32) -> i32
+  %c5 = arith.constant 5 : i32
+  %a5 = call @kiln_rt_attention(%ctx, %c5) {kiln.layer = 5 : i64} : (!llvm.ptr, i32) -> i32
+  %c6 = arith.constant 6 : i32
+  %a6 = call @kiln_rt_attention(%ctx, %c6) {kiln.layer = 6 : i64} : (!llvm.ptr, i32) -> i32
+  %c7 = arith.constant 7 : i32
+  %a7 = call @kiln_rt_attention(%ctx, %c7) {kiln.layer = 7 : i64} : (!llvm.ptr, i32) -> i32
+  return
+}
