@@ -56,7 +56,7 @@ namespace json = llvm::json;
 llvm::ArrayRef<llvm::StringRef> kiln::supportedModelTypes() {
   static const llvm::StringRef types[] = {
       "llama",     "mistral",     "mixtral",     "qwen2",      "qwen2_moe", "qwen3",
-      "qwen3_moe", "deepseek_v2", "deepseek_v3", "nemotron_h", "qwen3_next"};
+      "qwen3_moe", "deepseek_v2", "deepseek_v3", "nemotron_h", "qwen3_next", "gpt_oss"};
   return types;
 }
 
@@ -363,9 +363,14 @@ LogicalResult readCommon(Reader &r, ModelSpec &m) {
   m.dtypeBytes = m.dtype.getIntOrFloatBitWidth() / 8;
   m.linearBytes = m.dtypeBytes;
   if (const json::Object *q = r.object.getObject("quantization_config"))
-    if (std::optional<StringRef> method = q->getString("quant_method"))
+    if (std::optional<StringRef> method = q->getString("quant_method")) {
       if (*method == "fp8")
         m.linearBytes = 1;
+      // MXFP4 (gpt-oss): the experts' weights only, 4-bit values with an 8-bit scale a
+      // block of 32 (the config's modules_to_not_convert keeps the rest in the dtype).
+      if (*method == "mxfp4")
+        m.expertBytes = 4.25 / 8;
+    }
   return r.failedAny() ? failure() : success();
 }
 
@@ -1032,11 +1037,43 @@ LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
   return r.failedAny() ? failure() : success();
 }
 
+/// gpt-oss: every layer is attention (a sliding window of `sliding_window` tokens or
+/// full, as `layer_types` says; q/k/v/o biases and per-head sink logits) followed by a
+/// MoE block of `num_local_experts` SwiGLU experts of `intermediate_size` with biases,
+/// `num_experts_per_tok` a token, routed by a linear router with a bias. Planned as a
+/// cache skeleton: the whole graph (sinks in the graph, the clamped SwiGLU, MXFP4
+/// experts) is issue 15's next step.
+LogicalResult readGptOss(Reader &r, ModelSpec &m) {
+  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
+    return failure();
+  m.qkvBias = m.oBias = r.getBool("attention_bias").value_or(true);
+  std::optional<int64_t> experts = r.getInt("num_local_experts");
+  std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
+  std::optional<int64_t> inter = r.getInt("intermediate_size");
+  if (!experts || !topK || !inter)
+    return failure();
+  if (*topK > *experts) {
+    r.error("num_experts_per_tok") << "num_experts_per_tok (" << *topK
+                                   << ") exceeds num_local_experts (" << *experts << ")";
+    return failure();
+  }
+  m.experts = *experts;
+  m.topK = *topK;
+  m.moeIntermediate = *inter;
+  if (r.has("swiglu_limit") && !r.getNumber("swiglu_limit", /*required=*/true, /*positive=*/true))
+    return failure();
+  for (int64_t i = 0; i < m.numLayers; ++i)
+    m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
+  if (r.failedAny() || failed(readSlidingWindows(r, m)))
+    return failure();
+  return success();
+}
+
 uint64_t estimateWeightBytes(const ModelSpec &m) {
   // Parameters in double: sums stay exact below 2^53 and never overflow.
   double embed = double(m.vocab) * m.hidden * (m.tied ? 1 : 2);
   double norms = m.hidden; // final norm
-  double linear = 0;
+  double linear = 0, experts = 0; // experts: weights that may be stored otherwise (MXFP4)
   bool nemotron = m.modelType == "nemotron_h";
   for (const LayerSpec &layer : m.layers) {
     if (layer.draft)
@@ -1099,8 +1136,17 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
                 double(m.hidden) * (m.experts + 1);
       norms += m.hidden;
     }
+    if (m.modelType == "gpt_oss") {
+      // The attention's biases and sinks, the post-attention norm, the router with its
+      // bias, and the experts (gate_up and down, MXFP4 when quantized) with their biases.
+      norms += double(m.heads) * m.headDim + 2.0 * m.kvHeads * m.headDim + m.hidden +
+               m.heads + m.hidden + double(m.hidden) * m.experts + m.experts +
+               double(m.experts) * (2 * m.moeIntermediate + m.hidden);
+      experts += 3.0 * m.experts * m.hidden * m.moeIntermediate;
+    }
   }
-  double bytes = (embed + norms) * m.dtypeBytes + linear * m.linearBytes;
+  double bytes = (embed + norms) * m.dtypeBytes + linear * m.linearBytes +
+                 experts * (m.expertBytes > 0 ? m.expertBytes : m.linearBytes);
   // Absurd configs must not overflow the conversion.
   return bytes >= 9.0e18 ? 9000000000000000000ull : static_cast<uint64_t>(bytes);
 }
@@ -1320,6 +1366,8 @@ LogicalResult readModelSpec(StringRef text, StringRef file, MLIRContext *ctx,
     read = readNemotronH(r, m);
   } else if (*modelType == "qwen3_next") {
     read = readQwen3Next(r, m);
+  } else if (*modelType == "gpt_oss") {
+    read = readGptOss(r, m);
   } else {
     r.error("model_type") << "unsupported model_type '" << *modelType
                           << "'; supported: " << llvm::join(supportedModelTypes(), ", ");

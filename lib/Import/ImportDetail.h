@@ -113,6 +113,7 @@ struct ModelSpec {
   int64_t hidden = 0, vocab = 0, numLayers = 0, maxPositions = 0;
   bool tied = false;
   unsigned linearBytes = 2, dtypeBytes = 2;
+  double expertBytes = 0; // bytes a routed expert's weight when stored otherwise (MXFP4)
   // attention
   int64_t heads = 0, kvHeads = 0, headDim = 0;
   // MLA
