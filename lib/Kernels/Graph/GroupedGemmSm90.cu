@@ -26,7 +26,8 @@ __device__ int groupedGemmHasWgmma = 0;
 #endif
 
 __global__ void __launch_bounds__(grouped::kTmaThreads, 1)
-    groupedGemmSm90Kernel(GroupedGemmArgs a, const __grid_constant__ grouped::GroupedGemmMaps maps) {
+    groupedGemmSm90Kernel(GroupedGemmArgs a,
+                          const __grid_constant__ grouped::GroupedGemmMaps maps) {
 #ifdef KILN_GROUPED_GEMM_HAS_WGMMA
   extern __shared__ __align__(16) char shared[];
   grouped::groupedGemmCtaTma(a, maps, shared, static_cast<int>(blockIdx.x),

@@ -86,7 +86,8 @@ static_assert(kSharedBytes <= 227 * 1024, "the ring fits sm_90's opt-in shared m
 static_assert(kStageA % kernels::sm90::kSwizzleAtomBytes == 0 &&
                   kStageB % kernels::sm90::kSwizzleAtomBytes == 0,
               "every tile of the ring starts on a swizzle atom");
-static_assert((kWgmmaInFlight == 0 || kWgmmaInFlight == 1) && (KILN_GROUPED_GEMM_TMA || kAhead >= 1),
+static_assert((kWgmmaInFlight == 0 || kWgmmaInFlight == 1) &&
+                  (KILN_GROUPED_GEMM_TMA || kAhead >= 1),
               "a stage in the wgmma, the one still draining, at least one loading");
 
 using decode::cpAsync16;
@@ -408,9 +409,11 @@ struct TmaRing : CtaWork {
         if (thread != 0)
           continue;
       }
-      mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + (gather ? 0 : tokens) * kRowBytes));
+      const int tmaTokens = gather ? 0 : tokens; // gathered rows come by cp.async
+      mbarrierArriveExpectTx(bar, static_cast<uint32_t>(kStageA + tmaTokens * kRowBytes));
       if (a.up) { // the gate's rows of the CTA's features, then the up's
-        const int32_t row = static_cast<int32_t>(t.expert * a.n + featureTile * (kFeatureTile / 2));
+        const int32_t row =
+            static_cast<int32_t>(t.expert * a.n + featureTile * (kFeatureTile / 2));
         tmaLoad2d(stage, &maps.weights, k0, row, bar);
         tmaLoad2d(stage + (kFeatureTile / 2) * kRowBytes, &maps.up, k0, row, bar);
       } else {

@@ -73,7 +73,8 @@ TEST(GroupedGemmGpu, GatedEqualsTwoGemmsThenSwiglu) {
     const size_t outElems = static_cast<size_t>(c.rows() * c.n);
     const std::vector<uint16_t> poison(outElems, grouped::kPoison);
     uint16_t *in = deviceCopy(d.in), *gate = deviceCopy(d.weights), *up = deviceCopy(d.up);
-    uint16_t *fused = deviceCopy(poison), *gateOut = deviceCopy(poison), *upOut = deviceCopy(poison);
+    uint16_t *fused = deviceCopy(poison), *gateOut = deviceCopy(poison);
+    uint16_t *upOut = deviceCopy(poison);
     auto *tiles = deviceCopy(c.tiles);
     int32_t *count = deviceCopy(std::vector<int32_t>{static_cast<int32_t>(c.tiles.size())});
     const int64_t bound = static_cast<int64_t>(c.tiles.size()) + 5;
