@@ -3,6 +3,7 @@
 // JSON object per line (stdout); bench/Decode/peers.py adds PyTorch peers and merges.
 // Timing: CUDA graphs of K launches (K chosen for >= ~2 ms per graph), 3 warm-up graph
 // runs, median of 15; page tables rotate over >= 2 GiB of pages so no case runs from L2.
+#include "EventTimer.h"
 #include "kiln/Kernels/Decode.h"
 
 #include <cuda_runtime.h>
@@ -73,21 +74,9 @@ int numSms() {
   return sms;
 }
 
+// One warm-up call, then the mean of `iters` (bench/EventTimer.h).
 template <typename Fn> float timeEager(Fn fn, int iters) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  fn(0);
-  CHECK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i)
-    fn(i);
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / iters;
+  return kiln::bench::eventMs(fn, 1, iters);
 }
 
 // Median seconds per call of fn(i) (i selects the rotated buffer), via CUDA graphs.

@@ -8,6 +8,7 @@
 // issue's ceiling). Every variant's output is compared bitwise with the first's.
 // Usage: kiln_bench_grouped_gemm [OUT.json]; KILN_BENCH_VARIANT=NAME and
 // KILN_BENCH_MODEL=NAME run one variant / model only (for a profiler).
+#include "EventTimer.h"
 #include "GroupedGemmBench.h"
 
 #include "kiln/Kernels/Gemm.h"
@@ -60,22 +61,9 @@ __global__ void fillKernel(uint16_t *p, size_t n, uint32_t seed) {
   }
 }
 
+// Two warm-up calls, then the mean of `reps` (bench/EventTimer.h).
 template <typename F> float timeMs(F &&f, int reps) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  f();
-  f();
-  CHECK(cudaEventRecord(a));
-  for (int i = 0; i < reps; ++i)
-    f();
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / reps;
+  return kiln::bench::eventMs([&](int) { f(); }, 2, reps);
 }
 
 double readCeilingTBps() {
