@@ -2,7 +2,6 @@
 // compiled once per row of bench/Moe/CMakeLists.txt's table, with the tunables
 // (KILN_GROUPED_GEMM_TMA, _STAGES, _MAX_TILE_TOKENS, ...) and KILN_GROUPED_GEMM_VARIANT
 // (the registration function's name) defined there.
-#include "../Common/TensorMap.h"
 #include "GroupedGemmBench.h"
 #include "GroupedGemmSm90.cuh"
 
@@ -46,11 +45,7 @@ cudaError_t launch(const kiln::graph::GroupedGemmArgs &a, int ctas, cudaStream_t
 #if KILN_GROUPED_GEMM_TMA
   // Encoded per call, as launchGroupedGemm does (its cost is in the timing).
   grouped::GroupedGemmMaps maps{};
-  using kiln::kernels::sm90::encodeBf16SwizzledMap;
-  if ((e = encodeBf16SwizzledMap(&maps.weights, a.weights, a.experts * a.n, a.k,
-                                 grouped::kFeatureTile)) != cudaSuccess ||
-      (e = encodeBf16SwizzledMap(&maps.tokens, a.in, a.rows, a.k, grouped::kTokenBox)) !=
-          cudaSuccess)
+  if ((e = grouped::encodeMaps(a, maps)) != cudaSuccess)
     return e;
   variantKernel<<<ctas, kVariantThreads, kVariantShared, stream>>>(a, maps);
 #else

@@ -3,7 +3,6 @@
 // compiled for sm_90a only (wgmma); groupedGemmDeviceReady() tells the MoE launcher
 // whether this device runs that image, else it keeps the cuBLASLt GEMM.
 #include "GroupedGemmSm90.cuh"
-#include "../Common/TensorMap.h"
 
 #include <cuda_runtime.h>
 
@@ -81,17 +80,9 @@ cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cu
   if (e != cudaSuccess)
     return e;
   grouped::GroupedGemmMaps maps{};
-  using kernels::sm90::encodeBf16SwizzledMap;
-  const bool gated = args.up != nullptr;
-  const uint32_t weightBox = gated ? grouped::kFeatureTile / 2 : grouped::kFeatureTile;
-  if ((e = encodeBf16SwizzledMap(&maps.weights, args.weights, args.experts * args.n, args.k,
-                                 weightBox)) != cudaSuccess ||
-      (gated && (e = encodeBf16SwizzledMap(&maps.up, args.up, args.experts * args.n, args.k,
-                                           weightBox)) != cudaSuccess) ||
-      (e = encodeBf16SwizzledMap(&maps.tokens, args.in, args.rows, args.k, grouped::kTokenBox)) !=
-          cudaSuccess)
+  if ((e = grouped::encodeMaps(args, maps)) != cudaSuccess)
     return e;
-  const int64_t work = tileBound * (args.n / groupedGemmCtaFeatures(gated));
+  const int64_t work = tileBound * (args.n / groupedGemmCtaFeatures(args.up != nullptr));
   const unsigned ctas = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(sms, work)));
   groupedGemmSm90Kernel<<<ctas, grouped::kTmaThreads, grouped::kTmaSharedBytes, stream>>>(args,
                                                                                         maps);

@@ -33,6 +33,9 @@
 #include "../Common/Mbarrier.cuh"
 #include "../Common/Wgmma.cuh"
 #include "../Common/Tma.cuh"
+#ifndef KILN_CTA_EMULATION
+#include "../Common/TensorMap.h"
+#endif
 #include "GroupedGemm.h"
 #include "Swiglu.cuh"
 
@@ -401,10 +404,10 @@ struct TmaRing : CtaWork {
       }
       if (item >= kStages)
         mbarrierWait(empty(item), static_cast<uint32_t>(item / kStages - 1) & 1);
-      const uint32_t bar = full(item), stage = stageAddress(item);
+      const uint32_t bar = full(item), stageAt = stageAddress(item);
       const int k0 = kBlock * kernels::sm90::kKBlock;
       if (gather) {
-        gatherTokens(t, tokens, k0, this->stage(item) + kStageA, thread);
+        gatherTokens(t, tokens, k0, stage(item) + kStageA, thread);
         mbarrierArriveOnCopies(bar);
         if (thread != 0)
           continue;
@@ -414,15 +417,15 @@ struct TmaRing : CtaWork {
       if (a.up) { // the gate's rows of the CTA's features, then the up's
         const int32_t row =
             static_cast<int32_t>(t.expert * a.n + featureTile * (kFeatureTile / 2));
-        tmaLoad2d(stage, &maps.weights, k0, row, bar);
-        tmaLoad2d(stage + (kFeatureTile / 2) * kRowBytes, &maps.up, k0, row, bar);
+        tmaLoad2d(stageAt, &maps.weights, k0, row, bar);
+        tmaLoad2d(stageAt + (kFeatureTile / 2) * kRowBytes, &maps.up, k0, row, bar);
       } else {
-        tmaLoad2d(stage, &maps.weights, k0,
+        tmaLoad2d(stageAt, &maps.weights, k0,
                   static_cast<int32_t>(t.expert * a.n + featureTile * kFeatureTile), bar);
       }
       if (!gather)
         for (int r = 0; r < tokens; r += kTokenBox)
-          tmaLoad2d(stage + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
+          tmaLoad2d(stageAt + kStageA + r * kRowBytes, &maps.tokens, k0, t.first + r, bar);
     }
     if (gather)
       kernels::sm90::cpAsyncWaitAll(); // no copy outlives its thread
@@ -464,6 +467,21 @@ __device__ __forceinline__ void groupedGemmCtaTma(const GroupedGemmArgs &a,
   kernels::sm90::growRegisters<232>();
   consumeTiles(p);
 }
+
+#ifndef KILN_CTA_EMULATION
+// The tensor maps of one call, on the host (launchGroupedGemm and the benchmark's TMA
+// variants): the weights' (the gate's when gated), the up's when gated, the input's.
+inline cudaError_t encodeMaps(const GroupedGemmArgs &a, GroupedGemmMaps &maps) {
+  using kernels::sm90::encodeBf16SwizzledMap;
+  const uint32_t weightBox = a.up ? kFeatureTile / 2 : kFeatureTile;
+  cudaError_t e = encodeBf16SwizzledMap(&maps.weights, a.weights, a.experts * a.n, a.k, weightBox);
+  if (e == cudaSuccess && a.up)
+    e = encodeBf16SwizzledMap(&maps.up, a.up, a.experts * a.n, a.k, weightBox);
+  if (e == cudaSuccess)
+    e = encodeBf16SwizzledMap(&maps.tokens, a.in, a.rows, a.k, kTokenBox);
+  return e;
+}
+#endif
 #endif // KILN_GROUPED_GEMM_TMA
 
 } // namespace
