@@ -311,3 +311,30 @@ func.func @two_runs(%ctx: !llvm.ptr {kiln.context}) {
   %a7 = call @kiln_rt_attention(%ctx, %c7) {kiln.layer = 7 : i64} : (!llvm.ptr, i32) -> i32
   return
 }
+
+// -----
+
+// Groups match (alternating attention and Mamba layers), but the code after them uses the
+// status of a call of the last group: nothing rolls, and the remark names the group.
+
+func.func private @kiln_rt_attention(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_ssm(!llvm.ptr, i32) -> i32
+func.func private @kiln_rt_step(!llvm.ptr, i32) -> i32
+
+// CHECK-LABEL: func.func @escaping_group
+// CHECK-NOT:     scf.for
+// CHECK:         %[[S3:.*]] = call @kiln_rt_ssm({{.*}}) {kiln.layer = 3 : i64}
+// CHECK-NEXT:    call @kiln_rt_attention({{.*}}) {kiln.layer = 4 : i64}
+// CHECK-NEXT:    call @kiln_rt_step(%{{.*}}, %[[S3]])
+// CHECK-NEXT:    return
+
+// expected-remark @below {{not rolled: a value of layer segment 2 (a group of 2) that is not pure is used outside it}}
+func.func @escaping_group(%ctx: !llvm.ptr {kiln.context}, %s: i32) {
+  %a0 = call @kiln_rt_attention(%ctx, %s) {kiln.layer = 0 : i64} : (!llvm.ptr, i32) -> i32
+  %s1 = call @kiln_rt_ssm(%ctx, %s) {kiln.layer = 1 : i64} : (!llvm.ptr, i32) -> i32
+  %a2 = call @kiln_rt_attention(%ctx, %s) {kiln.layer = 2 : i64} : (!llvm.ptr, i32) -> i32
+  %s3 = call @kiln_rt_ssm(%ctx, %s) {kiln.layer = 3 : i64} : (!llvm.ptr, i32) -> i32
+  %a4 = call @kiln_rt_attention(%ctx, %s) {kiln.layer = 4 : i64} : (!llvm.ptr, i32) -> i32
+  %e = call @kiln_rt_step(%ctx, %s3) : (!llvm.ptr, i32) -> i32
+  return
+}
