@@ -283,22 +283,14 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
       {layout.xRows, weight(p->gate), layout.gateRows, p->inter, p->hidden, 0},
       {layout.xRows, weight(p->up), layout.upRows, p->inter, p->hidden, layout.entries},
       {layout.gateRows, weight(p->down), layout.yRows, p->hidden, p->inter, 2 * layout.entries}};
-  if (ownGemm && p->gate) {
-    // The own GEMM's gated form: gate, up and SwiGLU in one pass over the weights, the
-    // activation straight into the gate rows (bitwise what the three steps give).
-    ExpertGemm gateUp = gemms[0];
-    gateUp.up = weight(p->up);
-    if (kiln_status_t s = runExpertGemm(*p, layout, gateUp, tileRows, tileBound, rows);
-        s != KILN_OK)
-      return s;
-    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[2], tileRows, tileBound, rows);
-        s != KILN_OK)
-      return s;
-    return combine(layout, p);
-  }
+  // The own GEMM's gated form runs gate, up and SwiGLU in one pass over the weights, the
+  // activation straight into the gate rows (bitwise what the three steps give).
+  const bool fusedGateUp = ownGemm && p->gate;
   // Plain experts skip the gate GEMM; their activation goes where SwiGLU's would.
   for (int g = p->gate ? 0 : 1; g < 3; ++g) {
-    if (g == 2)
+    if (fusedGateUp && g == 1)
+      continue; // the up GEMM ran with the gate's
+    if (g == 2 && !fusedGateUp)
       if (kiln_status_t s =
               p->gate ? kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
                                          rows * p->inter, p->stream)
@@ -306,7 +298,10 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
                                              p->activation, p->stream);
           s != KILN_OK)
         return s;
-    if (kiln_status_t s = runExpertGemm(*p, layout, gemms[g], tileRows, tileBound, rows);
+    ExpertGemm gemm = gemms[g];
+    if (fusedGateUp && g == 0)
+      gemm.up = weight(p->up);
+    if (kiln_status_t s = runExpertGemm(*p, layout, gemm, tileRows, tileBound, rows);
         s != KILN_OK)
       return s;
   }
