@@ -48,7 +48,7 @@ int readiness(int device) {
       hasWgmma != 1)
     return -1;
   // The driver must encode tensor maps (a map of any valid shape tells).
-  static const uint16_t probe[64] = {};
+  alignas(16) static const uint16_t probe[64] = {}; // maps need a 16-byte aligned base
   CUtensorMap map;
   if (kernels::sm90::encodeBf16SwizzledMap(&map, probe, 1, 64, 1) != cudaSuccess)
     return -1;
