@@ -98,6 +98,42 @@ std::vector<GroupedGemmTile> tilesFor(const std::vector<int> &counts, int maxTok
   return tiles;
 }
 
+// The gate/up GEMM in the MoE layer's fused forms, on the default variant: gated (gate
+// and up products and SwiGLU in one pass: twice the weights), gathered (x's rows read
+// through each row's token instead of a sorted copy), and both (what the layer runs).
+// Their weight TB/s against the plain GEMM's tells what each fusion costs.
+void benchFusedForms(const kiln::bench::GroupedGemmVariant &variant, GroupedGemmArgs plain,
+                     int plainCtas, double weightBytes, double ceiling, int tokens,
+                     const uint16_t *up, const int32_t *rowTokens) {
+  const struct {
+    const char *name;
+    bool gated, gathered;
+  } forms[] = {{"gated", true, false}, {"gathered", false, true}, {"gated+gathered", true, true}};
+  for (const auto &f : forms) {
+    GroupedGemmArgs args = plain;
+    if (f.gated)
+      args.up = up;
+    if (f.gathered) {
+      args.rowTokens = rowTokens;
+      args.rows = tokens; // in is then x: [tokens, k]
+    }
+    const int ctas = f.gated ? 2 * plainCtas : plainCtas; // half the features a CTA
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int launched = std::min(ctas, sms);
+    if (const cudaError_t e = variant.launch(args, launched, nullptr); e != cudaSuccess) {
+      std::printf("      form %-15s launch failed: %s\n", f.name, cudaGetErrorString(e));
+      cudaGetLastError();
+      continue;
+    }
+    const float ms = timeMs([&] { CHECK(variant.launch(args, launched, nullptr)); }, 10);
+    const double bytes = f.gated ? 2 * weightBytes : weightBytes;
+    const double tbps = bytes / (ms * 1e-3) / 1e12;
+    std::printf("      form %-15s %8.3f ms  weights %.2f TB/s (%3.0f%% of ceiling)\n", f.name, ms,
+                tbps, 100 * tbps / ceiling);
+  }
+}
+
 struct Model {
   const char *name;
   int experts, topK, tokens;
@@ -166,6 +202,21 @@ int main(int argc, char **argv) {
     CHECK(cudaMalloc(&in, rowElems * 2));
     CHECK(cudaMalloc(&out, rowElems * 2));
     CHECK(cudaMalloc(&dense, rowElems * 2));
+    // The MoE layer's fused forms of the gate/up GEMM: the up weights, and each sorted
+    // row's token (random: the rows of a token spread over experts as routing spreads them).
+    uint16_t *upWeights = nullptr;
+    int32_t *rowTokens = nullptr;
+    CHECK(cudaMalloc(&upWeights, size_t(m.experts) * m.inter * m.hidden * 2));
+    CHECK(cudaMalloc(&rowTokens, size_t(pairs) * 4));
+    {
+      std::vector<int32_t> tokenOf(static_cast<size_t>(pairs));
+      std::uniform_int_distribution<int32_t> token(0, m.tokens - 1);
+      for (int32_t &t : tokenOf)
+        t = token(rng);
+      CHECK(cudaMemcpy(rowTokens, tokenOf.data(), tokenOf.size() * 4, cudaMemcpyHostToDevice));
+    }
+    fillKernel<<<prop.multiProcessorCount * 8, 256>>>(upWeights,
+                                                      size_t(m.experts) * m.inter * m.hidden, 3);
     fillKernel<<<prop.multiProcessorCount * 8, 256>>>(weights, weightElems, 1);
     fillKernel<<<prop.multiProcessorCount * 8, 256>>>(in, rowElems, 2);
     CHECK(cudaDeviceSynchronize());
@@ -237,10 +288,15 @@ int main(int argc, char **argv) {
                        same ? "true" : "false");
           firstRow = false;
         }
+        if (v == 0 && g.n == m.inter)
+          benchFusedForms(variant, args, ctas, weightBytes, ceiling, m.tokens, upWeights,
+                          rowTokens);
         cudaFree(dTiles);
         cudaFree(dCount);
       }
     }
+    cudaFree(upWeights);
+    cudaFree(rowTokens);
     cudaFree(weights);
     cudaFree(in);
     cudaFree(out);

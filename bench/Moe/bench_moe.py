@@ -15,10 +15,12 @@ over all 256 experts). Peers in the same run, on the same tensors:
   dense    the ceiling of the issue's target: a dense bf16 GEMM chain of the same FLOPs,
            [tokens x top_k, hidden] x [hidden, 2 x inter] then [tokens x top_k, inter] x
            [inter, hidden] (weights stored [out, in] as the experts'), in a CUDA graph
-Kiln in both modes: pairs (one one-row GEMM per (token, expert) pair: what decode and
-verify steps run) and grouped (pairs sorted by expert: prefill and extend; on sm_90 Kiln's
-own grouped GEMM, and as "grouped-cublaslt" the same layer on cuBLASLt's pointer-array
-GEMM over padded M-row tiles, compared in the same run), each inside a CUDA graph of CALLS calls (kiln_moe never syncs with the host); the
+Kiln in its modes: pairs (one one-row GEMM per (token, expert) pair), invariant (a
+token's bits independent of the batch, as in pairs, on Kiln's own grouped GEMM where it
+runs: what decode and verify steps run) and grouped (pairs sorted by expert: prefill and
+extend; on sm_90 Kiln's own grouped GEMM, and as "grouped-cublaslt" the same layer on
+cuBLASLt's pointer-array GEMM over padded M-row tiles, compared in the same run), each
+inside a CUDA graph of CALLS calls (kiln_moe never syncs with the host); the
 loop peer cannot be captured (it asks the host which experts were hit), so it is timed
 with events around CALLS eager calls (3 single calls when that would pass LOOP_BUDGET_S,
 skipped when even those would); grouped likewise. Bytes = the distinct experts'
@@ -53,6 +55,7 @@ GROUPED = 4            # KILN_MOE_GROUPED
 LIBRARY_GEMM = 128     # KILN_MOE_LIBRARY_GEMM
 SIGMOID = 8            # KILN_MOE_SIGMOID
 F32_LOGITS = 16        # KILN_MOE_F32_LOGITS
+ROW_INVARIANT = 256    # KILN_MOE_ROW_INVARIANT
 
 # scale: the routed scaling factor (1 = none); target: (tokens, least Kiln / dense ratio).
 MODELS = {"qwen3-30b-a3b": dict(hidden=2048, inter=768, experts=128, top_k=8,
@@ -265,14 +268,12 @@ def bench_tokens(lib, gemm, workspace, ceiling, peers, name, m, weights, T):
     modes = {}
     if T * K * 3 * H * I * 2 <= PAIRS_MAX_BYTES:
         modes["pairs"] = flags
+    modes["invariant"] = flags | ROW_INVARIANT
     if T * K >= 4 * E:
         modes["grouped"] = flags | GROUPED
         # The same grouped layer with its GEMMs on cuBLASLt (where the own grouped GEMM
         # runs, i.e. sm_90 and hidden, inter multiples of 128: the two compared).
         modes["grouped-cublaslt"] = flags | GROUPED | LIBRARY_GEMM
-    if not modes:
-        # Too few pairs for grouped tiles: the runtime's grouped call runs pairs here.
-        modes["pairs"] = flags
     times, errs = {}, {}
     for mode, mode_flags in modes.items():
         p.flags = mode_flags
@@ -358,6 +359,7 @@ def main():
         ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64)]
     gemm = ctypes.c_void_p()
     assert lib.kiln_gemm_create(ctypes.byref(gemm)) == 0
+    assert lib.kiln_moe_prepare() == 0  # the invariant mode is captured in graphs
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
     device = torch.cuda.get_device_name()
     ceiling = read_ceiling()

@@ -6,6 +6,7 @@
 
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
+#include "kiln/Kernels/Moe.h"
 
 #include <algorithm>
 #include <chrono>
@@ -436,6 +437,12 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
       std::string message = kiln_last_error();
       return cleanup(s, ("GEMM warm-up: " + message).c_str(), cudaSuccess);
     }
+  }
+  // Which expert GEMM the MoE layers' decode steps run is found out now: a step graph
+  // may be captured before any eager step.
+  if (kiln_status_t s = kiln_moe_prepare(); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return cleanup(s, ("kiln_moe_prepare: " + message).c_str(), cudaSuccess);
   }
   // Pinned host staging (host memory: not part of the device plan).
   const auto &c = ctx->config;

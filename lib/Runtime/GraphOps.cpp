@@ -294,7 +294,8 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       p.top_k = top_k;
       // Decode and verify steps keep a token's bits independent of the batch (lossless
       // speculation); prefill and extend group the pairs by expert.
-      p.flags = ctx->phase == KILN_RT_PHASE_DECODE ? flags : flags | KILN_MOE_GROUPED;
+      p.flags = flags | (ctx->phase == KILN_RT_PHASE_DECODE ? KILN_MOE_ROW_INVARIANT
+                                                            : KILN_MOE_GROUPED);
       p.groups = groups;
       p.top_groups = top_groups;
       p.scale = scale;

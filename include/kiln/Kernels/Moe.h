@@ -40,6 +40,14 @@
  *    average, the expert GEMMs are instead Kiln's own grouped GEMM (wgmma), which reads
  *    the per-expert row counts on the device: the rows are not padded, and each
  *    expert's weights are read once per 160-row tile.
+ *  - row-invariant (KILN_MOE_ROW_INVARIANT, whatever GROUPED says): a token's bits do
+ *    not depend on the other tokens of the call, as in the pairs mode, yet each expert
+ *    is read once per call where the own grouped GEMM runs: its rows do not depend on
+ *    their tile (GroupedGemmGpuTest). It runs wherever hidden and inter are multiples of
+ *    256 and the device has the sm_90a image (for any number of tokens, so every call of
+ *    a layer picks the same GEMM), else the pairs mode. The runtime's decode and verify
+ *    steps use it (lossless speculation at DeepSeek scale without reading an expert once
+ *    per token).
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
  * down [experts, hidden, inter], out [tokens, hidden]; bf16 (logits bf16 or fp32), dense;
@@ -76,7 +84,9 @@ extern "C" {
 /* Execution: the grouped mode's GEMMs on cuBLASLt even where Kiln's own grouped GEMM
  * runs (benchmarks and tests compare the two). */
 #define KILN_MOE_LIBRARY_GEMM 128
-#define KILN_MOE_KNOWN_FLAGS 255
+/* Execution: a token's bits independent of the batch (the row-invariant mode above). */
+#define KILN_MOE_ROW_INVARIANT 256
+#define KILN_MOE_KNOWN_FLAGS 511
 
 typedef struct kiln_moe_params {
   const void *x, *logits;
@@ -140,6 +150,13 @@ kiln_status_t kiln_moe_scratch_bytes_per_token(int64_t hidden, int64_t inter, in
                                                uint64_t *bytes);
 
 kiln_status_t kiln_moe(const kiln_moe_params_t *params);
+
+/* Finds out, once per device, which GEMM kiln_moe's grouped and row-invariant modes run
+ * (a synchronous read of the loaded image: not allowed in a stream being captured).
+ * kiln_moe does it at its first call outside a capture; a caller that captures first
+ * calls this before. A row-invariant call captured on a device not yet probed fails
+ * (KILN_ERROR_INVALID_ARGUMENT) rather than pick a GEMM later calls would not. */
+kiln_status_t kiln_moe_prepare(void);
 
 #ifdef __cplusplus
 }

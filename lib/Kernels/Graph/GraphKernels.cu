@@ -823,10 +823,13 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
       row += count;
     }
   }
-  for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
-    layout.table[i] = offsets[i]; // offsets, then the bases that follow them
-  if (layout.gemmTiles && threadIdx.x == 0)
-    writeGemmTiles(layout, counts, offsets, experts);
+  if (layout.gemmTiles) { // the row-invariant mode's few pairs may not hold the table
+    if (threadIdx.x == 0)
+      writeGemmTiles(layout, counts, offsets, experts);
+  } else {
+    for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
+      layout.table[i] = offsets[i]; // offsets, then the bases that follow them
+  }
   const int used = bases[experts];
   for (int64_t entry = threadIdx.x; entry < layout.entries; entry += blockDim.x) {
     const int tile = entry < used ? static_cast<int>(entry) : used - 1;

@@ -47,9 +47,13 @@ constexpr int groupedGemmCtaFeatures(bool gated) {
   return gated ? kGroupedGemmFeatureTile / 2 : kGroupedGemmFeatureTile;
 }
 
-// The tiles `pairs` (token, expert) pairs over `experts` experts can need.
+// The tiles `pairs` (token, expert) pairs over `experts` experts can need: each expert's
+// rows split into tiles of at most kGroupedGemmMaxTileTokens, and never more tiles than
+// rows (a decode step's few pairs over many experts).
 inline int64_t groupedGemmTileBound(int64_t pairs, int64_t experts) {
-  return (pairs + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens + experts;
+  const int64_t byExpert =
+      (pairs + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens + experts;
+  return pairs < byExpert ? pairs : byExpert;
 }
 
 // Whether a grouped MoE layer's shapes take the kernel: every GEMM's output features a
@@ -57,15 +61,21 @@ inline int64_t groupedGemmTileBound(int64_t pairs, int64_t experts) {
 // tile on average at most (past that the GEMMs are compute-bound, the kernel reads an
 // expert once per tile, and cuBLASLt's padding is small: Mixtral at 2048 tokens, 512
 // rows an expert, ran 5.6 ms against cuBLASLt's 3.6 on an H100).
+inline bool groupedGemmFeaturesFit(int64_t hidden, int64_t inter) {
+  return hidden % kGroupedGemmFeatureTile == 0 && inter % kGroupedGemmFeatureTile == 0;
+}
 inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts, int64_t pairs) {
-  return hidden % kGroupedGemmFeatureTile == 0 && inter % kGroupedGemmFeatureTile == 0 &&
-         pairs <= experts * kGroupedGemmMaxTileTokens;
+  return groupedGemmFeaturesFit(hidden, inter) && pairs <= experts * kGroupedGemmMaxTileTokens;
 }
 
 // Whether the current device runs the kernel: compute capability 9.0 with the sm_90a
 // image in this library. Found out once per device, by a synchronous read of the loaded
-// image, which `mayProbe` false (a stream being captured) forbids: not ready until then.
-bool groupedGemmDeviceReady(bool mayProbe);
+// image, which `mayProbe` false (a stream being captured) forbids: Unknown until then.
+enum class GroupedGemmDevice { Unknown, Ready, Unavailable };
+GroupedGemmDevice groupedGemmDeviceState(bool mayProbe);
+inline bool groupedGemmDeviceReady(bool mayProbe) {
+  return groupedGemmDeviceState(mayProbe) == GroupedGemmDevice::Ready;
+}
 
 // Launches one persistent CTA per SM (at most `tileBound` x the feature tiles). n a
 // multiple of groupedGemmCtaFeatures, k of kGroupedGemmKBlock; pointers 16-byte aligned;

@@ -60,16 +60,18 @@ int readiness(int device) {
 
 } // namespace
 
-bool groupedGemmDeviceReady(bool mayProbe) {
+GroupedGemmDevice groupedGemmDeviceState(bool mayProbe) {
   static std::mutex mutex;
   static int known[kMaxDevices] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices)
-    return false;
+    return GroupedGemmDevice::Unavailable;
   std::lock_guard<std::mutex> lock(mutex);
   if (known[device] == 0 && mayProbe)
     known[device] = readiness(device);
-  return known[device] > 0;
+  return known[device] == 0  ? GroupedGemmDevice::Unknown
+         : known[device] > 0 ? GroupedGemmDevice::Ready
+                             : GroupedGemmDevice::Unavailable;
 }
 
 cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cudaStream_t stream) {

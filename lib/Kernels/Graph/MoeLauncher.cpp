@@ -104,6 +104,12 @@ bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
   return true;
 }
 
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+         capture != cudaStreamCaptureStatusNone;
+}
+
 // Whether the grouped mode's GEMMs run on the own grouped GEMM (GroupedGemm.h): the
 // shapes fit it, the device runs the sm_90a image, and the caller did not ask for
 // cuBLASLt.
@@ -111,10 +117,29 @@ bool useOwnGroupedGemm(const kiln_moe_params_t &p, int64_t pairs, cudaStream_t s
   if ((p.flags & KILN_MOE_LIBRARY_GEMM) ||
       !groupedGemmShapesFit(p.hidden, p.inter, p.experts, pairs))
     return false;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-                         capture != cudaStreamCaptureStatusNone;
-  return groupedGemmDeviceReady(!capturing);
+  return groupedGemmDeviceReady(!capturing(stream));
+}
+
+// The row-invariant mode's GEMM: the own grouped GEMM wherever the layer's shapes and
+// the device take it, whatever the tokens, so that every call of the layer computes a
+// token's rows alike (a decode step and a verify step: lossless speculation); else the
+// pairs mode's one-row GEMMs. A capture before the device's probe cannot know which.
+kiln_status_t rowInvariantGemm(const kiln_moe_params_t &p, cudaStream_t stream, bool *own) {
+  *own = false;
+  if ((p.flags & KILN_MOE_LIBRARY_GEMM) || !groupedGemmFeaturesFit(p.hidden, p.inter))
+    return ok();
+  switch (groupedGemmDeviceState(!capturing(stream))) {
+  case GroupedGemmDevice::Ready:
+    *own = true;
+    return ok();
+  case GroupedGemmDevice::Unavailable:
+    return ok();
+  case GroupedGemmDevice::Unknown:
+    break;
+  }
+  return fail(KILN_ERROR_INVALID_ARGUMENT,
+              "kiln_moe: a row-invariant call is being captured on a device not yet probed "
+              "(call kiln_moe_prepare before the capture)");
 }
 
 // One of the layer's GEMMs over the expert-sorted rows: out = in . W_e^T, or with `up`
@@ -215,9 +240,13 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
     return ok();
 
   cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
-  int tileRows = tileRowsFor(*p, entries);
+  const bool rowInvariant = p->flags & KILN_MOE_ROW_INVARIANT;
+  int tileRows = rowInvariant ? 1 : tileRowsFor(*p, entries);
+  bool ownGemm = !rowInvariant && tileRows > 1 && useOwnGroupedGemm(*p, entries, stream);
+  if (rowInvariant)
+    if (kiln_status_t s = rowInvariantGemm(*p, stream, &ownGemm); s != KILN_OK)
+      return s;
   // The own grouped GEMM reads exact per-expert rows: no padding, no cuBLASLt entries.
-  const bool ownGemm = tileRows > 1 && useOwnGroupedGemm(*p, entries, stream);
   if (ownGemm)
     tileRows = 1;
   const uint64_t tokens = static_cast<uint64_t>(p->tokens);
@@ -254,9 +283,12 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
     layout.gemmTileCount = reinterpret_cast<int32_t *>(layout.gemmTiles + tileBound);
   }
   layout.xRows = reinterpret_cast<uint16_t *>(carve(5));
-  // The own grouped GEMM gathers x's rows itself: the x rows section holds each sorted
-  // row's token instead (4 of its 2 x hidden bytes a pair).
-  layout.rowTokens = ownGemm ? reinterpret_cast<int32_t *>(layout.xRows) : nullptr;
+  // The own grouped GEMM can gather x's rows itself (the x rows section then holds each
+  // sorted row's token), but its producer's cp.async gather ran the gate/up GEMM at 75%
+  // of the read ceiling against 86% over the gather kernel's sorted copy (H100,
+  // DeepSeek-V3 at 4096 tokens, kiln_bench_grouped_gemm's forms): the copy stays.
+  constexpr bool kGatherInGemm = false;
+  layout.rowTokens = ownGemm && kGatherInGemm ? reinterpret_cast<int32_t *>(layout.xRows) : nullptr;
   layout.gateRows = reinterpret_cast<uint16_t *>(carve(6));
   layout.upRows = reinterpret_cast<uint16_t *>(carve(7));
   layout.yRows = reinterpret_cast<uint16_t *>(carve(8));
@@ -306,4 +338,9 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
       return s;
   }
   return combine(layout, p);
+}
+
+extern "C" kiln_status_t kiln_moe_prepare(void) {
+  groupedGemmDeviceState(/*mayProbe=*/true);
+  return ok();
 }

@@ -732,10 +732,22 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
                            {600, 256, 256, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
                            {600, 256, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
                            {70, 256, 256, 32, 2, KILN_MOE_ROUND_WEIGHTS},
-                           {300, 512, 256, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true}};
+                           {300, 512, 256, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true},
+                           // Row-invariant only (below): a decode step's token over many
+                           // experts, a few tokens, and experts of more than one tile.
+                           {1, 256, 256, 64, 8, kDeepSeek, 8, 3, 2.5f, false, true},
+                           {5, 512, 256, 128, 6, KILN_MOE_NORMALIZE_TOP_K},
+                           {700, 256, 256, 4, 2, KILN_MOE_ROUND_WEIGHTS}};
   std::vector<Case> cases;
   for (auto c : routings) {
     cases.push_back(c);
+    // The row-invariant mode where it may take the own grouped GEMM: checked against the
+    // reference and, like the pairs mode, each token alone against the batch.
+    if (c.hidden % 256 == 0 && c.inter % 256 == 0) {
+      Case invariant = c;
+      invariant.flags |= KILN_MOE_ROW_INVARIANT;
+      cases.push_back(invariant);
+    }
     if (c.tokens * c.topK >= 4 * c.experts) {
       c.flags |= KILN_MOE_GROUPED;
       cases.push_back(c);

@@ -143,4 +143,19 @@ TEST(GroupedGemmSelection, ShapesAndRowsPerExpert) {
   EXPECT_FALSE(groupedGemmShapesFit(2048, 896, 128, 4096));
 }
 
+// The token tiles the plan kernel may write, which the scratch holds (12 bytes a tile
+// in the 72 a pair of the pointer section): never more than the pairs, so a decode
+// step's 8 pairs over 256 experts need 8, not 257.
+TEST(GroupedGemmSelection, TileBoundNeverExceedsThePairs) {
+  using kiln::graph::groupedGemmTileBound;
+  EXPECT_EQ(groupedGemmTileBound(8, 256), 8);
+  EXPECT_EQ(groupedGemmTileBound(1, 1024), 1);
+  EXPECT_EQ(groupedGemmTileBound(4096 * 8, 256), 205 + 256);
+  // 700 rows over 4 experts: at most ceil(700 / 160) + 4 tiles.
+  EXPECT_EQ(groupedGemmTileBound(700, 4), 5 + 4);
+  for (int64_t pairs = 1; pairs < 2000; pairs += 7)
+    for (int64_t experts : {1, 8, 64, 256})
+      EXPECT_LE(12 * groupedGemmTileBound(pairs, experts) + 4, 72 * pairs);
+}
+
 } // namespace
