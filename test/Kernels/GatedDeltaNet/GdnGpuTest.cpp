@@ -307,38 +307,11 @@ TEST(GdnGpu, ChunkPrefillContinuesAPrompt) {
   using kiln::test::GdnPromptData;
   const GdnPromptData whole({150, 70, 9}, {}, 4, 8, 128, 128, true, 41);
   const std::vector<int> firstLen = {100, 64, 1};
-  // The two halves: rows [cu[b], cu[b] + firstLen[b]) then the rest, of every tensor.
-  auto part = [&](bool first) {
-    GdnPromptData d = whole;
-    d.cu = {0};
-    d.q.clear(), d.k.clear(), d.v.clear(), d.g.clear(), d.beta.clear();
-    for (int b = 0; b < whole.batch(); ++b) {
-      const int from = whole.cu[b] + (first ? 0 : firstLen[b]);
-      const int to = first ? whole.cu[b] + firstLen[b] : whole.cu[b + 1];
-      auto rows = [&](const auto &src, auto &dst, size_t width) {
-        dst.insert(dst.end(), src.begin() + from * width, src.begin() + to * width);
-      };
-      rows(whole.q, d.q, size_t(whole.kHeads) * whole.kDim);
-      rows(whole.k, d.k, size_t(whole.kHeads) * whole.kDim);
-      rows(whole.v, d.v, size_t(whole.vHeads) * whole.vDim);
-      rows(whole.g, d.g, whole.vHeads);
-      rows(whole.beta, d.beta, whole.vHeads);
-      d.cu.push_back(d.cu.back() + (to - from));
-    }
-    return d;
-  };
-  const GdnPromptData first = part(true), second = part(false);
+  const GdnPromptData first = kiln::test::splitPrompt(whole, firstLen, true);
+  const GdnPromptData second = kiln::test::splitPrompt(whole, firstLen, false);
   const PrefillRun a = runPrefill(first, whole.state);
   const PrefillRun b = runPrefill(second, a.state);
-  // The outputs of both calls in the whole prompt's order.
-  std::vector<uint16_t> out;
-  const size_t width = size_t(whole.vHeads) * whole.vDim;
-  for (int s = 0; s < whole.batch(); ++s) {
-    out.insert(out.end(), a.out.begin() + first.cu[s] * width,
-               a.out.begin() + first.cu[s + 1] * width);
-    out.insert(out.end(), b.out.begin() + second.cu[s] * width,
-               b.out.begin() + second.cu[s + 1] * width);
-  }
+  const std::vector<uint16_t> out = kiln::test::joinOutputs(whole, first, a.out, second, b.out);
   const kiln::test::GdnErrors e = kiln::test::compareToReference(whole, out, b.state);
   EXPECT_EQ(e.untouchedChanged, 0) << "a slot without tokens changed";
   EXPECT_LT(e.out, 1e-2);

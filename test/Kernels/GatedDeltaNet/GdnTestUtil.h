@@ -87,6 +87,45 @@ struct GdnPromptData {
   }
 };
 
+// Rows [cu[b], cu[b] + firstLen[b]) of every sequence of `whole` (first) or the rest
+// (!first), as a prompt of their own with whole's slots and initial states: a prompt split
+// over two calls.
+inline GdnPromptData splitPrompt(const GdnPromptData &whole, const std::vector<int> &firstLen,
+                                 bool first) {
+  GdnPromptData d = whole;
+  d.cu = {0};
+  d.q.clear(), d.k.clear(), d.v.clear(), d.g.clear(), d.beta.clear();
+  for (int b = 0; b < whole.batch(); ++b) {
+    const int from = whole.cu[b] + (first ? 0 : firstLen[b]);
+    const int to = first ? whole.cu[b] + firstLen[b] : whole.cu[b + 1];
+    auto rows = [&](const auto &src, auto &dst, size_t width) {
+      dst.insert(dst.end(), src.begin() + from * width, src.begin() + to * width);
+    };
+    rows(whole.q, d.q, size_t(whole.kHeads) * whole.kDim);
+    rows(whole.k, d.k, size_t(whole.kHeads) * whole.kDim);
+    rows(whole.v, d.v, size_t(whole.vHeads) * whole.vDim);
+    rows(whole.g, d.g, whole.vHeads);
+    rows(whole.beta, d.beta, whole.vHeads);
+    d.cu.push_back(d.cu.back() + (to - from));
+  }
+  return d;
+}
+
+// The outputs of the two calls of splitPrompt in the whole prompt's row order.
+inline std::vector<uint16_t> joinOutputs(const GdnPromptData &whole, const GdnPromptData &first,
+                                         const std::vector<uint16_t> &a,
+                                         const GdnPromptData &second,
+                                         const std::vector<uint16_t> &b) {
+  std::vector<uint16_t> out;
+  const size_t width = size_t(whole.vHeads) * whole.vDim;
+  for (int s = 0; s < whole.batch(); ++s) {
+    out.insert(out.end(), a.begin() + first.cu[s] * width, a.begin() + first.cu[s + 1] * width);
+    out.insert(out.end(), b.begin() + second.cu[s] * width,
+               b.begin() + second.cu[s + 1] * width);
+  }
+  return out;
+}
+
 // Worst errors of a kernel's results against the reference: outputs |got - ref| /
 // (|ref| + 0.05) over the written rows (as GdnGpuTest's update cases), states |got - ref|
 // / (|ref| + rms(ref)) over every slot (as the Mamba chunk scan's: the chunked form's
