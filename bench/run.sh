@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one entry point of Kiln's benchmarks (GPU machine, repository root):
-#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gemm, moe, model,
+#   bench/run.sh [FAMILY...]      FAMILY: decode, prefill, mamba, gdn, gemm, moe, model,
 #                                 ssmmodes, runtime (default: all)
 # Builds the CUDA half once (-DKILN_BUILD_COMPILER=OFF, sm_90a) into
 # ${KILN_BENCH_BUILD:-/tmp/kiln-bench-build} and runs each family's benchmark with its
@@ -11,7 +11,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BENCH_BUILD:-/tmp/kiln-bench-build}
 out=${OUT:-/tmp/kiln-bench-out}
-families=${*:-decode prefill mamba gemm moe model ssmmodes runtime}
+families=${*:-decode prefill mamba gdn gemm moe model ssmmodes runtime}
 mkdir -p "$out"
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
@@ -20,7 +20,7 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
   cmake -G Ninja -S "$root" -B "$build" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$root/.carry/googletest" &&
   ninja -C "$build" -j"${KILN_BENCH_JOBS:-16}" kiln_decode_bench kiln_prefill_bench \
-    kiln_bench_mamba kiln_bench_grouped_gemm kiln-run kiln_runtime
+    kiln_bench_mamba kiln_bench_gdn kiln_bench_grouped_gemm kiln-run kiln_runtime
 } > "$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 echo "build done ($(elapsed))"
 
@@ -31,6 +31,7 @@ for family in $families; do
   decode) KILN_DECODE_BUILD="$build" bash "$root/bench/Decode/run_device.sh" "$out/$family" ;;
   prefill) OUT="$out/$family" bash "$root/bench/Prefill/device_run.sh" ;;
   mamba) bash "$root/bench/Mamba/run.sh" "$build" "$out/$family" ;;
+  gdn) bash "$root/bench/Gdn/run.sh" "$build" "$out/$family" ;;
   gemm) OUT="$out/$family" python3 "$root/bench/Gemm/bench_gemm.py" \
       --lib "$build/lib/libkiln_runtime.so" ;;
   moe)
@@ -52,7 +53,7 @@ for family in $families; do
     nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
       -o "$build/graph_launch" && "$build/graph_launch" &&
       python3 "$root/bench/Runtime/graph_launch_peer.py" ;;
-  *) echo "unknown family '$family' (decode, prefill, mamba, gemm, moe, model, ssmmodes, runtime)"
+  *) echo "unknown family '$family' (decode, prefill, mamba, gdn, gemm, moe, model, ssmmodes, runtime)"
      status=1; continue ;;
   esac > "$out/$family.log" 2>&1
   rc=$?

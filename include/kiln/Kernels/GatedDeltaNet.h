@@ -1,6 +1,8 @@
-/* Gated DeltaNet decode update (Qwen3-Next linear attention), C ABI.
+/* Gated DeltaNet (Qwen3-Next linear attention), C ABI: the decode update and the chunked
+ * prefill (kiln_gdn_chunk_prefill, below).
  *
- * Registry names: "gdn_update" (intermediate == NULL) and "gdn_update_spec".
+ * Registry names: "gdn_update" (intermediate == NULL), "gdn_update_spec" and
+ * "gdn_chunk_prefill".
  *
  * Per sequence b (slot s = state_indices[b]), value head h (key head kh = h / (v_heads /
  * k_heads)), for each of its num_tokens tokens t in order, with the recurrent state
@@ -41,7 +43,9 @@ extern "C" {
 
 #define KILN_KERNEL_GDN_UPDATE "gdn_update"
 #define KILN_KERNEL_GDN_UPDATE_SPEC "gdn_update_spec"
+#define KILN_KERNEL_GDN_CHUNK_PREFILL "gdn_chunk_prefill"
 #define KILN_GDN_MAX_TOKENS 64
+#define KILN_GDN_CHUNK 64 /* tokens a chunk of gdn_chunk_prefill */
 
 typedef struct kiln_gdn_update_params {
   void *state; /* [num_slots, v_heads, k_dim, v_dim] fp32 */
@@ -60,6 +64,48 @@ typedef struct kiln_gdn_update_params {
 } kiln_gdn_update_params_t;
 
 kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params);
+
+/* ---- gdn_chunk_prefill ----------------------------------------------------------------
+ * A prompt (or a prompt's continuation) through one Gated DeltaNet layer in one launch:
+ * the update above applied to every token of every sequence in order, computed chunk by
+ * chunk (KILN_GDN_CHUNK tokens) in the WY / UT-transform form of transformers'
+ * torch_chunk_gated_delta_rule. Sequence b is tokens cu_seqlens[b] .. cu_seqlens[b+1] - 1
+ * (as ssm_chunk_scan in kiln/Kernels/Mamba.h; an empty or negative range is skipped); its
+ * slot s = state_indices[b] (NULL: s = b; negative or >= num_slots: padding, nothing read
+ * or written, outputs left as they are). state[s] is read as the initial state (zero it
+ * first for a fresh prompt) and written once with the state after the sequence's last
+ * token. Within a chunk, with gamma_t the running sum of g over the chunk's tokens:
+ *   A[t,u]  = beta_t exp(gamma_t - gamma_u) (k_t . k_u)   (u < t)
+ *   (I + A) U = diag(beta) (V - diag(exp(gamma)) K S)      (U: the corrected values)
+ *   out_t   = scale (exp(gamma_t) S^T q_t + sum_{u<=t} exp(gamma_t - gamma_u) (q_t . k_u) U_u)
+ *   S'      = exp(gamma_last) S + sum_u exp(gamma_last - gamma_u) k_u U_u^T
+ * (q, k l2-normalized first when l2norm_qk), equal to the token-by-token recurrence up to
+ * fp32 rounding.
+ *
+ * Layouts: tokens are packed rows, q, k [tokens, k_heads, k_dim]; v, out [tokens, v_heads,
+ * v_dim] BF16; g, beta [tokens, v_heads] fp32; state [num_slots, v_heads, k_dim, v_dim]
+ * fp32. With every sequence of T tokens (cu_seqlens[b] = b T) this is the update's
+ * [batch, T, ...] layout. Supported: BF16, k_dim and v_dim 64 or 128, v_heads a multiple
+ * of k_heads, batch <= 65535; q, k, v, out, state 16-byte aligned. The device needs the
+ * shared memory of one block (about 148 KiB at k_dim 128, 106 KiB at 64: sm_80, sm_90,
+ * sm_100; others return KILN_ERROR_UNSUPPORTED at launch). */
+typedef struct kiln_gdn_chunk_prefill_params {
+  void *state; /* [num_slots, v_heads, k_dim, v_dim] fp32, read and written */
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL (slot = b), device */
+  const int32_t *cu_seqlens;    /* [batch + 1], device */
+  int32_t batch;
+  int32_t k_heads, v_heads, k_dim, v_dim;
+  kiln_dtype_t dtype; /* of q, k, v, out: BF16 */
+  const void *q, *k, *v;
+  const float *g, *beta;
+  void *out;
+  int32_t l2norm_qk;
+  float scale; /* 0: 1 / sqrt(k_dim) */
+  void *stream;
+} kiln_gdn_chunk_prefill_params_t;
+
+kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *params);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
-// C ABI launcher of the Gated DeltaNet update: argument validation (before any CUDA call,
-// so it runs without a GPU too), then the CUDA dispatch.
+// C ABI launchers of the Gated DeltaNet update and chunked prefill: argument validation
+// (before any CUDA call, so it runs without a GPU too), then the CUDA dispatch.
 #include "kiln/Kernels/GatedDeltaNet.h"
 
 #include "ArgChecker.h"
@@ -56,4 +56,64 @@ extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params)
     return ok();
   const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
   return gdn::launchGdnUpdate(p, scale);
+}
+
+extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *params) {
+  ArgChecker c{"gdn_chunk_prefill"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_gdn_chunk_prefill_params_t &p = *params;
+  if (!c.notNull(p.state, "state") || !c.notNull(p.cu_seqlens, "cu_seqlens") ||
+      !c.notNull(p.q, "q") || !c.notNull(p.k, "k") || !c.notNull(p.v, "v") ||
+      !c.notNull(p.g, "g") || !c.notNull(p.beta, "beta") || !c.notNull(p.out, "out"))
+    return c.status;
+  if (!c.nonNegative(p.batch, "batch") || !c.atMost(p.batch, 65535, "batch") ||
+      !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
+      !c.positive(p.v_heads, "v_heads"))
+    return c.status;
+  if (p.v_heads % p.k_heads != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: v_heads (%d) must be a multiple of k_heads (%d)", c.kernel, p.v_heads,
+                p.k_heads);
+  for (auto [dim, name] : {std::pair<int32_t, const char *>{p.k_dim, "k_dim"},
+                           {p.v_dim, "v_dim"}})
+    if (dim != 64 && dim != 128)
+      return fail(KILN_ERROR_UNSUPPORTED, "%s: %s %d unsupported (64 or 128)", c.kernel, name,
+                  dim);
+  if (p.dtype != KILN_DTYPE_BF16)
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: dtype %d unsupported (BF16: q and k are exact tensor-core operands)",
+                c.kernel, static_cast<int>(p.dtype));
+  if (!(std::isfinite(p.scale) && p.scale >= 0.0f))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g must be finite and >= 0 (0: "
+                "1/sqrt(k_dim))", c.kernel, static_cast<double>(p.scale));
+  if (!p.state_indices && p.batch > p.num_slots)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
+                p.num_slots);
+  if (!c.aligned16(p.state, "state") || !c.aligned16(p.q, "q") || !c.aligned16(p.k, "k") ||
+      !c.aligned16(p.v, "v") || !c.aligned16(p.out, "out") ||
+      !c.elementAligned(p.g, 4, "g") || !c.elementAligned(p.beta, 4, "beta") ||
+      !c.elementAligned(p.cu_seqlens, 4, "cu_seqlens") ||
+      (p.state_indices && !c.elementAligned(p.state_indices, 4, "state_indices")))
+    return c.status;
+  if (p.batch == 0)
+    return ok();
+  gdn::GdnChunkArgs a{};
+  a.state = static_cast<float *>(p.state);
+  a.indices = p.state_indices;
+  a.cuSeqlens = p.cu_seqlens;
+  a.numSlots = p.num_slots;
+  a.kHeads = p.k_heads;
+  a.vHeads = p.v_heads;
+  a.vDim = p.v_dim;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.g = p.g;
+  a.beta = p.beta;
+  a.out = p.out;
+  a.l2norm = p.l2norm_qk;
+  a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
+  return gdn::launchGdnChunkPrefill(a, p.batch, p.k_dim, p.stream);
 }

@@ -106,6 +106,8 @@ void shuffleIndexed(WarpLanes &lanes) {
     lanes[l].out[0] = static_cast<uint32_t>(lanes[lanes[l].in[1] % kWarpSize].in[0]);
 }
 
+void warpBarrier(WarpLanes &) {}
+
 void shuffleUp(WarpLanes &lanes) {
   for (int l = 0; l < kWarpSize; ++l) {
     const int delta = static_cast<int>(lanes[l].in[1]);

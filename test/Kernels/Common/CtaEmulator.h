@@ -251,6 +251,7 @@ void ldmatrixX4Trans(WarpLanes &lanes);
 void mmaBf16(WarpLanes &lanes);
 void shuffleIndexed(WarpLanes &lanes);
 void shuffleUp(WarpLanes &lanes);
+void warpBarrier(WarpLanes &lanes); // __syncwarp: exchanges nothing
 
 // The calling thread's part in a collective of 32-bit operands with one 32-bit result.
 inline uint32_t warpExchange(WarpOp op, uint32_t value, uint32_t arg) {
@@ -281,6 +282,14 @@ inline float bitsFloat(uint32_t u) {
 #define __launch_bounds__(...)
 
 inline void __syncthreads() { kiln::test::emu::CtaEmulator::current().barrier(); }
+// A warp barrier: every lane's shared-memory writes before it are seen by every lane after
+// it (whole warps only, as the shuffles).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  namespace emu = kiln::test::emu;
+  if (mask != 0xffffffffu)
+    emu::CtaEmulator::current().fail("__syncwarp: partial mask");
+  emu::CtaEmulator::current().warpCollective(emu::warpBarrier);
+}
 // Whole-warp shuffles only (the emulation has no partial masks).
 inline float __shfl_sync(unsigned mask, float v, int srcLane) {
   namespace emu = kiln::test::emu;

@@ -1,6 +1,8 @@
-// The Gated DeltaNet reference on a recurrence worked by hand, and the launcher's
-// argument validation (no GPU needed: it runs before any CUDA call).
+// The Gated DeltaNet reference on a recurrence worked by hand, the chunked (WY) form of
+// the prefill against the token-by-token recurrence in fp64, and the launchers' argument
+// validation (no GPU needed: it runs before any CUDA call).
 #include "GdnReference.h"
+#include "GdnTestUtil.h"
 #include "kiln/Kernels/GatedDeltaNet.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +116,122 @@ TEST(GdnValidation, EveryArgumentIsNamed) {
               p.k = nullptr;
             }).find("gdn_update_spec: k is null"),
             std::string::npos);
+  // An empty batch launches nothing, so it succeeds without a GPU.
+  EXPECT_EQ(with([](auto &p) { p.batch = 0; }), "OK");
+}
+
+// The chunked form gdn_chunk_prefill computes equals the recurrence (fp64: to rounding),
+// over chunk edges, a 1-token sequence, a padding sequence, grouped heads, with and
+// without l2norm, from nonzero states, at chunk 64 and at chunk 5 (many chunks).
+TEST(GdnReference, ChunkedFormEqualsTokenByToken) {
+  for (bool l2norm : {true, false})
+    for (int chunk : {64, 5}) {
+      const kiln::test::GdnPromptData d({70, 1, 13, 64, 130}, {2}, 2, 4, 16, 8, l2norm, 21);
+      std::vector<double> tokenState, tokenOut;
+      d.reference(tokenState, tokenOut);
+      auto doubles = [](const std::vector<uint16_t> &x) {
+        std::vector<double> out(x.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          out[i] = kiln_bf16_to_float(x[i]);
+        return out;
+      };
+      const std::vector<double> q = doubles(d.q), k = doubles(d.k), v = doubles(d.v);
+      const std::vector<double> g(d.g.begin(), d.g.end()), beta(d.beta.begin(), d.beta.end());
+      std::vector<double> state(d.state.begin(), d.state.end()), out(d.outCount(), NAN);
+      const kiln::reference::GdnPrompt p{d.batch(), d.cu.data(), d.indices.data(), d.slots,
+                                         d.kHeads,  d.vHeads,    d.kDim,           d.vDim,
+                                         q.data(),  k.data(),    v.data(),         g.data(),
+                                         beta.data(), l2norm,    0.0};
+      kiln::reference::gdnChunkedReference(p, chunk, state.data(), out.data());
+      double worst = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(std::isnan(out[i]), std::isnan(tokenOut[i])) << "output " << i;
+        if (!std::isnan(out[i]))
+          worst = std::max(worst, std::fabs(out[i] - tokenOut[i]) / (std::fabs(tokenOut[i]) + 1e-3));
+      }
+      for (size_t i = 0; i < state.size(); ++i)
+        worst = std::max(worst, std::fabs(state[i] - tokenState[i]) / (std::fabs(tokenState[i]) + 1e-3));
+      EXPECT_LT(worst, 1e-10) << "l2norm " << l2norm << " chunk " << chunk;
+    }
+}
+
+kiln_gdn_chunk_prefill_params_t validPrefill() {
+  static float f[4] __attribute__((aligned(16)));
+  static int32_t cu[3] = {0, 1, 2};
+  kiln_gdn_chunk_prefill_params_t p{};
+  p.state = f;
+  p.num_slots = 4;
+  p.cu_seqlens = cu;
+  p.batch = 2;
+  p.k_heads = 2;
+  p.v_heads = 4;
+  p.k_dim = 128;
+  p.v_dim = 128;
+  p.dtype = KILN_DTYPE_BF16;
+  p.q = p.k = p.v = f;
+  p.g = p.beta = f;
+  p.out = f;
+  return p;
+}
+
+TEST(GdnChunkPrefillValidation, EveryArgumentIsNamed) {
+  EXPECT_EQ(kiln_gdn_chunk_prefill(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln_last_error()).find("gdn_chunk_prefill: params is null"),
+            std::string::npos);
+  auto with = [](auto change) {
+    kiln_gdn_chunk_prefill_params_t p = validPrefill();
+    change(p);
+    kiln_status_t s = kiln_gdn_chunk_prefill(&p);
+    return s == KILN_OK ? std::string("OK") : std::string(kiln_last_error());
+  };
+  auto has = [](const std::string &message, const char *part) {
+    return message.find(part) != std::string::npos;
+  };
+  EXPECT_PRED2(has, with([](auto &p) { p.state = nullptr; }), "gdn_chunk_prefill: state is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.cu_seqlens = nullptr; }), "cu_seqlens is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.q = nullptr; }), "q is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.k = nullptr; }), "k is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.v = nullptr; }), "v is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.g = nullptr; }), "g is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.beta = nullptr; }), "beta is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.out = nullptr; }), "out is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.batch = -1; }), "batch is negative (-1)");
+  EXPECT_PRED2(has, with([](auto &p) { p.batch = 65536; }),
+               "batch = 65536 exceeds the supported maximum 65535");
+  EXPECT_PRED2(has, with([](auto &p) { p.num_slots = 0; }), "num_slots must be > 0 (got 0)");
+  EXPECT_PRED2(has, with([](auto &p) { p.k_heads = 0; }), "k_heads must be > 0 (got 0)");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_heads = -2; }), "v_heads must be > 0 (got -2)");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_heads = 3; }),
+               "v_heads (3) must be a multiple of k_heads (2)");
+  EXPECT_PRED2(has, with([](auto &p) { p.k_dim = 96; }), "k_dim 96 unsupported (64 or 128)");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_dim = 256; }), "v_dim 256 unsupported (64 or 128)");
+  EXPECT_PRED2(has, with([](auto &p) { p.dtype = KILN_DTYPE_F16; }),
+               "dtype 1 unsupported (BF16");
+  EXPECT_PRED2(has, with([](auto &p) { p.scale = -1.0f; }), "scale -1 must be finite and >= 0");
+  EXPECT_PRED2(has, with([](auto &p) { p.scale = INFINITY; }), "must be finite");
+  EXPECT_PRED2(has, with([](auto &p) { p.batch = 5; }),
+               "state_indices is null and batch (5) > num_slots (4)");
+  auto plus = [](const void *x, int bytes) { return static_cast<const char *>(x) + bytes; };
+  EXPECT_PRED2(has, with([&](auto &p) { p.state = const_cast<char *>(plus(p.state, 4)); }),
+               "state is not 16-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) { p.q = plus(p.q, 2); }), "q is not 16-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) { p.k = plus(p.k, 8); }), "k is not 16-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) { p.v = plus(p.v, 2); }), "v is not 16-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) { p.out = const_cast<char *>(plus(p.out, 2)); }),
+               "out is not 16-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) { p.g = reinterpret_cast<const float *>(plus(p.g, 2)); }),
+               "g is not 4-byte aligned");
+  EXPECT_PRED2(has,
+               with([&](auto &p) { p.beta = reinterpret_cast<const float *>(plus(p.beta, 1)); }),
+               "beta is not 4-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) {
+                 p.cu_seqlens = reinterpret_cast<const int32_t *>(plus(p.cu_seqlens, 2));
+               }),
+               "cu_seqlens is not 4-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) {
+                 p.state_indices = reinterpret_cast<const int32_t *>(plus(p.cu_seqlens, 1));
+               }),
+               "state_indices is not 4-byte aligned");
   // An empty batch launches nothing, so it succeeds without a GPU.
   EXPECT_EQ(with([](auto &p) { p.batch = 0; }), "OK");
 }

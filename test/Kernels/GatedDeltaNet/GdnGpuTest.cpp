@@ -1,7 +1,12 @@
 // GPU tests of the Gated DeltaNet update: against the fp64 reference on random data
 // (grouped heads, shuffled slots with a padding sequence, several tokens, l2norm on and
 // off), and the speculative intermediates against repeated in-place updates, bitwise.
+// And of the chunked prefill (gdn_chunk_prefill): against the fp64 token-by-token
+// reference (ragged sequences across chunk edges, 1 token, padding, nonzero initial
+// states, a prompt continued over two calls, no state_indices), and against the update
+// run token by token.
 #include "GdnReference.h"
+#include "GdnTestUtil.h"
 #include "GpuTest.h"
 #include "kiln/Kernels/GatedDeltaNet.h"
 #include "kiln/Kernels/HostNumeric.h"
@@ -217,6 +222,160 @@ TEST(GdnGpu, IntermediatesEqualRepeatedInPlaceUpdates) {
             << "sequence " << b << " token " << t << ": output differs";
     }
   }
+}
+
+// ---- gdn_chunk_prefill
+
+struct PrefillRun {
+  std::vector<uint16_t> out;
+  std::vector<float> state;
+};
+
+// The whole prompt in one call, from the states state0; null state_indices on request.
+PrefillRun runPrefill(const kiln::test::GdnPromptData &d, const std::vector<float> &state0,
+                      bool nullIndices = false) {
+  Device<float> state(state0), g(d.g), beta(d.beta);
+  Device<uint16_t> q(d.q), k(d.k), v(d.v);
+  Device<int32_t> indices(d.indices), cu(d.cu);
+  Device<uint16_t> out(std::vector<uint16_t>(d.outCount() + 1, 0xFFFF));
+  kiln_gdn_chunk_prefill_params_t a{};
+  a.state = state.ptr;
+  a.num_slots = d.slots;
+  a.state_indices = nullIndices ? nullptr : indices.ptr;
+  a.cu_seqlens = cu.ptr;
+  a.batch = d.batch();
+  a.k_heads = d.kHeads;
+  a.v_heads = d.vHeads;
+  a.k_dim = d.kDim;
+  a.v_dim = d.vDim;
+  a.dtype = KILN_DTYPE_BF16;
+  a.q = q.ptr;
+  a.k = k.ptr;
+  a.v = v.ptr;
+  a.g = g.ptr;
+  a.beta = beta.ptr;
+  a.out = out.ptr;
+  a.l2norm_qk = d.l2norm;
+  PrefillRun r;
+  EXPECT_EQ(kiln_gdn_chunk_prefill(&a), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  r.state = state.read(state0.size());
+  r.out = out.read(d.outCount() + 1);
+  EXPECT_EQ(r.out.back(), 0xFFFF) << "written past the last token";
+  r.out.pop_back();
+  return r;
+}
+
+// Outputs within 1e-2 of the reference relative to |ref| + 0.05 (bf16 outputs, as the
+// update's); states within 1e-4 relative to |ref| + rms(ref) (GdnTestUtil.h: every
+// product of the chunked form carries ~2^-17 of its own magnitude from the bf16 hi/lo
+// splits; 1.5e-5 to 2.2e-5 in the emulation test).
+void expectPrefillMatches(const kiln::test::GdnPromptData &d, bool nullIndices = false) {
+  const PrefillRun r = runPrefill(d, d.state, nullIndices);
+  const kiln::test::GdnErrors e = kiln::test::compareToReference(d, r.out, r.state);
+  EXPECT_EQ(e.paddingWritten, 0) << "outputs of a padding sequence written";
+  EXPECT_EQ(e.untouchedChanged, 0) << "a slot without tokens changed";
+  EXPECT_LT(e.out, 1e-2);
+  EXPECT_LT(e.state, 1e-4);
+  std::printf("  prefill k_dim %d v_dim %d heads %d/%d, %d tokens, l2norm %d: worst out rel err "
+              "%.2e, state %.2e\n",
+              d.kDim, d.vDim, d.kHeads, d.vHeads, d.tokens(), d.l2norm, e.out, e.state);
+}
+
+TEST(GdnGpu, ChunkPrefillMatchesReference) {
+  KILN_REQUIRE_GPU();
+  using kiln::test::GdnPromptData;
+  // Qwen3-Next per TP rank of 4 (4 key heads, 8 value heads of 128 x 128): lengths across
+  // chunk and 16-token block edges, one token, a padding sequence.
+  expectPrefillMatches(GdnPromptData({130, 1, 64, 200, 37}, {2}, 4, 8, 128, 128, true, 31));
+  // Per rank at TP 1 (16 / 32 heads), one long sequence.
+  expectPrefillMatches(GdnPromptData({600}, {}, 16, 32, 128, 128, true, 32));
+  expectPrefillMatches(GdnPromptData({65, 3, 128}, {0}, 2, 2, 64, 64, false, 33));
+  expectPrefillMatches(GdnPromptData({17, 90}, {}, 1, 4, 64, 128, true, 34));
+  expectPrefillMatches(GdnPromptData({90, 17}, {}, 2, 4, 128, 64, false, 35));
+  // No state_indices: sequence b uses slot b (no padding then).
+  GdnPromptData plain({70, 5}, {}, 1, 2, 128, 128, true, 36);
+  plain.indices = {0, 1};
+  expectPrefillMatches(plain, true);
+}
+
+// A prompt split over two calls (an EXTEND step, or a prompt longer than one call): the
+// second call starts from the states the first wrote, and the whole matches the reference
+// of the prompt in one piece.
+TEST(GdnGpu, ChunkPrefillContinuesAPrompt) {
+  KILN_REQUIRE_GPU();
+  using kiln::test::GdnPromptData;
+  const GdnPromptData whole({150, 70, 9}, {}, 4, 8, 128, 128, true, 41);
+  const std::vector<int> firstLen = {100, 64, 1};
+  const GdnPromptData first = kiln::test::splitPrompt(whole, firstLen, true);
+  const GdnPromptData second = kiln::test::splitPrompt(whole, firstLen, false);
+  const PrefillRun a = runPrefill(first, whole.state);
+  const PrefillRun b = runPrefill(second, a.state);
+  const std::vector<uint16_t> out = kiln::test::joinOutputs(whole, first, a.out, second, b.out);
+  const kiln::test::GdnErrors e = kiln::test::compareToReference(whole, out, b.state);
+  EXPECT_EQ(e.untouchedChanged, 0) << "a slot without tokens changed";
+  EXPECT_LT(e.out, 1e-2);
+  EXPECT_LT(e.state, 1e-4);
+  std::printf("  continued over two calls: worst out rel err %.2e, state %.2e\n", e.out, e.state);
+}
+
+// The prefill equals the decode update run token by token (gdn_update, one token a call,
+// one sequence a call): states within fp32 tolerance of each other (|a - b| <= 1e-4
+// (|b| + rms(b))), bf16 outputs within 1e-2 (|b| + 0.05).
+TEST(GdnGpu, ChunkPrefillEqualsTokenByTokenUpdate) {
+  KILN_REQUIRE_GPU();
+  using kiln::test::GdnPromptData;
+  const GdnPromptData d({100, 7, 64}, {1}, 4, 8, 128, 128, true, 51);
+  const PrefillRun chunked = runPrefill(d, d.state);
+  Device<float> state(d.state), g(d.g), beta(d.beta);
+  Device<uint16_t> q(d.q), k(d.k), v(d.v);
+  Device<int32_t> indices(d.indices);
+  Device<uint16_t> out(std::vector<uint16_t>(d.outCount(), 0xFFFF));
+  for (int b = 0; b < d.batch(); ++b)
+    for (int t = d.cu[b]; t < d.cu[b + 1]; ++t) {
+      kiln_gdn_update_params_t a{};
+      a.state = state.ptr;
+      a.num_slots = d.slots;
+      a.state_indices = indices.ptr + b;
+      a.batch = 1;
+      a.num_tokens = 1;
+      a.k_heads = d.kHeads;
+      a.v_heads = d.vHeads;
+      a.k_dim = d.kDim;
+      a.v_dim = d.vDim;
+      a.dtype = KILN_DTYPE_BF16;
+      a.q = q.ptr + size_t(t) * d.kHeads * d.kDim;
+      a.k = k.ptr + size_t(t) * d.kHeads * d.kDim;
+      a.v = v.ptr + size_t(t) * d.vHeads * d.vDim;
+      a.g = g.ptr + size_t(t) * d.vHeads;
+      a.beta = beta.ptr + size_t(t) * d.vHeads;
+      a.out = out.ptr + size_t(t) * d.vHeads * d.vDim;
+      a.l2norm_qk = d.l2norm;
+      ASSERT_EQ(kiln_gdn_update(&a), KILN_OK) << kiln_last_error();
+    }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> tokenState = state.read(d.state.size());
+  const std::vector<uint16_t> tokenOut = out.read(d.outCount());
+  double squares = 0;
+  for (float x : tokenState)
+    squares += double(x) * x;
+  const double rms = std::sqrt(squares / tokenState.size());
+  double worstState = 0, worstOut = 0;
+  for (size_t i = 0; i < tokenState.size(); ++i)
+    worstState = std::max(worstState, std::fabs(double(chunked.state[i]) - tokenState[i]) /
+                                          (std::fabs(tokenState[i]) + rms));
+  for (size_t i = 0; i < tokenOut.size(); ++i) {
+    ASSERT_EQ(chunked.out[i] == 0xFFFF, tokenOut[i] == 0xFFFF) << "output " << i;
+    if (tokenOut[i] == 0xFFFF)
+      continue; // a padding sequence's row
+    const double want = kiln_bf16_to_float(tokenOut[i]);
+    worstOut = std::max(worstOut, std::fabs(kiln_bf16_to_float(chunked.out[i]) - want) /
+                                      (std::fabs(want) + 0.05));
+  }
+  EXPECT_LT(worstState, 1e-4);
+  EXPECT_LT(worstOut, 1e-2);
+  std::printf("  prefill vs token-by-token update: worst out diff %.2e, state %.2e\n", worstOut,
+              worstState);
 }
 
 } // namespace

@@ -1,0 +1,262 @@
+// Benchmark of gdn_chunk_prefill: an 8k-token prompt through one Qwen3-Next Gated
+// DeltaNet layer (k_dim = v_dim = 128; per-rank heads at TP 4: 4 key / 8 value heads, and
+// at TP 1: 16 / 32), in one launch, against gdn_update run once per token (the prefill
+// without the chunked kernel), with ceilings measured in the same run: the copy bandwidth
+// (read + write) and the bf16 mma.sync m16n8k16 throughput (the instruction the kernel
+// uses). Prints one line per case and writes JSON (argv[1]) that peer_torch.py merges with
+// its PyTorch peers (ratios).
+//
+// FLOPs are the chunked form's nominal work a token and value head, L = 64:
+//   2 L K (K K^T and Q K^T, causal halves) + 2 L V (the triangular solve and Aqk U,
+//   causal halves) + 6 K V (K S, Q S and the state update K^T U)
+// = 131072 at K = V = 128 (the kernel issues more: its fp32 operands are split into two
+// bf16 parts, and each 32-column CTA recomputes K K^T and Q K^T). Bytes: q, k, v read,
+// out written, g and beta read, the state read and written once.
+#include "kiln/Kernels/GatedDeltaNet.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK(expr)                                                                       \
+  do {                                                                                    \
+    cudaError_t e_ = (expr);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
+                   cudaGetErrorString(e_));                                               \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define KCHECK(expr)                                                                      \
+  do {                                                                                    \
+    kiln_status_t s_ = (expr);                                                            \
+    if (s_ != KILN_OK) {                                                                  \
+      std::fprintf(stderr, "%s: %s\n", #expr, kiln_last_error());                        \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+constexpr int kDim = 128, vDim = 128, kChunk = 64;
+
+__device__ float hashUnit(size_t i, uint32_t seed) { // in [0, 1)
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  return (h & 0xffffff) / 16777216.0f;
+}
+__global__ void fillBf16(__nv_bfloat16 *p, size_t n, float lo, float hi, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2bfloat16(lo + (hi - lo) * hashUnit(i, seed));
+}
+__global__ void fillF32(float *p, size_t n, float lo, float hi, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = lo + (hi - lo) * hashUnit(i, seed);
+}
+__global__ void copyKernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
+}
+// The bf16 mma.sync ceiling: every warp chains 8 independent m16n8k16 accumulators.
+__global__ void mmaKernel(float *out, int iters) {
+  const uint32_t a0 = 0x3c003c00u ^ threadIdx.x, b0 = 0x3c003c00u;
+  float c[8][4] = {};
+  for (int i = 0; i < iters; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                   "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                   : "+f"(c[j][0]), "+f"(c[j][1]), "+f"(c[j][2]), "+f"(c[j][3])
+                   : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
+  float sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    sum += c[j][0] + c[j][1] + c[j][2] + c[j][3];
+  if (sum == 12345.0f)
+    out[0] = sum;
+}
+
+template <typename T> T *alloc(size_t count) {
+  T *p;
+  CHECK(cudaMalloc(&p, count * sizeof(T)));
+  return p;
+}
+
+// Median seconds of `fn(stream)` over `reps` timed runs after `warm` untimed ones.
+template <typename F> double timeIt(F &&fn, int reps, int warm = 2) {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < warm; ++i)
+    fn(s);
+  CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    CHECK(cudaEventRecord(a, s));
+    fn(s);
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  CHECK(cudaStreamDestroy(s));
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+struct Result {
+  std::string name;
+  int tokens, kHeads, vHeads;
+  double chunkSec, tokenSec, flops, bytes;
+};
+
+Result benchPrefill(const char *name, int tokens, int kHeads, int vHeads, double copyTBps,
+                    double mmaTflops) {
+  const size_t qk = size_t(tokens) * kHeads * kDim, vo = size_t(tokens) * vHeads * vDim;
+  const size_t gb = size_t(tokens) * vHeads, st = size_t(vHeads) * kDim * vDim;
+  auto *q = alloc<__nv_bfloat16>(qk), *k = alloc<__nv_bfloat16>(qk);
+  auto *v = alloc<__nv_bfloat16>(vo), *out = alloc<__nv_bfloat16>(vo);
+  float *g = alloc<float>(gb), *beta = alloc<float>(gb), *state = alloc<float>(st);
+  fillBf16<<<1024, 256>>>(q, qk, -1.0f, 1.0f, 1);
+  fillBf16<<<1024, 256>>>(k, qk, -1.0f, 1.0f, 2);
+  fillBf16<<<1024, 256>>>(v, vo, -1.0f, 1.0f, 3);
+  fillF32<<<1024, 256>>>(g, gb, -0.5f, 0.0f, 4);   // decays in (e^-0.5, 1]
+  fillF32<<<1024, 256>>>(beta, gb, 0.0f, 1.0f, 5); // write strengths
+  fillF32<<<1024, 256>>>(state, st, -0.1f, 0.1f, 6);
+  CHECK(cudaGetLastError());
+  int32_t cuHost[2] = {0, tokens}, *cu = alloc<int32_t>(2);
+  CHECK(cudaMemcpy(cu, cuHost, sizeof cuHost, cudaMemcpyHostToDevice));
+
+  const double chunkSec = timeIt(
+      [&](cudaStream_t s) {
+        kiln_gdn_chunk_prefill_params_t p{};
+        p.state = state;
+        p.num_slots = 1;
+        p.cu_seqlens = cu;
+        p.batch = 1;
+        p.k_heads = kHeads;
+        p.v_heads = vHeads;
+        p.k_dim = kDim;
+        p.v_dim = vDim;
+        p.dtype = KILN_DTYPE_BF16;
+        p.q = q;
+        p.k = k;
+        p.v = v;
+        p.g = g;
+        p.beta = beta;
+        p.out = out;
+        p.l2norm_qk = 1;
+        p.stream = s;
+        KCHECK(kiln_gdn_chunk_prefill(&p));
+      },
+      10);
+  // The update once per token, launched eagerly (no graph), as a runtime without the
+  // chunked kernel would run the prompt.
+  const double tokenSec = timeIt(
+      [&](cudaStream_t s) {
+        for (int t = 0; t < tokens; ++t) {
+          kiln_gdn_update_params_t p{};
+          p.state = state;
+          p.num_slots = 1;
+          p.batch = 1;
+          p.num_tokens = 1;
+          p.k_heads = kHeads;
+          p.v_heads = vHeads;
+          p.k_dim = kDim;
+          p.v_dim = vDim;
+          p.dtype = KILN_DTYPE_BF16;
+          p.q = q + size_t(t) * kHeads * kDim;
+          p.k = k + size_t(t) * kHeads * kDim;
+          p.v = v + size_t(t) * vHeads * vDim;
+          p.g = g + size_t(t) * vHeads;
+          p.beta = beta + size_t(t) * vHeads;
+          p.out = out + size_t(t) * vHeads * vDim;
+          p.l2norm_qk = 1;
+          p.stream = s;
+          KCHECK(kiln_gdn_update(&p));
+        }
+      },
+      3, 1);
+  const double perToken = 2.0 * kChunk * kDim + 2.0 * kChunk * vDim + 6.0 * kDim * vDim;
+  const double flops = perToken * tokens * vHeads;
+  const double bytes = 2.0 * qk * 2 + 2.0 * vo * 2 + 2.0 * gb * 4 + 2.0 * st * 4;
+  const double tflops = flops / chunkSec / 1e12, tbps = bytes / chunkSec / 1e12;
+  std::printf("%s: %d tokens, heads %d/%d, %dx%d: gdn_chunk_prefill %.3f ms = %.2f TFLOP/s "
+              "(%.1f%% of the %.1f TFLOP/s mma.sync ceiling), %.3f TB/s (%.1f%% of the %.2f "
+              "TB/s copy ceiling); gdn_update token by token %.3f ms (%.1fx)\n",
+              name, tokens, kHeads, vHeads, kDim, vDim, chunkSec * 1e3, tflops,
+              100.0 * tflops / mmaTflops, mmaTflops, tbps, 100.0 * tbps / copyTBps, copyTBps,
+              tokenSec * 1e3, tokenSec / chunkSec);
+  std::fflush(stdout);
+  for (void *p : {(void *)q, (void *)k, (void *)v, (void *)out, (void *)g, (void *)beta,
+                  (void *)state, (void *)cu})
+    CHECK(cudaFree(p));
+  return {name, tokens, kHeads, vHeads, chunkSec, tokenSec, flops, bytes};
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const char *jsonPath = argc > 1 ? argv[1] : "gdn_kiln.json";
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  double copyTBps = 0.0;
+  { // copy ceiling: 1 GiB read + 1 GiB written
+    const size_t bytes = size_t(1) << 30, n = bytes / 16;
+    auto *src = alloc<uint4>(n), *dst = alloc<uint4>(n);
+    CHECK(cudaMemset(src, 1, bytes));
+    for (int blocks : {prop.multiProcessorCount * 4, prop.multiProcessorCount * 8}) {
+      const double sec = timeIt(
+          [&](cudaStream_t s) { copyKernel<<<blocks, 512, 0, s>>>(src, dst, n); }, 10);
+      copyTBps = std::max(copyTBps, 2.0 * bytes / sec / 1e12);
+    }
+    CHECK(cudaFree(src));
+    CHECK(cudaFree(dst));
+  }
+  double mmaTflops = 0.0;
+  {
+    float *sink = alloc<float>(1);
+    const int blocks = prop.multiProcessorCount * 8, threads = 128, iters = 4096;
+    const double sec = timeIt(
+        [&](cudaStream_t s) { mmaKernel<<<blocks, threads, 0, s>>>(sink, iters); }, 5);
+    mmaTflops = 4096.0 * 8 * iters * blocks * (threads / 32) / sec / 1e12;
+    CHECK(cudaFree(sink));
+  }
+  std::printf("ceilings: copy (read+write) %.2f TB/s, bf16 mma.sync m16n8k16 %.1f TFLOP/s\n",
+              copyTBps, mmaTflops);
+  std::vector<Result> results;
+  results.push_back(benchPrefill("qwen3-next tp4", 8192, 4, 8, copyTBps, mmaTflops));
+  results.push_back(benchPrefill("qwen3-next tp1", 8192, 16, 32, copyTBps, mmaTflops));
+  if (FILE *f = std::fopen(jsonPath, "w")) {
+    std::fprintf(f, "{\"device\": \"%s\", \"copy_TBps\": %.4f, \"mma_TFLOPs\": %.2f, \"cases\": [\n",
+                 prop.name, copyTBps, mmaTflops);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result &r = results[i];
+      std::fprintf(f,
+                   "  {\"name\": \"%s\", \"tokens\": %d, \"k_heads\": %d, \"v_heads\": %d, "
+                   "\"k_dim\": %d, \"v_dim\": %d, \"chunk_ms\": %.5f, \"token_by_token_ms\": "
+                   "%.4f, \"flops\": %.0f, \"bytes\": %.0f}%s\n",
+                   r.name.c_str(), r.tokens, r.kHeads, r.vHeads, kDim, vDim, r.chunkSec * 1e3,
+                   r.tokenSec * 1e3, r.flops, r.bytes, i + 1 < results.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
