@@ -33,7 +33,9 @@ typedef enum kiln_gemm_policy {
    * the same rows at other m). Every such m runs one algorithm per shape, chosen for
    * m = KILN_GEMM_INVARIANT_ROWS: split-K only with fp32 partials reduced in a
    * separate fixed-order pass (the split count is the algorithm's, not m's). Larger m
-   * (prefill) runs the heuristic's best split-K-free algorithm. */
+   * (prefill) runs the heuristic's best split-K-free algorithm. On sm_90a, shapes
+   * whose output features fill the SMs (an lm_head; no bias) run Kiln's own wgmma GEMM
+   * instead for those m, by the same rule: one kernel per shape, rows invariant. */
   KILN_GEMM_ROW_INVARIANT = 0,
   /* cuBLASLt's heuristic per (m, n, k), split-K included: fastest for small m, but a
    * row's bits may change with m. */

@@ -32,6 +32,7 @@
 // rows (grouped prefill) take the heuristic's split-K-free choice per (count, rows).
 #include "kiln/Kernels/Gemm.h"
 
+#include "GroupedGemm.h"
 #include "StatusInternal.h"
 
 #include <cublasLt.h>
@@ -134,6 +135,7 @@ struct kiln_gemm {
   cublasLtHandle_t handle = nullptr;
   kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
   int64_t invariantRows = KILN_GEMM_INVARIANT_ROWS;
+  int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
   // The row-invariant algorithm of each shape (PlanKey with m = 0).
@@ -487,6 +489,13 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
     return fail(KILN_ERROR_CUDA, "kiln_gemm_create: cublasLtCreate failed: %s",
                 cublasLtGetStatusString(st));
   }
+  // Whether the own row-invariant GEMM runs here is found out now, outside any capture.
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&gemm->sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    kiln::graph::groupedGemmDeviceState(/*mayProbe=*/true);
+  else
+    cudaGetLastError(); // no device: cuBLASLt would fail the same way at its first call
   *out = gemm;
   return ok();
 }
@@ -527,6 +536,31 @@ extern "C" void kiln_gemm_destroy(kiln_gemm_t *gemm) {
 }
 
 namespace {
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the row-invariant policy runs the own GEMM (GroupedGemm.h's dense form,
+// sm_90a): a decode or verify step's rows (m up to the invariant rows) of a shape whose
+// output features fill the SMs without splitting K (an lm_head), no bias. It reads the
+// weights at 95-97% of the read ceiling there, against cuBLASLt's 90% (H100). The choice
+// depends on the shape, the device and the pointers' alignment only, so every m up to the
+// invariant rows takes the same GEMM and a row's bits never depend on m.
+bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bias,
+                const void *out, int64_t m, int64_t n, int64_t k, void *stream) {
+  if (bias || !aligned16(x) || !aligned16(w) || !aligned16(out) ||
+      !kiln::graph::denseGemmFillsTheSms(n, k, gemm->sms))
+    return false;
+  {
+    std::lock_guard<std::mutex> lock(gemm->mutex);
+    if (gemm->policy != KILN_GEMM_ROW_INVARIANT || m > gemm->invariantRows)
+      return false;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool capturing =
+      cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone;
+  return kiln::graph::groupedGemmDeviceReady(!capturing);
+}
 
 // kiln_gemm_bf16 and kiln_gemm_bf16_f32out: out's element is fp32 when f32Out.
 kiln_status_t denseGemm(const char *fn, kiln_gemm_t *gemm, const void *x, const void *w,
@@ -574,6 +608,14 @@ kiln_status_t denseGemm(const char *fn, kiln_gemm_t *gemm, const void *x, const 
                 fn, workspace_bytes);
   if (m == 0)
     return ok();
+  if (!f32Out && useOwnGemm(gemm, x, w, bias, out, m, n, k, stream)) {
+    const cudaError_t e = kiln::graph::launchDenseGemm(
+        static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(w),
+        static_cast<uint16_t *>(out), m, n, k, static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? ok()
+                            : fail(KILN_ERROR_CUDA, "%s: own GEMM launch failed: %s", fn,
+                                   cudaGetErrorString(e));
+  }
 
   PlanKey key{m,
               n,

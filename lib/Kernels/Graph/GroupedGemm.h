@@ -33,6 +33,9 @@ struct GroupedGemmArgs {
   // Gathered input: row r of the expert-sorted order is in[rowTokens[r]] (in is then the
   // layer's [tokens, k] input and `rows` its tokens), so nobody writes the sorted copy.
   const int32_t *rowTokens = nullptr;
+  // A dense GEMM (one "expert", no routing): > 0 splits `rows` into this many equal token
+  // tiles (the last may be shorter), and tiles / tileCount are not read.
+  int32_t denseTiles = 0;
 };
 
 // Token rows of a tile (an expert with more is split into equal tiles), and weight rows
@@ -82,6 +85,23 @@ inline bool groupedGemmDeviceReady(bool mayProbe) {
 // args.rows and args.experts the extents of in and weights.
 cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cudaStream_t stream);
 
+// Whether a dense [n, k] GEMM of few rows (a decode or verify step's) takes the kernel's
+// dense form: n a multiple of the CTA's features and k of the K block, and enough feature
+// tiles to keep `sms` SMs at least 90% busy in whole waves (an lm_head's vocabulary).
+// A function of the shape and the device only, never of m, so that a row's bits do not
+// depend on the step's rows. Fewer features would need K split over CTAs; a split with
+// a separate reduce measured slower than cuBLASLt on an H100 (docs/kernels-graph.md).
+inline bool denseGemmFillsTheSms(int64_t n, int64_t k, int sms) {
+  if (n % kGroupedGemmFeatureTile != 0 || k % kGroupedGemmKBlock != 0 || sms <= 0)
+    return false;
+  const int64_t featureTiles = n / kGroupedGemmFeatureTile;
+  const int64_t waves = (featureTiles + sms - 1) / sms;
+  return 10 * featureTiles >= 9 * waves * sms;
+}
+// out[m, n] = x[m, k] . w[n, k]^T through the dense form (equal token tiles of at most
+// kGroupedGemmMaxTileTokens rows).
+cudaError_t launchDenseGemm(const uint16_t *x, const uint16_t *w, uint16_t *out, int64_t m,
+                            int64_t n, int64_t k, cudaStream_t stream);
 } // namespace kiln::graph
 
 #endif

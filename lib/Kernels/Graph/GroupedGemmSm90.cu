@@ -91,4 +91,12 @@ cudaError_t launchGroupedGemm(const GroupedGemmArgs &args, int64_t tileBound, cu
   return cudaGetLastError();
 }
 
+cudaError_t launchDenseGemm(const uint16_t *x, const uint16_t *w, uint16_t *out, int64_t m,
+                            int64_t n, int64_t k, cudaStream_t stream) {
+  GroupedGemmArgs args{x, w, out, nullptr, nullptr, n, k, m, 1};
+  args.denseTiles =
+      static_cast<int32_t>((m + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens);
+  return launchGroupedGemm(args, args.denseTiles, stream);
+}
+
 } // namespace kiln::graph

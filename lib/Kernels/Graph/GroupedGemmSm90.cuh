@@ -120,61 +120,59 @@ __device__ __forceinline__ void loadItem(const GroupedGemmArgs &a, const Grouped
   }
 }
 
-// One wgmma tile's accumulators (64 features of rows, tokens of columns) as bf16 rows of
-// out: thread (warp w, lane l) holds features 16w + l/4 (+8) of token pairs 8i + 2(l%4).
-// `tile`: the tile's first feature within the CTA's.
-template <int Tokens>
-__device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
-                                          int featureTile, const float (&acc)[Tokens / 2],
-                                          int tile) {
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int64_t feature = int64_t(featureTile) * kFeatureTile + tile + warp * 16 + (lane >> 2);
-  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + feature;
+// Calls put(i, token, column) for each of this thread's accumulators acc[i] of a wgmma
+// tile (64 features of rows, tokens of columns) that holds one of the tile's rows: thread
+// (warp w, lane l) holds features 16w + l/4 (+ column 8) of token pairs 8j + 2(l%4).
+// Columns past the tile hold zero-filled rows' sums and are skipped.
+template <int Tokens, class Put>
+__device__ __forceinline__ void forEachAccumulator(const GroupedGemmTile &t, Put put) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < Tokens / 8; ++i) {
-    const int token = 8 * i + 2 * (lane & 3);
-    if (token >= t.rows) // columns past the tile hold zero-filled rows' sums
+  for (int j = 0; j < Tokens / 8; ++j) {
+    const int token = 8 * j + 2 * (lane & 3);
+    if (token >= t.rows)
       break;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int tk = token + (r & 1);
-      if (tk < t.rows) {
-        const __nv_bfloat16 v = __float2bfloat16_rn(acc[4 * i + r]);
-        uint16_t bits;
-        __builtin_memcpy(&bits, &v, 2);
-        out[static_cast<int64_t>(tk) * a.n + (r >> 1) * 8] = bits;
-      }
-    }
+    for (int r = 0; r < 4; ++r)
+      if (token + (r & 1) < t.rows)
+        put(4 * j + r, token + (r & 1), (r >> 1) * 8);
   }
 }
 
+__device__ __forceinline__ uint16_t bf16Bits(float v) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  uint16_t bits;
+  __builtin_memcpy(&bits, &h, 2);
+  return bits;
+}
+
+// This thread's first output feature of a wgmma tile whose first feature is `feature`.
+__device__ __forceinline__ int64_t threadFeature(int64_t feature) {
+  return feature + ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
+}
+
+// A wgmma tile's accumulators as bf16 rows of out; `feature` the tile's first.
+template <int Tokens>
+__device__ __forceinline__ void storeTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
+                                          const float (&acc)[Tokens / 2], int64_t feature) {
+  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + threadFeature(feature);
+  forEachAccumulator<Tokens>(t, [&](int i, int token, int column) {
+    out[static_cast<int64_t>(token) * a.n + column] = bf16Bits(acc[i]);
+  });
+}
+
 // The gated form's epilogue: the gate's and the up's accumulators of the same 64
-// features (fragments as storeTile's), each rounded to bf16, through SwiGLU into out.
-// `feature`: the tile's first output feature.
+// features, each rounded to bf16, through SwiGLU into out.
 template <int Tokens>
 __device__ __forceinline__ void storeGatedTile(const GroupedGemmArgs &a, const GroupedGemmTile &t,
                                                const float (&gate)[Tokens / 2],
                                                const float (&up)[Tokens / 2], int64_t feature) {
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + feature + warp * 16 + (lane >> 2);
-#pragma unroll
-  for (int i = 0; i < Tokens / 8; ++i) {
-    const int token = 8 * i + 2 * (lane & 3);
-    if (token >= t.rows)
-      break;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int tk = token + (r & 1);
-      if (tk < t.rows) {
-        const float g = __bfloat162float(__float2bfloat16_rn(gate[4 * i + r]));
-        const float u = __bfloat162float(__float2bfloat16_rn(up[4 * i + r]));
-        const __nv_bfloat16 v = __float2bfloat16_rn(swigluOfBf16(g, u));
-        uint16_t bits;
-        __builtin_memcpy(&bits, &v, 2);
-        out[static_cast<int64_t>(tk) * a.n + (r >> 1) * 8] = bits;
-      }
-    }
-  }
+  uint16_t *out = a.out + static_cast<int64_t>(t.first) * a.n + threadFeature(feature);
+  forEachAccumulator<Tokens>(t, [&](int i, int token, int column) {
+    const float g = __bfloat162float(__float2bfloat16_rn(gate[i]));
+    const float u = __bfloat162float(__float2bfloat16_rn(up[i]));
+    out[static_cast<int64_t>(token) * a.n + column] = bf16Bits(swigluOfBf16(g, u));
+  });
 }
 
 // What a persistent CTA, `cta` of `ctas`, works on: tiles cta, cta + ctas, ... of the
@@ -198,11 +196,25 @@ struct CtaWork {
     const uint32_t raw = kernels::sm90::smemAddress(shared);
     ringAddress = (raw + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1u);
     ring = shared + (ringAddress - raw);
-    const int64_t tiles = static_cast<int64_t>(*args.tileCount) * featureTiles;
+    const int64_t tokenTiles = args.denseTiles > 0 ? args.denseTiles : *args.tileCount;
+    const int64_t tiles = tokenTiles * featureTiles;
     items = cta < tiles ? (tiles - cta + ctas - 1) / ctas * kBlocks : 0;
   }
+  // The (token tile, feature tile) pair of `item`.
   __device__ __forceinline__ int64_t tileOf(int64_t item) const {
     return cta + item / kBlocks * ctas;
+  }
+  // The token tile of a pair (its entry in the table, or the dense GEMM's equal split).
+  __device__ __forceinline__ GroupedGemmTile tokenTile(int64_t tile) const {
+    const int64_t index = tile / featureTiles;
+    if (a.denseTiles <= 0)
+      return a.tiles[index];
+    const int32_t each = static_cast<int32_t>((a.rows + a.denseTiles - 1) / a.denseTiles);
+    const int32_t first = static_cast<int32_t>(index) * each;
+    return {0, first, static_cast<int32_t>(a.rows - first < each ? a.rows - first : each)};
+  }
+  __device__ __forceinline__ int featureTileOf(int64_t tile) const {
+    return static_cast<int>(tile % featureTiles);
   }
   __device__ __forceinline__ char *stage(int64_t item) const {
     return ring + (item % kStages) * kStageBytes;
@@ -213,8 +225,8 @@ struct CtaWork {
   // Item `item`'s loads, by `threads` threads of which this is `thread`.
   __device__ __forceinline__ void loadItem(int64_t item, int thread, int threads) const {
     const int64_t tile = tileOf(item);
-    grouped::loadItem(a, a.tiles[tile / featureTiles], static_cast<int>(tile % featureTiles),
-                      static_cast<int>(item % kBlocks), stage(item), thread, threads);
+    grouped::loadItem(a, tokenTile(tile), featureTileOf(tile), static_cast<int>(item % kBlocks),
+                      stage(item), thread, threads);
   }
 };
 
@@ -290,9 +302,10 @@ __device__ __forceinline__ void runTile(const Ring &p, int64_t first, const Grou
       return;
     }
   }
+  const int64_t feature = int64_t(featureTile) * kFeatureTile + firstFeature;
 #pragma unroll
   for (int m = 0; m < kWarpgroupTiles; ++m)
-    storeTile<Tokens>(p.a, t, featureTile, acc[m], firstFeature + m * 64);
+    storeTile<Tokens>(p.a, t, acc[m], feature + m * 64);
 }
 
 // The tile with the narrowest instruction that covers its rows (Tokens, Tokens + 32, ...).
@@ -310,8 +323,7 @@ template <class Ring> __device__ __forceinline__ void consumeTiles(const Ring &p
   const int wg = threadIdx.x / kernels::sm90::kWarpgroupThreads;
   for (int64_t first = 0; first < p.items; first += p.kBlocks) {
     const int64_t tile = p.tileOf(first);
-    runWidth<kTokenStep>(p, first, p.a.tiles[tile / p.featureTiles],
-                         static_cast<int>(tile % p.featureTiles), wg);
+    runWidth<kTokenStep>(p, first, p.tokenTile(tile), p.featureTileOf(tile), wg);
   }
 }
 
@@ -398,8 +410,8 @@ struct TmaRing : CtaWork {
       const int kBlock = static_cast<int>(item % kBlocks);
       if (kBlock == 0) { // a new tile: its descriptor once
         const int64_t tile = tileOf(item);
-        t = a.tiles[tile / featureTiles];
-        featureTile = static_cast<int>(tile % featureTiles);
+        t = tokenTile(tile);
+        featureTile = featureTileOf(tile);
         tokens = (t.rows + kTokenStep - 1) / kTokenStep * kTokenStep;
       }
       if (item >= kStages)

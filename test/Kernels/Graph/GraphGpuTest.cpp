@@ -591,6 +591,9 @@ TEST(GraphGpu, Gemm) {
       {17, 1000, 512, true},  {16, 1001, 256, true},  {5, 37, 77, false},
       {5, 37, 77, true},      {64, 4104, 1024, true}, {300, 129, 640, false},
       {3, 64, 64, true, 1},   {1, 8, 8, true},        {2048, 256, 128, true},
+      // The own GEMM of decode steps (sm_90a; 128 x 256 output features fill the SMs, no
+      // bias, m up to the invariant rows).
+      {37, 32768, 512, false}, {64, 32768, 1024, false},
   };
   for (const GemmCase &c : cases) {
     for (bool useWorkspace : {true, false}) {

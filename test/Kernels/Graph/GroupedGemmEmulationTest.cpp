@@ -109,6 +109,35 @@ TEST(GroupedGemmEmulation, GatheredInputMatchesExactProducts) {
   }
 }
 
+// The dense form (an lm_head's rows in a decode step): equal token tiles over the rows,
+// read through the dense split instead of a tile table, every row within one bf16
+// rounding of the exact product.
+TEST(GroupedGemmEmulation, DenseTilesMatchExactProducts) {
+  struct Dense {
+    int64_t rows, n, k;
+    int32_t tiles;
+    int ctas;
+  };
+  for (const Dense dense :
+       {Dense{1, 256, 512, 1, 1}, Dense{37, 512, 256, 1, 2}, Dense{300, 512, 128, 2, 3}}) {
+    SCOPED_TRACE("rows " + std::to_string(dense.rows) + " tiles " + std::to_string(dense.tiles));
+    // One expert; the table only tells check() which rows the tiles cover.
+    const int32_t each = static_cast<int32_t>((dense.rows + dense.tiles - 1) / dense.tiles);
+    grouped::Case c{"dense", dense.n, dense.k, 1, {}, 1, 0};
+    for (int32_t first = 0; first < dense.rows; first += each)
+      c.tiles.push_back(
+          {0, first, static_cast<int32_t>(std::min<int64_t>(each, dense.rows - first))});
+    const grouped::Data d = grouped::randomData(c, 21);
+    std::vector<uint16_t> out(static_cast<size_t>(dense.rows * dense.n), grouped::kPoison);
+    kiln::graph::GroupedGemmArgs args{d.in.data(), d.weights.data(), out.data(), nullptr, nullptr,
+                                      dense.n,     dense.k,          dense.rows, 1};
+    args.denseTiles = dense.tiles;
+    CtaEmulator cta(grouped_gemm::kTmaThreads, grouped_gemm::kTmaSharedBytes, 23);
+    ASSERT_TRUE(runBlocks(cta, args, 0, dense.ctas, dense.ctas)) << cta.error();
+    EXPECT_EQ(grouped::check(c, d, out), "");
+  }
+}
+
 // A CTA past the last tile returns before touching anything (the launch's bound on the
 // tiles exceeds the tiles in use).
 TEST(GroupedGemmEmulation, CtasPastTheTilesDoNothing) {
@@ -123,6 +152,19 @@ TEST(GroupedGemmEmulation, CtasPastTheTilesDoNothing) {
   ASSERT_TRUE(runBlocks(cta, args, 2, 3, 4)) << cta.error();
   for (uint16_t v : out)
     ASSERT_EQ(v, grouped::kPoison);
+}
+
+// Which dense GEMMs of decode steps take the kernel (H100: 132 SMs): an lm_head's
+// vocabulary fills the SMs in whole waves; Llama-3.1-8B's projections do not.
+TEST(GroupedGemmSelection, DenseShapesThatFillTheSms) {
+  using kiln::graph::denseGemmFillsTheSms;
+  EXPECT_TRUE(denseGemmFillsTheSms(128256, 4096, 132));  // 501 of 528 feature slots
+  EXPECT_TRUE(denseGemmFillsTheSms(32000, 4096, 132));   // 125 of 132
+  EXPECT_FALSE(denseGemmFillsTheSms(4096, 4096, 132));   // 16: would need split K
+  EXPECT_FALSE(denseGemmFillsTheSms(14336, 4096, 132));  // 56
+  EXPECT_FALSE(denseGemmFillsTheSms(151936, 4096, 132)); // not a multiple of 256
+  EXPECT_FALSE(denseGemmFillsTheSms(32768, 100, 132));   // k not a multiple of 64
+  EXPECT_FALSE(denseGemmFillsTheSms(32768, 4096, 0));
 }
 
 // Which grouped MoE layers take the kernel (GroupedGemm.h): the shapes of the measured
