@@ -3,6 +3,7 @@
 // JSON object per line (stdout); bench/Decode/peers.py adds PyTorch peers and merges.
 // Timing: CUDA graphs of K launches (K chosen for >= ~2 ms per graph), 3 warm-up graph
 // runs, median of 15; page tables rotate over >= 2 GiB of pages so no case runs from L2.
+#include "BenchCheck.h"
 #include "EventTimer.h"
 #include "kiln/Kernels/Decode.h"
 
@@ -16,22 +17,6 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-#define KCHECK(x)                                                                          \
-  do {                                                                                     \
-    kiln_status_t s_ = (x);                                                                \
-    if (s_ != KILN_OK) {                                                                   \
-      std::fprintf(stderr, "%s: %s\n", #x, kiln_last_error());                             \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 namespace {
 

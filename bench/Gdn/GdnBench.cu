@@ -12,6 +12,7 @@
 // = 131072 at K = V = 128 (the kernel issues more: its fp32 operands are split into two
 // bf16 parts, and each 32-column CTA recomputes K K^T and Q K^T). Bytes: q, k, v read,
 // out written, g and beta read, the state read and written once.
+#include "BenchCheck.h"
 #include "kiln/Kernels/GatedDeltaNet.h"
 
 #include <cuda_bf16.h>
@@ -23,23 +24,6 @@
 #include <string>
 #include <vector>
 
-#define CHECK(expr)                                                                       \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorString(e_));                                               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-#define KCHECK(expr)                                                                      \
-  do {                                                                                    \
-    kiln_status_t s_ = (expr);                                                            \
-    if (s_ != KILN_OK) {                                                                  \
-      std::fprintf(stderr, "%s: %s\n", #expr, kiln_last_error());                        \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
 

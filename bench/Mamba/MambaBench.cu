@@ -6,6 +6,7 @@
 // Timing: CUDA graph of `launches` launches, each on a different part of a state pool
 // (pool >= 1 GiB so state traffic never sits in the 60 MB L2), replayed after warm-up;
 // per-launch time = median over replays / launches.
+#include "BenchCheck.h"
 #include "kiln/Kernels/Mamba.h"
 
 #include <cuda_bf16.h>
@@ -20,23 +21,6 @@
 #include <string>
 #include <vector>
 
-#define CHECK(expr)                                                                       \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorString(e_));                                               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-#define KCHECK(expr)                                                                      \
-  do {                                                                                    \
-    kiln_status_t s_ = (expr);                                                            \
-    if (s_ != KILN_OK) {                                                                  \
-      std::fprintf(stderr, "%s: %s\n", #expr, kiln_last_error());                        \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
 

@@ -34,6 +34,7 @@
 #elif !defined(KILN_CTA_EMULATION)
 #error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
+#include "../Common/LdmatrixLanes.cuh"
 #include "GdnInternal.h"
 
 #include <cuda_bf16.h>
@@ -98,20 +99,6 @@ __device__ __forceinline__ void storeSplit(bf16 *hi, bf16 *lo, float v0, float v
   *reinterpret_cast<uint32_t *>(hi) = packBf16(h0, h1);
   *reinterpret_cast<uint32_t *>(lo) = packBf16(v0 - h0, v1 - h1);
 }
-
-// Row-lane addresses of ldmatrix x4 loads (lane l feeds row l % 8 of matrix l / 8).
-// A fragment of a row-major [m][k] tile.
-__device__ __forceinline__ int aRowOf(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
-__device__ __forceinline__ int aColOf(int lane) { return (lane >> 4) * 8; }
-// B fragments of two n8 tiles from a [n][k] tile (plain load).
-__device__ __forceinline__ int bnRowOf(int lane) { return (lane & 7) + (lane >> 4) * 8; }
-__device__ __forceinline__ int bnColOf(int lane) { return ((lane >> 3) & 1) * 8; }
-// B fragments of two n8 tiles from a [k][n] tile (transposed load).
-__device__ __forceinline__ int btRowOf(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
-__device__ __forceinline__ int btColOf(int lane) { return (lane >> 4) * 8; }
-// An A fragment from a [k][m] tile (transposed load).
-__device__ __forceinline__ int atRowOf(int lane) { return (lane & 7) + (lane >> 4) * 8; }
-__device__ __forceinline__ int atColOf(int lane) { return ((lane >> 3) & 1) * 8; }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {
@@ -278,13 +265,13 @@ template <int KD> struct GdnChunk {
 #pragma unroll
     for (int k0 = 0; k0 < KD; k0 += 16) {
       uint32_t kA[4], qA[4];
-      ldsmX4(kA, ks + (16 * warp + aRowOf(lane)) * L::kRow + k0 + aColOf(lane));
-      ldsmX4(qA, qs + (16 * warp + aRowOf(lane)) * L::kRow + k0 + aColOf(lane));
+      ldsmX4(kA, ks + (16 * warp + aRow(lane)) * L::kRow + k0 + aCol(lane));
+      ldsmX4(qA, qs + (16 * warp + aRow(lane)) * L::kRow + k0 + aCol(lane));
 #pragma unroll
       for (int j = 0; j < kWarps; ++j)
         if (j <= warp) {
           uint32_t b[4];
-          ldsmX4(b, ks + (16 * j + bnRowOf(lane)) * L::kRow + k0 + bnColOf(lane));
+          ldsmX4(b, ks + (16 * j + bnRow(lane)) * L::kRow + k0 + bnCol(lane));
           mmaPair(gAcc[2 * j], gAcc[2 * j + 1], kA, b);
           mmaPair(pAcc[2 * j], pAcc[2 * j + 1], qA, b);
         }
@@ -340,12 +327,12 @@ template <int KD> struct GdnChunk {
 #pragma unroll
       for (int k0 = 0; k0 < KD; k0 += 16) {
         uint32_t kA[4], qA[4];
-        ldsmX4(kA, ks + (16 * warp + aRowOf(lane)) * L::kRow + k0 + aColOf(lane));
-        ldsmX4(qA, qs + (16 * warp + aRowOf(lane)) * L::kRow + k0 + aColOf(lane));
+        ldsmX4(kA, ks + (16 * warp + aRow(lane)) * L::kRow + k0 + aCol(lane));
+        ldsmX4(qA, qs + (16 * warp + aRow(lane)) * L::kRow + k0 + aCol(lane));
 #pragma unroll
         for (int p = 0; p < kColTiles / 2; ++p) {
           uint32_t bh[4], bl[4];
-          const int off = (k0 + btRowOf(lane)) * L::vRow + 16 * p + btColOf(lane);
+          const int off = (k0 + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, sHi + off);
           ldsmX4T(bl, sLo + off);
           mmaPair(ksAcc[2 * p], ksAcc[2 * p + 1], kA, bh);
@@ -391,8 +378,8 @@ template <int KD> struct GdnChunk {
           tLo[i * L::tRow + cc] = __float2bfloat16_rn(x[i] - __bfloat162float(hi));
         }
       __syncwarp();
-      ldsmX4(tAHi, tHi + aRowOf(lane) * L::tRow + aColOf(lane));
-      ldsmX4(tALo, tLo + aRowOf(lane) * L::tRow + aColOf(lane));
+      ldsmX4(tAHi, tHi + aRow(lane) * L::tRow + aCol(lane));
+      ldsmX4(tALo, tLo + aRow(lane) * L::tRow + aCol(lane));
     }
 
     // ---- The blocked solve: step s finishes U_s (warp s), then warps w > s subtract
@@ -414,7 +401,7 @@ template <int KD> struct GdnChunk {
 #pragma unroll
         for (int p = 0; p < kColTiles / 2; ++p) {
           uint32_t bh[4], bl[4];
-          const int off = (16 * warp + btRowOf(lane)) * L::vRow + 16 * p + btColOf(lane);
+          const int off = (16 * warp + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
           mmaPair(u[2 * p], u[2 * p + 1], tAHi, bh);
@@ -438,13 +425,13 @@ template <int KD> struct GdnChunk {
       __syncthreads(); // U_step (and W_step) are complete
       if (warp > step) {
         uint32_t ah[4], al[4];
-        const int aOff = (16 * warp + aRowOf(lane)) * L::aRow + 16 * step + aColOf(lane);
+        const int aOff = (16 * warp + aRow(lane)) * L::aRow + 16 * step + aCol(lane);
         ldsmX4(ah, aHi + aOff);
         ldsmX4(al, aLo + aOff);
 #pragma unroll
         for (int p = 0; p < kColTiles / 2; ++p) {
           uint32_t bh[4], bl[4];
-          const int off = (16 * step + btRowOf(lane)) * L::vRow + 16 * p + btColOf(lane);
+          const int off = (16 * step + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
           mmaPair(racc[2 * p], racc[2 * p + 1], ah, bh);
@@ -461,7 +448,7 @@ template <int KD> struct GdnChunk {
 #pragma unroll
         for (int p = 0; p < kColTiles / 2; ++p) {
           uint32_t bh[4], bl[4];
-          const int off = (16 * j + btRowOf(lane)) * L::vRow + 16 * p + btColOf(lane);
+          const int off = (16 * j + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
           mmaPair(oacc[2 * p], oacc[2 * p + 1], pqHi[j], bh);
@@ -497,12 +484,12 @@ template <int KD> struct GdnChunk {
         uint32_t kT[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
-          ldsmX4T(kT[mt], ks + (16 * j + atRowOf(lane)) * L::kRow + warp * kStateRows +
-                              16 * mt + atColOf(lane));
+          ldsmX4T(kT[mt], ks + (16 * j + atRow(lane)) * L::kRow + warp * kStateRows +
+                              16 * mt + atCol(lane));
 #pragma unroll
         for (int p = 0; p < kColTiles / 2; ++p) {
           uint32_t bh[4], bl[4];
-          const int off = (16 * j + btRowOf(lane)) * L::vRow + 16 * p + btColOf(lane);
+          const int off = (16 * j + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, wHi + off);
           ldsmX4T(bl, wLo + off);
 #pragma unroll

@@ -25,6 +25,7 @@
 #elif !defined(KILN_CTA_EMULATION)
 #error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
+#include "../Common/LdmatrixLanes.cuh"
 #include "MambaCommon.cuh"
 #include "MambaInternal.h"
 
@@ -120,20 +121,6 @@ __device__ __forceinline__ void mmaTilePairs(float (&acc)[Tiles][4], const uint3
     mma16816<__nv_bfloat16>(acc[j + 1], a, b[j / 2][2], b[j / 2][3]);
   }
 }
-
-// Row-lane addresses of ldmatrix x4 loads (lane l feeds row l % 8 of matrix l / 8).
-// A fragment of a row-major [m][k] tile at (m0, k0).
-__device__ __forceinline__ int aRow(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
-__device__ __forceinline__ int aCol(int lane) { return (lane >> 4) * 8; }
-// B fragments of two n8 tiles from a [n][k] tile (non-transposed load) at (n0, k0).
-__device__ __forceinline__ int bnRow(int lane) { return (lane & 7) + (lane >> 4) * 8; }
-__device__ __forceinline__ int bnCol(int lane) { return ((lane >> 3) & 1) * 8; }
-// B fragments of two n8 tiles from a [k][n] tile (transposed load) at (k0, n0); the same
-// addresses give an A fragment from a [k][m] tile when the two middle matrices swap.
-__device__ __forceinline__ int btRow(int lane) { return (lane & 7) + ((lane >> 3) & 1) * 8; }
-__device__ __forceinline__ int btCol(int lane) { return (lane >> 4) * 8; }
-__device__ __forceinline__ int atRow(int lane) { return (lane & 7) + (lane >> 4) * 8; }
-__device__ __forceinline__ int atCol(int lane) { return ((lane >> 3) & 1) * 8; }
 
 // P: the head rows of one CTA's slice; N: the state size.
 template <int P, int N> struct ChunkScanMma {
