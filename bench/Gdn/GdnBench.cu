@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-
 namespace {
 
 constexpr int kDim = 128, vDim = 128, kChunk = 64;
@@ -193,6 +192,76 @@ Result benchPrefill(const char *name, int tokens, int kHeads, int vHeads, double
   return {name, tokens, kHeads, vHeads, chunkSec, tokenSec, flops, bytes};
 }
 
+// The decode update of `batch` sequences (num_tokens 1; or `tokens` > 1: a verify step
+// writing every token's state to the intermediates, rewind-mode speculation) over
+// distinct slots in shuffled order, as a serving batch holds them. Bytes: each state
+// read and written once (plus the intermediates written), q, k, v, out, g, beta: issue
+// 17's target is 85% of the copy ceiling at batch >= 64. Ten launches a timing.
+void benchDecode(const char *name, int batch, int tokens, int kHeads, int vHeads, double copyTBps) {
+  const size_t state = size_t(vHeads) * kDim * vDim; // floats a slot
+  const size_t qk = size_t(batch) * tokens * kHeads * kDim;
+  const size_t vo = size_t(batch) * tokens * vHeads * vDim, gb = size_t(batch) * tokens * vHeads;
+  auto *q = alloc<__nv_bfloat16>(qk), *k = alloc<__nv_bfloat16>(qk);
+  auto *v = alloc<__nv_bfloat16>(vo), *out = alloc<__nv_bfloat16>(vo);
+  float *g = alloc<float>(gb), *beta = alloc<float>(gb), *states = alloc<float>(batch * state);
+  float *inter = tokens > 1 ? alloc<float>(size_t(batch) * tokens * state) : nullptr;
+  fillBf16<<<1024, 256>>>(q, qk, -1.0f, 1.0f, 11);
+  fillBf16<<<1024, 256>>>(k, qk, -1.0f, 1.0f, 12);
+  fillBf16<<<1024, 256>>>(v, vo, -1.0f, 1.0f, 13);
+  fillF32<<<1024, 256>>>(g, gb, -0.5f, 0.0f, 14);
+  fillF32<<<1024, 256>>>(beta, gb, 0.0f, 1.0f, 15);
+  fillF32<<<1024, 256>>>(states, batch * state, -0.1f, 0.1f, 16);
+  CHECK(cudaGetLastError());
+  std::vector<int32_t> slotsHost(batch);
+  for (int b = 0; b < batch; ++b)
+    slotsHost[b] = static_cast<int32_t>((size_t(b) * 37 + 11) % batch); // a permutation
+  int32_t *slots = alloc<int32_t>(batch);
+  CHECK(cudaMemcpy(slots, slotsHost.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
+  constexpr int kLaunches = 10;
+  const double sec = timeIt(
+                         [&](cudaStream_t s) {
+                           for (int i = 0; i < kLaunches; ++i) {
+                             kiln_gdn_update_params_t p{};
+                             p.state = states;
+                             p.num_slots = batch;
+                             p.state_indices = slots;
+                             p.intermediate = inter;
+                             p.batch = batch;
+                             p.num_tokens = tokens;
+                             p.k_heads = kHeads;
+                             p.v_heads = vHeads;
+                             p.k_dim = kDim;
+                             p.v_dim = vDim;
+                             p.dtype = KILN_DTYPE_BF16;
+                             p.q = q;
+                             p.k = k;
+                             p.v = v;
+                             p.g = g;
+                             p.beta = beta;
+                             p.out = out;
+                             p.l2norm_qk = 1;
+                             p.stream = s;
+                             KCHECK(kiln_gdn_update(&p));
+                           }
+                         },
+                         5) /
+                     kLaunches;
+  // The in-place update reads and writes each state; the speculative one reads it and
+  // writes one state a token.
+  const double stateBytes = double(batch) * state * 4 * (tokens > 1 ? 1 + tokens : 2);
+  const double bytes = stateBytes + 2.0 * qk * 2 + 2.0 * vo * 2 + 2.0 * gb * 4;
+  const double tbps = bytes / sec / 1e12;
+  std::printf("%s decode: batch %d, %d token(s)%s, heads %d/%d: gdn_update %.1f us = %.3f "
+              "TB/s (%.1f%% of the %.2f TB/s copy ceiling)\n",
+              name, batch, tokens, tokens > 1 ? " (intermediates)" : "", kHeads, vHeads, sec * 1e6,
+              tbps, 100.0 * tbps / copyTBps, copyTBps);
+  std::fflush(stdout);
+  for (void *p : {(void *)q, (void *)k, (void *)v, (void *)out, (void *)g, (void *)beta,
+                  (void *)states, (void *)inter, (void *)slots})
+    if (p)
+      CHECK(cudaFree(p));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -206,8 +275,8 @@ int main(int argc, char **argv) {
     auto *src = alloc<uint4>(n), *dst = alloc<uint4>(n);
     CHECK(cudaMemset(src, 1, bytes));
     for (int blocks : {prop.multiProcessorCount * 4, prop.multiProcessorCount * 8}) {
-      const double sec = timeIt(
-          [&](cudaStream_t s) { copyKernel<<<blocks, 512, 0, s>>>(src, dst, n); }, 10);
+      const double sec =
+          timeIt([&](cudaStream_t s) { copyKernel<<<blocks, 512, 0, s>>>(src, dst, n); }, 10);
       copyTBps = std::max(copyTBps, 2.0 * bytes / sec / 1e12);
     }
     CHECK(cudaFree(src));
@@ -217,18 +286,26 @@ int main(int argc, char **argv) {
   {
     float *sink = alloc<float>(1);
     const int blocks = prop.multiProcessorCount * 8, threads = 128, iters = 4096;
-    const double sec = timeIt(
-        [&](cudaStream_t s) { mmaKernel<<<blocks, threads, 0, s>>>(sink, iters); }, 5);
+    const double sec =
+        timeIt([&](cudaStream_t s) { mmaKernel<<<blocks, threads, 0, s>>>(sink, iters); }, 5);
     mmaTflops = 4096.0 * 8 * iters * blocks * (threads / 32) / sec / 1e12;
     CHECK(cudaFree(sink));
   }
   std::printf("ceilings: copy (read+write) %.2f TB/s, bf16 mma.sync m16n8k16 %.1f TFLOP/s\n",
               copyTBps, mmaTflops);
+  for (int batch : {64, 128, 256}) {
+    benchDecode("qwen3-next tp4", batch, 1, 4, 8, copyTBps);
+    benchDecode("qwen3-next tp1", batch, 1, 16, 32, copyTBps);
+  }
+  benchDecode("qwen3-next tp1", 64, 4, 16, 32, copyTBps);
+  if (std::getenv("KILN_BENCH_DECODE_ONLY"))
+    return 0;
   std::vector<Result> results;
   results.push_back(benchPrefill("qwen3-next tp4", 8192, 4, 8, copyTBps, mmaTflops));
   results.push_back(benchPrefill("qwen3-next tp1", 8192, 16, 32, copyTBps, mmaTflops));
   if (FILE *f = std::fopen(jsonPath, "w")) {
-    std::fprintf(f, "{\"device\": \"%s\", \"copy_TBps\": %.4f, \"mma_TFLOPs\": %.2f, \"cases\": [\n",
+    std::fprintf(f,
+                 "{\"device\": \"%s\", \"copy_TBps\": %.4f, \"mma_TFLOPs\": %.2f, \"cases\": [\n",
                  prop.name, copyTBps, mmaTflops);
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];

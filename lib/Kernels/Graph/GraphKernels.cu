@@ -723,26 +723,60 @@ __global__ void moeRouteKernel(const Logit *__restrict__ logits, MoeLayout layou
   }
 }
 
+// The exclusive prefix sum of one value a thread over the block (blockDim.x a multiple of
+// 32, at most 1024), and the block's total in *total. Every thread of the block calls it.
+__device__ int blockExclusiveScan(int value, int *total) {
+  __shared__ int warpTotals[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  int inclusive = value;
+  for (int d = 1; d < 32; d *= 2) {
+    const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d)
+      inclusive += up;
+  }
+  __syncthreads(); // warpTotals may still be read by a previous call
+  if (lane == 31)
+    warpTotals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int sum = lane < warps ? warpTotals[lane] : 0;
+    for (int d = 1; d < 32; d *= 2) {
+      const int up = __shfl_up_sync(0xffffffffu, sum, d);
+      if (lane >= d)
+        sum += up;
+    }
+    if (lane < warps)
+      warpTotals[lane] = sum; // inclusive over the warps
+  }
+  __syncthreads();
+  *total = warpTotals[warps - 1];
+  return inclusive - value + (warp > 0 ? warpTotals[warp - 1] : 0);
+}
+
 // The own grouped GEMM's token tiles: each expert's rows in the fewest tiles of at most
-// kGroupedGemmMaxTileTokens, of equal size (the last may be smaller), experts in order.
+// kGroupedGemmMaxTileTokens, of equal size (the last may be smaller), experts in order;
+// a thread an expert (experts <= blockDim.x), placed by a prefix sum of the tile counts.
+// A decode step's few pairs over many experts made the serial loop the plan's cost.
 __device__ void writeGemmTiles(const MoeLayout &layout, const int *counts, const int *offsets,
                                int experts) {
-  int32_t used = 0;
-  for (int e = 0; e < experts; ++e) {
-    const int rows = counts[e];
-    if (rows == 0)
-      continue;
-    const int parts = (rows + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens;
+  const int e = threadIdx.x;
+  const int rows = e < experts ? counts[e] : 0;
+  const int parts = (rows + kGroupedGemmMaxTileTokens - 1) / kGroupedGemmMaxTileTokens;
+  int used = 0;
+  const int first = blockExclusiveScan(parts, &used);
+  if (parts > 0) {
     const int each = (rows + parts - 1) / parts;
-    for (int first = 0; first < rows; first += each)
-      layout.gemmTiles[used++] = {e, offsets[e] + first, min(each, rows - first)};
+    for (int part = 0; part < parts; ++part)
+      layout.gemmTiles[first + part] = {e, offsets[e] + part * each,
+                                        min(each, rows - part * each)};
   }
-  *layout.gemmTileCount = used;
+  if (threadIdx.x == 0)
+    *layout.gemmTileCount = used;
 }
 
 // The plan kernel's shared memory: counts [E], offsets [E + 1], tile bases [E + 1], and
 // per chunk of the pairs its next row per expert [chunks][E], within the default 48 KiB.
-constexpr int kMoePlanSharedInts = 48 * 1024 / 4;
+constexpr int kMoePlanSharedInts = 48 * 1024 / 4 - 32; // blockExclusiveScan's static 32
 constexpr int kMoePlanMaxChunks = 32; // one warp of the 1024-thread block a chunk
 inline int moePlanChunks(int experts) {
   return std::max(1, std::min(kMoePlanMaxChunks, (kMoePlanSharedInts - 3 * experts - 2) / experts));
@@ -806,12 +840,18 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
     counts[e] = count;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    offsets[0] = bases[0] = 0;
-    for (int e = 0; e < experts; ++e) {
-      const int tiles = (counts[e] + tileRows - 1) / tileRows;
-      bases[e + 1] = bases[e] + tiles;
-      offsets[e + 1] = offsets[e] + tiles * tileRows;
+  { // bases and offsets: prefix sums of the tiles and padded rows, a thread an expert
+    const int e = threadIdx.x;
+    const int tiles = e < experts ? (counts[e] + tileRows - 1) / tileRows : 0;
+    int total = 0;
+    const int base = blockExclusiveScan(tiles, &total);
+    if (e < experts) {
+      bases[e] = base;
+      offsets[e] = base * tileRows;
+    }
+    if (e == 0) {
+      bases[experts] = total;
+      offsets[experts] = total * tileRows;
     }
   }
   __syncthreads();
@@ -824,8 +864,7 @@ __global__ void moePlanKernel(MoeLayout layout, int64_t pairs, int experts, int 
     }
   }
   if (layout.gemmTiles) { // the row-invariant mode's few pairs may not hold the table
-    if (threadIdx.x == 0)
-      writeGemmTiles(layout, counts, offsets, experts);
+    writeGemmTiles(layout, counts, offsets, experts);
   } else {
     for (int i = threadIdx.x; i < 2 * (experts + 1); i += blockDim.x)
       layout.table[i] = offsets[i]; // offsets, then the bases that follow them
