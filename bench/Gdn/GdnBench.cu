@@ -13,6 +13,7 @@
 // bf16 parts, and each 32-column CTA recomputes K K^T and Q K^T). Bytes: q, k, v read,
 // out written, g and beta read, the state read and written once.
 #include "BenchCheck.h"
+#include "BenchDevice.cuh"
 #include "kiln/Kernels/GatedDeltaNet.h"
 
 #include <cuda_bf16.h>
@@ -28,13 +29,9 @@ namespace {
 
 constexpr int kDim = 128, vDim = 128, kChunk = 64;
 
-__device__ float hashUnit(size_t i, uint32_t seed) { // in [0, 1)
-  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-  h ^= h >> 13;
-  h *= 0x5bd1e995u;
-  h ^= h >> 15;
-  return (h & 0xffffff) / 16777216.0f;
-}
+using kiln::bench::copyKernel;
+using kiln::bench::hashUnit;
+
 __global__ void fillBf16(__nv_bfloat16 *p, size_t n, float lo, float hi, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
@@ -44,11 +41,6 @@ __global__ void fillF32(float *p, size_t n, float lo, float hi, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
     p[i] = lo + (hi - lo) * hashUnit(i, seed);
-}
-__global__ void copyKernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = src[i];
 }
 // The bf16 mma.sync ceiling: every warp chains 8 independent m16n8k16 accumulators.
 __global__ void mmaKernel(float *out, int iters) {
@@ -102,6 +94,39 @@ template <typename F> double timeIt(F &&fn, int reps, int warm = 2) {
   return ms[ms.size() / 2] * 1e-3;
 }
 
+// The update's parameters for `batch` sequences of `tokens` tokens at Qwen3-Next's head
+// dims, l2norm on, bf16: the benchmark's token-by-token prompt and its decode steps.
+struct UpdateInputs {
+  const __nv_bfloat16 *q, *k, *v;
+  const float *g, *beta;
+  __nv_bfloat16 *out;
+};
+kiln_gdn_update_params_t updateParams(float *state, int slots, const int32_t *stateIndices,
+                                      float *intermediate, int batch, int tokens, int kHeads,
+                                      int vHeads, const UpdateInputs &in, cudaStream_t s) {
+  kiln_gdn_update_params_t p{};
+  p.state = state;
+  p.num_slots = slots;
+  p.state_indices = stateIndices;
+  p.intermediate = intermediate;
+  p.batch = batch;
+  p.num_tokens = tokens;
+  p.k_heads = kHeads;
+  p.v_heads = vHeads;
+  p.k_dim = kDim;
+  p.v_dim = vDim;
+  p.dtype = KILN_DTYPE_BF16;
+  p.q = in.q;
+  p.k = in.k;
+  p.v = in.v;
+  p.g = in.g;
+  p.beta = in.beta;
+  p.out = in.out;
+  p.l2norm_qk = 1;
+  p.stream = s;
+  return p;
+}
+
 struct Result {
   std::string name;
   int tokens, kHeads, vHeads;
@@ -153,24 +178,11 @@ Result benchPrefill(const char *name, int tokens, int kHeads, int vHeads, double
   const double tokenSec = timeIt(
       [&](cudaStream_t s) {
         for (int t = 0; t < tokens; ++t) {
-          kiln_gdn_update_params_t p{};
-          p.state = state;
-          p.num_slots = 1;
-          p.batch = 1;
-          p.num_tokens = 1;
-          p.k_heads = kHeads;
-          p.v_heads = vHeads;
-          p.k_dim = kDim;
-          p.v_dim = vDim;
-          p.dtype = KILN_DTYPE_BF16;
-          p.q = q + size_t(t) * kHeads * kDim;
-          p.k = k + size_t(t) * kHeads * kDim;
-          p.v = v + size_t(t) * vHeads * vDim;
-          p.g = g + size_t(t) * vHeads;
-          p.beta = beta + size_t(t) * vHeads;
-          p.out = out + size_t(t) * vHeads * vDim;
-          p.l2norm_qk = 1;
-          p.stream = s;
+          const UpdateInputs in{q + size_t(t) * kHeads * kDim, k + size_t(t) * kHeads * kDim,
+                                v + size_t(t) * vHeads * vDim, g + size_t(t) * vHeads,
+                                beta + size_t(t) * vHeads,     out + size_t(t) * vHeads * vDim};
+          const kiln_gdn_update_params_t p =
+              updateParams(state, 1, nullptr, nullptr, 1, 1, kHeads, vHeads, in, s);
           KCHECK(kiln_gdn_update(&p));
         }
       },
@@ -221,26 +233,9 @@ void benchDecode(const char *name, int batch, int tokens, int kHeads, int vHeads
   const double sec = timeIt(
                          [&](cudaStream_t s) {
                            for (int i = 0; i < kLaunches; ++i) {
-                             kiln_gdn_update_params_t p{};
-                             p.state = states;
-                             p.num_slots = batch;
-                             p.state_indices = slots;
-                             p.intermediate = inter;
-                             p.batch = batch;
-                             p.num_tokens = tokens;
-                             p.k_heads = kHeads;
-                             p.v_heads = vHeads;
-                             p.k_dim = kDim;
-                             p.v_dim = vDim;
-                             p.dtype = KILN_DTYPE_BF16;
-                             p.q = q;
-                             p.k = k;
-                             p.v = v;
-                             p.g = g;
-                             p.beta = beta;
-                             p.out = out;
-                             p.l2norm_qk = 1;
-                             p.stream = s;
+                             const kiln_gdn_update_params_t p =
+                                 updateParams(states, batch, slots, inter, batch, tokens, kHeads,
+                                              vHeads, {q, k, v, g, beta, out}, s);
                              KCHECK(kiln_gdn_update(&p));
                            }
                          },

@@ -7,6 +7,7 @@
 // (pool >= 1 GiB so state traffic never sits in the 60 MB L2), replayed after warm-up;
 // per-launch time = median over replays / launches.
 #include "BenchCheck.h"
+#include "BenchDevice.cuh"
 #include "kiln/Kernels/Mamba.h"
 
 #include <cuda_bf16.h>
@@ -24,21 +25,12 @@
 
 namespace {
 
-__global__ void copyKernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = src[i];
-}
+using kiln::bench::copyKernel;
 
 __global__ void fillKernel(float *p, size_t n, float scale, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    p[i] = scale * ((h & 0xffffff) / 16777216.0f - 0.5f);
-  }
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = scale * (kiln::bench::hashUnit(i, seed) - 0.5f);
 }
 
 void *alloc(size_t bytes, float scale = 1.0f, bool isFloat = false) {
