@@ -30,6 +30,14 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
     tiny "$config" ngram:4 "$family-replayngram" --ssm-mode replay
     tiny "$config" draft:4 "$family-replaydraft" --ssm-mode replay
   fi
+  # Sliding-window families: the windowed layers' KV in rings (docs/overview.md,
+  # "Sliding windows"), pages of 16 and steps of 64 so the longer prompts wrap a ring.
+  window=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('sliding_window') or 0)" "$config")
+  if [ "$window" -gt 0 ]; then
+    ring=(--kv-ring-window "$window" --max-step-tokens 64 --page-size 16)
+    tiny "$config" none "$family-ringnospec" "${ring[@]}"
+    tiny "$config" ngram:4 "$family-ringngram" "${ring[@]}"
+  fi
   # The MLA families have no FP8 latent cache (parity.py skips their fp8 modes).
   grep -q '"kv_lora_rank"' "$config" && continue
   tiny "$config" none "$family-fp8nospec" --kv-dtype fp8

@@ -1277,7 +1277,8 @@ void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
                   RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize, m.dtype, 1,
                                    m.stateDtype, /*max_step_tokens=*/0,
                                    /*cuda_graphs=*/kDefaultCudaGraphs,
-                                   /*cuda_graph_batches=*/DenseI32ArrayAttr()));
+                                   /*cuda_graph_batches=*/DenseI32ArrayAttr(),
+                                   /*kv_ring_window=*/0));
 }
 
 /// llvm::json::parse recurses once per nesting level, so a hostile file of 50,000 '['

@@ -99,10 +99,14 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "softmax_scale %g must be finite and >= 0 (0 = 1/sqrt(head_dim))",
                    softmax_scale);
+  // A layer whose window is the model's ring window keeps its KV in the ring pools:
+  // ringPages pages a slot, addressed through the ring table (Layout.h).
+  const bool ring = window > 0 && window == cfg.kv_ring_window && ctx->ringPages > 0;
+  const int64_t poolPages = ring ? cfg.max_batch * ctx->ringPages : cfg.kv_pages;
   uint64_t qBytes, kvBytes, poolBytes;
   if (!product(&qBytes, {tokens, num_heads, head_dim, 2}) ||
       !product(&kvBytes, {tokens, num_kv_heads, head_dim, 2}) ||
-      !product(&poolBytes, {cfg.kv_pages, 2, page_size, num_kv_heads, head_dim, fp8 ? 1 : 2}))
+      !product(&poolBytes, {poolPages, 2, page_size, num_kv_heads, head_dim, fp8 ? 1 : 2}))
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "sizes overflow");
   if (kiln_status_t s = checkRange(c, ctx, "q", q, qBytes, 16, false); s != KILN_OK)
     return s;
@@ -123,7 +127,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                           ? softmax_scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   void *pool = at(ctx->base[kCaches], kv_offset);
-  const int32_t *table = ioPtr<int32_t>(ctx, ctx->io.block_table);
+  const int32_t *table = ioPtr<int32_t>(ctx, ring ? ctx->io.ring_table : ctx->io.block_table);
   const int32_t *seqLens = ioPtr<int32_t>(ctx, ctx->io.seq_lens);
   const int32_t *cu = ioPtr<int32_t>(ctx, ctx->io.cu_seqlens);
   const int32_t P = ctx->maxPagesPerSeq;
@@ -143,7 +147,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     gp.kv_heads = num_kv_heads;
     gp.head_dim = head_dim;
     gp.page_size = page_size;
-    gp.num_pages = static_cast<int>(cfg.kv_pages);
+    gp.num_pages = static_cast<int>(poolPages);
     gp.max_pages_per_seq = P;
     gp.max_seq_len = ctx->keyBound; // the split grid, and so a CUDA graph's key
     gp.softmax_scale = scale;
@@ -172,7 +176,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   ap.kv_heads = num_kv_heads;
   ap.head_dim = head_dim;
   ap.page_size = page_size;
-  ap.num_pages = static_cast<int>(cfg.kv_pages);
+  ap.num_pages = static_cast<int>(poolPages);
   ap.max_pages_per_seq = P;
   ap.dtype = KILN_DTYPE_BF16;
   ap.kv_dtype = poolDtype;
@@ -225,7 +229,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   pp.batch = ctx->batch;
   pp.total_q = ctx->tokens;
   pp.max_seqlen_q = ctx->maxQLen;
-  pp.num_pages = static_cast<int32_t>(cfg.kv_pages);
+  pp.num_pages = static_cast<int32_t>(poolPages);
   pp.page_size = page_size;
   pp.max_pages_per_seq = P;
   pp.q_heads = num_heads;

@@ -263,6 +263,18 @@ namespace {
 // never dereferenced.
 constexpr uintptr_t kDryBase = uintptr_t(1) << 44;
 
+// The ring pools' block table of a step (Layout.h, kiln_rt_ring_pages): logical page p
+// of the sequence in slot s is page s * R + p % R of its ring; only the pages in use.
+void fillRingTable(int32_t *ring, const kiln_rt_batch_t &b, int64_t P, int64_t page,
+                   int32_t R) {
+  for (int i = 0; i < b.batch; ++i) {
+    const int32_t slot = b.slots ? b.slots[i] : i;
+    const int64_t used = (b.seq_lens[i] + page - 1) / page;
+    for (int64_t p = 0; p < used; ++p)
+      ring[i * P + p] = slot * R + static_cast<int32_t>(p % R);
+  }
+}
+
 kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
   if (!config)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: config is null", fn);
@@ -286,17 +298,22 @@ kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
   if (c.vocab_size < 0 || c.vocab_size > INT32_MAX)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: vocab_size %lld outside [0, 2^31)", fn,
                 static_cast<long long>(c.vocab_size));
+  if (c.kv_ring_window < 0 || c.kv_ring_window > INT32_MAX)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: kv_ring_window %lld outside [0, 2^31)", fn,
+                static_cast<long long>(c.kv_ring_window));
   int64_t pages = kiln_rt_max_pages_per_seq(c.max_seq_len, c.page_size);
-  uint64_t io = kiln_rt_io_bytes(c.max_batch, c.max_step_tokens, c.max_logit_rows, pages);
+  uint64_t io = kiln_rt_io_bytes(c.max_batch, c.max_step_tokens, c.max_logit_rows, pages,
+                                 c.kv_ring_window > 0 ? 1 : 0);
   if (c.io_bytes != io)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: io_bytes %llu != %llu, kiln_rt_io_bytes(max_batch %lld, max_step_tokens "
-                "%lld, max_logit_rows %lld, max_pages_per_seq %lld) of this runtime's "
-                "Layout.h (model compiled against another runtime version?)",
+                "%lld, max_logit_rows %lld, max_pages_per_seq %lld, ring tables %d) of this "
+                "runtime's Layout.h (model compiled against another runtime version?)",
                 fn, static_cast<unsigned long long>(c.io_bytes),
                 static_cast<unsigned long long>(io), static_cast<long long>(c.max_batch),
                 static_cast<long long>(c.max_step_tokens),
-                static_cast<long long>(c.max_logit_rows), static_cast<long long>(pages));
+                static_cast<long long>(c.max_logit_rows), static_cast<long long>(pages),
+                c.kv_ring_window > 0 ? 1 : 0);
   if (c.workspace_bytes < KILN_GEMM_WORKSPACE_BYTES)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: workspace_bytes %llu < KILN_GEMM_WORKSPACE_BYTES %llu (see "
@@ -316,7 +333,9 @@ void initCommon(kiln_rt_context *ctx, const kiln_rt_config_t &config) {
   ctx->maxPagesPerSeq =
       static_cast<int32_t>(kiln_rt_max_pages_per_seq(config.max_seq_len, config.page_size));
   ctx->io = kiln_rt_io_layout(config.max_batch, config.max_step_tokens, config.max_logit_rows,
-                              ctx->maxPagesPerSeq);
+                              ctx->maxPagesPerSeq, config.kv_ring_window > 0 ? 1 : 0);
+  ctx->ringPages = static_cast<int32_t>(kiln_rt_ring_pages(
+      config.kv_ring_window, config.page_size, config.max_step_tokens, config.max_seq_len));
   ctx->size[kWeights] = config.weight_bytes;
   ctx->size[kCaches] = config.cache_bytes;
   ctx->size[kActivations] = config.activation_bytes;
@@ -782,6 +801,8 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
     for (int i = 0; i < b.batch; ++i)
       std::memcpy(table + i * P, b.block_table + i * P,
                   static_cast<size_t>((b.seq_lens[i] + page - 1) / page) * sizeof(int32_t));
+    if (const int32_t R = ctx->ringPages) // the ring pools' pages: slot * R + page % R
+      fillRingTable(reinterpret_cast<int32_t *>(h + ctx->io.ring_table), b, P, page, R);
     ctx->uploadBytes = ctx->io.block_table + static_cast<size_t>(b.batch) * P * sizeof(int32_t);
     ctx->uploadPending = true;
   }

@@ -122,6 +122,7 @@ struct kiln_rt_context {
 
   kiln_rt_config_t config{};
   int32_t maxPagesPerSeq = 0;
+  int32_t ringPages = 0; // kiln_rt_ring_pages of the config's kv_ring_window (0: none)
   kiln_rt_io_layout_t io{};
   uint64_t splitOffset = 0; // split-KV partials inside the workspace
   uint64_t splitBytes = 0;

@@ -136,6 +136,7 @@ kiln_status_t openModel(const char *fn, const char *soPath, kiln_model *m,
   c.activation_bytes = mf.activationBytes;
   c.workspace_bytes = mf.workspaceBytes;
   c.io_bytes = mf.ioBytes;
+  c.kv_ring_window = mf.kvRingWindow;
   if (mf.vocabSize < 1)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s: manifest: vocab_size %lld < 1", fn, soPath,
                 static_cast<long long>(mf.vocabSize));

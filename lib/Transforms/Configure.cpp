@@ -32,8 +32,27 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (failed(applyTarget(module)) || failed(applyRuntime(module)) ||
-        failed(applySpec(module)))
+        failed(applySpec(module)) || failed(applyRingWindow(module)))
       signalPassFailure();
+  }
+
+  /// `kv-ring-window`: the ring's bound is the step size, so max_step_tokens becomes
+  /// explicit (its default depends on the speculation, set just before).
+  LogicalResult applyRingWindow(ModuleOp module) {
+    if (kvRingWindow == 0)
+      return success();
+    ModuleConfig config = getModuleConfig(module);
+    RuntimeAttr r = config.runtime;
+    const auto stepTokens = static_cast<unsigned>(getStepLimits(config).maxStepTokens);
+    auto attr = RuntimeAttr::getChecked([&] { return module.emitError(); }, module.getContext(),
+                                        r.getMaxBatch(), r.getMaxSeqLen(), r.getPageSize(),
+                                        r.getKvDtype(), r.getTp(), r.getStateDtype(), stepTokens,
+                                        r.getCudaGraphs(), r.getCudaGraphBatches(),
+                                        static_cast<unsigned>(kvRingWindow));
+    if (!attr)
+      return failure();
+    module->setAttr(KilnDialect::kRuntimeAttrName, attr);
+    return success();
   }
 
   LogicalResult applyTarget(ModuleOp module) {
@@ -80,7 +99,7 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
         pick(maxStepTokens, old ? old.getMaxStepTokens() : 0),
         graphs >= 0 ? static_cast<unsigned>(graphs)
                     : (old ? old.getCudaGraphs() : kDefaultCudaGraphs),
-        *batches);
+        *batches, old ? old.getKvRingWindow() : 0u);
     if (!attr)
       return failure();
     module->setAttr(KilnDialect::kRuntimeAttrName, attr);

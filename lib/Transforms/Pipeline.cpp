@@ -22,6 +22,7 @@ void kiln::buildDeployPipeline(OpPassManager &pm, const DeployOptions &options) 
   configure.tp = options.tp.value_or(0);
   configure.maxStepTokens = options.maxStepTokens.value_or(0);
   configure.kvDtype = options.kvDtype;
+  configure.kvRingWindow = options.kvRingWindow.value_or(0);
   configure.cudaGraphs = options.cudaGraphs;
   configure.cudaGraphBatches = options.cudaGraphBatches;
   pm.addPass(createKilnConfigure(configure));

@@ -406,7 +406,8 @@ struct PlanActivationsPass
     uint64_t io = kiln_rt_io_bytes(runtime.getMaxBatch(),
                                    static_cast<int64_t>(limits.maxStepTokens),
                                    static_cast<int64_t>(limits.maxLogitRows),
-                                   static_cast<int64_t>(runtime.getMaxPagesPerSequence()));
+                                   static_cast<int64_t>(runtime.getMaxPagesPerSequence()),
+                                   runtime.getKvRingWindow() > 0 ? 1 : 0);
     // cudaMalloc hands out whole 2 MiB pages: the padding goes to the workspace (the
     // runtime gives it to split-KV partials), so the device memory used equals the plan.
     uint64_t subtotal = weights + caches + arena + workspace + io;

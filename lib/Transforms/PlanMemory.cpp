@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNPLANMEMORY
@@ -73,6 +74,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     if (failed(collect(module, config.runtime, resources)) ||
         failed(checkShards(resources, config.runtime)))
       return signalPassFailure();
+    warnUnusedRingWindow(module, config.runtime, resources);
 
     std::optional<uint64_t> budget = computeBudget(module, config);
     if (!budget)
@@ -105,6 +107,30 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       return WalkResult::advance();
     });
     return failure(walk.wasInterrupted());
+  }
+
+  /// A kv_ring_window that no layer's window equals plans every pool in full: say so
+  /// (a typo in --kv-ring-window would otherwise cost the memory silently).
+  void warnUnusedRingWindow(ModuleOp module, RuntimeAttr runtime,
+                            ArrayRef<PlannedResource> resources) {
+    if (runtime.getKvRingWindow() == 0 ||
+        llvm::any_of(resources, [&](const PlannedResource &planned) {
+          return ringPagesPerSlot(planned.op, runtime) > 0;
+        }))
+      return;
+    std::set<int64_t> windows;
+    for (const PlannedResource &planned : resources)
+      if (int64_t window = planned.op.getWindowTokens())
+        windows.insert(window);
+    InFlightDiagnostic warning = module.emitWarning()
+                                 << "kiln-plan-memory: kv_ring_window "
+                                 << runtime.getKvRingWindow()
+                                 << " is no layer's sliding window; every KV pool is planned "
+                                    "in full (the layers' windows: ";
+    if (windows.empty())
+      warning << "none";
+    llvm::interleaveComma(windows, warning);
+    warning << ")";
   }
 
   /// With tp > 1 the shard dimension must split evenly (KV heads below tp replicate).
@@ -198,7 +224,14 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     // then report.
     uint64_t fixed = 0, bytesPerPage = 0;
     for (const PlannedResource &planned : resources) {
-      if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
+      // A ring pool's size is fixed by the window, not by the pages left.
+      if (uint64_t ring = ringPagesPerSlot(planned.op, runtime))
+        fixed = llvm::SaturatingAdd(
+            fixed, alignSaturating(llvm::SaturatingMultiply<uint64_t>(
+                       planned.unitBytes,
+                       llvm::SaturatingMultiply<uint64_t>(ring * runtime.getPageSize(),
+                                                          runtime.getMaxBatch()))));
+      else if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
         bytesPerPage = llvm::SaturatingAdd(
             bytesPerPage, llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,
                                                              runtime.getPageSize()));

@@ -882,7 +882,7 @@ TEST(ModelGpu, TwoContextsOnTwoThreads) {
   if (kiln_rt_set_batch(ctx, &b) != KILN_OK || kiln_rt_synchronize(ctx) != KILN_OK)
     failWith("set_batch: " + lastError());
   const kiln_rt_io_layout_t io = kiln_rt_io_layout(cfg->max_batch, cfg->max_step_tokens,
-                                                   cfg->max_logit_rows, pages);
+                                                   cfg->max_logit_rows, pages, 0);
   std::vector<int32_t> bad(static_cast<size_t>(pages), 1 << 30);
   if (cudaMemcpy(static_cast<char *>(kiln_rt_io(ctx)) + io.block_table, bad.data(),
                  bad.size() * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess)

@@ -36,7 +36,7 @@ kiln_rt_config_t tinyConfig() {
   c.cache_bytes = 2 * (64ull * 2 * 16 * 2 * 64 * 2);
   c.activation_bytes = 4 << 20;
   c.workspace_bytes = kiln_rt_workspace_bytes(16, 4, 64);
-  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 16);
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 16, 0);
   return c;
 }
 
@@ -123,7 +123,7 @@ TEST(RuntimeCpu, ConfigValidation) {
 TEST(RuntimeCpu, LayoutFormulas) {
   // Every array rounded up to 256 bytes; the block table last (a step uploads up to its
   // used rows).
-  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16);
+  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16, 0);
   EXPECT_EQ(l.token_ids, 0u);
   EXPECT_EQ(l.positions, 1024u);
   EXPECT_EQ(l.token_batch, 2048u);
@@ -131,7 +131,21 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_EQ(l.pending + 256u, l.block_table); // {pending, buffer} of 4 sequences
   EXPECT_EQ(l.block_table + 256u, l.bytes);
   EXPECT_EQ(l.bytes, 3072u + 256 * 6);
-  EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16), l.bytes);
+  EXPECT_EQ(kiln_rt_io_bytes(4, 256, 16, 16, 0), l.bytes);
+  EXPECT_EQ(l.ring_table, l.block_table); // no ring table without a ring window
+  // With a KV ring window the ring pools' table (as big as the block table) comes
+  // before the block table, which stays last.
+  kiln_rt_io_layout_t ring = kiln_rt_io_layout(4, 256, 16, 16, 1);
+  EXPECT_EQ(ring.ring_table, l.block_table);
+  EXPECT_EQ(ring.block_table, ring.ring_table + 256u);
+  EXPECT_EQ(ring.bytes, l.bytes + 256u);
+  // Ring pages a slot: ceil((window + max_step_tokens - 1) / page) + 1, capped at a
+  // sequence's pages.
+  EXPECT_EQ(kiln_rt_ring_pages(128, 64, 256, 4096), 7);
+  EXPECT_EQ(kiln_rt_ring_pages(32, 64, 64, 512), 3);
+  EXPECT_EQ(kiln_rt_ring_pages(64, 64, 1, 4096), 2);  // one token: the window and a page
+  EXPECT_EQ(kiln_rt_ring_pages(480, 64, 256, 512), 8); // capped
+  EXPECT_EQ(kiln_rt_ring_pages(0, 64, 256, 512), 0);   // no window, no ring
   EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
   // Split partials: 16 splits x every decode row (tokens x heads) x (d + 1) x 4.
   EXPECT_EQ(kiln_rt_workspace_bytes(8, 4, 64),
@@ -361,7 +375,7 @@ TEST(RuntimeCpu, InputsAndRegions) {
   Dry d;
   Step s(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &s.b), KILN_OK) << lastError();
-  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16);
+  kiln_rt_io_layout_t l = kiln_rt_io_layout(4, 256, 16, 16, 0);
   char *io = static_cast<char *>(kiln_rt_io(d.ctx));
   EXPECT_EQ(kiln_rt_input(d.ctx, KILN_RT_INPUT_TOKEN_IDS), io + l.token_ids);
   EXPECT_EQ(kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), io + l.positions);
@@ -498,7 +512,7 @@ kiln_rt_config_t mlaConfig() {
   c.page_size = KILN_MLA_PAGE_SIZE;
   c.kv_pages = 8;
   c.cache_bytes = 8ull * KILN_MLA_PAGE_SIZE * KILN_MLA_HEAD_DIM * 2;
-  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 256 / KILN_MLA_PAGE_SIZE);
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 256 / KILN_MLA_PAGE_SIZE, 0);
   return c;
 }
 
@@ -870,7 +884,7 @@ kiln_rt_config_t legacyConfig(int64_t pageSize, int64_t pages, uint64_t cacheByt
   c.max_seq_len = 256;
   c.kv_pages = pages;
   c.cache_bytes = cacheBytes;
-  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, kiln_rt_max_pages_per_seq(256, pageSize));
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, kiln_rt_max_pages_per_seq(256, pageSize), 0);
   return c;
 }
 

@@ -118,7 +118,7 @@ static void build(void) {
   actBytes = at;
   workspaceBytes = kiln_rt_workspace_bytes(MAX_BATCH * (1 + TINY_DRAFT), NH, D);
   ioBytes = kiln_rt_io_bytes(MAX_BATCH, MAX_STEP, MAX_ROWS,
-                             kiln_rt_max_pages_per_seq(MAX_SEQ, PAGE));
+                             kiln_rt_max_pages_per_seq(MAX_SEQ, PAGE), 0);
   actBytes += kiln_rt_granule_padding(weightBytes + cacheBytes + actBytes + workspaceBytes +
                                       ioBytes);
   int n = snprintf(manifest, sizeof(manifest),

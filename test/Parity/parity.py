@@ -29,6 +29,11 @@ For every family built by make_models.py:
               fp8        <family>-fp8nospec.so (--kv-dtype fp8): an e4m3 KV cache
               fp8tf      the same, teacher-forced on the reference's tokens
               fp8ngram   <family>-fp8ngram.so --spec ngram:4
+              ring       (sliding-window families) <family>-ringnospec.so: the windowed
+                         layers' KV in rings of pages per slot (--kv-ring-window, pages
+                         of 16, steps of 64, so the longer prompts wrap their rings):
+                         tokens, logits and memory like nospec
+              ringngram  <family>-ringngram.so --spec ngram:4, lossless against ring
 Checks (one line per family and mode, PASS or FAIL with the numbers):
   tokens     identical to the reference for --max-new-tokens on every prompt; a first
              difference at a step whose reference top-1/top-2 margin is under the bf16
@@ -85,7 +90,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
                          use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
-             "fp8ngram", "replayngram", "replaydraft", "mtp"]
+             "fp8ngram", "replayngram", "replaydraft", "mtp", "ring", "ringngram"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
                "fp8 for mla_attention layers)")
@@ -97,10 +102,14 @@ UNSUPPORTED_MODES = {
     "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
     "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
 }
-SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft", "mtp"}
+SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft", "mtp",
+              "ringngram"}
 # The SSM layers' replay mode (--ssm-mode replay); families without Mamba2 layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
+# Sliding-window KV rings (--kv-ring-window, pages of 16, steps of 64: rings of a few
+# pages that the longer prompts wrap around); families without windows skip them.
+RING_MODES = {"ring", "ringngram"}
 DRAFT_LEN = 4
 
 
@@ -417,26 +426,31 @@ def kiln_env(lib_dirs):
     return env
 
 
+def mode_so(mode):
+    """The compiled model a mode runs: <family>-<this>.so."""
+    return {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
+            "draft": "draft", "selfdraft": "draft", "fp8": "fp8nospec", "fp8tf": "fp8nospec",
+            "fp8ngram": "fp8ngram", "replayngram": "replayngram",
+            "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
+            "ringngram": "ringngram"}[mode]
+
+
 def mode_command(mode, family, work, args):
     """kiln-run's arguments for one mode, or a reason why it cannot run."""
-    so = {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
-          "draft": "draft", "selfdraft": "draft", "fp8": "fp8nospec", "fp8tf": "fp8nospec",
-          "fp8ngram": "fp8ngram", "replayngram": "replayngram",
-          "replaydraft": "replaydraft", "mtp": "mtp"}[mode]
-    model_so = args.so_dir / f"{family}-{so}.so"
+    model_so = args.so_dir / f"{family}-{mode_so(mode)}.so"
     weights = args.models / (f"{family}-mtp" if mode == "mtp" else family)
     cmd = [str(args.kiln_run), str(model_so), "--weights", str(weights),
            "--prompts", str(work / "prompts.txt"),
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8"):
+    if mode in ("nospec", "fp8", "ring"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
     elif mode == "eager":
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
-    elif mode in ("ngram", "fp8ngram", "replayngram"):
+    elif mode in ("ngram", "fp8ngram", "replayngram", "ringngram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
     elif mode == "mtp":
         cmd += ["--spec", "mtp:1"]
@@ -837,7 +851,7 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
         # A lossy cache's tokens are reported against the reference, not gated.
         checks.append(("tokens", token_agreement(tokens, ref, count) if mode in FP8_MODES
                        else check_tokens(tokens, ref, count, args)))
-        if mode == "nospec":
+        if mode in ("nospec", "ring"):
             checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
                                                   args.logit_rtol, args.logit_fp32_factor)))
         elif mode == "eager":
@@ -886,12 +900,15 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
-    rows, nospec, fp8 = [], None, None
+    rows, nospec, fp8, ring = [], None, None, None
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
         if mode in REPLAY_MODES and not (args.so_dir / f"{family}-{mode}.so").exists():
             reason = ("no Mamba2 layers (gpu-prepare.sh compiles replay models for the "
                       "hybrid_override_pattern families only)")
+        if mode in RING_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
+            reason = ("no sliding-window layers (gpu-prepare.sh compiles ring models for the "
+                      "families whose config has a sliding_window)")
         if mode == "mtp" and not (args.models / f"{family}-mtp").exists():
             reason = "no MTP module (a configs/<family>-tiny-mtp.json builds one)"
         if reason:
@@ -908,7 +925,9 @@ def run_family(family, args, out, env):
             nospec = result
         if mode == "fp8":
             fp8 = result
-        baseline = fp8 if mode in FP8_MODES else nospec
+        if mode == "ring":
+            ring = result
+        baseline = fp8 if mode in FP8_MODES else ring if mode == "ringngram" else nospec
         ok, text, details = evaluate_mode(mode, result, ref, prompts, baseline, work, vocab,
                                           args)
         if mode == "mtp":

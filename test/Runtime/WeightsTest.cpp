@@ -650,6 +650,14 @@ TEST(Manifest, Valid) {
   text.pop_back();
   ASSERT_TRUE(parseManifest(text, m, error)) << error;
 
+  EXPECT_EQ(m.kvRingWindow, 0); // the optional key left out
+
+  // A model with a KV ring window says so on a line of its own.
+  std::vector<std::string> ringLines = validLines();
+  ringLines.insert(ringLines.begin() + 21, "kv_ring_window 4096");
+  ASSERT_TRUE(parseManifest(join(ringLines), m, error)) << error;
+  EXPECT_EQ(m.kvRingWindow, 4096);
+
   Manifest huge;
   huge.weightBytes = ~uint64_t(0);
   huge.ioBytes = 1;
@@ -709,6 +717,15 @@ TEST(Manifest, Errors) {
   expectManifestError(with(21, "cuda_graph_batches 1,,2"), 21, "'' is empty");
   expectManifestError(with(21, "cuda_graph_batches"), 21, "takes the form");
   expectManifestError(with(21, nullptr), 25, "missing 'cuda_graph_batches'");
+  {
+    std::vector<std::string> twice = validLines();
+    twice.insert(twice.begin() + 21, "kv_ring_window 32");
+    twice.insert(twice.begin() + 22, "kv_ring_window 64");
+    expectManifestError(twice, 23, "duplicate 'kv_ring_window' (first on line 22)");
+    std::vector<std::string> negative = validLines();
+    negative.insert(negative.begin() + 21, "kv_ring_window -4");
+    expectManifestError(negative, 22, "kv_ring_window is negative");
+  }
   expectManifestError(with(19, "cuda_graphs 5000"), 19, "cuda_graphs 5000 > 4096");
   expectManifestError(with(20, nullptr), 25, "missing 'cuda_graph_bytes'");
   // Structure.

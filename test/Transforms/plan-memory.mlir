@@ -20,6 +20,53 @@ module attributes {kiln.target = #kiln.target<"h200">, kiln.spec = #kiln.spec<mo
 }
 
 // -----
+// With kv_ring_window = 128 the window's pool is a ring per slot (kiln_rt_ring_pages):
+// ceil((128 + 256 - 1) / 64) + 1 = 7 pages of 64 tokens a slot, 448 tokens x 4 slots x
+// 4096 bytes = 7340032, against 4096 tokens a slot (67108864) for the full layer; a
+// window other than the ring's (64) keeps a full pool; kv_pages counts the full pools.
+// CHECK-LABEL: module attributes
+// CHECK-SAME: kv_bytes = 141557760
+// CHECK-SAME: kv_pages = 256
+// CHECK: kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 {bytes = 67108864 : i64
+// CHECK: kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 128 {bytes = 7340032 : i64, {{.*}}pool = "kv.w128.d128.bf16"}
+// CHECK: kiln.cache_resource layer 2 unit [2, 8, 128] of bf16 window 64 {bytes = 67108864 : i64, {{.*}}pool = "kv.w64.d128.bf16"}
+module attributes {kiln.target = #kiln.target<"h200">,
+                   kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 4096, kv_dtype = bf16, max_step_tokens = 256, kv_ring_window = 128>} {
+  func.func @f() {
+    %0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 : !kiln.cache<kv>
+    %1 = kiln.cache_resource layer 1 unit [2, 8, 128] of bf16 window 128 : !kiln.cache<kv>
+    %2 = kiln.cache_resource layer 2 unit [2, 8, 128] of bf16 window 64 : !kiln.cache<kv>
+    return
+  }
+}
+
+// -----
+// A ring window no layer has: a warning naming the layers' windows, full pools.
+// CHECK-LABEL: module attributes
+// CHECK: kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 64 {bytes = 8388608 : i64
+// expected-warning @below {{kiln-plan-memory: kv_ring_window 100 is no layer's sliding window; every KV pool is planned in full (the layers' windows: 64)}}
+module attributes {kiln.target = #kiln.target<"h200">,
+                   kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 512, kv_dtype = bf16, max_step_tokens = 256, kv_ring_window = 100>} {
+  func.func @f() {
+    %0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 64 : !kiln.cache<kv>
+    return
+  }
+}
+
+// -----
+// A ring longer than a sequence's pages is capped at them: window 480 with steps of 256
+// needs 13 pages of 64, max_seq_len 512 has 8.
+// CHECK-LABEL: module attributes
+// CHECK: kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 480 {bytes = 8388608 : i64
+module attributes {kiln.target = #kiln.target<"h200">,
+                   kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 512, kv_dtype = bf16, max_step_tokens = 256, kv_ring_window = 480>} {
+  func.func @f() {
+    %0 = kiln.cache_resource layer 0 unit [2, 8, 128] of bf16 window 480 : !kiln.cache<kv>
+    return
+  }
+}
+
+// -----
 // A sliding-window pool holds as many pages as a full one: KV pages are one id space
 // shared by every layer (one block table), so a window of 128 tokens under a
 // max_seq_len of 512 does not shrink its pool.

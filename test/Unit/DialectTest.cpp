@@ -24,7 +24,7 @@ protected:
   RuntimeAttr runtime(unsigned batch, unsigned seq, unsigned page = 64, unsigned tp = 1) {
     return RuntimeAttr::get(&context, batch, seq, page, Builder(&context).getBF16Type(), tp,
                             Type(), /*max_step_tokens=*/0, kDefaultCudaGraphs,
-                            DenseI32ArrayAttr());
+                            DenseI32ArrayAttr(), /*kv_ring_window=*/0);
   }
   /// Bytes of the single resource declared by `resourceIr` under `config`.
   uint64_t bytesOf(StringRef resourceIr, RuntimeAttr config) {
@@ -216,7 +216,7 @@ TEST_F(DialectTest, StepLimits) {
   EXPECT_EQ(limits.maxDraftLen, 3u);
   config.runtime = RuntimeAttr::get(&context, 4, 8192, 64, Builder(&context).getBF16Type(),
                                     1, Type(), /*max_step_tokens=*/512, kDefaultCudaGraphs,
-                                    DenseI32ArrayAttr());
+                                    DenseI32ArrayAttr(), /*kv_ring_window=*/0);
   EXPECT_EQ(getStepLimits(config).maxStepTokens, 512u);
   EXPECT_EQ(getStepLimits(ModuleConfig()).maxStepTokens, 0u);
 }

@@ -12,6 +12,8 @@
  *   seq_lens    [max_batch]            cached tokens per sequence after the step
  *   cu_seqlens  [max_batch + 1]        token offsets of the sequences (varlen attention)
  *   slots       [max_batch]            state slot of each sequence
+ *   ring_table  [max_batch * max_pages_per_seq]  with a KV ring window only: the pages
+ *                                      of the window's ring pools (kiln_rt_ring_pages)
  *   block_table [max_batch * max_pages_per_seq]  page ids, one row per sequence
  * They are uploaded from pinned host memory in ONE copy per step (everything up to the
  * used part of block_table, which is last for that reason); the greedy tokens of the
@@ -63,13 +65,16 @@ typedef struct kiln_rt_io_layout {
   uint64_t cu_seqlens;
   uint64_t slots;
   uint64_t pending; /* [max_batch, 2]: {accepted tokens to commit, their replay buffer} */
+  uint64_t ring_table;  /* == block_table when the model has no KV ring window */
   uint64_t block_table; /* last: a step uploads the io buffer up to its own rows here */
   uint64_t bytes;
 } kiln_rt_io_layout_t;
 
+/* ring_tables: 1 when the model has a KV ring window (kv_ring_window > 0), else 0. */
 static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t max_step_tokens,
                                                     int64_t max_logit_rows,
-                                                    int64_t max_pages_per_seq) {
+                                                    int64_t max_pages_per_seq,
+                                                    int64_t ring_tables) {
   const uint64_t b = kiln_rt_nonneg(max_batch), t = kiln_rt_nonneg(max_step_tokens);
   const uint64_t r = kiln_rt_nonneg(max_logit_rows), p = kiln_rt_nonneg(max_pages_per_seq);
   kiln_rt_io_layout_t l;
@@ -90,6 +95,8 @@ static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t m
   at += kiln_rt_align(b * 4u);
   l.pending = at;
   at += kiln_rt_align(b * 8u);
+  l.ring_table = at;
+  at += ring_tables > 0 ? kiln_rt_align(b * p * 4u) : 0u;
   l.block_table = at;
   at += kiln_rt_align(b * p * 4u);
   l.bytes = at;
@@ -98,8 +105,29 @@ static inline kiln_rt_io_layout_t kiln_rt_io_layout(int64_t max_batch, int64_t m
 
 /* Bytes of the io buffer (see the list above). */
 static inline uint64_t kiln_rt_io_bytes(int64_t max_batch, int64_t max_step_tokens,
-                                        int64_t max_logit_rows, int64_t max_pages_per_seq) {
-  return kiln_rt_io_layout(max_batch, max_step_tokens, max_logit_rows, max_pages_per_seq).bytes;
+                                        int64_t max_logit_rows, int64_t max_pages_per_seq,
+                                        int64_t ring_tables) {
+  return kiln_rt_io_layout(max_batch, max_step_tokens, max_logit_rows, max_pages_per_seq,
+                           ring_tables)
+      .bytes;
+}
+
+/* Pages a KV ring pool keeps for each sequence slot: the pools of the layers whose
+ * sliding window is the model's kv_ring_window hold a ring of this many pages a slot
+ * instead of pages for max_seq_len. Logical page p of the sequence in slot s is physical
+ * page s * R + p % R (the ring_table above). A step appends at most max_step_tokens keys
+ * to a sequence and its queries read at most window - 1 keys before them: those
+ * window + max_step_tokens - 1 consecutive positions touch at most
+ * ceil((window + max_step_tokens - 1) / page_size) + 1 pages, so nothing a step reads
+ * is overwritten in it, and rejected drafts (at most max_step_tokens keys) overwrite only
+ * positions below every later window. Never more than a sequence's pages. */
+static inline int64_t kiln_rt_ring_pages(int64_t window, int64_t page_size,
+                                         int64_t max_step_tokens, int64_t max_seq_len) {
+  if (window <= 0 || page_size <= 0 || max_step_tokens <= 0 || max_seq_len <= 0)
+    return 0;
+  const int64_t ring = (window + max_step_tokens - 1 + page_size - 1) / page_size + 1;
+  const int64_t full = (max_seq_len + page_size - 1) / page_size;
+  return ring < full ? ring : full;
 }
 
 /* Columns of the block table: ceil(max_seq_len / page_size). */

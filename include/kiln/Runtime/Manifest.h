@@ -26,6 +26,8 @@ struct Manifest {
   // CUDA graphs of decode steps: at most cudaGraphs shapes, in cudaGraphBytes of driver
   // memory (outside the allocation), of the batches listed (empty: every batch).
   int64_t cudaGraphs = 0;
+  // The sliding window whose KV pools are rings of pages per slot (optional key; 0: none).
+  int64_t kvRingWindow = 0;
   uint64_t cudaGraphBytes = 0;
   std::vector<int32_t> cudaGraphBatches;
   std::vector<ManifestWeight> weights;   // in manifest order

@@ -99,7 +99,10 @@ typedef struct kiln_rt_config {
   uint64_t activation_bytes;
   uint64_t workspace_bytes; /* >= KILN_GEMM_WORKSPACE_BYTES; the rest: split-KV partials */
   uint64_t io_bytes;        /* == kiln_rt_io_bytes(max_batch, max_step_tokens,
-                               max_logit_rows, ceil(max_seq_len / page_size)) */
+                               max_logit_rows, ceil(max_seq_len / page_size),
+                               kv_ring_window > 0) */
+  int64_t kv_ring_window;   /* the sliding window whose KV pools are rings of
+                               kiln_rt_ring_pages pages per slot (0: none) */
 } kiln_rt_config_t;
 
 /* Sets `device`, creates the stream and the cuBLASLt handle, pinned host staging, then

@@ -23,6 +23,8 @@ def KilnConfigure : Pass<"kiln-configure", "mlir::ModuleOp"> {
     Option<"maxStepTokens", "max-step-tokens", "unsigned", "0",
            "Tokens of one forward step (sizes the activation arena); 0: keep">,
     Option<"kvDtype", "kv-dtype", "std::string", "\"\"", "bf16, f16, f32, fp8">,
+    Option<"kvRingWindow", "kv-ring-window", "unsigned", "0",
+           "Sliding window whose KV pools are rings of pages per slot; 0: keep">,
     Option<"cudaGraphs", "cuda-graphs", "int", "-1",
            "Decode step shapes captured in CUDA graphs (0: none); -1: keep">,
     Option<"cudaGraphBatches", "cuda-graph-batches", "std::string", "\"\"",

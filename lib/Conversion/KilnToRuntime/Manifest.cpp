@@ -88,6 +88,8 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
   else
     os << "all";
   os << "\n";
+  if (unsigned ring = config.runtime.getKvRingWindow())
+    os << "kv_ring_window " << ring << "\n";
   for (WeightOp weight : module.getOps<WeightOp>()) {
     StringRef weightName = weight.getSymName();
     if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))

@@ -204,7 +204,7 @@ LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                   unsigned maxBatch, unsigned maxSeqLen, unsigned pageSize,
                                   Type kvDtype, unsigned tp, Type stateDtype,
                                   unsigned maxStepTokens, unsigned cudaGraphs,
-                                  DenseI32ArrayAttr cudaGraphBatches) {
+                                  DenseI32ArrayAttr cudaGraphBatches, unsigned kvRingWindow) {
   if (maxBatch < 1)
     return emitError() << "#kiln.runtime: max_batch must be >= 1";
   if (maxSeqLen < 1)
@@ -220,6 +220,9 @@ LogicalResult RuntimeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (stateDtype && !isa<BFloat16Type, Float16Type, Float32Type>(stateDtype))
     return emitError() << "#kiln.runtime: state_dtype " << stateDtype
                        << " is not one of bf16, f16, f32";
+  if (kvRingWindow > 0 && maxStepTokens == 0)
+    return emitError() << "#kiln.runtime: kv_ring_window = " << kvRingWindow
+                       << " needs an explicit max_step_tokens (it bounds the ring)";
   if (cudaGraphs > KILN_RT_MAX_GRAPHS)
     return emitError() << "#kiln.runtime: cuda_graphs = " << cudaGraphs << " > "
                        << KILN_RT_MAX_GRAPHS << " step shapes";

@@ -1,5 +1,6 @@
 //===- KilnDialect.cpp - dialect registration, module config, bytes -------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Runtime/Layout.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
@@ -246,12 +247,25 @@ std::optional<uint64_t> kiln::computeUnitBytes(ArrayRef<int64_t> shape, Type ele
   return bytes;
 }
 
+uint64_t kiln::ringPagesPerSlot(CacheResourceInterface resource, RuntimeAttr runtime) {
+  const int64_t window = resource.getWindowTokens();
+  if (resource.getAllocationUnit() != AllocationUnit::perToken || window <= 0 ||
+      window != static_cast<int64_t>(runtime.getKvRingWindow()))
+    return 0;
+  return static_cast<uint64_t>(kiln_rt_ring_pages(window, runtime.getPageSize(),
+                                                  runtime.getMaxStepTokens(),
+                                                  runtime.getMaxSeqLen()));
+}
+
 /// The units (slots or tokens) of a resource, with the factors named for messages.
 static std::optional<uint64_t> resourceUnits(CacheResourceInterface resource,
                                              RuntimeAttr runtime,
                                              std::optional<uint64_t> kvPagesOverride) {
   if (resource.getAllocationUnit() == AllocationUnit::perSlot)
     return runtime.getMaxBatch();
+  if (uint64_t ring = ringPagesPerSlot(resource, runtime))
+    return llvm::checkedMulUnsigned<uint64_t>(ring * runtime.getPageSize(),
+                                              runtime.getMaxBatch());
   if (kvPagesOverride)
     return llvm::checkedMulUnsigned<uint64_t>(*kvPagesOverride, runtime.getPageSize());
   return llvm::checkedMulUnsigned<uint64_t>(
@@ -280,6 +294,10 @@ std::string kiln::describeResourceBytes(CacheResourceInterface resource, Runtime
   os << "] of " << getElementBytes(resource.getResourceElementType()) << " bytes x ";
   if (resource.getAllocationUnit() == AllocationUnit::perSlot)
     os << runtime.getMaxBatch() << " slots (max_batch)";
+  else if (uint64_t ring = ringPagesPerSlot(resource, runtime))
+    os << ring << " ring pages x " << runtime.getPageSize() << " tokens x "
+       << runtime.getMaxBatch() << " slots (max_batch; kv_ring_window "
+       << runtime.getKvRingWindow() << ")";
   else if (kvPagesOverride)
     os << *kvPagesOverride << " pages x " << runtime.getPageSize() << " tokens";
   else

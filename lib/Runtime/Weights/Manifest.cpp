@@ -117,7 +117,8 @@ uint64_t Manifest::totalBytes() const {
 bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   error.clear();
   Manifest m;
-  size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0, batchesLine = 0;
+  size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0, batchesLine = 0,
+         ringLine = 0;
   std::vector<WeightLine> weightLines;
   std::unordered_map<std::string, size_t> weightLineOf;  // name -> line
   size_t line = 0, pos = 0;
@@ -206,6 +207,16 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       std::string why;
       if (fields[1] != "all" && !parseBatchList(fields[1], m.cudaGraphBatches, why))
         return fail(line, "cuda_graph_batches: " + why);
+      continue;
+    }
+    if (key == "kv_ring_window") { // optional: models without a ring leave it out
+      uint64_t window = 0;
+      const char *why = nullptr;
+      if (!arity(2, "kv_ring_window TOKENS") || !once(ringLine))
+        return false;
+      if (!parseNumber(fields[1], std::numeric_limits<int32_t>::max(), window, why))
+        return fail(line, std::string("kv_ring_window ") + why);
+      m.kvRingWindow = static_cast<int64_t>(window);
       continue;
     }
     if (key == "weight") {

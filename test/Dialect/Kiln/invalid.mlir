@@ -58,6 +58,10 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, 
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, page_size = 512, kv_dtype = bf16>} {}
 
 // -----
+// expected-error @below {{#kiln.runtime: kv_ring_window = 128 needs an explicit max_step_tokens (it bounds the ring)}}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 1, max_seq_len = 8, kv_dtype = bf16, kv_ring_window = 128>} {}
+
+// -----
 // expected-error @below {{#kiln.runtime: cuda_graph_batches is empty (leave it out to capture every batch, or set cuda_graphs = 0 for none)}}
 module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 8, kv_dtype = bf16, cuda_graph_batches = []>} {}
 

@@ -91,9 +91,15 @@ std::optional<uint64_t> computeUnitBytes(CacheResourceInterface resource,
 /// The same for a unit of `shape` (one TP rank's) of `elementType`.
 std::optional<uint64_t> computeUnitBytes(llvm::ArrayRef<int64_t> shape, mlir::Type elementType);
 
+/// Ring pages per slot of a KV resource whose sliding window is the runtime's
+/// kv_ring_window (kiln_rt_ring_pages, include/kiln/Runtime/Layout.h); 0 for any other
+/// resource (its pool holds pages for max_seq_len).
+uint64_t ringPagesPerSlot(CacheResourceInterface resource, RuntimeAttr runtime);
+
 /// Bytes of a resource under `runtime`: slots = max_batch for per-slot kinds;
 /// pages = max_batch * ceil(tokens per sequence / page_size) for per-token kinds
-/// unless `kvPagesOverride` is given. nullopt when that exceeds kMaxPlanBytes
+/// unless `kvPagesOverride` is given, and max_batch * ringPagesPerSlot for a ring pool
+/// (whatever the override). nullopt when that exceeds kMaxPlanBytes
 /// (describeResourceBytes says why).
 std::optional<uint64_t>
 computeResourceBytes(CacheResourceInterface resource, RuntimeAttr runtime,

@@ -98,6 +98,11 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     the plan (`#kiln.device_memory`'s `cuda_graphs`), and only steps whose batch is in
     `cuda_graph_batches` (ascending, each in [1, max_batch]; absent: every batch) are
     captured, the others launch eagerly.
+
+    `kv_ring_window` (default 0: none): the KV pools of the layers whose sliding window
+    is this many tokens hold a ring of `kiln_rt_ring_pages` pages per slot instead of
+    pages for `max_seq_len` (include/kiln/Runtime/Layout.h; docs/overview.md, "Sliding
+    windows"). It needs an explicit `max_step_tokens`, which bounds the ring.
   }];
   let parameters = (ins
     "unsigned":$max_batch,
@@ -108,7 +113,8 @@ def Kiln_RuntimeAttr : Kiln_Attr<"Runtime", "runtime"> {
     OptionalParameter<"::mlir::Type">:$state_dtype,
     DefaultValuedParameter<"unsigned", "0">:$max_step_tokens,
     DefaultValuedParameter<"unsigned", "::kiln::kDefaultCudaGraphs">:$cuda_graphs,
-    OptionalParameter<"::mlir::DenseI32ArrayAttr">:$cuda_graph_batches
+    OptionalParameter<"::mlir::DenseI32ArrayAttr">:$cuda_graph_batches,
+    DefaultValuedParameter<"unsigned", "0">:$kv_ring_window
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
