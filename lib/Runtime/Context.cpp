@@ -265,8 +265,7 @@ constexpr uintptr_t kDryBase = uintptr_t(1) << 44;
 
 // The ring pools' block table of a step (Layout.h, kiln_rt_ring_pages): logical page p
 // of the sequence in slot s is page s * R + p % R of its ring; only the pages in use.
-void fillRingTable(int32_t *ring, const kiln_rt_batch_t &b, int64_t P, int64_t page,
-                   int32_t R) {
+void fillRingTable(int32_t *ring, const kiln_rt_batch_t &b, int64_t P, int64_t page, int32_t R) {
   for (int i = 0; i < b.batch; ++i) {
     const int32_t slot = b.slots ? b.slots[i] : i;
     const int64_t used = (b.seq_lens[i] + page - 1) / page;
@@ -311,9 +310,8 @@ kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
                 "runtime's Layout.h (model compiled against another runtime version?)",
                 fn, static_cast<unsigned long long>(c.io_bytes),
                 static_cast<unsigned long long>(io), static_cast<long long>(c.max_batch),
-                static_cast<long long>(c.max_step_tokens),
-                static_cast<long long>(c.max_logit_rows), static_cast<long long>(pages),
-                c.kv_ring_window > 0 ? 1 : 0);
+                static_cast<long long>(c.max_step_tokens), static_cast<long long>(c.max_logit_rows),
+                static_cast<long long>(pages), c.kv_ring_window > 0 ? 1 : 0);
   if (c.workspace_bytes < KILN_GEMM_WORKSPACE_BYTES)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: workspace_bytes %llu < KILN_GEMM_WORKSPACE_BYTES %llu (see "

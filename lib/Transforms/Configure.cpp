@@ -31,8 +31,8 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (failed(applyTarget(module)) || failed(applyRuntime(module)) ||
-        failed(applySpec(module)) || failed(applyRingWindow(module)))
+    if (failed(applyTarget(module)) || failed(applyRuntime(module)) || failed(applySpec(module)) ||
+        failed(applyRingWindow(module)))
       signalPassFailure();
   }
 
@@ -44,11 +44,10 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
     ModuleConfig config = getModuleConfig(module);
     RuntimeAttr r = config.runtime;
     const auto stepTokens = static_cast<unsigned>(getStepLimits(config).maxStepTokens);
-    auto attr = RuntimeAttr::getChecked([&] { return module.emitError(); }, module.getContext(),
-                                        r.getMaxBatch(), r.getMaxSeqLen(), r.getPageSize(),
-                                        r.getKvDtype(), r.getTp(), r.getStateDtype(), stepTokens,
-                                        r.getCudaGraphs(), r.getCudaGraphBatches(),
-                                        static_cast<unsigned>(kvRingWindow));
+    auto attr = RuntimeAttr::getChecked(
+        [&] { return module.emitError(); }, module.getContext(), r.getMaxBatch(), r.getMaxSeqLen(),
+        r.getPageSize(), r.getKvDtype(), r.getTp(), r.getStateDtype(), stepTokens,
+        r.getCudaGraphs(), r.getCudaGraphBatches(), static_cast<unsigned>(kvRingWindow));
     if (!attr)
       return failure();
     module->setAttr(KilnDialect::kRuntimeAttrName, attr);
@@ -91,12 +90,10 @@ struct ConfigurePass : public kiln::impl::KilnConfigureBase<ConfigurePass> {
     if (failed(batches))
       return failure();
     auto attr = RuntimeAttr::getChecked(
-        [&] { return module.emitError(); }, context,
-        pick(maxBatch, old ? old.getMaxBatch() : 64),
+        [&] { return module.emitError(); }, context, pick(maxBatch, old ? old.getMaxBatch() : 64),
         pick(maxSeqLen, old ? old.getMaxSeqLen() : 8192),
         pick(pageSize, old ? old.getPageSize() : 64), kv, pick(tp, old ? old.getTp() : 1),
-        old ? old.getStateDtype() : Type(),
-        pick(maxStepTokens, old ? old.getMaxStepTokens() : 0),
+        old ? old.getStateDtype() : Type(), pick(maxStepTokens, old ? old.getMaxStepTokens() : 0),
         graphs >= 0 ? static_cast<unsigned>(graphs)
                     : (old ? old.getCudaGraphs() : kDefaultCudaGraphs),
         *batches, old ? old.getKvRingWindow() : 0u);

@@ -123,8 +123,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       if (int64_t window = planned.op.getWindowTokens())
         windows.insert(window);
     InFlightDiagnostic warning = module.emitWarning()
-                                 << "kiln-plan-memory: kv_ring_window "
-                                 << runtime.getKvRingWindow()
+                                 << "kiln-plan-memory: kv_ring_window " << runtime.getKvRingWindow()
                                  << " is no layer's sliding window; every KV pool is planned "
                                     "in full (the layers' windows: ";
     if (windows.empty())
@@ -227,10 +226,10 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       // A ring pool's size is fixed by the window, not by the pages left.
       if (uint64_t ring = ringPagesPerSlot(planned.op, runtime))
         fixed = llvm::SaturatingAdd(
-            fixed, alignSaturating(llvm::SaturatingMultiply<uint64_t>(
-                       planned.unitBytes,
-                       llvm::SaturatingMultiply<uint64_t>(ring * runtime.getPageSize(),
-                                                          runtime.getMaxBatch()))));
+            fixed,
+            alignSaturating(llvm::SaturatingMultiply<uint64_t>(
+                planned.unitBytes, llvm::SaturatingMultiply<uint64_t>(ring * runtime.getPageSize(),
+                                                                      runtime.getMaxBatch()))));
       else if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
         bytesPerPage = llvm::SaturatingAdd(
             bytesPerPage, llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,

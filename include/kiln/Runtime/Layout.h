@@ -121,8 +121,8 @@ static inline uint64_t kiln_rt_io_bytes(int64_t max_batch, int64_t max_step_toke
  * ceil((window + max_step_tokens - 1) / page_size) + 1 pages, so nothing a step reads
  * is overwritten in it, and rejected drafts (at most max_step_tokens keys) overwrite only
  * positions below every later window. Never more than a sequence's pages. */
-static inline int64_t kiln_rt_ring_pages(int64_t window, int64_t page_size,
-                                         int64_t max_step_tokens, int64_t max_seq_len) {
+static inline int64_t kiln_rt_ring_pages(int64_t window, int64_t page_size, int64_t max_step_tokens,
+                                         int64_t max_seq_len) {
   if (window <= 0 || page_size <= 0 || max_step_tokens <= 0 || max_seq_len <= 0)
     return 0;
   const int64_t ring = (window + max_step_tokens - 1 + page_size - 1) / page_size + 1;

@@ -252,9 +252,8 @@ uint64_t kiln::ringPagesPerSlot(CacheResourceInterface resource, RuntimeAttr run
   if (resource.getAllocationUnit() != AllocationUnit::perToken || window <= 0 ||
       window != static_cast<int64_t>(runtime.getKvRingWindow()))
     return 0;
-  return static_cast<uint64_t>(kiln_rt_ring_pages(window, runtime.getPageSize(),
-                                                  runtime.getMaxStepTokens(),
-                                                  runtime.getMaxSeqLen()));
+  return static_cast<uint64_t>(kiln_rt_ring_pages(
+      window, runtime.getPageSize(), runtime.getMaxStepTokens(), runtime.getMaxSeqLen()));
 }
 
 /// The units (slots or tokens) of a resource, with the factors named for messages.
@@ -264,8 +263,7 @@ static std::optional<uint64_t> resourceUnits(CacheResourceInterface resource,
   if (resource.getAllocationUnit() == AllocationUnit::perSlot)
     return runtime.getMaxBatch();
   if (uint64_t ring = ringPagesPerSlot(resource, runtime))
-    return llvm::checkedMulUnsigned<uint64_t>(ring * runtime.getPageSize(),
-                                              runtime.getMaxBatch());
+    return llvm::checkedMulUnsigned<uint64_t>(ring * runtime.getPageSize(), runtime.getMaxBatch());
   if (kvPagesOverride)
     return llvm::checkedMulUnsigned<uint64_t>(*kvPagesOverride, runtime.getPageSize());
   return llvm::checkedMulUnsigned<uint64_t>(
@@ -295,9 +293,8 @@ std::string kiln::describeResourceBytes(CacheResourceInterface resource, Runtime
   if (resource.getAllocationUnit() == AllocationUnit::perSlot)
     os << runtime.getMaxBatch() << " slots (max_batch)";
   else if (uint64_t ring = ringPagesPerSlot(resource, runtime))
-    os << ring << " ring pages x " << runtime.getPageSize() << " tokens x "
-       << runtime.getMaxBatch() << " slots (max_batch; kv_ring_window "
-       << runtime.getKvRingWindow() << ")";
+    os << ring << " ring pages x " << runtime.getPageSize() << " tokens x " << runtime.getMaxBatch()
+       << " slots (max_batch; kv_ring_window " << runtime.getKvRingWindow() << ")";
   else if (kvPagesOverride)
     os << *kvPagesOverride << " pages x " << runtime.getPageSize() << " tokens";
   else
