@@ -12,6 +12,31 @@
 
 using namespace kiln::kernels;
 
+namespace {
+
+// The shapes both GDN kernels take: value heads in groups over the key heads, and head
+// dims of 64 or 128.
+kiln_status_t checkHeads(const char *kernel, int32_t kHeads, int32_t vHeads, int32_t kDim,
+                         int32_t vDim) {
+  if (vHeads % kHeads != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: v_heads (%d) must be a multiple of k_heads (%d)",
+                kernel, vHeads, kHeads);
+  for (auto [dim, name] : {std::pair<int32_t, const char *>{kDim, "k_dim"}, {vDim, "v_dim"}})
+    if (dim != 64 && dim != 128)
+      return fail(KILN_ERROR_UNSUPPORTED, "%s: %s %d unsupported (64 or 128)", kernel, name, dim);
+  return ok();
+}
+
+kiln_status_t checkScale(const char *kernel, float scale) {
+  if (!(std::isfinite(scale) && scale >= 0.0f))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: scale %g must be finite and >= 0 (0: 1/sqrt(k_dim))", kernel,
+                static_cast<double>(scale));
+  return ok();
+}
+
+} // namespace
+
 extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params) {
   ArgChecker c{"gdn_update"};
   if (!c.notNull(params, "params"))
@@ -28,21 +53,14 @@ extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params)
       !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
       !c.positive(p.v_heads, "v_heads"))
     return c.status;
-  if (p.v_heads % p.k_heads != 0)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "%s: v_heads (%d) must be a multiple of k_heads (%d)", c.kernel, p.v_heads,
-                p.k_heads);
-  for (auto [dim, name] : {std::pair<int32_t, const char *>{p.k_dim, "k_dim"},
-                           {p.v_dim, "v_dim"}})
-    if (dim != 64 && dim != 128)
-      return fail(KILN_ERROR_UNSUPPORTED, "%s: %s %d unsupported (64 or 128)", c.kernel, name,
-                  dim);
+  if (kiln_status_t st = checkHeads(c.kernel, p.k_heads, p.v_heads, p.k_dim, p.v_dim);
+      st != KILN_OK)
+    return st;
   if (p.dtype != KILN_DTYPE_BF16 && p.dtype != KILN_DTYPE_F16)
     return fail(KILN_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (BF16 or F16)", c.kernel,
                 static_cast<int>(p.dtype));
-  if (!(std::isfinite(p.scale) && p.scale >= 0.0f))
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g must be finite and >= 0 (0: "
-                "1/sqrt(k_dim))", c.kernel, static_cast<double>(p.scale));
+  if (kiln_status_t st = checkScale(c.kernel, p.scale); st != KILN_OK)
+    return st;
   if (!p.state_indices && p.batch > p.num_slots)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
@@ -71,22 +89,15 @@ extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_par
       !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
       !c.positive(p.v_heads, "v_heads"))
     return c.status;
-  if (p.v_heads % p.k_heads != 0)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "%s: v_heads (%d) must be a multiple of k_heads (%d)", c.kernel, p.v_heads,
-                p.k_heads);
-  for (auto [dim, name] : {std::pair<int32_t, const char *>{p.k_dim, "k_dim"},
-                           {p.v_dim, "v_dim"}})
-    if (dim != 64 && dim != 128)
-      return fail(KILN_ERROR_UNSUPPORTED, "%s: %s %d unsupported (64 or 128)", c.kernel, name,
-                  dim);
+  if (kiln_status_t st = checkHeads(c.kernel, p.k_heads, p.v_heads, p.k_dim, p.v_dim);
+      st != KILN_OK)
+    return st;
   if (p.dtype != KILN_DTYPE_BF16)
     return fail(KILN_ERROR_UNSUPPORTED,
                 "%s: dtype %d unsupported (BF16: q and k are exact tensor-core operands)",
                 c.kernel, static_cast<int>(p.dtype));
-  if (!(std::isfinite(p.scale) && p.scale >= 0.0f))
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g must be finite and >= 0 (0: "
-                "1/sqrt(k_dim))", c.kernel, static_cast<double>(p.scale));
+  if (kiln_status_t st = checkScale(c.kernel, p.scale); st != KILN_OK)
+    return st;
   if (!p.state_indices && p.batch > p.num_slots)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
