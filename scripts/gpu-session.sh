@@ -50,6 +50,9 @@ if [ ! -x "$build/bin/kiln-run" ]; then
   echo "built on the device ($(elapsed))"
 fi
 export LD_LIBRARY_PATH="$build/lib:$build/lib/Runtime:${LD_LIBRARY_PATH:-}"
+# Prebuilt binaries from elsewhere: ModelGpuTest finds the tiny models and kiln-run in
+# $build/tiny (copies of the build's test/EndToEnd/libkiln_tiny*.so and bin/kiln-run).
+[ -d "$build/tiny" ] && export KILN_TINY_DIR="$build/tiny"
 export CUDA_MODULE_LOADING=EAGER
 
 if has tests; then

@@ -29,6 +29,34 @@
 
 namespace {
 
+// The tiny models and kiln-run are the build's (paths CMake bakes in), unless
+// KILN_TINY_DIR names a folder with copies of them under the same file names: prebuilt
+// test binaries run on another machine (a GPU machine given .carry/dev).
+const char *staged(const char *baked) {
+  static std::map<std::string, std::string> paths;
+  const char *dir = std::getenv("KILN_TINY_DIR");
+  if (!dir || !*dir)
+    return baked;
+  auto [at, fresh] = paths.try_emplace(baked);
+  if (fresh) {
+    const char *slash = std::strrchr(baked, '/');
+    at->second = std::string(dir) + "/" + (slash ? slash + 1 : baked);
+  }
+  return at->second.c_str();
+}
+constexpr const char *kBakedTiny = KILN_TINY, *kBakedTinyDraft = KILN_TINY_DRAFT,
+                     *kBakedKilnRun = KILN_RUN;
+#undef KILN_TINY
+#undef KILN_TINY_DRAFT
+#undef KILN_RUN
+#define KILN_TINY staged(kBakedTiny)
+#define KILN_TINY_DRAFT staged(kBakedTinyDraft)
+#define KILN_RUN staged(kBakedKilnRun)
+
+} // namespace
+
+namespace {
+
 // Module loading must be eager before the first CUDA call for the memory check (ctest
 // sets it too).
 const int kEager = setenv("CUDA_MODULE_LOADING", "EAGER", 1);
