@@ -110,6 +110,20 @@ __device__ __forceinline__ void mmaPair(float (&c0)[4], float (&c1)[4], const ui
   mma(c0, a, b[0], b[1]);
   mma(c1, a, b[2], b[3]);
 }
+// a . (bHi + bLo): an exact bf16 A against B split into its high part and remainder.
+__device__ __forceinline__ void mmaSplitB(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&bHi)[4], const uint32_t (&bLo)[4]) {
+  mmaPair(c0, c1, a, bHi);
+  mmaPair(c0, c1, a, bLo);
+}
+// (aHi + aLo) . (bHi + bLo) as hi.hi + hi.lo + lo.hi, in that order (lo.lo: see the
+// file comment).
+__device__ __forceinline__ void mmaSplit(float (&c0)[4], float (&c1)[4], const uint32_t (&aHi)[4],
+                                         const uint32_t (&aLo)[4], const uint32_t (&bHi)[4],
+                                         const uint32_t (&bLo)[4]) {
+  mmaSplitB(c0, c1, aHi, bHi, bLo);
+  mmaPair(c0, c1, aLo, bHi);
+}
 
 template <int KD> struct GdnChunk {
   using L = ChunkSmem<KD>;
@@ -335,10 +349,8 @@ template <int KD> struct GdnChunk {
           const int off = (k0 + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, sHi + off);
           ldsmX4T(bl, sLo + off);
-          mmaPair(ksAcc[2 * p], ksAcc[2 * p + 1], kA, bh);
-          mmaPair(ksAcc[2 * p], ksAcc[2 * p + 1], kA, bl);
-          mmaPair(qsAcc[2 * p], qsAcc[2 * p + 1], qA, bh);
-          mmaPair(qsAcc[2 * p], qsAcc[2 * p + 1], qA, bl);
+          mmaSplitB(ksAcc[2 * p], ksAcc[2 * p + 1], kA, bh, bl);
+          mmaSplitB(qsAcc[2 * p], qsAcc[2 * p + 1], qA, bh, bl);
         }
       }
     }
@@ -404,9 +416,7 @@ template <int KD> struct GdnChunk {
           const int off = (16 * warp + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
-          mmaPair(u[2 * p], u[2 * p + 1], tAHi, bh);
-          mmaPair(u[2 * p], u[2 * p + 1], tAHi, bl);
-          mmaPair(u[2 * p], u[2 * p + 1], tALo, bh);
+          mmaSplit(u[2 * p], u[2 * p + 1], tAHi, tALo, bh, bl);
         }
         __syncwarp(); // every lane has loaded R before U overwrites it
         float wt[2];
@@ -434,9 +444,7 @@ template <int KD> struct GdnChunk {
           const int off = (16 * step + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
-          mmaPair(racc[2 * p], racc[2 * p + 1], ah, bh);
-          mmaPair(racc[2 * p], racc[2 * p + 1], ah, bl);
-          mmaPair(racc[2 * p], racc[2 * p + 1], al, bh);
+          mmaSplit(racc[2 * p], racc[2 * p + 1], ah, al, bh, bl);
         }
       }
     }
@@ -451,9 +459,7 @@ template <int KD> struct GdnChunk {
           const int off = (16 * j + btRow(lane)) * L::vRow + 16 * p + btCol(lane);
           ldsmX4T(bh, uHi + off);
           ldsmX4T(bl, uLo + off);
-          mmaPair(oacc[2 * p], oacc[2 * p + 1], pqHi[j], bh);
-          mmaPair(oacc[2 * p], oacc[2 * p + 1], pqHi[j], bl);
-          mmaPair(oacc[2 * p], oacc[2 * p + 1], pqLo[j], bh);
+          mmaSplit(oacc[2 * p], oacc[2 * p + 1], pqHi[j], pqLo[j], bh, bl);
         }
       }
 #pragma unroll
@@ -494,8 +500,7 @@ template <int KD> struct GdnChunk {
           ldsmX4T(bl, wLo + off);
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
-            mmaPair(st[mt][2 * p], st[mt][2 * p + 1], kT[mt], bh);
-            mmaPair(st[mt][2 * p], st[mt][2 * p + 1], kT[mt], bl);
+            mmaSplitB(st[mt][2 * p], st[mt][2 * p + 1], kT[mt], bh, bl);
           }
         }
       }
