@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 namespace kiln {
@@ -224,12 +225,10 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t fixed = 0, bytesPerPage = 0;
     for (const PlannedResource &planned : resources) {
       // A ring pool's size is fixed by the window, not by the pages left.
-      if (uint64_t ring = ringPagesPerSlot(planned.op, runtime))
+      if (ringPagesPerSlot(planned.op, runtime) > 0)
         fixed = llvm::SaturatingAdd(
-            fixed,
-            alignSaturating(llvm::SaturatingMultiply<uint64_t>(
-                planned.unitBytes, llvm::SaturatingMultiply<uint64_t>(ring * runtime.getPageSize(),
-                                                                      runtime.getMaxBatch()))));
+            fixed, alignSaturating(computeResourceBytes(planned.op, runtime)
+                                       .value_or(std::numeric_limits<uint64_t>::max())));
       else if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
         bytesPerPage = llvm::SaturatingAdd(
             bytesPerPage, llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,

@@ -116,6 +116,20 @@ TEST(RuntimeCpu, ConfigValidation) {
   c.max_batch = 0;
   EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("max_batch 0"), std::string::npos) << lastError();
+  c = tinyConfig();
+  c.kv_ring_window = -1;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kv_ring_window -1 outside [0, 2^31)"), std::string::npos)
+      << lastError();
+  // A ring window adds the ring table to the io buffer: io_bytes without it is refused.
+  c = tinyConfig();
+  c.kv_ring_window = 32;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("ring tables 1"), std::string::npos) << lastError();
+  c.io_bytes = kiln_rt_io_bytes(4, 256, 16, 16, 1);
+  ASSERT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_OK) << lastError();
+  kiln_rt_destroy(ctx);
+  ctx = nullptr;
   EXPECT_EQ(kiln_rt_create_dry(nullptr, &ctx), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(ctx, nullptr);
 }

@@ -36,32 +36,29 @@ OUT_TOLERANCE = 1e-2    # bf16 outputs: a few bf16 roundings
 STATE_TOLERANCE = 1e-3  # fp32 states: sum order only
 
 
+# The fields both parameter structs end with, from the head counts on.
+_SHAPE_AND_TENSORS = [("k_heads", ctypes.c_int32), ("v_heads", ctypes.c_int32),
+                      ("k_dim", ctypes.c_int32), ("v_dim", ctypes.c_int32),
+                      ("dtype", ctypes.c_int32),
+                      ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                      ("g", ctypes.c_void_p), ("beta", ctypes.c_void_p),
+                      ("out", ctypes.c_void_p),
+                      ("l2norm_qk", ctypes.c_int32), ("scale", ctypes.c_float),
+                      ("stream", ctypes.c_void_p)]
+
+
 class UpdateParams(ctypes.Structure):
     """kiln_gdn_update_params_t (include/kiln/Kernels/GatedDeltaNet.h)."""
     _fields_ = [("state", ctypes.c_void_p), ("num_slots", ctypes.c_int32),
                 ("state_indices", ctypes.c_void_p), ("intermediate", ctypes.c_void_p),
-                ("batch", ctypes.c_int32), ("num_tokens", ctypes.c_int32),
-                ("k_heads", ctypes.c_int32), ("v_heads", ctypes.c_int32),
-                ("k_dim", ctypes.c_int32), ("v_dim", ctypes.c_int32),
-                ("dtype", ctypes.c_int32),
-                ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-                ("g", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("out", ctypes.c_void_p),
-                ("l2norm_qk", ctypes.c_int32), ("scale", ctypes.c_float),
-                ("stream", ctypes.c_void_p)]
+                ("batch", ctypes.c_int32), ("num_tokens", ctypes.c_int32)] + _SHAPE_AND_TENSORS
 
 
 class ChunkParams(ctypes.Structure):
     """kiln_gdn_chunk_prefill_params_t (include/kiln/Kernels/GatedDeltaNet.h)."""
     _fields_ = [("state", ctypes.c_void_p), ("num_slots", ctypes.c_int32),
                 ("state_indices", ctypes.c_void_p), ("cu_seqlens", ctypes.c_void_p),
-                ("batch", ctypes.c_int32),
-                ("k_heads", ctypes.c_int32), ("v_heads", ctypes.c_int32),
-                ("k_dim", ctypes.c_int32), ("v_dim", ctypes.c_int32),
-                ("dtype", ctypes.c_int32),
-                ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
-                ("g", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("out", ctypes.c_void_p),
-                ("l2norm_qk", ctypes.c_int32), ("scale", ctypes.c_float),
-                ("stream", ctypes.c_void_p)]
+                ("batch", ctypes.c_int32)] + _SHAPE_AND_TENSORS
 
 
 def rel(a, b):

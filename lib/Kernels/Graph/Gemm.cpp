@@ -555,11 +555,8 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
     if (gemm->policy != KILN_GEMM_ROW_INVARIANT || m > gemm->invariantRows)
       return false;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const bool capturing =
-      cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone;
-  return kiln::graph::groupedGemmDeviceReady(!capturing);
+  return kiln::graph::groupedGemmDeviceReady(
+      !kiln::graph::streamCapturing(static_cast<cudaStream_t>(stream)));
 }
 
 // kiln_gemm_bf16 and kiln_gemm_bf16_f32out: out's element is fp32 when f32Out.

@@ -71,6 +71,14 @@ inline bool groupedGemmShapesFit(int64_t hidden, int64_t inter, int64_t experts,
   return groupedGemmFeaturesFit(hidden, inter) && pairs <= experts * kGroupedGemmMaxTileTokens;
 }
 
+// Whether `stream` is being captured into a CUDA graph (or its state cannot be read):
+// the device probe below must not run then.
+inline bool streamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+         capture != cudaStreamCaptureStatusNone;
+}
+
 // Whether the current device runs the kernel: compute capability 9.0 with the sm_90a
 // image in this library. Found out once per device, by a synchronous read of the loaded
 // image, which `mayProbe` false (a stream being captured) forbids: Unknown until then.

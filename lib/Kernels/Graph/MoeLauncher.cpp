@@ -104,12 +104,6 @@ bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
   return true;
 }
 
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-         capture != cudaStreamCaptureStatusNone;
-}
-
 // Whether the grouped mode's GEMMs run on the own grouped GEMM (GroupedGemm.h): the
 // shapes fit it, the device runs the sm_90a image, and the caller did not ask for
 // cuBLASLt.
@@ -117,7 +111,7 @@ bool useOwnGroupedGemm(const kiln_moe_params_t &p, int64_t pairs, cudaStream_t s
   if ((p.flags & KILN_MOE_LIBRARY_GEMM) ||
       !groupedGemmShapesFit(p.hidden, p.inter, p.experts, pairs))
     return false;
-  return groupedGemmDeviceReady(!capturing(stream));
+  return groupedGemmDeviceReady(!streamCapturing(stream));
 }
 
 // The row-invariant mode's GEMM: the own grouped GEMM wherever the layer's shapes and
@@ -128,7 +122,7 @@ kiln_status_t rowInvariantGemm(const kiln_moe_params_t &p, cudaStream_t stream, 
   *own = false;
   if ((p.flags & KILN_MOE_LIBRARY_GEMM) || !groupedGemmFeaturesFit(p.hidden, p.inter))
     return ok();
-  switch (groupedGemmDeviceState(!capturing(stream))) {
+  switch (groupedGemmDeviceState(!streamCapturing(stream))) {
   case GroupedGemmDevice::Ready:
     *own = true;
     return ok();
