@@ -23,6 +23,26 @@ struct GdnChunkArgs {
   float scale; // resolved: > 0
 };
 
+// The fields every GDN kernel's arguments take from its parameters alike (the update's
+// GdnArgs and GdnChunkArgs name them the same); `scale` resolved (> 0).
+template <class Args, class Params>
+void fillCommonArgs(Args &a, const Params &p, float scale) {
+  a.state = static_cast<float *>(p.state);
+  a.indices = p.state_indices;
+  a.numSlots = p.num_slots;
+  a.kHeads = p.k_heads;
+  a.vHeads = p.v_heads;
+  a.vDim = p.v_dim;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.g = p.g;
+  a.beta = p.beta;
+  a.out = p.out;
+  a.l2norm = p.l2norm_qk;
+  a.scale = scale;
+}
+
 // Returns KILN_OK, KILN_ERROR_UNSUPPORTED (the device lacks the block's shared memory) or
 // KILN_ERROR_CUDA (message set). batch >= 1.
 kiln_status_t launchGdnChunkPrefill(const GdnChunkArgs &a, int batch, int kDim, void *stream);

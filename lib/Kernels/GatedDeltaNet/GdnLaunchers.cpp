@@ -35,6 +35,11 @@ kiln_status_t checkScale(const char *kernel, float scale) {
   return ok();
 }
 
+// The scale the kernels apply: the caller's, or 1/sqrt(k_dim) for 0.
+template <class Params> float resolvedScale(const Params &p) {
+  return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params) {
@@ -72,7 +77,7 @@ extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params)
     return c.status;
   if (p.batch == 0)
     return ok();
-  const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
+  const float scale = resolvedScale(p);
   return gdn::launchGdnUpdate(p, scale);
 }
 
@@ -111,20 +116,7 @@ extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_par
   if (p.batch == 0)
     return ok();
   gdn::GdnChunkArgs a{};
-  a.state = static_cast<float *>(p.state);
-  a.indices = p.state_indices;
+  gdn::fillCommonArgs(a, p, resolvedScale(p));
   a.cuSeqlens = p.cu_seqlens;
-  a.numSlots = p.num_slots;
-  a.kHeads = p.k_heads;
-  a.vHeads = p.v_heads;
-  a.vDim = p.v_dim;
-  a.q = p.q;
-  a.k = p.k;
-  a.v = p.v;
-  a.g = p.g;
-  a.beta = p.beta;
-  a.out = p.out;
-  a.l2norm = p.l2norm_qk;
-  a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.k_dim));
   return gdn::launchGdnChunkPrefill(a, p.batch, p.k_dim, p.stream);
 }

@@ -125,22 +125,9 @@ __global__ void __launch_bounds__(256) gdnUpdateKernel(GdnArgs a) {
 
 kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale) {
   GdnArgs a{};
-  a.state = static_cast<float *>(p.state);
+  fillCommonArgs(a, p, scale);
   a.intermediate = static_cast<float *>(p.intermediate);
-  a.indices = p.state_indices;
-  a.numSlots = p.num_slots;
   a.numTokens = p.num_tokens;
-  a.kHeads = p.k_heads;
-  a.vHeads = p.v_heads;
-  a.vDim = p.v_dim;
-  a.q = p.q;
-  a.k = p.k;
-  a.v = p.v;
-  a.g = p.g;
-  a.beta = p.beta;
-  a.out = p.out;
-  a.l2norm = p.l2norm_qk;
-  a.scale = scale;
   const dim3 grid(p.v_heads, p.batch);
   const dim3 block(kHalves * p.v_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
