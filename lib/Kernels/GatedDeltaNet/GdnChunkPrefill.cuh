@@ -35,6 +35,7 @@
 #error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
 #include "../Common/LdmatrixLanes.cuh"
+#include "../Common/WarpScan.cuh"
 #include "GdnInternal.h"
 
 #include <cuda_bf16.h>
@@ -211,17 +212,8 @@ template <int KD> struct GdnChunk {
     if (warp == 0) {
       const float *graw = fl(stage(s) + L::stG);
       const float g0 = graw[2 * lane], g1 = graw[2 * lane + 1];
-      float run = g0 + g1;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float v = __shfl_up_sync(0xffffffffu, run, o);
-        if (lane >= o)
-          run += v;
-      }
-      float before = __shfl_up_sync(0xffffffffu, run, 1);
-      if (lane == 0)
-        before = 0.0f;
-      const float c0 = before + g0, c1 = c0 + g1;
+      float c0, c1;
+      warpPairPrefix(g0, g1, lane, c0, c1);
       float *gam = fl(L::gam), *eg = fl(L::eg);
       gam[2 * lane] = c0;
       gam[2 * lane + 1] = c1;

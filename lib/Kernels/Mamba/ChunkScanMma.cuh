@@ -26,6 +26,7 @@
 #error "device code: compile with nvcc, or include test/Kernels/Common/CtaEmulator.h first"
 #endif
 #include "../Common/LdmatrixLanes.cuh"
+#include "../Common/WarpScan.cuh"
 #include "MambaCommon.cuh"
 #include "MambaInternal.h"
 
@@ -210,17 +211,8 @@ template <int P, int N> struct ChunkScanMma {
     const float d0 = t < len ? stepSize(raw0, bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
     const float d1 = t + 1 < len ? stepSize(raw1, bias, a.dtSoftplus, a.dtMin, a.dtMax) : 0.0f;
     const float a0 = d0 * A, a1 = d1 * A;
-    float run = a0 + a1;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float v = __shfl_up_sync(0xffffffffu, run, o);
-      if (lane >= o)
-        run += v;
-    }
-    float before = __shfl_up_sync(0xffffffffu, run, 1);
-    if (lane == 0)
-      before = 0.0f;
-    const float c0 = before + a0, c1 = c0 + a1;
+    float c0, c1;
+    warpPairPrefix(a0, a1, lane, c0, c1);
     const float last = __shfl_sync(0xffffffffu, c1, 31);
     const float blockEnd = __shfl_sync(0xffffffffu, c1, lane | 7); // token 16 (t / 16) + 15
     float *keyF = reinterpret_cast<float *>(st + L::keyF);
