@@ -51,7 +51,8 @@ class UpdateParams(ctypes.Structure):
     """kiln_gdn_update_params_t (include/kiln/Kernels/GatedDeltaNet.h)."""
     _fields_ = [("state", ctypes.c_void_p), ("num_slots", ctypes.c_int32),
                 ("state_indices", ctypes.c_void_p), ("intermediate", ctypes.c_void_p),
-                ("batch", ctypes.c_int32), ("num_tokens", ctypes.c_int32)] + _SHAPE_AND_TENSORS
+                ("batch", ctypes.c_int32), ("num_tokens", ctypes.c_int32),
+                ("intermediate_tokens", ctypes.c_int32)] + _SHAPE_AND_TENSORS
 
 
 class ChunkParams(ctypes.Structure):

@@ -21,11 +21,14 @@
  *  - intermediate == NULL: the slot's state is updated in place (after all tokens).
  *    Otherwise (rewind-mode speculation) the slot's state is only read, and the state
  *    after each token t is written to intermediate[s, t]; it is bit-identical to the
- *    slot's state after t + 1 tokens of in-place updates.
+ *    slot's state after t + 1 tokens of in-place updates. A slot's intermediates hold
+ *    intermediate_tokens states (0: num_tokens; else >= num_tokens), so a caller whose
+ *    buffer is sized for its longest step (the runtime's 1 + max_draft_len) keeps one
+ *    layout whatever this step's num_tokens; states t >= num_tokens are left as they are.
  *  - Tensors are packed: q, k [batch, num_tokens, k_heads, k_dim]; v, out [batch,
  *    num_tokens, v_heads, v_dim] in `dtype` (BF16 or F16); g, beta [batch, num_tokens,
  *    v_heads] fp32; state [num_slots, v_heads, k_dim, v_dim] fp32; intermediate
- *    [num_slots, num_tokens, v_heads, k_dim, v_dim] fp32. All math is fp32.
+ *    [num_slots, intermediate_tokens, v_heads, k_dim, v_dim] fp32. All math is fp32.
  *  - Supported: k_dim and v_dim 64 or 128, num_tokens 1..64, v_heads a multiple of
  *    k_heads; pointers 16-byte aligned.
  *  - Every argument is validated before any CUDA call; errors name the argument
@@ -51,8 +54,10 @@ typedef struct kiln_gdn_update_params {
   void *state; /* [num_slots, v_heads, k_dim, v_dim] fp32 */
   int32_t num_slots;
   const int32_t *state_indices; /* [batch] or NULL */
-  void *intermediate;           /* NULL, or [num_slots, num_tokens, v_heads, k_dim, v_dim] */
+  void *intermediate; /* NULL, or [num_slots, intermediate_tokens, v_heads, k_dim, v_dim] */
   int32_t batch, num_tokens;
+  /* Tokens a slot's intermediates hold (>= num_tokens); 0: num_tokens. */
+  int32_t intermediate_tokens;
   int32_t k_heads, v_heads, k_dim, v_dim;
   kiln_dtype_t dtype; /* of q, k, v, out */
   const void *q, *k, *v;

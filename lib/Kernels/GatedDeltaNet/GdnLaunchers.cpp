@@ -70,6 +70,10 @@ extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
                 p.num_slots);
+  if (p.intermediate_tokens != 0 && p.intermediate_tokens < p.num_tokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: intermediate_tokens (%d) must be 0 (num_tokens) or >= num_tokens (%d)",
+                c.kernel, p.intermediate_tokens, p.num_tokens);
   if (!c.aligned16(p.state, "state") || (p.intermediate && !c.aligned16(p.intermediate,
                                                                        "intermediate")) ||
       !c.aligned16(p.q, "q") || !c.aligned16(p.k, "k") || !c.aligned16(p.v, "v") ||

@@ -26,6 +26,7 @@ struct GdnArgs {
   float *intermediate;
   const int32_t *indices;
   int32_t numSlots, numTokens, kHeads, vHeads, vDim;
+  int32_t interTokens; // token states a slot's intermediates hold (>= numTokens)
   const void *q, *k, *v;
   const float *g, *beta;
   void *out;
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(256) gdnUpdateKernel(GdnArgs a) {
       static_cast<T *>(a.out)[headToken * vd + c] = fromFloat<T>(partial[0][c] + partial[1][c]);
     if (a.intermediate) {
       float *inter = a.intermediate +
-                     ((static_cast<size_t>(slot) * a.numTokens + t) * a.vHeads + head) *
+                     ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) *
                          headState;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
@@ -128,6 +129,7 @@ kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale) {
   fillCommonArgs(a, p, scale);
   a.intermediate = static_cast<float *>(p.intermediate);
   a.numTokens = p.num_tokens;
+  a.interTokens = p.intermediate_tokens > 0 ? p.intermediate_tokens : p.num_tokens;
   const dim3 grid(p.v_heads, p.batch);
   const dim3 block(kHalves * p.v_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

@@ -110,6 +110,13 @@ TEST(GdnValidation, EveryArgumentIsNamed) {
   EXPECT_NE(with([](auto &p) { p.q = static_cast<const char *>(p.q) + 2; })
                 .find("q is not 16-byte aligned"),
             std::string::npos);
+  EXPECT_NE(with([](auto &p) {
+              p.num_tokens = 4;
+              p.intermediate_tokens = 3;
+            }).find("intermediate_tokens (3) must be 0 (num_tokens) or >= num_tokens (4)"),
+            std::string::npos);
+  EXPECT_NE(with([](auto &p) { p.intermediate_tokens = -1; }).find("intermediate_tokens (-1)"),
+            std::string::npos);
   // The speculative form names itself.
   EXPECT_NE(with([](auto &p) {
               p.intermediate = p.state;

@@ -1,6 +1,7 @@
 // GPU tests of the Gated DeltaNet update: against the fp64 reference on random data
 // (grouped heads, shuffled slots with a padding sequence, several tokens, l2norm on and
-// off), and the speculative intermediates against repeated in-place updates, bitwise.
+// off), and the speculative intermediates against repeated in-place updates, bitwise (and
+// at a slot stride of intermediate_tokens > num_tokens).
 // And of the chunked prefill (gdn_chunk_prefill): against the fp64 token-by-token
 // reference (ragged sequences across chunk edges, 1 token, padding, nonzero initial
 // states, a prompt continued over two calls, no state_indices), and against the update
@@ -85,13 +86,15 @@ struct KernelRun {
   std::vector<uint16_t> out;
 };
 
-KernelRun runKernel(const Problem &p, bool spec, bool l2norm) {
+// `interTokens`: the intermediates' tokens a slot (0: p.tokens), filled with NaN first.
+KernelRun runKernel(const Problem &p, bool spec, bool l2norm, int interTokens = 0) {
   Device<float> state(p.state), g(p.g), beta(p.beta);
   Device<uint16_t> q(p.q), k(p.k), v(p.v);
   Device<int32_t> indices(p.indices);
   const size_t outCount = size_t(p.batch) * p.tokens * p.vHeads * p.vDim;
   Device<uint16_t> out(std::vector<uint16_t>(outCount, 0xFFFF));
-  const size_t interCount = size_t(p.slots) * p.tokens * p.vHeads * p.headState();
+  const size_t interCount =
+      size_t(p.slots) * (interTokens ? interTokens : p.tokens) * p.vHeads * p.headState();
   Device<float> inter(std::vector<float>(spec ? interCount : 1, NAN));
   kiln_gdn_update_params_t a{};
   a.state = state.ptr;
@@ -100,6 +103,7 @@ KernelRun runKernel(const Problem &p, bool spec, bool l2norm) {
   a.intermediate = spec ? inter.ptr : nullptr;
   a.batch = p.batch;
   a.num_tokens = p.tokens;
+  a.intermediate_tokens = interTokens;
   a.k_heads = p.kHeads;
   a.v_heads = p.vHeads;
   a.k_dim = p.kDim;
@@ -222,6 +226,32 @@ TEST(GdnGpu, IntermediatesEqualRepeatedInPlaceUpdates) {
             << "sequence " << b << " token " << t << ": output differs";
     }
   }
+}
+
+// A slot's intermediates sized for more tokens than the step has (the runtime's
+// 1 + max_draft_len a slot, with fewer drafts this step): token t of slot s lands at
+// [s, t] of that layout, bit-equal to the packed layout's, and the states past the step's
+// tokens are not written.
+TEST(GdnGpu, IntermediatesAtASlotStrideOfIntermediateTokens) {
+  KILN_REQUIRE_GPU();
+  const int interTokens = 5;
+  Problem p(4, 3, 2, 4, 64, 128, 9);
+  const KernelRun packed = runKernel(p, true, true);
+  const KernelRun wide = runKernel(p, true, true, interTokens);
+  ASSERT_EQ(std::memcmp(wide.out.data(), packed.out.data(), packed.out.size() * 2), 0);
+  const size_t perToken = size_t(p.vHeads) * p.headState();
+  for (int slot = 0; slot < p.slots; ++slot)
+    for (int t = 0; t < interTokens; ++t) {
+      const float *got = &wide.intermediate[(size_t(slot) * interTokens + t) * perToken];
+      const bool written = t < p.tokens && std::count(p.indices.begin(), p.indices.end(), slot);
+      if (written) {
+        const float *want = &packed.intermediate[(size_t(slot) * p.tokens + t) * perToken];
+        ASSERT_EQ(std::memcmp(got, want, perToken * 4), 0) << "slot " << slot << " token " << t;
+      } else {
+        ASSERT_TRUE(std::all_of(got, got + perToken, [](float x) { return std::isnan(x); }))
+            << "slot " << slot << " token " << t << " was written";
+      }
+    }
 }
 
 // ---- gdn_chunk_prefill
