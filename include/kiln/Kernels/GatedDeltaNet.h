@@ -1,5 +1,6 @@
-/* Gated DeltaNet (Qwen3-Next linear attention), C ABI: the decode update and the chunked
- * prefill (kiln_gdn_chunk_prefill, below).
+/* Gated DeltaNet (Qwen3-Next linear attention), C ABI: the decode update, the chunked
+ * prefill (kiln_gdn_chunk_prefill, below) and the operands' preparation from the layer's
+ * inputs (kiln_gdn_prepare, last).
  *
  * Registry names: "gdn_update" (intermediate == NULL), "gdn_update_spec" and
  * "gdn_chunk_prefill".
@@ -111,6 +112,44 @@ typedef struct kiln_gdn_chunk_prefill_params {
 } kiln_gdn_chunk_prefill_params_t;
 
 kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *params);
+
+/* ---- gdn_prepare ----------------------------------------------------------------------
+ * A Qwen3-Next GDN layer's graph inputs turned into the packed operands of the kernels
+ * above, rounded as transformers' Qwen3NextGatedDeltaNet (its torch path) rounds them in
+ * bf16 tensor ops, so the kernels then run with l2norm_qk = 0 (and scale 0). For token t,
+ * key head kh and value head h:
+ *   q_out[t, kh] = l2norm(q[t, kh]), k_out[t, kh] = l2norm(k[t, kh]), where l2norm of the
+ *                  k_dim bf16 values x is transformers' l2norm(x, eps=1e-6) in bf16:
+ *                    sq_i = bf16(x_i x_i); s = bf16(sum_i sq_i) (fp32 sum);
+ *                    s2 = bf16(s + 1e-6); inv = bf16(1 / sqrt(s2)); out_i = bf16(x_i inv)
+ *   v_out[t, h]  = v[t, h]
+ *   g[t, h]      = -exp(a_log[h]) softplus(a[t, h] + dt_bias[h])  (fp32; torch's softplus:
+ *                  x for x > 20, else log1p(exp(x)))
+ *   beta[t, h]   = bf16(sigmoid(b[t, h])), stored as fp32
+ * 1 / sqrt is correctly rounded (torch's CUDA rsqrtf may differ in the last fp32 bit,
+ * which the bf16 rounding hides but near a tie). The fp32 sum has a fixed order, so a host
+ * reference can reproduce it bit for bit: lane l of a warp adds x_l, x_{l+32}, ... in
+ * order, then the 32 partial sums meet in a butterfly (partial[l] += partial[l ^ m] for m =
+ * 16, 8, 4, 2, 1).
+ *
+ * Layouts: q, k [tokens, k_heads, k_dim], v [tokens, v_heads, v_dim], a, b [tokens,
+ * v_heads] bf16, a token's row *_stride elements after the previous one's (column slices
+ * of a projection; heads dense within a row); a_log, dt_bias [v_heads] fp32. Outputs are
+ * packed: q_out, k_out [tokens, k_heads, k_dim], v_out [tokens, v_heads, v_dim] bf16; g,
+ * beta [tokens, v_heads] fp32. bf16 data 2-byte aligned, fp32 4-byte. One launch (none
+ * for 0 tokens). */
+typedef struct kiln_gdn_prepare_params {
+  int32_t tokens;
+  int32_t k_heads, v_heads, k_dim, v_dim;
+  const void *q, *k, *v, *a, *b; /* bf16 */
+  int64_t q_stride, k_stride, v_stride, a_stride, b_stride; /* elements between tokens */
+  const float *a_log, *dt_bias;                             /* [v_heads] */
+  void *q_out, *k_out, *v_out;                              /* bf16, packed */
+  float *g, *beta;                                          /* [tokens, v_heads] */
+  void *stream;
+} kiln_gdn_prepare_params_t;
+
+kiln_status_t kiln_gdn_prepare(const kiln_gdn_prepare_params_t *params);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 // The validated launches of the Gated DeltaNet kernels (GdnLaunchers.cpp, plain C++) as
-// the CUDA side (GdnUpdate.cu, GdnChunkPrefill.cu) takes them.
+// the CUDA side (GdnUpdate.cu, GdnChunkPrefill.cu, GdnPrepare.cu) takes them.
 #ifndef KILN_LIB_KERNELS_GATEDDELTANET_GDNINTERNAL_H
 #define KILN_LIB_KERNELS_GATEDDELTANET_GDNINTERNAL_H
 
@@ -46,6 +46,9 @@ void fillCommonArgs(Args &a, const Params &p, float scale) {
 // Returns KILN_OK, KILN_ERROR_UNSUPPORTED (the device lacks the block's shared memory) or
 // KILN_ERROR_CUDA (message set). batch >= 1.
 kiln_status_t launchGdnChunkPrefill(const GdnChunkArgs &a, int batch, int kDim, void *stream);
+
+// Validated, tokens >= 1; returns KILN_OK or KILN_ERROR_CUDA (message set).
+kiln_status_t launchGdnPrepare(const kiln_gdn_prepare_params_t &p);
 
 } // namespace kiln::kernels::gdn
 

@@ -1,5 +1,6 @@
-// C ABI launchers of the Gated DeltaNet update and chunked prefill: argument validation
-// (before any CUDA call, so it runs without a GPU too), then the CUDA dispatch.
+// C ABI launchers of the Gated DeltaNet update, chunked prefill and operand preparation:
+// argument validation (before any CUDA call, so it runs without a GPU too), then the CUDA
+// dispatch.
 #include "kiln/Kernels/GatedDeltaNet.h"
 
 #include "ArgChecker.h"
@@ -123,4 +124,47 @@ extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_par
   gdn::fillCommonArgs(a, p, resolvedScale(p));
   a.cuSeqlens = p.cu_seqlens;
   return gdn::launchGdnChunkPrefill(a, p.batch, p.k_dim, p.stream);
+}
+
+extern "C" kiln_status_t kiln_gdn_prepare(const kiln_gdn_prepare_params_t *params) {
+  ArgChecker c{"gdn_prepare"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_gdn_prepare_params_t &p = *params;
+  if (!c.notNull(p.q, "q") || !c.notNull(p.k, "k") || !c.notNull(p.v, "v") ||
+      !c.notNull(p.a, "a") || !c.notNull(p.b, "b") || !c.notNull(p.a_log, "a_log") ||
+      !c.notNull(p.dt_bias, "dt_bias") || !c.notNull(p.q_out, "q_out") ||
+      !c.notNull(p.k_out, "k_out") || !c.notNull(p.v_out, "v_out") || !c.notNull(p.g, "g") ||
+      !c.notNull(p.beta, "beta"))
+    return c.status;
+  if (!c.nonNegative(p.tokens, "tokens") || !c.positive(p.k_heads, "k_heads") ||
+      !c.positive(p.v_heads, "v_heads") || !c.positive(p.k_dim, "k_dim") ||
+      !c.positive(p.v_dim, "v_dim"))
+    return c.status;
+  // A token's row of each input holds its heads densely; the next row starts `stride`
+  // elements on.
+  const int64_t keyRow = int64_t(p.k_heads) * p.k_dim, valueRow = int64_t(p.v_heads) * p.v_dim;
+  const struct {
+    const char *name;
+    int64_t stride, width;
+  } rows[] = {{"q_stride", p.q_stride, keyRow},
+              {"k_stride", p.k_stride, keyRow},
+              {"v_stride", p.v_stride, valueRow},
+              {"a_stride", p.a_stride, p.v_heads},
+              {"b_stride", p.b_stride, p.v_heads}};
+  for (const auto &r : rows)
+    if (r.stride < r.width)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld < the row's %lld elements",
+                  c.kernel, r.name, static_cast<long long>(r.stride),
+                  static_cast<long long>(r.width));
+  if (!c.elementAligned(p.q, 2, "q") || !c.elementAligned(p.k, 2, "k") ||
+      !c.elementAligned(p.v, 2, "v") || !c.elementAligned(p.a, 2, "a") ||
+      !c.elementAligned(p.b, 2, "b") || !c.elementAligned(p.a_log, 4, "a_log") ||
+      !c.elementAligned(p.dt_bias, 4, "dt_bias") || !c.elementAligned(p.q_out, 2, "q_out") ||
+      !c.elementAligned(p.k_out, 2, "k_out") || !c.elementAligned(p.v_out, 2, "v_out") ||
+      !c.elementAligned(p.g, 4, "g") || !c.elementAligned(p.beta, 4, "beta"))
+    return c.status;
+  if (p.tokens == 0)
+    return ok();
+  return gdn::launchGdnPrepare(p);
 }

@@ -244,3 +244,85 @@ TEST(GdnChunkPrefillValidation, EveryArgumentIsNamed) {
 }
 
 } // namespace
+
+// The host reference of gdn_prepare on values worked by hand: l2norm((3, 4)) rounds at
+// every step (s2 = 25, inv = bf16(0.2) = 0.2001953125, 3 inv = 0.6005859375 -> 0.6015625);
+// an all-zero row stays zero (inv = bf16(1 / sqrt(bf16(1e-6)))); softplus is the identity
+// above 20.
+TEST(GdnReference, PrepareRoundsAsTransformers) {
+  using kiln::test::gdnL2normReference;
+  const uint16_t x[2] = {kiln_float_to_bf16(3.0f), kiln_float_to_bf16(4.0f)};
+  uint16_t out[2];
+  gdnL2normReference(x, out, 2);
+  EXPECT_EQ(kiln_bf16_to_float(out[0]), 0.6015625f);
+  EXPECT_EQ(kiln_bf16_to_float(out[1]), 0.80078125f);
+  const uint16_t zeros[40] = {};
+  uint16_t zeroOut[40];
+  gdnL2normReference(zeros, zeroOut, 40);
+  for (uint16_t z : zeroOut)
+    EXPECT_EQ(kiln_bf16_to_float(z), 0.0f);
+  EXPECT_EQ(kiln::test::gdnGateReference(kiln_float_to_bf16(24.0f), 0.0f, 1.0f), -25.0f);
+  EXPECT_NEAR(kiln::test::gdnGateReference(kiln_float_to_bf16(0.0f), std::log(2.0f), 0.0f),
+              -2.0 * std::log(2.0), 1e-6);
+  EXPECT_EQ(kiln::test::gdnSigmoidReference(kiln_float_to_bf16(0.0f)), 0.5f);
+}
+
+kiln_gdn_prepare_params_t validPrepare() {
+  static float f[4] __attribute__((aligned(16)));
+  kiln_gdn_prepare_params_t p{};
+  p.tokens = 3;
+  p.k_heads = 2;
+  p.v_heads = 4;
+  p.k_dim = 128;
+  p.v_dim = 64;
+  p.q = p.k = p.v = p.a = p.b = f;
+  p.q_stride = p.k_stride = 2 * 128;
+  p.v_stride = 4 * 64;
+  p.a_stride = p.b_stride = 4;
+  p.a_log = p.dt_bias = f;
+  p.q_out = p.k_out = p.v_out = f;
+  p.g = p.beta = f;
+  return p;
+}
+
+TEST(GdnPrepareValidation, EveryArgumentIsNamed) {
+  EXPECT_EQ(kiln_gdn_prepare(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln_last_error()).find("gdn_prepare: params is null"),
+            std::string::npos);
+  auto with = [](auto change) {
+    kiln_gdn_prepare_params_t p = validPrepare();
+    change(p);
+    kiln_status_t s = kiln_gdn_prepare(&p);
+    return s == KILN_OK ? std::string("OK") : std::string(kiln_last_error());
+  };
+  auto has = [](const std::string &message, const char *part) {
+    return message.find(part) != std::string::npos;
+  };
+  EXPECT_PRED2(has, with([](auto &p) { p.q = nullptr; }), "gdn_prepare: q is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.b = nullptr; }), "b is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.a_log = nullptr; }), "a_log is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.dt_bias = nullptr; }), "dt_bias is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_out = nullptr; }), "v_out is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.beta = nullptr; }), "beta is null");
+  EXPECT_PRED2(has, with([](auto &p) { p.tokens = -1; }), "tokens is negative (-1)");
+  EXPECT_PRED2(has, with([](auto &p) { p.k_dim = 0; }), "k_dim must be > 0 (got 0)");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_heads = 0; }), "v_heads must be > 0 (got 0)");
+  EXPECT_PRED2(has, with([](auto &p) { p.q_stride = 255; }),
+               "q_stride 255 < the row's 256 elements");
+  EXPECT_PRED2(has, with([](auto &p) { p.v_stride = 100; }),
+               "v_stride 100 < the row's 256 elements");
+  EXPECT_PRED2(has, with([](auto &p) { p.b_stride = 3; }), "b_stride 3 < the row's 4 elements");
+  auto plus = [](const void *x, int bytes) { return static_cast<const char *>(x) + bytes; };
+  EXPECT_PRED2(has, with([&](auto &p) { p.k = plus(p.k, 1); }), "k is not 2-byte aligned");
+  EXPECT_PRED2(has, with([&](auto &p) {
+                 p.g = reinterpret_cast<float *>(const_cast<char *>(plus(p.g, 2)));
+               }),
+               "g is not 4-byte aligned");
+  // Column slices at any element offset and stride are fine; no tokens launch nothing.
+  EXPECT_EQ(with([&](auto &p) {
+              p.q = plus(p.q, 2);
+              p.q_stride = 257;
+              p.tokens = 0;
+            }),
+            "OK");
+}

@@ -17,9 +17,12 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using kiln::reference::gdnUpdateReference;
@@ -409,3 +412,153 @@ TEST(GdnGpu, ChunkPrefillEqualsTokenByTokenUpdate) {
 }
 
 } // namespace
+
+// ---- gdn_prepare
+
+namespace prepare {
+
+// A layer's inputs as column slices of wider projections (each row padded by `pad`
+// elements), with zero q/k rows (l2norm of zeros) and gate inputs past softplus's
+// threshold.
+struct Inputs {
+  int tokens, kHeads, vHeads, kDim, vDim, pad;
+  std::vector<uint16_t> q, k, v, a, b; // bf16 rows of width + pad
+  std::vector<float> aLog, dtBias;
+  int64_t keyStride() const { return int64_t(kHeads) * kDim + pad; }
+  int64_t valueStride() const { return int64_t(vHeads) * vDim + pad; }
+  int64_t gateStride() const { return vHeads + pad; }
+
+  Inputs(int tokens, int kHeads, int vHeads, int kDim, int vDim, unsigned seed)
+      : tokens(tokens), kHeads(kHeads), vHeads(vHeads), kDim(kDim), vDim(vDim), pad(3) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto bf16s = [&](int64_t n, float scale) {
+      std::vector<uint16_t> out(n);
+      for (auto &x : out)
+        x = kiln_float_to_bf16(scale * normal(rng));
+      return out;
+    };
+    q = bf16s(tokens * keyStride(), 1.0f);
+    k = bf16s(tokens * keyStride(), 0.05f); // small norms: s near eps matters
+    v = bf16s(tokens * valueStride(), 1.0f);
+    a = bf16s(tokens * gateStride(), 8.0f); // some past the threshold 20 with dt_bias
+    b = bf16s(tokens * gateStride(), 4.0f);
+    std::fill(q.begin(), q.begin() + kDim, 0); // token 0, head 0: all zeros
+    for (int h = 0; h < vHeads; ++h) {
+      aLog.push_back(normal(rng));
+      dtBias.push_back(h % 2 ? 15.0f : normal(rng));
+    }
+  }
+};
+
+struct Outputs {
+  std::vector<uint16_t> q, k, v;
+  std::vector<float> g, beta;
+};
+
+// The kernel on `in`, inputs at an odd element offset (a slice need not be aligned).
+Outputs run(const Inputs &in) {
+  auto shifted = [](const std::vector<uint16_t> &x) {
+    std::vector<uint16_t> out(1, 0);
+    out.insert(out.end(), x.begin(), x.end());
+    return out;
+  };
+  Device<uint16_t> q(shifted(in.q)), k(shifted(in.k)), v(shifted(in.v)), a(shifted(in.a)),
+      b(shifted(in.b));
+  Device<float> aLog(in.aLog), dtBias(in.dtBias);
+  const size_t keys = size_t(in.tokens) * in.kHeads * in.kDim;
+  const size_t values = size_t(in.tokens) * in.vHeads * in.vDim;
+  const size_t gates = size_t(in.tokens) * in.vHeads;
+  // NaN-filled: an output the kernel leaves alone fails the comparison.
+  const std::vector<uint16_t> keyFill(keys, 0xFFFF), valueFill(values, 0xFFFF);
+  const std::vector<float> gateFill(gates, NAN);
+  Device<uint16_t> qOut(keyFill), kOut(keyFill), vOut(valueFill);
+  Device<float> g(gateFill), beta(gateFill);
+  kiln_gdn_prepare_params_t p{};
+  p.tokens = in.tokens;
+  p.k_heads = in.kHeads;
+  p.v_heads = in.vHeads;
+  p.k_dim = in.kDim;
+  p.v_dim = in.vDim;
+  p.q = q.ptr + 1;
+  p.k = k.ptr + 1;
+  p.v = v.ptr + 1;
+  p.a = a.ptr + 1;
+  p.b = b.ptr + 1;
+  p.q_stride = p.k_stride = in.keyStride();
+  p.v_stride = in.valueStride();
+  p.a_stride = p.b_stride = in.gateStride();
+  p.a_log = aLog.ptr;
+  p.dt_bias = dtBias.ptr;
+  p.q_out = qOut.ptr;
+  p.k_out = kOut.ptr;
+  p.v_out = vOut.ptr;
+  p.g = g.ptr;
+  p.beta = beta.ptr;
+  EXPECT_EQ(kiln_gdn_prepare(&p), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {qOut.read(keys), kOut.read(keys), vOut.read(values), g.read(gates), beta.read(gates)};
+}
+
+// Whether a device and a host fp32 value may round to different bf16 values: within 16
+// fp32 ulps of a bf16 tie (expf's last bits differ between the two).
+bool nearBf16Tie(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const int low = static_cast<int>(bits & 0xFFFFu);
+  return std::abs(low - 0x8000) <= 16;
+}
+
+void expectMatchesHost(const Inputs &in) {
+  const Outputs got = run(in);
+  for (int t = 0; t < in.tokens; ++t)
+    for (int h = 0; h < in.kHeads; ++h) {
+      const int64_t from = t * in.keyStride() + int64_t(h) * in.kDim;
+      const size_t to = (size_t(t) * in.kHeads + h) * in.kDim;
+      std::vector<uint16_t> want(in.kDim);
+      for (const auto &[x, out, name] : {std::tuple{&in.q, &got.q, "q"}, {&in.k, &got.k, "k"}}) {
+        kiln::test::gdnL2normReference(x->data() + from, want.data(), in.kDim);
+        ASSERT_EQ(std::memcmp(want.data(), out->data() + to, in.kDim * 2), 0)
+            << name << " token " << t << " head " << h;
+      }
+    }
+  const int64_t vWidth = int64_t(in.vHeads) * in.vDim;
+  for (int t = 0; t < in.tokens; ++t)
+    ASSERT_EQ(std::memcmp(in.v.data() + t * in.valueStride(), got.v.data() + t * vWidth,
+                          vWidth * 2),
+              0)
+        << "v token " << t;
+  int ties = 0;
+  for (int t = 0; t < in.tokens; ++t)
+    for (int h = 0; h < in.vHeads; ++h) {
+      const size_t at = size_t(t) * in.vHeads + h;
+      const int64_t from = t * in.gateStride() + h;
+      const float g = kiln::test::gdnGateReference(in.a[from], in.aLog[h], in.dtBias[h]);
+      // expf and log1pf: a few fp32 ulps apart on host and device.
+      EXPECT_NEAR(got.g[at], g, 1e-6f * std::fabs(g) + 1e-30f) << "g token " << t << " head " << h;
+      const float sigmoid = kiln::test::gdnSigmoidReference(in.b[from]);
+      const float beta = kiln::test::roundBf16(sigmoid);
+      if (got.beta[at] != beta) {
+        ASSERT_TRUE(nearBf16Tie(sigmoid)) << "beta token " << t << " head " << h << ": "
+                                          << got.beta[at] << " != " << beta;
+        ++ties;
+      }
+    }
+  std::printf("  prepare k_dim %d v_dim %d heads %d/%d, %d tokens: q, k, v bitwise; beta "
+              "rounded the other way at %d ties\n",
+              in.kDim, in.vDim, in.kHeads, in.vHeads, in.tokens, ties);
+}
+
+} // namespace prepare
+
+// The prepared operands equal the host formulas: q and k normalized in transformers' bf16
+// roundings bit for bit, v copied, g and beta to the last bits of expf.
+TEST(GdnGpu, PrepareMatchesHostFormulas) {
+  KILN_REQUIRE_GPU();
+  prepare::expectMatchesHost(prepare::Inputs(7, 4, 8, 128, 128, 61));
+  prepare::expectMatchesHost(prepare::Inputs(3, 2, 4, 64, 64, 62));
+  // Dims that are not a multiple of the warp: the lanes' strided sums still match.
+  prepare::expectMatchesHost(prepare::Inputs(2, 3, 3, 48, 40, 63));
+  // More rows than the block's warps, more value elements than its threads.
+  prepare::expectMatchesHost(prepare::Inputs(2, 16, 32, 128, 128, 64));
+}
