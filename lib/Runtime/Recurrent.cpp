@@ -20,62 +20,18 @@
 #include "Context.h"
 #include "GraphOpCommon.h"
 #include "Legacy.h"
+#include "Recurrent.h"
 #include "RuntimeKernels.h"
 
 #include "kiln/Kernels/Mamba.h"
 
 #include <cmath>
+#include <string>
 
 using namespace kiln::rt;
 using kiln::rt::legacy::dtypeBytes;
 
 namespace {
-
-// The state kernels: what the call asks for against what the step needs. A prompt runs
-// token by token (sequential) or prompt-wide (parallel: one launch a layer).
-struct StateKernels {
-  int32_t update, spec, prefill, parallelPrefill;
-};
-
-// Checks the call's kernels for the step's phase and returns whether the step runs the
-// speculative (multi-token) kernel.
-kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels want,
-                         int32_t decodeKernel, int32_t prefillKernel, int32_t specDecMode,
-                         int64_t interOffset, bool *spec) {
-  *spec = false;
-  if (ctx->phase != KILN_RT_PHASE_DECODE) {
-    if (prefillKernel != want.prefill && prefillKernel != want.parallelPrefill)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "prefill_kernel %d (%s) cannot run a %s step "
-                     "(%s or %s)", prefillKernel, kiln_rt_kernel_name(prefillKernel),
-                     kiln_rt_phase_name(ctx->phase), kiln_rt_kernel_name(want.prefill),
-                     kiln_rt_kernel_name(want.parallelPrefill));
-    return KILN_OK;
-  }
-  if (ctx->qLen == 1) {
-    if (decodeKernel != want.update && decodeKernel != want.spec)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "decode_kernel %d (%s) cannot run a decode "
-                     "step (%s or %s)", decodeKernel, kiln_rt_kernel_name(decodeKernel),
-                     kiln_rt_kernel_name(want.update), kiln_rt_kernel_name(want.spec));
-    return KILN_OK;
-  }
-  (void)specDecMode; // the recurrent kernels have one multi-token form
-  if (decodeKernel != want.spec)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                   "a decode step of %d tokens a sequence needs %s (a model compiled with "
-                   "speculation), got decode_kernel %s",
-                   ctx->qLen, kiln_rt_kernel_name(want.spec), kiln_rt_kernel_name(decodeKernel));
-  if (interOffset < 0)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                   "%s needs the layer's %s (offset < 0)", kiln_rt_kernel_name(want.spec),
-                   want.spec == KILN_RT_KERNEL_SSM_UPDATE_REPLAY ? "replay buffers"
-                                                                 : "rewind intermediates");
-  if (ctx->qLen > 1 + ctx->config.max_draft_len)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                   "q_len %d exceeds 1 + max_draft_len %lld (the intermediates' tokens)",
-                   ctx->qLen, static_cast<long long>(ctx->config.max_draft_len));
-  *spec = true;
-  return KILN_OK;
-}
 
 // Records the state (and the intermediates, when the layer has them) as the layer's
 // resources, so that two layers cannot overlap and kiln_rt_resource answers.
@@ -125,7 +81,10 @@ kiln_status_t runSequential(const Call &c, kiln_rt_context *ctx, uint64_t stateO
   return KILN_OK;
 }
 
-kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn);
+// A step's launches refuse a capture when they depend on the step's prompt lengths.
+kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn) {
+  return ctx->phase == KILN_RT_PHASE_DECODE ? KILN_OK : refuseCapture(ctx, fn);
+}
 
 // The rewind commit of a decode or extend step: each sequence with pending accepted
 // tokens (the step's pending pairs) gets the state after the last of them from the
@@ -146,10 +105,58 @@ kiln_status_t commitPending(const Call &c, kiln_rt_context *ctx, uint64_t stateO
   return e == cudaSuccess ? KILN_OK : c.cuda(e, "the commit of the accepted states");
 }
 
-// What every state layer does before its launches: the state (and intermediates) as the
-// layer's resources, no capture of a prompt's launches, nothing more in a dry context
-// (*launch false), else the context's device and the commit of the pending accepted
-// states (rewind intermediates).
+bool stateDtypeOk(int32_t dtype) { return dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_BF16; }
+
+// "a or b" of two kernels' names, or one name when they are one kernel.
+std::string kernelChoice(int32_t a, int32_t b) {
+  std::string text = kiln_rt_kernel_name(a);
+  if (b != a)
+    text += std::string(" or ") + kiln_rt_kernel_name(b);
+  return text;
+}
+
+} // namespace
+
+namespace kiln::rt::recurrent {
+
+kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels want,
+                         int32_t decodeKernel, int32_t prefillKernel, int32_t specDecMode,
+                         int64_t interOffset, bool *spec) {
+  *spec = false;
+  if (ctx->phase != KILN_RT_PHASE_DECODE) {
+    if (prefillKernel != want.prefill && prefillKernel != want.parallelPrefill)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "prefill_kernel %d (%s) cannot run a %s step "
+                     "(%s)", prefillKernel, kiln_rt_kernel_name(prefillKernel),
+                     kiln_rt_phase_name(ctx->phase),
+                     kernelChoice(want.prefill, want.parallelPrefill).c_str());
+    return KILN_OK;
+  }
+  if (ctx->qLen == 1) {
+    if (decodeKernel != want.update && decodeKernel != want.spec)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "decode_kernel %d (%s) cannot run a decode "
+                     "step (%s or %s)", decodeKernel, kiln_rt_kernel_name(decodeKernel),
+                     kiln_rt_kernel_name(want.update), kiln_rt_kernel_name(want.spec));
+    return KILN_OK;
+  }
+  (void)specDecMode; // the recurrent kernels have one multi-token form
+  if (decodeKernel != want.spec)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "a decode step of %d tokens a sequence needs %s (a model compiled with "
+                   "speculation), got decode_kernel %s",
+                   ctx->qLen, kiln_rt_kernel_name(want.spec), kiln_rt_kernel_name(decodeKernel));
+  if (interOffset < 0)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "%s needs the layer's %s (offset < 0)", kiln_rt_kernel_name(want.spec),
+                   want.spec == KILN_RT_KERNEL_SSM_UPDATE_REPLAY ? "replay buffers"
+                                                                 : "rewind intermediates");
+  if (ctx->qLen > 1 + ctx->config.max_draft_len)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "q_len %d exceeds 1 + max_draft_len %lld (the intermediates' tokens)",
+                   ctx->qLen, static_cast<long long>(ctx->config.max_draft_len));
+  *spec = true;
+  return KILN_OK;
+}
+
 kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *stateKind,
                           const char *interKind, uint64_t stateOffset, int64_t interOffset,
                           uint64_t slotBytes, bool *launch) {
@@ -172,14 +179,6 @@ kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *state
   return KILN_OK;
 }
 
-// A step's launches refuse a capture when they depend on the step's prompt lengths.
-kiln_status_t refuseSequentialCapture(kiln_rt_context *ctx, const char *fn) {
-  return ctx->phase == KILN_RT_PHASE_DECODE ? KILN_OK : refuseCapture(ctx, fn);
-}
-
-bool stateDtypeOk(int32_t dtype) { return dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_BF16; }
-
-// The end of a call: the checked launch, the trace of `out` and the sticky record.
 int32_t finish(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const void *out,
                int64_t rows, int64_t cols) {
   if (s == KILN_OK && !ctx->dry)
@@ -189,7 +188,9 @@ int32_t finish(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const void 
   return record(ctx, s);
 }
 
-} // namespace
+} // namespace kiln::rt::recurrent
+
+using namespace kiln::rt::recurrent;
 
 // ---- causal conv1d -----------------------------------------------------------------------
 
