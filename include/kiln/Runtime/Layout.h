@@ -213,6 +213,47 @@ static inline int64_t kiln_rt_mla_scratch_bytes_per_token(int64_t heads, int64_t
   return absorbed > expanded ? absorbed : expanded;
 }
 
+/* kiln.gated_delta_net's scratch (an activation buffer of [tokens, bytes_per_token]): the
+ * packed operands kiln_gdn_prepare writes for the GDN kernels, five planar regions in
+ * this order, each starting at the first KILN_RT_ALIGNMENT (256) byte aligned address at
+ * or after the end of the one before (the first: at or after the scratch pointer):
+ *   qn    [tokens, k_heads, k_dim] bf16   (l2-normalized q)
+ *   kn    [tokens, k_heads, k_dim] bf16   (l2-normalized k)
+ *   v     [tokens, v_heads, v_dim] bf16
+ *   g     [tokens, v_heads] f32           (log decay)
+ *   beta  [tokens, v_heads] f32
+ * A token's bytes are its part of the five regions plus KILN_RT_ALIGNMENT for each
+ * region: the padding before a region is less than that, so tokens x this holds the
+ * regions whatever tokens (>= 1) and wherever the scratch starts.
+ * kiln_rt_gdn_scratch_layout gives the regions' byte offsets from the scratch at address
+ * `scratch` (the runtime carves the scratch with it). */
+#define KILN_RT_GDN_SCRATCH_REGIONS 5
+static inline int64_t kiln_rt_gdn_scratch_bytes_per_token(int64_t k_heads, int64_t v_heads,
+                                                          int64_t k_dim, int64_t v_dim) {
+  return 2 * (2 * k_heads * k_dim + v_heads * v_dim) + 4 * (2 * v_heads) +
+         KILN_RT_GDN_SCRATCH_REGIONS * (int64_t)KILN_RT_ALIGNMENT;
+}
+typedef struct kiln_rt_gdn_scratch {
+  uint64_t qn, kn, v, g, beta;
+  uint64_t end; /* the bytes the regions span from the scratch pointer */
+} kiln_rt_gdn_scratch_t;
+static inline kiln_rt_gdn_scratch_t kiln_rt_gdn_scratch_layout(uint64_t scratch, int64_t tokens,
+                                                               int64_t k_heads, int64_t v_heads,
+                                                               int64_t k_dim, int64_t v_dim) {
+  const uint64_t t = kiln_rt_nonneg(tokens);
+  const uint64_t keys = t * 2u * kiln_rt_nonneg(k_heads) * kiln_rt_nonneg(k_dim);
+  const uint64_t values = t * 2u * kiln_rt_nonneg(v_heads) * kiln_rt_nonneg(v_dim);
+  const uint64_t gates = t * 4u * kiln_rt_nonneg(v_heads);
+  kiln_rt_gdn_scratch_t l;
+  l.qn = kiln_rt_align(scratch) - scratch;
+  l.kn = kiln_rt_align(scratch + l.qn + keys) - scratch;
+  l.v = kiln_rt_align(scratch + l.kn + keys) - scratch;
+  l.g = kiln_rt_align(scratch + l.v + values) - scratch;
+  l.beta = kiln_rt_align(scratch + l.g + gates) - scratch;
+  l.end = l.beta + gates;
+  return l;
+}
+
 /* Bytes of the workspace: the GEMM workspace, then the split-KV partials. */
 static inline uint64_t kiln_rt_workspace_bytes(int64_t max_decode_tokens, int64_t max_q_heads,
                                                int64_t max_head_dim) {
