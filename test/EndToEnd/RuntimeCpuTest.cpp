@@ -181,6 +181,28 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_STREQ(kiln_rt_kernel_name(999), "unknown kernel");
 }
 
+// The GDN scratch: five regions, each 256-byte aligned, disjoint and in order, inside
+// tokens x bytes_per_token for any tokens and any 16-byte aligned start.
+TEST(RuntimeCpu, GdnScratchLayout) {
+  EXPECT_EQ(kiln_rt_gdn_scratch_bytes_per_token(16, 32, 128, 128),
+            2 * (2 * 16 * 128 + 32 * 128) + 4 * 2 * 32 + 5 * 256);
+  for (int64_t tokens : {1, 2, 3, 7, 64, 1000})
+    for (uint64_t start = 1 << 20; start < (1 << 20) + 256; start += 16) {
+      const kiln_rt_gdn_scratch_t l = kiln_rt_gdn_scratch_layout(start, tokens, 2, 4, 64, 64);
+      const uint64_t keys = tokens * 2 * 2 * 64, values = tokens * 2 * 4 * 64,
+                     gates = tokens * 4 * 4;
+      for (uint64_t region : {l.qn, l.kn, l.v, l.g, l.beta})
+        EXPECT_EQ((start + region) % 256, 0u) << tokens << " tokens from " << start;
+      EXPECT_GE(l.kn, l.qn + keys);
+      EXPECT_GE(l.v, l.kn + keys);
+      EXPECT_GE(l.g, l.v + values);
+      EXPECT_GE(l.beta, l.g + gates);
+      EXPECT_EQ(l.end, l.beta + gates);
+      EXPECT_LE(l.end, uint64_t(tokens * kiln_rt_gdn_scratch_bytes_per_token(2, 4, 64, 64)))
+          << tokens << " tokens from " << start;
+    }
+}
+
 TEST(RuntimeCpu, NullContext) {
   EXPECT_EQ(kiln_rt_linear(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 1),
             KILN_ERROR_INVALID_ARGUMENT);
@@ -330,6 +352,161 @@ TEST(RuntimeCpu, MambaReplayValidation) {
     EXPECT_EQ(c.call(), KILN_ERROR_INVALID_ARGUMENT) << c.what;
     EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
   }
+}
+
+// A Gated DeltaNet layer (kiln_rt_gated_delta_net) on a dry context: 2 key heads and 4
+// value heads of 64, q, k and v column slices of a projection of 1024 columns, a and b of
+// one of 8. Every phase validates and records the state (and the intermediates), and every
+// argument, kernel and dtype error names what is wrong.
+struct GdnCall {
+  int32_t layer = 5;
+  uint64_t state = 0;
+  int64_t inter = -1;
+  const void *q, *k, *v, *a, *b, *aLog, *dtBias;
+  void *scratch, *out;
+  int64_t tokens;
+  int64_t kHeads = 2, vHeads = 4, kDim = 64, vDim = 64;
+  int64_t qStride = 1024, kStride = 1024, vStride = 1024, aStride = 8, bStride = 8;
+  int32_t stateDtype = KILN_DTYPE_F32;
+  int32_t decodeKernel = KILN_RT_KERNEL_GDN_UPDATE;
+  int32_t prefillKernel = KILN_RT_KERNEL_GDN_CHUNK_PREFILL;
+
+  GdnCall(Dry &d, int64_t tokens)
+      : q(d.a()), k(d.a(256)), v(d.a(512)), a(d.a(1 << 16)), b(d.a((1 << 16) + 8)),
+        aLog(d.w()), dtBias(d.w(64)), scratch(d.a(1 << 20)), out(d.a(2 << 20)),
+        tokens(tokens) {}
+  int32_t operator()(kiln_rt_context_t *ctx) const {
+    return kiln_rt_gated_delta_net(ctx, layer, state, inter, q, k, v, a, b, aLog, dtBias,
+                                   scratch, out, tokens, kHeads, vHeads, kDim, vDim, qStride,
+                                   kStride, vStride, aStride, bStride, stateDtype, decodeKernel,
+                                   prefillKernel, 0);
+  }
+};
+
+TEST(RuntimeCpu, GatedDeltaNetValidation) {
+  kiln_rt_config_t config = tinyConfig();
+  config.cache_bytes = 4 << 20;
+  Dry d(config);
+  const uint64_t stateBytes = 4ull * 4 * 64 * 64 * 4; // max_batch slots of [4, 64, 64] f32
+  const uint64_t interBytes = stateBytes * 4;          // 1 + max_draft_len 3 a slot
+  uint64_t offset = 0, bytes = 0;
+
+  // One token a sequence: in place, the state recorded.
+  Step decode(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
+  EXPECT_EQ(GdnCall(d, 2)(d.ctx), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 5, "gdn_state", &offset, &bytes), KILN_OK) << lastError();
+  EXPECT_EQ(offset, 0u);
+  EXPECT_EQ(bytes, stateBytes);
+  // 1 + drafts: the spec kernel into the intermediates, which are recorded too; a model
+  // compiled with speculation also runs one token a sequence (in place).
+  Step spec(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20});
+  std::vector<int32_t> pairs = {2, 1, 0, 0};
+  spec.b.pending = pairs.data();
+  GdnCall speculative(d, 6);
+  speculative.inter = stateBytes;
+  speculative.decodeKernel = KILN_RT_KERNEL_GDN_UPDATE_SPEC;
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &spec.b), KILN_OK) << lastError();
+  EXPECT_EQ(speculative(d.ctx), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_resource(d.ctx, 5, "intermediate_gdn_state", &offset, &bytes), KILN_OK)
+      << lastError();
+  EXPECT_EQ(offset, stateBytes);
+  EXPECT_EQ(bytes, interBytes);
+  GdnCall oneWithSpec = speculative;
+  oneWithSpec.tokens = 2;
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
+  EXPECT_EQ(oneWithSpec(d.ctx), KILN_OK) << lastError();
+  // Prompts and their continuations through the chunked prefill.
+  Step prefill(KILN_RT_PHASE_PREFILL, {5, 2}, {5, 2});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &prefill.b), KILN_OK) << lastError();
+  EXPECT_EQ(GdnCall(d, 7)(d.ctx), KILN_OK) << lastError();
+  Step extend(KILN_RT_PHASE_EXTEND, {4, 2}, {14, 22});
+  extend.b.pending = pairs.data();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &extend.b), KILN_OK) << lastError();
+  EXPECT_EQ(speculative(d.ctx), KILN_OK) << lastError();
+
+  struct Case {
+    const char *what;
+    Step *step;
+    kiln_status_t status;
+    std::function<void(GdnCall &)> change;
+  };
+  const int64_t activations = 4 << 20;
+  std::vector<Case> cases = {
+      {"kiln_rt_gated_delta_net (gdn_chunk_prefill): layer 5: decode_kernel 19 "
+       "(gdn_chunk_prefill) cannot run a decode step (gdn_update or gdn_update_spec)",
+       &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.decodeKernel = KILN_RT_KERNEL_GDN_CHUNK_PREFILL; }},
+      {"decode_kernel 5 (ssm_update) cannot run a decode step", &decode,
+       KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.decodeKernel = KILN_RT_KERNEL_SSM_UPDATE; }},
+      {"prefill_kernel 17 (gdn_update) cannot run a prefill step (gdn_chunk_prefill)", &prefill,
+       KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) {
+         g.tokens = 7;
+         g.prefillKernel = KILN_RT_KERNEL_GDN_UPDATE;
+       }},
+      {"prefill_kernel 13 (ssm_chunk_scan) cannot run a extend step (gdn_chunk_prefill)",
+       &extend, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.prefillKernel = KILN_RT_KERNEL_SSM_CHUNK_SCAN; }},
+      {"a decode step of 3 tokens a sequence needs gdn_update_spec", &spec,
+       KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &) {}},
+      {"gdn_update_spec needs the layer's rewind intermediates (offset < 0)", &spec,
+       KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) {
+         g.inter = -1;
+         g.decodeKernel = KILN_RT_KERNEL_GDN_UPDATE_SPEC;
+       }},
+      {"state_dtype 0 (bf16) unsupported (f32: the GDN kernels keep fp32 states)", &decode,
+       KILN_ERROR_UNSUPPORTED, [](GdnCall &g) { g.stateDtype = KILN_DTYPE_BF16; }},
+      {"k_dim 96 unsupported (64 or 128)", &decode, KILN_ERROR_UNSUPPORTED,
+       [](GdnCall &g) { g.kDim = 96; }},
+      {"v_dim 256 unsupported (64 or 128)", &decode, KILN_ERROR_UNSUPPORTED,
+       [](GdnCall &g) { g.vDim = 256; }},
+      {"v_heads 3 must be a multiple of k_heads 2", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.vHeads = 3; }},
+      {"k_heads 0 outside [1, 2^40]", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.kHeads = 0; }},
+      {"tokens 3 != the step's 2", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.tokens = 3; }},
+      {"q row stride 100 outside [128, 2^40]", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.qStride = 100; }},
+      {"v row stride 255 outside [256, 2^40]", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.vStride = 255; }},
+      {"b row stride 3 outside [4, 2^40]", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.bStride = 3; }},
+      {"a_log is null", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.aLog = nullptr; }},
+      {"dt_bias is null", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.dtBias = nullptr; }},
+      {"k is null", &decode, KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.k = nullptr; }},
+      {"scratch [4193280, 4197952) of the activations region runs past its end", &decode,
+       KILN_ERROR_INVALID_ARGUMENT,
+       [&](GdnCall &g) { g.scratch = d.a(activations - 1024); }},
+      {"out (offset 0 of the weights region) is an output", &decode,
+       KILN_ERROR_INVALID_ARGUMENT, [&](GdnCall &g) { g.out = d.w(); }},
+      {"is not 16-byte aligned", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [&](GdnCall &g) { g.out = d.a((2 << 20) + 8); }},
+      {"gdn_state offset 8 is not 16-byte aligned", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.state = 8; }},
+      {"gdn_state [4194304, 4456448) does not fit in the caches", &decode,
+       KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.state = 4 << 20; }},
+      {"gdn_state [0, 262144) overlaps layer 5's gdn_state", &decode,
+       KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.layer = 6; }},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &c.step->b), KILN_OK) << lastError();
+    GdnCall call(d, c.step->tokens());
+    c.change(call);
+    EXPECT_EQ(call(d.ctx), c.status);
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+    // Sticky: the step's next call returns the same failure.
+    EXPECT_EQ(kiln_rt_status(d.ctx), c.status);
+  }
+  EXPECT_EQ(GdnCall(d, 1)(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_gated_delta_net: layer 5: context is null"),
+            std::string::npos)
+      << lastError();
 }
 
 // The ops and the output of an MTP module run after the target (docs/mtp.md) on a dry

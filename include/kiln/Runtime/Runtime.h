@@ -401,6 +401,32 @@ int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_
                           float dt_min, float dt_max, int32_t state_dtype,
                           int32_t decode_kernel, int32_t prefill_kernel,
                           int32_t spec_dec_mode);
+/* A Qwen3-Next Gated DeltaNet layer's recurrence (kiln.cached_gated_delta_net): q, k
+ * [tokens, k_heads, k_dim], v [tokens, v_heads, v_dim], a, b [tokens, v_heads] bf16, each
+ * with its own row stride (elements; column slices of the projections), a_log, dt_bias
+ * [v_heads] f32, out [tokens, v_heads, v_dim] dense bf16 (16-byte aligned). First
+ * gdn_prepare turns the inputs into the packed operands in scratch ([tokens,
+ * kiln_rt_gdn_scratch_bytes_per_token] bytes in the activations, Layout.h): q and k
+ * l2-normalized, g = -exp(a_log) softplus(a + dt_bias) and beta = sigmoid(b) in
+ * transformers' bf16 roundings; the kernels then apply scale 1 / sqrt(k_dim). The state
+ * [max_batch slots, v_heads, k_dim, v_dim] is f32 (state_dtype must be F32: the GDN
+ * kernels keep fp32 states) at state_offset; rewind intermediates [slots, 1 +
+ * max_draft_len, v_heads, k_dim, v_dim] f32 at intermediate_offset (-1: none); both
+ * 16-byte aligned. k_dim and v_dim 64 or 128, v_heads a multiple of k_heads. Phases as
+ * kiln_rt_mamba_ssm's rewind mode: DECODE with one token a sequence: gdn_update in place;
+ * with 1 + drafts: gdn_update_spec into the intermediates, committed by the sequence's
+ * next DECODE or EXTEND step; PREFILL: the slots start from zeros; PREFILL and EXTEND:
+ * gdn_chunk_prefill over the step's sequences (prompts refuse a CUDA-graph capture). No
+ * replay mode. */
+int32_t kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
+                                int64_t intermediate_offset, const void *q, const void *k,
+                                const void *v, const void *a, const void *b,
+                                const void *a_log, const void *dt_bias, void *scratch,
+                                void *out, int64_t tokens, int64_t k_heads, int64_t v_heads,
+                                int64_t k_dim, int64_t v_dim, int64_t q_stride,
+                                int64_t k_stride, int64_t v_stride, int64_t a_stride,
+                                int64_t b_stride, int32_t state_dtype, int32_t decode_kernel,
+                                int32_t prefill_kernel, int32_t spec_dec_mode);
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.
@@ -446,9 +472,10 @@ kiln_status_t kiln_rt_commit_accepted(kiln_rt_context_t *ctx, const int32_t *acc
 uint64_t kiln_rt_scratch_bytes(const kiln_rt_context_t *ctx);
 
 /* The cache resource a call of `layer` used: kind "kv" (kiln_rt_attention), "mla_latent",
- * "ssm_state", "conv_state", "intermediate_ssm_state", "intermediate_conv_state"; offset
- * in the cache region and bytes. Calls whose resources overlap another layer's or leave
- * the cache region are rejected. */
+ * "ssm_state", "conv_state", "gdn_state", "intermediate_ssm_state",
+ * "intermediate_conv_state", "intermediate_gdn_state"; offset in the cache region and
+ * bytes. Calls whose resources overlap another layer's or leave the cache region are
+ * rejected. */
 kiln_status_t kiln_rt_resource(const kiln_rt_context_t *ctx, int32_t layer, const char *kind,
                                uint64_t *offset, uint64_t *bytes);
 
