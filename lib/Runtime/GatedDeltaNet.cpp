@@ -92,21 +92,22 @@ kiln_status_t checkBuffers(const Call &c, const kiln_rt_context *ctx, const GdnS
   auto f32 = [&](const char *what, const void *p) {
     return Range{what, p, bytesOf({sh.vHeads, 4}), 4, false};
   };
-  return checkRanges(
-      c, ctx,
-      {stridedBf16("q", in.q, sh.tokens, sh.keyWidth(), sh.qStride),
-       stridedBf16("k", in.k, sh.tokens, sh.keyWidth(), sh.kStride),
-       stridedBf16("v", in.v, sh.tokens, sh.valueWidth(), sh.vStride),
-       stridedBf16("a", in.a, sh.tokens, sh.vHeads, sh.aStride),
-       stridedBf16("b", in.b, sh.tokens, sh.vHeads, sh.bStride), f32("a_log", in.aLog),
-       f32("dt_bias", in.dtBias), {"scratch", scratch, bytesOf({sh.tokens, perToken}), 16, true},
-       // The GDN kernels store out with 16-byte accesses.
-       {"out", out, bytesOf({sh.tokens, sh.valueWidth(), 2}), 16, true}});
+  return checkRanges(c, ctx,
+                     {stridedBf16("q", in.q, sh.tokens, sh.keyWidth(), sh.qStride),
+                      stridedBf16("k", in.k, sh.tokens, sh.keyWidth(), sh.kStride),
+                      stridedBf16("v", in.v, sh.tokens, sh.valueWidth(), sh.vStride),
+                      stridedBf16("a", in.a, sh.tokens, sh.vHeads, sh.aStride),
+                      stridedBf16("b", in.b, sh.tokens, sh.vHeads, sh.bStride),
+                      f32("a_log", in.aLog),
+                      f32("dt_bias", in.dtBias),
+                      {"scratch", scratch, bytesOf({sh.tokens, perToken}), 16, true},
+                      // The GDN kernels store out with 16-byte accesses.
+                      {"out", out, bytesOf({sh.tokens, sh.valueWidth(), 2}), 16, true}});
 }
 
 // The step's operands into the scratch (Layout.h's regions), one launch.
-kiln_status_t prepare(const Call &c, kiln_rt_context *ctx, const GdnShape &sh,
-                      const GdnInputs &in, void *scratch, Operands *ops) {
+kiln_status_t prepare(const Call &c, kiln_rt_context *ctx, const GdnShape &sh, const GdnInputs &in,
+                      void *scratch, Operands *ops) {
   char *base = static_cast<char *>(scratch);
   const kiln_rt_gdn_scratch_t l = kiln_rt_gdn_scratch_layout(
       reinterpret_cast<uintptr_t>(scratch), sh.tokens, sh.kHeads, sh.vHeads, sh.kDim, sh.vDim);
@@ -169,8 +170,8 @@ void fillCommon(Params &p, const kiln_rt_context *ctx, uint64_t stateOffset, con
 // A decode step: its qLen tokens a sequence in one launch, in place, or (spec) into the
 // intermediates at the layout the commit reads, 1 + max_draft_len states a slot.
 kiln_status_t runDecode(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
-                        int64_t interOffset, bool spec, const GdnShape &sh,
-                        const Operands &ops, void *out) {
+                        int64_t interOffset, bool spec, const GdnShape &sh, const Operands &ops,
+                        void *out) {
   kiln_gdn_update_params_t p{};
   fillCommon(p, ctx, stateOffset, sh, ops, out);
   p.batch = ctx->batch;
@@ -215,8 +216,8 @@ kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateO
                    "state_dtype %d (%s) unsupported (f32: the GDN kernels keep fp32 states)",
                    stateDtype, kiln_rt_dtype_name(stateDtype));
   bool spec = false;
-  if (kiln_status_t s = checkPhase(c, ctx, kGdnKernels, decodeKernel, prefillKernel,
-                                   specDecMode, interOffset, &spec);
+  if (kiln_status_t s = checkPhase(c, ctx, kGdnKernels, decodeKernel, prefillKernel, specDecMode,
+                                   interOffset, &spec);
       s != KILN_OK)
     return s;
   if (spec && ctx->qLen > KILN_GDN_MAX_TOKENS)
@@ -240,27 +241,27 @@ kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateO
 
 } // namespace
 
-extern "C" int32_t kiln_rt_gated_delta_net(
-    kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset, int64_t intermediate_offset,
-    const void *q, const void *k, const void *v, const void *a, const void *b, const void *a_log,
-    const void *dt_bias, void *scratch, void *out, int64_t tokens, int64_t k_heads,
-    int64_t v_heads, int64_t k_dim, int64_t v_dim, int64_t q_stride, int64_t k_stride,
-    int64_t v_stride, int64_t a_stride, int64_t b_stride, int32_t state_dtype,
-    int32_t decode_kernel, int32_t prefill_kernel, int32_t spec_dec_mode) {
+extern "C" int32_t
+kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
+                        int64_t intermediate_offset, const void *q, const void *k, const void *v,
+                        const void *a, const void *b, const void *a_log, const void *dt_bias,
+                        void *scratch, void *out, int64_t tokens, int64_t k_heads, int64_t v_heads,
+                        int64_t k_dim, int64_t v_dim, int64_t q_stride, int64_t k_stride,
+                        int64_t v_stride, int64_t a_stride, int64_t b_stride, int32_t state_dtype,
+                        int32_t decode_kernel, int32_t prefill_kernel, int32_t spec_dec_mode) {
   if (!ctx)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "kiln_rt_gated_delta_net: layer %d: context is null", layer);
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_gated_delta_net: layer %d: context is null",
+                layer);
   if (ctx->status != KILN_OK)
     return replay(ctx);
   ++ctx->opIndex;
   const bool decode = ctx->hasBatch && ctx->phase == KILN_RT_PHASE_DECODE;
-  Call c{"kiln_rt_gated_delta_net",
-         kiln_rt_kernel_name(decode ? decode_kernel : prefill_kernel), layer, ctx};
+  Call c{"kiln_rt_gated_delta_net", kiln_rt_kernel_name(decode ? decode_kernel : prefill_kernel),
+         layer, ctx};
   const GdnShape shape{tokens,   k_heads,  v_heads,  k_dim,    v_dim,
                        q_stride, k_stride, v_stride, a_stride, b_stride};
   const GdnInputs inputs{q, k, v, a, b, a_log, dt_bias};
-  kiln_status_t s = gatedDeltaNet(c, ctx, state_offset, intermediate_offset, inputs, scratch,
-                                  out, shape, state_dtype, decode_kernel, prefill_kernel,
-                                  spec_dec_mode);
+  kiln_status_t s = gatedDeltaNet(c, ctx, state_offset, intermediate_offset, inputs, scratch, out,
+                                  shape, state_dtype, decode_kernel, prefill_kernel, spec_dec_mode);
   return finish(c, ctx, s, out, tokens, v_heads * v_dim);
 }

@@ -36,8 +36,8 @@ kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *state
 
 // The end of a call: the checked launch, the trace of `out` (rows x cols bf16) and the
 // sticky record.
-int32_t finish(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const void *out,
-               int64_t rows, int64_t cols);
+int32_t finish(const Call &c, kiln_rt_context *ctx, kiln_status_t s, const void *out, int64_t rows,
+               int64_t cols);
 
 } // namespace kiln::rt::recurrent
 

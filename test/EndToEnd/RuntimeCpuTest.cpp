@@ -372,13 +372,12 @@ struct GdnCall {
   int32_t prefillKernel = KILN_RT_KERNEL_GDN_CHUNK_PREFILL;
 
   GdnCall(Dry &d, int64_t tokens)
-      : q(d.a()), k(d.a(256)), v(d.a(512)), a(d.a(1 << 16)), b(d.a((1 << 16) + 8)),
-        aLog(d.w()), dtBias(d.w(64)), scratch(d.a(1 << 20)), out(d.a(2 << 20)),
-        tokens(tokens) {}
+      : q(d.a()), k(d.a(256)), v(d.a(512)), a(d.a(1 << 16)), b(d.a((1 << 16) + 8)), aLog(d.w()),
+        dtBias(d.w(64)), scratch(d.a(1 << 20)), out(d.a(2 << 20)), tokens(tokens) {}
   int32_t operator()(kiln_rt_context_t *ctx) const {
-    return kiln_rt_gated_delta_net(ctx, layer, state, inter, q, k, v, a, b, aLog, dtBias,
-                                   scratch, out, tokens, kHeads, vHeads, kDim, vDim, qStride,
-                                   kStride, vStride, aStride, bStride, stateDtype, decodeKernel,
+    return kiln_rt_gated_delta_net(ctx, layer, state, inter, q, k, v, a, b, aLog, dtBias, scratch,
+                                   out, tokens, kHeads, vHeads, kDim, vDim, qStride, kStride,
+                                   vStride, aStride, bStride, stateDtype, decodeKernel,
                                    prefillKernel, 0);
   }
 };
@@ -388,7 +387,7 @@ TEST(RuntimeCpu, GatedDeltaNetValidation) {
   config.cache_bytes = 4 << 20;
   Dry d(config);
   const uint64_t stateBytes = 4ull * 4 * 64 * 64 * 4; // max_batch slots of [4, 64, 64] f32
-  const uint64_t interBytes = stateBytes * 4;          // 1 + max_draft_len 3 a slot
+  const uint64_t interBytes = stateBytes * 4;         // 1 + max_draft_len 3 a slot
   uint64_t offset = 0, bytes = 0;
 
   // One token a sequence: in place, the state recorded.
@@ -445,8 +444,8 @@ TEST(RuntimeCpu, GatedDeltaNetValidation) {
          g.tokens = 7;
          g.prefillKernel = KILN_RT_KERNEL_GDN_UPDATE;
        }},
-      {"prefill_kernel 13 (ssm_chunk_scan) cannot run a extend step (gdn_chunk_prefill)",
-       &extend, KILN_ERROR_INVALID_ARGUMENT,
+      {"prefill_kernel 13 (ssm_chunk_scan) cannot run a extend step (gdn_chunk_prefill)", &extend,
+       KILN_ERROR_INVALID_ARGUMENT,
        [](GdnCall &g) { g.prefillKernel = KILN_RT_KERNEL_SSM_CHUNK_SCAN; }},
       {"a decode step of 3 tokens a sequence needs gdn_update_spec", &spec,
        KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &) {}},
@@ -474,24 +473,22 @@ TEST(RuntimeCpu, GatedDeltaNetValidation) {
        [](GdnCall &g) { g.vStride = 255; }},
       {"b row stride 3 outside [4, 2^40]", &decode, KILN_ERROR_INVALID_ARGUMENT,
        [](GdnCall &g) { g.bStride = 3; }},
-      {"a_log is null", &decode, KILN_ERROR_INVALID_ARGUMENT,
-       [](GdnCall &g) { g.aLog = nullptr; }},
+      {"a_log is null", &decode, KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.aLog = nullptr; }},
       {"dt_bias is null", &decode, KILN_ERROR_INVALID_ARGUMENT,
        [](GdnCall &g) { g.dtBias = nullptr; }},
       {"k is null", &decode, KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.k = nullptr; }},
       {"scratch [4193280, 4197952) of the activations region runs past its end", &decode,
-       KILN_ERROR_INVALID_ARGUMENT,
-       [&](GdnCall &g) { g.scratch = d.a(activations - 1024); }},
-      {"out (offset 0 of the weights region) is an output", &decode,
-       KILN_ERROR_INVALID_ARGUMENT, [&](GdnCall &g) { g.out = d.w(); }},
+       KILN_ERROR_INVALID_ARGUMENT, [&](GdnCall &g) { g.scratch = d.a(activations - 1024); }},
+      {"out (offset 0 of the weights region) is an output", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [&](GdnCall &g) { g.out = d.w(); }},
       {"is not 16-byte aligned", &decode, KILN_ERROR_INVALID_ARGUMENT,
        [&](GdnCall &g) { g.out = d.a((2 << 20) + 8); }},
       {"gdn_state offset 8 is not 16-byte aligned", &decode, KILN_ERROR_INVALID_ARGUMENT,
        [](GdnCall &g) { g.state = 8; }},
       {"gdn_state [4194304, 4456448) does not fit in the caches", &decode,
        KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.state = 4 << 20; }},
-      {"gdn_state [0, 262144) overlaps layer 5's gdn_state", &decode,
-       KILN_ERROR_INVALID_ARGUMENT, [](GdnCall &g) { g.layer = 6; }},
+      {"gdn_state [0, 262144) overlaps layer 5's gdn_state", &decode, KILN_ERROR_INVALID_ARGUMENT,
+       [](GdnCall &g) { g.layer = 6; }},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);

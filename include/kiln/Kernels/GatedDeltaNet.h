@@ -141,7 +141,7 @@ kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *para
 typedef struct kiln_gdn_prepare_params {
   int32_t tokens;
   int32_t k_heads, v_heads, k_dim, v_dim;
-  const void *q, *k, *v, *a, *b; /* bf16 */
+  const void *q, *k, *v, *a, *b;                            /* bf16 */
   int64_t q_stride, k_stride, v_stride, a_stride, b_stride; /* elements between tokens */
   const float *a_log, *dt_bias;                             /* [v_heads] */
   void *q_out, *k_out, *v_out;                              /* bf16, packed */

@@ -420,13 +420,13 @@ int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_
  * replay mode. */
 int32_t kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
                                 int64_t intermediate_offset, const void *q, const void *k,
-                                const void *v, const void *a, const void *b,
-                                const void *a_log, const void *dt_bias, void *scratch,
-                                void *out, int64_t tokens, int64_t k_heads, int64_t v_heads,
-                                int64_t k_dim, int64_t v_dim, int64_t q_stride,
-                                int64_t k_stride, int64_t v_stride, int64_t a_stride,
-                                int64_t b_stride, int32_t state_dtype, int32_t decode_kernel,
-                                int32_t prefill_kernel, int32_t spec_dec_mode);
+                                const void *v, const void *a, const void *b, const void *a_log,
+                                const void *dt_bias, void *scratch, void *out, int64_t tokens,
+                                int64_t k_heads, int64_t v_heads, int64_t k_dim, int64_t v_dim,
+                                int64_t q_stride, int64_t k_stride, int64_t v_stride,
+                                int64_t a_stride, int64_t b_stride, int32_t state_dtype,
+                                int32_t decode_kernel, int32_t prefill_kernel,
+                                int32_t spec_dec_mode);
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.

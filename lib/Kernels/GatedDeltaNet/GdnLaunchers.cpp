@@ -154,9 +154,8 @@ extern "C" kiln_status_t kiln_gdn_prepare(const kiln_gdn_prepare_params_t *param
               {"b_stride", p.b_stride, p.v_heads}};
   for (const auto &r : rows)
     if (r.stride < r.width)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld < the row's %lld elements",
-                  c.kernel, r.name, static_cast<long long>(r.stride),
-                  static_cast<long long>(r.width));
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld < the row's %lld elements", c.kernel,
+                  r.name, static_cast<long long>(r.stride), static_cast<long long>(r.width));
   if (!c.elementAligned(p.q, 2, "q") || !c.elementAligned(p.k, 2, "k") ||
       !c.elementAligned(p.v, 2, "v") || !c.elementAligned(p.a, 2, "a") ||
       !c.elementAligned(p.b, 2, "b") || !c.elementAligned(p.a_log, 4, "a_log") ||

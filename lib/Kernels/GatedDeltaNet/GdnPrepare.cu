@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) gdnPrepareKernel(const kiln_gdn_prep
     const int head = isK ? row - p.k_heads : row;
     const __nv_bfloat16 *x =
         bf16At(isK ? p.k : p.q, t, isK ? p.k_stride : p.q_stride) + int64_t(head) * p.k_dim;
-    __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(isK ? p.k_out : p.q_out) +
-                         (t * p.k_heads + head) * p.k_dim;
+    __nv_bfloat16 *out =
+        static_cast<__nv_bfloat16 *>(isK ? p.k_out : p.q_out) + (t * p.k_heads + head) * p.k_dim;
     l2normRow(x, out, p.k_dim, lane);
   }
   const int64_t vWidth = int64_t(p.v_heads) * p.v_dim;

@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(256) gdnUpdateKernel(GdnArgs a) {
     if (half == 0)
       static_cast<T *>(a.out)[headToken * vd + c] = fromFloat<T>(partial[0][c] + partial[1][c]);
     if (a.intermediate) {
-      float *inter = a.intermediate +
-                     ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) *
-                         headState;
+      float *inter =
+          a.intermediate +
+          ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) * headState;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         inter[(half * kRows + r) * vd + c] = s[r];

@@ -287,8 +287,7 @@ kiln_gdn_prepare_params_t validPrepare() {
 
 TEST(GdnPrepareValidation, EveryArgumentIsNamed) {
   EXPECT_EQ(kiln_gdn_prepare(nullptr), KILN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(kiln_last_error()).find("gdn_prepare: params is null"),
-            std::string::npos);
+  EXPECT_NE(std::string(kiln_last_error()).find("gdn_prepare: params is null"), std::string::npos);
   auto with = [](auto change) {
     kiln_gdn_prepare_params_t p = validPrepare();
     change(p);

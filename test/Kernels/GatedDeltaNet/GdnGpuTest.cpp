@@ -524,9 +524,8 @@ void expectMatchesHost(const Inputs &in) {
     }
   const int64_t vWidth = int64_t(in.vHeads) * in.vDim;
   for (int t = 0; t < in.tokens; ++t)
-    ASSERT_EQ(std::memcmp(in.v.data() + t * in.valueStride(), got.v.data() + t * vWidth,
-                          vWidth * 2),
-              0)
+    ASSERT_EQ(
+        std::memcmp(in.v.data() + t * in.valueStride(), got.v.data() + t * vWidth, vWidth * 2), 0)
         << "v token " << t;
   int ties = 0;
   for (int t = 0; t < in.tokens; ++t)
@@ -539,8 +538,8 @@ void expectMatchesHost(const Inputs &in) {
       const float sigmoid = kiln::test::gdnSigmoidReference(in.b[from]);
       const float beta = kiln::test::roundBf16(sigmoid);
       if (got.beta[at] != beta) {
-        ASSERT_TRUE(nearBf16Tie(sigmoid)) << "beta token " << t << " head " << h << ": "
-                                          << got.beta[at] << " != " << beta;
+        ASSERT_TRUE(nearBf16Tie(sigmoid))
+            << "beta token " << t << " head " << h << ": " << got.beta[at] << " != " << beta;
         ++ties;
       }
     }
