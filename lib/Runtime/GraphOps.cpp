@@ -1,5 +1,5 @@
-// The graph ops compiled code calls (embedding, rms_norm, linear, rope, add, swiglu,
-// gather_rows): validation against the context's regions, then the Graph/Gemm kernels
+// The graph ops compiled code calls (embedding, the norms, linear, rope, add, swiglu, the
+// gates, gather_rows): validation against the context's regions, then the Graph/Gemm kernels
 // on the context's stream. Sticky: after the step's first failure they return at once.
 #include "Context.h"
 #include "GraphOpCommon.h"
@@ -38,13 +38,17 @@ extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, co
 }
 
 namespace {
+kiln_status_t checkNormEpsilon(const Call &c, float eps) {
+  if (!(eps >= 0) || std::isinf(eps))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+  return KILN_OK;
+}
+
 // The sizes and epsilon of a norm (rms_norm, add_rms_norm).
 kiln_status_t checkNormShape(const Call &c, int64_t rows, int64_t dim, float eps) {
   if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
     return s;
-  if (!(eps >= 0) || std::isinf(eps))
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
-  return KILN_OK;
+  return checkNormEpsilon(c, eps);
 }
 } // namespace
 
@@ -87,32 +91,95 @@ extern "C" int32_t kiln_rt_rms_norm_strided(kiln_rt_context_t *ctx, const void *
   return record(ctx, rmsNormRows(c, ctx, x, x_stride, weight, out, rows, dim, eps));
 }
 
+namespace {
+using AddRmsNormLauncher = kiln_status_t (*)(const void *, const void *, const void *, void *,
+                                             void *, int64_t, int64_t, float, void *);
+
+/// kiln_rt_add_rms_norm and kiln_rt_add_rms_norm_offset: validated alike, then `launch`
+/// (the norm's form); the residual sum is traced too.
+kiln_status_t addRmsNorm(const Call &c, kiln_rt_context_t *ctx, const void *a, const void *b,
+                         const void *weight, void *sum, void *out, int64_t rows, int64_t dim,
+                         float eps, AddRmsNormLauncher launch, const char *launcherName) {
+  if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
+    return s;
+  if (sum == out)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "sum and out are the same buffer (the norm would overwrite the residual)");
+  if (kiln_status_t s = checkRanges(
+          c, ctx,
+          {bf16("a", a, rows, dim), bf16("b", b, rows, dim), bf16("weight", weight, 1, dim),
+           bf16("sum", sum, rows, dim, true), bf16("out", out, rows, dim, true)});
+      s != KILN_OK)
+    return s;
+  if (kiln_status_t s = launchValidated(
+          c, ctx, launcherName, out, rows, dim,
+          [&] { return launch(a, b, weight, sum, out, rows, dim, eps, ctx->stream); });
+      s != KILN_OK)
+    return s;
+  return traceOutput(c, ctx, sum, rows, dim, "sum"); // a no-op when dry
+}
+} // namespace
+
 extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, const void *b,
                                         const void *weight, void *sum, void *out, int64_t rows,
                                         int64_t dim, float eps) {
   KILN_RT_GRAPH_ENTER("kiln_rt_add_rms_norm")
+  return record(ctx, addRmsNorm(c, ctx, a, b, weight, sum, out, rows, dim, eps,
+                                kiln_add_rms_norm_bf16, "kiln_add_rms_norm_bf16"));
+}
+
+extern "C" int32_t kiln_rt_add_rms_norm_offset(kiln_rt_context_t *ctx, const void *a, const void *b,
+                                               const void *weight, void *sum, void *out,
+                                               int64_t rows, int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_add_rms_norm_offset")
+  return record(ctx, addRmsNorm(c, ctx, a, b, weight, sum, out, rows, dim, eps,
+                                kiln_add_rms_norm_offset_bf16, "kiln_add_rms_norm_offset_bf16"));
+}
+
+extern "C" int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x,
+                                           int64_t x_token_stride, int64_t x_head_stride,
+                                           const void *weight, void *out, int64_t tokens,
+                                           int64_t heads, int64_t dim, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm_offset")
   auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
+    if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"heads", heads}, {"dim", dim}});
+        s != KILN_OK)
       return s;
-    if (sum == out)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "sum and out are the same buffer (the norm would overwrite the residual)");
+    if (kiln_status_t s = checkNormEpsilon(c, eps); s != KILN_OK)
+      return s;
+    // One head a token reads only the token stride (the head stride is unused).
+    const int64_t headStride = heads == 1 ? dim : x_head_stride;
+    if (headStride < dim || headStride > (int64_t(1) << 40))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "x head stride %lld outside [%lld, 2^40]",
+                     static_cast<long long>(x_head_stride), static_cast<long long>(dim));
+    // A token's rows in x; no token stride fits a span beyond 2^40 (nor overflows here).
+    const int64_t limit = int64_t(1) << 40;
+    const int64_t tokenSpan =
+        heads - 1 <= limit / headStride ? (heads - 1) * headStride + dim : 2 * limit;
+    if (x_token_stride < tokenSpan || x_token_stride > (int64_t(1) << 40))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "x token stride %lld outside [%lld, 2^40]",
+                     static_cast<long long>(x_token_stride), static_cast<long long>(tokenSpan));
+    // x spans (tokens - 1) token strides and one token's rows (saturated: a too large span
+    // fails its range check).
+    const uint64_t strides = bytesOf({tokens - 1, x_token_stride, 2});
+    const uint64_t xBytes = strides > ~0ull / 2 ? ~0ull : strides + bytesOf({tokenSpan, 2});
     if (kiln_status_t s = checkRanges(c, ctx,
-                                      {bf16("a", a, rows, dim), bf16("b", b, rows, dim),
+                                      {{"x", x, xBytes, 2, false},
                                        bf16("weight", weight, 1, dim),
-                                       bf16("sum", sum, rows, dim, true),
-                                       bf16("out", out, rows, dim, true)});
+                                       {"out", out, bytesOf({tokens, heads, dim, 2}), 2, true}});
         s != KILN_OK)
       return s;
-    if (kiln_status_t s = launchValidated(c, ctx, "kiln_add_rms_norm_bf16", out, rows, dim,
-                                          [&] {
-                                            return kiln_add_rms_norm_bf16(a, b, weight, sum, out,
-                                                                          rows, dim, eps,
-                                                                          ctx->stream);
-                                          });
-        s != KILN_OK)
-      return s;
-    return traceOutput(c, ctx, sum, rows, dim, "sum"); // a no-op when dry
+    // In place needs each row's output where its input is: dense rows only.
+    const bool dense = headStride == dim && x_token_stride == heads * dim;
+    const auto *xb = static_cast<const char *>(x), *ob = static_cast<const char *>(out);
+    const uint64_t outBytes = bytesOf({tokens, heads, dim, 2});
+    if (!(dense && x == out) && xb < ob + outBytes && ob < xb + xBytes)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "out overlaps x (only dense rows may be normed in place, out == x)");
+    return launchValidated(c, ctx, "kiln_rms_norm_offset_bf16", out, tokens * heads, dim, [&] {
+      return kiln_rms_norm_offset_bf16(x, x_token_stride, headStride, weight, out, tokens, heads,
+                                       dim, eps, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -179,31 +246,71 @@ extern "C" int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, c
   return record(ctx, run());
 }
 
+namespace {
+using GatedNormLauncher = kiln_status_t (*)(const void *, const void *, const void *, void *,
+                                            int64_t, int64_t, int64_t, int64_t, float, void *);
+
+/// kiln_rt_gated_rms_norm and kiln_rt_rms_norm_gate: validated alike (the weight has
+/// weightElems elements), then `launch` (the order of norm and gate).
+kiln_status_t gatedNorm(const Call &c, kiln_rt_context_t *ctx, const void *x, const void *gate,
+                        const void *weight, void *out, int64_t rows, int64_t width,
+                        int64_t gate_stride, int64_t group_size, float eps, int64_t weightElems,
+                        GatedNormLauncher launch, const char *launcherName) {
+  if (kiln_status_t s = checkNormShape(c, rows, width, eps); s != KILN_OK)
+    return s;
+  if (kiln_status_t s = positive(c, {{"group_size", group_size}}); s != KILN_OK)
+    return s;
+  if (width % group_size != 0)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "group_size %lld does not divide width %lld",
+                   static_cast<long long>(group_size), static_cast<long long>(width));
+  if (kiln_status_t s = checkStride(c, "gate", gate_stride, width); s != KILN_OK)
+    return s;
+  if (kiln_status_t s = checkRanges(
+          c, ctx,
+          {bf16("x", x, rows, width), stridedBf16("gate", gate, rows, width, gate_stride),
+           bf16("weight", weight, 1, weightElems), bf16("out", out, rows, width, true)});
+      s != KILN_OK)
+    return s;
+  return launchValidated(c, ctx, launcherName, out, rows, width, [&] {
+    return launch(x, gate, weight, out, rows, width, gate_stride, group_size, eps, ctx->stream);
+  });
+}
+} // namespace
+
 extern "C" int32_t kiln_rt_gated_rms_norm(kiln_rt_context_t *ctx, const void *x,
                                           const void *gate, const void *weight, void *out,
                                           int64_t rows, int64_t width, int64_t gate_stride,
                                           int64_t group_size, float eps) {
   KILN_RT_GRAPH_ENTER("kiln_rt_gated_rms_norm")
+  return record(ctx, gatedNorm(c, ctx, x, gate, weight, out, rows, width, gate_stride, group_size,
+                               eps, width, kiln_gated_rms_norm_bf16, "kiln_gated_rms_norm_bf16"));
+}
+
+extern "C" int32_t kiln_rt_rms_norm_gate(kiln_rt_context_t *ctx, const void *x, const void *gate,
+                                         const void *weight, void *out, int64_t rows, int64_t width,
+                                         int64_t gate_stride, int64_t group_size, float eps) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm_gate")
+  return record(ctx,
+                gatedNorm(c, ctx, x, gate, weight, out, rows, width, gate_stride, group_size, eps,
+                          group_size, kiln_rms_norm_gate_bf16, "kiln_rms_norm_gate_bf16"));
+}
+
+extern "C" int32_t kiln_rt_sigmoid_mul(kiln_rt_context_t *ctx, const void *x, const void *gate,
+                                       void *out, int64_t rows, int64_t dim, int64_t gate_stride) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_sigmoid_mul")
   auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = checkNormShape(c, rows, width, eps); s != KILN_OK)
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"dim", dim}}); s != KILN_OK)
       return s;
-    if (kiln_status_t s = positive(c, {{"group_size", group_size}}); s != KILN_OK)
+    if (kiln_status_t s = checkStride(c, "gate", gate_stride, dim); s != KILN_OK)
       return s;
-    if (width % group_size != 0)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "group_size %lld does not divide width %lld",
-                     static_cast<long long>(group_size), static_cast<long long>(width));
-    if (kiln_status_t s = checkStride(c, "gate", gate_stride, width); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRanges(c, ctx,
-                                      {bf16("x", x, rows, width),
-                                       stridedBf16("gate", gate, rows, width, gate_stride),
-                                       bf16("weight", weight, 1, width),
-                                       bf16("out", out, rows, width, true)});
+    if (kiln_status_t s =
+            checkRanges(c, ctx,
+                        {bf16("x", x, rows, dim), stridedBf16("gate", gate, rows, dim, gate_stride),
+                         bf16("out", out, rows, dim, true)});
         s != KILN_OK)
       return s;
-    return launchValidated(c, ctx, "kiln_gated_rms_norm_bf16", out, rows, width, [&] {
-      return kiln_gated_rms_norm_bf16(x, gate, weight, out, rows, width, gate_stride,
-                                      group_size, eps, ctx->stream);
+    return launchValidated(c, ctx, "kiln_sigmoid_mul_bf16", out, rows, dim, [&] {
+      return kiln_sigmoid_mul_bf16(x, gate, out, rows, dim, gate_stride, ctx->stream);
     });
   };
   return record(ctx, run());
@@ -312,8 +419,8 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
 
 extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions,
                                 void *out, int64_t tokens, int64_t heads, int64_t head_dim,
-                                int32_t rope_type, float theta, float factor, float low,
-                                float high, int64_t original_max_position,
+                                int64_t rotary_dim, int32_t rope_type, float theta, float factor,
+                                float low, float high, int64_t original_max_position,
                                 float attention_factor) {
   KILN_RT_GRAPH_ENTER("kiln_rt_rope")
   auto run = [&]() -> kiln_status_t {
@@ -324,6 +431,10 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
     if (head_dim % 2 != 0 || head_dim > KILN_ROPE_MAX_HEAD_DIM)
       return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %lld must be even and <= %d",
                      static_cast<long long>(head_dim), KILN_ROPE_MAX_HEAD_DIM);
+    if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "rotary_dim %lld must be 0 (the whole head) or even and <= head_dim %lld",
+                     static_cast<long long>(rotary_dim), static_cast<long long>(head_dim));
     bool known = false;
 #define KILN_RT_ROPE(name, value, str) known = known || rope_type == value;
 #include "kiln/Runtime/ABI.def"
@@ -368,7 +479,7 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
     rope.attention_factor = attention_factor;
     return launchValidated(c, ctx, "kiln_rope_bf16", out, tokens, heads * head_dim, [&] {
       return kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens, heads,
-                            head_dim, &rope, ctx->stream);
+                            head_dim, rotary_dim, &rope, ctx->stream);
     });
   };
   return record(ctx, run());

@@ -94,11 +94,11 @@ int32_t kiln_rt_linear(ctx_t *, const void *x, const void *w, const void *bias, 
   return record("linear", {x, w, bias, out, m, n, k});
 }
 int32_t kiln_rt_rope(ctx_t *, const void *x, const void *positions, void *out, int64_t tokens,
-                     int64_t heads, int64_t head_dim, int32_t rope_type, float theta,
-                     float factor, float low, float high, int64_t original_max_position,
-                     float attention_factor) {
-  return record("rope", {x, positions, out, tokens, heads, head_dim, rope_type, theta, factor,
-                         low, high, original_max_position, attention_factor});
+                     int64_t heads, int64_t head_dim, int64_t rotary_dim, int32_t rope_type,
+                     float theta, float factor, float low, float high,
+                     int64_t original_max_position, float attention_factor) {
+  return record("rope", {x, positions, out, tokens, heads, head_dim, rotary_dim, rope_type, theta,
+                         factor, low, high, original_max_position, attention_factor});
 }
 int32_t kiln_rt_add(ctx_t *, const void *a, const void *b, void *out, int64_t n) {
   return record("add", {a, b, out, n});

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -595,9 +596,15 @@ TEST(RuntimeCpu, GraphOpValidation) {
             KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_linear(d.ctx, d.a(1 << 20), d.w(), nullptr, d.a(2 << 20), 12, 512, 256),
             KILN_OK) << lastError();
-  EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12,
-                         4, 64, KILN_RT_ROPE_LLAMA3, 500000.f, 8.f, 1.f, 4.f, 8192, 1.f),
-            KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12, 4,
+                         64, 0, KILN_RT_ROPE_LLAMA3, 500000.f, 8.f, 1.f, 4.f, 8192, 1.f),
+            KILN_OK)
+      << lastError();
+  // Partial rope (Qwen3-Next: a quarter of each head rotated), in place.
+  EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12, 4,
+                         64, 16, KILN_RT_ROPE_DEFAULT, 1e7f, 1.f, 0.f, 0.f, 0, 1.f),
+            KILN_OK)
+      << lastError();
   EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(4096), d.a(), 1024), KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_swiglu(d.ctx, d.a(), d.a(4096), d.a(8192), 1024), KILN_OK) << lastError();
   // The fused residual add + norm, its sum over the residual.
@@ -623,6 +630,37 @@ TEST(RuntimeCpu, GraphOpValidation) {
   EXPECT_EQ(kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(1 << 20), d.a(1 << 20), 12, 256, 256),
             KILN_OK)
       << lastError();
+  // Qwen3-Next's norms and gates: the hidden norm (one head a token), the per-head q norm
+  // of 2 heads x 64 read from [q | gate] rows (token stride 256, head stride 128), the
+  // fused residual form, the gated output norm (weight [group_size]) and the attention
+  // gate (the gate half of each head's [q | gate]).
+  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(1 << 20), 12, 1, 256, 1e-6f),
+            KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64, 1e-6f),
+            KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(), 12, 1, 256, 1e-6f),
+            KILN_OK)
+      << lastError(); // dense rows in place
+  EXPECT_EQ(kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(), d.a(2 << 20), 12,
+                                        256, 1e-6f),
+            KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 512, 64,
+                                  1e-6f),
+            KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a((1 << 20) + 128), d.a(), 24, 64, 128), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w((4 << 20) - 128), d.a(2 << 20),
+                                  12, 256, 512, 64, 1e-6f),
+            KILN_OK)
+      << lastError(); // weight [group_size]: 128 bytes
+  EXPECT_EQ(kiln_rt_gated_rms_norm(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 512,
+                                   64, 1e-6f),
+            KILN_OK)
+      << lastError();
   int32_t argmax[2] = {5, 5};
   EXPECT_EQ(kiln_rt_read_argmax(d.ctx, argmax, 2), KILN_OK) << lastError();
   EXPECT_EQ(argmax[0], 0); // dry: zeros
@@ -637,26 +675,25 @@ TEST(RuntimeCpu, GraphOpValidation) {
       {"w [0, 4194306) of the weights region runs past its end",
        [&] { return kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 1, 2097153, 1); }},
       {"lies in no region",
-       [&] {
-         return kiln_rt_add(d.ctx, reinterpret_cast<void *>(0x1000), d.a(), d.a(), 8);
-       }},
+       [&] { return kiln_rt_add(d.ctx, reinterpret_cast<void *>(0x1000), d.a(), d.a(), 8); }},
       {"out (offset 0 of the weights region) is an output",
        [&] { return kiln_rt_add(d.ctx, d.a(), d.a(), d.w(), 8); }},
       {"m 0 outside", [&] { return kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 0, 1, 1); }},
       {"rope_type 7 unknown",
        [&] {
-         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 7, 1e4f, 1, 0, 0, 0, 1);
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 7, 1e4f, 1, 0, 0, 0, 1);
        }},
       {"attention_factor 0 must be finite and > 0",
        [&] {
-         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 1e4f, 1, 0, 0, 0, 0);
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 0, 1e4f, 1, 0, 0, 0, 0);
        }},
       {"tokens 11 != the step's 12 tokens",
        [&] {
-         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 11, 4, 64, 0, 1e4f, 1, 0, 0, 0, 1);
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 11, 4, 64, 0, 0, 1e4f, 1, 0, 0, 0, 1);
        }},
       {"is not 2-byte aligned", [&] { return kiln_rt_add(d.ctx, d.a(1), d.a(), d.a(), 8); }},
-      {"kiln_rt_moe: op 1 of the prefill step (before the first attention): scratch_per_token 100 != the",
+      {"kiln_rt_moe: op 1 of the prefill step (before the first attention): scratch_per_token 100 "
+       "!= the",
        [&] { return moe(100, 2); }},
       {"top_k 0 outside", [&] { return moe(static_cast<int64_t>(moeScratch), 0); }},
       {"kiln_rt_sigmoid_gate: op 1 of the prefill step (before the first attention): out "
@@ -670,11 +707,133 @@ TEST(RuntimeCpu, GraphOpValidation) {
        [&] { return kiln_rt_rms_norm(d.ctx, d.a(), d.w(), d.a(), 1, 8, -1.f); }},
       {"kiln_rt_add_rms_norm: op 1 of the prefill step (before the first attention): sum and "
        "out are the same buffer",
-       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(64), d.a(64), 1, 8, 1e-6f); }},
+       [&] {
+         return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(64), d.a(64), 1, 8, 1e-6f);
+       }},
       {"sum (offset 0 of the weights region) is an output",
-       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.w(), d.a(64), 1, 8, 1e-6f); }},
+       [&] {
+         return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.w(), d.a(64), 1, 8, 1e-6f);
+       }},
       {"dim 0 outside",
-       [&] { return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(), d.a(64), 1, 0, 1e-6f); }},
+       [&] {
+         return kiln_rt_add_rms_norm(d.ctx, d.a(), d.a(), d.w(), d.a(), d.a(64), 1, 0, 1e-6f);
+       }},
+      {"kiln_rt_rope: op 1 of the prefill step (before the first attention): rotary_dim 63 "
+       "must be 0 (the whole head) or even and <= head_dim 64",
+       [&] {
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 63, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"rotary_dim 66 must be",
+       [&] {
+         return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 66, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      // kiln_rt_rms_norm_offset: sizes, strides, ranges, in place.
+      {"kiln_rt_rms_norm_offset: op 1 of the prefill step (before the first attention): heads "
+       "0 outside",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 0, 64,
+                                        1e-6f);
+       }},
+      {"x head stride 32 outside [64, 2^40]",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 32, d.w(), d.a(1 << 20), 12, 2, 64,
+                                        1e-6f);
+       }},
+      {"x token stride 191 outside [192, 2^40]",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 191, 128, d.w(), d.a(1 << 20), 12, 2, 64,
+                                        1e-6f);
+       }},
+      {"x token stride 255 outside [256, 2^40]",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 255, 0, d.w(), d.a(1 << 20), 12, 1, 256,
+                                        1e-6f);
+       }},
+      {"eps nan must be finite",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64,
+                                        NAN);
+       }},
+      {"x [4190208, 4196224) of the activations region runs past its end",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a((4 << 20) - 4096), 256, 128, d.w(), d.a(), 12, 2,
+                                        64, 1e-6f);
+       }},
+      {"weight is null",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, nullptr, d.a(1 << 20), 12, 2, 64,
+                                        1e-6f);
+       }},
+      {"out (offset 0 of the weights region) is an output",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.w(), 12, 2, 64, 1e-6f);
+       }},
+      {"out overlaps x (only dense rows may be normed in place, out == x)",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(), 12, 2, 64, 1e-6f);
+       }},
+      {"out overlaps x",
+       [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(512), 12, 1, 256, 1e-6f);
+       }},
+      // kiln_rt_add_rms_norm_offset validates like kiln_rt_add_rms_norm.
+      {"kiln_rt_add_rms_norm_offset: op 1 of the prefill step (before the first attention): sum "
+       "and out are the same buffer",
+       [&] {
+         return kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(), d.w(), d.a(64), d.a(64), 1, 8,
+                                            1e-6f);
+       }},
+      {"b is null",
+       [&] {
+         return kiln_rt_add_rms_norm_offset(d.ctx, d.a(), nullptr, d.w(), d.a(), d.a(64), 1, 8,
+                                            1e-6f);
+       }},
+      // kiln_rt_rms_norm_gate: weight [group_size], not [width].
+      {"kiln_rt_rms_norm_gate: op 1 of the prefill step (before the first attention): "
+       "group_size 48 does not divide width 256",
+       [&] {
+         return kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 512,
+                                      48, 1e-6f);
+       }},
+      {"gate row stride 128 outside [256, 2^40]",
+       [&] {
+         return kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 128,
+                                      64, 1e-6f);
+       }},
+      {"weight [4194288, 4194416) of the weights region runs past its end",
+       [&] {
+         return kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w((4 << 20) - 16), d.a(2 << 20),
+                                      12, 256, 512, 64, 1e-6f);
+       }},
+      {"eps -1 must be finite",
+       [&] {
+         return kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 512,
+                                      64, -1.f);
+       }},
+      {"out (offset 0 of the weights region) is an output",
+       [&] {
+         return kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.w(), 12, 256, 512, 64,
+                                      1e-6f);
+       }},
+      // Mamba2's gated norm keeps its weight [width] (the same pointer passes as
+      // kiln_rt_rms_norm_gate's [group_size] weight above).
+      {"kiln_rt_gated_rms_norm: op 1 of the prefill step (before the first attention): "
+       "weight [4194288, 4194800) of the weights region runs past its end",
+       [&] {
+         return kiln_rt_gated_rms_norm(d.ctx, d.a(), d.a(1 << 20), d.w((4 << 20) - 16),
+                                       d.a(2 << 20), 12, 256, 512, 4, 1e-6f);
+       }},
+      // kiln_rt_sigmoid_mul.
+      {"kiln_rt_sigmoid_mul: op 1 of the prefill step (before the first attention): gate row "
+       "stride 32 outside [64, 2^40]",
+       [&] { return kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a(1 << 20), d.a(), 24, 64, 32); }},
+      {"rows 0 outside",
+       [&] { return kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a(1 << 20), d.a(), 0, 64, 128); }},
+      {"gate is null",
+       [&] { return kiln_rt_sigmoid_mul(d.ctx, d.a(), nullptr, d.a(), 24, 64, 128); }},
+      {"gate (0x", [&] { return kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a(1), d.a(), 24, 64, 128); }},
+      {"out (offset 0 of the weights region) is an output",
+       [&] { return kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a(1 << 20), d.w(), 24, 64, 128); }},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);

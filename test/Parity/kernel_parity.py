@@ -143,7 +143,7 @@ def rope_case(lib, results):
     check(lib, lib.kiln_rope_bf16(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(pos32.data_ptr()),
                                   ctypes.c_void_p(got.data_ptr()), ctypes.c_int64(tokens),
                                   ctypes.c_int64(heads), ctypes.c_int64(dim),
-                                  ctypes.byref(p), None), "kiln_rope_bf16")
+                                  ctypes.c_int64(0), ctypes.byref(p), None), "kiln_rope_bf16")
     torch.cuda.synchronize()
     differ = (got != want).any(dim=-1).any(dim=-1)
     first = int(differ.nonzero()[0]) if differ.any() else None
@@ -172,8 +172,8 @@ def rope_case(lib, results):
     check(lib, lib.kiln_rope_bf16(ctypes.c_void_p(unit.data_ptr()),
                                   ctypes.c_void_p(pos32.data_ptr()),
                                   ctypes.c_void_p(table.data_ptr()), ctypes.c_int64(tokens),
-                                  ctypes.c_int64(1), ctypes.c_int64(dim), ctypes.byref(p),
-                                  None), "kiln_rope_bf16 (table)")
+                                  ctypes.c_int64(1), ctypes.c_int64(dim), ctypes.c_int64(0),
+                                  ctypes.byref(p), None), "kiln_rope_bf16 (table)")
     torch.cuda.synchronize()
     kiln_cos, kiln_sin = table[:, 0, :half].float(), table[:, 0, half:].float()
     hf_cos, hf_sin = cos[0, :, :half].to(torch.bfloat16).float(), \

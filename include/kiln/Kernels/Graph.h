@@ -1,5 +1,5 @@
 /* Graph glue kernels of a decoder model (C ABI): token embedding, RMSNorm, rotary
- * position embedding, residual add, SwiGLU, row gather and greedy argmax.
+ * position embedding, residual add, SwiGLU, gates, row gather and greedy argmax.
  * See docs/kernels-graph.md.
  *
  * Conventions shared by every launcher
@@ -13,8 +13,8 @@
  *    KILN_ERROR_INVALID_ARGUMENT / KILN_ERROR_UNSUPPORTED with a message naming the
  *    kernel and the argument (kiln_last_error()); a failed launch returns
  *    KILN_ERROR_CUDA. A size of 0 (no rows, no tokens) is a no-op returning KILN_OK.
- *  - add, swiglu, rms_norm and rope may run in place (out == x, a, b, gate or up);
- *    add_rms_norm may write its sum over a or b;
+ *  - add, swiglu, rms_norm, rms_norm_offset (dense rows), sigmoid_mul and rope may run in
+ *    place (out == x, a, b, gate or up); add_rms_norm(_offset) may write its sum over a or b;
  *    embedding, gather_rows and argmax must not alias their output with an input.
  *  - Indices live on the device, so the host cannot check them: an embedding id or a
  *    gathered row outside its table yields a row of zeros instead of an out-of-bounds
@@ -72,10 +72,35 @@ kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, const void *w
                                      void *sum, void *out, int64_t rows, int64_t dim,
                                      float eps, void *stream);
 
+/* Qwen3-Next's RMSNorm (Qwen3NextRMSNorm: zero-centered weight) of a [tokens, heads] grid
+ * of rows of dim, row (t, h) at x + t * x_token_stride + h * x_head_stride (elements):
+ * out[t, h, :] = bf16((x * rsqrt(mean(x^2) + eps)) * (1 + weight)), all in fp32, rounded
+ * once. out dense [tokens, heads, dim], weight [dim]. heads == 1: whole rows (the hidden
+ * norms; x_head_stride unused); heads > 1: per-head q/k norms, e.g. q inside Qwen3-Next's
+ * interleaved [q | gate] projection (token stride 2 * heads * dim, head stride 2 * dim).
+ * The strides keep rows apart: x_head_stride >= dim, x_token_stride >= (heads - 1) *
+ * x_head_stride + dim. out may be x only with dense rows, else must not overlap it. */
+kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_token_stride,
+                                        int64_t x_head_stride, const void *weight, void *out,
+                                        int64_t tokens, int64_t heads, int64_t dim, float eps,
+                                        void *stream);
+
+/* kiln_add_rms_norm_bf16 with Qwen3-Next's norm: sum = bf16(a + b), out =
+ * kiln_rms_norm_offset_bf16 of the rounded sum (transformers adds the residual in bf16,
+ * then norms it). Bit for bit kiln_add_bf16 followed by kiln_rms_norm_offset_bf16; sum may
+ * be a or b, not out. */
+kiln_status_t kiln_add_rms_norm_offset_bf16(const void *a, const void *b, const void *weight,
+                                            void *sum, void *out, int64_t rows, int64_t dim,
+                                            float eps, void *stream);
+
 /* Rotate-half RoPE (HF apply_rotary_pos_emb) of x [tokens, heads, head_dim] at
- * positions [tokens] into out (same shape, may be x). head_dim even, <= 512. */
-kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
-                             int64_t tokens, int64_t heads, int64_t head_dim,
+ * positions [tokens] into out (same shape, may be x). head_dim even, <= 512. rotary_dim 0
+ * or head_dim rotates the whole head; otherwise (even, 2 <= rotary_dim < head_dim: a
+ * partial_rotary_factor) the frequencies span rotary_dim (inv_freq[j] = 1 /
+ * theta^(2j / rotary_dim), scaled per rope->type), rotate_half turns the first rotary_dim
+ * elements and the rest are copied unchanged. */
+kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out, int64_t tokens,
+                             int64_t heads, int64_t head_dim, int64_t rotary_dim,
                              const kiln_rope_params_t *rope, void *stream);
 
 /* How RoPE pairs a head's dimensions (kiln.mla_attention's rope_style; the values are
@@ -124,6 +149,21 @@ kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gate, const vo
                                        void *out, int64_t rows, int64_t width,
                                        int64_t gate_stride, int64_t group_size, float eps,
                                        void *stream);
+
+/* Qwen3-Next's output norm (Qwen3NextRMSNormGated: the norm before the gate): per row r
+ * and group of group_size columns, xn = bf16(x * rsqrt(mean(x^2) + eps)) (fp32 statistics),
+ * y = bf16(weight * xn), out = bf16(y * silu(gate)) with silu in fp32. x, out [rows, width]
+ * packed; gate [rows, width] with row stride gate_stride (>= width); weight [group_size],
+ * shared by every group (one per value head dim); group_size divides width. */
+kiln_status_t kiln_rms_norm_gate_bf16(const void *x, const void *gate, const void *weight,
+                                      void *out, int64_t rows, int64_t width, int64_t gate_stride,
+                                      int64_t group_size, float eps, void *stream);
+
+/* torch's x * torch.sigmoid(gate) on bf16 tensors (Qwen3-Next's gated attention output):
+ * out[r, i] = bf16(x[r, i] * bf16(sigmoid(gate[r, i]))), the sigmoid in fp32. x, out
+ * [rows, dim] packed (out may be x); gate rows gate_stride (>= dim) elements apart. */
+kiln_status_t kiln_sigmoid_mul_bf16(const void *x, const void *gate, void *out, int64_t rows,
+                                    int64_t dim, int64_t gate_stride, void *stream);
 
 /* out = bf16(f(x)), n elements, f = relu(x)^2 (kind 0) or x * sigmoid(x) (kind 1), in
  * fp32 (KILN_RT_ACTIVATION_* of Runtime/ABI.def). May run in place. */

@@ -314,9 +314,12 @@ int32_t kiln_rt_mla_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t ca
                               float softmax_scale, int32_t rope_style, int32_t rope_type,
                               float theta, float factor, float low, float high,
                               int64_t original_max_position, float attention_factor);
+/* kiln.rope (kiln_rope_bf16): x, out [tokens, heads, head_dim]; rotary_dim 0 or head_dim
+ * rotates whole heads, else (even, < head_dim) the first rotary_dim elements of each head
+ * over frequencies of rotary_dim (partial_rotary_factor) and copies the rest. */
 int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions, void *out,
-                     int64_t tokens, int64_t heads, int64_t head_dim, int32_t rope_type,
-                     float theta, float factor, float low, float high,
+                     int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+                     int32_t rope_type, float theta, float factor, float low, float high,
                      int64_t original_max_position, float attention_factor);
 int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
 int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
@@ -358,6 +361,31 @@ int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits, c
 int32_t kiln_rt_gated_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *gate,
                                const void *weight, void *out, int64_t rows, int64_t width,
                                int64_t gate_stride, int64_t group_size, float eps);
+/* Qwen3-Next's output norm (kiln_rms_norm_gate_bf16, Qwen3NextRMSNormGated): the norm
+ * before the gate, per row and group of group_size columns out = bf16(bf16(weight *
+ * bf16(x / sqrt(mean(x^2) + eps))) * silu(gate)). Shapes as kiln_rt_gated_rms_norm's but
+ * weight [group_size] (shared by the groups). */
+int32_t kiln_rt_rms_norm_gate(kiln_rt_context_t *ctx, const void *x, const void *gate,
+                              const void *weight, void *out, int64_t rows, int64_t width,
+                              int64_t gate_stride, int64_t group_size, float eps);
+/* Qwen3-Next's RMSNorm (kiln_rms_norm_offset_bf16: zero-centered weight, out = bf16(x /
+ * sqrt(mean(x^2) + eps) * (1 + weight)) in fp32) of the [tokens, heads] rows of dim at
+ * x + t * x_token_stride + h * x_head_stride (elements; heads 1: the head stride is
+ * unused); out dense [tokens, heads, dim], weight [dim]. Rows must not overlap
+ * (x_head_stride >= dim, x_token_stride >= (heads - 1) * x_head_stride + dim); out may
+ * be x only with dense rows. */
+int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x, int64_t x_token_stride,
+                                int64_t x_head_stride, const void *weight, void *out,
+                                int64_t tokens, int64_t heads, int64_t dim, float eps);
+/* kiln_rt_add_rms_norm with kiln_rt_rms_norm_offset's norm (of the bf16 sum). */
+int32_t kiln_rt_add_rms_norm_offset(kiln_rt_context_t *ctx, const void *a, const void *b,
+                                    const void *weight, void *sum, void *out, int64_t rows,
+                                    int64_t dim, float eps);
+/* Qwen3-Next's gated attention output (kiln_sigmoid_mul_bf16): out = bf16(x *
+ * bf16(sigmoid(gate))); x, out [rows, dim] (out may be x), gate rows gate_stride elements
+ * apart. */
+int32_t kiln_rt_sigmoid_mul(kiln_rt_context_t *ctx, const void *x, const void *gate, void *out,
+                            int64_t rows, int64_t dim, int64_t gate_stride);
 /* out = f(x) elementwise (KILN_RT_ACTIVATION_*), n elements, bf16; out may be x. */
 int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, void *out, int64_t n,
                            int32_t kind);

@@ -31,15 +31,25 @@ cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weig
                                  int64_t rows, int64_t dim, float eps, cudaStream_t stream);
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream);
-// sum = bf16(a + b), then out = rms_norm(sum): the bits of launchAdd then launchRmsNorm.
-cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum,
-                             void *out, int64_t rows, int64_t dim, float eps,
+// kiln_rms_norm_offset_bf16: Qwen3-Next's zero-centered norm of a [tokens, heads] grid of
+// rows at element strides (heads == 1: headStride unused), out dense.
+cudaError_t launchRmsNormOffset(const void *x, int64_t tokenStride, int64_t headStride,
+                                const void *weight, void *out, int64_t tokens, int64_t heads,
+                                int64_t dim, float eps, cudaStream_t stream);
+// How an RMSNorm applies its weight: kRoundThenScale weight * bf16(x * scale) (Llama,
+// launchRmsNorm), kOnePlus (x * scale) * (1 + weight) in fp32 (launchRmsNormOffset).
+enum class RmsNormWeight { kRoundThenScale, kOnePlus };
+// sum = bf16(a + b), then out = the norm of sum: the bits of launchAdd then launchRmsNorm
+// (kRoundThenScale) or launchRmsNormOffset (kOnePlus).
+cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum, void *out,
+                             int64_t rows, int64_t dim, float eps, RmsNormWeight kind,
                              cudaStream_t stream);
 // kiln_rope_rows_bf16 on validated arguments.
 cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
                            cudaStream_t stream);
+// kiln_rope_bf16; table holds rotaryDim / 2 frequencies (rotaryDim <= headDim, even).
 cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
-                       int64_t heads, int64_t headDim, const RopeTable &table,
+                       int64_t heads, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
                        float attentionFactor, cudaStream_t stream);
 cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream);
 cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
@@ -47,6 +57,13 @@ cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,
 cudaError_t launchGatedRmsNorm(const void *x, const void *gate, const void *weight, void *out,
                                int64_t rows, int64_t width, int64_t gateStride,
                                int64_t groupSize, float eps, cudaStream_t stream);
+// kiln_rms_norm_gate_bf16: Qwen3-Next's norm-then-gate order of launchGatedRmsNorm,
+// weight [groupSize].
+cudaError_t launchRmsNormGate(const void *x, const void *gate, const void *weight, void *out,
+                              int64_t rows, int64_t width, int64_t gateStride, int64_t groupSize,
+                              float eps, cudaStream_t stream);
+cudaError_t launchSigmoidMul(const void *x, const void *gate, void *out, int64_t rows, int64_t dim,
+                             int64_t gateStride, cudaStream_t stream);
 cudaError_t launchActivation(const void *x, void *out, int64_t n, int kind,
                              cudaStream_t stream);
 cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, void *out,

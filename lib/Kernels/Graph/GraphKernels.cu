@@ -52,6 +52,10 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[kVecElems]) {
   return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
+__device__ __forceinline__ uint4 load16(const uint16_t *p) {
+  return *reinterpret_cast<const uint4 *>(p);
+}
+
 __device__ __forceinline__ float warpSum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)
@@ -150,34 +154,89 @@ __global__ void sigmoidGateKernel(const uint16_t *x, const uint16_t *w, const ui
   }
 }
 
-// ---- gated_rms_norm --------------------------------------------------------------------
-// One block a (row, group): y = x * silu(gate) in fp32 (Zamba2RMSNormGated upcasts both),
-// the group's mean square in the block's fixed order, then weight * bf16(y * rsqrt(..)),
-// rounded again (the norm returns its input's dtype before the weight's product).
+// ---- gated_rms_norm, rms_norm_gate -----------------------------------------------------
+// silu in fp32, as PyTorch's F.silu of an fp32 tensor.
+__device__ __forceinline__ float siluF32(float g) { return g / (1.0f + expf(-g)); }
+
+// The two orders of a gated RMSNorm over groups of a row, as policies of one kernel:
+//  - GateThenNorm: Mamba2's MambaRMSNormGated (norm_before_gate=False): y = x * silu(gate)
+//    in fp32 (it upcasts both), normed, weight * bf16(y * scale) rounded; weight [width].
+//  - NormThenGate: Qwen3NextRMSNormGated: bf16(x * scale) (the norm returns the input's
+//    dtype), times the bf16 weight (a bf16 product, rounded), times silu(gate) in fp32,
+//    rounded; weight [group_size], shared by every group (one per value head dim).
+// normed(): the value whose mean square is taken; out(): the element before the final
+// rounding.
+struct GateThenNorm {
+  static constexpr bool kSharedWeight = false;
+  __device__ __forceinline__ static float normed(float x, const uint16_t *g) {
+    return x * siluF32(bf2f(*g));
+  }
+  __device__ __forceinline__ static float out(float v, float scale, float w, const uint16_t *g) {
+    return w * roundBf16(v * scale);
+  }
+};
+struct NormThenGate {
+  static constexpr bool kSharedWeight = true;
+  __device__ __forceinline__ static float normed(float x, const uint16_t *) { return x; }
+  __device__ __forceinline__ static float out(float v, float scale, float w, const uint16_t *g) {
+    return roundBf16(w * roundBf16(v * scale)) * siluF32(bf2f(*g));
+  }
+};
+
+// One block a (row, group): the group's mean square in the block's fixed order, then
+// each element through Order::out. The gate is read only where Order uses it.
+template <class Order>
 __global__ void gatedRmsNormKernel(const uint16_t *x, const uint16_t *gate,
-                                   const uint16_t *__restrict__ weight, uint16_t *out,
-                                   int64_t rows, int64_t width, int64_t gateStride,
-                                   int64_t groupSize, float eps) {
+                                   const uint16_t *__restrict__ weight, uint16_t *out, int64_t rows,
+                                   int64_t width, int64_t gateStride, int64_t groupSize,
+                                   float eps) {
   __shared__ float scratch[33];
   const int64_t groups = width / groupSize;
   for (int64_t item = blockIdx.x; item < rows * groups; item += gridDim.x) {
     const int64_t r = item / groups, first = (item % groups) * groupSize;
     const uint16_t *xr = x + r * width + first;
     const uint16_t *gr = gate + r * gateStride + first;
+    const uint16_t *wr = Order::kSharedWeight ? weight : weight + first;
     float partial = 0.0f;
     for (int64_t i = threadIdx.x; i < groupSize; i += blockDim.x) {
-      const float g = bf2f(gr[i]);
-      const float y = bf2f(xr[i]) * (g / (1.0f + expf(-g)));
+      const float y = Order::normed(bf2f(xr[i]), gr + i);
       partial += y * y;
     }
-    const float inv = rsqrtf(blockSum(partial, scratch) / static_cast<float>(groupSize) + eps);
+    const float scale = rsqrtf(blockSum(partial, scratch) / static_cast<float>(groupSize) + eps);
     uint16_t *dst = out + r * width + first;
-    for (int64_t i = threadIdx.x; i < groupSize; i += blockDim.x) {
-      const float g = bf2f(gr[i]);
-      const float y = bf2f(xr[i]) * (g / (1.0f + expf(-g)));
-      dst[i] = f2bf(bf2f(weight[first + i]) * roundBf16(y * inv));
-    }
+    for (int64_t i = threadIdx.x; i < groupSize; i += blockDim.x)
+      dst[i] = f2bf(Order::out(Order::normed(bf2f(xr[i]), gr + i), scale, bf2f(wr[i]), gr + i));
   }
+}
+
+// ---- sigmoid_mul -----------------------------------------------------------------------
+// torch's x * torch.sigmoid(gate) on bf16 tensors: the sigmoid in fp32 rounded to bf16
+// (its own tensor), then the bf16 product rounded. x, out [rows, dim] dense, gate rows
+// gateStride apart. Blocks cover a row's columns (x) and rows (y); Vec: 8 columns a
+// thread. out may be x (each element is read before it is written, by one thread).
+__device__ __forceinline__ float sigmoidMul(float x, float g) {
+  return x * roundBf16(1.0f / (1.0f + expf(-g)));
+}
+
+template <bool Vec>
+__global__ void sigmoidMulKernel(const uint16_t *x, const uint16_t *gate, uint16_t *out,
+                                 int64_t rows, int64_t dim, int64_t gateStride) {
+  const int64_t items = Vec ? dim / kVecElems : dim;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      if (Vec) {
+        float fx[kVecElems], fg[kVecElems];
+        unpack8(load16(x + r * dim + i * kVecElems), fx);
+        unpack8(load16(gate + r * gateStride + i * kVecElems), fg);
+#pragma unroll
+        for (int e = 0; e < kVecElems; ++e)
+          fx[e] = sigmoidMul(fx[e], fg[e]);
+        *reinterpret_cast<uint4 *>(out + r * dim + i * kVecElems) = pack8(fx);
+      } else {
+        out[r * dim + i] = f2bf(sigmoidMul(bf2f(x[r * dim + i]), bf2f(gate[r * gateStride + i])));
+      }
+    }
 }
 
 // ---- activation ------------------------------------------------------------------------
@@ -216,32 +275,62 @@ __global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t
 }
 
 // ---- rms_norm ------------------------------------------------------------------------
-// Where the 16-byte path of a norm kernel reads its row: x itself, or the residual sum
-// a + b, which it also stores (the residual stream) with the add kernel's rounding, so the
-// fused add + norm gives the bits of the add kernel followed by the norm kernel.
+// How a norm applies its weight to a normalized element (x * scale, scale = rsqrt(mean(x^2)
+// + eps)); the caller rounds the result to bf16 once:
+//  - RoundThenScale: Llama's weight * (x * scale).to(bf16) (the norm returns its input's
+//    dtype before the weight's product);
+//  - OnePlusWeight: Qwen3-Next's zero-centered weight, (x * scale) * (1 + weight) all in
+//    fp32 (Qwen3NextRMSNorm upcasts the weight and rounds only its output).
+struct RoundThenScale {
+  __device__ __forceinline__ float operator()(float x, float scale, float w) const {
+    return w * roundBf16(x * scale);
+  }
+};
+struct OnePlusWeight {
+  __device__ __forceinline__ float operator()(float x, float scale, float w) const {
+    return (x * scale) * (1.0f + w);
+  }
+};
+
+// Where a norm kernel reads row r (the output is always dense [rows, dim]): row(r) for the
+// scalar path, load(r, col) for the 16-byte paths.
+// Dense rows of dim.
 struct RowOfX {
   const uint16_t *x;
-  __device__ __forceinline__ uint4 load(int64_t offset) const {
-    return *reinterpret_cast<const uint4 *>(x + offset);
-  }
+  int64_t dim;
+  __device__ __forceinline__ const uint16_t *row(int64_t r) const { return x + r * dim; }
+  __device__ __forceinline__ uint4 load(int64_t r, int col) const { return load16(row(r) + col); }
 };
-// Rows `stride` elements apart (a column slice of a wider tensor); offsets count dense
-// rows of `dim`.
+// Rows `stride` elements apart (a column slice of a wider tensor).
 struct RowOfStridedX {
   const uint16_t *x;
-  int64_t dim, stride;
-  __device__ __forceinline__ uint4 load(int64_t offset) const {
-    const int64_t row = offset / dim;
-    return *reinterpret_cast<const uint4 *>(x + row * stride + (offset - row * dim));
-  }
+  int64_t stride;
+  __device__ __forceinline__ const uint16_t *row(int64_t r) const { return x + r * stride; }
+  __device__ __forceinline__ uint4 load(int64_t r, int col) const { return load16(row(r) + col); }
 };
+// Row r = (token r / heads, head r % heads) of a [tokens, heads] grid of rows at element
+// strides: per-head norms of q rows inside an interleaved projection.
+struct RowOfHeadX {
+  const uint16_t *x;
+  int64_t heads, tokenStride, headStride;
+  __device__ __forceinline__ const uint16_t *row(int64_t r) const {
+    const int64_t t = r / heads;
+    return x + t * tokenStride + (r - t * heads) * headStride;
+  }
+  __device__ __forceinline__ uint4 load(int64_t r, int col) const { return load16(row(r) + col); }
+};
+// The residual sum a + b, which the load also stores (the residual stream) with the add
+// kernel's rounding, so the fused add + norm gives the bits of the add kernel followed by
+// the norm kernel. 16-byte paths only.
 struct RowOfSum {
   const uint16_t *a, *b; // may alias sum: each chunk is read before it is written, by one thread
   uint16_t *sum;
-  __device__ __forceinline__ uint4 load(int64_t offset) const {
+  int64_t dim;
+  __device__ __forceinline__ uint4 load(int64_t r, int col) const {
+    const int64_t offset = r * dim + col;
     float fa[kVecElems], fb[kVecElems];
-    unpack8(*reinterpret_cast<const uint4 *>(a + offset), fa);
-    unpack8(*reinterpret_cast<const uint4 *>(b + offset), fb);
+    unpack8(load16(a + offset), fa);
+    unpack8(load16(b + offset), fb);
     const AddOp add;
 #pragma unroll
     for (int e = 0; e < kVecElems; ++e)
@@ -252,12 +341,35 @@ struct RowOfSum {
   }
 };
 
+// Applies `norm` to 8 elements and their weights.
+template <class Norm>
+__device__ __forceinline__ uint4 normChunk(const uint4 &x, const uint4 &weight, float scale) {
+  const Norm norm;
+  float f[kVecElems], w[kVecElems];
+  unpack8(x, f);
+  unpack8(weight, w);
+#pragma unroll
+  for (int e = 0; e < kVecElems; ++e)
+    f[e] = norm(f[e], scale, w[e]);
+  return pack8(f);
+}
+
+// Adds the squares of 8 elements to a thread's running sum, one after the other.
+__device__ __forceinline__ void addSquares(const uint4 &x, float &sum) {
+  float f[kVecElems];
+  unpack8(x, f);
+#pragma unroll
+  for (int e = 0; e < kVecElems; ++e)
+    sum += f[e] * f[e];
+}
+
 // One block per row; out may be x (a row is read completely before the block-wide sum
-// and written after it, each element by the thread that read it). Vector path: each thread keeps its kCache 16-byte chunks of the row
-// in registers between the statistics and the output pass.
-template <int kCache, class Source>
-__global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight,
-                                 uint16_t *out, int64_t rows, int dim, float eps) {
+// and written after it, each element by the thread that read it). Vector path: each
+// thread keeps its kCache 16-byte chunks of the row in registers between the statistics
+// and the output pass.
+template <int kCache, class Norm, class Source>
+__global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight, uint16_t *out,
+                                 int64_t rows, int dim, float eps) {
   __shared__ float scratch[33];
   const int vectors = dim / kVecElems;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
@@ -269,27 +381,16 @@ __global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight
     for (int c = 0; c < kCache; ++c) {
       const int v = threadIdx.x + c * blockDim.x;
       if (v < vectors) {
-        cache[c] = src.load(r * dim + static_cast<int64_t>(v) * kVecElems);
-        float f[kVecElems];
-        unpack8(cache[c], f);
-#pragma unroll
-        for (int e = 0; e < kVecElems; ++e)
-          sumSq += f[e] * f[e];
+        cache[c] = src.load(r, v * kVecElems);
+        addSquares(cache[c], sumSq);
       }
     }
     const float scale = rsqrtf(blockSum(sumSq, scratch) / static_cast<float>(dim) + eps);
 #pragma unroll
     for (int c = 0; c < kCache; ++c) {
       const int v = threadIdx.x + c * blockDim.x;
-      if (v < vectors) {
-        float f[kVecElems], w[kVecElems];
-        unpack8(cache[c], f);
-        unpack8(w4[v], w);
-#pragma unroll
-        for (int e = 0; e < kVecElems; ++e)
-          f[e] = w[e] * roundBf16(f[e] * scale);
-        o4[v] = pack8(f);
-      }
+      if (v < vectors)
+        o4[v] = normChunk<Norm>(cache[c], w4[v], scale);
     }
   }
 }
@@ -299,42 +400,35 @@ __global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight
 // would leave most of a block idle and make block scheduling the bottleneck for
 // Qwen3's per-head q/k norms: tokens x heads rows of head_dim.)
 constexpr int kRmsWarpsPerBlock = 8;
-template <class Source>
-__global__ void rmsNormWarpKernel(Source src, const uint16_t *__restrict__ weight,
-                                  uint16_t *out, int64_t rows, int dim, float eps) {
+template <class Norm, class Source>
+__global__ void rmsNormWarpKernel(Source src, const uint16_t *__restrict__ weight, uint16_t *out,
+                                  int64_t rows, int dim, float eps) {
   const int vectors = dim / kVecElems;
   const int lane = threadIdx.x & 31;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRmsWarpsPerBlock + (threadIdx.x >> 5);
        r < rows; r += static_cast<int64_t>(gridDim.x) * kRmsWarpsPerBlock) {
     uint4 *o4 = reinterpret_cast<uint4 *>(out + r * dim);
-    float f[kVecElems];
+    uint4 chunk;
     float sumSq = 0.0f;
     if (lane < vectors) {
-      unpack8(src.load(r * dim + static_cast<int64_t>(lane) * kVecElems), f);
-#pragma unroll
-      for (int e = 0; e < kVecElems; ++e)
-        sumSq += f[e] * f[e];
+      chunk = src.load(r, lane * kVecElems);
+      addSquares(chunk, sumSq);
     }
     const float scale = rsqrtf(warpSum(sumSq) / static_cast<float>(dim) + eps);
-    if (lane < vectors) {
-      float w[kVecElems];
-      unpack8(w4[lane], w);
-#pragma unroll
-      for (int e = 0; e < kVecElems; ++e)
-        f[e] = w[e] * roundBf16(f[e] * scale);
-      o4[lane] = pack8(f);
-    }
+    if (lane < vectors)
+      o4[lane] = normChunk<Norm>(chunk, w4[lane], scale);
   }
 }
 
-// Any dim and alignment: reads the row twice (the second time from cache).
-__global__ void rmsNormScalarKernel(const uint16_t *x, const uint16_t *__restrict__ weight,
-                                    uint16_t *out, int64_t rows, int64_t dim,
-                                    float eps) {
+// Any dim, stride and alignment: reads the row twice (the second time from cache).
+template <class Norm, class Rows>
+__global__ void rmsNormScalarKernel(Rows src, const uint16_t *__restrict__ weight, uint16_t *out,
+                                    int64_t rows, int64_t dim, float eps) {
   __shared__ float scratch[33];
+  const Norm norm;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const uint16_t *row = x + r * dim;
+    const uint16_t *row = src.row(r);
     float sumSq = 0.0f;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const float v = bf2f(row[j]);
@@ -342,7 +436,7 @@ __global__ void rmsNormScalarKernel(const uint16_t *x, const uint16_t *__restric
     }
     const float scale = rsqrtf(blockSum(sumSq, scratch) / static_cast<float>(dim) + eps);
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-      out[r * dim + j] = f2bf(bf2f(weight[j]) * roundBf16(bf2f(row[j]) * scale));
+      out[r * dim + j] = f2bf(norm(bf2f(row[j]), scale, bf2f(weight[j])));
   }
 }
 
@@ -370,13 +464,16 @@ __device__ __forceinline__ void rotateHalfPair(float x1, float x2, float c, floa
 // One block per token: the block computes the token's bf16 cos/sin table (accurate
 // cosf/sinf: angles reach 1e5 radians) into shared memory once, then rotates every head.
 // Each work item is a pair of chunks (x[f..], x[f + half..]) that only it reads and
-// writes, so out may be x.
+// writes, so out may be x. Partial RoPE (rotaryDim < headDim, transformers'
+// partial_rotary_factor): the first rotaryDim elements of a head are rotated over
+// rotaryDim / 2 frequencies, the rest copied (nothing to do in place).
 template <bool Vec>
 __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positions, uint16_t *out,
-                           int64_t tokens, int heads, int headDim, float attentionFactor,
-                           RopeTable table) {
+                           int64_t tokens, int heads, int headDim, int rotaryDim,
+                           float attentionFactor, RopeTable table) {
   __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
-  const int half = headDim / 2;
+  const int half = rotaryDim / 2;
+  const int pass = x == out ? 0 : headDim - rotaryDim;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const float position = static_cast<float>(positions[t]);
     __syncthreads(); // the previous token's table is no longer read
@@ -399,6 +496,13 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
         *reinterpret_cast<uint4 *>(out + first) = pack8(o1);
         *reinterpret_cast<uint4 *>(out + first + half) = pack8(o2);
       }
+      const int passChunks = pass / kVecElems;
+      for (int item = threadIdx.x; item < heads * passChunks; item += blockDim.x) {
+        const int h = item / passChunks, chunk = item - h * passChunks;
+        const int64_t at =
+            tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + chunk * kVecElems;
+        *reinterpret_cast<uint4 *>(out + at) = load16(x + at);
+      }
     } else {
       for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
         const int h = item / half, f = item - h * half;
@@ -408,6 +512,11 @@ __global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positi
         rotateHalfPair(x1, x2, cosSin[f], cosSin[half + f], o1, o2);
         out[first] = f2bf(o1);
         out[first + half] = f2bf(o2);
+      }
+      for (int item = threadIdx.x; item < heads * pass; item += blockDim.x) {
+        const int h = item / pass, j = item - h * pass;
+        const int64_t at = tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + j;
+        out[at] = x[at];
       }
     }
   }
@@ -948,19 +1057,19 @@ constexpr int64_t kRmsMaxVectors = 4096;
 
 // The 16-byte paths by row length (dim a multiple of 8 and at most 8 * kRmsMaxVectors;
 // weight and out 16-byte aligned, and whatever `src` reads).
-template <class Source>
-void launchRmsNormVec(Source src, const uint16_t *weight, uint16_t *out, int64_t rows,
-                      int64_t dim, float eps, cudaStream_t stream) {
+template <class Norm, class Source>
+void launchRmsNormVec(Source src, const uint16_t *weight, uint16_t *out, int64_t rows, int64_t dim,
+                      float eps, cudaStream_t stream) {
   const int64_t vectors = dim / kVecElems;
   if (vectors <= 32) {
     const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
-    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
+    rmsNormWarpKernel<Norm><<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
         src, weight, out, rows, static_cast<int>(dim), eps);
   } else if (vectors <= 1024) {
-    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
+    rmsNormVecKernel<1, Norm><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
         src, weight, out, rows, static_cast<int>(dim), eps);
   } else {
-    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
+    rmsNormVecKernel<4, Norm><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
         src, weight, out, rows, static_cast<int>(dim), eps);
   }
 }
@@ -969,13 +1078,28 @@ bool rmsNormVecFits(int64_t dim) {
   return dim % kVecElems == 0 && dim / kVecElems <= kRmsMaxVectors;
 }
 
+// A norm of the rows `src` reads: the 16-byte paths where `vec` (the caller checked
+// rmsNormVecFits, the alignment and the strides), else the scalar one.
+template <class Norm, class Rows>
+void launchRmsNormRows(Rows src, bool vec, const void *weight, void *out, int64_t rows, int64_t dim,
+                       float eps, cudaStream_t stream) {
+  const auto *pw = static_cast<const uint16_t *>(weight);
+  auto *po = static_cast<uint16_t *>(out);
+  if (vec) {
+    launchRmsNormVec<Norm>(src, pw, po, rows, dim, eps, stream);
+  } else {
+    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
+    rmsNormScalarKernel<Norm><<<rowGrid(rows), threads, 0, stream>>>(src, pw, po, rows, dim, eps);
+  }
+}
+
 } // namespace
 
 cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weight, void *out,
                                  int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  launchRmsNormVec(RowOfStridedX{static_cast<const uint16_t *>(x), dim, stride},
-                   static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows,
-                   dim, eps, stream);
+  launchRmsNormVec<RoundThenScale>(RowOfStridedX{static_cast<const uint16_t *>(x), stride},
+                                   static_cast<const uint16_t *>(weight),
+                                   static_cast<uint16_t *>(out), rows, dim, eps, stream);
   return cudaGetLastError();
 }
 
@@ -987,53 +1111,77 @@ bool rmsNormStridedFits(const void *x, int64_t stride, const void *weight, const
 
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream) {
-  const auto *px = static_cast<const uint16_t *>(x);
-  const auto *pw = static_cast<const uint16_t *>(weight);
-  auto *po = static_cast<uint16_t *>(out);
-  if (rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out)) {
-    launchRmsNormVec(RowOfX{px}, pw, po, rows, dim, eps, stream);
-  } else {
-    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
-    rmsNormScalarKernel<<<rowGrid(rows), threads, 0, stream>>>(px, pw, po, rows, dim, eps);
-  }
+  const bool vec = rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out);
+  launchRmsNormRows<RoundThenScale>(RowOfX{static_cast<const uint16_t *>(x), dim}, vec, weight, out,
+                                    rows, dim, eps, stream);
   return cudaGetLastError();
 }
 
-cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum,
-                             void *out, int64_t rows, int64_t dim, float eps,
+cudaError_t launchRmsNormOffset(const void *x, int64_t tokenStride, int64_t headStride,
+                                const void *weight, void *out, int64_t tokens, int64_t heads,
+                                int64_t dim, float eps, cudaStream_t stream) {
+  const auto *px = static_cast<const uint16_t *>(x);
+  const int64_t rows = tokens * heads;
+  // Rows one stride apart (one head a token, or heads back to back at the token stride)
+  // need no division by heads; at the stride dim they are dense.
+  const bool uniform = heads == 1 || tokenStride == heads * headStride;
+  const int64_t rowStride = heads == 1 ? tokenStride : headStride;
+  const bool vec = rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out) &&
+                   tokenStride % kVecElems == 0 && (heads == 1 || headStride % kVecElems == 0);
+  if (uniform && rowStride == dim)
+    launchRmsNormRows<OnePlusWeight>(RowOfX{px, dim}, vec, weight, out, rows, dim, eps, stream);
+  else if (uniform)
+    launchRmsNormRows<OnePlusWeight>(RowOfStridedX{px, rowStride}, vec, weight, out, rows, dim, eps,
+                                     stream);
+  else
+    launchRmsNormRows<OnePlusWeight>(RowOfHeadX{px, heads, tokenStride, headStride}, vec, weight,
+                                     out, rows, dim, eps, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum, void *out,
+                             int64_t rows, int64_t dim, float eps, RmsNormWeight kind,
                              cudaStream_t stream) {
+  const bool onePlus = kind == RmsNormWeight::kOnePlus;
   const bool fused = rmsNormVecFits(dim) && aligned16(a) && aligned16(b) && aligned16(sum) &&
                      aligned16(weight) && aligned16(out);
   if (!fused) {
     // The add and the norm one after the other: the same bits by construction.
     if (cudaError_t e = launchAdd(a, b, sum, rows * dim, stream); e != cudaSuccess)
       return e;
-    return launchRmsNorm(sum, weight, out, rows, dim, eps, stream);
+    return onePlus ? launchRmsNormOffset(sum, dim, dim, weight, out, rows, 1, dim, eps, stream)
+                   : launchRmsNorm(sum, weight, out, rows, dim, eps, stream);
   }
-  launchRmsNormVec(RowOfSum{static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b),
-                            static_cast<uint16_t *>(sum)},
-                   static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows,
-                   dim, eps, stream);
+  const RowOfSum src{static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b),
+                     static_cast<uint16_t *>(sum), dim};
+  const auto *pw = static_cast<const uint16_t *>(weight);
+  auto *po = static_cast<uint16_t *>(out);
+  if (onePlus)
+    launchRmsNormVec<OnePlusWeight>(src, pw, po, rows, dim, eps, stream);
+  else
+    launchRmsNormVec<RoundThenScale>(src, pw, po, rows, dim, eps, stream);
   return cudaGetLastError();
 }
 
 cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
-                       int64_t heads, int64_t headDim, const RopeTable &table,
+                       int64_t heads, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
                        float attentionFactor, cudaStream_t stream) {
   const auto *px = static_cast<const uint16_t *>(x);
   auto *po = static_cast<uint16_t *>(out);
-  const int64_t half = headDim / 2;
-  if (half % kVecElems == 0 && aligned16(x) && aligned16(out)) {
-    const int64_t items = heads * (half / kVecElems);
+  const int64_t half = rotaryDim / 2, pass = x == out ? 0 : headDim - rotaryDim;
+  // The 16-byte path needs every head's rotated halves and copied tail in whole chunks.
+  if (half % kVecElems == 0 && headDim % kVecElems == 0 && aligned16(x) && aligned16(out)) {
+    const int64_t items = heads * std::max(half, pass) / kVecElems;
     const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(std::max(items, half))));
     ropeKernel<true><<<rowGrid(tokens), threads, 0, stream>>>(
         px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
-        attentionFactor, table);
+        static_cast<int>(rotaryDim), attentionFactor, table);
   } else {
-    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(heads * half)));
+    const int threads =
+        static_cast<int>(std::min<int64_t>(256, roundUpWarp(heads * std::max(half, pass))));
     ropeKernel<false><<<rowGrid(tokens), threads, 0, stream>>>(
         px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
-        attentionFactor, table);
+        static_cast<int>(rotaryDim), attentionFactor, table);
   }
   return cudaGetLastError();
 }
@@ -1083,14 +1231,49 @@ cudaError_t launchSigmoidGate(const void *x, const void *w, const void *value, v
   return cudaGetLastError();
 }
 
-cudaError_t launchGatedRmsNorm(const void *x, const void *gate, const void *weight, void *out,
-                               int64_t rows, int64_t width, int64_t gateStride,
-                               int64_t groupSize, float eps, cudaStream_t stream) {
+namespace {
+template <class Order>
+cudaError_t launchGatedNorm(const void *x, const void *gate, const void *weight, void *out,
+                            int64_t rows, int64_t width, int64_t gateStride, int64_t groupSize,
+                            float eps, cudaStream_t stream) {
   const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(groupSize)));
-  gatedRmsNormKernel<<<rowGrid(rows * (width / groupSize)), threads, 0, stream>>>(
+  gatedRmsNormKernel<Order><<<rowGrid(rows * (width / groupSize)), threads, 0, stream>>>(
       static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(gate),
-      static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows, width,
-      gateStride, groupSize, eps);
+      static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows, width, gateStride,
+      groupSize, eps);
+  return cudaGetLastError();
+}
+} // namespace
+
+cudaError_t launchGatedRmsNorm(const void *x, const void *gate, const void *weight, void *out,
+                               int64_t rows, int64_t width, int64_t gateStride, int64_t groupSize,
+                               float eps, cudaStream_t stream) {
+  return launchGatedNorm<GateThenNorm>(x, gate, weight, out, rows, width, gateStride, groupSize,
+                                       eps, stream);
+}
+
+cudaError_t launchRmsNormGate(const void *x, const void *gate, const void *weight, void *out,
+                              int64_t rows, int64_t width, int64_t gateStride, int64_t groupSize,
+                              float eps, cudaStream_t stream) {
+  return launchGatedNorm<NormThenGate>(x, gate, weight, out, rows, width, gateStride, groupSize,
+                                       eps, stream);
+}
+
+cudaError_t launchSigmoidMul(const void *x, const void *gate, void *out, int64_t rows, int64_t dim,
+                             int64_t gateStride, cudaStream_t stream) {
+  const bool vec = dim % kVecElems == 0 && gateStride % kVecElems == 0 && aligned16(x) &&
+                   aligned16(gate) && aligned16(out);
+  const int64_t items = vec ? dim / kVecElems : dim;
+  const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(items)));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((items + threads - 1) / threads, 65535)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  const auto *px = static_cast<const uint16_t *>(x);
+  const auto *pg = static_cast<const uint16_t *>(gate);
+  auto *po = static_cast<uint16_t *>(out);
+  if (vec)
+    sigmoidMulKernel<true><<<grid, threads, 0, stream>>>(px, pg, po, rows, dim, gateStride);
+  else
+    sigmoidMulKernel<false><<<grid, threads, 0, stream>>>(px, pg, po, rows, dim, gateStride);
   return cudaGetLastError();
 }
 

@@ -63,31 +63,32 @@ bool sameRope(const kiln_rope_params_t &a, const kiln_rope_params_t &b) {
          a.high == b.high && a.original_max_position == b.original_max_position;
 }
 
-// The frequency table of (params, head_dim): a few per thread are kept, so the layers of a
-// step (which share their rope) compute it once.
-const RopeTable *ropeTable(const kiln_rope_params_t &p, int64_t headDim) {
+// The frequency table of (params, the rotated dims: head_dim, or rotary_dim of a partial
+// rope): a few per thread are kept, so the layers of a step (which share their rope)
+// compute it once.
+const RopeTable *ropeTable(const kiln_rope_params_t &p, int64_t dim) {
   struct Entry {
     bool used = false;
     kiln_rope_params_t params;
-    int64_t headDim;
+    int64_t dim;
     RopeTable table;
   };
   constexpr int kEntries = 4;
   thread_local Entry cache[kEntries];
   thread_local int next = 0;
   for (Entry &e : cache)
-    if (e.used && e.headDim == headDim && sameRope(e.params, p))
+    if (e.used && e.dim == dim && sameRope(e.params, p))
       return &e.table;
   Entry &e = cache[next];
   next = (next + 1) % kEntries;
   e.used = false;
-  if (!ropeInverseFrequencies(p, headDim, e.table.invFreq))
+  if (!ropeInverseFrequencies(p, dim, e.table.invFreq))
     return nullptr;
-  for (int64_t i = 0; i < headDim / 2; ++i)
+  for (int64_t i = 0; i < dim / 2; ++i)
     if (!std::isfinite(e.table.invFreq[i]))
       return nullptr;
   e.params = p;
-  e.headDim = headDim;
+  e.dim = dim;
   e.used = true;
   return &e.table;
 }
@@ -179,11 +180,13 @@ extern "C" kiln_status_t kiln_rms_norm_rows_bf16(const void *x, int64_t x_row_st
                                                  asStream(stream)));
 }
 
-extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b,
-                                                const void *weight, void *sum, void *out,
-                                                int64_t rows, int64_t dim, float eps,
-                                                void *stream) {
-  Checker c{"kiln_add_rms_norm_bf16"};
+namespace {
+// kiln_add_rms_norm_bf16 and kiln_add_rms_norm_offset_bf16: the same arguments, the
+// norm's weight applied as `kind`.
+kiln_status_t addRmsNorm(const char *kernel, const void *a, const void *b, const void *weight,
+                         void *sum, void *out, int64_t rows, int64_t dim, float eps,
+                         RmsNormWeight kind, void *stream) {
+  Checker c{kernel};
   if (!c.notNull(a, "a") || !c.notNull(b, "b") || !c.notNull(weight, "weight") ||
       !c.notNull(sum, "sum") || !c.notNull(out, "out") || !c.elementAligned(a, 2, "a") ||
       !c.elementAligned(b, 2, "b") || !c.elementAligned(weight, 2, "weight") ||
@@ -199,12 +202,72 @@ extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b,
   if (rows == 0)
     return ok();
   return launched(c.kernel,
-                  launchAddRmsNorm(a, b, weight, sum, out, rows, dim, eps, asStream(stream)));
+                  launchAddRmsNorm(a, b, weight, sum, out, rows, dim, eps, kind, asStream(stream)));
+}
+
+// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
+  const auto *p = static_cast<const char *>(a), *q = static_cast<const char *>(b);
+  return p < q + bBytes && q < p + aBytes;
+}
+} // namespace
+
+extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, const void *weight,
+                                                void *sum, void *out, int64_t rows, int64_t dim,
+                                                float eps, void *stream) {
+  return addRmsNorm("kiln_add_rms_norm_bf16", a, b, weight, sum, out, rows, dim, eps,
+                    RmsNormWeight::kRoundThenScale, stream);
+}
+
+extern "C" kiln_status_t kiln_add_rms_norm_offset_bf16(const void *a, const void *b,
+                                                       const void *weight, void *sum, void *out,
+                                                       int64_t rows, int64_t dim, float eps,
+                                                       void *stream) {
+  return addRmsNorm("kiln_add_rms_norm_offset_bf16", a, b, weight, sum, out, rows, dim, eps,
+                    RmsNormWeight::kOnePlus, stream);
+}
+
+extern "C" kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_token_stride,
+                                                   int64_t x_head_stride, const void *weight,
+                                                   void *out, int64_t tokens, int64_t heads,
+                                                   int64_t dim, float eps, void *stream) {
+  Checker c{"kiln_rms_norm_offset_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(weight, "weight") || !c.notNull(out, "out") ||
+      !c.elementAligned(x, 2, "x") || !c.elementAligned(weight, 2, "weight") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(tokens, "tokens") ||
+      !c.positive(heads, "heads") || !c.positive(dim, "dim") ||
+      !c.sizeFits(heads, dim, "a token's rows") || !c.sizeFits(tokens, heads * dim, "out"))
+    return c.status;
+  // One head a token reads only the token stride.
+  const int64_t headStride = heads == 1 ? dim : x_head_stride;
+  if (!c.sizeFits(heads, headStride, "a token of x") || !c.sizeFits(tokens, x_token_stride, "x"))
+    return c.status;
+  const int64_t tokenSpan = (heads - 1) * headStride + dim; // one token's rows in x
+  if (headStride < dim || x_token_stride < tokenSpan)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: x strides (token %lld, head %lld) overlap its rows of %lld elements x %lld "
+                "heads",
+                c.kernel, static_cast<long long>(x_token_stride),
+                static_cast<long long>(x_head_stride), static_cast<long long>(dim),
+                static_cast<long long>(heads));
+  if (!normEpsilonValid(c, eps))
+    return c.status;
+  if (tokens == 0)
+    return ok();
+  // In place needs each row's output where its input is: dense rows only.
+  const bool dense = headStride == dim && x_token_stride == heads * dim;
+  if (!(dense && out == x) &&
+      overlaps(x, ((tokens - 1) * x_token_stride + tokenSpan) * 2, out, tokens * heads * dim * 2))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: out overlaps x (only dense rows may be normed in place, out == x)", c.kernel);
+  return launched(c.kernel, launchRmsNormOffset(x, x_token_stride, headStride, weight, out, tokens,
+                                                heads, dim, eps, asStream(stream)));
 }
 
 extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
                                         int64_t tokens, int64_t heads, int64_t head_dim,
-                                        const kiln_rope_params_t *rope, void *stream) {
+                                        int64_t rotary_dim, const kiln_rope_params_t *rope,
+                                        void *stream) {
   Checker c{"kiln_rope_bf16"};
   if (!c.notNull(x, "x") || !c.notNull(positions, "positions") || !c.notNull(out, "out") ||
       !c.notNull(rope, "rope") || !c.elementAligned(x, 2, "x") ||
@@ -219,14 +282,21 @@ extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions,
   if (!c.atMost(head_dim, KILN_ROPE_MAX_HEAD_DIM, "head_dim") ||
       !c.sizeFits(tokens, heads * head_dim, "x") || !checkRopeParams(c, *rope))
     return c.status;
+  if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: rotary_dim %lld must be 0 (the whole head) or even and <= head_dim %lld",
+                c.kernel, static_cast<long long>(rotary_dim), static_cast<long long>(head_dim));
+  // The frequencies span the rotated dims (transformers' dim = head_dim *
+  // partial_rotary_factor), whatever the rope type.
+  const int64_t rotary = rotary_dim == 0 ? head_dim : rotary_dim;
   if (tokens == 0)
     return ok();
-  const RopeTable *table = ropeTable(*rope, head_dim);
+  const RopeTable *table = ropeTable(*rope, rotary);
   if (!table)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: rope parameters (theta %g, factor %g) give non-finite frequencies",
                 c.kernel, static_cast<double>(rope->theta), static_cast<double>(rope->factor));
-  return launched(c.kernel, launchRope(x, positions, out, tokens, heads, head_dim, *table,
+  return launched(c.kernel, launchRope(x, positions, out, tokens, heads, head_dim, rotary, *table,
                                        rope->attention_factor, asStream(stream)));
 }
 
@@ -314,11 +384,16 @@ extern "C" kiln_status_t kiln_sigmoid_gate_bf16(const void *x, const void *w, co
                                               asStream(stream)));
 }
 
-extern "C" kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gate,
-                                                  const void *weight, void *out, int64_t rows,
-                                                  int64_t width, int64_t gate_stride,
-                                                  int64_t group_size, float eps, void *stream) {
-  Checker c{"kiln_gated_rms_norm_bf16"};
+namespace {
+using GatedNormLauncher = cudaError_t (*)(const void *, const void *, const void *, void *, int64_t,
+                                          int64_t, int64_t, int64_t, float, cudaStream_t);
+
+// kiln_gated_rms_norm_bf16 and kiln_rms_norm_gate_bf16: the same arguments, validated
+// alike, then `launch` (the order of norm and gate).
+kiln_status_t gatedNorm(const char *kernel, const void *x, const void *gate, const void *weight,
+                        void *out, int64_t rows, int64_t width, int64_t gate_stride,
+                        int64_t group_size, float eps, GatedNormLauncher launch, void *stream) {
+  Checker c{kernel};
   if (!c.notNull(x, "x") || !c.notNull(gate, "gate") || !c.notNull(weight, "weight") ||
       !c.notNull(out, "out") || !c.elementAligned(x, 2, "x") ||
       !c.elementAligned(gate, 2, "gate") || !c.elementAligned(weight, 2, "weight") ||
@@ -327,20 +402,52 @@ extern "C" kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gat
       !c.sizeFits(rows, width, "x") || !c.sizeFits(rows, gate_stride, "gate"))
     return c.status;
   if (width % group_size != 0)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "kiln_gated_rms_norm_bf16: group_size %lld does not divide width %lld",
-                static_cast<long long>(group_size), static_cast<long long>(width));
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: group_size %lld does not divide width %lld",
+                c.kernel, static_cast<long long>(group_size), static_cast<long long>(width));
   if (gate_stride < width)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "kiln_gated_rms_norm_bf16: gate_stride %lld < width %lld",
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: gate_stride %lld < width %lld", c.kernel,
                 static_cast<long long>(gate_stride), static_cast<long long>(width));
   if (!(eps >= 0.0f) || std::isinf(eps))
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "kiln_gated_rms_norm_bf16: eps %g must be finite and >= 0", eps);
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: eps %g must be finite and >= 0", c.kernel, eps);
   if (rows == 0)
     return ok();
-  return launched(c.kernel, launchGatedRmsNorm(x, gate, weight, out, rows, width, gate_stride,
-                                               group_size, eps, asStream(stream)));
+  return launched(c.kernel, launch(x, gate, weight, out, rows, width, gate_stride, group_size, eps,
+                                   asStream(stream)));
+}
+} // namespace
+
+extern "C" kiln_status_t kiln_gated_rms_norm_bf16(const void *x, const void *gate,
+                                                  const void *weight, void *out, int64_t rows,
+                                                  int64_t width, int64_t gate_stride,
+                                                  int64_t group_size, float eps, void *stream) {
+  return gatedNorm("kiln_gated_rms_norm_bf16", x, gate, weight, out, rows, width, gate_stride,
+                   group_size, eps, launchGatedRmsNorm, stream);
+}
+
+extern "C" kiln_status_t kiln_rms_norm_gate_bf16(const void *x, const void *gate,
+                                                 const void *weight, void *out, int64_t rows,
+                                                 int64_t width, int64_t gate_stride,
+                                                 int64_t group_size, float eps, void *stream) {
+  return gatedNorm("kiln_rms_norm_gate_bf16", x, gate, weight, out, rows, width, gate_stride,
+                   group_size, eps, launchRmsNormGate, stream);
+}
+
+extern "C" kiln_status_t kiln_sigmoid_mul_bf16(const void *x, const void *gate, void *out,
+                                               int64_t rows, int64_t dim, int64_t gate_stride,
+                                               void *stream) {
+  Checker c{"kiln_sigmoid_mul_bf16"};
+  if (!c.notNull(x, "x") || !c.notNull(gate, "gate") || !c.notNull(out, "out") ||
+      !c.elementAligned(x, 2, "x") || !c.elementAligned(gate, 2, "gate") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(rows, "rows") || !c.positive(dim, "dim") ||
+      !c.sizeFits(rows, dim, "x") || !c.sizeFits(rows, gate_stride, "gate"))
+    return c.status;
+  if (gate_stride < dim)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: gate_stride %lld < dim %lld", c.kernel,
+                static_cast<long long>(gate_stride), static_cast<long long>(dim));
+  if (rows == 0)
+    return ok();
+  return launched(c.kernel,
+                  launchSigmoidMul(x, gate, out, rows, dim, gate_stride, asStream(stream)));
 }
 
 extern "C" kiln_status_t kiln_activation_bf16(const void *x, void *out, int64_t n, int32_t kind,

@@ -95,11 +95,18 @@ void ropeCosSinReference(int32_t position, float invFreq, float attentionFactor,
 }
 
 bool ropeReference(const uint16_t *x, const int32_t *positions, uint16_t *out, int64_t tokens,
-                   int64_t heads, int64_t headDim, const kiln_rope_params_t &rope) {
-  const int64_t half = headDim / 2;
+                   int64_t heads, int64_t headDim, int64_t rotaryDim,
+                   const kiln_rope_params_t &rope) {
+  const int64_t rotary = rotaryDim == 0 ? headDim : rotaryDim;
+  const int64_t half = rotary / 2;
   float inv[KILN_ROPE_MAX_HEAD_DIM / 2];
-  if (headDim > KILN_ROPE_MAX_HEAD_DIM || !ropeInvFreqReference(rope, headDim, inv))
+  if (headDim > KILN_ROPE_MAX_HEAD_DIM || rotary > headDim ||
+      !ropeInvFreqReference(rope, rotary, inv))
     return false;
+  // transformers' cat([rotated, x[..., rotary_dim:]]): the tail passes through.
+  for (int64_t row = 0; row < tokens * heads; ++row)
+    for (int64_t j = rotary; j < headDim; ++j)
+      out[row * headDim + j] = x[row * headDim + j];
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t f = 0; f < half; ++f) {
       uint16_t cb, sb;
@@ -166,6 +173,70 @@ void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16
             doubleToBf16(static_cast<double>(bf16ToFloat(weight[first + i])) * normed);
       }
     }
+}
+
+uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight) {
+  return floatToBf16((bf16ToFloat(x) * scale) * (1.0f + bf16ToFloat(weight)));
+}
+
+uint16_t rmsNormGateOf(uint16_t x, float scale, uint16_t weight, float silu) {
+  const float normed = bf16ToFloat(floatToBf16(bf16ToFloat(x) * scale));
+  const float weighted = bf16ToFloat(floatToBf16(bf16ToFloat(weight) * normed));
+  return floatToBf16(weighted * silu);
+}
+
+uint16_t sigmoidMulOf(uint16_t x, float sigmoid) {
+  return floatToBf16(bf16ToFloat(x) * bf16ToFloat(floatToBf16(sigmoid)));
+}
+
+float rmsScaleReference(const uint16_t *x, int64_t n, double eps) {
+  double squares = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = bf16ToFloat(x[i]);
+    squares += v * v;
+  }
+  return static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(n) + eps));
+}
+
+float siluReference(uint16_t gate) {
+  const double g = bf16ToFloat(gate);
+  return static_cast<float>(g / (1.0 + std::exp(-g)));
+}
+
+float sigmoidReference(uint16_t gate) {
+  return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(bf16ToFloat(gate)))));
+}
+
+void rmsNormOffsetReference(const uint16_t *x, int64_t tokenStride, int64_t headStride,
+                            const uint16_t *weight, uint16_t *out, int64_t tokens, int64_t heads,
+                            int64_t dim, double eps) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      const uint16_t *row = x + t * tokenStride + h * headStride;
+      const float scale = rmsScaleReference(row, dim, eps);
+      for (int64_t i = 0; i < dim; ++i)
+        out[(t * heads + h) * dim + i] = rmsNormOffsetOf(row[i], scale, weight[i]);
+    }
+}
+
+void rmsNormGateReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
+                          uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,
+                          int64_t groupSize, double eps) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t first = 0; first < width; first += groupSize) {
+      const uint16_t *xg = x + r * width + first;
+      const float scale = rmsScaleReference(xg, groupSize, eps);
+      for (int64_t i = 0; i < groupSize; ++i)
+        out[r * width + first + i] =
+            rmsNormGateOf(xg[i], scale, weight[i], siluReference(gate[r * gateStride + first + i]));
+    }
+}
+
+void sigmoidMulReference(const uint16_t *x, const uint16_t *gate, uint16_t *out, int64_t rows,
+                         int64_t dim, int64_t gateStride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i)
+      out[r * dim + i] = sigmoidMulOf(x[r * dim + i], sigmoidReference(gate[r * gateStride + i]));
 }
 
 void activationReference(const uint16_t *x, uint16_t *out, int64_t n, int kind) {

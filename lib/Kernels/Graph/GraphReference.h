@@ -30,8 +30,11 @@ bool ropeInvFreqReference(const kiln_rope_params_t &rope, int64_t headDim, float
 // c and s of one (position, frequency): bf16(cos(fp32 angle) * attention_factor).
 void ropeCosSinReference(int32_t position, float invFreq, float attentionFactor,
                          uint16_t *cos, uint16_t *sin);
+// rotaryDim 0 or headDim: whole heads; else the first rotaryDim elements of a head are
+// rotated over rotaryDim / 2 frequencies (of rotaryDim) and the rest copied.
 bool ropeReference(const uint16_t *x, const int32_t *positions, uint16_t *out, int64_t tokens,
-                   int64_t heads, int64_t headDim, const kiln_rope_params_t &rope);
+                   int64_t heads, int64_t headDim, int64_t rotaryDim,
+                   const kiln_rope_params_t &rope);
 void addReference(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n);
 void swigluReference(const uint16_t *gate, const uint16_t *up, uint16_t *out, int64_t n);
 // kiln_sigmoid_gate_bf16: the gate's dot product exact (fp64), rounded once; the sigmoid
@@ -44,6 +47,38 @@ void sigmoidGateReference(const uint16_t *x, const uint16_t *w, const uint16_t *
 void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
                            uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,
                            int64_t groupSize, double eps);
+// Qwen3-Next's norms and gates. Their kernels take two kinds of fp32 values from the GPU's
+// own arithmetic: a row's scale rsqrtf(mean(x^2) + eps) (the sum's order, rsqrtf's
+// error) and a gate's expf. Everything else is fp32 products and bf16 roundings at fixed
+// points, which the *Of functions evaluate exactly as the kernels do (host fp32, no FMA
+// in them), given those values; the whole-tensor references feed them fp64 values
+// rounded once to fp32 (a row's exact scale, the exact silu / sigmoid).
+//
+// kiln_rms_norm_offset_bf16 of one element: bf16((x * scale) * (1 + weight)) in fp32.
+uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight);
+// kiln_rms_norm_gate_bf16 of one element: bf16(bf16(weight * bf16(x * scale)) * silu),
+// silu the fp32 silu(gate).
+uint16_t rmsNormGateOf(uint16_t x, float scale, uint16_t weight, float silu);
+// kiln_sigmoid_mul_bf16 of one element: bf16(x * bf16(sigmoid)), sigmoid the fp32
+// sigmoid(gate).
+uint16_t sigmoidMulOf(uint16_t x, float sigmoid);
+// 1 / sqrt(mean of the squares of n values + eps) in fp64, rounded once to
+// fp32: the scale a norm kernel's fp32 statistic approximates.
+float rmsScaleReference(const uint16_t *x, int64_t n, double eps);
+// fp64 silu(g) and sigmoid(g), rounded once to fp32.
+float siluReference(uint16_t gate);
+float sigmoidReference(uint16_t gate);
+// kiln_rms_norm_offset_bf16: rows (t, h) at x + t * tokenStride + h * headStride, out dense.
+void rmsNormOffsetReference(const uint16_t *x, int64_t tokenStride, int64_t headStride,
+                            const uint16_t *weight, uint16_t *out, int64_t tokens, int64_t heads,
+                            int64_t dim, double eps);
+// kiln_rms_norm_gate_bf16; gate has row stride gateStride, weight [groupSize].
+void rmsNormGateReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
+                          uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,
+                          int64_t groupSize, double eps);
+// kiln_sigmoid_mul_bf16; gate has row stride gateStride.
+void sigmoidMulReference(const uint16_t *x, const uint16_t *gate, uint16_t *out, int64_t rows,
+                         int64_t dim, int64_t gateStride);
 // kiln_activation_bf16 in fp64, rounded once: kind 0 relu(x)^2, 1 x * sigmoid(x).
 void activationReference(const uint16_t *x, uint16_t *out, int64_t n, int kind);
 void argmaxReference(const uint16_t *logits, int32_t *out, int64_t rows, int64_t cols);

@@ -150,13 +150,28 @@ TEST(GraphReference, RopeHandComputed) {
   const uint16_t x[8] = {bf(1), bf(2), bf(0.5f), bf(-1), bf(1), bf(2), bf(0.5f), bf(-1)};
   const int32_t positions[2] = {1, 0};
   uint16_t out[8];
-  ASSERT_TRUE(ropeReference(x, positions, out, 2, 1, 4, p));
+  ASSERT_TRUE(ropeReference(x, positions, out, 2, 1, 4, 0, p));
   EXPECT_EQ(fl(out[0]), 0.119140625f);
   EXPECT_EQ(fl(out[1]), 2.015625f);
   EXPECT_EQ(fl(out[2]), 1.109375f);
   EXPECT_EQ(fl(out[3]), -0.98046875f);
   for (int j = 4; j < 8; ++j) // position 0: cos 1, sin 0, the identity
     EXPECT_EQ(out[j], x[j]);
+
+  // Partial rope of head_dim 8, rotary_dim 4: the first 4 elements are the whole-head rope
+  // of head_dim 4 (its frequencies span 4 dims), the last 4 pass through.
+  const uint16_t wide[8] = {bf(1), bf(2), bf(0.5f), bf(-1), bf(7), bf(-3), bf(0.25f), bf(9)};
+  uint16_t partial[8];
+  ASSERT_TRUE(ropeReference(wide, positions, partial, 1, 1, 8, 4, p));
+  for (int j = 0; j < 4; ++j)
+    EXPECT_EQ(partial[j], out[j]) << j;
+  for (int j = 4; j < 8; ++j)
+    EXPECT_EQ(partial[j], wide[j]) << j;
+  // rotary_dim == head_dim is the whole head.
+  uint16_t whole[8];
+  ASSERT_TRUE(ropeReference(x, positions, whole, 2, 1, 4, 4, p));
+  for (int j = 0; j < 8; ++j)
+    EXPECT_EQ(whole[j], out[j]) << j;
 }
 
 TEST(GraphReference, AddSwigluHandComputed) {
@@ -311,44 +326,51 @@ TEST(GraphValidation, Rope) {
   void *x = fake(0x10000), *o = fake(0x20000);
   const int32_t *pos = fakeIndex(0x30000);
   kiln_rope_params_t p = ropeParams(0, 10000.0f);
-  expectError(kiln_rope_bf16(nullptr, pos, o, 2, 4, 64, &p, nullptr), kInvalid, k, "x");
-  expectError(kiln_rope_bf16(x, nullptr, o, 2, 4, 64, &p, nullptr), kInvalid, k, "positions");
-  expectError(kiln_rope_bf16(x, pos, nullptr, 2, 4, 64, &p, nullptr), kInvalid, k, "out");
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, nullptr, nullptr), kInvalid, k, "rope");
-  expectError(kiln_rope_bf16(x, pos, o, -2, 4, 64, &p, nullptr), kInvalid, k, "tokens");
-  expectError(kiln_rope_bf16(x, pos, o, 2, 0, 64, &p, nullptr), kInvalid, k, "heads");
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 0, &p, nullptr), kInvalid, k, "head_dim");
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 65, &p, nullptr), kInvalid, k, "head_dim");
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 1024, &p, nullptr), kUnsupported, k, "head_dim");
+  expectError(kiln_rope_bf16(nullptr, pos, o, 2, 4, 64, 0, &p, nullptr), kInvalid, k, "x");
+  expectError(kiln_rope_bf16(x, nullptr, o, 2, 4, 64, 0, &p, nullptr), kInvalid, k, "positions");
+  expectError(kiln_rope_bf16(x, pos, nullptr, 2, 4, 64, 0, &p, nullptr), kInvalid, k, "out");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, nullptr, nullptr), kInvalid, k, "rope");
+  expectError(kiln_rope_bf16(x, pos, o, -2, 4, 64, 0, &p, nullptr), kInvalid, k, "tokens");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 0, 64, 0, &p, nullptr), kInvalid, k, "heads");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 0, 0, &p, nullptr), kInvalid, k, "head_dim");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 65, 0, &p, nullptr), kInvalid, k, "head_dim");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 1024, 0, &p, nullptr), kUnsupported, k, "head_dim");
   kiln_rope_params_t bad = p;
   bad.type = 4;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->type");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k, "rope->type");
   bad = p;
   bad.theta = 0.0f;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->theta");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k, "rope->theta");
   bad = p;
   bad.attention_factor = INFINITY;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k,
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k,
               "rope->attention_factor");
   bad = p;
   bad.type = 1;
   bad.factor = 0.0f;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->factor");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k, "rope->factor");
   bad = p;
   bad.type = 2;
   bad.factor = 8.0f;
   bad.high = bad.low;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->high");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k, "rope->high");
   bad.high = 4.0f;
   bad.original_max_position = 0;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k,
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k,
               "rope->original_max_position");
   bad = p;
   bad.type = 3;
   bad.factor = 4.0f;
   bad.low = NAN;
-  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, &bad, nullptr), kInvalid, k, "rope->low");
-  EXPECT_EQ(kiln_rope_bf16(x, pos, o, 0, 4, 64, &p, nullptr), KILN_OK);
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 0, &bad, nullptr), kInvalid, k, "rope->low");
+  EXPECT_EQ(kiln_rope_bf16(x, pos, o, 0, 4, 64, 0, &p, nullptr), KILN_OK);
+  // Partial rope: rotary_dim even, at most head_dim (0: the whole head).
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 63, &p, nullptr), kInvalid, k,
+              "rotary_dim 63 must be 0 (the whole head) or even and <= head_dim 64");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, 66, &p, nullptr), kInvalid, k, "rotary_dim 66");
+  expectError(kiln_rope_bf16(x, pos, o, 2, 4, 64, -2, &p, nullptr), kInvalid, k, "rotary_dim -2");
+  EXPECT_EQ(kiln_rope_bf16(x, pos, o, 0, 4, 64, 16, &p, nullptr), KILN_OK);
+  EXPECT_EQ(kiln_rope_bf16(x, pos, o, 0, 4, 64, 64, &p, nullptr), KILN_OK);
 }
 
 TEST(GraphValidation, AddSwiglu) {
@@ -645,6 +667,174 @@ TEST(GraphValidation, GatedRmsNorm) {
   expectError(kiln_gated_rms_norm_bf16(x, g, w, o, 2, 8, 8, 4, -1.0f, nullptr), kInvalid, k,
               "eps");
   EXPECT_EQ(kiln_gated_rms_norm_bf16(x, g, w, o, 0, 8, 8, 4, 1e-5f, nullptr), KILN_OK);
+}
+
+TEST(GraphReference, RmsNormOffsetHandComputed) {
+  // x = [1 2 3 4], eps 0: scale = fp32(1/sqrt(7.5)) = 0.36514837; the zero-centered weight
+  // w = [0 -0.5 0.375 1] multiplies by 1 + w = [1 0.5 1.375 2], all in fp32, rounded once:
+  //   [0.365148 0.365148 1.506237 2.921187] -> bf16 [0.365234375 0.365234375 1.5078125 2.921875].
+  // Element 2 tells the single rounding from Llama's two: bf16(x * scale) = 1.09375,
+  // times 1.375 = 1.50390625 -> 1.5.
+  const uint16_t x[4] = {bf(1), bf(2), bf(3), bf(4)};
+  const uint16_t w[4] = {bf(0), bf(-0.5f), bf(0.375f), bf(1)};
+  uint16_t out[4];
+  rmsNormOffsetReference(x, 4, 4, w, out, 1, 1, 4, 0.0);
+  EXPECT_EQ(fl(out[0]), 0.365234375f);
+  EXPECT_EQ(fl(out[1]), 0.365234375f);
+  EXPECT_EQ(fl(out[2]), 1.5078125f);
+  EXPECT_EQ(fl(out[3]), 2.921875f);
+  EXPECT_EQ(rmsScaleReference(x, 4, 0.0), static_cast<float>(1.0 / std::sqrt(7.5)));
+  EXPECT_EQ(rmsNormOffsetOf(x[2], rmsScaleReference(x, 4, 0.0), w[2]), out[2]);
+
+  // Per-head rows inside an interleaved [q | gate] projection: 2 tokens x 2 heads of dim 4,
+  // head stride 8, token stride 16; row (t, h) normed alone into out[t, h, :].
+  std::vector<uint16_t> proj(32);
+  for (int i = 0; i < 32; ++i)
+    proj[i] = bf(static_cast<float>((i * 7) % 11) - 5.0f);
+  const uint16_t unit[4] = {bf(0), bf(0), bf(0), bf(0)};
+  uint16_t heads[16], row[4];
+  rmsNormOffsetReference(proj.data(), 16, 8, unit, heads, 2, 2, 4, 1e-6);
+  for (int t = 0; t < 2; ++t)
+    for (int h = 0; h < 2; ++h) {
+      rmsNormOffsetReference(proj.data() + t * 16 + h * 8, 4, 4, unit, row, 1, 1, 4, 1e-6);
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(heads[(t * 2 + h) * 4 + i], row[i]) << t << " " << h << " " << i;
+    }
+}
+
+TEST(GraphReference, RmsNormGateHandComputed) {
+  // One row, two groups of 2 sharing the weight [2 -0.5] (weight [group_size]).
+  // Group 0: x = [3 4], scale = 1/sqrt(12.5): xn = bf16([0.848528 1.131371]) =
+  //   [0.84765625 1.1328125], y = bf16(w * xn) = [1.6953125 -0.56640625]; gate [0 40]:
+  //   silu = [0 40], out = [0 bf16(-22.65625) = -22.625].
+  // Group 1: x = [0.25 0.25], scale = 3.99968: xn = [1 1], y = [2 -0.5]; gate [9 -9]:
+  //   out = [bf16(2 * 8.998889) = 18, bf16(-0.5 * -0.00111055) = bf16(0.000555276)].
+  const uint16_t x[4] = {bf(3), bf(4), bf(0.25f), bf(0.25f)};
+  const uint16_t gate[6] = {bf(0), bf(40), bf(9), bf(-9), bf(100), bf(100)}; // stride 6
+  const uint16_t w[2] = {bf(2), bf(-0.5f)};
+  uint16_t out[4];
+  rmsNormGateReference(x, gate, w, out, 1, 4, 6, 2, 1e-5);
+  EXPECT_EQ(fl(out[0]), 0.0f);
+  EXPECT_EQ(fl(out[1]), -22.625f);
+  EXPECT_EQ(fl(out[2]), 18.0f);
+  EXPECT_EQ(out[3], doubleToBf16(0.5 * 9.0 / (1.0 + std::exp(9.0))));
+  EXPECT_EQ(fl(out[3]), 146 * 0x1p-18f);
+  // The gate is applied after the norm: Mamba2's order (the norm of y = x * silu(gate) =
+  // [0 160]: 160 / sqrt(12800) = 1.41421 -> 1.4140625, times -0.5) gives group 0 =
+  // [0 -0.70703125] instead.
+  const uint16_t wWide[4] = {bf(2), bf(-0.5f), bf(2), bf(-0.5f)};
+  uint16_t mamba[4];
+  gatedRmsNormReference(x, gate, wWide, mamba, 1, 4, 6, 2, 1e-5);
+  EXPECT_EQ(fl(mamba[0]), 0.0f);
+  EXPECT_EQ(fl(mamba[1]), -0.70703125f);
+}
+
+TEST(GraphReference, SigmoidMulHandComputed) {
+  // sigmoid(0) = 0.5: 2 * 0.5 = 1. sigmoid(20) = 1 in fp32: -3. sigmoid(-2) = 0.1192029 ->
+  // bf16 0.119140625 (the sigmoid tensor), 5 * that = 0.595703125, a tie -> 0.59375 (with
+  // the fp32 sigmoid it would be 0.596015 -> 0.59765625).
+  const uint16_t x[3] = {bf(2), bf(-3), bf(5)};
+  const uint16_t gate[6] = {bf(0), bf(20), bf(-2), bf(1), bf(1), bf(1)}; // row stride 6
+  uint16_t out[3];
+  sigmoidMulReference(x, gate, out, 1, 3, 6);
+  EXPECT_EQ(fl(out[0]), 1.0f);
+  EXPECT_EQ(fl(out[1]), -3.0f);
+  EXPECT_EQ(fl(out[2]), 0.59375f);
+  // Two rows: the second reads the gate a stride on.
+  const uint16_t x2[2] = {bf(5), bf(5)};
+  const uint16_t gate2[4] = {bf(-2), bf(7), bf(0), bf(7)};
+  uint16_t out2[2];
+  sigmoidMulReference(x2, gate2, out2, 2, 1, 2);
+  EXPECT_EQ(fl(out2[0]), 0.59375f);
+  EXPECT_EQ(fl(out2[1]), 2.5f);
+}
+
+TEST(GraphValidation, RmsNormOffset) {
+  const char *k = "kiln_rms_norm_offset_bf16";
+  void *x = fake(0x10000), *w = fake(0x20000), *o = fake(0x30000);
+  // q rows of 2 heads x 64 inside [q | gate] rows: token stride 256, head stride 128.
+  auto norm = [&](const void *px, int64_t tokenStride, int64_t headStride, const void *pw, void *po,
+                  int64_t tokens, int64_t heads, int64_t dim, float eps) {
+    return kiln_rms_norm_offset_bf16(px, tokenStride, headStride, pw, po, tokens, heads, dim, eps,
+                                     nullptr);
+  };
+  expectError(norm(nullptr, 256, 128, w, o, 2, 2, 64, 1e-6f), kInvalid, k, "x is null");
+  expectError(norm(x, 256, 128, nullptr, o, 2, 2, 64, 1e-6f), kInvalid, k, "weight is null");
+  expectError(norm(x, 256, 128, w, nullptr, 2, 2, 64, 1e-6f), kInvalid, k, "out is null");
+  expectError(norm(fake(0x10001), 256, 128, w, o, 2, 2, 64, 1e-6f), kInvalid, k,
+              "x is not 2-byte aligned");
+  expectError(norm(x, 256, 128, w, o, -1, 2, 64, 1e-6f), kInvalid, k, "tokens");
+  expectError(norm(x, 256, 128, w, o, 2, 0, 64, 1e-6f), kInvalid, k, "heads");
+  expectError(norm(x, 256, 128, w, o, 2, 2, 0, 1e-6f), kInvalid, k, "dim");
+  expectError(norm(x, 256, 63, w, o, 2, 2, 64, 1e-6f), kInvalid, k,
+              "x strides (token 256, head 63) overlap its rows of 64 elements x 2 heads");
+  expectError(norm(x, 191, 128, w, o, 2, 2, 64, 1e-6f), kInvalid, k,
+              "x strides (token 191, head 128)");
+  expectError(norm(x, 256, 128, w, o, 2, 2, 64, NAN), kInvalid, k, "eps");
+  expectError(norm(x, INT64_MAX / 2, 128, w, o, 4, 2, 64, 1e-6f), kInvalid, k, "x");
+  // out inside the strided x (e.g. over the gate half of the projection).
+  expectError(norm(x, 256, 128, w, fake(0x10000 + 2 * 64), 2, 2, 64, 1e-6f), kInvalid, k,
+              "out overlaps x");
+  expectError(norm(x, 256, 128, w, x, 2, 2, 64, 1e-6f), kInvalid, k, "out overlaps x");
+  // One head a token: the head stride is not read; the minimal strides pass.
+  EXPECT_EQ(norm(x, 64, -5, w, o, 0, 1, 64, 1e-6f), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(norm(x, 192, 128, w, o, 0, 2, 64, 1e-6f), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(norm(x, 128, 64, w, o, 0, 2, 64, 1e-6f), KILN_OK) << kiln_last_error();
+}
+
+TEST(GraphValidation, AddRmsNormOffset) {
+  const char *k = "kiln_add_rms_norm_offset_bf16";
+  void *a = fake(0x10000), *b = fake(0x20000), *w = fake(0x30000), *s = fake(0x40000),
+       *o = fake(0x50000);
+  expectError(kiln_add_rms_norm_offset_bf16(nullptr, b, w, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "a is null");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, nullptr, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "weight is null");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, s, 2, 8, 1e-6f, nullptr), kInvalid, k,
+              "out and sum are the same buffer");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 0, 1e-6f, nullptr), kInvalid, k,
+              "dim");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 8, -1.0f, nullptr), kInvalid, k,
+              "eps");
+  EXPECT_EQ(kiln_add_rms_norm_offset_bf16(a, b, w, a, o, 0, 8, 1e-6f, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, RmsNormGate) {
+  const char *k = "kiln_rms_norm_gate_bf16";
+  void *x = fake(0x10000), *g = fake(0x20000), *w = fake(0x30000), *o = fake(0x40000);
+  expectError(kiln_rms_norm_gate_bf16(nullptr, g, w, o, 2, 8, 8, 4, 1e-5f, nullptr), kInvalid, k,
+              "x is null");
+  expectError(kiln_rms_norm_gate_bf16(x, nullptr, w, o, 2, 8, 8, 4, 1e-5f, nullptr), kInvalid, k,
+              "gate is null");
+  expectError(kiln_rms_norm_gate_bf16(x, g, nullptr, o, 2, 8, 8, 4, 1e-5f, nullptr), kInvalid, k,
+              "weight is null");
+  expectError(kiln_rms_norm_gate_bf16(x, g, w, fake(0x40001), 2, 8, 8, 4, 1e-5f, nullptr), kInvalid,
+              k, "out is not 2-byte aligned");
+  expectError(kiln_rms_norm_gate_bf16(x, g, w, o, 2, 8, 8, 3, 1e-5f, nullptr), kInvalid, k,
+              "group_size 3 does not divide width 8");
+  expectError(kiln_rms_norm_gate_bf16(x, g, w, o, 2, 8, 6, 4, 1e-5f, nullptr), kInvalid, k,
+              "gate_stride 6 < width 8");
+  expectError(kiln_rms_norm_gate_bf16(x, g, w, o, 2, 8, 8, 0, 1e-5f, nullptr), kInvalid, k,
+              "group_size");
+  expectError(kiln_rms_norm_gate_bf16(x, g, w, o, 2, 8, 8, 4, INFINITY, nullptr), kInvalid, k,
+              "eps");
+  EXPECT_EQ(kiln_rms_norm_gate_bf16(x, g, w, o, 0, 8, 8, 4, 1e-5f, nullptr), KILN_OK);
+}
+
+TEST(GraphValidation, SigmoidMul) {
+  const char *k = "kiln_sigmoid_mul_bf16";
+  void *x = fake(0x10000), *g = fake(0x20000), *o = fake(0x30000);
+  expectError(kiln_sigmoid_mul_bf16(nullptr, g, o, 2, 8, 16, nullptr), kInvalid, k, "x is null");
+  expectError(kiln_sigmoid_mul_bf16(x, nullptr, o, 2, 8, 16, nullptr), kInvalid, k, "gate is null");
+  expectError(kiln_sigmoid_mul_bf16(x, g, nullptr, 2, 8, 16, nullptr), kInvalid, k, "out is null");
+  expectError(kiln_sigmoid_mul_bf16(x, fake(0x20001), o, 2, 8, 16, nullptr), kInvalid, k,
+              "gate is not 2-byte aligned");
+  expectError(kiln_sigmoid_mul_bf16(x, g, o, -1, 8, 16, nullptr), kInvalid, k, "rows");
+  expectError(kiln_sigmoid_mul_bf16(x, g, o, 2, 0, 16, nullptr), kInvalid, k, "dim");
+  expectError(kiln_sigmoid_mul_bf16(x, g, o, 2, 8, 7, nullptr), kInvalid, k,
+              "gate_stride 7 < dim 8");
+  expectError(kiln_sigmoid_mul_bf16(x, g, o, INT64_MAX / 4, 8, 16, nullptr), kInvalid, k, "x");
+  EXPECT_EQ(kiln_sigmoid_mul_bf16(x, g, o, 0, 8, 8, nullptr), KILN_OK);
 }
 
 TEST(GraphValidation, Activation) {

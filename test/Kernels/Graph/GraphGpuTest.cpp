@@ -383,6 +383,276 @@ TEST(GraphGpu, AddRmsNormIsAddThenNorm) {
   checkAddRmsNorm(9, 256, 1, true, rng);      // misaligned: unfused
 }
 
+// ---- Qwen3-Next: rms_norm_offset, add_rms_norm_offset, rms_norm_gate, sigmoid_mul ------
+// Bitwise against GraphReference's *Of functions, which evaluate the kernels' fp32
+// products and bf16 roundings exactly. Two kinds of fp32 values come from the GPU's own
+// arithmetic and cannot be reproduced on the host: a row's scale (the fp32 sum of squares
+// in the block's order, then rsqrtf, within a few ulps of the exact scale) and expf (silu,
+// sigmoid: within a few ulps). A row (or group) must therefore equal the reference at one
+// fp32 scale within kScaleUlps of the exact one, for every element at once; an element
+// may take its silu / sigmoid within kGateUlps of the exact one, and rarely does.
+constexpr int kScaleUlps = 16, kGateUlps = 4;
+
+// v first, then the fp32 values 1, 2, .. `ulps` steps either side.
+std::vector<float> nearbyFloats(float v, int ulps) {
+  std::vector<float> out{v};
+  float up = v, down = v;
+  for (int i = 0; i < ulps; ++i) {
+    up = std::nextafter(up, INFINITY);
+    down = std::nextafter(down, -INFINITY);
+    out.push_back(up);
+    out.push_back(down);
+  }
+  return out;
+}
+
+// Whether every element of a row equals rmsNormOffsetOf at one scale near the exact one.
+bool offsetRowMatches(const uint16_t *x, const uint16_t *w, const uint16_t *got, int64_t dim,
+                      double eps) {
+  for (float scale : nearbyFloats(rmsScaleReference(x, dim, eps), kScaleUlps)) {
+    int64_t i = 0;
+    while (i < dim && rmsNormOffsetOf(x[i], scale, w[i]) == got[i])
+      ++i;
+    if (i == dim)
+      return true;
+  }
+  return false;
+}
+
+struct OffsetCase {
+  int64_t tokens, heads, dim, tokenStride, headStride;
+  size_t offset = 0; // elements: 1 misaligns every pointer (the scalar path)
+  bool inPlace = false;
+};
+
+// kiln_rms_norm_offset_bf16 on x rows inside a wider buffer, against the reference
+// (offsetRowMatches), and against itself on a dense copy of the rows (bitwise: the
+// addressing must not change a bit).
+void checkRmsNormOffset(const OffsetCase &k, std::mt19937 &rng) {
+  SCOPED_TRACE("tokens " + std::to_string(k.tokens) + " heads " + std::to_string(k.heads) +
+               " dim " + std::to_string(k.dim) + " strides " + std::to_string(k.tokenStride) + "/" +
+               std::to_string(k.headStride) + " offset " + std::to_string(k.offset) +
+               (k.inPlace ? " in place" : ""));
+  const int64_t rows = k.tokens * k.heads, n = rows * k.dim;
+  const int64_t span = (k.tokens - 1) * k.tokenStride + (k.heads - 1) * k.headStride + k.dim;
+  const auto x = randomBf16(span, rng, 1.5f);
+  const auto w = randomBf16(k.dim, rng, 0.3f); // zero-centered: around 0
+  auto dx = upload(x, k.offset), dw = upload(w, k.offset);
+  auto dout = poisoned((n + k.offset) * 2);
+  uint16_t *out = k.inPlace ? dx->at<uint16_t>(k.offset) : dout->at<uint16_t>(k.offset);
+  KILN_OK_(kiln_rms_norm_offset_bf16(dx->at<uint16_t>(k.offset), k.tokenStride, k.headStride,
+                                     dw->at<uint16_t>(k.offset), out, k.tokens, k.heads, k.dim,
+                                     1e-6f, nullptr));
+  const auto got = download(out, n);
+  std::vector<uint16_t> dense(n);
+  for (int64_t t = 0; t < k.tokens; ++t)
+    for (int64_t h = 0; h < k.heads; ++h)
+      std::copy_n(x.begin() + t * k.tokenStride + h * k.headStride, k.dim,
+                  dense.begin() + (t * k.heads + h) * k.dim);
+  size_t failures = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!offsetRowMatches(&dense[r * k.dim], w.data(), &got[r * k.dim], k.dim, 1e-6) &&
+        ++failures <= 4)
+      ADD_FAILURE() << "row " << r << " is the reference at no scale near the exact one";
+  EXPECT_EQ(failures, 0u);
+  // The same rows packed, through the dense path.
+  auto ddense = upload(dense, k.offset);
+  auto dref = poisoned((n + k.offset) * 2);
+  KILN_OK_(kiln_rms_norm_offset_bf16(ddense->at<uint16_t>(k.offset), k.heads * k.dim, k.dim,
+                                     dw->at<uint16_t>(k.offset), dref->at<uint16_t>(k.offset),
+                                     k.tokens, k.heads, k.dim, 1e-6f, nullptr));
+  EXPECT_EQ(got, download(dref->at<uint16_t>(k.offset), n)) << "strided rows differ from dense";
+}
+
+TEST(GraphGpu, RmsNormOffset) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(101);
+  for (int64_t tokens : {int64_t(1), int64_t(3), int64_t(37)})
+    for (int64_t dim : {int64_t(64), int64_t(128), int64_t(256)}) {
+      checkRmsNormOffset({tokens, 1, dim, dim, dim}, rng);              // hidden rows, dense
+      checkRmsNormOffset({tokens, 1, dim, dim + 24, 0}, rng);           // hidden rows, strided
+      checkRmsNormOffset({tokens, 16, dim, 32 * dim, 2 * dim}, rng);    // q inside [q | gate]
+      checkRmsNormOffset({tokens, 2, dim, 2 * dim, dim}, rng);          // k, dense heads
+      checkRmsNormOffset({tokens, 4, dim, 4 * dim + 8, dim}, rng);      // heads back to back
+      checkRmsNormOffset({tokens, 16, dim, 32 * dim, 2 * dim, 1}, rng); // misaligned: scalar
+    }
+  checkRmsNormOffset({3, 1, 2048, 2048, 2048}, rng);    // Qwen3-Next hidden: block per row
+  checkRmsNormOffset({2, 1, 16384, 16384, 16384}, rng); // 4 chunks per thread
+  checkRmsNormOffset({2, 1, 40000, 40000, 40000}, rng); // beyond the register cache: scalar
+  checkRmsNormOffset({5, 3, 100, 400, 120}, rng);       // dim not a multiple of 8: scalar
+  checkRmsNormOffset({7, 4, 256, 2048, 512, 0, false}, rng);
+  checkRmsNormOffset({37, 1, 2048, 2048, 2048, 0, true}, rng); // in place
+  checkRmsNormOffset({9, 2, 64, 128, 64, 0, true}, rng);       // dense heads in place
+  checkRmsNormOffset({70000, 1, 64, 64, 64}, rng);             // more rows than the grid
+}
+
+// The fused residual add + offset norm against the two kernels it replaces, bitwise, and
+// the norm of the rounded sum against the reference.
+void checkAddRmsNormOffset(int64_t rows, int64_t dim, size_t offset, bool inPlace,
+                           std::mt19937 &rng) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " offset " +
+               std::to_string(offset) + (inPlace ? " sum over a, out over b" : ""));
+  const int64_t n = rows * dim;
+  const auto a = randomBf16(n, rng, 1.0f), b = randomBf16(n, rng, 0.5f);
+  const auto w = randomBf16(dim, rng, 0.2f);
+  auto da = upload(a, offset), db = upload(b, offset), dw = upload(w, offset);
+  auto dsum = poisoned((n + offset) * 2), dout = poisoned((n + offset) * 2);
+  uint16_t *sum = inPlace ? da->at<uint16_t>(offset) : dsum->at<uint16_t>(offset);
+  uint16_t *out = inPlace ? db->at<uint16_t>(offset) : dout->at<uint16_t>(offset);
+  KILN_OK_(kiln_add_rms_norm_offset_bf16(da->at<uint16_t>(offset), db->at<uint16_t>(offset),
+                                         dw->at<uint16_t>(offset), sum, out, rows, dim, 1e-6f,
+                                         nullptr));
+  const auto gotSum = download(sum, n), gotOut = download(out, n);
+  std::vector<uint16_t> wantSum(n);
+  addReference(a.data(), b.data(), wantSum.data(), n);
+  EXPECT_EQ(gotSum, wantSum) << "the residual sum differs";
+  auto ra = upload(a, offset), rb = upload(b, offset);
+  auto rsum = poisoned((n + offset) * 2), rout = poisoned((n + offset) * 2);
+  KILN_OK_(kiln_add_bf16(ra->at<uint16_t>(offset), rb->at<uint16_t>(offset),
+                         rsum->at<uint16_t>(offset), n, nullptr));
+  KILN_OK_(kiln_rms_norm_offset_bf16(rsum->at<uint16_t>(offset), dim, dim, dw->at<uint16_t>(offset),
+                                     rout->at<uint16_t>(offset), rows, 1, dim, 1e-6f, nullptr));
+  EXPECT_EQ(gotOut, download(rout->at<uint16_t>(offset), n)) << "the normed output differs";
+  size_t failures = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!offsetRowMatches(&wantSum[r * dim], w.data(), &gotOut[r * dim], dim, 1e-6) &&
+        ++failures <= 4)
+      ADD_FAILURE() << "row " << r << " is the reference at no scale near the exact one";
+  EXPECT_EQ(failures, 0u);
+}
+
+TEST(GraphGpu, AddRmsNormOffsetIsAddThenNorm) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(103);
+  for (int64_t rows : {int64_t(1), int64_t(3), int64_t(37)})
+    for (int64_t dim : {int64_t(64), int64_t(128), int64_t(256), int64_t(2048)})
+      checkAddRmsNormOffset(rows, dim, 0, rows == 3, rng);
+  checkAddRmsNormOffset(3, 16384, 0, false, rng); // 4 chunks per thread
+  checkAddRmsNormOffset(2, 40000, 0, false, rng); // beyond the register cache: unfused
+  checkAddRmsNormOffset(5, 100, 0, false, rng);   // dim not a multiple of 8: unfused
+  checkAddRmsNormOffset(9, 256, 1, true, rng);    // misaligned: unfused
+}
+
+// Qwen3-Next's gated output norm: per (row, group), one scale near the exact one for the
+// whole group, each element's silu within kGateUlps (rarely off the exact one).
+TEST(GraphGpu, RmsNormGate) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(107);
+  for (int64_t rows : {int64_t(1), int64_t(3), int64_t(37)})
+    for (int64_t group : {int64_t(64), int64_t(128), int64_t(256)})
+      for (int64_t groups : {int64_t(1), int64_t(4)}) {
+        const int64_t width = group * groups;
+        const int64_t stride = 3 * width + 8; // the gate: a column slice of a projection
+        SCOPED_TRACE("rows " + std::to_string(rows) + " group " + std::to_string(group) +
+                     " groups " + std::to_string(groups));
+        const auto x = randomBf16(rows * width, rng, 1.0f);
+        const auto gate = randomBf16(rows * stride, rng, 2.0f);
+        const auto w = randomBf16(group, rng, 0.5f, 1.0f);
+        auto dx = upload(x), dg = upload(gate, 5), dw = upload(w);
+        auto dout = poisoned(rows * width * 2);
+        KILN_OK_(kiln_rms_norm_gate_bf16(dx->ptr, dg->at<uint16_t>(5), dw->ptr, dout->ptr, rows,
+                                         width, stride, group, 1e-6f, nullptr));
+        const auto got = download(dout->at<uint16_t>(), rows * width);
+        Tally tally;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t first = 0; first < width; first += group) {
+            const uint16_t *xg = &x[r * width + first], *gg = &gate[r * stride + first];
+            const uint16_t *og = &got[r * width + first];
+            tally.total += group;
+            std::vector<std::vector<float>> silus(group);
+            for (int64_t i = 0; i < group; ++i)
+              silus[i] = nearbyFloats(siluReference(gg[i]), kGateUlps);
+            bool matched = false;
+            for (float scale : nearbyFloats(rmsScaleReference(xg, group, 1e-6), kScaleUlps)) {
+              size_t offExact = 0;
+              int64_t i = 0;
+              for (; i < group; ++i) {
+                const auto &nearby = silus[i];
+                size_t which = 0;
+                while (which < nearby.size() &&
+                       rmsNormGateOf(xg[i], scale, w[i], nearby[which]) != og[i])
+                  ++which;
+                if (which == nearby.size())
+                  break;
+                offExact += which != 0;
+              }
+              if (i == group) {
+                matched = true;
+                tally.neighbour += offExact;
+                break;
+              }
+            }
+            if (!matched)
+              tally.fail("row " + std::to_string(r) + " group at " + std::to_string(first) +
+                         " is the reference at no scale near the exact one");
+          }
+        tally.expectRare();
+      }
+}
+
+// One element of kiln_sigmoid_mul_bf16: sigmoidMulOf at the exact sigmoid, or (counted as
+// a neighbour) at one within kGateUlps of it.
+void tallySigmoidMul(uint16_t x, uint16_t gate, uint16_t got, Tally &tally,
+                     const std::string &where) {
+  ++tally.total;
+  const float exact = sigmoidReference(gate);
+  if (sigmoidMulOf(x, exact) == got)
+    return;
+  bool explained = false;
+  for (float sg : nearbyFloats(exact, kGateUlps))
+    explained |= sigmoidMulOf(x, sg) == got;
+  if (explained)
+    ++tally.neighbour;
+  else
+    tally.fail("sigmoid_mul" + where + " got " + hex(got) + " want " + hex(sigmoidMulOf(x, exact)));
+}
+
+// torch's x * sigmoid(gate) in bf16: each element bitwise sigmoidMulOf with a sigmoid
+// within kGateUlps of the exact one (rarely off it); strided gates, both paths, in place.
+TEST(GraphGpu, SigmoidMul) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(109);
+  for (int64_t rows : {int64_t(1), int64_t(3), int64_t(37)})
+    for (int64_t dim : {int64_t(64), int64_t(128), int64_t(256), int64_t(13)})
+      for (size_t offset : {size_t(0), size_t(1)})
+        for (int64_t stride : {dim, 2 * dim}) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " offset " +
+                       std::to_string(offset) + " gate stride " + std::to_string(stride));
+          const auto x = randomBf16(rows * dim, rng, 2.0f);
+          const auto gate = randomBf16(rows * stride, rng, 3.0f);
+          auto dx = upload(x, offset), dg = upload(gate, offset);
+          auto dout = poisoned((rows * dim + offset) * 2);
+          KILN_OK_(kiln_sigmoid_mul_bf16(dx->at<uint16_t>(offset), dg->at<uint16_t>(offset),
+                                         dout->at<uint16_t>(offset), rows, dim, stride, nullptr));
+          const auto got = download(dout->at<uint16_t>(offset), rows * dim);
+          Tally tally;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < dim; ++i)
+              tallySigmoidMul(x[r * dim + i], gate[r * stride + i], got[r * dim + i], tally,
+                              "[" + std::to_string(r) + "," + std::to_string(i) + "]");
+          tally.expectRare();
+          // In place (out == x): the same bits.
+          KILN_OK_(kiln_sigmoid_mul_bf16(dx->at<uint16_t>(offset), dg->at<uint16_t>(offset),
+                                         dx->at<uint16_t>(offset), rows, dim, stride, nullptr));
+          EXPECT_EQ(download(dx->at<uint16_t>(offset), rows * dim), got);
+        }
+  // Qwen3-Next's layout: 16 heads of 256, the gate the second half of each head's
+  // [q | gate] (rows tokens x heads, gate stride 2 * 256), more rows than the grid.
+  const int64_t rows = 70000, dim = 256;
+  const auto x = randomBf16(rows * dim, rng, 2.0f), proj = randomBf16(rows * 2 * dim, rng, 3.0f);
+  auto dx = upload(x), dp = upload(proj);
+  auto dout = poisoned(rows * dim * 2);
+  KILN_OK_(kiln_sigmoid_mul_bf16(dx->ptr, dp->at<uint16_t>(dim), dout->ptr, rows, dim, 2 * dim,
+                                 nullptr));
+  const auto got = download(dout->at<uint16_t>(), rows * dim);
+  Tally tally;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i)
+      tallySigmoidMul(x[r * dim + i], proj[r * 2 * dim + dim + i], got[r * dim + i], tally,
+                      " (Qwen3-Next layout)");
+  tally.expectRare();
+}
+
 // ---- rope ------------------------------------------------------------------------------
 kiln_rope_params_t rope(int32_t type, float theta, float factor = 1.0f, float low = 1.0f,
                         float high = 4.0f, int64_t original = 8192, float attention = 1.0f) {
@@ -398,11 +668,13 @@ kiln_rope_params_t rope(int32_t type, float theta, float factor = 1.0f, float lo
 }
 
 void checkRope(const kiln_rope_params_t &p, int64_t tokens, int64_t heads, int64_t headDim,
-               size_t offset, bool inPlace, std::mt19937 &rng) {
-  SCOPED_TRACE("type " + std::to_string(p.type) + " tokens " + std::to_string(tokens) +
-               " heads " + std::to_string(heads) + " head_dim " + std::to_string(headDim) +
-               " offset " + std::to_string(offset) + (inPlace ? " in place" : ""));
+               size_t offset, bool inPlace, std::mt19937 &rng, int64_t rotaryDim = 0) {
+  SCOPED_TRACE("type " + std::to_string(p.type) + " tokens " + std::to_string(tokens) + " heads " +
+               std::to_string(heads) + " head_dim " + std::to_string(headDim) + " rotary_dim " +
+               std::to_string(rotaryDim) + " offset " + std::to_string(offset) +
+               (inPlace ? " in place" : ""));
   const int64_t n = tokens * heads * headDim;
+  const int64_t rotary = rotaryDim == 0 ? headDim : rotaryDim;
   const auto x = randomBf16(n, rng, 2.0f);
   std::vector<int32_t> positions(tokens);
   std::uniform_int_distribution<int32_t> pos(0, 131071);
@@ -416,15 +688,23 @@ void checkRope(const kiln_rope_params_t &p, int64_t tokens, int64_t heads, int64
   auto dout = poisoned((n + offset) * 2);
   uint16_t *out = inPlace ? dx->at<uint16_t>(offset) : dout->at<uint16_t>(offset);
   KILN_OK_(kiln_rope_bf16(dx->at<uint16_t>(offset), dpos->at<int32_t>(), out, tokens, heads,
-                          headDim, &p, nullptr));
+                          headDim, rotaryDim, &p, nullptr));
   const auto got = download(out, n);
   std::vector<uint16_t> want(n);
-  ASSERT_TRUE(ropeReference(x.data(), positions.data(), want.data(), tokens, heads, headDim, p));
-  std::vector<float> inv(headDim / 2);
-  ASSERT_TRUE(ropeInvFreqReference(p, headDim, inv.data()));
-  const int64_t half = headDim / 2;
+  ASSERT_TRUE(
+      ropeReference(x.data(), positions.data(), want.data(), tokens, heads, headDim, rotaryDim, p));
+  std::vector<float> inv(rotary / 2);
+  ASSERT_TRUE(ropeInvFreqReference(p, rotary, inv.data()));
+  const int64_t half = rotary / 2;
   Tally tally;
   for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) // the elements past rotary_dim: copied, bitwise
+      for (int64_t j = rotary; j < headDim; ++j) {
+        const int64_t i = (t * heads + h) * headDim + j;
+        if (got[i] != x[i])
+          tally.fail("rope pass-through [t " + std::to_string(t) + " h " + std::to_string(h) +
+                     " j " + std::to_string(j) + "] got " + hex(got[i]) + " want " + hex(x[i]));
+      }
     for (int64_t f = 0; f < half; ++f) {
       uint16_t c, s;
       ropeCosSinReference(positions[t], inv[f], p.attention_factor, &c, &s);
@@ -481,6 +761,72 @@ TEST(GraphGpu, Rope) {
   checkRope(llama3, 3, 2, 128, 1, false, rng); // misaligned: scalar path
   checkRope(llama2, 3, 2, 2, 0, false, rng);   // smallest head_dim
   checkRope(qwen, 70000, 1, 16, 0, false, rng); // more tokens than the grid
+  checkRope(qwen, 6, 4, 256, 0, false, rng, 256); // rotary_dim == head_dim: the whole head
+}
+
+// Partial RoPE (Qwen3-Next: head_dim 256, partial_rotary_factor 0.25) against the
+// reference: the first rotary_dim elements rotated over frequencies of rotary_dim, the
+// rest copied bitwise; both paths, in place, every rope type.
+TEST(GraphGpu, RopePartial) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(29);
+  const auto qwen3Next = rope(0, 10000000.0f);
+  const auto llama3 = rope(2, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+  const auto yarn = rope(3, 10000.0f, 4.0f, 3.0f, 11.0f, 0, 1.1386294f);
+  for (int64_t tokens : {int64_t(1), int64_t(3), int64_t(37)}) {
+    checkRope(qwen3Next, tokens, 16, 256, 0, false, rng, 64); // q: 16 heads, vector path
+    checkRope(qwen3Next, tokens, 2, 256, 0, true, rng, 64);   // k: 2 heads, in place
+    checkRope(qwen3Next, tokens, 4, 256, 1, false, rng, 64);  // misaligned: scalar path
+  }
+  checkRope(qwen3Next, 5, 4, 128, 0, false, rng, 64);
+  checkRope(qwen3Next, 5, 4, 64, 0, false, rng, 32);
+  checkRope(qwen3Next, 5, 4, 256, 0, false, rng, 24); // half 12: scalar path
+  checkRope(qwen3Next, 5, 4, 256, 0, true, rng, 24);  // scalar, in place
+  checkRope(qwen3Next, 5, 3, 200, 0, false, rng, 64); // head_dim not a multiple of 16
+  checkRope(llama3, 9, 4, 256, 0, false, rng, 64);
+  checkRope(yarn, 9, 4, 256, 0, false, rng, 64);
+  checkRope(qwen3Next, 70000, 1, 16, 0, false, rng, 8); // more tokens than the grid
+}
+
+// Partial RoPE against the whole-head kernel, bitwise: rotary_dim == head_dim is rotary_dim
+// 0 (today's behaviour), and the rotated part of a partial rope is the whole-head rope of
+// those elements alone (the frequencies depend on rotary_dim only).
+TEST(GraphGpu, RopePartialIsRopeOfTheRotatedPart) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  const int64_t T = 37, H = 8, D = 256, R = 64;
+  for (const auto &p : {rope(0, 10000000.0f), rope(3, 10000.0f, 4.0f, 3.0f, 11.0f, 0, 1.2f)}) {
+    SCOPED_TRACE("type " + std::to_string(p.type));
+    const auto x = randomBf16(T * H * D, rng, 2.0f);
+    std::vector<int32_t> positions(T);
+    for (int64_t t = 0; t < T; ++t)
+      positions[t] = static_cast<int32_t>((t * 4099) % 262144);
+    auto dx = upload(x), dpos = upload(positions);
+    auto whole = poisoned(T * H * D * 2), full = poisoned(T * H * D * 2);
+    KILN_OK_(kiln_rope_bf16(dx->ptr, dpos->at<int32_t>(), whole->ptr, T, H, D, 0, &p, nullptr));
+    KILN_OK_(kiln_rope_bf16(dx->ptr, dpos->at<int32_t>(), full->ptr, T, H, D, D, &p, nullptr));
+    EXPECT_EQ(download(whole->at<uint16_t>(), T * H * D),
+              download(full->at<uint16_t>(), T * H * D));
+
+    auto partial = poisoned(T * H * D * 2);
+    KILN_OK_(kiln_rope_bf16(dx->ptr, dpos->at<int32_t>(), partial->ptr, T, H, D, R, &p, nullptr));
+    const auto got = download(partial->at<uint16_t>(), T * H * D);
+    std::vector<uint16_t> head(T * H * R);
+    for (int64_t row = 0; row < T * H; ++row)
+      std::copy(x.begin() + row * D, x.begin() + row * D + R, head.begin() + row * R);
+    auto dhead = upload(head);
+    auto dheadOut = poisoned(T * H * R * 2);
+    KILN_OK_(
+        kiln_rope_bf16(dhead->ptr, dpos->at<int32_t>(), dheadOut->ptr, T, H, R, 0, &p, nullptr));
+    const auto rotated = download(dheadOut->at<uint16_t>(), T * H * R);
+    for (int64_t row = 0; row < T * H; ++row)
+      for (int64_t j = 0; j < D; ++j)
+        ASSERT_EQ(got[row * D + j], j < R ? rotated[row * R + j] : x[row * D + j])
+            << "row " << row << " j " << j;
+    // In place: the same bits.
+    KILN_OK_(kiln_rope_bf16(dx->ptr, dpos->at<int32_t>(), dx->ptr, T, H, D, R, &p, nullptr));
+    EXPECT_EQ(download(dx->at<uint16_t>(), T * H * D), got);
+  }
 }
 
 // ---- embedding, gather_rows ------------------------------------------------------------
@@ -957,7 +1303,7 @@ void checkRopeRows(int32_t style, const kiln_rope_params_t &params, int64_t T, i
   } else {
     auto dp = upload(packed);
     auto dref = poisoned(T * H * d * 2);
-    KILN_OK_(kiln_rope_bf16(dp->ptr, dpos->at<int32_t>(), dref->ptr, T, H, d, &params, nullptr));
+    KILN_OK_(kiln_rope_bf16(dp->ptr, dpos->at<int32_t>(), dref->ptr, T, H, d, 0, &params, nullptr));
     want = download(dref->at<uint16_t>(), T * H * d);
   }
   Tally tally;
