@@ -90,7 +90,8 @@ private:
   }
   /// The value of weight `name` (declared as a `kiln.weight` on first use), of the
   /// model's dtype unless `element` says otherwise.
-  Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {});
+  Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {},
+               ArrayRef<int64_t> rowGroups = {});
   /// `tensor.empty(count) : tensor<?x dims x dtype>`.
   Value empty(ArrayRef<int64_t> dims, Value count, Location at) {
     return tensor::EmptyOp::create(b, at, activation(dims), ValueRange{count});
@@ -99,8 +100,10 @@ private:
   /// RMSNorm with the model's rms_norm_eps, or `eps` when given.
   Value rmsNorm(Value x, const Twine &weightName, Value count, Location at,
                 std::optional<double> eps = std::nullopt);
-  /// `module.weight` [out, in] (and `module.bias` [out]) applied to x [count, in].
-  Value linear(Value x, const Twine &module, int64_t out, int64_t in, bool bias, Value count);
+  /// `module.weight` [out, in] (and `module.bias` [out]) applied to x [count, in]; the
+  /// weight's rows regrouped by `rowGroups` (kiln.weight's row_groups) when given.
+  Value linear(Value x, const Twine &module, int64_t out, int64_t in, bool bias, Value count,
+               ArrayRef<int64_t> rowGroups = {});
   /// [count, heads * d] -> [count, heads, d].
   Value splitHeads(Value x, int64_t heads, Value count, Location at);
   Value rope(Value x, Value positions, Value count, Location at);
@@ -117,6 +120,16 @@ private:
   Value mamba2Mixer(Value x, const std::string &module, int64_t layer, Value tokens);
   /// Columns [first, first + width) of x [count, *] (a view: no copy).
   Value columns(Value x, int64_t first, int64_t width, Value count, Location at);
+  /// One Qwen3-Next decoder layer: its token mixer (Gated DeltaNet or gated attention),
+  /// then the sparse MoE block or dense MLP, each behind a zero-centered RMSNorm.
+  void buildQwen3NextLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
+  /// Qwen3-Next's attention of `attn` on x: q_proj yields each head's query and output
+  /// gate, q and k get per-head norms and partial RoPE, the output is gated before o_proj.
+  Value gatedAttention(Value x, const std::string &attn, const LayerSpec &layer, Value positions,
+                       Value tokens);
+  /// Qwen3-Next's Gated DeltaNet of `mixer` on x: the grouped in_proj_qkvz/in_proj_ba,
+  /// the conv over q, k and v, the gated delta rule, the gated norm, out_proj.
+  Value gatedDeltaNet(Value x, const std::string &mixer, int64_t layer, Value tokens);
   /// The sparse MoE block of layer `prefix` (Mixtral's block_sparse_moe, Qwen3-MoE's
   /// mlp): the router linear and kiln.moe over the stacked expert weights.
   Value sparseMoe(Value x, const std::string &prefix, Value tokens);
@@ -167,13 +180,15 @@ private:
 };
 
 Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Location at,
-                                  Type element) {
+                                  Type element, ArrayRef<int64_t> rowGroups) {
   std::string key = name.str();
   auto type = RankedTensorType::get(shape, element ? element : m.dtype);
   if (!declared.count(key)) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(firstFunction);
-    weights.push_back(WeightOp::create(b, loc(key), key, type, IntegerAttr()));
+    weights.push_back(WeightOp::create(b, loc(key), key, type, IntegerAttr(),
+                                       rowGroups.empty() ? DenseI64ArrayAttr()
+                                                         : b.getDenseI64ArrayAttr(rowGroups)));
     declared[key] = type;
   }
   return WeightRefOp::create(b, at, type, key);
@@ -184,17 +199,20 @@ Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count
   auto type = cast<RankedTensorType>(x.getType());
   int64_t dim = type.getShape().back();
   Value w = weight(weightName, {dim}, at);
+  // The result is packed whatever the input's layout (a column slice's heads).
   Value init = empty(type.getShape().drop_front(), count, at);
-  return RmsNormOp::create(b, at, type, x, w, init,
-                           b.getF32FloatAttr(static_cast<float>(eps.value_or(m.rmsNormEps))))
-      .getResult();
+  auto norm = RmsNormOp::create(b, at, init.getType(), x, w, init,
+                                b.getF32FloatAttr(static_cast<float>(eps.value_or(m.rmsNormEps))));
+  // Every Qwen3-Next RMSNorm keeps its weight as an offset from one.
+  norm.setZeroCentered(m.isQwen3Next());
+  return norm.getResult();
 }
 
 Value DenseDecoderBuilder::linear(Value x, const Twine &modulePath, int64_t out, int64_t in,
-                                  bool bias, Value count) {
+                                  bool bias, Value count, ArrayRef<int64_t> rowGroups) {
   std::string path = modulePath.str();
   Location at = loc(path);
-  Value w = weight(path + ".weight", {out, in}, at);
+  Value w = weight(path + ".weight", {out, in}, at, Type(), rowGroups);
   Value biasValue = bias ? weight(path + ".bias", {out}, at) : Value();
   Value init = empty({out}, count, at);
   return LinearOp::create(b, at, activation({out}), x, w, biasValue, init).getResult();
@@ -210,7 +228,9 @@ Value DenseDecoderBuilder::splitHeads(Value x, int64_t heads, Value count, Locat
 Value DenseDecoderBuilder::rope(Value x, Value positions, Value count, Location at) {
   auto type = cast<RankedTensorType>(x.getType());
   Value init = empty(type.getShape().drop_front(), count, at);
-  return RopeOp::create(b, at, type, x, positions, init, m.rope).getResult();
+  return RopeOp::create(b, at, type, x, positions, init, m.rope,
+                        m.rotaryDim ? b.getI64IntegerAttr(m.rotaryDim) : IntegerAttr())
+      .getResult();
 }
 
 void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value positions,
@@ -351,6 +371,111 @@ void DenseDecoderBuilder::buildNemotronBlock(const LayerSpec &layer, Value &h, V
   Location blockLoc = loc(prefix);
   h = AddOp::create(b, blockLoc, h.getType(), h, out, empty({m.hidden}, tokens, blockLoc))
           .getResult();
+}
+
+void DenseDecoderBuilder::buildQwen3NextLayer(const LayerSpec &layer, Value &h, Value positions,
+                                              Value tokens) {
+  std::string prefix = "model.layers." + std::to_string(layer.index);
+  Location layerLoc = loc(prefix);
+  auto residual = [&](Value out) {
+    h = AddOp::create(b, layerLoc, h.getType(), h, out, empty({m.hidden}, tokens, layerLoc))
+            .getResult();
+  };
+  Value x =
+      rmsNorm(h, prefix + ".input_layernorm.weight", tokens, loc(prefix + ".input_layernorm"));
+  residual(layer.kind == LayerKind::gdn
+               ? gatedDeltaNet(x, prefix + ".linear_attn", layer.index, tokens)
+               : gatedAttention(x, prefix + ".self_attn", layer, positions, tokens));
+  x = rmsNorm(h, prefix + ".post_attention_layernorm.weight", tokens,
+              loc(prefix + ".post_attention_layernorm"));
+  residual(m.isMoeLayer(layer.index) ? sparseMoe(x, prefix, tokens)
+                                     : swigluMlp(x, prefix + ".mlp", m.intermediate, tokens));
+}
+
+Value DenseDecoderBuilder::gatedAttention(Value x, const std::string &attn, const LayerSpec &layer,
+                                          Value positions, Value tokens) {
+  const int64_t qWidth = m.heads * m.headDim, kvWidth = m.kvHeads * m.headDim;
+  Location attnLoc = loc(attn);
+  // q_proj interleaves each head's query and gate; regrouped: [queries | gates].
+  Value proj = linear(x, attn + ".q_proj", 2 * qWidth, m.hidden, false, tokens,
+                      {m.heads, m.headDim, m.headDim});
+  Value q = splitHeads(columns(proj, 0, qWidth, tokens, attnLoc), m.heads, tokens, attnLoc);
+  Value gate = columns(proj, qWidth, qWidth, tokens, attnLoc);
+  q = rmsNorm(q, attn + ".q_norm.weight", tokens, loc(attn + ".q_norm"));
+  Value k = splitHeads(linear(x, attn + ".k_proj", kvWidth, m.hidden, false, tokens), m.kvHeads,
+                       tokens, attnLoc);
+  k = rmsNorm(k, attn + ".k_norm.weight", tokens, loc(attn + ".k_norm"));
+  Value v = splitHeads(linear(x, attn + ".v_proj", kvWidth, m.hidden, false, tokens), m.kvHeads,
+                       tokens, attnLoc);
+  q = rope(q, positions, tokens, attnLoc);
+  k = rope(k, positions, tokens, attnLoc);
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v,
+                                i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
+                                IntegerAttr(), DraftKindAttr())
+                .getOut();
+  SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
+  Value merged = tensor::CollapseShapeOp::create(b, attnLoc, a, groups).getResult();
+  Value gated = SigmoidMulOp::create(b, attnLoc, merged.getType(), merged, gate,
+                                     empty({qWidth}, tokens, attnLoc))
+                    .getResult();
+  return linear(gated, attn + ".o_proj", m.hidden, qWidth, false, tokens);
+}
+
+Value DenseDecoderBuilder::gatedDeltaNet(Value x, const std::string &mixer, int64_t layer,
+                                         Value tokens) {
+  const int64_t hk = m.gdnKeyHeads, hv = m.gdnValueHeads, dk = m.gdnKeyDim, dv = m.gdnValueDim,
+                perKey = hv / hk;
+  const int64_t keyWidth = hk * dk, valueWidth = hv * dv, convDim = m.gdnConvDim();
+  Location at = loc(mixer);
+  auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
+  auto heads = [&](Value v, int64_t count, int64_t dim) {
+    SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
+    SmallVector<OpFoldResult> shape = {tokens, b.getIndexAttr(count), b.getIndexAttr(dim)};
+    return tensor::ExpandShapeOp::create(b, at, activation({count, dim}), v, groups, shape)
+        .getResult();
+  };
+  // The checkpoint groups q, k, v, z (and b, a) per key head; regrouped, each is a
+  // contiguous column range: [q | k | v | z] and [b | a].
+  Value qkvz = linear(x, mixer + ".in_proj_qkvz", 2 * keyWidth + 2 * valueWidth, m.hidden, false,
+                      tokens, {hk, dk, dk, perKey * dv, perKey * dv});
+  Value ba =
+      linear(x, mixer + ".in_proj_ba", 2 * hv, m.hidden, false, tokens, {hk, perKey, perKey});
+
+  Location convLoc = loc(mixer + ".conv1d");
+  Value convWeight = weight(mixer + ".conv1d.weight", {convDim, 1, m.gdnConvKernel}, convLoc);
+  SmallVector<ReassociationIndices> dropMiddle = {{0}, {1, 2}};
+  convWeight = tensor::CollapseShapeOp::create(b, convLoc, convWeight, dropMiddle).getResult();
+  Value conv =
+      CausalConvOp::create(b, convLoc, activation({convDim}), columns(qkvz, 0, convDim, tokens, at),
+                           convWeight, Value(), i64(layer), i64(convDim), i64(m.gdnConvKernel),
+                           b.getUnitAttr(), DraftKindAttr())
+          .getOut();
+  Value q = heads(columns(conv, 0, keyWidth, tokens, at), hk, dk);
+  Value k = heads(columns(conv, keyWidth, keyWidth, tokens, at), hk, dk);
+  Value v = heads(columns(conv, 2 * keyWidth, valueWidth, tokens, at), hv, dv);
+  Type f32 = b.getF32Type();
+  Value aLog = weight(mixer + ".A_log", {hv}, at, f32);
+  Value dtBias = weight(mixer + ".dt_bias", {hv}, at, f32);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, kiln_rt_gdn_scratch_bytes_per_token(hk, hv, dk, dv)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  Value y =
+      GatedDeltaNetOp::create(b, at, activation({hv, dv}), q, k, v, columns(ba, hv, hv, tokens, at),
+                              columns(ba, 0, hv, tokens, at), aLog, dtBias, scratch, i64(layer),
+                              i64(hk), i64(hv), i64(dk), i64(dv), DraftKindAttr())
+          .getOut();
+  Value flat = tensor::CollapseShapeOp::create(b, at, y, dropMiddle).getResult();
+  Location normLoc = loc(mixer + ".norm");
+  Value normWeight = weight(mixer + ".norm.weight", {dv}, normLoc);
+  Value z = columns(qkvz, convDim, valueWidth, tokens, at);
+  Value normed =
+      GatedRmsNormOp::create(b, normLoc, activation({valueWidth}), flat, z, normWeight,
+                             empty({valueWidth}, tokens, normLoc), i64(dv),
+                             b.getF32FloatAttr(static_cast<float>(m.rmsNormEps)), b.getUnitAttr())
+          .getResult();
+  return linear(normed, mixer + ".out_proj", m.hidden, valueWidth, false, tokens);
 }
 
 Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value tokens) {
@@ -648,6 +773,10 @@ LogicalResult DenseDecoderBuilder::build() {
       }
       bool moe = i + 1 < m.layers.size() && m.layers[i + 1].kind == LayerKind::moe;
       buildDeepSeekLayer(layer, moe, h, positions, tokens);
+      continue;
+    }
+    if (m.isQwen3Next()) {
+      buildQwen3NextLayer(layer, h, positions, tokens);
       continue;
     }
     if (layer.kind != LayerKind::attention)

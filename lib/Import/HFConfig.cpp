@@ -433,7 +433,8 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
     m.normTopK = true;
     m.roundRouterWeights = false;
     m.moeEvery = 1;
-  } else if (m.modelType == "qwen3_moe" || m.modelType == "qwen2_moe") {
+  } else if (m.modelType == "qwen3_moe" || m.modelType == "qwen2_moe" ||
+             m.modelType == "qwen3_next") {
     std::optional<int64_t> experts = r.getInt("num_experts");
     std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
     std::optional<int64_t> inter = r.getInt("moe_intermediate_size");
@@ -442,10 +443,11 @@ LogicalResult readMoe(Reader &r, ModelSpec &m) {
     m.experts = *experts;
     m.topK = *topK;
     m.moeIntermediate = *inter;
-    m.normTopK = r.getBool("norm_topk_prob").value_or(false);
+    // Qwen3NextConfig defaults norm_topk_prob to true, the others to false.
+    m.normTopK = r.getBool("norm_topk_prob").value_or(m.modelType == "qwen3_next");
     m.roundRouterWeights = true;
     m.moeEvery = r.getIntOr("decoder_sparse_step", 1, 1);
-    if (m.modelType == "qwen2_moe") {
+    if (m.modelType == "qwen2_moe" || m.modelType == "qwen3_next") {
       std::optional<int64_t> shared = r.getInt("shared_expert_intermediate_size");
       if (!shared)
         return failure();
@@ -961,11 +963,19 @@ LogicalResult readNemotronH(Reader &r, ModelSpec &m) {
 /// `full_attention_interval` (or as `layer_types` says), and a MoE block with a shared
 /// expert in every layer (`decoder_sparse_step` 1, no `mlp_only_layers`; others are
 /// refused rather than planned wrongly).
+LogicalResult readPartialRotary(Reader &r, ModelSpec &m);
+
 LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
-  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
+  if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})) ||
+      failed(readNormAndSwiglu(r, m)))
     return failure();
   m.gatedAttention = true;
   m.qkNorm = true;
+  if (r.getBool("attention_bias").value_or(false)) {
+    r.error("attention_bias") << "attention biases in Qwen3-Next are not supported";
+    return failure();
+  }
+  m.intermediate = r.getIntOr("intermediate_size", 0, 0);
   for (auto [key, field] : {std::pair<StringRef, int64_t *>{"linear_num_key_heads", &m.gdnKeyHeads},
                              {"linear_num_value_heads", &m.gdnValueHeads},
                              {"linear_key_head_dim", &m.gdnKeyDim},
@@ -1013,28 +1023,53 @@ LogicalResult readQwen3Next(Reader &r, ModelSpec &m) {
       m.layers.push_back({(i + 1) % interval == 0 ? LayerKind::attention : LayerKind::gdn, i,
                           std::nullopt, std::nullopt});
   }
-  if (r.getIntOr("decoder_sparse_step", 1, 1) != 1) {
-    r.error("decoder_sparse_step") << "decoder_sparse_step other than 1 (dense MLP layers "
-                                      "between MoE layers) is not supported";
+  if (failed(readPartialRotary(r, m)))
+    return failure();
+  FailureOr<RopeAttr> rope = readRope(r, m);
+  if (failed(rope))
+    return failure();
+  m.rope = *rope;
+  if (failed(readMoe(r, m)))
+    return failure();
+  if (m.intermediate == 0 &&
+      llvm::any_of(m.layers, [&](const LayerSpec &layer) { return !m.isMoeLayer(layer.index); })) {
+    r.missing("intermediate_size");
     return failure();
   }
-  if (const json::Array *dense = r.object.getArray("mlp_only_layers"); dense && !dense->empty()) {
-    r.error("mlp_only_layers") << "'mlp_only_layers' (dense MLP layers) is not supported";
-    return failure();
-  }
-  std::optional<int64_t> experts = r.getInt("num_experts");
-  std::optional<int64_t> moeInter = r.getInt("moe_intermediate_size");
-  if (!experts || !moeInter)
-    return failure();
-  m.experts = *experts;
-  m.moeIntermediate = *moeInter;
-  m.sharedIntermediate = r.getIntOr("shared_expert_intermediate_size", 0, 0);
-  m.sharedExperts = m.sharedIntermediate > 0 ? 1 : 0;
   if (std::optional<bool> slide = r.getBool("use_sliding_window"); slide && *slide) {
     r.error("use_sliding_window") << "sliding-window attention in Qwen3-Next is not supported";
     return failure();
   }
   return r.failedAny() ? failure() : success();
+}
+
+/// Qwen3-Next rotates `int(head_dim * partial_rotary_factor)` values of each head (the
+/// factor from `rope_parameters`, else the top level; Qwen3NextConfig's default 0.25).
+LogicalResult readPartialRotary(Reader &r, ModelSpec &m) {
+  const json::Object *params = r.getObject("rope_parameters");
+  std::optional<double> factor;
+  if (params && params->get("partial_rotary_factor")) {
+    Reader p = r.nested("rope_parameters", *params, "RoPE");
+    factor = p.getNumber("partial_rotary_factor");
+    if (!factor)
+      return failure();
+  } else {
+    factor = r.getNumber("partial_rotary_factor", /*required=*/false);
+    if (r.failedAny())
+      return failure();
+  }
+  const double value = factor.value_or(0.25);
+  const int64_t dim = static_cast<int64_t>(static_cast<double>(m.headDim) * value);
+  if (!(value > 0 && value <= 1) || dim < 2 || dim % 2 != 0) {
+    r.error(params && params->get("partial_rotary_factor") ? "rope_parameters"
+                                                           : "partial_rotary_factor")
+        << "partial_rotary_factor " << Reader::formatNumber(value) << " of head_dim " << m.headDim
+        << " rotates " << dim
+        << " values; RoPE needs an even count of at least 2, at most head_dim";
+    return failure();
+  }
+  m.rotaryDim = dim == m.headDim ? 0 : dim;
+  return success();
 }
 
 /// gpt-oss: every layer is attention (a sliding window of `sliding_window` tokens or
@@ -1129,11 +1164,13 @@ uint64_t estimateWeightBytes(const ModelSpec &m) {
     }
     }
     if (m.modelType == "qwen3_next") {
-      // Every layer's sparse MoE block: routed experts, the shared expert and its
-      // sigmoid gate, the router; the post-attention norm.
+      // The layer's sparse MoE block (routed experts, the shared expert and its sigmoid
+      // gate, the router) or dense MLP; the post-attention norm.
       double perExpert = 3.0 * m.hidden * m.moeIntermediate;
-      linear += m.experts * perExpert + 3.0 * m.hidden * m.sharedIntermediate +
-                double(m.hidden) * (m.experts + 1);
+      linear += m.isMoeLayer(layer.index)
+                    ? m.experts * perExpert + 3.0 * m.hidden * m.sharedIntermediate +
+                          double(m.hidden) * (m.experts + 1)
+                    : 3.0 * m.hidden * m.intermediate;
       norms += m.hidden;
     }
     if (m.modelType == "gpt_oss") {
@@ -1244,8 +1281,8 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
       Value gb = arg({m.gdnValueHeads});
       auto gdnOp = GatedDeltaNetOp::create(
           b, loc, tensor({m.gdnValueHeads, m.gdnValueDim}), qk, qk, v, gb, gb,
-          i64(layer.index), i64(m.gdnKeyHeads), i64(m.gdnValueHeads), i64(m.gdnKeyDim),
-          i64(m.gdnValueDim), draft);
+          /*a_log=*/Value(), /*dt_bias=*/Value(), /*scratch=*/Value(), i64(layer.index),
+          i64(m.gdnKeyHeads), i64(m.gdnValueHeads), i64(m.gdnKeyDim), i64(m.gdnValueDim), draft);
       results.push_back(convOp.getOut());
       results.push_back(gdnOp.getOut());
       break;

@@ -125,6 +125,7 @@ struct ModelSpec {
   int64_t gdnKeyHeads = 0, gdnValueHeads = 0, gdnKeyDim = 0, gdnValueDim = 0,
           gdnConvKernel = 0;
   bool gatedAttention = false; // Qwen3-Next: q_proj also yields a per-head output gate
+  int64_t rotaryDim = 0;       // RoPE on the first rotaryDim values of a head (0: all)
   // MLP / MoE
   int64_t intermediate = 0, moeIntermediate = 0, experts = 0, sharedExperts = 0,
           sharedIntermediate = 0;
@@ -177,12 +178,14 @@ struct ModelSpec {
            modelType == "qwen3_moe";
   }
   bool isNemotronH() const { return modelType == "nemotron_h"; }
+  bool isQwen3Next() const { return modelType == "qwen3_next"; }
   bool isDeepSeek() const { return modelType == "deepseek_v2" || modelType == "deepseek_v3"; }
-  /// Whether the importer builds the whole graph: the dense families, Nemotron-H and
+  /// Whether the importer builds the whole graph: the dense families, Nemotron-H, Qwen3-Next and
   /// unquantized DeepSeek checkpoints (an FP8 one, DeepSeek-V3's as published, is planned
   /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet).
   bool hasWholeGraph() const {
-    return isDense() || isNemotronH() || (isDeepSeek() && linearBytes == dtypeBytes);
+    return isDense() || isNemotronH() || isQwen3Next() ||
+           (isDeepSeek() && linearBytes == dtypeBytes);
   }
 };
 

@@ -49,7 +49,8 @@ double getMscale(double scale, double mscale = 1.0) {
   return 0.1 * mscale * std::log(scale) + 1.0;
 }
 
-/// `partial_rotary_factor` of `r`'s object, if given, must be 1.
+/// `partial_rotary_factor` of `r`'s object, if given, must be 1 (Qwen3-Next reads its own:
+/// readPartialRotary).
 LogicalResult checkFullRotary(Reader &r) {
   std::optional<double> partial = r.getNumber("partial_rotary_factor", /*required=*/false);
   if (r.failedAny())
@@ -92,7 +93,7 @@ std::optional<double> beta(Reader &p, StringRef key, double fallback) {
 
 FailureOr<RopeAttr> kiln::import_detail::readRope(Reader &r, const ModelSpec &m) {
   Builder b(r.ctx);
-  if (failed(checkFullRotary(r)))
+  if (!m.isQwen3Next() && failed(checkFullRotary(r)))
     return failure();
 
   // The parameters' object: transformers-5 `rope_parameters` wins over `rope_scaling`.
@@ -120,7 +121,7 @@ FailureOr<RopeAttr> kiln::import_detail::readRope(Reader &r, const ModelSpec &m)
     return RopeAttr::get(r.ctx, RopeType::default_, thetaAttr, {}, {}, {}, 0, {});
 
   Reader p = r.nested(paramsKey, *params, "RoPE");
-  if (failed(checkFullRotary(p)))
+  if (!m.isQwen3Next() && failed(checkFullRotary(p)))
     return failure();
   StringRef typeKey = p.has("rope_type") || !p.has("type") ? "rope_type" : "type";
   std::optional<StringRef> typeName = p.getString(typeKey, /*required=*/false);

@@ -124,23 +124,38 @@ std::vector<KernelVariant> builtinVariants() {
   add({.name = "conv_prefill", .family = OpFamily::conv, .phase = Phase::prefill,
        .dtypes = kBf16 | kF16 | kF32, .priority = 10,
        .note = "causal conv1d over a prompt, every token in parallel"});
-  // Gated DeltaNet (Qwen3-Next): planned. Selected and reported so a plan names them;
-  // the lowering refuses a planned kernel. The decode update exists and passes on the
-  // H200 (lib/Kernels/GatedDeltaNet, docs/kernels-gdn.md); it stays planned until a
-  // runtime call reaches it.
-  add({.name = "gdn_update", .family = OpFamily::gdn, .phase = Phase::decode,
-       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
-       .note = "gated delta rule, one token, state in place (planned)"});
-  add({.name = "gdn_update_spec", .family = OpFamily::gdn, .phase = Phase::decode,
-       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .writesIntermediates = true,
-       .implemented = false, .priority = 10,
-       .note = "1 + draft tokens, state after each into intermediates (planned)"});
-  add({.name = "gdn_update_replay", .family = OpFamily::gdn, .phase = Phase::decode,
-       .dtypes = kF32 | kBf16, .maxQueryLen = 8, .replay = true, .implemented = false,
-       .priority = 10, .note = "replay-mode update from the saved k/v/g/beta (planned)"});
-  add({.name = "gdn_chunk_prefill", .family = OpFamily::gdn, .phase = Phase::prefill,
-       .dtypes = kF32 | kBf16, .implemented = false, .priority = 10,
-       .note = "chunkwise (WY) gated delta rule over a prompt (planned)"});
+  // Gated DeltaNet (Qwen3-Next; lib/Kernels/GatedDeltaNet, docs/kernels-gdn.md), reached
+  // through kiln_rt_gated_delta_net, with fp32 states. Replay mode stays planned: the
+  // lowering refuses it.
+  add({.name = "gdn_update",
+       .family = OpFamily::gdn,
+       .phase = Phase::decode,
+       .dtypes = kF32,
+       .priority = 10,
+       .note = "gated delta rule, one token, state in place"});
+  add({.name = "gdn_update_spec",
+       .family = OpFamily::gdn,
+       .phase = Phase::decode,
+       .dtypes = kF32,
+       .maxQueryLen = 8,
+       .writesIntermediates = true,
+       .priority = 10,
+       .note = "1 + draft tokens, state after each into intermediates"});
+  add({.name = "gdn_update_replay",
+       .family = OpFamily::gdn,
+       .phase = Phase::decode,
+       .dtypes = kF32,
+       .maxQueryLen = 8,
+       .replay = true,
+       .implemented = false,
+       .priority = 10,
+       .note = "replay-mode update from the saved k/v/g/beta (planned)"});
+  add({.name = "gdn_chunk_prefill",
+       .family = OpFamily::gdn,
+       .phase = Phase::prefill,
+       .dtypes = kF32,
+       .priority = 10,
+       .note = "chunkwise (WY) gated delta rule over a prompt"});
   // The runtime id of every implemented variant comes from the ABI table by name.
   for (KernelVariant &variant : table)
     if (variant.implemented)

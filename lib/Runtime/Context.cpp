@@ -284,13 +284,17 @@ kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
   } positive[] = {{"max_batch", c.max_batch},
                   {"max_seq_len", c.max_seq_len},
                   {"page_size", c.page_size},
-                  {"kv_pages", c.kv_pages},
                   {"max_step_tokens", c.max_step_tokens},
                   {"max_logit_rows", c.max_logit_rows}};
   for (const auto &p : positive)
     if (p.value < 1 || p.value > INT32_MAX)
       return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s %lld outside [1, 2^31)", fn, p.name,
                   static_cast<long long>(p.value));
+  // 0 pages: a model without attention layers (a Gated DeltaNet or Mamba2 stack) has no
+  // paged KV, and its sequences hold no pages.
+  if (c.kv_pages < 0 || c.kv_pages > INT32_MAX)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: kv_pages %lld outside [0, 2^31)", fn,
+                static_cast<long long>(c.kv_pages));
   if (c.max_draft_len < 0 || c.max_draft_len > 64)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: max_draft_len %lld outside [0, 64]", fn,
                 static_cast<long long>(c.max_draft_len));
@@ -695,7 +699,7 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
                   phase, i, b.slots[i], static_cast<long long>(cfg.max_batch));
     if (kiln_status_t st = checkReplay(fn, b, i, cfg.max_draft_len); st != KILN_OK)
       return st;
-    int64_t used = (s + page - 1) / page;
+    int64_t used = cfg.kv_pages > 0 ? (s + page - 1) / page : 0;
     for (int64_t p = 0; p < used; ++p) {
       int32_t id = b.block_table[i * P + p];
       if (id < 0 || id >= cfg.kv_pages)

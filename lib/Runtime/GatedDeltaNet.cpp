@@ -1,8 +1,7 @@
 // A Qwen3-Next Gated DeltaNet layer's recurrence as compiled code calls it in place
 // (kiln_rt_gated_delta_net): the layer's q, k, v and gate inputs become the packed
-// operands in the call's scratch (kiln_gdn_prepare: transformers' bf16 l2norm of q and k,
-// g and beta), then the GDN kernel the step needs runs on the per-slot states in the cache
-// region:
+// operands in the call's scratch (kiln_gdn_prepare: q, k and v packed, g and beta), then the GDN
+// kernel the step needs runs on the per-slot states in the cache region:
 //
 //   DECODE, one token a sequence   gdn_update in place (one launch for the batch;
 //                                  CUDA-graph capturable)
@@ -144,7 +143,8 @@ kiln_status_t prepare(const Call &c, kiln_rt_context *ctx, const GdnShape &sh, c
 }
 
 // The fields the update's and the chunked prefill's params share (the same names): the
-// step's slots of the state, the prepared operands (already l2-normalized), out.
+// step's slots of the state, the packed operands, out. transformers 5 L2-normalizes q and k
+// in fp32 inside the rule (use_qk_l2norm_in_kernel), as the kernels do with l2norm_qk.
 template <typename Params>
 void fillCommon(Params &p, const kiln_rt_context *ctx, uint64_t stateOffset, const GdnShape &sh,
                 const Operands &ops, void *out) {
@@ -162,8 +162,8 @@ void fillCommon(Params &p, const kiln_rt_context *ctx, uint64_t stateOffset, con
   p.g = ops.g;
   p.beta = ops.beta;
   p.out = out;
-  p.l2norm_qk = 0; // kiln_gdn_prepare normalized q and k in transformers' roundings
-  p.scale = 0.0f;  // 1 / sqrt(k_dim)
+  p.l2norm_qk = 1;
+  p.scale = 0.0f; // 1 / sqrt(k_dim)
   p.stream = ctx->stream;
 }
 

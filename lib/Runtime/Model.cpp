@@ -189,12 +189,36 @@ void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
   }
 }
 
+// The rows of `data` ([sum of the parts x groups[0], rowBytes]) regrouped part-major: the
+// checkpoint holds groups[0] groups of groups[1] + groups[2] + ... rows, the model part 1
+// of every group, then part 2 of every group, and so on (a manifest weight's rows=).
+void regroupRows(unsigned char *data, const std::vector<int64_t> &groups, uint64_t rowBytes,
+                 std::vector<unsigned char> &scratch) {
+  const uint64_t count = static_cast<uint64_t>(groups[0]);
+  uint64_t perGroup = 0;
+  for (size_t part = 1; part < groups.size(); ++part)
+    perGroup += static_cast<uint64_t>(groups[part]);
+  scratch.resize(count * perGroup * rowBytes);
+  uint64_t written = 0, partStart = 0;
+  for (size_t part = 1; part < groups.size(); ++part) {
+    const uint64_t partBytes = static_cast<uint64_t>(groups[part]) * rowBytes;
+    for (uint64_t group = 0; group < count; ++group) {
+      std::memcpy(scratch.data() + written, data + (group * perGroup + partStart) * rowBytes,
+                  partBytes);
+      written += partBytes;
+    }
+    partStart += static_cast<uint64_t>(groups[part]);
+  }
+  std::memcpy(data, scratch.data(), written);
+}
+
 // One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
-// `device`, through the host buffer.
+// `device`, through the host buffer (its rows regrouped when `rowGroups` says so).
 kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
-                         const char *weightsPath, const std::string &name,
-                         const std::string &dtype, const std::vector<int64_t> &shape,
-                         char *device, uint64_t bytes, std::vector<unsigned char> &host) {
+                         const char *weightsPath, const std::string &name, const std::string &dtype,
+                         const std::vector<int64_t> &shape, char *device, uint64_t bytes,
+                         std::vector<unsigned char> &host,
+                         const std::vector<int64_t> &rowGroups = {}) {
   std::string error;
   const kiln::weights::TensorInfo *info = index.find(name);
   if (!info)
@@ -222,6 +246,10 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
                 error.c_str());
   if (widen)
     widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
+  if (!rowGroups.empty() && !shape.empty() && shape[0] > 0) {
+    std::vector<unsigned char> scratch;
+    regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]), scratch);
+  }
   cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -255,7 +283,7 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
     const size_t star = w.name.find('*');
     if (star == std::string::npos) {
       if (kiln_status_t s = loadTensor(fn, index, weightsPath, w.name, w.dtype, w.shape,
-                                       base + w.offset, w.bytes, host);
+                                       base + w.offset, w.bytes, host, w.rowGroups);
           s != KILN_OK)
         return s;
       continue;
@@ -391,7 +419,8 @@ kiln_status_t runStep(const char *fn, kiln_model *m, int32_t phase,
       return fail(KILN_ERROR_INVALID_ARGUMENT,
                   "%s: sequence %d would reach %d tokens > max_seq_len %lld", fn, s.id, newLen,
                   static_cast<long long>(mf.maxSeqLen));
-    const size_t need = static_cast<size_t>((newLen + page - 1) / page);
+    // A model without paged KV (kv_pages 0) gives its sequences no pages.
+    const size_t need = mf.kvPages > 0 ? static_cast<size_t>((newLen + page - 1) / page) : 0;
     if (need > s.pages.size() && need - s.pages.size() > m->freePages.size())
       return fail(KILN_ERROR_OUT_OF_MEMORY,
                   "%s: sequence %d needs %zu more KV page(s) to reach %d tokens, but only %zu "
@@ -733,12 +762,14 @@ extern "C" kiln_status_t kiln_model_truncate(kiln_model_t *model, int32_t seq_id
                 "%s: sequence %d: new_len %d outside [0, its length %d]", fn, seq_id, new_len,
                 s->len);
   const int64_t page = model->manifest.pageSize;
-  // Recurrent (Mamba2) states cannot be rewound beyond the last speculative step.
+  // Recurrent (Mamba2, Gated DeltaNet) states cannot be rewound beyond the last
+  // speculative step.
   if (s->specBase < 0 && new_len < s->len && model->ctx->recurrentLayers)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "%s: sequence %d: the model's recurrent layers (Mamba2) cannot rewind to %d "
-                "of its %d tokens (only within its last speculative step)", fn, seq_id,
-                new_len, s->len);
+                "%s: sequence %d: the model's recurrent layers (Mamba2, Gated DeltaNet) cannot "
+                "rewind to %d "
+                "of its %d tokens (only within its last speculative step)",
+                fn, seq_id, new_len, s->len);
   const int32_t oldLen = s->len;
   s->len = new_len;
   int32_t slot = static_cast<int32_t>(s - model->slots.data());

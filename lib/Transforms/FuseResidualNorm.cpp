@@ -48,8 +48,8 @@ struct FuseAddIntoRmsNorm : public OpRewritePattern<RmsNormOp> {
       return rewriter.notifyMatchFailure(norm, "the sum is used before the norm");
     auto fusedOp = AddRmsNormOp::create(
         rewriter, rewriter.getFusedLoc({add.getLoc(), norm.getLoc()}),
-        TypeRange{sum.getType(), normed.getType()}, add.getLhs(), add.getRhs(),
-        norm.getWeight(), add.getInit(), norm.getInit(), norm.getEpsilonAttr());
+        TypeRange{sum.getType(), normed.getType()}, add.getLhs(), add.getRhs(), norm.getWeight(),
+        add.getInit(), norm.getInit(), norm.getEpsilonAttr(), norm.getZeroCenteredAttr());
     rewriter.replaceAllUsesWith(sum, fusedOp.getResult(0));
     rewriter.replaceOp(norm, fusedOp.getResult(1));
     rewriter.eraseOp(add);

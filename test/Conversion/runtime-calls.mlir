@@ -14,7 +14,7 @@
 // CHECK-DAG: func.func private @kiln_rt_rms_norm(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_add_rms_norm(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_linear(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
-// CHECK-DAG: func.func private @kiln_rt_rope(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i32, f32, f32, f32, f32, i64, f32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_rope(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, f32, f32, f32, f32, i64, f32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_swiglu(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_gather_rows(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
@@ -96,8 +96,10 @@
 // CHECK: call @kiln_rt_linear(%[[CTX]], %[[NP]], %{{[^,]*}}, %[[NULL]], %{{[^,]*}}, %[[M]], %[[NN]], %[[K]])
 // CHECK: call @kiln_rt_linear(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}},
 
-// rope(ctx, x, positions, out, tokens, heads, head_dim, type, theta, factor, low, high,
-//      original_max_position, attention_factor): llama3 is KILN_RT_ROPE_LLAMA3 (2).
+// rope(ctx, x, positions, out, tokens, heads, head_dim, rotary_dim, type, theta, factor,
+//      low, high, original_max_position, attention_factor): rotary_dim 0 is the whole head;
+//      llama3 is KILN_RT_ROPE_LLAMA3 (2).
+// CHECK: %[[ROT:.*]] = arith.constant 0 : i64
 // CHECK: %[[TYPE:.*]] = arith.constant 2 : i32
 // CHECK: %[[THETA:.*]] = arith.constant 5.000000e+05 : f32
 // CHECK: %[[FACTOR:.*]] = arith.constant 8.000000e+00 : f32
@@ -105,7 +107,7 @@
 // CHECK: %[[HIGH:.*]] = arith.constant 4.000000e+00 : f32
 // CHECK: %[[ORIG:.*]] = arith.constant 8192 : i64
 // CHECK: %[[AF:.*]] = arith.constant 1.000000e+00 : f32
-// CHECK: call @kiln_rt_rope(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[TYPE]], %[[THETA]], %[[FACTOR]], %[[LOW]], %[[HIGH]], %[[ORIG]], %[[AF]])
+// CHECK: call @kiln_rt_rope(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[ROT]], %[[TYPE]], %[[THETA]], %[[FACTOR]], %[[LOW]], %[[HIGH]], %[[ORIG]], %[[AF]])
 
 // add / swiglu(ctx, a, b, out, elements)
 // CHECK: call @kiln_rt_add(%[[CTX]],

@@ -118,6 +118,20 @@ TEST(RuntimeCpu, ConfigValidation) {
   EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("max_batch 0"), std::string::npos) << lastError();
   c = tinyConfig();
+  c.kv_pages = -1;
+  EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kv_pages -1 outside [0, 2^31)"), std::string::npos) << lastError();
+  // No pages: a model without attention layers; its steps' block tables are not read.
+  c.kv_pages = 0;
+  ASSERT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_OK) << lastError();
+  {
+    Step prefill(KILN_RT_PHASE_PREFILL, {5}, {5});
+    prefill.table.assign(prefill.table.size(), -1);
+    EXPECT_EQ(kiln_rt_set_batch(ctx, &prefill.b), KILN_OK) << lastError();
+  }
+  kiln_rt_destroy(ctx);
+  ctx = nullptr;
+  c = tinyConfig();
   c.kv_ring_window = -1;
   EXPECT_EQ(kiln_rt_create_dry(&c, &ctx), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("kv_ring_window -1 outside [0, 2^31)"), std::string::npos)

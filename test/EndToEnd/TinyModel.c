@@ -173,9 +173,9 @@ void kiln_model_forward(kiln_rt_context_t *ctx) {
     kiln_rt_linear(ctx, A + act[A_HN], W + w[L_QW], W + w[L_QB], A + act[A_Q], T, NH * D, H);
     kiln_rt_linear(ctx, A + act[A_HN], W + w[L_KW], W + w[L_KB], A + act[A_K], T, KVH * D, H);
     kiln_rt_linear(ctx, A + act[A_HN], W + w[L_VW], W + w[L_VB], A + act[A_V], T, KVH * D, H);
-    kiln_rt_rope(ctx, A + act[A_Q], pos, A + act[A_QR], T, NH, D, KILN_RT_ROPE_DEFAULT, THETA,
+    kiln_rt_rope(ctx, A + act[A_Q], pos, A + act[A_QR], T, NH, D, 0, KILN_RT_ROPE_DEFAULT, THETA,
                  1.0f, 0.0f, 0.0f, 0, 1.0f);
-    kiln_rt_rope(ctx, A + act[A_K], pos, A + act[A_KR], T, KVH, D, KILN_RT_ROPE_DEFAULT, THETA,
+    kiln_rt_rope(ctx, A + act[A_K], pos, A + act[A_KR], T, KVH, D, 0, KILN_RT_ROPE_DEFAULT, THETA,
                  1.0f, 0.0f, 0.0f, 0, 1.0f);
     kiln_rt_attention(ctx, l, (uint64_t)l * poolBytes, A + act[A_QR], A + act[A_KR],
                       A + act[A_V], A + act[A_ATT], T, NH, KVH, D, PAGE,

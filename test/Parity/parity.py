@@ -99,6 +99,11 @@ UNSUPPORTED_MODES = {
         "selfdraft": "the target as its own draft model is a Mamba2 model, whose recurrent "
                      "state a draft model cannot rewind (kiln_model_truncate refuses it)",
     },
+    "qwen3-next": {
+        "selfdraft": "the target as its own draft model has Gated DeltaNet layers, whose "
+                     "recurrent state a draft model cannot rewind (kiln_model_truncate "
+                     "refuses it)",
+    },
     "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
     "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
 }

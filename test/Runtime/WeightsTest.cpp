@@ -658,6 +658,15 @@ TEST(Manifest, Valid) {
   ASSERT_TRUE(parseManifest(join(ringLines), m, error)) << error;
   EXPECT_EQ(m.kvRingWindow, 4096);
 
+  // A regrouped weight (Qwen3-Next's fused projections): q_proj's 256 rows as 4 groups of
+  // 32 + 32 rows.
+  ASSERT_TRUE(parseManifest(join(with(23, "weight model.layers.0.self_attn.q_proj.weight bf16 "
+                                          "256x256 524288 131072 rows=4:32,32")),
+                            m, error))
+      << error;
+  EXPECT_EQ(m.weights[1].rowGroups, (std::vector<int64_t>{4, 32, 32}));
+  EXPECT_TRUE(m.weights[0].rowGroups.empty());
+
   Manifest huge;
   huge.weightBytes = ~uint64_t(0);
   huge.ioBytes = 1;
@@ -702,6 +711,18 @@ TEST(Manifest, Errors) {
   expectManifestError(with(24, "weight model.norm.weight f32 128 1048576 512"), 24, "outside weight_bytes");
   expectManifestError(with(24, "weight model.embed_tokens.weight f32 128 655360 512"), 24,
                       "duplicate weight 'model.embed_tokens.weight' (first on line 22)");
+  // Regrouped rows: the groups must cover the leading dimension, every count positive.
+  const char *q = "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072 ";
+  expectManifestError(with(23, (std::string(q) + "rows=4:32,31").c_str()), 23,
+                      "rows=4:32,31 needs at least two parts whose groups cover the 256 rows");
+  expectManifestError(with(23, (std::string(q) + "rows=4:64").c_str()), 23, "at least two parts");
+  expectManifestError(with(23, (std::string(q) + "rows=0:32,32").c_str()), 23, "rows: '0' is zero");
+  expectManifestError(with(23, (std::string(q) + "rows=4:32,x").c_str()), 23,
+                      "rows: 'x' is not a decimal number");
+  expectManifestError(with(23, (std::string(q) + "cols=4:32,32").c_str()), 23,
+                      "unknown field 'cols=4:32,32' (expected rows=G:P0,P1,...)");
+  expectManifestError(with(23, (std::string(q) + "rows=4:32,32 x").c_str()), 23,
+                      "(8 fields found)");
   // Overflowing shapes.
   expectManifestError(with(24, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 24, "overflows 64 bits");
   expectManifestError(with(24, "weight model.norm.weight f32 9223372036854775807 655360 512"), 24, "overflows 64 bits");

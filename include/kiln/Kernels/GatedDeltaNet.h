@@ -115,22 +115,14 @@ kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *para
 
 /* ---- gdn_prepare ----------------------------------------------------------------------
  * A Qwen3-Next GDN layer's graph inputs turned into the packed operands of the kernels
- * above, rounded as transformers' Qwen3NextGatedDeltaNet (its torch path) rounds them in
- * bf16 tensor ops, so the kernels then run with l2norm_qk = 0 (and scale 0). For token t,
- * key head kh and value head h:
- *   q_out[t, kh] = l2norm(q[t, kh]), k_out[t, kh] = l2norm(k[t, kh]), where l2norm of the
- *                  k_dim bf16 values x is transformers' l2norm(x, eps=1e-6) in bf16:
- *                    sq_i = bf16(x_i x_i); s = bf16(sum_i sq_i) (fp32 sum);
- *                    s2 = bf16(s + 1e-6); inv = bf16(1 / sqrt(s2)); out_i = bf16(x_i inv)
- *   v_out[t, h]  = v[t, h]
+ * above, as transformers' Qwen3NextGatedDeltaNet (its torch path) computes its gates. q
+ * and k are only packed: transformers 5 L2-normalizes them in fp32 inside the gated delta
+ * rule (use_qk_l2norm_in_kernel), as the kernels do with l2norm_qk = 1. For token t, key
+ * head kh and value head h:
+ *   q_out[t, kh] = q[t, kh], k_out[t, kh] = k[t, kh], v_out[t, h] = v[t, h]
  *   g[t, h]      = -exp(a_log[h]) softplus(a[t, h] + dt_bias[h])  (fp32; torch's softplus:
  *                  x for x > 20, else log1p(exp(x)))
  *   beta[t, h]   = bf16(sigmoid(b[t, h])), stored as fp32
- * 1 / sqrt is correctly rounded (torch's CUDA rsqrtf may differ in the last fp32 bit,
- * which the bf16 rounding hides but near a tie). The fp32 sum has a fixed order, so a host
- * reference can reproduce it bit for bit: lane l of a warp adds x_l, x_{l+32}, ... in
- * order, then the 32 partial sums meet in a butterfly (partial[l] += partial[l ^ m] for m =
- * 16, 8, 4, 2, 1).
  *
  * Layouts: q, k [tokens, k_heads, k_dim], v [tokens, v_heads, v_dim], a, b [tokens,
  * v_heads] bf16, a token's row *_stride elements after the previous one's (column slices

@@ -217,8 +217,8 @@ static inline int64_t kiln_rt_mla_scratch_bytes_per_token(int64_t heads, int64_t
  * packed operands kiln_gdn_prepare writes for the GDN kernels, five planar regions in
  * this order, each starting at the first KILN_RT_ALIGNMENT (256) byte aligned address at
  * or after the end of the one before (the first: at or after the scratch pointer):
- *   qn    [tokens, k_heads, k_dim] bf16   (l2-normalized q)
- *   kn    [tokens, k_heads, k_dim] bf16   (l2-normalized k)
+ *   qn    [tokens, k_heads, k_dim] bf16   (q packed)
+ *   kn    [tokens, k_heads, k_dim] bf16   (k packed)
  *   v     [tokens, v_heads, v_dim] bf16
  *   g     [tokens, v_heads] f32           (log decay)
  *   beta  [tokens, v_heads] f32

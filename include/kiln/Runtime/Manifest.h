@@ -16,6 +16,9 @@ struct ManifestWeight {
   std::vector<int64_t> shape;    // at least one dimension, each >= 0
   uint64_t offset = 0;           // in the weight allocation, 256-byte aligned
   uint64_t bytes = 0;            // product(shape) * dtype bytes
+  // Empty, or {G, P0, P1, ...}: the checkpoint's rows are G groups of P0 + P1 + ... rows,
+  // loaded part-major (part 0 of every group, then part 1, ...).
+  std::vector<int64_t> rowGroups;
 };
 
 struct Manifest {

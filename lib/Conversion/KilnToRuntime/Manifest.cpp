@@ -106,7 +106,12 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
                                 << "' has no planned offset; run kiln-plan-memory";
     os << "weight " << weightName << " " << dtype << " ";
     llvm::interleave(type.getShape(), os, "x");
-    os << " " << *weight.getOffset() << " " << weight.getBytes().value_or(0) << "\n";
+    os << " " << *weight.getOffset() << " " << weight.getBytes().value_or(0);
+    if (std::optional<ArrayRef<int64_t>> groups = weight.getRowGroups()) {
+      os << " rows=" << groups->front() << ":";
+      llvm::interleave(groups->drop_front(), os, ",");
+    }
+    os << "\n";
   }
   os << "end\n";
   return text;

@@ -208,10 +208,29 @@ LogicalResult verifyGdnOp(OpT op) {
   if (failed(checkShape(raw, "q", op.getQ(), {kAnyDim, hk, dk})) ||
       failed(checkShape(raw, "k", op.getK(), {kAnyDim, hk, dk})) ||
       failed(checkShape(raw, "v", op.getV(), {kAnyDim, hv, dv})) ||
-      failed(checkShape(raw, "g", op.getG(), {kAnyDim, hv})) ||
-      failed(checkShape(raw, "beta", op.getBeta(), {kAnyDim, hv})) ||
+      failed(checkShape(raw, "a", op.getA(), {kAnyDim, hv})) ||
+      failed(checkShape(raw, "b", op.getB(), {kAnyDim, hv})) ||
       failed(checkShape(raw, "result", outputOf(op), {kAnyDim, hv, dv})))
     return failure();
+  // The per-head parameters are f32 (checkpoints' bf16 values widen exactly at load).
+  for (auto [name, value] :
+       {std::pair<StringRef, Value>{"a_log", op.getALog()}, {"dt_bias", op.getDtBias()}}) {
+    if (!value)
+      continue;
+    if (failed(checkShape(raw, name, value, {hv})))
+      return failure();
+    if (!cast<ShapedType>(value.getType()).getElementType().isF32())
+      return op.emitOpError() << "'" << name << "' must be f32, got "
+                              << cast<ShapedType>(value.getType()).getElementType();
+  }
+  if (Value scratch = op.getScratch()) {
+    const int64_t perToken = kiln_rt_gdn_scratch_bytes_per_token(hk, hv, dk, dv);
+    if (failed(checkShape(raw, "scratch", scratch, {kAnyDim, perToken})))
+      return failure();
+    if (!cast<ShapedType>(scratch.getType()).getElementType().isInteger(8))
+      return op.emitOpError() << "'scratch' must be i8, got "
+                              << cast<ShapedType>(scratch.getType()).getElementType();
+  }
   return success();
 }
 
@@ -503,12 +522,12 @@ Operation *GatedDeltaNetOp::buildCachedForm(OpBuilder &builder, ValueRange resou
   auto get = [&](ResourceKind kind) { return findResource(resources, kind); };
   Value init = emptyLike(builder, getLoc(), getOut().getType(), getV());
   return CachedGatedDeltaNetOp::create(
-      builder, getLoc(), getOut().getType(), getQ(), getK(), getV(), getG(), getBeta(),
-      get(ResourceKind::gdn_state), get(ResourceKind::intermediate_gdn_state),
-      get(ResourceKind::gdn_replay_k), get(ResourceKind::gdn_replay_v),
-      get(ResourceKind::gdn_replay_gb), init, getLayerAttr(),
-      getNumKHeadsAttr(), getNumVHeadsAttr(), getHeadKDimAttr(), getHeadVDimAttr(),
-      getDraftAttr(), nullptr, nullptr, nullptr);
+      builder, getLoc(), getOut().getType(), getQ(), getK(), getV(), getA(), getB(), getALog(),
+      getDtBias(), getScratch(), get(ResourceKind::gdn_state),
+      get(ResourceKind::intermediate_gdn_state), get(ResourceKind::gdn_replay_k),
+      get(ResourceKind::gdn_replay_v), get(ResourceKind::gdn_replay_gb), init, getLayerAttr(),
+      getNumKHeadsAttr(), getNumVHeadsAttr(), getHeadKDimAttr(), getHeadVDimAttr(), getDraftAttr(),
+      nullptr, nullptr, nullptr);
 }
 
 Operation *CausalConvOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
@@ -977,9 +996,54 @@ FailureOr<RuntimeCall> CachedSsmOp::getRuntimeCall() {
        RuntimeArg::i32(specDecModeValue(getSpecDecMode()))}};
 }
 FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
-  return emitOpError() << "layer " << getLayer()
-                       << ": Gated DeltaNet has no runtime kernel yet (its decode update "
-                          "and chunked prefill are planned in the kernel registry)";
+  if (failed(requireBuffers(*this)))
+    return failure();
+  if (!getALog() || !getDtBias() || !getScratch())
+    return emitOpError() << "layer " << getLayer()
+                         << ": lowering needs the layer's parameters (a_log, dt_bias) and "
+                            "its scratch";
+  if (getReplayK())
+    return emitOpError() << "layer " << getLayer()
+                         << ": Gated DeltaNet's replay mode is not lowered; compile with "
+                            "--ssm-mode rewind";
+  int64_t stateOffset, interOffset[1];
+  if (failed(stateOffsets(*this, getLayer(), getState(), {getIntermediate()}, stateOffset,
+                          interOffset)) ||
+      failed(requireBf16(*this, getLayer(), {getQ(), getK(), getV(), getA(), getB(), getInit()})))
+    return failure();
+  FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
+  if (failed(dtype))
+    return failure();
+  if (*dtype != KILN_RT_DTYPE_F32)
+    return emitOpError() << "layer " << getLayer()
+                         << ": the Gated DeltaNet kernels keep f32 states";
+  return RuntimeCall{"kiln_rt_gated_delta_net",
+                     {RuntimeArg::i32(getLayer()),
+                      RuntimeArg::i64(stateOffset),
+                      RuntimeArg::i64(interOffset[0]),
+                      RuntimeArg::stridedPointer(getQ()),
+                      RuntimeArg::stridedPointer(getK()),
+                      RuntimeArg::stridedPointer(getV()),
+                      RuntimeArg::stridedPointer(getA()),
+                      RuntimeArg::stridedPointer(getB()),
+                      RuntimeArg::f32Pointer(getALog()),
+                      RuntimeArg::f32Pointer(getDtBias()),
+                      RuntimeArg::pointer(getScratch()),
+                      RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getQ(), 0),
+                      RuntimeArg::i64(getNumKHeads()),
+                      RuntimeArg::i64(getNumVHeads()),
+                      RuntimeArg::i64(getHeadKDim()),
+                      RuntimeArg::i64(getHeadVDim()),
+                      RuntimeArg::rowStride(getQ()),
+                      RuntimeArg::rowStride(getK()),
+                      RuntimeArg::rowStride(getV()),
+                      RuntimeArg::rowStride(getA()),
+                      RuntimeArg::rowStride(getB()),
+                      RuntimeArg::i32(*dtype),
+                      kernelArg(getDecodeKernelAttr()),
+                      kernelArg(getPrefillKernelAttr()),
+                      RuntimeArg::i32(specDecModeValue(getSpecDecMode()))}};
 }
 FailureOr<RuntimeCall> CachedCausalConvOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
@@ -1170,6 +1234,7 @@ KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
 KILN_COMPUTE_EFFECTS(MoeOp)
 KILN_COMPUTE_EFFECTS(SigmoidGateOp)
+KILN_COMPUTE_EFFECTS(SigmoidMulOp)
 KILN_COMPUTE_EFFECTS(GatedRmsNormOp)
 KILN_COMPUTE_EFFECTS(ActivationOp)
 KILN_COMPUTE_EFFECTS(ArgmaxOp)
@@ -1214,10 +1279,26 @@ LogicalResult RmsNormOp::verify() {
     return failure();
   return checkEpsilon(op, getEpsilon());
 }
+namespace {
+/// Qwen3-Next's norm of `[tokens, dim]` or `[tokens, heads, dim]` rows; the input may be a
+/// column slice (its token dimension strided, the rest contiguous: heads `dim` apart).
+RuntimeCall zeroCenteredCall(Value input, Value weight, Value init, APFloat epsilon) {
+  const int64_t last = shapedOf(input).getRank() - 1;
+  RuntimeArg heads = last == 2 ? RuntimeArg::dim(input, 1) : RuntimeArg::i64(1);
+  return RuntimeCall{"kiln_rt_rms_norm_offset",
+                     {RuntimeArg::stridedPointer(input), RuntimeArg::rowStride(input),
+                      RuntimeArg::dim(input, last), RuntimeArg::pointer(weight),
+                      RuntimeArg::pointer(init), RuntimeArg::dim(input, 0), heads,
+                      RuntimeArg::dim(input, last), RuntimeArg::f32(epsilon.convertToDouble())}};
+}
+} // namespace
+
 FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
   int64_t last = shapedOf(getInput()).getRank() - 1;
+  if (getZeroCentered())
+    return zeroCenteredCall(getInput(), getWeight(), getInit(), getEpsilon());
   // A column slice (MLA's compressed KV) keeps its rows' stride.
   auto input = dyn_cast<MemRefType>(getInput().getType());
   if (input && !input.getLayout().isIdentity())
@@ -1265,7 +1346,7 @@ bool AddRmsNormOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
 FailureOr<RuntimeCall> AddRmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  return RuntimeCall{"kiln_rt_add_rms_norm",
+  return RuntimeCall{getZeroCentered() ? "kiln_rt_add_rms_norm_offset" : "kiln_rt_add_rms_norm",
                      {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
                       RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
                       RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
@@ -1450,22 +1531,27 @@ LogicalResult RopeOp::verify() {
   int64_t headDim = sizeOf(getInput(), 2);
   if (headDim != ShapedType::kDynamic && headDim % 2 != 0)
     return emitOpError() << "head dimension " << headDim << " must be even";
+  if (std::optional<int64_t> rotary = getRotaryDim();
+      rotary &&
+      (*rotary < 2 || *rotary % 2 != 0 || (headDim != ShapedType::kDynamic && *rotary > headDim)))
+    return emitOpError() << "'rotary_dim' " << *rotary
+                         << " must be even, at least 2 and at most the head dimension " << headDim;
   return success();
 }
 FailureOr<RuntimeCall> RopeOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
   RopeAttr rope = getRope();
-  return RuntimeCall{
-      "kiln_rt_rope",
-      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getPositions()),
-       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
-       RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 2),
-       RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
-       RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
-       RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
-       RuntimeArg::i64(rope.getOriginalMaxPosition()),
-       RuntimeArg::f32(rope.getAttentionFactorValue())}};
+  return RuntimeCall{"kiln_rt_rope",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getPositions()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 2),
+                      RuntimeArg::i64(getRotaryDim().value_or(0)),
+                      RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
+                      RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
+                      RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
+                      RuntimeArg::i64(rope.getOriginalMaxPosition()),
+                      RuntimeArg::f32(rope.getAttentionFactorValue())}};
 }
 
 namespace {
@@ -1540,6 +1626,29 @@ FailureOr<RuntimeCall> SigmoidGateOp::getRuntimeCall() {
                       RuntimeArg::dim(getValue(), 1)}};
 }
 
+LogicalResult SigmoidMulOp::verify() {
+  Operation *op = *this;
+  Type element = shapedOf(getInput()).getElementType();
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkSameShape(op, "input", getInput(), "gate", getGate())) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkElementType(op, "gate", getGate(), element)) ||
+      failed(checkElementType(op, "init", getInit(), element)))
+    return failure();
+  return success();
+}
+bool SigmoidMulOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input == &getInputMutable();
+}
+FailureOr<RuntimeCall> SigmoidMulOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_sigmoid_mul",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::stridedPointer(getGate()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+                      RuntimeArg::dim(getInput(), 1), RuntimeArg::rowStride(getGate())}};
+}
+
 LogicalResult GatedRmsNormOp::verify() {
   Operation *op = *this;
   Type element = shapedOf(getInput()).getElementType();
@@ -1547,8 +1656,9 @@ LogicalResult GatedRmsNormOp::verify() {
       failed(checkSameShape(op, "input", getInput(), "gate", getGate())) ||
       failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
       failed(checkRank(op, "weight", getWeight(), 1)) ||
-      failed(checkDimEquals(op, "weight", getWeight(), 0, sizeOf(getInput(), 1),
-                            "the normalized size")) ||
+      failed(checkDimEquals(op, "weight", getWeight(), 0,
+                            getNormBeforeGate() ? getGroupSize() : sizeOf(getInput(), 1),
+                            getNormBeforeGate() ? "the group size" : "the normalized size")) ||
       failed(checkElementType(op, "gate", getGate(), element)) ||
       failed(checkElementType(op, "weight", getWeight(), element)) ||
       failed(checkElementType(op, "init", getInit(), element)))
@@ -1562,7 +1672,7 @@ LogicalResult GatedRmsNormOp::verify() {
 FailureOr<RuntimeCall> GatedRmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  return RuntimeCall{"kiln_rt_gated_rms_norm",
+  return RuntimeCall{getNormBeforeGate() ? "kiln_rt_rms_norm_gate" : "kiln_rt_gated_rms_norm",
                      {RuntimeArg::pointer(getInput()), RuntimeArg::stridedPointer(getGate()),
                       RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getInit()),
                       RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
@@ -1711,6 +1821,28 @@ LogicalResult WeightOp::verify() {
   if (name.contains('*') && getTensorType().getRank() < 2)
     return emitOpError() << "stacked weight '" << name
                          << "' needs rank >= 2 (the leading dimension indexes '*')";
+  return verifyRowGroups();
+}
+
+LogicalResult WeightOp::verifyRowGroups() {
+  std::optional<ArrayRef<int64_t>> groups = getRowGroups();
+  if (!groups)
+    return success();
+  if (groups->size() < 3)
+    return emitOpError() << "'row_groups' needs a group count and at least two parts, got "
+                         << groups->size() << " values";
+  if (llvm::any_of(*groups, [](int64_t value) { return value <= 0; }))
+    return emitOpError() << "'row_groups' values must be positive";
+  if (getSymName().contains('*'))
+    return emitOpError() << "a stacked weight cannot regroup its rows";
+  int64_t perGroup = 0;
+  for (int64_t part : groups->drop_front())
+    if (llvm::AddOverflow(perGroup, part, perGroup))
+      return emitOpError() << "'row_groups' parts overflow";
+  int64_t rows = getTensorType().getDimSize(0), total = 0;
+  if (llvm::MulOverflow(groups->front(), perGroup, total) || total != rows)
+    return emitOpError() << "'row_groups' describes " << groups->front() << " groups of "
+                         << perGroup << " rows, but the weight has " << rows << " rows";
   return success();
 }
 

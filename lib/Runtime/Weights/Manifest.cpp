@@ -97,6 +97,50 @@ bool parseBatchList(std::string_view list, std::vector<int32_t> &out, std::strin
   }
 }
 
+// `rows=G:P0,P1,...` of a weight line: positive counts whose groups cover the weight's
+// leading dimension exactly; on failure `why` says what is wrong.
+bool parseRowGroups(std::string_view field, ManifestWeight &w, std::string &why) {
+  const std::string_view prefix = "rows=";
+  const size_t colon = field.find(':');
+  if (field.substr(0, prefix.size()) != prefix || colon == std::string_view::npos) {
+    why = "unknown field '" + std::string(field) + "' (expected rows=G:P0,P1,...)";
+    return false;
+  }
+  std::vector<std::string_view> items = {field.substr(prefix.size(), colon - prefix.size())};
+  for (size_t start = colon + 1;;) {
+    const size_t comma = field.find(',', start);
+    items.push_back(field.substr(start, comma == std::string_view::npos ? std::string_view::npos
+                                                                        : comma - start));
+    if (comma == std::string_view::npos)
+      break;
+    start = comma + 1;
+  }
+  uint64_t perGroup = 0;
+  for (std::string_view item : items) {
+    uint64_t value = 0;
+    const char *problem = "is zero";
+    if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), value,
+                     problem) ||
+        value == 0) {
+      why = "rows: '" + std::string(item) + "' " + problem;
+      return false;
+    }
+    if (!w.rowGroups.empty())
+      perGroup += value;
+    w.rowGroups.push_back(static_cast<int64_t>(value));
+  }
+  if (w.rowGroups.size() < 3 || w.shape.empty() ||
+      static_cast<uint64_t>(w.rowGroups[0]) * perGroup != static_cast<uint64_t>(w.shape[0])) {
+    why = "rows=" + std::string(field.substr(prefix.size())) +
+          " needs at least two parts whose groups cover the " +
+          (w.shape.empty() ? std::string("leading dimension")
+                           : std::to_string(w.shape[0]) + " rows") +
+          " exactly";
+    return false;
+  }
+  return true;
+}
+
 std::string lineText(size_t line) { return "line " + std::to_string(line) + ": "; }
 
 struct WeightLine {
@@ -220,7 +264,8 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       continue;
     }
     if (key == "weight") {
-      if (!arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES"))
+      if (fields.size() != 7 &&
+          !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [rows=G:P0,P1,...]"))
         return false;
       ManifestWeight w;
       w.name = std::string(fields[1]);
@@ -270,6 +315,11 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       uint64_t endOffset;
       if (__builtin_add_overflow(w.offset, w.bytes, &endOffset))
         return fail(line, where + "offset + bytes overflows 64 bits");
+      if (fields.size() == 7) {
+        std::string why;
+        if (!parseRowGroups(fields[6], w, why))
+          return fail(line, where + why);
+      }
       auto [first, added] = weightLineOf.emplace(w.name, line);
       if (!added)
         return fail(line, "duplicate weight '" + w.name + "' (first on line " + std::to_string(first->second) + ")");

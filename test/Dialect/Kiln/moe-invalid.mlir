@@ -1,4 +1,4 @@
-// Every verifier diagnostic of kiln.moe and of stacked weights.
+// Every verifier diagnostic of kiln.moe and of stacked and regrouped weights.
 // RUN: kiln-opt %s -split-input-file -verify-diagnostics
 
 func.func @f(%x: tensor<?x64xbf16>, %l: tensor<?x8xbf16>, %g: tensor<8x32x64xbf16>,
@@ -195,3 +195,19 @@ func.func @f(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>, %b: tensor<8xbf16>, %
   %r = kiln.linear ins(%x, %w : tensor<?x64xbf16>, tensor<8x64xbf16>) bias(%b : tensor<8xbf16>) outs(%o : tensor<?x8xf32>) -> tensor<?x8xf32>
   return
 }
+
+// -----
+// expected-error @below {{'row_groups' describes 4 groups of 48 rows, but the weight has 256 rows}}
+kiln.weight @w {row_groups = array<i64: 4, 32, 16>} : tensor<256x64xbf16>
+
+// -----
+// expected-error @below {{'row_groups' needs a group count and at least two parts, got 2 values}}
+kiln.weight @w {row_groups = array<i64: 4, 64>} : tensor<256x64xbf16>
+
+// -----
+// expected-error @below {{'row_groups' values must be positive}}
+kiln.weight @w {row_groups = array<i64: 4, 0, 64>} : tensor<256x64xbf16>
+
+// -----
+// expected-error @below {{a stacked weight cannot regroup its rows}}
+kiln.weight @"e.*.w" {row_groups = array<i64: 2, 2, 2>} : tensor<8x8x64xbf16>

@@ -171,35 +171,11 @@ inline GdnErrors compareToReference(const GdnPromptData &p, const std::vector<ui
   return e;
 }
 
-// ---- gdn_prepare's formulas on the host (kiln/Kernels/GatedDeltaNet.h), in fp32 and bf16
-// as the kernel rounds them: l2norm's sum in the kernel's documented order and a correctly
-// rounded 1/sqrt, so q and k match bit for bit; g and beta go through expf and log1pf,
-// whose last fp32 bit may differ between host and device.
+// ---- gdn_prepare's gate formulas on the host (kiln/Kernels/GatedDeltaNet.h), in fp32 and
+// bf16 as the kernel rounds them; g and beta go through expf and log1pf, whose last fp32
+// bit may differ between host and device.
 
 inline float roundBf16(float x) { return kiln_bf16_to_float(kiln_float_to_bf16(x)); }
-
-// transformers' l2norm(x, eps=1e-6) in bf16 over `n` values.
-inline void gdnL2normReference(const uint16_t *x, uint16_t *out, int n) {
-  constexpr int kLanes = 32;
-  float partial[kLanes] = {};
-  for (int i = 0; i < n; ++i) {
-    const float xi = kiln_bf16_to_float(x[i]);
-    partial[i % kLanes] += roundBf16(xi * xi);
-  }
-  for (int m = kLanes / 2; m > 0; m /= 2) {
-    float next[kLanes];
-    for (int lane = 0; lane < kLanes; ++lane)
-      next[lane] = partial[lane] + partial[lane ^ m];
-    std::copy(next, next + kLanes, partial);
-  }
-  const float s = roundBf16(partial[0]);
-  const float s2 = roundBf16(s + 1e-6f);
-  // fp64 then one rounding: the correctly rounded fp32 1/sqrt for every bf16 s2 (none
-  // lies within fp64 error of an fp32 tie).
-  const float inv = roundBf16(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s2))));
-  for (int i = 0; i < n; ++i)
-    out[i] = kiln_float_to_bf16(kiln_bf16_to_float(x[i]) * inv);
-}
 
 // g = -exp(a_log) softplus(a + dt_bias) (torch's softplus, threshold 20).
 inline float gdnGateReference(uint16_t a, float aLog, float dtBias) {

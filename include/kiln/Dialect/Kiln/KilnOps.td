@@ -229,25 +229,38 @@ def Kiln_CausalConvOp : Kiln_LayerOp<"causal_conv", [AttrSizedOperandSegments,
   let hasVerifier = 1;
 }
 
-def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [
+def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Kiln_ModelOpInterface>]> {
   let summary = "Gated DeltaNet linear attention of one layer (Qwen3-Next)";
   let description = [{
     The gated delta rule over a recurrent state `S: [num_v_heads, head_k_dim,
     head_v_dim]` per sequence: for each token, `S = exp(g) * S`, then
-    `S += beta * k (v - S^T k)^T`, and the output is `S^T q`. Value heads share key
-    heads in groups (`num_v_heads` a multiple of `num_k_heads`).
-    `q`, `k: [tokens, num_k_heads, head_k_dim]` (already normalized and convolved),
-    `v: [tokens, num_v_heads, head_v_dim]`, `g`, `beta: [tokens, num_v_heads]`
-    (log decay and write strength); result like `v`. The layer's causal conv is a
-    separate `kiln.causal_conv` over the concatenated q/k/v projections.
+    `S += beta * k (v - S^T k)^T`, and the output is `S^T q / sqrt(head_k_dim)`. Value
+    heads share key heads in groups (`num_v_heads` a multiple of `num_k_heads`).
+    `q`, `k: [tokens, num_k_heads, head_k_dim]` (convolved; the op L2-normalizes them,
+    as Qwen3-Next's `use_qk_l2norm_in_kernel`), `v: [tokens, num_v_heads, head_v_dim]`;
+    each may be a column slice of the conv output (a strided token dimension).
+    `a`, `b: [tokens, num_v_heads]` are the checkpoint's `in_proj_ba` outputs: the log
+    decay is `g = -exp(a_log) * softplus(a + dt_bias)` and the write strength
+    `beta = sigmoid(b)`, with `a_log`, `dt_bias: [num_v_heads] f32` (the layer's `A_log`
+    and `dt_bias`). Result `[tokens, num_v_heads, head_v_dim]`. The layer's causal conv
+    is a separate `kiln.causal_conv` over the concatenated q/k/v projections.
+
+    `a_log`, `dt_bias` and `scratch` (`[tokens, bytes] i8`, working memory the op
+    overwrites: `kiln_rt_gdn_scratch_bytes_per_token`) are optional so that a
+    cache-planning skeleton can omit them; lowering needs all three.
   }];
   let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v,
-                            AnyRankedTensor:$g, AnyRankedTensor:$beta), GdnAttrs);
+                            AnyRankedTensor:$a, AnyRankedTensor:$b,
+                            Optional<AnyRankedTensor>:$a_log,
+                            Optional<AnyRankedTensor>:$dt_bias,
+                            Optional<AnyRankedTensor>:$scratch), GdnAttrs);
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $k `,` $v `,` $g `,` $beta attr-dict `:` type($q) `,` type($k)
-    `,` type($v) `,` type($g) `,` type($beta) `->` type($out)
+    `layer` $layer $q `,` $k `,` $v `,` $a `,` $b
+    (`a_log` `(` $a_log^ `:` type($a_log) `)`)? (`dt_bias` `(` $dt_bias^ `:` type($dt_bias) `)`)?
+    (`scratch` `(` $scratch^ `:` type($scratch) `)`)? attr-dict `:` type($q) `,` type($k)
+    `,` type($v) `,` type($a) `,` type($b) `->` type($out)
   }];
   let hasVerifier = 1;
 }
@@ -362,10 +375,12 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
     speculative slots: `intermediate` (rewind mode: the state after each verified
     token) or the replay buffers `replay_k`, `replay_v`, `replay_gb` (replay mode:
     the last two steps' inputs). With speculation off all speculative
-    slots are empty.
+    slots are empty. Lowers to `kiln_rt_gated_delta_net` (rewind mode).
   }];
-  let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v, AnyShaped:$g,
-                            AnyShaped:$beta, Kiln_CacheType:$state,
+  let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v, AnyShaped:$a,
+                            AnyShaped:$b, Optional<AnyShaped>:$a_log,
+                            Optional<AnyShaped>:$dt_bias, Optional<AnyShaped>:$scratch,
+                            Kiln_CacheType:$state,
                             Optional<Kiln_CacheType>:$intermediate,
                             Optional<Kiln_CacheType>:$replay_k,
                             Optional<Kiln_CacheType>:$replay_v,
@@ -373,14 +388,16 @@ def Kiln_CachedGatedDeltaNetOp : Kiln_CachedOp<"cached_gated_delta_net",
                        GdnAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $k `,` $v `,` $g `,` $beta
+    `layer` $layer $q `,` $k `,` $v `,` $a `,` $b
+    (`a_log` `(` $a_log^ `:` type($a_log) `)`)? (`dt_bias` `(` $dt_bias^ `:` type($dt_bias) `)`)?
+    (`scratch` `(` $scratch^ `:` type($scratch) `)`)?
     `state` `(` $state `:` qualified(type($state)) `)`
     (`intermediate` `(` $intermediate^ `:` qualified(type($intermediate)) `)`)?
     (`replay_k` `(` $replay_k^ `:` qualified(type($replay_k)) `)`)?
     (`replay_v` `(` $replay_v^ `:` qualified(type($replay_v)) `)`)?
     (`replay_gb` `(` $replay_gb^ `:` qualified(type($replay_gb)) `)`)?
     `outs` `(` $init `:` type($init) `)`
-    attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($g) `,` type($beta)
+    attr-dict `:` type($q) `,` type($k) `,` type($v) `,` type($a) `,` type($b)
     (`->` type($out)^)?
   }];
 }
@@ -449,10 +466,14 @@ def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
     `out = weight * x / sqrt(mean(x^2) + epsilon)` over the last dimension of `x`
     (rank 2, or rank 3 for per-head norms such as Qwen3's q/k norms); `weight` has
     the size of that dimension. Statistics in fp32, roundings as Hugging Face's
-    RMSNorm.
+    RMSNorm. With `zero_centered` the weight is stored as an offset from one and the
+    product stays in fp32 until one final rounding: `out = bf16(x / sqrt(mean(x^2) +
+    epsilon) * (1 + weight))` (Qwen3-Next's and Gemma's RMSNorm). The rank-3 form's
+    input may be a strided view (heads of an interleaved projection) whose last
+    dimension is contiguous.
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$weight, AnyShaped:$init,
-                       F32Attr:$epsilon);
+                       F32Attr:$epsilon, UnitAttr:$zero_centered);
 }
 
 def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
@@ -470,9 +491,11 @@ def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
     it yields nothing and lowers to `kiln_rt_add_rms_norm`. Each thread of the kernel
     reads a chunk of `lhs` and `rhs` before it writes the same chunk of either output,
     so the activation plan may put the outputs over the inputs that die here.
+    `zero_centered` is `kiln.rms_norm`'s.
   }];
   let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$weight,
-                       AnyShaped:$sum_init, AnyShaped:$norm_init, F32Attr:$epsilon);
+                       AnyShaped:$sum_init, AnyShaped:$norm_init, F32Attr:$epsilon,
+                       UnitAttr:$zero_centered);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let hasVerifier = 1;
   let assemblyFormat = [{
@@ -571,10 +594,13 @@ def Kiln_RopeOp : Kiln_BinaryComputeOp<"rope", "input", "positions"> {
   let summary = "rotary position embedding (rotate-half convention)";
   let description = [{
     `x: [tokens, heads, head_dim]`, `positions: [tokens] i32`; the frequencies and
-    their scaling come from `rope` (`#kiln.rope`).
+    their scaling come from `rope` (`#kiln.rope`). `rotary_dim` (even, at most
+    `head_dim`; absent: the whole head) rotates only the first `rotary_dim` values of
+    each head, with frequencies over `rotary_dim`, and passes the rest through
+    (transformers' `partial_rotary_factor`).
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$positions, AnyShaped:$init,
-                       Kiln_RopeAttr:$rope);
+                       Kiln_RopeAttr:$rope, OptionalAttr<I64Attr>:$rotary_dim);
 }
 
 // Element-wise: each thread reads an element of both inputs before it writes that
@@ -611,6 +637,18 @@ def Kiln_SigmoidGateOp : Kiln_ComputeOp<"sigmoid_gate",
   }];
 }
 
+def Kiln_SigmoidMulOp : Kiln_BinaryComputeOp<"sigmoid_mul", "input", "gate",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
+  let summary = "x times the sigmoid of a gate (Qwen3-Next's attention output gate)";
+  let description = [{
+    `out = x * sigmoid(gate)` on `[rows, cols]`, PyTorch's bf16 roundings: the sigmoid
+    is rounded to the activation dtype, then the product. `gate` may be a column slice
+    of a projection (a strided row dimension); `x` and `out` are dense, and the output
+    may be placed over `x`.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$gate, AnyShaped:$init);
+}
+
 def Kiln_GatedRmsNormOp : Kiln_ComputeOp<"gated_rms_norm"> {
   let summary = "RMSNorm of x * silu(gate) over groups of columns (Mamba2's output norm)";
   let description = [{
@@ -621,9 +659,15 @@ def Kiln_GatedRmsNormOp : Kiln_ComputeOp<"gated_rms_norm"> {
     before the weight). `x`, `gate`, `out: [rows, width]`, `weight: [width]`;
     `group_size` divides `width` (`width / n_groups`). `gate` may be a column slice of a
     projection (a strided row dimension).
+
+    With `norm_before_gate` the order is Qwen3-Next's `Qwen3NextRMSNormGated`: per
+    group, `n = bf16(x / sqrt(mean(x^2) + epsilon))`, `y = bf16(weight * n)`, then
+    `out = bf16(y * silu(gate))` with the gate in fp32; `weight: [group_size]`, shared
+    by every group (the per-head norm of the value heads).
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$gate, AnyShaped:$weight,
-                       AnyShaped:$init, I64Attr:$group_size, F32Attr:$epsilon);
+                       AnyShaped:$init, I64Attr:$group_size, F32Attr:$epsilon,
+                       UnitAttr:$norm_before_gate);
   let assemblyFormat = [{
     `ins` `(` $input `,` $gate `,` $weight `:` type($input) `,` type($gate) `,`
     type($weight) `)` `outs` `(` $init `:` type($init) `)` attr-dict (`->` type($result)^)?
@@ -703,9 +747,17 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     The symbol name is the tensor's name in the safetensors files; the type gives its
     shape and dtype. `kiln-plan-memory` adds `offset` (bytes into the one weight
     allocation).
+
+    `row_groups = array<i64: G, p0, p1, ...>` regroups the checkpoint's rows when
+    loading: they are `G` groups of `p0 + p1 + ...` rows each, and the model keeps part
+    0 of every group, then part 1 of every group, and so on. Qwen3-Next's fused
+    projections interleave their outputs per head group (`in_proj_qkvz`: q, k, v, z of
+    each key head; `q_proj`: the query and the gate of each head); regrouped, each
+    output is a contiguous column range of the projection.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeTensor>:$type,
-                       OptionalAttr<I64Attr>:$offset);
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<DenseI64ArrayAttr>:$row_groups);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -714,6 +766,8 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     }
     /// Bytes of the tensor; nullopt on overflow.
     std::optional<uint64_t> getBytes();
+    /// `row_groups` names its groups and parts, and they cover the rows exactly.
+    ::mlir::LogicalResult verifyRowGroups();
   }];
 }
 
