@@ -391,6 +391,13 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     if (!hasEntry(*module))
       return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
                   "this module has only cache ops");
+    // The plan divides the weights and heads by --tp; the lowered graph does not shard
+    // them yet, so its shared object would need the whole model on one GPU.
+    if (unsigned tp = getModuleConfig(*module).runtime.getTp(); tp > 1)
+      return fail("--emit=so|llvm|lowered runs the model on one GPU: --tp " +
+                  std::to_string(tp) +
+                  " plans and reports tensor parallelism, but the lowered graph does not "
+                  "shard its weights and heads yet; lower with --tp 1");
     if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
       return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
                   side.front().getSymName() +
