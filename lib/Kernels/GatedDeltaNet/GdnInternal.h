@@ -7,8 +7,32 @@
 
 namespace kiln::kernels::gdn {
 
+// The decode update's kernels (GdnUpdate.cu). kiln_gdn_update runs kGdnUpdateDefault;
+// the benchmark (bench/Gdn) and GdnGpuTest run each to compare them. Every variant gives
+// the same bits (the same fp32 operations in the same order); they differ in how a state
+// is spread over blocks and in registers, i.e. in speed only.
+enum class GdnUpdateVariant {
+  Baseline,    // one block of 2 v_dim threads a (head, sequence), 215 registers: 1 block an SM
+  Cols128Occ2, // the split kernel: 128 columns a block (256 threads), 2 blocks an SM
+  Cols128Occ3, // 128 columns, 3 blocks an SM (80 registers, 4 bytes spilled)
+  Cols64Occ4,  // 64 columns a block (128 threads), 4 blocks an SM (122 registers)
+  Cols64Occ5,  // 64 columns, 5 blocks an SM (96 registers)
+  Cols64Occ6,  // 64 columns, 6 blocks an SM (80 registers, 12 bytes spilled)
+  Cols32Occ10, // 32 columns a block (64 threads), 10 blocks an SM (96 registers)
+  Count,
+};
+// The prediction until a GPU run decides (docs/kernels-gdn.md): 2.5 states in flight an
+// SM without spills, in blocks small enough to keep every SM busy to the end.
+constexpr GdnUpdateVariant kGdnUpdateDefault = GdnUpdateVariant::Cols64Occ5;
+const char *gdnUpdateVariantName(GdnUpdateVariant v);
+
 // Arguments are validated; returns KILN_OK or KILN_ERROR_CUDA (message set).
-kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale);
+kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale,
+                              GdnUpdateVariant variant);
+
+// kiln_gdn_update with a chosen kernel: validates as kiln_gdn_update does (GdnLaunchers.cpp).
+kiln_status_t gdnUpdateWithVariant(const kiln_gdn_update_params_t *params,
+                                   GdnUpdateVariant variant);
 
 // gdn_chunk_prefill's kernel arguments (GdnChunkPrefill.cuh), validated.
 struct GdnChunkArgs {

@@ -44,6 +44,11 @@ template <class Params> float resolvedScale(const Params &p) {
 } // namespace
 
 extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params) {
+  return gdn::gdnUpdateWithVariant(params, gdn::kGdnUpdateDefault);
+}
+
+kiln_status_t gdn::gdnUpdateWithVariant(const kiln_gdn_update_params_t *params,
+                                        gdn::GdnUpdateVariant variant) {
   ArgChecker c{"gdn_update"};
   if (!c.notNull(params, "params"))
     return c.status;
@@ -82,8 +87,7 @@ extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params)
     return c.status;
   if (p.batch == 0)
     return ok();
-  const float scale = resolvedScale(p);
-  return gdn::launchGdnUpdate(p, scale);
+  return gdn::launchGdnUpdate(p, resolvedScale(p), variant);
 }
 
 extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *params) {

@@ -1,11 +1,22 @@
 // The Gated DeltaNet decode update (include/kiln/Kernels/GatedDeltaNet.h).
 //
-// One block per (value head, sequence). The block holds the head's [KD, VD] fp32 state
-// in registers: thread (half, c) owns column c and the rows of its half, so reading and
-// writing the state is coalesced along c. Per token, the two halves' partial sums of
-// S^T k and S^T q meet in shared memory. Every output and intermediate state is
-// computed by the same instructions in both modes, so the speculative intermediates
-// equal the in-place states bit for bit.
+// Two kernels, one arithmetic. Thread (half, c) of a block owns state column c in the
+// rows of its half (KD / 2 floats in registers), so reading and writing the state is
+// coalesced along c; per token the two halves' partial sums of S^T k and S^T q meet in
+// shared memory. Every output and intermediate state is computed by the same
+// instructions in both modes, so the speculative intermediates equal the in-place states
+// bit for bit, and both kernels compute the same fp32 operations in the same order, so
+// they give the same bits too.
+//
+// - gdnUpdateBaselineKernel: one block of 2 v_dim threads per (value head, sequence). It
+//   needs 215 registers a thread at k_dim 128 (ptxas, sm_90a), so one block fits an SM:
+//   the SM's only 64 KiB state is loaded, computed on and stored in turn, with nothing
+//   else in flight (72-78% of the copy ceiling on an H100, docs/kernels-gdn.md). Kept
+//   for the benchmark's comparison.
+// - gdnUpdateSplitKernel: a (head, sequence)'s columns split over v_dim / kCols blocks of
+//   2 kCols threads, with __launch_bounds__ asking for kMinBlocks blocks an SM, so that
+//   several states are in flight an SM and one block's compute overlaps the others'
+//   loads and stores.
 #include "GdnInternal.h"
 
 #include "StatusInternal.h"
@@ -51,7 +62,7 @@ __device__ float inverseNorm(const float *x, int n) {
 }
 
 template <typename T, int KD>
-__global__ void __launch_bounds__(256) gdnUpdateKernel(GdnArgs a) {
+__global__ void __launch_bounds__(256) gdnUpdateBaselineKernel(GdnArgs a) {
   constexpr int kRows = KD / kHalves;
   const int head = blockIdx.x, seq = blockIdx.y;
   const int vd = a.vDim;
@@ -122,30 +133,222 @@ __global__ void __launch_bounds__(256) gdnUpdateKernel(GdnArgs a) {
   }
 }
 
+// ---- The split kernel
+
+// The per-token values a block's threads share.
+template <int KD, int kCols> struct TokenShared {
+  __align__(16) float q[KD]; // the token's q and k in fp32, before scaling
+  __align__(16) float k[KD];
+  float qScale, kScale;
+  float mem[kHalves][kCols], out[kHalves][kCols]; // the halves' partial sums a column
+};
+
+// Four consecutive floats of shared memory (16-byte aligned): one access for four rows.
+struct Four {
+  float x[4];
+};
+__device__ Four loadFour(const float *p) {
+  const float4 v = *reinterpret_cast<const float4 *>(p);
+  return {{v.x, v.y, v.z, v.w}};
+}
+
+// The state's rows of a thread: `rows` points at its first (its column), one row every
+// kStride floats.
+template <int kStride, int kRows> __device__ void loadRows(float (&s)[kRows], const float *rows) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    s[r] = rows[r * kStride];
+}
+template <int kStride, int kRows> __device__ void storeRows(const float (&s)[kRows], float *rows) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    rows[r * kStride] = s[r];
+}
+
+// s *= decay, then sum_r s[r] (k[r] kScale) as one fmaf chain from 0 in row order (the
+// baseline's sum, bit for bit). `k`: the thread's rows of the key, 16-byte aligned.
+template <int kRows>
+__device__ float decayAndRecall(float (&s)[kRows], float decay, const float *k, float kScale) {
+  float mem = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; r += 4) {
+    const Four k4 = loadFour(k + r);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[r + j] *= decay;
+      mem = fmaf(s[r + j], k4.x[j] * kScale, mem);
+    }
+  }
+  return mem;
+}
+
+// s += (k[r] kScale) delta, then sum_r s[r] (q[r] qScale) as one fmaf chain from 0 in row
+// order (the baseline's, bit for bit).
+template <int kRows>
+__device__ float writeAndRead(float (&s)[kRows], const float *k, float kScale, float delta,
+                              const float *q, float qScale) {
+  float o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; r += 4) {
+    const Four k4 = loadFour(k + r), q4 = loadFour(q + r);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[r + j] = fmaf(k4.x[j] * kScale, delta, s[r + j]);
+      o = fmaf(s[r + j], q4.x[j] * qScale, o);
+    }
+  }
+  return o;
+}
+
+// The token's q and k into shared memory as fp32, every thread a share.
+template <typename T, int KD>
+__device__ void stageKeys(float *qs, float *ks, const T *q, const T *k) {
+  for (int i = threadIdx.x; i < KD; i += blockDim.x) {
+    qs[i] = toFloat(q[i]);
+    ks[i] = toFloat(k[i]);
+  }
+}
+
+// VD is a template parameter here (the baseline reads a.vDim): a row's address is then the
+// column's plus an immediate offset. With the runtime stride, ptxas gave this kernel 197
+// registers at k_dim 128 (a 64-bit address a row, it seems, kept from the loads to the
+// stores); with VD, 122 unbounded and 96 under the 5-blocks bound, without spills.
+template <typename T, int KD, int VD, int kCols, int kMinBlocks>
+__global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKernel(GdnArgs a) {
+  constexpr int kRows = KD / kHalves, parts = VD / kCols, vd = VD;
+  const int head = blockIdx.x / parts, seq = blockIdx.y;
+  const int c = threadIdx.x % kCols, half = threadIdx.x / kCols;
+  const int col = blockIdx.x % parts * kCols + c;
+  const int slot = a.indices ? a.indices[seq] : seq;
+  if (slot < 0 || slot >= a.numSlots)
+    return; // padding: nothing read or written
+  const int keyHead = head / (a.vHeads / a.kHeads);
+  const size_t headState = static_cast<size_t>(KD) * vd, firstRow = size_t(half) * kRows * vd;
+  float *state = a.state + (static_cast<size_t>(slot) * a.vHeads + head) * headState;
+
+  __shared__ TokenShared<KD, kCols> sh;
+  // All the state's loads are issued here; the first token's keys and norms are staged
+  // while they are in flight.
+  float s[kRows];
+  loadRows<VD>(s, state + firstRow + col);
+
+  for (int t = 0; t < a.numTokens; ++t) {
+    const size_t token = static_cast<size_t>(seq) * a.numTokens + t;
+    const size_t keyOffset = (token * a.kHeads + keyHead) * KD;
+    stageKeys<T, KD>(sh.q, sh.k, static_cast<const T *>(a.q) + keyOffset,
+                     static_cast<const T *>(a.k) + keyOffset);
+    __syncthreads();
+    // One thread a norm (its KD-term chain is the baseline's), in different warps; the
+    // baseline ran both chains in every thread, 2 KD shared loads each.
+    if (threadIdx.x == 0)
+      sh.qScale = (a.l2norm ? inverseNorm(sh.q, KD) : 1.0f) * a.scale;
+    if (threadIdx.x == kCols)
+      sh.kScale = a.l2norm ? inverseNorm(sh.k, KD) : 1.0f;
+    const size_t headToken = token * a.vHeads + head;
+    const float decay = expf(a.g[headToken]);
+    const float beta = a.beta[headToken];
+    const float v = toFloat(static_cast<const T *>(a.v)[headToken * vd + col]);
+    __syncthreads();
+    const float kScale = sh.kScale, qScale = sh.qScale;
+    const float *k = sh.k + half * kRows, *q = sh.q + half * kRows;
+    sh.mem[half][c] = decayAndRecall(s, decay, k, kScale);
+    __syncthreads();
+    const float delta = (v - (sh.mem[0][c] + sh.mem[1][c])) * beta;
+    sh.out[half][c] = writeAndRead(s, k, kScale, delta, q, qScale);
+    __syncthreads();
+    // The next token's writes to sh come after its first barrier, which every thread
+    // reaches only after its reads here: no barrier at the end of the token.
+    if (half == 0)
+      static_cast<T *>(a.out)[headToken * vd + col] = fromFloat<T>(sh.out[0][c] + sh.out[1][c]);
+    if (a.intermediate)
+      storeRows<VD>(s, a.intermediate +
+                           ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) *
+                               headState +
+                           firstRow + col);
+  }
+  if (!a.intermediate)
+    storeRows<VD>(s, state + firstRow + col);
+}
+
+// The launch of one kernel of the update for dtype T, k_dim KD and v_dim VD.
+template <typename T, int KD, int VD> struct Launch {
+  const GdnArgs &a;
+  int vHeads, batch;
+  cudaStream_t stream;
+
+  void baseline() const {
+    gdnUpdateBaselineKernel<T, KD><<<dim3(vHeads, batch), kHalves * a.vDim, 0, stream>>>(a);
+  }
+  // kCols columns a block, at most v_dim (a v_dim of 64 takes the 64-column kernel).
+  template <int kColsWanted, int kMinBlocks> void split() const {
+    constexpr int kCols = kColsWanted < VD ? kColsWanted : VD;
+    const dim3 grid(vHeads * (VD / kCols), batch);
+    gdnUpdateSplitKernel<T, KD, VD, kCols, kMinBlocks><<<grid, kHalves * kCols, 0, stream>>>(a);
+  }
+  void run(GdnUpdateVariant v) const {
+    switch (v) {
+    case GdnUpdateVariant::Baseline:
+      return baseline();
+    case GdnUpdateVariant::Cols128Occ2:
+      return split<128, 2>();
+    case GdnUpdateVariant::Cols128Occ3:
+      return split<128, 3>();
+    case GdnUpdateVariant::Cols64Occ4:
+      return split<64, 4>();
+    case GdnUpdateVariant::Cols64Occ5:
+      return split<64, 5>();
+    case GdnUpdateVariant::Cols64Occ6:
+      return split<64, 6>();
+    case GdnUpdateVariant::Cols32Occ10:
+      return split<32, 10>();
+    case GdnUpdateVariant::Count:
+      break;
+    }
+  }
+};
+
 } // namespace
 
-kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale) {
+const char *gdnUpdateVariantName(GdnUpdateVariant v) {
+  static const char *const names[] = {"baseline",    "cols128-occ2", "cols128-occ3", "cols64-occ4",
+                                      "cols64-occ5", "cols64-occ6",  "cols32-occ10"};
+  static_assert(sizeof names / sizeof *names == static_cast<size_t>(GdnUpdateVariant::Count));
+  const int i = static_cast<int>(v);
+  return i >= 0 && i < static_cast<int>(GdnUpdateVariant::Count) ? names[i] : "?";
+}
+
+kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale,
+                              GdnUpdateVariant variant) {
+  const char *kernel = p.intermediate ? "gdn_update_spec" : "gdn_update";
+  if (variant < GdnUpdateVariant::Baseline || variant >= GdnUpdateVariant::Count)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: no kernel variant %d", kernel,
+                static_cast<int>(variant));
   GdnArgs a{};
   fillCommonArgs(a, p, scale);
   a.intermediate = static_cast<float *>(p.intermediate);
   a.numTokens = p.num_tokens;
   a.interTokens = p.intermediate_tokens > 0 ? p.intermediate_tokens : p.num_tokens;
-  const dim3 grid(p.v_heads, p.batch);
-  const dim3 block(kHalves * p.v_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  auto go = [&](auto typeTag, auto kdTag) {
-    gdnUpdateKernel<decltype(typeTag), decltype(kdTag)::value><<<grid, block, 0, stream>>>(a);
+  auto go = [&](auto typeTag, auto kd, auto vd) {
+    Launch<decltype(typeTag), decltype(kd)::value, decltype(vd)::value>{a, p.v_heads, p.batch,
+                                                                        stream}
+        .run(variant);
   };
-  using K64 = std::integral_constant<int, 64>;
-  using K128 = std::integral_constant<int, 128>;
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  auto forDims = [&](auto typeTag) {
+    if (p.k_dim == 64)
+      p.v_dim == 64 ? go(typeTag, D64{}, D64{}) : go(typeTag, D64{}, D128{});
+    else
+      p.v_dim == 64 ? go(typeTag, D128{}, D64{}) : go(typeTag, D128{}, D128{});
+  };
   if (p.dtype == KILN_DTYPE_BF16)
-    p.k_dim == 64 ? go(__nv_bfloat16{}, K64{}) : go(__nv_bfloat16{}, K128{});
+    forDims(__nv_bfloat16{});
   else
-    p.k_dim == 64 ? go(__half{}, K64{}) : go(__half{}, K128{});
+    forDims(__half{});
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    return fail(KILN_ERROR_CUDA, "%s: kernel launch failed: %s",
-                p.intermediate ? "gdn_update_spec" : "gdn_update", cudaGetErrorString(err));
+    return fail(KILN_ERROR_CUDA, "%s: kernel launch failed: %s", kernel, cudaGetErrorString(err));
   return ok();
 }
 

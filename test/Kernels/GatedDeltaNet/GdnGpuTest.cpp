@@ -1,11 +1,13 @@
 // GPU tests of the Gated DeltaNet update: against the fp64 reference on random data
 // (grouped heads, shuffled slots with a padding sequence, several tokens, l2norm on and
-// off), and the speculative intermediates against repeated in-place updates, bitwise (and
-// at a slot stride of intermediate_tokens > num_tokens).
+// off), the speculative intermediates against repeated in-place updates, bitwise (and
+// at a slot stride of intermediate_tokens > num_tokens), and every kernel variant against
+// the baseline kernel, bitwise.
 // And of the chunked prefill (gdn_chunk_prefill): against the fp64 token-by-token
 // reference (ragged sequences across chunk edges, 1 token, padding, nonzero initial
 // states, a prompt continued over two calls, no state_indices), and against the update
 // run token by token.
+#include "GdnInternal.h"
 #include "GdnReference.h"
 #include "GdnTestUtil.h"
 #include "GpuTest.h"
@@ -25,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+using kiln::kernels::gdn::GdnUpdateVariant;
 using kiln::reference::gdnUpdateReference;
 
 namespace {
@@ -90,7 +93,9 @@ struct KernelRun {
 };
 
 // `interTokens`: the intermediates' tokens a slot (0: p.tokens), filled with NaN first.
-KernelRun runKernel(const Problem &p, bool spec, bool l2norm, int interTokens = 0) {
+// `variant`: the kernel to run (GdnInternal.h), or kiln_gdn_update's (Count).
+KernelRun runKernel(const Problem &p, bool spec, bool l2norm, int interTokens = 0,
+                    GdnUpdateVariant variant = GdnUpdateVariant::Count) {
   Device<float> state(p.state), g(p.g), beta(p.beta);
   Device<uint16_t> q(p.q), k(p.k), v(p.v);
   Device<int32_t> indices(p.indices);
@@ -120,7 +125,11 @@ KernelRun runKernel(const Problem &p, bool spec, bool l2norm, int interTokens = 
   a.out = out.ptr;
   a.l2norm_qk = l2norm;
   KernelRun r;
-  EXPECT_EQ(kiln_gdn_update(&a), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(variant == GdnUpdateVariant::Count
+                ? kiln_gdn_update(&a)
+                : kiln::kernels::gdn::gdnUpdateWithVariant(&a, variant),
+            KILN_OK)
+      << kiln_last_error();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   r.state = state.read(p.state.size());
   r.out = out.read(outCount);
@@ -253,6 +262,45 @@ TEST(GdnGpu, IntermediatesAtASlotStrideOfIntermediateTokens) {
       } else {
         ASSERT_TRUE(std::all_of(got, got + perToken, [](float x) { return std::isnan(x); }))
             << "slot " << slot << " token " << t << " was written";
+      }
+    }
+}
+
+// Every kernel variant computes the same fp32 operations in the same order as the
+// baseline kernel (GdnUpdate.cu), so its states, outputs and intermediates equal the
+// baseline's bit for bit: in place and speculative (at a wider intermediate_tokens too),
+// over Qwen3-Next's TP 4 and TP 1 heads, several tokens, l2norm on and off, and the other
+// head dims (where a 128-column variant takes 64 columns a block).
+TEST(GdnGpu, EveryVariantEqualsTheBaselineBitwise) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    Problem p;
+    bool l2norm;
+    int interTokens;
+  };
+  const Case cases[] = {
+      {Problem(5, 1, 4, 8, 128, 128, 41), true, 0},  {Problem(3, 4, 16, 32, 128, 128, 42), true, 6},
+      {Problem(4, 3, 4, 8, 128, 128, 43), false, 0}, {Problem(4, 2, 2, 2, 64, 64, 44), false, 0},
+      {Problem(3, 2, 1, 4, 64, 128, 45), true, 3},   {Problem(3, 5, 2, 4, 128, 64, 46), true, 0}};
+  for (const Case &c : cases)
+    for (bool spec : {false, true}) {
+      const KernelRun want =
+          runKernel(c.p, spec, c.l2norm, c.interTokens, GdnUpdateVariant::Baseline);
+      for (int i = 1; i < static_cast<int>(GdnUpdateVariant::Count); ++i) {
+        const auto variant = static_cast<GdnUpdateVariant>(i);
+        const KernelRun got = runKernel(c.p, spec, c.l2norm, c.interTokens, variant);
+        const char *name = kiln::kernels::gdn::gdnUpdateVariantName(variant);
+        SCOPED_TRACE(testing::Message()
+                     << name << ", k_dim " << c.p.kDim << " v_dim " << c.p.vDim << ", heads "
+                     << c.p.kHeads << "/" << c.p.vHeads << ", " << c.p.tokens << " tokens, spec "
+                     << spec << ", l2norm " << c.l2norm);
+        ASSERT_EQ(std::memcmp(got.state.data(), want.state.data(), want.state.size() * 4), 0);
+        ASSERT_EQ(std::memcmp(got.out.data(), want.out.data(), want.out.size() * 2), 0);
+        ASSERT_EQ(got.intermediate.size(), want.intermediate.size());
+        if (spec)
+          ASSERT_EQ(std::memcmp(got.intermediate.data(), want.intermediate.data(),
+                                want.intermediate.size() * 4),
+                    0);
       }
     }
 }
