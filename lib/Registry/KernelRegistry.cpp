@@ -45,8 +45,8 @@ constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 // gqa_decode 96 KiB at d<=128 (d=256 with > 64 query rows needs up to 128 KiB and
 // reports UNSUPPORTED where that does not fit), mla_decode 226.5 KiB,
 // mla_decode_small_smem 93,952 B,
-// prefill_fmha 96 KiB, the wgmma prefill 161 KiB); SM ranges are where the kernel is
-// compiled.
+// prefill_fmha 96 KiB (d256 takes 128 KiB where a block may, else 96 KiB), the wgmma
+// prefill 161 KiB); SM ranges are where the kernel is compiled.
 std::vector<KernelVariant> builtinVariants() {
   std::vector<KernelVariant> table;
   auto add = [&](KernelVariant v) { table.push_back(std::move(v)); };
@@ -59,8 +59,10 @@ std::vector<KernelVariant> builtinVariants() {
        .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts; FP8 "
                "e4m3 pools widened to fp16 in shared memory"});
   // Attention, prefill (and the extend-context path for draft tokens).
+  // Head dim 256 (Qwen3-Next's full attention) is the same kernel and launcher with its
+  // own tiles (docs/kernels-prefill.md), so it is listed here rather than as a variant.
   add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
-       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128},
+       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128, 256},
        .dtypes = kBf16 | kF16 | kFp8, .priority = 10,
        .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend (reads "
                "FP8 e4m3 caches)"});
@@ -69,10 +71,6 @@ std::vector<KernelVariant> builtinVariants() {
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
        .smemBytes = 161 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
        .priority = 20, .note = "Hopper wgmma prefill (dense and paged extend)"});
-  add({.name = "prefill_fmha_d256", .family = OpFamily::attention,
-       .phase = Phase::prefill, .minSm = 80, .maxSm = 121, .headDims = {256},
-       .dtypes = kBf16 | kF16, .implemented = false, .priority = 10,
-       .note = "causal prefill at head_dim 256 (Qwen3-Next's full attention) (planned)"});
   // MLA, decode. Latent pool [pages, 64, 576].
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},

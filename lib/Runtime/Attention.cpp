@@ -71,9 +71,11 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                    num_heads / num_kv_heads);
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %d unsupported (64, 128, 256)", head_dim);
-  if (!decode && head_dim == 256)
+  // The wgmma prefill has head dims 64 and 128; 256 (Qwen3-Next) runs on prefill_fmha.
+  if (!decode && head_dim == 256 && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
     return c.error(KILN_ERROR_UNSUPPORTED,
-                   "the %s attention kernels support head_dim 64/128 (got 256)",
+                   "prefill_fmha_sm90 supports head_dim 64/128 in %s (got 256; prefill_fmha "
+                   "runs 256)",
                    paged && phase == KILN_RT_PHASE_DECODE ? "EXTEND_CONTEXT"
                                                           : kiln_rt_phase_name(phase));
   if (!supportedPage(page_size))

@@ -1174,8 +1174,9 @@ TEST(RuntimeCpu, AttentionValidation) {
        "tokens 3 != the step's 2 tokens"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 96); }, KILN_ERROR_UNSUPPORTED,
        "head_dim 96 unsupported"},
-      {&pre, [&] { return attend(d, 0, 0, 12, GQA, FMHA, 0, 256); }, KILN_ERROR_UNSUPPORTED,
-       "support head_dim 64/128 (got 256)"},
+      {&pre,
+       [&] { return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 256); },
+       KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90 supports head_dim 64/128 in prefill"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, -1); },
        KILN_ERROR_INVALID_ARGUMENT, "window -1 < 0"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_F16); },
@@ -1228,6 +1229,17 @@ TEST(RuntimeCpu, AttentionValidation) {
       << lastError();
   set(ext);
   EXPECT_EQ(attend(d, 0, 0, 3, GQA, FMHA, 0), KILN_OK) << lastError();
+  {
+    // head_dim 256 (Qwen3-Next's full attention): prefill and extend on prefill_fmha, in
+    // a pool of 256-wide heads.
+    kiln_rt_config_t wideConfig = tinyConfig();
+    wideConfig.cache_bytes = 4 * kPool;
+    Dry wide(wideConfig);
+    for (auto [step, tokens] : {std::pair{&pre, 12}, std::pair{&ext, 3}}) {
+      ASSERT_EQ(kiln_rt_set_batch(wide.ctx, &step->b), KILN_OK) << lastError();
+      EXPECT_EQ(attend(wide, 0, 0, tokens, GQA, FMHA, 0, 256), KILN_OK) << lastError();
+    }
+  }
   // Graph-op errors name the last attention layer.
   EXPECT_EQ(kiln_rt_add(d.ctx, nullptr, d.a(), d.a(), 8), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("op 2 of the extend step (after layer 0's attention)"),

@@ -79,6 +79,24 @@ TEST_F(RegistryTest, HopperOnlyVariantRejectedElsewhere) {
             "");
 }
 
+// Qwen3-Next's full attention (head_dim 256, GQA 8) selects the implemented mma.sync
+// prefill on every SM, Hopper included (the wgmma prefill has no 256).
+TEST_F(RegistryTest, PrefillHeadDim256SelectsPrefillFmha) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  KernelQuery q = gqaDecode(1);
+  q.phase = Phase::prefill;
+  q.headDim = 256;
+  q.groupSize = 8;
+  q.numHeads = 16;
+  q.pageSize = 16;
+  for (StringRef name : {"a100", "l40s", "h200", "rtx5090"}) {
+    auto fitting = registry.candidates(q, TargetAttr::getPreset(&context, name));
+    ASSERT_FALSE(fitting.empty()) << name.str();
+    EXPECT_EQ(fitting.front()->name, "prefill_fmha") << name.str();
+    EXPECT_TRUE(fitting.front()->implemented) << name.str();
+  }
+}
+
 TEST_F(RegistryTest, EmbedderAddsAVariant) {
   KernelRegistry registry = KernelRegistry::builtin();
   KernelVariant custom;

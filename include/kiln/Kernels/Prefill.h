@@ -57,7 +57,7 @@ typedef struct kiln_prefill_fmha_params {
   int32_t max_seqlen_q; /* >= every q_len: sizes the grid */
   int32_t q_heads;
   int32_t kv_heads;     /* divides q_heads */
-  int32_t head_dim;     /* 64 or 128; 192 with v_head_dim 128 */
+  int32_t head_dim;     /* 64, 128 or 256; 192 with v_head_dim 128 */
   kiln_dtype_t dtype;   /* KILN_DTYPE_BF16 or KILN_DTYPE_F16 (q, k, v, out alike) */
   float softmax_scale;  /* usually 1 / sqrt(head_dim); must be finite and > 0 */
   int32_t causal;       /* 1: bottom-right causal mask; 0: none */
@@ -87,7 +87,7 @@ typedef struct kiln_prefill_fmha_paged_params {
   int32_t max_pages_per_seq;  /* columns of block_table */
   int32_t q_heads;
   int32_t kv_heads;
-  int32_t head_dim;           /* 64 or 128 */
+  int32_t head_dim;           /* 64, 128 or 256 */
   kiln_dtype_t dtype;
   float softmax_scale;
   int32_t causal;
@@ -102,7 +102,8 @@ typedef struct kiln_prefill_fmha_paged_params {
   const float *v_scale;
 } kiln_prefill_fmha_paged_params_t;
 
-/* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). */
+/* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). head_dim 256
+ * runs on the mma.sync variant only (SM90 reports UNSUPPORTED, AUTO falls back). */
 typedef enum kiln_prefill_variant {
   KILN_PREFILL_VARIANT_AUTO = 0,
   KILN_PREFILL_VARIANT_MMA_SM80 = 1, /* mma.sync + ldmatrix + cp.async, sm_80+ */

@@ -108,29 +108,78 @@ inline kiln_status_t launchResult(cudaError_t err, const char *name) {
 }
 
 // Tile configuration per head dim: BM query rows (BM/16 warps), BN keys per tile,
-// STAGES-deep cp.async ring of K/V tiles.
+// STAGES-deep cp.async ring of K/V tiles, MT 16-row m-tiles per warp, QREG: Q fragments
+// in registers. SMALL_SMEM_BN: the key tile where a block may not have the shared memory
+// of BN-key tiles (sm_86, sm_89, sm_120: about 99 KiB); equal to BN where BN fits them.
 template <int D> struct DefaultConfig;
 // Chosen on the H200 (bench/Prefill/NOTES.md): d64 with 2 m-tiles per warp (4 warps),
 // d128 with 1 m-tile per warp (8 warps, Q fragments in registers).
 template <> struct DefaultConfig<64> {
-  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 2;
+  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 2, SMALL_SMEM_BN = BN;
   static constexpr bool QREG = true;
 };
 template <> struct DefaultConfig<128> {
-  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 1;
+  static constexpr int BM = 128, BN = 64, STAGES = 2, MT = 1, SMALL_SMEM_BN = BN;
   static constexpr bool QREG = true;
 };
+// d256 (Qwen3-Next's full attention): a warp's 16 rows hold 128 fp32 O accumulators, so
+// Q is re-read from shared memory (its fragments would be 64 more registers, and spill).
+// 128 x 32 tiles, 2 stages: Q 64 KiB + K/V ring 64 KiB = 128 KiB (sm_80: 163 KiB, sm_90:
+// 227 KiB); 16-key tiles (96 KiB) where a block has less. BM stays 128, as the launch
+// validation's grid limit assumes.
+template <> struct DefaultConfig<256> {
+  static constexpr int BM = 128, BN = 32, STAGES = 2, MT = 1, SMALL_SMEM_BN = 16;
+  static constexpr bool QREG = false;
+};
 
-// Calls `launch(T{}, std::integral_constant<int, D>{})` with the element type and head
-// dim of the shipped instantiations (validated before: bf16/fp16, head_dim 64 or 128;
-// head_dim 192 is dispatched before, by `dispatch`).
-template <typename Launch>
+// Calls `launch(T{}, std::integral_constant<int, D>{})` with the element type of `dtype`
+// (bf16 or fp16) and the D of HeadDims equal to headDim (validated before: one of them;
+// head_dim 192 is dispatched before, by `dispatch`). Only HeadDims are instantiated.
+template <int... HeadDims, typename Launch>
 inline cudaError_t forShippedConfig(kiln_dtype_t dtype, int headDim, Launch &&launch) {
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  if (dtype == KILN_DTYPE_BF16)
-    return headDim == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
-  return headDim == 64 ? launch(__half{}, D64{}) : launch(__half{}, D128{});
+  auto withType = [&](auto t) {
+    cudaError_t err = cudaErrorInvalidValue;
+    ((headDim == HeadDims && (err = launch(t, std::integral_constant<int, HeadDims>{}), true)) ||
+     ...);
+    return err;
+  };
+  return dtype == KILN_DTYPE_BF16 ? withType(__nv_bfloat16{}) : withType(__half{});
+}
+
+// The largest dynamic shared memory a block of the current device may opt into.
+inline cudaError_t optinSharedMemory(int &bytes) {
+  int device = 0;
+  bytes = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return err;
+}
+
+// Launches DefaultConfig<D> (element type T, F8: an FP8 paged cache), with its
+// SMALL_SMEM_BN key tiles where the device cannot give a block the BN tiles' memory.
+template <typename T, int D, bool PAGED, bool F8 = false>
+inline cudaError_t launchDefaultConfig(const FmhaArgs &a, int batch, int maxSeqlenQ, int qHeads,
+                                       cudaStream_t stream) {
+  using C = DefaultConfig<D>;
+  auto launchTiles = [&](auto bn) {
+    return launchPrefillFmha<T, D, C::BM, decltype(bn)::value, C::STAGES, PAGED, C::MT, C::QREG,
+                             F8>(a, batch, maxSeqlenQ, qHeads, stream);
+  };
+  if constexpr (C::SMALL_SMEM_BN != C::BN) {
+    int optin = 0;
+    if (const cudaError_t err = optinSharedMemory(optin); err != cudaSuccess)
+      return err;
+    if (optin < fmhaSmemBytes<D, C::BM, C::BN, C::STAGES, F8>())
+      return launchTiles(std::integral_constant<int, C::SMALL_SMEM_BN>{});
+  }
+  return launchTiles(std::integral_constant<int, C::BN>{});
+}
+
+// The head dims of the mma.sync kernel's DefaultConfig instantiations.
+template <typename Launch>
+inline cudaError_t forMmaHeadDim(kiln_dtype_t dtype, int headDim, Launch &&launch) {
+  return forShippedConfig<64, 128, 256>(dtype, headDim, launch);
 }
 
 // DeepSeek MLA's expanded prompts: q/k 192 (nope 128 + rope 64), v/out 128, dense K/V.
@@ -153,11 +202,8 @@ template <typename T>
 inline cudaError_t launchMlaPrompt(const FmhaArgs &a, const kiln_prefill_fmha_params_t &p,
                                    cudaStream_t stream) {
   using C = MlaPromptConfig;
-  int device = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err != cudaSuccess)
+  int optin = 0;
+  if (const cudaError_t err = optinSharedMemory(optin); err != cudaSuccess)
     return err;
   if (optin >= fmhaSmemBytes<C::D, C::BM, 64, C::STAGES, false, C::DV>())
     return launchMlaPromptTiles<T, 64>(a, p, stream);
@@ -178,11 +224,9 @@ inline kiln_status_t dispatch(const Params &p, const char *name) {
                               : launchMlaPrompt<__half>(a, p, stream),
                           name);
   }
-  const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {
-    using T = decltype(t);
-    using C = DefaultConfig<decltype(d)::value>;
-    return launchPrefillFmha<T, decltype(d)::value, C::BM, C::BN, C::STAGES, PAGED, C::MT,
-                             C::QREG>(a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  const cudaError_t err = forMmaHeadDim(p.dtype, p.head_dim, [&](auto t, auto d) {
+    return launchDefaultConfig<decltype(t), decltype(d)::value, PAGED>(a, p.batch, p.max_seqlen_q,
+                                                                       p.q_heads, stream);
   });
   return launchResult(err, name);
 }

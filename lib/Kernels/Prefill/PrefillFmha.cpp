@@ -58,9 +58,9 @@ kiln_status_t validateCommon(const char *name, const void *q, const void *out,
                 name, qHeads, kvHeads);
   if (headDim < 1)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: head_dim = %d must be positive", name, headDim);
-  if (headDim != 64 && headDim != 128 && headDim != kMlaQkDim)
+  if (headDim != 64 && headDim != 128 && headDim != 256 && headDim != kMlaQkDim)
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: head_dim = %d not supported (64, 128; 192 with v_head_dim 128)", name,
+                "%s: head_dim = %d not supported (64, 128, 256; 192 with v_head_dim 128)", name,
                 headDim);
   if (dtype != KILN_DTYPE_BF16 && dtype != KILN_DTYPE_F16)
     return fail(KILN_ERROR_UNSUPPORTED, "%s: dtype = %d not supported (bf16, f16)", name,

@@ -1,5 +1,6 @@
-// Dense (varlen K/V) instantiations of the mma.sync prefill kernel: head_dim 64/128 x
-// bf16/fp16 (the paged ones are in PrefillFmhaPaged.cu, so -j2 builds them in parallel).
+// Dense (varlen K/V) instantiations of the mma.sync prefill kernel: head_dim 64/128/256
+// (and MLA's 192) x bf16/fp16 (the paged ones are in PrefillFmhaPaged.cu, so -j2 builds
+// them in parallel).
 #include "PrefillArgs.cuh"
 
 namespace kiln::kernels::prefill {

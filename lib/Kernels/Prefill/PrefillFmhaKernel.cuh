@@ -3,10 +3,11 @@
 // pipelining of K/V tiles, online softmax in registers.
 //
 // One thread block = BM query rows of one (sequence, q head); each warp owns 16 rows.
-// Q fragments stay in registers for the whole key loop; S = Q K^T and O += P V run on
-// tensor cores; P is re-packed from the S accumulators into A fragments without shared
-// memory. K/V tiles of BN keys are gathered either from a dense varlen tensor or from a
-// paged cache (PAGED), the only difference being the row address.
+// Q fragments stay in registers for the whole key loop (QREG; at head_dim 256 the O
+// accumulators leave no room, and each tile re-reads Q from shared memory); S = Q K^T and
+// O += P V run on tensor cores; P is re-packed from the S accumulators into A fragments
+// without shared memory. K/V tiles of BN keys are gathered either from a dense varlen
+// tensor or from a paged cache (PAGED), the only difference being the row address.
 //
 // An FP8 e4m3 paged cache (F8): the K/V tiles' bytes stream through the same ring, and
 // each tile is widened once into fp16 tiles the unchanged mma path reads (e4m3 -> fp16 is

@@ -1,4 +1,4 @@
-// The mma.sync paged prefill over an FP8 e4m3 cache (bf16 q/out), head_dim 64/128: its
+// The mma.sync paged prefill over an FP8 e4m3 cache (bf16 q/out), head_dim 64/128/256: its
 // own translation unit, so a model with 16-bit caches never loads this code.
 #include "PrefillArgs.cuh"
 
@@ -11,11 +11,9 @@ kiln_status_t launchPagedFp8Sm80(const kiln_prefill_fmha_paged_params_t &p, cons
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   // validatePaged: an FP8 cache comes with bf16 q/out.
-  const cudaError_t err = forShippedConfig(KILN_DTYPE_BF16, p.head_dim, [&](auto, auto d) {
-    constexpr int D = decltype(d)::value;
-    using C = DefaultConfig<D>;
-    return launchPrefillFmha<__nv_bfloat16, D, C::BM, C::BN, C::STAGES, true, C::MT, C::QREG,
-                             true>(a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  const cudaError_t err = forMmaHeadDim(KILN_DTYPE_BF16, p.head_dim, [&](auto, auto d) {
+    return launchDefaultConfig<__nv_bfloat16, decltype(d)::value, true, true>(
+        a, p.batch, p.max_seqlen_q, p.q_heads, stream);
   });
   return launchResult(err, name);
 }

@@ -33,7 +33,7 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   }
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  const cudaError_t err = forShippedConfig(p.dtype, p.head_dim, [&](auto t, auto d) {
+  const cudaError_t err = forShippedConfig<64, 128>(p.dtype, p.head_dim, [&](auto t, auto d) {
     using T = decltype(t);
     using C = Sm90Config<decltype(d)::value>;
     return launchPrefillFmhaSm90<T, decltype(d)::value, C::BN, C::STAGES, PAGED>(

@@ -1,6 +1,6 @@
 // GPU tests of the prefill kernels against the fp64 CPU reference on random data:
 // ragged varlen batches (lengths 1, not multiples of the tiles), GQA groups 1/4/8, head
-// dims 64/128, bf16/fp16, q_len < k_len (bottom-right causal) and q_len > k_len, the
+// dims 64/128/256, bf16/fp16, q_len < k_len (bottom-right causal) and q_len > k_len, the
 // non-causal mode and the paged-KV variant. Outputs are poisoned (NaN) before each run.
 //
 // Tolerance (inputs rounded to the dtype first, so only the kernel's own rounding counts:
@@ -292,7 +292,8 @@ void runCase(const Case &c, uint64_t seed) {
 }
 
 const kiln_dtype_t kDtypes[] = {KILN_DTYPE_BF16, KILN_DTYPE_F16};
-const int kHeadDims[] = {64, 128};
+// 256: Qwen3-Next's full attention (mma.sync only; the wgmma variant reports UNSUPPORTED).
+const int kHeadDims[] = {64, 128, 256};
 
 // DeepSeek MLA's expanded prompts: q/k head_dim 192 over v/out 128 (the kernel's DV),
 // v read in place inside the kv_b output ([k_nope 128 | v 128] a head, so v's head stride
@@ -450,7 +451,7 @@ TEST(PrefillFmhaGpu, AttentionSinks) {
 }
 
 // An FP8 e4m3 paged cache (extend context, chunked prefill) against the reference on
-// the dequantized values: head dims 64/128, GQA 1/4/8, page sizes 16 and 7, windows and
+// the dequantized values: head dims 64/128/256, GQA 1/4/8, page sizes 16 and 7, windows and
 // sinks; the mma.sync variant runs it, the wgmma one refuses it.
 TEST(PrefillFmhaGpu, PagedFp8Cache) {
   KILN_REQUIRE_GPU();
@@ -468,6 +469,25 @@ TEST(PrefillFmhaGpu, PagedFp8Cache) {
       }
 }
 
+// Qwen3-Next's full attention at TP1: head_dim 256, 16 q heads over 2 KV heads (GQA 8),
+// bf16, as the runtime runs it. Prompts of odd lengths around the 32-key and 128-row
+// tiles and one long prompt (many trips around the 2-stage ring), dense and through a
+// cache of 16-token pages; then chunks extending cached prompts (bf16 and FP8 pools).
+TEST(PrefillFmhaGpu, HeadDim256Qwen3Next) {
+  KILN_REQUIRE_GPU();
+  constexpr int d = 256, qHeads = 16, kvHeads = 2, page = 16;
+  const kiln_dtype_t bf16 = KILN_DTYPE_BF16;
+  uint64_t seed = 1000;
+  const std::vector<int> lens = {1, 31, 33, 127, 129, 255, 1100};
+  runCase({lens, lens, qHeads, kvHeads, d, bf16, true}, seed++);
+  runCase({lens, lens, qHeads, kvHeads, d, bf16, true, page}, seed++);
+  const std::vector<int> qLens = {1, 3, 17, 64, 200};
+  const std::vector<int> kLens = {1025, 40, 517, 64, 333};
+  Case extend{qLens, kLens, qHeads, kvHeads, d, bf16, true, page};
+  runCase(extend, seed++);
+  extend.fp8 = true;
+  runCase(extend, seed++);
+}
 
 // DeepSeek MLA prompts: head_dim 192 over v_head_dim 128, v strided inside kv.
 TEST(PrefillFmhaGpu, MlaPromptHeadDims) {

@@ -135,8 +135,18 @@ TEST(PrefillValidation, DenseHeadDimDtypeScale) {
   expectDense(p, KILN_ERROR_INVALID_ARGUMENT, "head_dim");
   p.head_dim = 96;
   expectDense(p, KILN_ERROR_UNSUPPORTED, "head_dim");
+  p.head_dim = 320;
+  expectDense(p, KILN_ERROR_UNSUPPORTED, "head_dim = 320 not supported (64, 128, 256;");
+  // 256 (Qwen3-Next) passes the head-dim check: the next failure is the strides', sized
+  // by it, or the v head dim that must equal it.
+  p = validDense();
   p.head_dim = 256;
-  expectDense(p, KILN_ERROR_UNSUPPORTED, "head_dim");
+  p.q_token_stride = 8 * 128;
+  expectDense(p, KILN_ERROR_INVALID_ARGUMENT, "q strides (token 1024, head 256)");
+  p = validDense();
+  p.head_dim = 256;
+  p.v_head_dim = 128;
+  expectDense(p, KILN_ERROR_UNSUPPORTED, "v_head_dim = 128 with head_dim = 256");
   p = validDense();
   p.dtype = KILN_DTYPE_F32;
   expectDense(p, KILN_ERROR_UNSUPPORTED, "dtype");
@@ -227,6 +237,10 @@ TEST(PrefillValidation, Paged) {
   p = validPaged();
   p.head_dim = 80;
   expectPaged(p, KILN_ERROR_UNSUPPORTED, "head_dim");
+  p = validPaged();
+  p.head_dim = 256; // supported: the page size is what fails
+  p.page_size = 0;
+  expectPaged(p, KILN_ERROR_INVALID_ARGUMENT, "page_size");
   p = validPaged();
   p.q_heads = 6;
   p.kv_heads = 4;
