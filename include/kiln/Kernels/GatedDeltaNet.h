@@ -2,8 +2,8 @@
  * prefill (kiln_gdn_chunk_prefill, below) and the operands' preparation from the layer's
  * inputs (kiln_gdn_prepare, last).
  *
- * Registry names: "gdn_update" (intermediate == NULL), "gdn_update_spec" and
- * "gdn_chunk_prefill".
+ * Registry names: "gdn_update" (intermediate == NULL), "gdn_update_spec",
+ * "gdn_update_replay" and "gdn_chunk_prefill".
  *
  * Per sequence b (slot s = state_indices[b]), value head h (key head kh = h / (v_heads /
  * k_heads)), for each of its num_tokens tokens t in order, with the recurrent state
@@ -47,6 +47,7 @@ extern "C" {
 
 #define KILN_KERNEL_GDN_UPDATE "gdn_update"
 #define KILN_KERNEL_GDN_UPDATE_SPEC "gdn_update_spec"
+#define KILN_KERNEL_GDN_UPDATE_REPLAY "gdn_update_replay"
 #define KILN_KERNEL_GDN_CHUNK_PREFILL "gdn_chunk_prefill"
 #define KILN_GDN_MAX_TOKENS 64
 #define KILN_GDN_CHUNK 64 /* tokens a chunk of gdn_chunk_prefill */
@@ -70,6 +71,53 @@ typedef struct kiln_gdn_update_params {
 } kiln_gdn_update_params_t;
 
 kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params);
+
+/* ---- gdn_update_replay -----------------------------------------------------------------
+ * Replay-mode speculation (docs/replay.md), the update above in the form of Mamba2's
+ * ssm_update_replay. A speculative step does not keep the state after each of its tokens;
+ * it keeps the tokens' inputs, and the state stays at the sequence's last committed token.
+ * Each slot has two replay buffers (the step being folded is read from one while the
+ * step running writes the other), packed, R = max_tokens:
+ *   replay_k  [num_slots, 2, R, k_heads, k_dim]  (dtype: k as the update reads it, before
+ *                                                 its l2 normalization)
+ *   replay_v  [num_slots, 2, R, v_heads, v_dim]  (dtype)
+ *   replay_gb [num_slots, 2, v_heads, R, 2]      (fp32: {g, beta})
+ * q is not kept: it does not enter the state. replay [batch, 2] (int32, device) gives
+ * each sequence {pending, buffer}: the first `pending` tokens (0..R; clamped) of its last
+ * speculative step were accepted and are not yet in the state; they are in `buffer` (0 or
+ * 1). Per sequence:
+ *   1. the pending tokens go into the state with gdn_update's fp32 operations in its
+ *      order, so the state is bitwise what that many in-place single-token calls leave;
+ *   2. num_tokens > 1 (a verify step, num_tokens <= R): the state after step 1 is written
+ *      (when pending > 0); the step's tokens run from it in registers, giving their
+ *      outputs as gdn_update_spec, and their k, v, g and beta go to the other buffer
+ *      (1 - buffer). The caller passes {accepted, 1 - buffer} at the sequence's next step;
+ *      num_tokens == 1 (a committed token): applied, the state written after it (equal to
+ *      gdn_update in place); nothing is kept;
+ *      num_tokens == 0: the fold alone, its state written (before a prompt chunk that
+ *      continues the sequence); q, k, v, g, beta and out may be NULL.
+ * Layouts and the other fields as kiln_gdn_update_params_t (no intermediates); the replay
+ * buffers 2-byte (replay_k, replay_v) and 4-byte (replay_gb, replay) aligned. */
+typedef struct kiln_gdn_update_replay_params {
+  void *state; /* [num_slots, v_heads, k_dim, v_dim] fp32, read and written */
+  int32_t num_slots;
+  const int32_t *state_indices; /* [batch] or NULL */
+  const int32_t *replay;        /* [batch, 2]: {pending tokens, their buffer} */
+  void *replay_k, *replay_v;    /* dtype */
+  float *replay_gb;
+  int32_t max_tokens; /* R: tokens a replay buffer holds (1 + max draft length) */
+  int32_t batch, num_tokens;
+  int32_t k_heads, v_heads, k_dim, v_dim;
+  kiln_dtype_t dtype; /* of q, k, v, out and the replay_k, replay_v buffers */
+  const void *q, *k, *v;
+  const float *g, *beta;
+  void *out;
+  int32_t l2norm_qk;
+  float scale;
+  void *stream;
+} kiln_gdn_update_replay_params_t;
+
+kiln_status_t kiln_gdn_update_replay(const kiln_gdn_update_replay_params_t *params);
 
 /* ---- gdn_chunk_prefill ----------------------------------------------------------------
  * A prompt (or a prompt's continuation) through one Gated DeltaNet layer in one launch:

@@ -34,6 +34,16 @@ kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale,
 kiln_status_t gdnUpdateWithVariant(const kiln_gdn_update_params_t *params,
                                    GdnUpdateVariant variant);
 
+// gdn_update_replay with a chosen kernel: the split variants only (the baseline has no
+// replay form: KILN_ERROR_UNSUPPORTED). Arguments are validated; returns KILN_OK or an
+// error (message set).
+kiln_status_t launchGdnUpdateReplay(const kiln_gdn_update_replay_params_t &p, float scale,
+                                    GdnUpdateVariant variant);
+
+// kiln_gdn_update_replay with a chosen kernel: validates as kiln_gdn_update_replay does.
+kiln_status_t gdnUpdateReplayWithVariant(const kiln_gdn_update_replay_params_t *params,
+                                         GdnUpdateVariant variant);
+
 // gdn_chunk_prefill's kernel arguments (GdnChunkPrefill.cuh), validated.
 struct GdnChunkArgs {
   float *state;

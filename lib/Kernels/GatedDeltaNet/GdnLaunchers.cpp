@@ -43,6 +43,43 @@ template <class Params> float resolvedScale(const Params &p) {
 
 } // namespace
 
+namespace {
+
+// The checks the update's params and the replay's share (the same field names); a call
+// without tokens (a replay fold alone) takes no activations.
+template <class Params> bool checkUpdateFields(ArgChecker &c, const Params &p, bool hasTokens) {
+  if (!c.notNull(p.state, "state") ||
+      (hasTokens &&
+       (!c.notNull(p.q, "q") || !c.notNull(p.k, "k") || !c.notNull(p.v, "v") ||
+        !c.notNull(p.g, "g") || !c.notNull(p.beta, "beta") || !c.notNull(p.out, "out"))))
+    return false;
+  if (!c.nonNegative(p.batch, "batch") ||
+      !c.atMost(p.num_tokens, KILN_GDN_MAX_TOKENS, "num_tokens") ||
+      !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
+      !c.positive(p.v_heads, "v_heads"))
+    return false;
+  if ((c.status = checkHeads(c.kernel, p.k_heads, p.v_heads, p.k_dim, p.v_dim)) != KILN_OK)
+    return false;
+  if (p.dtype != KILN_DTYPE_BF16 && p.dtype != KILN_DTYPE_F16) {
+    c.status = fail(KILN_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (BF16 or F16)", c.kernel,
+                    static_cast<int>(p.dtype));
+    return false;
+  }
+  if ((c.status = checkScale(c.kernel, p.scale)) != KILN_OK)
+    return false;
+  if (!p.state_indices && p.batch > p.num_slots) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
+                    p.num_slots);
+    return false;
+  }
+  return c.aligned16(p.state, "state") &&
+         (!hasTokens || (c.aligned16(p.q, "q") && c.aligned16(p.k, "k") && c.aligned16(p.v, "v") &&
+                         c.aligned16(p.out, "out")));
+}
+
+} // namespace
+
 extern "C" kiln_status_t kiln_gdn_update(const kiln_gdn_update_params_t *params) {
   return gdn::gdnUpdateWithVariant(params, gdn::kGdnUpdateDefault);
 }
@@ -55,39 +92,46 @@ kiln_status_t gdn::gdnUpdateWithVariant(const kiln_gdn_update_params_t *params,
   const kiln_gdn_update_params_t &p = *params;
   if (p.intermediate)
     c.kernel = "gdn_update_spec";
-  if (!c.notNull(p.state, "state") || !c.notNull(p.q, "q") || !c.notNull(p.k, "k") ||
-      !c.notNull(p.v, "v") || !c.notNull(p.g, "g") || !c.notNull(p.beta, "beta") ||
-      !c.notNull(p.out, "out"))
+  if (!c.positive(p.num_tokens, "num_tokens") || !checkUpdateFields(c, p, true))
     return c.status;
-  if (!c.nonNegative(p.batch, "batch") || !c.positive(p.num_tokens, "num_tokens") ||
-      !c.atMost(p.num_tokens, KILN_GDN_MAX_TOKENS, "num_tokens") ||
-      !c.positive(p.num_slots, "num_slots") || !c.positive(p.k_heads, "k_heads") ||
-      !c.positive(p.v_heads, "v_heads"))
-    return c.status;
-  if (kiln_status_t st = checkHeads(c.kernel, p.k_heads, p.v_heads, p.k_dim, p.v_dim);
-      st != KILN_OK)
-    return st;
-  if (p.dtype != KILN_DTYPE_BF16 && p.dtype != KILN_DTYPE_F16)
-    return fail(KILN_ERROR_UNSUPPORTED, "%s: dtype %d unsupported (BF16 or F16)", c.kernel,
-                static_cast<int>(p.dtype));
-  if (kiln_status_t st = checkScale(c.kernel, p.scale); st != KILN_OK)
-    return st;
-  if (!p.state_indices && p.batch > p.num_slots)
-    return fail(KILN_ERROR_INVALID_ARGUMENT,
-                "%s: state_indices is null and batch (%d) > num_slots (%d)", c.kernel, p.batch,
-                p.num_slots);
   if (p.intermediate_tokens != 0 && p.intermediate_tokens < p.num_tokens)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: intermediate_tokens (%d) must be 0 (num_tokens) or >= num_tokens (%d)",
                 c.kernel, p.intermediate_tokens, p.num_tokens);
-  if (!c.aligned16(p.state, "state") || (p.intermediate && !c.aligned16(p.intermediate,
-                                                                       "intermediate")) ||
-      !c.aligned16(p.q, "q") || !c.aligned16(p.k, "k") || !c.aligned16(p.v, "v") ||
-      !c.aligned16(p.out, "out"))
+  if (p.intermediate && !c.aligned16(p.intermediate, "intermediate"))
     return c.status;
   if (p.batch == 0)
     return ok();
   return gdn::launchGdnUpdate(p, resolvedScale(p), variant);
+}
+
+extern "C" kiln_status_t kiln_gdn_update_replay(const kiln_gdn_update_replay_params_t *params) {
+  return gdn::gdnUpdateReplayWithVariant(params, gdn::kGdnUpdateDefault);
+}
+
+kiln_status_t gdn::gdnUpdateReplayWithVariant(const kiln_gdn_update_replay_params_t *params,
+                                              gdn::GdnUpdateVariant variant) {
+  ArgChecker c{"gdn_update_replay"};
+  if (!c.notNull(params, "params"))
+    return c.status;
+  const kiln_gdn_update_replay_params_t &p = *params;
+  if (!c.nonNegative(p.num_tokens, "num_tokens") || !checkUpdateFields(c, p, p.num_tokens > 0))
+    return c.status;
+  if (!c.notNull(p.replay, "replay") || !c.notNull(p.replay_k, "replay_k") ||
+      !c.notNull(p.replay_v, "replay_v") || !c.notNull(p.replay_gb, "replay_gb") ||
+      !c.elementAligned(p.replay, 4, "replay") || !c.elementAligned(p.replay_k, 2, "replay_k") ||
+      !c.elementAligned(p.replay_v, 2, "replay_v") ||
+      !c.elementAligned(p.replay_gb, 4, "replay_gb") || !c.positive(p.max_tokens, "max_tokens") ||
+      !c.atMost(p.max_tokens, KILN_GDN_MAX_TOKENS, "max_tokens"))
+    return c.status;
+  if (p.num_tokens > p.max_tokens)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: num_tokens %d > max_tokens %d: a verify step's inputs must fit a replay "
+                "buffer",
+                c.kernel, p.num_tokens, p.max_tokens);
+  if (p.batch == 0)
+    return ok();
+  return gdn::launchGdnUpdateReplay(p, resolvedScale(p), variant);
 }
 
 extern "C" kiln_status_t kiln_gdn_chunk_prefill(const kiln_gdn_chunk_prefill_params_t *params) {

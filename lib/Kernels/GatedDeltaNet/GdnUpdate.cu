@@ -17,6 +17,12 @@
 //   2 kCols threads, with __launch_bounds__ asking for kMinBlocks blocks an SM, so that
 //   several states are in flight an SM and one block's compute overlaps the others'
 //   loads and stores.
+//
+// Replay mode (gdn_update_replay, docs/replay.md) is the split kernel with GdnMode::replay:
+// before the step's tokens it folds the sequence's pending accepted tokens from their kept
+// inputs through the same per-token function (applyToken) the step's tokens take, so the
+// folded state is the in-place update's bit for bit; a verify step keeps its tokens'
+// inputs instead of their states.
 #include "GdnInternal.h"
 
 #include "StatusInternal.h"
@@ -43,6 +49,12 @@ struct GdnArgs {
   void *out;
   int32_t l2norm;
   float scale;
+  // Replay mode: the sequences' {pending, buffer} pairs and the slots' two buffers of kept
+  // inputs (GatedDeltaNet.h's layouts), replayTokens tokens a buffer.
+  const int32_t *replay;
+  void *replayK, *replayV;
+  float *replayGb;
+  int32_t replayTokens;
 };
 
 template <typename T> __device__ float toFloat(T x);
@@ -200,22 +212,135 @@ __device__ float writeAndRead(float (&s)[kRows], const float *k, float kScale, f
   return o;
 }
 
-// The token's q and k into shared memory as fp32, every thread a share.
-template <typename T, int KD>
+// s += (k[r] kScale) delta alone: writeAndRead's update of s, for a folded token (no
+// output).
+template <int kRows>
+__device__ void write(float (&s)[kRows], const float *k, float kScale, float delta) {
+#pragma unroll
+  for (int r = 0; r < kRows; r += 4) {
+    const Four k4 = loadFour(k + r);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      s[r + j] = fmaf(k4.x[j] * kScale, delta, s[r + j]);
+  }
+}
+
+// The token's q (when kWithQ) and k into shared memory as fp32, every thread a share.
+template <typename T, int KD, bool kWithQ>
 __device__ void stageKeys(float *qs, float *ks, const T *q, const T *k) {
   for (int i = threadIdx.x; i < KD; i += blockDim.x) {
-    qs[i] = toFloat(q[i]);
+    if constexpr (kWithQ)
+      qs[i] = toFloat(q[i]);
     ks[i] = toFloat(k[i]);
   }
 }
+
+// Where one token's operands are: the step's packed inputs, or (replay) a slot's buffer of
+// kept inputs, which has no q. k: the key head's k_dim values; v: the value head's v_dim.
+template <typename T> struct TokenRef {
+  const T *q, *k, *v;
+  const float *g, *beta;
+};
+
+// Token t of sequence `seq` in the step's packed inputs.
+template <typename T, int KD, int VD>
+__device__ TokenRef<T> stepToken(const GdnArgs &a, int seq, int t, int keyHead, int head) {
+  const size_t token = static_cast<size_t>(seq) * a.numTokens + t;
+  const size_t keys = (token * a.kHeads + keyHead) * KD, headToken = token * a.vHeads + head;
+  return {static_cast<const T *>(a.q) + keys, static_cast<const T *>(a.k) + keys,
+          static_cast<const T *>(a.v) + headToken * VD, a.g + headToken, a.beta + headToken};
+}
+
+// Where token t of a slot's replay buffer is kept: its [slot, buffer, token] row of
+// replay_k and replay_v, and the offset of the value head's {g, beta} in replay_gb.
+struct KeptAt {
+  size_t row, gb;
+};
+__device__ KeptAt keptAt(const GdnArgs &a, int slot, int buffer, int t, int head) {
+  const size_t step = static_cast<size_t>(slot) * 2 + buffer;
+  return {step * a.replayTokens + t, ((step * a.vHeads + head) * a.replayTokens + t) * 2};
+}
+
+// Token t kept in a slot's replay buffer (a folded token: no q).
+template <typename T, int KD, int VD>
+__device__ TokenRef<T> keptToken(const GdnArgs &a, int slot, int buffer, int t, int keyHead,
+                                 int head) {
+  const KeptAt at = keptAt(a, slot, buffer, t, head);
+  return {nullptr, static_cast<const T *>(a.replayK) + (at.row * a.kHeads + keyHead) * KD,
+          static_cast<const T *>(a.replayV) + (at.row * a.vHeads + head) * VD, a.replayGb + at.gb,
+          a.replayGb + at.gb + 1};
+}
+
+// A verify step keeps token t's inputs in the slot's buffer `buffer`, exact copies: the
+// key head's k by the first block of the group's first value head, the block's columns of
+// v by its first half, {g, beta} by the head's first block's first thread.
+template <typename T, int KD, int VD, int kCols>
+__device__ void keepToken(const GdnArgs &a, const TokenRef<T> &tok, int slot, int buffer, int t,
+                          int keyHead, int head, int col, int half) {
+  const KeptAt at = keptAt(a, slot, buffer, t, head);
+  const bool firstBlock = blockIdx.x % (VD / kCols) == 0;
+  if (firstBlock && head % (a.vHeads / a.kHeads) == 0) {
+    T *k = static_cast<T *>(a.replayK) + (at.row * a.kHeads + keyHead) * KD;
+    for (int i = threadIdx.x; i < KD; i += blockDim.x)
+      k[i] = tok.k[i];
+  }
+  if (half == 0)
+    static_cast<T *>(a.replayV)[(at.row * a.vHeads + head) * VD + col] = tok.v[col];
+  if (firstBlock && threadIdx.x == 0) {
+    a.replayGb[at.gb] = *tok.g;
+    a.replayGb[at.gb + 1] = *tok.beta;
+  }
+}
+
+// One token through a block's columns of the state `s` (the thread's rows, in registers),
+// as every mode computes it: the same fp32 operations in the same order whether the token
+// is the step's or a folded one, so a fold leaves the in-place update's state bit for bit.
+// kOutput: the token's output is computed and returned (to every thread of the column);
+// a folded token has none. Leaves sh free for the next token (its reads are behind a
+// barrier that every thread passes before the next token's writes).
+template <bool kOutput, typename T, int KD, int kCols>
+__device__ float applyToken(TokenShared<KD, kCols> &sh, float (&s)[KD / kHalves],
+                            const TokenRef<T> &tok, const GdnArgs &a, int half, int c, int col) {
+  constexpr int kRows = KD / kHalves;
+  stageKeys<T, KD, kOutput>(sh.q, sh.k, tok.q, tok.k);
+  __syncthreads();
+  // One thread a norm (its KD-term chain is the baseline's), in different warps; the
+  // baseline ran both chains in every thread, 2 KD shared loads each.
+  if (kOutput && threadIdx.x == 0)
+    sh.qScale = (a.l2norm ? inverseNorm(sh.q, KD) : 1.0f) * a.scale;
+  if (threadIdx.x == kCols)
+    sh.kScale = a.l2norm ? inverseNorm(sh.k, KD) : 1.0f;
+  const float decay = expf(*tok.g);
+  const float beta = *tok.beta;
+  const float v = toFloat(tok.v[col]);
+  __syncthreads();
+  const float kScale = sh.kScale;
+  const float *k = sh.k + half * kRows;
+  sh.mem[half][c] = decayAndRecall(s, decay, k, kScale);
+  __syncthreads();
+  const float delta = (v - (sh.mem[0][c] + sh.mem[1][c])) * beta;
+  if constexpr (kOutput)
+    sh.out[half][c] = writeAndRead(s, k, kScale, delta, sh.q + half * kRows, sh.qScale);
+  else
+    write(s, k, kScale, delta);
+  __syncthreads();
+  // The next token's writes to sh come after its first barrier, which every thread
+  // reaches only after its reads here: no barrier at the end of the token.
+  return kOutput ? sh.out[0][c] + sh.out[1][c] : 0.0f;
+}
+
+// What the split kernel does with the state: update (gdn_update in place, or
+// gdn_update_spec into the intermediates) or replay (gdn_update_replay).
+enum class GdnMode { update, replay };
 
 // VD is a template parameter here (the baseline reads a.vDim): a row's address is then the
 // column's plus an immediate offset. With the runtime stride, ptxas gave this kernel 197
 // registers at k_dim 128 (a 64-bit address a row, it seems, kept from the loads to the
 // stores); with VD, 122 unbounded and 96 under the 5-blocks bound, without spills.
-template <typename T, int KD, int VD, int kCols, int kMinBlocks>
+template <typename T, int KD, int VD, int kCols, int kMinBlocks, GdnMode kMode>
 __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKernel(GdnArgs a) {
-  constexpr int kRows = KD / kHalves, parts = VD / kCols, vd = VD;
+  constexpr bool kReplay = kMode == GdnMode::replay;
+  constexpr int kRows = KD / kHalves, parts = VD / kCols;
   const int head = blockIdx.x / parts, seq = blockIdx.y;
   const int c = threadIdx.x % kCols, half = threadIdx.x / kCols;
   const int col = blockIdx.x % parts * kCols + c;
@@ -223,7 +348,7 @@ __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKern
   if (slot < 0 || slot >= a.numSlots)
     return; // padding: nothing read or written
   const int keyHead = head / (a.vHeads / a.kHeads);
-  const size_t headState = static_cast<size_t>(KD) * vd, firstRow = size_t(half) * kRows * vd;
+  const size_t headState = static_cast<size_t>(KD) * VD, firstRow = size_t(half) * kRows * VD;
   float *state = a.state + (static_cast<size_t>(slot) * a.vHeads + head) * headState;
 
   __shared__ TokenShared<KD, kCols> sh;
@@ -232,60 +357,66 @@ __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKern
   float s[kRows];
   loadRows<VD>(s, state + firstRow + col);
 
+  // Replay: the accepted prefix of the sequence's last verify step goes in first. A
+  // committed token's state is written after it instead; otherwise the folded state is
+  // the sequence's committed one.
+  int keepBuffer = 0;
+  if constexpr (kReplay) {
+    const int pending = min(max(a.replay[2 * seq], 0), a.replayTokens);
+    const int buffer = a.replay[2 * seq + 1] & 1;
+    for (int t = 0; t < pending; ++t)
+      applyToken<false>(sh, s, keptToken<T, KD, VD>(a, slot, buffer, t, keyHead, head), a, half, c,
+                        col);
+    if (pending > 0 && a.numTokens != 1)
+      storeRows<VD>(s, state + firstRow + col);
+    keepBuffer = 1 - buffer;
+  }
+
   for (int t = 0; t < a.numTokens; ++t) {
-    const size_t token = static_cast<size_t>(seq) * a.numTokens + t;
-    const size_t keyOffset = (token * a.kHeads + keyHead) * KD;
-    stageKeys<T, KD>(sh.q, sh.k, static_cast<const T *>(a.q) + keyOffset,
-                     static_cast<const T *>(a.k) + keyOffset);
-    __syncthreads();
-    // One thread a norm (its KD-term chain is the baseline's), in different warps; the
-    // baseline ran both chains in every thread, 2 KD shared loads each.
-    if (threadIdx.x == 0)
-      sh.qScale = (a.l2norm ? inverseNorm(sh.q, KD) : 1.0f) * a.scale;
-    if (threadIdx.x == kCols)
-      sh.kScale = a.l2norm ? inverseNorm(sh.k, KD) : 1.0f;
-    const size_t headToken = token * a.vHeads + head;
-    const float decay = expf(a.g[headToken]);
-    const float beta = a.beta[headToken];
-    const float v = toFloat(static_cast<const T *>(a.v)[headToken * vd + col]);
-    __syncthreads();
-    const float kScale = sh.kScale, qScale = sh.qScale;
-    const float *k = sh.k + half * kRows, *q = sh.q + half * kRows;
-    sh.mem[half][c] = decayAndRecall(s, decay, k, kScale);
-    __syncthreads();
-    const float delta = (v - (sh.mem[0][c] + sh.mem[1][c])) * beta;
-    sh.out[half][c] = writeAndRead(s, k, kScale, delta, q, qScale);
-    __syncthreads();
-    // The next token's writes to sh come after its first barrier, which every thread
-    // reaches only after its reads here: no barrier at the end of the token.
+    const TokenRef<T> tok = stepToken<T, KD, VD>(a, seq, t, keyHead, head);
+    if constexpr (kReplay)
+      if (a.numTokens > 1)
+        keepToken<T, KD, VD, kCols>(a, tok, slot, keepBuffer, t, keyHead, head, col, half);
+    const float o = applyToken<true>(sh, s, tok, a, half, c, col);
+    const size_t headToken = (static_cast<size_t>(seq) * a.numTokens + t) * a.vHeads + head;
     if (half == 0)
-      static_cast<T *>(a.out)[headToken * vd + col] = fromFloat<T>(sh.out[0][c] + sh.out[1][c]);
-    if (a.intermediate)
+      static_cast<T *>(a.out)[headToken * VD + col] = fromFloat<T>(o);
+    if (!kReplay && a.intermediate)
       storeRows<VD>(s, a.intermediate +
                            ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) *
                                headState +
                            firstRow + col);
   }
-  if (!a.intermediate)
+  // The state after the step's last token: in place (update), or a committed token's.
+  if (kReplay ? a.numTokens == 1 : !a.intermediate)
     storeRows<VD>(s, state + firstRow + col);
 }
 
-// The launch of one kernel of the update for dtype T, k_dim KD and v_dim VD.
-template <typename T, int KD, int VD> struct Launch {
+// The launch of one kernel of the update for dtype T, k_dim KD and v_dim VD, in mode kMode.
+template <typename T, int KD, int VD, GdnMode kMode> struct Launch {
   const GdnArgs &a;
   int vHeads, batch;
   cudaStream_t stream;
 
-  void baseline() const {
-    gdnUpdateBaselineKernel<T, KD><<<dim3(vHeads, batch), kHalves * a.vDim, 0, stream>>>(a);
+  // The baseline has no replay form: false, nothing launched.
+  bool baseline() const {
+    if constexpr (kMode == GdnMode::replay) {
+      return false;
+    } else {
+      gdnUpdateBaselineKernel<T, KD><<<dim3(vHeads, batch), kHalves * a.vDim, 0, stream>>>(a);
+      return true;
+    }
   }
   // kCols columns a block, at most v_dim (a v_dim of 64 takes the 64-column kernel).
-  template <int kColsWanted, int kMinBlocks> void split() const {
+  template <int kColsWanted, int kMinBlocks> bool split() const {
     constexpr int kCols = kColsWanted < VD ? kColsWanted : VD;
     const dim3 grid(vHeads * (VD / kCols), batch);
-    gdnUpdateSplitKernel<T, KD, VD, kCols, kMinBlocks><<<grid, kHalves * kCols, 0, stream>>>(a);
+    gdnUpdateSplitKernel<T, KD, VD, kCols, kMinBlocks, kMode>
+        <<<grid, kHalves * kCols, 0, stream>>>(a);
+    return true;
   }
-  void run(GdnUpdateVariant v) const {
+  // Whether variant v has a kernel in this mode (launched).
+  bool run(GdnUpdateVariant v) const {
     switch (v) {
     case GdnUpdateVariant::Baseline:
       return baseline();
@@ -304,8 +435,37 @@ template <typename T, int KD, int VD> struct Launch {
     case GdnUpdateVariant::Count:
       break;
     }
+    return false;
   }
 };
+
+// Launches `variant` of mode kMode for the params' dtype and head dims; the status of the
+// launch (`kernel` names it in messages).
+template <GdnMode kMode>
+kiln_status_t launchMode(const GdnArgs &a, kiln_dtype_t dtype, int kDim, int vDim, int vHeads,
+                         int batch, void *stream, GdnUpdateVariant variant, const char *kernel) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  auto go = [&](auto typeTag, auto kd, auto vd) {
+    return Launch<decltype(typeTag), decltype(kd)::value, decltype(vd)::value, kMode>{a, vHeads,
+                                                                                      batch, s}
+        .run(variant);
+  };
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  auto forDims = [&](auto typeTag) {
+    if (kDim == 64)
+      return vDim == 64 ? go(typeTag, D64{}, D64{}) : go(typeTag, D64{}, D128{});
+    return vDim == 64 ? go(typeTag, D128{}, D64{}) : go(typeTag, D128{}, D128{});
+  };
+  const bool launched = dtype == KILN_DTYPE_BF16 ? forDims(__nv_bfloat16{}) : forDims(__half{});
+  if (!launched)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: kernel variant %s has no %s form", kernel,
+                gdnUpdateVariantName(variant), kernel);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    return fail(KILN_ERROR_CUDA, "%s: kernel launch failed: %s", kernel, cudaGetErrorString(err));
+  return ok();
+}
 
 } // namespace
 
@@ -328,28 +488,26 @@ kiln_status_t launchGdnUpdate(const kiln_gdn_update_params_t &p, float scale,
   a.intermediate = static_cast<float *>(p.intermediate);
   a.numTokens = p.num_tokens;
   a.interTokens = p.intermediate_tokens > 0 ? p.intermediate_tokens : p.num_tokens;
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  auto go = [&](auto typeTag, auto kd, auto vd) {
-    Launch<decltype(typeTag), decltype(kd)::value, decltype(vd)::value>{a, p.v_heads, p.batch,
-                                                                        stream}
-        .run(variant);
-  };
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  auto forDims = [&](auto typeTag) {
-    if (p.k_dim == 64)
-      p.v_dim == 64 ? go(typeTag, D64{}, D64{}) : go(typeTag, D64{}, D128{});
-    else
-      p.v_dim == 64 ? go(typeTag, D128{}, D64{}) : go(typeTag, D128{}, D128{});
-  };
-  if (p.dtype == KILN_DTYPE_BF16)
-    forDims(__nv_bfloat16{});
-  else
-    forDims(__half{});
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    return fail(KILN_ERROR_CUDA, "%s: kernel launch failed: %s", kernel, cudaGetErrorString(err));
-  return ok();
+  return launchMode<GdnMode::update>(a, p.dtype, p.k_dim, p.v_dim, p.v_heads, p.batch, p.stream,
+                                     variant, kernel);
+}
+
+kiln_status_t launchGdnUpdateReplay(const kiln_gdn_update_replay_params_t &p, float scale,
+                                    GdnUpdateVariant variant) {
+  const char *kernel = "gdn_update_replay";
+  if (variant < GdnUpdateVariant::Baseline || variant >= GdnUpdateVariant::Count)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: no kernel variant %d", kernel,
+                static_cast<int>(variant));
+  GdnArgs a{};
+  fillCommonArgs(a, p, scale);
+  a.numTokens = p.num_tokens;
+  a.replay = p.replay;
+  a.replayK = p.replay_k;
+  a.replayV = p.replay_v;
+  a.replayGb = p.replay_gb;
+  a.replayTokens = p.max_tokens;
+  return launchMode<GdnMode::replay>(a, p.dtype, p.k_dim, p.v_dim, p.v_heads, p.batch, p.stream,
+                                     variant, kernel);
 }
 
 } // namespace kiln::kernels::gdn

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <utility>
 
 using kiln::reference::gdnUpdateReference;
 
@@ -124,6 +126,84 @@ TEST(GdnValidation, EveryArgumentIsNamed) {
             }).find("gdn_update_spec: k is null"),
             std::string::npos);
   // An empty batch launches nothing, so it succeeds without a GPU.
+  EXPECT_EQ(with([](auto &p) { p.batch = 0; }), "OK");
+}
+
+kiln_gdn_update_replay_params_t validReplay() {
+  static float f[4] __attribute__((aligned(16)));
+  static int32_t pairs[4];
+  kiln_gdn_update_replay_params_t p{};
+  p.state = f;
+  p.num_slots = 4;
+  p.replay = pairs;
+  p.replay_k = p.replay_v = f;
+  p.replay_gb = f;
+  p.max_tokens = 4;
+  p.batch = 2;
+  p.num_tokens = 4;
+  p.k_heads = 2;
+  p.v_heads = 4;
+  p.k_dim = 128;
+  p.v_dim = 128;
+  p.dtype = KILN_DTYPE_BF16;
+  p.q = p.k = p.v = f;
+  p.g = p.beta = f;
+  p.out = f;
+  return p;
+}
+
+// gdn_update_replay checks the update's arguments (a fold alone takes no activations) and
+// its replay buffers, and names each.
+TEST(GdnReplayValidation, EveryArgumentIsNamed) {
+  EXPECT_EQ(kiln_gdn_update_replay(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln_last_error()).find("gdn_update_replay: params is null"),
+            std::string::npos);
+  auto with = [](auto change) {
+    kiln_gdn_update_replay_params_t p = validReplay();
+    change(p);
+    const kiln_status_t s = kiln_gdn_update_replay(&p);
+    return s == KILN_OK ? std::string("OK") : std::string(kiln_last_error());
+  };
+  const std::pair<std::function<void(kiln_gdn_update_replay_params_t &)>, const char *> cases[] = {
+      {[](auto &p) { p.state = nullptr; }, "gdn_update_replay: state is null"},
+      {[](auto &p) { p.q = nullptr; }, "gdn_update_replay: q is null"},
+      {[](auto &p) { p.out = nullptr; }, "out is null"},
+      {[](auto &p) { p.num_tokens = -1; }, "num_tokens is negative (-1)"},
+      {[](auto &p) { p.num_tokens = 65; }, "num_tokens = 65 exceeds"},
+      {[](auto &p) { p.batch = -1; }, "batch is negative (-1)"},
+      {[](auto &p) { p.num_slots = 0; }, "num_slots must be > 0"},
+      {[](auto &p) { p.v_heads = 3; }, "v_heads (3) must be a multiple of k_heads (2)"},
+      {[](auto &p) { p.k_dim = 96; }, "k_dim 96 unsupported (64 or 128)"},
+      {[](auto &p) { p.dtype = KILN_DTYPE_F32; }, "dtype 2 unsupported"},
+      {[](auto &p) { p.scale = -1.0f; }, "scale -1 must be finite"},
+      {[](auto &p) { p.batch = 5; }, "state_indices is null and batch (5) > num_slots (4)"},
+      {[](auto &p) { p.k = static_cast<const char *>(p.k) + 2; }, "k is not 16-byte aligned"},
+      {[](auto &p) { p.replay = nullptr; }, "gdn_update_replay: replay is null"},
+      {[](auto &p) { p.replay_k = nullptr; }, "replay_k is null"},
+      {[](auto &p) { p.replay_v = nullptr; }, "replay_v is null"},
+      {[](auto &p) { p.replay_gb = nullptr; }, "replay_gb is null"},
+      {[](auto &p) {
+         p.replay = reinterpret_cast<const int32_t *>(reinterpret_cast<const char *>(p.replay) + 2);
+       },
+       "replay is not 4-byte aligned"},
+      {[](auto &p) { p.replay_v = static_cast<char *>(p.replay_v) + 1; },
+       "replay_v is not 2-byte aligned"},
+      {[](auto &p) { p.max_tokens = 0; }, "max_tokens must be > 0"},
+      {[](auto &p) { p.max_tokens = 65; }, "max_tokens = 65 exceeds"},
+      {[](auto &p) { p.max_tokens = 3; },
+       "num_tokens 4 > max_tokens 3: a verify step's inputs must fit a replay buffer"}};
+  for (const auto &[change, message] : cases)
+    EXPECT_NE(with(change).find(message), std::string::npos) << message << ": " << with(change);
+  // A fold alone (no tokens) takes no activations; an empty batch launches nothing: both
+  // succeed without a GPU when the batch is empty.
+  EXPECT_EQ(with([](auto &p) {
+              p.num_tokens = 0;
+              p.q = p.k = p.v = nullptr;
+              p.g = p.beta = nullptr;
+              p.out = nullptr;
+              p.batch = 0;
+            }),
+            "OK");
   EXPECT_EQ(with([](auto &p) { p.batch = 0; }), "OK");
 }
 
