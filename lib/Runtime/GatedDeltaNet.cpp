@@ -9,11 +9,16 @@
 //                                  to the intermediates (1 + max_draft_len a slot) and
 //                                  only reads the main state; the sequence's next step
 //                                  copies the accepted one back first (claimStates)
+//   DECODE, replay mode            gdn_update_replay (docs/replay.md): folds the accepted
+//                                  tokens of the sequence's last verify step into the state
+//                                  from their kept k, v, g and beta, then keeps this step's
+//                                  (1 + drafts tokens) or commits its one token in place
 //   PREFILL                        the step's slots start from zeros, then
 //   PREFILL, EXTEND                gdn_chunk_prefill over the step's packed sequences (one
-//                                  launch a layer)
-// The phases, the resources and the rewind commit are the Mamba2 layers' (Recurrent.h).
-// There is no replay mode: the call has no replay buffers.
+//                                  launch a layer); in replay mode an EXTEND step folds the
+//                                  pending tokens first (gdn_update_replay without tokens)
+// The phases, the resources and the rewind commit are the Mamba2 layers' (Recurrent.h),
+// and replay mode is kiln_rt_mamba_ssm's (Recurrent.cpp).
 #include "Context.h"
 #include "GraphOpCommon.h"
 #include "Legacy.h"
@@ -47,9 +52,59 @@ struct Operands {
   const float *g, *beta;
 };
 
-const StateKernels kGdnKernels = {KILN_RT_KERNEL_GDN_UPDATE, KILN_RT_KERNEL_GDN_UPDATE_SPEC,
-                                  KILN_RT_KERNEL_GDN_CHUNK_PREFILL,
-                                  KILN_RT_KERNEL_GDN_CHUNK_PREFILL};
+// The planned offsets of a replay-mode layer's buffers (-1: rewind mode, or no
+// speculation).
+struct ReplayOffsets {
+  int64_t k, v, gb;
+  bool any() const { return k >= 0 || v >= 0 || gb >= 0; }
+  bool all() const { return k >= 0 && v >= 0 && gb >= 0; }
+};
+
+// The kernels of a layer in rewind mode (or without speculation) and in replay mode: the
+// multi-token kernel differs.
+StateKernels gdnKernels(bool replayMode) {
+  return {KILN_RT_KERNEL_GDN_UPDATE,
+          replayMode ? KILN_RT_KERNEL_GDN_UPDATE_REPLAY : KILN_RT_KERNEL_GDN_UPDATE_SPEC,
+          KILN_RT_KERNEL_GDN_CHUNK_PREFILL, KILN_RT_KERNEL_GDN_CHUNK_PREFILL};
+}
+
+// Replay mode is all three buffers and no rewind intermediates; a decode step of a replay
+// layer runs gdn_update_replay whatever its tokens (one token a sequence commits it).
+kiln_status_t checkReplayMode(const Call &c, const kiln_rt_context *ctx, const ReplayOffsets &r,
+                              int64_t interOffset, int32_t decodeKernel) {
+  if (r.any() && (!r.all() || interOffset >= 0))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "replay offsets {k %lld, v %lld, gb %lld} with intermediate_offset %lld: "
+                   "replay mode needs all three buffers and no rewind intermediates",
+                   static_cast<long long>(r.k), static_cast<long long>(r.v),
+                   static_cast<long long>(r.gb), static_cast<long long>(interOffset));
+  if (r.all() && ctx->phase == KILN_RT_PHASE_DECODE &&
+      decodeKernel != KILN_RT_KERNEL_GDN_UPDATE_REPLAY)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "decode_kernel %d (%s) cannot run a replay-mode layer (gdn_update_replay)",
+                   decodeKernel, kiln_rt_kernel_name(decodeKernel));
+  return KILN_OK;
+}
+
+// Claims a replay layer's three buffers (k, v and {g, beta} of two steps of 1 +
+// max_draft_len tokens a slot, as the compiler plans them) as the layer's resources.
+kiln_status_t useReplayBuffers(const Call &c, kiln_rt_context *ctx, const GdnShape &sh,
+                               const ReplayOffsets &r) {
+  const int64_t slots = ctx->config.max_batch, steps = 2 * (1 + ctx->config.max_draft_len);
+  const struct {
+    const char *kind;
+    int64_t offset;
+    uint64_t bytes;
+  } buffers[] = {{"gdn_replay_k", r.k, bytesOf({slots, steps, sh.kHeads, sh.kDim, 2})},
+                 {"gdn_replay_v", r.v, bytesOf({slots, steps, sh.vHeads, sh.vDim, 2})},
+                 {"gdn_replay_gb", r.gb, bytesOf({slots, steps, sh.vHeads, 2, 4})}};
+  for (const auto &buffer : buffers)
+    if (kiln_status_t s =
+            useResource(c, ctx, buffer.kind, static_cast<uint64_t>(buffer.offset), buffer.bytes);
+        s != KILN_OK)
+      return s;
+  return KILN_OK;
+}
 
 kiln_status_t checkShape(const Call &c, const kiln_rt_context *ctx, const GdnShape &sh) {
   if (sh.tokens != ctx->tokens)
@@ -186,6 +241,27 @@ kiln_status_t runDecode(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
                       : c.launcher(s, spec ? "kiln_gdn_update (spec)" : "kiln_gdn_update");
 }
 
+// Replay mode's launch: a decode step's qLen tokens a sequence (a verify step, or one
+// committed token), or with `tokens` 0 the fold of the pending prefixes alone (before an
+// extend step's chunk; no operands). The pairs are the step's io array `pending`.
+kiln_status_t runReplay(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
+                        const ReplayOffsets &r, const GdnShape &sh, int32_t tokens,
+                        const Operands &ops, void *out) {
+  char *caches = ctx->base[kCaches];
+  kiln_gdn_update_replay_params_t p{};
+  fillCommon(p, ctx, stateOffset, sh, ops, out);
+  p.replay = ioPtr<int32_t>(ctx, ctx->io.pending);
+  p.replay_k = at(caches, static_cast<uint64_t>(r.k));
+  p.replay_v = at(caches, static_cast<uint64_t>(r.v));
+  p.replay_gb = reinterpret_cast<float *>(at(caches, static_cast<uint64_t>(r.gb)));
+  p.max_tokens = static_cast<int32_t>(1 + ctx->config.max_draft_len);
+  p.batch = ctx->batch;
+  p.num_tokens = tokens;
+  kiln_status_t s = kiln_gdn_update_replay(&p);
+  ++ctx->launches;
+  return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_gdn_update_replay");
+}
+
 // A prefill or extend step: every sequence's tokens in one launch, from zeroed slots
 // (prefill) or the sequences' states (extend, committed by claimStates).
 kiln_status_t runChunkPrefill(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
@@ -204,9 +280,9 @@ kiln_status_t runChunkPrefill(const Call &c, kiln_rt_context *ctx, uint64_t stat
 }
 
 kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateOffset,
-                            int64_t interOffset, const GdnInputs &in, void *scratch, void *out,
-                            const GdnShape &sh, int32_t stateDtype, int32_t decodeKernel,
-                            int32_t prefillKernel, int32_t specDecMode) {
+                            int64_t interOffset, const ReplayOffsets &replayAt, const GdnInputs &in,
+                            void *scratch, void *out, const GdnShape &sh, int32_t stateDtype,
+                            int32_t decodeKernel, int32_t prefillKernel, int32_t specDecMode) {
   if (!ctx->hasBatch)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
   if (kiln_status_t s = checkShape(c, ctx, sh); s != KILN_OK)
@@ -215,17 +291,23 @@ kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateO
     return c.error(KILN_ERROR_UNSUPPORTED,
                    "state_dtype %d (%s) unsupported (f32: the GDN kernels keep fp32 states)",
                    stateDtype, kiln_rt_dtype_name(stateDtype));
+  if (kiln_status_t s = checkReplayMode(c, ctx, replayAt, interOffset, decodeKernel); s != KILN_OK)
+    return s;
+  const bool replayMode = replayAt.all();
   bool spec = false;
-  if (kiln_status_t s = checkPhase(c, ctx, kGdnKernels, decodeKernel, prefillKernel, specDecMode,
-                                   interOffset, &spec);
+  if (kiln_status_t s = checkPhase(c, ctx, gdnKernels(replayMode), decodeKernel, prefillKernel,
+                                   specDecMode, replayMode ? replayAt.k : interOffset, &spec);
       s != KILN_OK)
     return s;
   if (spec && ctx->qLen > KILN_GDN_MAX_TOKENS)
-    return c.error(KILN_ERROR_UNSUPPORTED, "q_len %d exceeds gdn_update_spec's %d tokens",
-                   ctx->qLen, KILN_GDN_MAX_TOKENS);
+    return c.error(KILN_ERROR_UNSUPPORTED, "q_len %d exceeds %s's %d tokens", ctx->qLen,
+                   kiln_rt_kernel_name(decodeKernel), KILN_GDN_MAX_TOKENS);
   if (kiln_status_t s = checkBuffers(c, ctx, sh, in, scratch, out); s != KILN_OK)
     return s;
   const uint64_t slotBytes = bytesOf({sh.vHeads, sh.kDim, sh.vDim, 4});
+  if (replayMode)
+    if (kiln_status_t s = useReplayBuffers(c, ctx, sh, replayAt); s != KILN_OK)
+      return s;
   bool launch = false;
   if (kiln_status_t s = claimStates(c, ctx, "gdn_state", "intermediate_gdn_state", stateOffset,
                                     interOffset, slotBytes, &launch);
@@ -234,21 +316,27 @@ kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateO
   Operands ops{};
   if (kiln_status_t s = prepare(c, ctx, sh, in, scratch, &ops); s != KILN_OK)
     return s;
+  if (replayMode && ctx->phase == KILN_RT_PHASE_DECODE)
+    return runReplay(c, ctx, stateOffset, replayAt, sh, ctx->qLen, ops, out);
   if (ctx->phase == KILN_RT_PHASE_DECODE)
     return runDecode(c, ctx, stateOffset, interOffset, spec, sh, ops, out);
+  if (replayMode && ctx->phase == KILN_RT_PHASE_EXTEND)
+    if (kiln_status_t s = runReplay(c, ctx, stateOffset, replayAt, sh, 0, Operands{}, nullptr);
+        s != KILN_OK)
+      return s;
   return runChunkPrefill(c, ctx, stateOffset, slotBytes, sh, ops, out);
 }
 
 } // namespace
 
-extern "C" int32_t
-kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
-                        int64_t intermediate_offset, const void *q, const void *k, const void *v,
-                        const void *a, const void *b, const void *a_log, const void *dt_bias,
-                        void *scratch, void *out, int64_t tokens, int64_t k_heads, int64_t v_heads,
-                        int64_t k_dim, int64_t v_dim, int64_t q_stride, int64_t k_stride,
-                        int64_t v_stride, int64_t a_stride, int64_t b_stride, int32_t state_dtype,
-                        int32_t decode_kernel, int32_t prefill_kernel, int32_t spec_dec_mode) {
+extern "C" int32_t kiln_rt_gated_delta_net(
+    kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset, int64_t intermediate_offset,
+    int64_t replay_k_offset, int64_t replay_v_offset, int64_t replay_gb_offset, const void *q,
+    const void *k, const void *v, const void *a, const void *b, const void *a_log,
+    const void *dt_bias, void *scratch, void *out, int64_t tokens, int64_t k_heads, int64_t v_heads,
+    int64_t k_dim, int64_t v_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
+    int64_t a_stride, int64_t b_stride, int32_t state_dtype, int32_t decode_kernel,
+    int32_t prefill_kernel, int32_t spec_dec_mode) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_gated_delta_net: layer %d: context is null",
                 layer);
@@ -261,7 +349,9 @@ kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_of
   const GdnShape shape{tokens,   k_heads,  v_heads,  k_dim,    v_dim,
                        q_stride, k_stride, v_stride, a_stride, b_stride};
   const GdnInputs inputs{q, k, v, a, b, a_log, dt_bias};
-  kiln_status_t s = gatedDeltaNet(c, ctx, state_offset, intermediate_offset, inputs, scratch, out,
-                                  shape, state_dtype, decode_kernel, prefill_kernel, spec_dec_mode);
+  const ReplayOffsets replayAt{replay_k_offset, replay_v_offset, replay_gb_offset};
+  kiln_status_t s =
+      gatedDeltaNet(c, ctx, state_offset, intermediate_offset, replayAt, inputs, scratch, out,
+                    shape, state_dtype, decode_kernel, prefill_kernel, spec_dec_mode);
   return finish(c, ctx, s, out, tokens, v_heads * v_dim);
 }

@@ -172,18 +172,20 @@ int32_t kiln_rt_mamba_ssm(ctx_t *, int32_t layer, uint64_t state_offset,
                               prefill_kernel, spec_dec_mode});
 }
 int32_t kiln_rt_gated_delta_net(ctx_t *, int32_t layer, uint64_t state_offset,
-                                int64_t intermediate_offset, const void *q, const void *k,
-                                const void *v, const void *a, const void *b, const void *a_log,
-                                const void *dt_bias, void *scratch, void *out, int64_t tokens,
-                                int64_t k_heads, int64_t v_heads, int64_t k_dim, int64_t v_dim,
-                                int64_t q_stride, int64_t k_stride, int64_t v_stride,
-                                int64_t a_stride, int64_t b_stride, int32_t state_dtype,
-                                int32_t decode_kernel, int32_t prefill_kernel,
-                                int32_t spec_dec_mode) {
+                                int64_t intermediate_offset, int64_t replay_k_offset,
+                                int64_t replay_v_offset, int64_t replay_gb_offset, const void *q,
+                                const void *k, const void *v, const void *a, const void *b,
+                                const void *a_log, const void *dt_bias, void *scratch, void *out,
+                                int64_t tokens, int64_t k_heads, int64_t v_heads, int64_t k_dim,
+                                int64_t v_dim, int64_t q_stride, int64_t k_stride,
+                                int64_t v_stride, int64_t a_stride, int64_t b_stride,
+                                int32_t state_dtype, int32_t decode_kernel,
+                                int32_t prefill_kernel, int32_t spec_dec_mode) {
   return record("gated_delta_net",
-                {layer, state_offset, intermediate_offset, q, k, v, a, b, a_log, dt_bias, scratch,
-                 out, tokens, k_heads, v_heads, k_dim, v_dim, q_stride, k_stride, v_stride,
-                 a_stride, b_stride, state_dtype, decode_kernel, prefill_kernel, spec_dec_mode});
+                {layer, state_offset, intermediate_offset, replay_k_offset, replay_v_offset,
+                 replay_gb_offset, q, k, v, a, b, a_log, dt_bias, scratch, out, tokens, k_heads,
+                 v_heads, k_dim, v_dim, q_stride, k_stride, v_stride, a_stride, b_stride,
+                 state_dtype, decode_kernel, prefill_kernel, spec_dec_mode});
 }
 int32_t kiln_rt_mla_attention(ctx_t *, int32_t layer, uint64_t cache_offset, const void *q,
                               const void *latent, const void *k_pe, int64_t k_pe_stride,

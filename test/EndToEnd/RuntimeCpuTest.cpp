@@ -377,6 +377,7 @@ struct GdnCall {
   int32_t layer = 5;
   uint64_t state = 0;
   int64_t inter = -1;
+  int64_t replayK = -1, replayV = -1, replayGb = -1; // replay mode: all three
   const void *q, *k, *v, *a, *b, *aLog, *dtBias;
   void *scratch, *out;
   int64_t tokens;
@@ -390,10 +391,10 @@ struct GdnCall {
       : q(d.a()), k(d.a(256)), v(d.a(512)), a(d.a(1 << 16)), b(d.a((1 << 16) + 8)), aLog(d.w()),
         dtBias(d.w(64)), scratch(d.a(1 << 20)), out(d.a(2 << 20)), tokens(tokens) {}
   int32_t operator()(kiln_rt_context_t *ctx) const {
-    return kiln_rt_gated_delta_net(ctx, layer, state, inter, q, k, v, a, b, aLog, dtBias, scratch,
-                                   out, tokens, kHeads, vHeads, kDim, vDim, qStride, kStride,
-                                   vStride, aStride, bStride, stateDtype, decodeKernel,
-                                   prefillKernel, 0);
+    return kiln_rt_gated_delta_net(ctx, layer, state, inter, replayK, replayV, replayGb, q, k, v, a,
+                                   b, aLog, dtBias, scratch, out, tokens, kHeads, vHeads, kDim,
+                                   vDim, qStride, kStride, vStride, aStride, bStride, stateDtype,
+                                   decodeKernel, prefillKernel, 0);
   }
 };
 
@@ -519,6 +520,94 @@ TEST(RuntimeCpu, GatedDeltaNetValidation) {
   EXPECT_NE(lastError().find("kiln_rt_gated_delta_net: layer 5: context is null"),
             std::string::npos)
       << lastError();
+}
+
+// A replay-mode Gated DeltaNet layer on a dry context: every phase validates, the three
+// buffers are claimed as the layer's resources at their planned sizes, and the call's
+// mode, kernels and offsets are checked.
+TEST(RuntimeCpu, GatedDeltaNetReplayValidation) {
+  kiln_rt_config_t config = tinyConfig();
+  config.cache_bytes = 4 << 20;
+  Dry d(config);
+  // max_batch 4 slots, 2 steps of 1 + max_draft_len 3 tokens a slot; GdnCall's 2 key and 4
+  // value heads of 64.
+  const uint64_t stateBytes = 4ull * 4 * 64 * 64 * 4;
+  const uint64_t rk = stateBytes, rkBytes = 4ull * 2 * 4 * 2 * 64 * 2;
+  const uint64_t rv = rk + rkBytes, rvBytes = 4ull * 2 * 4 * 4 * 64 * 2;
+  const uint64_t rgb = rv + rvBytes, rgbBytes = 4ull * 2 * 4 * 4 * 2 * 4;
+  auto replayCall = [&](int64_t tokens) {
+    GdnCall g(d, tokens);
+    g.replayK = rk;
+    g.replayV = rv;
+    g.replayGb = rgb;
+    g.decodeKernel = KILN_RT_KERNEL_GDN_UPDATE_REPLAY;
+    return g;
+  };
+  Step spec(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20});
+  std::vector<int32_t> pairs = {2, 1, 0, 0};
+  spec.b.pending = pairs.data();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &spec.b), KILN_OK) << lastError();
+  EXPECT_EQ(replayCall(6)(d.ctx), KILN_OK) << lastError();
+  const struct {
+    const char *kind;
+    uint64_t offset, bytes;
+  } resources[] = {{"gdn_state", 0, stateBytes},
+                   {"gdn_replay_k", rk, rkBytes},
+                   {"gdn_replay_v", rv, rvBytes},
+                   {"gdn_replay_gb", rgb, rgbBytes}};
+  for (const auto &r : resources) {
+    uint64_t offset = 0, bytes = 0;
+    EXPECT_EQ(kiln_rt_resource(d.ctx, 5, r.kind, &offset, &bytes), KILN_OK) << lastError();
+    EXPECT_EQ(offset, r.offset) << r.kind;
+    EXPECT_EQ(bytes, r.bytes) << r.kind;
+  }
+  // One token a sequence commits through the same kernel; a continuing chunk folds the
+  // pending tokens first; a prompt runs as in rewind mode.
+  Step one(KILN_RT_PHASE_DECODE, {1, 1}, {10, 20});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &one.b), KILN_OK) << lastError();
+  EXPECT_EQ(replayCall(2)(d.ctx), KILN_OK) << lastError();
+  Step extend(KILN_RT_PHASE_EXTEND, {4, 2}, {14, 22});
+  extend.b.pending = pairs.data();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &extend.b), KILN_OK) << lastError();
+  EXPECT_EQ(replayCall(6)(d.ctx), KILN_OK) << lastError();
+  Step prefill(KILN_RT_PHASE_PREFILL, {5, 2}, {5, 2});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &prefill.b), KILN_OK) << lastError();
+  EXPECT_EQ(replayCall(7)(d.ctx), KILN_OK) << lastError();
+
+  struct Case {
+    const char *what;
+    Step *step;
+    std::function<void(GdnCall &)> change;
+  };
+  const std::vector<Case> cases = {
+      {"replay offsets {k 262144, v -1, gb 286720} with intermediate_offset -1: replay mode "
+       "needs all three buffers and no rewind intermediates",
+       &spec, [](GdnCall &g) { g.replayV = -1; }},
+      {"replay mode needs all three buffers and no rewind intermediates", &spec,
+       [&](GdnCall &g) { g.inter = rgb + rgbBytes; }},
+      {"replay mode needs all three buffers and no rewind intermediates", &prefill,
+       [](GdnCall &g) { g.replayK = -1; }},
+      {"decode_kernel 18 (gdn_update_spec) cannot run a replay-mode layer (gdn_update_replay)",
+       &spec, [](GdnCall &g) { g.decodeKernel = KILN_RT_KERNEL_GDN_UPDATE_SPEC; }},
+      {"decode_kernel 17 (gdn_update) cannot run a replay-mode layer", &one,
+       [](GdnCall &g) { g.decodeKernel = KILN_RT_KERNEL_GDN_UPDATE; }},
+      {"a decode step of 3 tokens a sequence needs gdn_update_spec", &spec,
+       [](GdnCall &g) { g.replayK = g.replayV = g.replayGb = -1; }},
+      {"gdn_replay_k [4194304, 4202496) does not fit in the caches", &spec,
+       [](GdnCall &g) { g.replayK = 4 << 20; }},
+      {"gdn_replay_gb offset 286724 is not 16-byte aligned", &spec,
+       [](GdnCall &g) { g.replayGb += 4; }},
+      {"gdn_replay_v [0, 16384) overlaps layer 5's gdn_state", &spec,
+       [](GdnCall &g) { g.replayV = 0; }},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_EQ(kiln_rt_set_batch(d.ctx, &c.step->b), KILN_OK) << lastError();
+    GdnCall call = replayCall(c.step->tokens());
+    c.change(call);
+    EXPECT_EQ(call(d.ctx), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(lastError().find(c.what), std::string::npos) << lastError();
+  }
 }
 
 // The ops and the output of an MTP module run after the target (docs/mtp.md) on a dry

@@ -440,21 +440,30 @@ int32_t kiln_rt_mamba_ssm(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_
  * [max_batch slots, v_heads, k_dim, v_dim] is f32 (state_dtype must be F32: the GDN
  * kernels keep fp32 states) at state_offset; rewind intermediates [slots, 1 +
  * max_draft_len, v_heads, k_dim, v_dim] f32 at intermediate_offset (-1: none); both
- * 16-byte aligned. k_dim and v_dim 64 or 128, v_heads a multiple of k_heads. Phases as
- * kiln_rt_mamba_ssm's rewind mode: DECODE with one token a sequence: gdn_update in place;
- * with 1 + drafts: gdn_update_spec into the intermediates, committed by the sequence's
- * next DECODE or EXTEND step; PREFILL: the slots start from zeros; PREFILL and EXTEND:
- * gdn_chunk_prefill over the step's sequences (prompts refuse a CUDA-graph capture). No
- * replay mode. */
+ * 16-byte aligned. k_dim and v_dim 64 or 128, v_heads a multiple of k_heads.
+ * Rewind mode (or no speculation) as kiln_rt_mamba_ssm's: DECODE with one token a
+ * sequence: gdn_update in place; with 1 + drafts: gdn_update_spec into the intermediates,
+ * committed by the sequence's next DECODE or EXTEND step; PREFILL: the slots start from
+ * zeros; PREFILL and EXTEND: gdn_chunk_prefill over the step's sequences (prompts refuse a
+ * CUDA-graph capture).
+ * Replay mode (docs/replay.md): replay_k_offset, replay_v_offset, replay_gb_offset all >= 0
+ * and intermediate_offset -1 (else an error; all -1: not replay mode), the buffers [slots,
+ * 2, 1 + max_draft_len, k_heads, k_dim] bf16, [slots, 2, 1 + max_draft_len, v_heads, v_dim]
+ * bf16 and [slots, 2, v_heads, 1 + max_draft_len, 2] f32 ({g, beta}). DECODE, any q_len:
+ * gdn_update_replay (decode_kernel must name it) folds each sequence's pending accepted
+ * tokens (the step's pending pairs) into the state, then keeps the step's 1 + drafts tokens
+ * or commits its one token in place; EXTEND: the fold alone (gdn_update_replay without
+ * tokens), then gdn_chunk_prefill; PREFILL as in rewind mode. */
 int32_t kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t state_offset,
-                                int64_t intermediate_offset, const void *q, const void *k,
-                                const void *v, const void *a, const void *b, const void *a_log,
-                                const void *dt_bias, void *scratch, void *out, int64_t tokens,
-                                int64_t k_heads, int64_t v_heads, int64_t k_dim, int64_t v_dim,
-                                int64_t q_stride, int64_t k_stride, int64_t v_stride,
-                                int64_t a_stride, int64_t b_stride, int32_t state_dtype,
-                                int32_t decode_kernel, int32_t prefill_kernel,
-                                int32_t spec_dec_mode);
+                                int64_t intermediate_offset, int64_t replay_k_offset,
+                                int64_t replay_v_offset, int64_t replay_gb_offset, const void *q,
+                                const void *k, const void *v, const void *a, const void *b,
+                                const void *a_log, const void *dt_bias, void *scratch, void *out,
+                                int64_t tokens, int64_t k_heads, int64_t v_heads, int64_t k_dim,
+                                int64_t v_dim, int64_t q_stride, int64_t k_stride,
+                                int64_t v_stride, int64_t a_stride, int64_t b_stride,
+                                int32_t state_dtype, int32_t decode_kernel,
+                                int32_t prefill_kernel, int32_t spec_dec_mode);
 /* Phase DECODE: kv_append, then decode_kernel (gqa_decode; MULTI_TOKEN: q_len 1+drafts;
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.
