@@ -1,6 +1,7 @@
 // The Gated DeltaNet reference on a recurrence worked by hand, the chunked (WY) form of
 // the prefill against the token-by-token recurrence in fp64, and the launchers' argument
 // validation (no GPU needed: it runs before any CUDA call).
+#include "GdnInternal.h"
 #include "GdnReference.h"
 #include "GdnTestUtil.h"
 #include "kiln/Kernels/GatedDeltaNet.h"
@@ -205,6 +206,15 @@ TEST(GdnReplayValidation, EveryArgumentIsNamed) {
             }),
             "OK");
   EXPECT_EQ(with([](auto &p) { p.batch = 0; }), "OK");
+  // The baseline kernel has no replay form; the refusal comes before any CUDA call.
+  const kiln_gdn_update_replay_params_t p = validReplay();
+  EXPECT_EQ(kiln::kernels::gdn::gdnUpdateReplayWithVariant(
+                &p, kiln::kernels::gdn::GdnUpdateVariant::Baseline),
+            KILN_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(kiln_last_error())
+                .find("gdn_update_replay: kernel variant baseline has no gdn_update_replay form"),
+            std::string::npos)
+      << kiln_last_error();
 }
 
 // The chunked form gdn_chunk_prefill computes equals the recurrence (fp64: to rounding),

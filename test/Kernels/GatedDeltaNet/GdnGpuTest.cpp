@@ -3,6 +3,8 @@
 // off), the speculative intermediates against repeated in-place updates, bitwise (and
 // at a slot stride of intermediate_tokens > num_tokens), and every kernel variant against
 // the baseline kernel, bitwise.
+// Replay mode (gdn_update_replay) against the spec kernel with the rewind commit, bitwise,
+// over three verify steps and a committed token.
 // And of the chunked prefill (gdn_chunk_prefill): against the fp64 token-by-token
 // reference (ragged sequences across chunk edges, 1 token, padding, nonzero initial
 // states, a prompt continued over two calls, no state_indices), and against the update
@@ -303,6 +305,193 @@ TEST(GdnGpu, EveryVariantEqualsTheBaselineBitwise) {
                     0);
       }
     }
+}
+
+// ---- gdn_update_replay
+
+// A step's inputs on the device.
+struct StepInputs {
+  Device<uint16_t> q, k, v;
+  Device<float> g, beta;
+  explicit StepInputs(const Problem &p) : q(p.q), k(p.k), v(p.v), g(p.g), beta(p.beta) {}
+};
+
+struct ReplayCase {
+  int batch, tokens, kHeads, vHeads, kDim, vDim;
+  bool l2norm;
+};
+
+// Replay against rewind over four steps of one batch (Problem's shuffled slots and
+// padding sequence): three verify steps of T tokens whose accepted counts cover 0 and T,
+// then one committed token. Rewind runs gdn_update_spec and copies the accepted
+// intermediate back; replay runs `variant` of gdn_update_replay, which folds the pending
+// tokens from its poisoned (NaN) buffers. Outputs, folded states and the committed state
+// must be equal bit for bit, and a fold alone (no tokens) must give the folded state too.
+void runReplayEqualsRewind(const ReplayCase &c, unsigned seed, GdnUpdateVariant variant) {
+  SCOPED_TRACE(testing::Message() << kiln::kernels::gdn::gdnUpdateVariantName(variant) << ", batch "
+                                  << c.batch << ", " << c.tokens << " tokens, heads " << c.kHeads
+                                  << "/" << c.vHeads << ", k_dim " << c.kDim << " v_dim " << c.vDim
+                                  << ", l2norm " << c.l2norm);
+  const int T = c.tokens;
+  Problem p1(c.batch, T, c.kHeads, c.vHeads, c.kDim, c.vDim, seed),
+      p2(c.batch, T, c.kHeads, c.vHeads, c.kDim, c.vDim, seed + 1),
+      one(c.batch, 1, c.kHeads, c.vHeads, c.kDim, c.vDim, seed + 2);
+  p2.indices = one.indices = p1.indices;
+  const size_t slots = p1.slots, perSlot = size_t(c.vHeads) * p1.headState();
+  const size_t stepOut = size_t(c.batch) * T * c.vHeads * c.vDim;
+  const StepInputs in1(p1), in2(p2), inOne(one);
+  const Device<int32_t> indices(p1.indices);
+  Device<float> state(p1.state), rewind(p1.state);
+  Device<float> inter(std::vector<float>(slots * T * perSlot, NAN));
+  Device<uint16_t> rk(std::vector<uint16_t>(slots * 2 * T * c.kHeads * c.kDim, 0xFFFF)),
+      rv(std::vector<uint16_t>(slots * 2 * T * c.vHeads * c.vDim, 0xFFFF));
+  Device<float> rgb(std::vector<float>(slots * 2 * c.vHeads * T * 2, NAN));
+
+  // One replay launch on `stateBuf`; no inputs: the fold alone.
+  auto replayStep = [&](const StepInputs *in, int tokens, const std::vector<int32_t> &pairs,
+                        float *stateBuf, uint16_t *out) {
+    const Device<int32_t> dPairs(pairs);
+    kiln_gdn_update_replay_params_t a{};
+    a.state = stateBuf;
+    a.num_slots = static_cast<int32_t>(slots);
+    a.state_indices = indices.ptr;
+    a.replay = dPairs.ptr;
+    a.replay_k = rk.ptr;
+    a.replay_v = rv.ptr;
+    a.replay_gb = rgb.ptr;
+    a.max_tokens = T;
+    a.batch = c.batch;
+    a.num_tokens = tokens;
+    a.k_heads = c.kHeads;
+    a.v_heads = c.vHeads;
+    a.k_dim = c.kDim;
+    a.v_dim = c.vDim;
+    a.dtype = KILN_DTYPE_BF16;
+    if (in) {
+      a.q = in->q.ptr;
+      a.k = in->k.ptr;
+      a.v = in->v.ptr;
+      a.g = in->g.ptr;
+      a.beta = in->beta.ptr;
+      a.out = out;
+    }
+    a.l2norm_qk = c.l2norm;
+    EXPECT_EQ(kiln::kernels::gdn::gdnUpdateReplayWithVariant(&a, variant), KILN_OK)
+        << kiln_last_error();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  // gdn_update on the rewind state: into the intermediates (spec) or in place.
+  auto rewindStep = [&](const StepInputs &in, int tokens, bool spec, uint16_t *out) {
+    kiln_gdn_update_params_t a{};
+    a.state = rewind.ptr;
+    a.num_slots = static_cast<int32_t>(slots);
+    a.state_indices = indices.ptr;
+    a.intermediate = spec ? inter.ptr : nullptr;
+    a.batch = c.batch;
+    a.num_tokens = tokens;
+    a.k_heads = c.kHeads;
+    a.v_heads = c.vHeads;
+    a.k_dim = c.kDim;
+    a.v_dim = c.vDim;
+    a.dtype = KILN_DTYPE_BF16;
+    a.q = in.q.ptr;
+    a.k = in.k.ptr;
+    a.v = in.v.ptr;
+    a.g = in.g.ptr;
+    a.beta = in.beta.ptr;
+    a.out = out;
+    a.l2norm_qk = c.l2norm;
+    EXPECT_EQ(kiln_gdn_update(&a), KILN_OK) << kiln_last_error();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  auto pairsOf = [&](auto accepted, int buffer) {
+    std::vector<int32_t> pairs;
+    for (int b = 0; b < c.batch; ++b)
+      pairs.insert(pairs.end(), {accepted(b), buffer});
+    return pairs;
+  };
+  // The rewind commit: a live sequence that accepted k > 0 tokens gets intermediate k - 1.
+  auto commitRewind = [&](auto accepted) {
+    for (int b = 0; b < c.batch; ++b)
+      if (const int slot = p1.indices[b]; slot >= 0 && accepted(b) > 0)
+        ASSERT_EQ(cudaMemcpy(rewind.ptr + slot * perSlot,
+                             inter.ptr + (size_t(slot) * T + accepted(b) - 1) * perSlot,
+                             perSlot * 4, cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+  };
+  auto expectLiveSlotsSame = [&](const Device<float> &got, const char *what) {
+    const std::vector<float> a = got.read(slots * perSlot), b = rewind.read(slots * perSlot);
+    for (int seq = 0; seq < c.batch; ++seq)
+      if (const int slot = p1.indices[seq]; slot >= 0)
+        EXPECT_EQ(std::memcmp(&a[slot * perSlot], &b[slot * perSlot], perSlot * 4), 0)
+            << what << ": sequence " << seq << " (slot " << slot << ")";
+  };
+  auto expectSameOut = [&](const Device<uint16_t> &got, const Device<uint16_t> &want, size_t n,
+                           const char *what) { EXPECT_TRUE(got.read(n) == want.read(n)) << what; };
+  auto poisonedOut = [](size_t n) { return std::vector<uint16_t>(n, 0xFFFF); };
+  // The accepted counts of steps 1 to 3, each covering 0 and all T (the padding sequence's
+  // are ignored).
+  auto first = [&](int b) { return b % (T + 1); };
+  auto second = [&](int b) { return T - b % (T + 1); };
+  auto third = [&](int b) { return (b + 2) % (T + 1); };
+
+  // Step 1: nothing pending; the state is only read.
+  Device<uint16_t> out1(poisonedOut(stepOut)), ref1(poisonedOut(stepOut));
+  replayStep(&in1, T, pairsOf([](int) { return 0; }, 0), state.ptr, out1.ptr);
+  rewindStep(in1, T, true, ref1.ptr);
+  expectSameOut(out1, ref1, stepOut, "step 1 outputs");
+  EXPECT_TRUE(state.read(p1.state.size()) == p1.state)
+      << "a verify step without pending tokens wrote the state";
+  // Step 2: step 1's accepted prefix folded from buffer 1; and the fold alone, on a copy.
+  commitRewind(first);
+  Device<float> foldOnly(state.read(p1.state.size()));
+  Device<uint16_t> out2(poisonedOut(stepOut)), ref2(poisonedOut(stepOut));
+  replayStep(&in2, T, pairsOf(first, 1), state.ptr, out2.ptr);
+  expectLiveSlotsSame(state, "step 2's folded state");
+  rewindStep(in2, T, true, ref2.ptr);
+  expectSameOut(out2, ref2, stepOut, "step 2 outputs");
+  replayStep(nullptr, 0, pairsOf(first, 1), foldOnly.ptr, nullptr);
+  EXPECT_TRUE(foldOnly.read(p1.state.size()) == state.read(p1.state.size()))
+      << "the fold alone differs from a verify step's fold";
+  // Step 3: step 2's prefix from buffer 0, step 1's inputs again.
+  commitRewind(second);
+  Device<uint16_t> out3(poisonedOut(stepOut)), ref3(poisonedOut(stepOut));
+  replayStep(&in1, T, pairsOf(second, 0), state.ptr, out3.ptr);
+  expectLiveSlotsSame(state, "step 3's folded state");
+  rewindStep(in1, T, true, ref3.ptr);
+  expectSameOut(out3, ref3, stepOut, "step 3 outputs");
+  // Step 4: step 3's prefix from buffer 1, then one committed token: gdn_update in place.
+  commitRewind(third);
+  const size_t oneOut = size_t(c.batch) * c.vHeads * c.vDim;
+  Device<uint16_t> out4(poisonedOut(oneOut)), ref4(poisonedOut(oneOut));
+  replayStep(&inOne, 1, pairsOf(third, 1), state.ptr, out4.ptr);
+  rewindStep(inOne, 1, false, ref4.ptr);
+  expectLiveSlotsSame(state, "the state after a committed token");
+  expectSameOut(out4, ref4, oneOut, "the committed token's outputs");
+  // Slots no live sequence uses kept their bytes.
+  const std::vector<float> last = state.read(p1.state.size());
+  for (size_t slot = 0; slot < slots; ++slot)
+    if (std::count(p1.indices.begin(), p1.indices.end(), static_cast<int32_t>(slot)) == 0)
+      EXPECT_EQ(std::memcmp(&last[slot * perSlot], &p1.state[slot * perSlot], perSlot * 4), 0)
+          << "slot " << slot << " has no sequence but changed";
+}
+
+// Replay-mode speculation (docs/replay.md): every split variant's gdn_update_replay equals
+// the spec kernel with the rewind commit bit for bit, at Qwen3-Next's TP 4 heads, the other
+// head dims, a longest step of 8 tokens and unnormalized keys.
+TEST(GdnGpu, UpdateReplayEqualsRewind) {
+  KILN_REQUIRE_GPU();
+  const ReplayCase cases[] = {{6, 4, 4, 8, 128, 128, true},
+                              {6, 3, 2, 4, 64, 128, true},
+                              {7, 2, 1, 2, 128, 64, true},
+                              {5, 8, 2, 4, 64, 64, true},
+                              {6, 2, 2, 2, 64, 64, false}};
+  unsigned seed = 300;
+  for (const ReplayCase &c : cases) {
+    for (int i = 1; i < static_cast<int>(GdnUpdateVariant::Count); ++i)
+      runReplayEqualsRewind(c, seed, static_cast<GdnUpdateVariant>(i));
+    seed += 10;
+  }
 }
 
 // ---- gdn_chunk_prefill
