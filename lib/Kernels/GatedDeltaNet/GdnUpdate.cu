@@ -215,7 +215,7 @@ __device__ float writeAndRead(float (&s)[kRows], const float *k, float kScale, f
 // s += (k[r] kScale) delta alone: writeAndRead's update of s, for a folded token (no
 // output).
 template <int kRows>
-__device__ void write(float (&s)[kRows], const float *k, float kScale, float delta) {
+__device__ void writeOnly(float (&s)[kRows], const float *k, float kScale, float delta) {
 #pragma unroll
   for (int r = 0; r < kRows; r += 4) {
     const Four k4 = loadFour(k + r);
@@ -322,7 +322,7 @@ __device__ float applyToken(TokenShared<KD, kCols> &sh, float (&s)[KD / kHalves]
   if constexpr (kOutput)
     sh.out[half][c] = writeAndRead(s, k, kScale, delta, sh.q + half * kRows, sh.qScale);
   else
-    write(s, k, kScale, delta);
+    writeOnly(s, k, kScale, delta);
   __syncthreads();
   // The next token's writes to sh come after its first barrier, which every thread
   // reaches only after its reads here: no barrier at the end of the token.
