@@ -25,8 +25,9 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   # DeepSeek with an MTP module (docs/mtp.md): the target plus its module, --spec mtp:1.
   mtp="${config%.json}-mtp.json"
   [ -f "$mtp" ] && tiny "$mtp" mtp:1 "$family-mtp"
-  # Mamba2 families: the same speculation in replay mode (docs/replay.md).
-  if grep -q '"hybrid_override_pattern"' "$config"; then
+  # Mamba2 and Gated DeltaNet families: the same speculation in replay mode
+  # (docs/replay.md).
+  if grep -q '"hybrid_override_pattern"\|"linear_attention"' "$config"; then
     tiny "$config" ngram:4 "$family-replayngram" --ssm-mode replay
     tiny "$config" draft:4 "$family-replaydraft" --ssm-mode replay
   fi

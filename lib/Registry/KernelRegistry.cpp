@@ -71,6 +71,14 @@ std::vector<KernelVariant> builtinVariants() {
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
        .smemBytes = 161 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
        .priority = 20, .note = "Hopper wgmma prefill (dense and paged extend)"});
+  // Planned: the wgmma prefill at head_dim 256 (Qwen3-Next's full attention), whose
+  // accumulators need a split over two warpgroups; prefill_fmha's mma.sync tiles run it
+  // meanwhile, and selection takes an implemented variant first.
+  add({.name = "prefill_fmha_sm90_d256", .family = OpFamily::attention,
+       .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
+       .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
+       .headDims = {256}, .dtypes = kBf16 | kF16, .implemented = false, .priority = 20,
+       .note = "Hopper wgmma prefill at head_dim 256 (planned)"});
   // MLA, decode. Latent pool [pages, 64, 576].
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},
@@ -145,9 +153,8 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kF32,
        .maxQueryLen = 8,
        .replay = true,
-       .implemented = false,
        .priority = 10,
-       .note = "replay-mode update from the saved k/v/g/beta (planned)"});
+       .note = "replay mode: folds the accepted k/v/g/beta of the last step, keeps this one's"});
   add({.name = "gdn_chunk_prefill",
        .family = OpFamily::gdn,
        .phase = Phase::prefill,

@@ -15,7 +15,7 @@ For every family built by make_models.py:
                          eagerly, against nospec's replayed CUDA graphs
               tf         <family>-nospec.so --teacher-forced (the reference's tokens)
               ngram      <family>-ngram.so --spec ngram:4
-              replayngram, replaydraft  (Mamba2 families) the same with --ssm-mode replay:
+              replayngram, replaydraft  (Mamba2, GDN families) the same with --ssm-mode replay:
                          <family>-replayngram.so / -replaydraft.so (docs/replay.md)
               mtp        (DeepSeek, with configs/<family>-tiny-mtp.json) <family>-mtp.so
                          --spec mtp:1 on <family>-mtp/ (the target plus an MTP module):
@@ -109,7 +109,8 @@ UNSUPPORTED_MODES = {
 }
 SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft", "mtp",
               "ringngram"}
-# The SSM layers' replay mode (--ssm-mode replay); families without Mamba2 layers skip it.
+# The recurrent layers' replay mode (--ssm-mode replay); families without Mamba2 or Gated
+# DeltaNet layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
 # Sliding-window KV rings (--kv-ring-window, pages of 16, steps of 64: rings of a few
@@ -909,8 +910,8 @@ def run_family(family, args, out, env):
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
         if mode in REPLAY_MODES and not (args.so_dir / f"{family}-{mode}.so").exists():
-            reason = ("no Mamba2 layers (gpu-prepare.sh compiles replay models for the "
-                      "hybrid_override_pattern families only)")
+            reason = ("no recurrent layers (gpu-prepare.sh compiles replay models for the "
+                      "Mamba2 and Gated DeltaNet families only)")
         if mode in RING_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
             reason = ("no sliding-window layers (gpu-prepare.sh compiles ring models for the "
                       "families whose config has a sliding_window)")

@@ -1002,13 +1002,11 @@ FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
     return emitOpError() << "layer " << getLayer()
                          << ": lowering needs the layer's parameters (a_log, dt_bias) and "
                             "its scratch";
-  if (getReplayK())
-    return emitOpError() << "layer " << getLayer()
-                         << ": Gated DeltaNet's replay mode is not lowered; compile with "
-                            "--ssm-mode rewind";
-  int64_t stateOffset, interOffset[1];
-  if (failed(stateOffsets(*this, getLayer(), getState(), {getIntermediate()}, stateOffset,
-                          interOffset)) ||
+  // intermediate, replay_k, replay_v, replay_gb
+  int64_t stateOffset, speculative[4];
+  if (failed(stateOffsets(*this, getLayer(), getState(),
+                          {getIntermediate(), getReplayK(), getReplayV(), getReplayGb()},
+                          stateOffset, speculative)) ||
       failed(requireBf16(*this, getLayer(), {getQ(), getK(), getV(), getA(), getB(), getInit()})))
     return failure();
   FailureOr<int64_t> dtype = stateDtypeOf(*this, getLayer(), getState());
@@ -1020,7 +1018,10 @@ FailureOr<RuntimeCall> CachedGatedDeltaNetOp::getRuntimeCall() {
   return RuntimeCall{"kiln_rt_gated_delta_net",
                      {RuntimeArg::i32(getLayer()),
                       RuntimeArg::i64(stateOffset),
-                      RuntimeArg::i64(interOffset[0]),
+                      RuntimeArg::i64(speculative[0]),
+                      RuntimeArg::i64(speculative[1]),
+                      RuntimeArg::i64(speculative[2]),
+                      RuntimeArg::i64(speculative[3]),
                       RuntimeArg::stridedPointer(getQ()),
                       RuntimeArg::stridedPointer(getK()),
                       RuntimeArg::stridedPointer(getV()),
