@@ -7,6 +7,7 @@
 #include "kiln/Kernels/HostNumeric.h"
 #include "kiln/Runtime/Manifest.h"
 #include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/WeightTransforms.h"
 
 #include <dlfcn.h>
 
@@ -178,40 +179,6 @@ void initSequences(kiln_model *m) {
   m->pieces.reserve(B);
 }
 
-// `count` 16-bit values at the start of `data` widened in place to f32 (from the last
-// element down, so no value is overwritten before it is read).
-void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
-  for (uint64_t i = count; i-- > 0;) {
-    uint16_t bits;
-    std::memcpy(&bits, data + 2 * i, 2);
-    const float value = bf16 ? kiln_bf16_to_float(bits) : kiln_f16_to_float(bits);
-    std::memcpy(data + 4 * i, &value, 4);
-  }
-}
-
-// The rows of `data` ([sum of the parts x groups[0], rowBytes]) regrouped part-major: the
-// checkpoint holds groups[0] groups of groups[1] + groups[2] + ... rows, the model part 1
-// of every group, then part 2 of every group, and so on (a manifest weight's rows=).
-void regroupRows(unsigned char *data, const std::vector<int64_t> &groups, uint64_t rowBytes,
-                 std::vector<unsigned char> &scratch) {
-  const uint64_t count = static_cast<uint64_t>(groups[0]);
-  uint64_t perGroup = 0;
-  for (size_t part = 1; part < groups.size(); ++part)
-    perGroup += static_cast<uint64_t>(groups[part]);
-  scratch.resize(count * perGroup * rowBytes);
-  uint64_t written = 0, partStart = 0;
-  for (size_t part = 1; part < groups.size(); ++part) {
-    const uint64_t partBytes = static_cast<uint64_t>(groups[part]) * rowBytes;
-    for (uint64_t group = 0; group < count; ++group) {
-      std::memcpy(scratch.data() + written, data + (group * perGroup + partStart) * rowBytes,
-                  partBytes);
-      written += partBytes;
-    }
-    partStart += static_cast<uint64_t>(groups[part]);
-  }
-  std::memcpy(data, scratch.data(), written);
-}
-
 // One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
 // `device`, through the host buffer (its rows regrouped when `rowGroups` says so).
 kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
@@ -245,10 +212,11 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, name.c_str(),
                 error.c_str());
   if (widen)
-    widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
+    kiln::weights::widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
   if (!rowGroups.empty() && !shape.empty() && shape[0] > 0) {
     std::vector<unsigned char> scratch;
-    regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]), scratch);
+    kiln::weights::regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]),
+                               scratch);
   }
   cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {

@@ -1,7 +1,9 @@
 // The safetensors reader and the manifest parser on good and hostile input. Each test
 // writes its files into a fresh temporary directory and removes it afterwards.
+#include "kiln/Kernels/HostNumeric.h"
 #include "kiln/Runtime/Manifest.h"
 #include "kiln/Runtime/Safetensors.h"
+#include "kiln/Runtime/WeightTransforms.h"
 
 #include <gtest/gtest.h>
 
@@ -768,3 +770,36 @@ TEST(Manifest, Errors) {
 }
 
 } // namespace
+
+// A q_proj of 2 heads x [query 2 rows | gate 1 row] (rows of 2 bytes, named by their
+// checkpoint index) leaves as [queries | gates]: rows 0 1 3 4, then 2 5.
+TEST(WeightTransforms, RegroupRowsIsPartMajor) {
+  std::vector<unsigned char> rows;
+  for (unsigned char r = 0; r < 6; ++r)
+    rows.insert(rows.end(), {r, static_cast<unsigned char>(100 + r)});
+  std::vector<unsigned char> scratch;
+  kiln::weights::regroupRows(rows.data(), {2, 2, 1}, 2, scratch);
+  const std::vector<unsigned char> want = {0, 100, 1, 101, 3, 103, 4, 104, 2, 102, 5, 105};
+  EXPECT_EQ(rows, want);
+  // One group is the identity.
+  std::vector<unsigned char> one = {1, 2, 3, 4, 5, 6};
+  kiln::weights::regroupRows(one.data(), {1, 1, 2}, 2, scratch);
+  EXPECT_EQ(one, (std::vector<unsigned char>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(WeightTransforms, WidenToF32IsExactInPlace) {
+  const float values[3] = {1.5f, -0.0078125f, 256.0f}; // exact in bf16 and in f16
+  for (bool bf16 : {true, false}) {
+    std::vector<unsigned char> data(12);
+    for (int i = 0; i < 3; ++i) {
+      const uint16_t bits = bf16 ? kiln_float_to_bf16(values[i]) : kiln_float_to_f16(values[i]);
+      std::memcpy(data.data() + 2 * i, &bits, 2);
+    }
+    kiln::weights::widenToF32(data.data(), 3, bf16);
+    for (int i = 0; i < 3; ++i) {
+      float got;
+      std::memcpy(&got, data.data() + 4 * i, 4);
+      EXPECT_EQ(got, values[i]) << (bf16 ? "bf16 " : "f16 ") << i;
+    }
+  }
+}
