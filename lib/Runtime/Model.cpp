@@ -179,6 +179,17 @@ void initSequences(kiln_model *m) {
   m->pieces.reserve(B);
 }
 
+// `count` 16-bit values at the start of `data` widened in place to f32 (from the last
+// element down, so no value is overwritten before it is read).
+void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
+  for (uint64_t i = count; i-- > 0;) {
+    uint16_t bits;
+    std::memcpy(&bits, data + 2 * i, 2);
+    const float value = bf16 ? kiln_bf16_to_float(bits) : kiln_f16_to_float(bits);
+    std::memcpy(data + 4 * i, &value, 4);
+  }
+}
+
 // One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
 // `device`, through the host buffer (its rows regrouped when `rowGroups` says so).
 kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
@@ -212,7 +223,7 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s': %s", fn, name.c_str(),
                 error.c_str());
   if (widen)
-    kiln::weights::widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
+    widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
   if (!rowGroups.empty() && !shape.empty() && shape[0] > 0) {
     std::vector<unsigned char> scratch;
     kiln::weights::regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]),

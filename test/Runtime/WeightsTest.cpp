@@ -1,6 +1,5 @@
 // The safetensors reader and the manifest parser on good and hostile input. Each test
 // writes its files into a fresh temporary directory and removes it afterwards.
-#include "kiln/Kernels/HostNumeric.h"
 #include "kiln/Runtime/Manifest.h"
 #include "kiln/Runtime/Safetensors.h"
 #include "kiln/Runtime/WeightTransforms.h"
@@ -785,21 +784,4 @@ TEST(WeightTransforms, RegroupRowsIsPartMajor) {
   std::vector<unsigned char> one = {1, 2, 3, 4, 5, 6};
   kiln::weights::regroupRows(one.data(), {1, 1, 2}, 2, scratch);
   EXPECT_EQ(one, (std::vector<unsigned char>{1, 2, 3, 4, 5, 6}));
-}
-
-TEST(WeightTransforms, WidenToF32IsExactInPlace) {
-  const float values[3] = {1.5f, -0.0078125f, 256.0f}; // exact in bf16 and in f16
-  for (bool bf16 : {true, false}) {
-    std::vector<unsigned char> data(12);
-    for (int i = 0; i < 3; ++i) {
-      const uint16_t bits = bf16 ? kiln_float_to_bf16(values[i]) : kiln_float_to_f16(values[i]);
-      std::memcpy(data.data() + 2 * i, &bits, 2);
-    }
-    kiln::weights::widenToF32(data.data(), 3, bf16);
-    for (int i = 0; i < 3; ++i) {
-      float got;
-      std::memcpy(&got, data.data() + 4 * i, 4);
-      EXPECT_EQ(got, values[i]) << (bf16 ? "bf16 " : "f16 ") << i;
-    }
-  }
 }

@@ -8,10 +8,6 @@
 
 namespace kiln::weights {
 
-// `count` 16-bit values (bf16, else f16) at the start of `data` widened in place to f32:
-// `data` holds 4 * count bytes. Exact: every 16-bit value is an f32.
-void widenToF32(unsigned char *data, uint64_t count, bool bf16);
-
 // A manifest weight's `rows=G:P0,P1,...`: `data` holds G groups of P0 + P1 + ... rows of
 // `rowBytes` each, and leaves with part 0 of every group, then part 1 of every group, and
 // so on. `groups` is {G, P0, P1, ...}; `scratch` is resized to the tensor's bytes.

@@ -1,21 +1,10 @@
-// The loader's host-side transforms of checkpoint tensors (WeightTransforms.h).
+// The loader's host-side transforms of checkpoint tensors (WeightTransforms.h); no
+// dependency beyond the C++ library, so the fuzzers link KilnWeights alone.
 #include "kiln/Runtime/WeightTransforms.h"
-
-#include "kiln/Kernels/HostNumeric.h"
 
 #include <cstring>
 
 namespace kiln::weights {
-
-void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
-  // From the last element down, so that no value is overwritten before it is read.
-  for (uint64_t i = count; i-- > 0;) {
-    uint16_t bits;
-    std::memcpy(&bits, data + 2 * i, 2);
-    const float value = bf16 ? kiln_bf16_to_float(bits) : kiln_f16_to_float(bits);
-    std::memcpy(data + 4 * i, &value, 4);
-  }
-}
 
 void regroupRows(unsigned char *data, const std::vector<int64_t> &groups, uint64_t rowBytes,
                  std::vector<unsigned char> &scratch) {
