@@ -107,9 +107,6 @@ kiln_status_t useReplayBuffers(const Call &c, kiln_rt_context *ctx, const GdnSha
 }
 
 kiln_status_t checkShape(const Call &c, const kiln_rt_context *ctx, const GdnShape &sh) {
-  if (sh.tokens != ctx->tokens)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d",
-                   static_cast<long long>(sh.tokens), ctx->tokens);
   if (kiln_status_t s = positive(c, {{"tokens", sh.tokens},
                                      {"k_heads", sh.kHeads},
                                      {"v_heads", sh.vHeads},
@@ -283,8 +280,8 @@ kiln_status_t gatedDeltaNet(const Call &c, kiln_rt_context *ctx, uint64_t stateO
                             int64_t interOffset, const ReplayOffsets &replayAt, const GdnInputs &in,
                             void *scratch, void *out, const GdnShape &sh, int32_t stateDtype,
                             int32_t decodeKernel, int32_t prefillKernel, int32_t specDecMode) {
-  if (!ctx->hasBatch)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
+  if (kiln_status_t s = checkStep(c, ctx, sh.tokens); s != KILN_OK)
+    return s;
   if (kiln_status_t s = checkShape(c, ctx, sh); s != KILN_OK)
     return s;
   if (stateDtype != KILN_DTYPE_F32)

@@ -157,6 +157,15 @@ kiln_status_t checkPhase(const Call &c, const kiln_rt_context *ctx, StateKernels
   return KILN_OK;
 }
 
+kiln_status_t checkStep(const Call &c, const kiln_rt_context *ctx, int64_t tokens) {
+  if (!ctx->hasBatch)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
+  if (tokens != ctx->tokens)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d",
+                   static_cast<long long>(tokens), ctx->tokens);
+  return KILN_OK;
+}
+
 kiln_status_t claimStates(const Call &c, kiln_rt_context *ctx, const char *stateKind,
                           const char *interKind, uint64_t stateOffset, int64_t interOffset,
                           uint64_t slotBytes, bool *launch) {
@@ -233,11 +242,8 @@ kiln_status_t causalConv(const Call &c, kiln_rt_context *ctx, uint64_t stateOffs
                          const void *bias, void *out, int64_t tokens, int64_t convDim,
                          int32_t width, int64_t xStride, int32_t silu, int32_t stateDtype,
                          int32_t decodeKernel, int32_t prefillKernel, int32_t specDecMode) {
-  if (!ctx->hasBatch)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
-  if (tokens != ctx->tokens)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d",
-                   static_cast<long long>(tokens), ctx->tokens);
+  if (kiln_status_t s = checkStep(c, ctx, tokens); s != KILN_OK)
+    return s;
   if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"conv_dim", convDim}}); s != KILN_OK)
     return s;
   if (width < 2 || width > 4)
@@ -523,11 +529,8 @@ kiln_status_t mambaScan(const Call &c, kiln_rt_context *ctx, uint64_t stateOffse
                         void *out, const ScanShape &sh, float dtMin, float dtMax,
                         int32_t stateDtype, int32_t decodeKernel, int32_t prefillKernel,
                         int32_t specDecMode) {
-  if (!ctx->hasBatch)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "no step set (call kiln_rt_set_batch first)");
-  if (sh.tokens != ctx->tokens)
-    return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d",
-                   static_cast<long long>(sh.tokens), ctx->tokens);
+  if (kiln_status_t s = checkStep(c, ctx, sh.tokens); s != KILN_OK)
+    return s;
   if (kiln_status_t s = positive(c, {{"tokens", sh.tokens},
                                      {"heads", sh.heads},
                                      {"head_dim", sh.headDim},

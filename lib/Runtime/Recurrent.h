@@ -17,6 +17,10 @@ struct StateKernels {
   int32_t update, spec, prefill, parallelPrefill;
 };
 
+// A state layer's call against the step set: one is set, and its token count is the
+// call's `tokens`.
+kiln_status_t checkStep(const Call &c, const kiln_rt_context *ctx, int64_t tokens);
+
 // Checks the call's kernels for the step's phase and returns whether the step runs the
 // speculative (multi-token) kernel: a decode step of 1 + drafts tokens a sequence, which
 // needs the spec kernel and the layer's intermediates (interOffset >= 0) of 1 +
