@@ -92,6 +92,13 @@ private:
   /// model's dtype unless `element` says otherwise.
   Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {},
                ArrayRef<int64_t> rowGroups = {});
+  /// A weight the loader rearranges from a checkpoint tensor of `checkpointShape`, each
+  /// matrix of its last two dimensions transposed (kiln.weight's checkpoint layout).
+  Value transposedWeight(const Twine &name, ArrayRef<int64_t> shape,
+                         ArrayRef<int64_t> checkpointShape, Location at,
+                         ArrayRef<int64_t> rowGroups = {});
+  /// Part `index` of the leading dimension of `whole` (a view of a weight; no copy).
+  Value leadingPart(Value whole, int64_t index, Location at);
   /// `tensor.empty(count) : tensor<?x dims x dtype>`.
   Value empty(ArrayRef<int64_t> dims, Value count, Location at) {
     return tensor::EmptyOp::create(b, at, activation(dims), ValueRange{count});
@@ -110,8 +117,11 @@ private:
 
   void buildLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
   /// Self-attention of `module` (q/k/v/o_proj) on x; RoPE on q and k unless `noRope`.
-  Value attention(Value x, const std::string &module, const LayerSpec &layer,
-                  Value positions, Value tokens, bool bias, bool noRope);
+  Value attention(Value x, const std::string &module, const LayerSpec &layer, Value positions,
+                  Value tokens, bool bias, bool noRope, Value sinks = {});
+  /// gpt-oss's MoE block `mlp`: the biased router and the biased experts with the clamped
+  /// SwiGLU, their fused gate_up weights split while loading.
+  Value gptOssMoe(Value x, const std::string &mlp, Value tokens);
   /// One Nemotron-H block: norm, then its mixer (Mamba2, attention, MLP), then the
   /// residual add.
   void buildNemotronBlock(const LayerSpec &layer, Value &h, Value positions, Value tokens);
@@ -188,10 +198,37 @@ Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Lo
     b.setInsertionPoint(firstFunction);
     weights.push_back(WeightOp::create(b, loc(key), key, type, IntegerAttr(),
                                        rowGroups.empty() ? DenseI64ArrayAttr()
-                                                         : b.getDenseI64ArrayAttr(rowGroups)));
+                                                         : b.getDenseI64ArrayAttr(rowGroups),
+                                       DenseI64ArrayAttr()));
     declared[key] = type;
   }
   return WeightRefOp::create(b, at, type, key);
+}
+
+Value DenseDecoderBuilder::transposedWeight(const Twine &name, ArrayRef<int64_t> shape,
+                                            ArrayRef<int64_t> checkpointShape, Location at,
+                                            ArrayRef<int64_t> rowGroups) {
+  std::string key = name.str();
+  bool fresh = !declared.count(key);
+  Value value = weight(name, shape, at, Type(), rowGroups);
+  if (fresh) {
+    weights.back().setCheckpointShapeAttr(b.getDenseI64ArrayAttr(checkpointShape));
+    weights.back().setTransposeCheckpoint(true);
+  }
+  return value;
+}
+
+Value DenseDecoderBuilder::leadingPart(Value whole, int64_t index, Location at) {
+  auto type = cast<RankedTensorType>(whole.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  SmallVector<OpFoldResult> offsets(shape.size(), b.getIndexAttr(0));
+  offsets[0] = b.getIndexAttr(index);
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1)};
+  for (int64_t dim : shape.drop_front())
+    sizes.push_back(b.getIndexAttr(dim));
+  SmallVector<OpFoldResult> strides(shape.size(), b.getIndexAttr(1));
+  auto part = RankedTensorType::get(shape.drop_front(), type.getElementType());
+  return tensor::ExtractSliceOp::create(b, at, part, whole, offsets, sizes, strides).getResult();
 }
 
 Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count, Location at,
@@ -240,7 +277,10 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
 
   Value x = rmsNorm(h, prefix + ".input_layernorm.weight", tokens,
                     loc(prefix + ".input_layernorm"));
-  Value o = attention(x, attn, layer, positions, tokens, m.qkvBias, /*noRope=*/false);
+  // gpt-oss's sinks: bf16 in the checkpoint, f32 for the kernels (widened when loading).
+  Value sinks =
+      m.isGptOss() ? weight(attn + ".sinks", {m.heads}, loc(attn), b.getF32Type()) : Value();
+  Value o = attention(x, attn, layer, positions, tokens, m.qkvBias, /*noRope=*/false, sinks);
   Location layerLoc = loc(prefix);
   h = AddOp::create(b, layerLoc, h.getType(), h, o, empty({m.hidden}, tokens, layerLoc))
           .getResult();
@@ -248,7 +288,7 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
   x = rmsNorm(h, prefix + ".post_attention_layernorm.weight", tokens,
               loc(prefix + ".post_attention_layernorm"));
   if (m.isMoeLayer(layer.index)) {
-    Value routed = sparseMoe(x, prefix, tokens);
+    Value routed = m.isGptOss() ? gptOssMoe(x, mlp, tokens) : sparseMoe(x, prefix, tokens);
     h = AddOp::create(b, layerLoc, h.getType(), h, routed, empty({m.hidden}, tokens, layerLoc))
             .getResult();
     return;
@@ -259,7 +299,8 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
 }
 
 Value DenseDecoderBuilder::attention(Value x, const std::string &attn, const LayerSpec &layer,
-                                     Value positions, Value tokens, bool bias, bool noRope) {
+                                     Value positions, Value tokens, bool bias, bool noRope,
+                                     Value sinks) {
   int64_t qWidth = m.heads * m.headDim, kvWidth = m.kvHeads * m.headDim;
   Location attnLoc = loc(attn);
   Value q = splitHeads(linear(x, attn + ".q_proj", qWidth, m.hidden, bias, tokens), m.heads,
@@ -277,10 +318,9 @@ Value DenseDecoderBuilder::attention(Value x, const std::string &attn, const Lay
     k = rope(k, positions, tokens, attnLoc);
   }
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
-  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v,
+  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v, sinks,
                                 i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
-                                layer.window ? i64(*layer.window) : IntegerAttr(),
-                                DraftKindAttr())
+                                layer.window ? i64(*layer.window) : IntegerAttr(), DraftKindAttr())
                 .getOut();
   SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
   Value merged = tensor::CollapseShapeOp::create(b, attnLoc, a, groups).getResult();
@@ -410,7 +450,7 @@ Value DenseDecoderBuilder::gatedAttention(Value x, const std::string &attn, cons
   q = rope(q, positions, tokens, attnLoc);
   k = rope(k, positions, tokens, attnLoc);
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
-  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v,
+  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v, Value(),
                                 i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
                                 IntegerAttr(), DraftKindAttr())
                 .getOut();
@@ -499,13 +539,14 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
   Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
   auto moe = MoeOp::create(
       b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
-      /*score_bias=*/Value(), empty({m.hidden}, tokens, at), scratch,
-      b.getI64IntegerAttr(m.topK), m.normTopK ? b.getUnitAttr() : UnitAttr(),
+      /*score_bias=*/Value(), /*gate_bias=*/Value(), /*up_bias=*/Value(),
+      /*down_bias=*/Value(), empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
+      m.normTopK ? b.getUnitAttr() : UnitAttr(),
       m.roundRouterWeights ? b.getUnitAttr() : UnitAttr(),
-      MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1),
-      b.getI64IntegerAttr(1), b.getF32FloatAttr(1.0f),
-      ActivationKindAttr::get(ctx, ActivationKind::silu), /*accumulate_f32=*/UnitAttr(),
-      /*group_max=*/UnitAttr());
+      MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
+      b.getF32FloatAttr(1.0f), ActivationKindAttr::get(ctx, ActivationKind::silu),
+      /*accumulate_f32=*/UnitAttr(),
+      /*group_max=*/UnitAttr(), /*swiglu_limit=*/FloatAttr(), /*swiglu_alpha=*/FloatAttr());
   Value routed = moe.getResult(0);
   if (!m.sharedIntermediate)
     return routed;
@@ -563,14 +604,49 @@ Value DenseDecoderBuilder::fp32RoutedExperts(Value x, const std::string &prefix,
   Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
   auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto moe = MoeOp::create(
-      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
-      scoreBias, empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
-      unit(m.normTopK), /*round_weights=*/UnitAttr(),
+      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down, scoreBias,
+      /*gate_bias=*/Value(), /*up_bias=*/Value(), /*down_bias=*/Value(),
+      empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK), unit(m.normTopK),
+      /*round_weights=*/UnitAttr(),
       MoeScoringAttr::get(ctx, m.sigmoidRouter ? MoeScoring::sigmoid : MoeScoring::softmax),
       b.getI64IntegerAttr(m.routerGroups), b.getI64IntegerAttr(m.routerTopGroups),
       b.getF32FloatAttr(static_cast<float>(m.routedScale)),
-      ActivationKindAttr::get(ctx, activationKind), unit(accumulateF32),
-      unit(m.groupMaxRouting));
+      ActivationKindAttr::get(ctx, activationKind), unit(accumulateF32), unit(m.groupMaxRouting),
+      /*swiglu_limit=*/FloatAttr(), /*swiglu_alpha=*/FloatAttr());
+  return moe.getResult(0);
+}
+
+Value DenseDecoderBuilder::gptOssMoe(Value x, const std::string &mlp, Value tokens) {
+  Location at = loc(mlp);
+  const int64_t experts = m.experts, inter = m.moeIntermediate, hidden = m.hidden;
+  Value logits = linear(x, mlp + ".router", experts, hidden, /*bias=*/true, tokens);
+  // gate_up_proj is [experts, hidden, 2 x inter] ([in, out] a expert) with gate and up
+  // outputs alternating; loaded transposed and split by output parity, it is
+  // [gate rows of every expert; up rows of every expert].
+  const std::string prefix = mlp + ".experts.";
+  const SmallVector<int64_t> split = {experts * inter, 1, 1};
+  Value gateUp = transposedWeight(prefix + "gate_up_proj", {2, experts, inter, hidden},
+                                  {experts, hidden, 2 * inter}, at, split);
+  Value gateUpBias = weight(prefix + "gate_up_proj_bias", {2, experts, inter}, at, Type(), split);
+  Value down = transposedWeight(prefix + "down_proj", {experts, hidden, inter},
+                                {experts, inter, hidden}, at);
+  Value downBias = weight(prefix + "down_proj_bias", {experts, hidden}, at);
+  auto scratchType = RankedTensorType::get(
+      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(hidden, inter, m.topK)},
+      b.getIntegerType(8));
+  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  // transformers' GptOssExperts: alpha is a constant of the module, not of the config.
+  constexpr float kGptOssSwigluAlpha = 1.702f;
+  auto moe = MoeOp::create(
+      b, at, TypeRange{activation({hidden}), scratchType}, x, logits, leadingPart(gateUp, 0, at),
+      leadingPart(gateUp, 1, at), down, /*score_bias=*/Value(), leadingPart(gateUpBias, 0, at),
+      leadingPart(gateUpBias, 1, at), downBias, empty({hidden}, tokens, at), scratch,
+      b.getI64IntegerAttr(m.topK), b.getUnitAttr(), b.getUnitAttr(),
+      MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
+      b.getF32FloatAttr(1.0f), ActivationKindAttr::get(ctx, ActivationKind::silu),
+      /*accumulate_f32=*/UnitAttr(),
+      /*group_max=*/UnitAttr(), b.getF32FloatAttr(static_cast<float>(m.swigluLimit)),
+      b.getF32FloatAttr(kGptOssSwigluAlpha));
   return moe.getResult(0);
 }
 
@@ -705,7 +781,7 @@ void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {
   b.setInsertionPointToEnd(entry);
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
   Value out = AttentionOp::create(b, at, q, entry->getArgument(0), entry->getArgument(1),
-                                  entry->getArgument(1), i64(layer.index), i64(m.heads),
+                                  entry->getArgument(1), Value(), i64(layer.index), i64(m.heads),
                                   i64(m.kvHeads), i64(m.headDim),
                                   layer.window ? i64(*layer.window) : IntegerAttr(),
                                   DraftKindAttr::get(ctx, DraftKind::eagle3))

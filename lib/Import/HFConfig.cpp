@@ -1074,14 +1074,21 @@ LogicalResult readPartialRotary(Reader &r, ModelSpec &m) {
 
 /// gpt-oss: every layer is attention (a sliding window of `sliding_window` tokens or
 /// full, as `layer_types` says; q/k/v/o biases and per-head sink logits) followed by a
-/// MoE block of `num_local_experts` SwiGLU experts of `intermediate_size` with biases,
-/// `num_experts_per_tok` a token, routed by a linear router with a bias. Planned as a
-/// cache skeleton: the whole graph (sinks in the graph, the clamped SwiGLU, MXFP4
-/// experts) is issue 15's next step.
+/// MoE block of `num_local_experts` SwiGLU experts of `intermediate_size` with biases and
+/// the clamp `swiglu_limit`, `num_experts_per_tok` a token, routed by a linear router
+/// with a bias (softmax over the chosen logits). The whole graph is built for bf16
+/// checkpoints; the MXFP4 release plans as a cache skeleton.
 LogicalResult readGptOss(Reader &r, ModelSpec &m) {
   if (failed(readCommon(r, m)) || failed(readAttention(r, m, {"head_dim"})))
     return failure();
   m.qkvBias = m.oBias = r.getBool("attention_bias").value_or(true);
+  m.rmsNormEps = 1e-5; // GptOssConfig's default; the published configs leave it out
+  if (failed(readNormAndSwiglu(r, m)))
+    return failure();
+  FailureOr<RopeAttr> rope = readRope(r, m);
+  if (failed(rope))
+    return failure();
+  m.rope = *rope;
   std::optional<int64_t> experts = r.getInt("num_local_experts");
   std::optional<int64_t> topK = r.getInt("num_experts_per_tok");
   std::optional<int64_t> inter = r.getInt("intermediate_size");
@@ -1095,8 +1102,15 @@ LogicalResult readGptOss(Reader &r, ModelSpec &m) {
   m.experts = *experts;
   m.topK = *topK;
   m.moeIntermediate = *inter;
-  if (r.has("swiglu_limit") && !r.getNumber("swiglu_limit", /*required=*/true, /*positive=*/true))
-    return failure();
+  if (r.has("swiglu_limit")) {
+    std::optional<double> limit = r.getNumber("swiglu_limit", /*required=*/true, /*positive=*/true);
+    if (!limit)
+      return failure();
+    m.swigluLimit = *limit;
+  }
+  // transformers' GptOssTopKRouter: softmax over the top_k logits (the chosen scores
+  // renormalized), in bf16.
+  m.normTopK = m.roundRouterWeights = true;
   for (int64_t i = 0; i < m.numLayers; ++i)
     m.layers.push_back({LayerKind::attention, i, std::nullopt, std::nullopt});
   if (r.failedAny() || failed(readSlidingWindows(r, m)))
@@ -1237,9 +1251,8 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
     switch (layer.kind) {
     case LayerKind::attention: {
       Value q = arg({m.heads, m.headDim}), kv = arg({m.kvHeads, m.headDim});
-      auto op = AttentionOp::create(b, loc, tensor({m.heads, m.headDim}), q, kv, kv,
-                                    i64(layer.index), i64(m.heads), i64(m.kvHeads),
-                                    i64(m.headDim),
+      auto op = AttentionOp::create(b, loc, tensor({m.heads, m.headDim}), q, kv, kv, Value(),
+                                    i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
                                     layer.window ? i64(*layer.window) : IntegerAttr(), draft);
       results.push_back(op.getOut());
       break;

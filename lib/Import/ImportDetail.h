@@ -163,6 +163,9 @@ struct ModelSpec {
   bool qkvBias = false; // q/k/v_proj have a bias
   bool oBias = false;   // o_proj has a bias
   bool qkNorm = false;  // Qwen3's per-head RMSNorm of q and k
+  // gpt-oss: attention sinks, biased experts with the clamped SwiGLU (its limit; alpha is
+  // transformers' constant 1.702).
+  double swigluLimit = 7.0;
   RopeAttr rope;
   llvm::SmallVector<LayerSpec> layers;
 
@@ -180,12 +183,14 @@ struct ModelSpec {
   bool isNemotronH() const { return modelType == "nemotron_h"; }
   bool isQwen3Next() const { return modelType == "qwen3_next"; }
   bool isDeepSeek() const { return modelType == "deepseek_v2" || modelType == "deepseek_v3"; }
-  /// Whether the importer builds the whole graph: the dense families, Nemotron-H, Qwen3-Next and
+  bool isGptOss() const { return modelType == "gpt_oss"; }
+  /// Whether the importer builds the whole graph: the dense families, Nemotron-H, Qwen3-Next,
   /// unquantized DeepSeek checkpoints (an FP8 one, DeepSeek-V3's as published, is planned
-  /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet).
+  /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet) and unquantized
+  /// gpt-oss checkpoints (the MXFP4 release is a skeleton: no MXFP4 GEMM or loader yet).
   bool hasWholeGraph() const {
     return isDense() || isNemotronH() || isQwen3Next() ||
-           (isDeepSeek() && linearBytes == dtypeBytes);
+           (isDeepSeek() && linearBytes == dtypeBytes) || (isGptOss() && expertBytes == 0);
   }
 };
 

@@ -9,6 +9,7 @@
 // reads the step's bf16 K/V, as it is computed.
 // A sliding window (window > 0) is honoured by every kernel: a query sees its last
 // `window` keys (Hugging Face's sliding_window convention, the query's own key included).
+// Attention sinks (gpt-oss; sinks non-null, [num_heads] f32) join every kernel's softmax.
 // Everything the host can check is checked before the first launch; for decode the
 // launcher's own validation (its workspace query) runs before the cache is written.
 #include "Context.h"
@@ -25,8 +26,8 @@ namespace {
 bool supportedPage(int32_t p) { return p == 16 || p == 32 || p == 64 || p == 128; }
 
 kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint64_t kv_offset,
-                        const void *q, const void *k, const void *v, void *out, int64_t tokens,
-                        int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                        const void *q, const void *k, const void *v, const float *sinks, void *out,
+                        int64_t tokens, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                         int32_t page_size, int32_t window, int32_t decode_kernel,
                         int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
                         int32_t kv_dtype, bool paged) {
@@ -118,6 +119,11 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     return s;
   if (kiln_status_t s = checkRange(c, ctx, "out", out, qBytes, 16, true); s != KILN_OK)
     return s;
+  if (sinks)
+    if (kiln_status_t s =
+            checkRange(c, ctx, "sinks", sinks, 4 * static_cast<uint64_t>(num_heads), 4, false);
+        s != KILN_OK)
+      return s;
   if (kiln_status_t s = useResource(c, ctx, "kv", kv_offset, poolBytes); s != KILN_OK)
     return s;
   if (ctx->dry)
@@ -159,6 +165,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
     gp.window = window;
+    gp.sinks = sinks;
     gp.kv_dtype = poolDtype;
     gp.stream = ctx->stream;
     size_t wsBytes = 0; // validates the decode launch before the cache is written
@@ -215,6 +222,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     fp.softmax_scale = scale;
     fp.causal = 1;
     fp.window = window;
+    fp.sinks = sinks;
     fp.stream = ctx->stream;
     s = kiln_prefill_fmha_variant(&fp, variant);
     ++ctx->launches;
@@ -242,6 +250,7 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
   pp.softmax_scale = scale;
   pp.causal = 1;
   pp.window = window;
+  pp.sinks = sinks;
   pp.stream = ctx->stream;
   s = kiln_prefill_fmha_paged_variant(&pp, variant);
   ++ctx->launches;
@@ -251,12 +260,12 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
 } // namespace
 
 extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset,
-                                     const void *q, const void *k, const void *v, void *out,
-                                     int64_t tokens, int32_t num_heads, int32_t num_kv_heads,
-                                     int32_t head_dim, int32_t page_size, int32_t window,
-                                     int32_t decode_kernel, int32_t prefill_kernel,
-                                     int32_t spec_dec_mode, float softmax_scale,
-                                     int32_t kv_dtype) {
+                                     const void *q, const void *k, const void *v,
+                                     const float *sinks, void *out, int64_t tokens,
+                                     int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                     int32_t page_size, int32_t window, int32_t decode_kernel,
+                                     int32_t prefill_kernel, int32_t spec_dec_mode,
+                                     float softmax_scale, int32_t kv_dtype) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_attention: layer %d: context is null",
                 layer);
@@ -272,7 +281,7 @@ extern "C" int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint
   else if (ctx->hasBatch && ctx->phase == KILN_RT_PHASE_PREFILL)
     kernel = kiln_rt_kernel_name(prefill_kernel);
   Call c{"kiln_rt_attention", kernel, layer, ctx};
-  kiln_status_t s = attention(c, ctx, layer, kv_offset, q, k, v, out, tokens, num_heads,
+  kiln_status_t s = attention(c, ctx, layer, kv_offset, q, k, v, sinks, out, tokens, num_heads,
                               num_kv_heads, head_dim, page_size, window, decode_kernel,
                               prefill_kernel, spec_dec_mode, softmax_scale, kv_dtype, paged);
   if (s == KILN_OK)

@@ -110,15 +110,15 @@ int32_t kiln_rt_gather_rows(ctx_t *, const void *x, const void *rows, void *out,
                             int64_t num_rows, int64_t dim, int64_t num_source_rows) {
   return record("gather_rows", {x, rows, out, num_rows, dim, num_source_rows});
 }
-int32_t kiln_rt_attention(ctx_t *, int32_t layer, uint64_t kv_offset, const void *q,
-                          const void *k, const void *v, void *out, int64_t tokens,
+int32_t kiln_rt_attention(ctx_t *, int32_t layer, uint64_t kv_offset, const void *q, const void *k,
+                          const void *v, const float *sinks, void *out, int64_t tokens,
                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                           int32_t page_size, int32_t window, int32_t decode_kernel,
                           int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
                           int32_t kv_dtype) {
-  return record("attention", {layer, kv_offset, q, k, v, out, tokens, num_heads, num_kv_heads,
-                              head_dim, page_size, window, decode_kernel, prefill_kernel,
-                              spec_dec_mode, softmax_scale, kv_dtype});
+  return record("attention", {layer, kv_offset, q, k, v, sinks, out, tokens, num_heads,
+                              num_kv_heads, head_dim, page_size, window, decode_kernel,
+                              prefill_kernel, spec_dec_mode, softmax_scale, kv_dtype});
 }
 int32_t kiln_rt_rms_norm_strided(ctx_t *, const void *x, int64_t x_stride, const void *weight,
                                  void *out, int64_t rows, int64_t dim, float eps) {

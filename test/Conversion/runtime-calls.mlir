@@ -18,7 +18,7 @@
 // CHECK-DAG: func.func private @kiln_rt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_swiglu(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-DAG: func.func private @kiln_rt_gather_rows(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64) -> i32
-// CHECK-DAG: func.func private @kiln_rt_attention(!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, f32, i32) -> i32
+// CHECK-DAG: func.func private @kiln_rt_attention(!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, f32, i32) -> i32
 // CHECK-DAG: func.func private @kiln_rt_output(!llvm.ptr, i32, !llvm.ptr, i64, i64) -> i32
 
 // CHECK-LABEL: func.func @kiln_model_forward
@@ -118,11 +118,13 @@
 // CHECK: %[[AEPS:.*]] = arith.constant 9.99999974E-6 : f32
 // CHECK: call @kiln_rt_add_rms_norm(%[[CTX]], %[[HP]], %[[NP]], %[[WNP]], %[[GP]], %[[HP]], %[[AROWS]], %[[ADIM]], %[[AEPS]])
 
-// attention(ctx, layer, kv_offset, q, k, v, out, tokens, heads, kv_heads, head_dim,
+// attention(ctx, layer, kv_offset, q, k, v, sinks, out, tokens, heads, kv_heads, head_dim,
 //           page_size, window, decode_kernel, prefill_kernel, spec_dec_mode, scale, kv_dtype):
-// the KV resource's planned offset, gqa_decode (1), prefill_fmha (2), single_token (0).
+// the KV resource's planned offset, no sinks (null), gqa_decode (1), prefill_fmha (2),
+// single_token (0).
 // CHECK: %[[LAYER:.*]] = arith.constant 0 : i32
 // CHECK: %[[KVOFF:.*]] = arith.constant 4096 : i64
+// CHECK: %[[NOSINKS:.*]] = llvm.mlir.zero : !llvm.ptr
 // CHECK: %[[HEADS:.*]] = arith.constant 2 : i32
 // CHECK: %[[KVH:.*]] = arith.constant 2 : i32
 // CHECK: %[[HD:.*]] = arith.constant 64 : i32
@@ -133,7 +135,7 @@
 // CHECK: %[[MODE:.*]] = arith.constant 0 : i32
 // CHECK: %[[SCALE:.*]] = arith.constant 0.000000e+00 : f32
 // CHECK: %[[KVDT:.*]] = arith.constant 0 : i32
-// CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]], %[[KVDT]])
+// CHECK: call @kiln_rt_attention(%[[CTX]], %[[LAYER]], %[[KVOFF]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NOSINKS]], %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[KVH]], %[[HD]], %[[PAGE]], %[[WIN]], %[[DEC]], %[[PRE]], %[[MODE]], %[[SCALE]], %[[KVDT]])
 
 // gather_rows(ctx, x, rows, out, num_rows, dim, num_source_rows)
 // CHECK: %[[LAST:.*]] = kiln.buffer_from_pointer %[[LASTP:[0-9a-z_]+]][%[[R]]] : !llvm.ptr -> memref<?x128xbf16>
@@ -264,7 +266,7 @@ module {
 // CHECK-DAG: %[[INTER:.*]] = arith.constant 32 : i64
 // CHECK-DAG: %[[EXPERTS:.*]] = arith.constant 8 : i64
 // CHECK-DAG: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr
-// CHECK: call @kiln_rt_moe(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HIDDEN]], %[[INTER]], %[[EXPERTS]], %[[TOPK]], %[[FLAGS]], %[[ONE]], %{{[^,]*}}, %[[SCALE]], %{{[^,]*}}, %[[SCRATCH]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i32, i32, f32, i32, i64) -> i32
+// CHECK: call @kiln_rt_moe(%[[CTX]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HIDDEN]], %[[INTER]], %[[EXPERTS]], %[[TOPK]], %[[FLAGS]], %[[ONE]], %{{[^,]*}}, %[[SCALE]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SCRATCH]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i32, i32, f32, i32, f32, f32, i64) -> i32
 module {
   func.func @moe_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>, %l: memref<?x8xbf16>,
                        %g: memref<8x32x64xbf16>, %d: memref<8x64x32xbf16>, %o: memref<?x64xbf16>,
@@ -286,7 +288,7 @@ module {
 // CHECK-DAG: %[[KEPT:.*]] = arith.constant 3 : i32
 // CHECK-DAG: %[[SCALE:.*]] = arith.constant 2.500000e+00 : f32
 // CHECK-DAG: %[[RELU2:.*]] = arith.constant 0 : i32
-// CHECK: call @kiln_rt_moe(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{.*}}, %[[FLAGS]], %[[GROUPS]], %[[KEPT]], %[[SCALE]], %[[RELU2]], %{{[^,]*}})
+// CHECK: call @kiln_rt_moe(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[NULL]], %{{.*}}, %[[FLAGS]], %[[GROUPS]], %[[KEPT]], %[[SCALE]], %[[RELU2]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}})
 module {
   func.func @sigmoid_moe_layer(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x64xbf16>,
                                %r: memref<8x64xbf16>, %l: memref<?x8xf32>, %b: memref<8xf32>,

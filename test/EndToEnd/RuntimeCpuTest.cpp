@@ -223,9 +223,9 @@ TEST(RuntimeCpu, NullContext) {
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("kiln_rt_linear: context is null"), std::string::npos)
       << lastError();
-  EXPECT_EQ(kiln_rt_attention(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 64, 16,
-                              0, KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, 0, 0.f,
-                              KILN_RT_DTYPE_BF16),
+  EXPECT_EQ(kiln_rt_attention(nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 2,
+                              64, 16, 0, KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, 0,
+                              0.f, KILN_RT_DTYPE_BF16),
             KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("layer 1: context is null"), std::string::npos) << lastError();
   EXPECT_EQ(kiln_rt_set_batch(nullptr, nullptr), KILN_ERROR_INVALID_ARGUMENT);
@@ -1209,7 +1209,7 @@ TEST(RuntimeCpu, TraceDirectoryRules) {
 int32_t attend(Dry &d, int layer, uint64_t kvOffset, int tokens, int32_t decodeKernel,
                int32_t prefillKernel, int32_t spec, int headDim = 64, int page = 16,
                int window = 0, int32_t kvDtype = KILN_RT_DTYPE_BF16) {
-  return kiln_rt_attention(d.ctx, layer, kvOffset, d.a(0), d.a(1 << 20), d.a(2 << 20),
+  return kiln_rt_attention(d.ctx, layer, kvOffset, d.a(0), d.a(1 << 20), d.a(2 << 20), nullptr,
                            d.a(3 << 20), tokens, 4, 2, headDim, page, window, decodeKernel,
                            prefillKernel, spec, 0.f, kvDtype);
 }
@@ -1253,18 +1253,16 @@ TEST(RuntimeCpu, AttentionValidation) {
       {&pre, [&] { return attend(d, 0, 0, 12, GQA, GQA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
        "prefill_kernel 1 (gqa_decode) cannot run attention in prefill"},
       {&multi, [&] { return attend(d, 3, 0, 6, GQA, FMHA, KILN_RT_SINGLE_TOKEN); },
-       KILN_ERROR_INVALID_ARGUMENT,
-       "layer 3: q_len 3 > 1 but spec_dec_mode is SINGLE_TOKEN"},
-      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 32); },
-       KILN_ERROR_INVALID_ARGUMENT, "page_size 32 != the model's page_size 16"},
+       KILN_ERROR_INVALID_ARGUMENT, "layer 3: q_len 3 > 1 but spec_dec_mode is SINGLE_TOKEN"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 32); }, KILN_ERROR_INVALID_ARGUMENT,
+       "page_size 32 != the model's page_size 16"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 24); }, KILN_ERROR_UNSUPPORTED,
        "page_size 24 unsupported"},
       {&dec, [&] { return attend(d, 0, 0, 3, GQA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
        "tokens 3 != the step's 2 tokens"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 96); }, KILN_ERROR_UNSUPPORTED,
        "head_dim 96 unsupported"},
-      {&pre,
-       [&] { return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 256); },
+      {&pre, [&] { return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 256); },
        KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90 supports head_dim 64/128 in prefill"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, -1); },
        KILN_ERROR_INVALID_ARGUMENT, "window -1 < 0"},
@@ -1278,28 +1276,30 @@ TEST(RuntimeCpu, AttentionValidation) {
        KILN_ERROR_UNSUPPORTED, "an f8E4M3FN pool needs prefill_fmha"},
       {&dec, [&] { return attend(d, 2, kPool + kPool / 2, 2, GQA, FMHA, 0); },
        KILN_ERROR_INVALID_ARGUMENT, "does not fit in the caches"},
-      {&dec, [&] { return attend(d, 2, kPool / 2, 2, GQA, FMHA, 0); },
-       KILN_ERROR_INVALID_ARGUMENT, "overlaps layer 0's kv"},
+      {&dec, [&] { return attend(d, 2, kPool / 2, 2, GQA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
+       "overlaps layer 0's kv"},
       {&dec, [&] { return attend(d, 2, 8, 2, GQA, FMHA, 0); }, KILN_ERROR_INVALID_ARGUMENT,
        "not 16-byte aligned"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 7); }, KILN_ERROR_INVALID_ARGUMENT,
        "spec_dec_mode 7 unknown"},
       {&dec,
        [&] {
-         return kiln_rt_attention(d.ctx, 0, 0, d.a(8), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20),
-                                  2, 4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(8), d.a(1 << 20), d.a(2 << 20), nullptr,
+                                  d.a(3 << 20), 2, 4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f,
+                                  KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_INVALID_ARGUMENT, "q ("},
       {&dec,
        [&] {
-         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.w(), 2, 4, 2,
-                                  64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), nullptr, d.w(), 2,
+                                  4, 2, 64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_INVALID_ARGUMENT, "is an output"},
       {&dec,
        [&] {
-         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), d.a(3 << 20), 2,
-                                  68, 2, 64, 16, 0, GQA, FMHA, 0, 0.f, KILN_RT_DTYPE_BF16);
+         return kiln_rt_attention(d.ctx, 0, 0, d.a(), d.a(1 << 20), d.a(2 << 20), nullptr,
+                                  d.a(3 << 20), 2, 68, 2, 64, 16, 0, GQA, FMHA, 0, 0.f,
+                                  KILN_RT_DTYPE_BF16);
        },
        KILN_ERROR_UNSUPPORTED, "1..16 query heads per KV head"},
   };

@@ -178,7 +178,7 @@ void kiln_model_forward(kiln_rt_context_t *ctx) {
     kiln_rt_rope(ctx, A + act[A_K], pos, A + act[A_KR], T, KVH, D, 0, KILN_RT_ROPE_DEFAULT, THETA,
                  1.0f, 0.0f, 0.0f, 0, 1.0f);
     kiln_rt_attention(ctx, l, (uint64_t)l * poolBytes, A + act[A_QR], A + act[A_KR],
-                      A + act[A_V], A + act[A_ATT], T, NH, KVH, D, PAGE,
+                      A + act[A_V], NULL, A + act[A_ATT], T, NH, KVH, D, PAGE,
                       TINY_BUG && l == 1 ? -1 : 0,
                       KILN_RT_KERNEL_GQA_DECODE, KILN_RT_KERNEL_PREFILL_FMHA, spec, 0.0f,
                       KILN_RT_DTYPE_BF16);

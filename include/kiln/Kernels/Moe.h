@@ -86,7 +86,9 @@ extern "C" {
 #define KILN_MOE_LIBRARY_GEMM 128
 /* Execution: a token's bits independent of the batch (the row-invariant mode above). */
 #define KILN_MOE_ROW_INVARIANT 256
-#define KILN_MOE_KNOWN_FLAGS 511
+/* gpt-oss's clamped SwiGLU (glu_alpha, glu_limit). */
+#define KILN_MOE_CLAMPED_SWIGLU 512
+#define KILN_MOE_KNOWN_FLAGS 1023
 
 typedef struct kiln_moe_params {
   const void *x, *logits;

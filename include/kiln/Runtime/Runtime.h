@@ -470,10 +470,12 @@ int32_t kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t 
  * q, out [tokens, num_heads, head_dim], k, v [tokens, num_kv_heads, head_dim] bf16; the
  * KV pool [kv_pages, 2, page_size, num_kv_heads, head_dim] of kv_dtype (BF16, or
  * F8E4M3FN: e4m3 with scale 1, values beyond +-448 saturate) at kv_offset in the caches.
- * An FP8 pool is read by gqa_decode and the mma.sync paged prefill (prefill_fmha). */
-int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset,
-                          const void *q, const void *k, const void *v, void *out, int64_t tokens,
-                          int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+ * An FP8 pool is read by gqa_decode and the mma.sync paged prefill (prefill_fmha).
+ * sinks: NULL, or [num_heads] f32 attention-sink logits (gpt-oss; scaled-score units),
+ * one more term in each head's softmax denominator, in every phase. */
+int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset, const void *q,
+                          const void *k, const void *v, const float *sinks, void *out,
+                          int64_t tokens, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                           int32_t page_size, int32_t window, int32_t decode_kernel,
                           int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
                           int32_t kv_dtype);

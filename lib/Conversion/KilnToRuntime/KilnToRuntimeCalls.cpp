@@ -211,6 +211,21 @@ bool hasContiguousRows(MemRefType type) {
   return true;
 }
 
+/// Whether `type` is dense row-major, wherever it starts: a view of whole leading
+/// indices of a dense buffer (gpt-oss's gate and up halves of one expert weight) is.
+bool isDenseWithOffset(MemRefType type) {
+  if (type.getLayout().isIdentity())
+    return true;
+  if (!hasContiguousRows(type))
+    return false;
+  if (type.getRank() <= 1)
+    return type.getRank() == 0 || type.getStridesAndOffset().first[0] == 1;
+  int64_t inner = 1;
+  for (int64_t dim = 1; dim < type.getRank(); ++dim)
+    inner *= type.getDimSize(dim);
+  return type.getStridesAndOffset().first[0] == inner;
+}
+
 /// Checks what the runtime's kernels can take before any IR is built: dense buffers of
 /// bf16 (tensors) or i32 (indices), and kernels the runtime implements.
 LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
@@ -224,7 +239,7 @@ LogicalResult checkArguments(Operation *op, const RuntimeCall &call) {
     if (arg.kind != RuntimeArg::Kind::pointer || !arg.buffer)
       continue;
     auto type = cast<MemRefType>(arg.buffer.getType());
-    if (!type.getLayout().isIdentity() && !(arg.strided && hasContiguousRows(type)))
+    if (!isDenseWithOffset(type) && !(arg.strided && hasContiguousRows(type)))
       return op->emitOpError() << "the runtime's kernels take dense row-major buffers"
                                << (arg.strided ? " (rows may be strided)" : "") << ", got "
                                << type;

@@ -107,6 +107,12 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
     os << "weight " << weightName << " " << dtype << " ";
     llvm::interleave(type.getShape(), os, "x");
     os << " " << *weight.getOffset() << " " << weight.getBytes().value_or(0);
+    if (std::optional<ArrayRef<int64_t>> shape = weight.getCheckpointShape()) {
+      os << " from=";
+      llvm::interleave(*shape, os, "x");
+    }
+    if (weight.getTransposeCheckpoint())
+      os << " transpose";
     if (std::optional<ArrayRef<int64_t>> groups = weight.getRowGroups()) {
       os << " rows=" << groups->front() << ":";
       llvm::interleave(groups->drop_front(), os, ",");

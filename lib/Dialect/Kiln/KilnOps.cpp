@@ -117,6 +117,12 @@ LogicalResult verifyAttentionOp(OpT op) {
       failed(checkShape(raw, "v", op.getV(), {kAnyDim, kvh, d})) ||
       failed(checkShape(raw, "result", outputOf(op), {kAnyDim, h, d})))
     return failure();
+  if (Value sinks = op.getSinks()) {
+    if (failed(checkShape(raw, "sinks", sinks, {h})))
+      return failure();
+    if (!cast<ShapedType>(sinks.getType()).getElementType().isF32())
+      return op.emitOpError() << "'sinks' must be f32 (one logit a head), got " << sinks.getType();
+  }
   return success();
 }
 
@@ -487,11 +493,10 @@ Value findResource(ValueRange resources, ResourceKind kind) {
 Operation *AttentionOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
   Value kv = findResource(resources, getDraft() ? ResourceKind::draft_kv : ResourceKind::kv);
   Value init = emptyLike(builder, getLoc(), getOut().getType(), getQ());
-  return CachedAttentionOp::create(builder, getLoc(), getOut().getType(), getQ(), getK(),
-                                   getV(), kv, init, getLayerAttr(), getNumHeadsAttr(),
-                                   getNumKvHeadsAttr(), getHeadDimAttr(),
-                                   getSlidingWindowAttr(), getDraftAttr(), nullptr, nullptr,
-                                   nullptr);
+  return CachedAttentionOp::create(builder, getLoc(), getOut().getType(), getQ(), getK(), getV(),
+                                   getSinks(), kv, init, getLayerAttr(), getNumHeadsAttr(),
+                                   getNumKvHeadsAttr(), getHeadDimAttr(), getSlidingWindowAttr(),
+                                   getDraftAttr(), nullptr, nullptr, nullptr);
 }
 
 Operation *MlaAttentionOp::buildCachedForm(OpBuilder &builder, ValueRange resources) {
@@ -858,10 +863,10 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
   return RuntimeCall{
       "kiln_rt_attention",
       {RuntimeArg::i32(getLayer()), RuntimeArg::i64(offset), RuntimeArg::pointer(getQ()),
-       RuntimeArg::pointer(getK()), RuntimeArg::pointer(getV()),
-       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getQ(), 0),
-       RuntimeArg::i32(getNumHeads()), RuntimeArg::i32(getNumKvHeads()),
-       RuntimeArg::i32(getHeadDim()), RuntimeArg::i32(config.runtime.getPageSize()),
+       RuntimeArg::pointer(getK()), RuntimeArg::pointer(getV()), RuntimeArg::f32Pointer(getSinks()),
+       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getQ(), 0), RuntimeArg::i32(getNumHeads()),
+       RuntimeArg::i32(getNumKvHeads()), RuntimeArg::i32(getHeadDim()),
+       RuntimeArg::i32(config.runtime.getPageSize()),
        RuntimeArg::i32(getSlidingWindow().value_or(0)), kernelArg(getDecodeKernelAttr()),
        kernelArg(getPrefillKernelAttr()), RuntimeArg::i32(specDecModeValue(getSpecDecMode())),
        RuntimeArg::f32(0.0), RuntimeArg::i32(kvDtype)}};
@@ -1465,6 +1470,8 @@ LogicalResult MoeOp::verify() {
   if (getGate() && getActivation() != ActivationKind::silu)
     return emitOpError() << "gated experts run SwiGLU: activation must be silu, got "
                          << stringifyActivationKind(getActivation());
+  if (failed(verifyExpertBiases(experts, hidden, inter, element)) || failed(verifyClampedSwiglu()))
+    return failure();
   if (!(getRoutedScale().convertToFloat() > 0.0f))
     return emitOpError() << "routed_scale must be positive";
   const int64_t topK = static_cast<int64_t>(getTopK());
@@ -1482,6 +1489,41 @@ LogicalResult MoeOp::verify() {
     return failure();
   return success();
 }
+LogicalResult MoeOp::verifyExpertBiases(int64_t experts, int64_t hidden, int64_t inter,
+                                        Type element) {
+  Operation *op = *this;
+  if (getGateBias() && !getGate())
+    return emitOpError() << "'gate_bias' needs gated experts (a 'gate' weight)";
+  for (auto [name, value, width, what] :
+       {std::tuple<StringRef, Value, int64_t, StringRef>{"gate_bias", getGateBias(), inter,
+                                                         "the expert MLP size"},
+        {"up_bias", getUpBias(), inter, "the expert MLP size"},
+        {"down_bias", getDownBias(), hidden, "the hidden size"}})
+    if (value && (failed(checkRank(op, name, value, 2)) ||
+                  failed(checkElementType(op, name, value, element)) ||
+                  failed(checkDimEquals(op, name, value, 0, experts, "the expert count")) ||
+                  failed(checkDimEquals(op, name, value, 1, width, what))))
+      return failure();
+  return success();
+}
+
+LogicalResult MoeOp::verifyClampedSwiglu() {
+  FloatAttr limitAttr = getSwigluLimitAttr(), alphaAttr = getSwigluAlphaAttr();
+  if (!limitAttr && !alphaAttr)
+    return success();
+  if (!limitAttr || !alphaAttr)
+    return emitOpError() << "'swiglu_limit' and 'swiglu_alpha' go together (gpt-oss's "
+                            "clamped SwiGLU)";
+  if (!getGate())
+    return emitOpError() << "the clamped SwiGLU needs gated experts (a 'gate' weight)";
+  const double limit = limitAttr.getValueAsDouble(), alpha = alphaAttr.getValueAsDouble();
+  if (!(limit > 0.0) || !std::isfinite(limit) || !std::isfinite(alpha))
+    return emitOpError() << "'swiglu_limit' must be positive and finite and 'swiglu_alpha' "
+                            "finite, got "
+                         << limit << " and " << alpha;
+  return success();
+}
+
 // Decode (the pairs mode): routing, the gate/up/down batched GEMMs (each may add a
 // split-K reduction), SwiGLU or the activation, the combine.
 uint64_t MoeOp::getMaxDecodeLaunches() { return 9; }
@@ -1503,20 +1545,33 @@ FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
     flags |= KILN_MOE_F32_COMBINE;
   if (getGroupMax())
     flags |= KILN_MOE_GROUP_MAX;
+  if (getSwigluLimitAttr())
+    flags |= KILN_MOE_CLAMPED_SWIGLU;
   return RuntimeCall{
       "kiln_rt_moe",
       {RuntimeArg::pointer(getInput()),
        f32Logits ? RuntimeArg::f32Pointer(getLogits()) : RuntimeArg::pointer(getLogits()),
-       RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
-       RuntimeArg::pointer(getDown()), RuntimeArg::f32Pointer(getScoreBias()),
-       RuntimeArg::pointer(getInit()), RuntimeArg::pointer(getScratch()),
-       RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getInput(), 1),
-       RuntimeArg::dim(getUp(), 1), RuntimeArg::dim(getUp(), 0),
-       RuntimeArg::i32(static_cast<int64_t>(getTopK())), RuntimeArg::i32(flags),
+       RuntimeArg::pointer(getGate()),
+       RuntimeArg::pointer(getUp()),
+       RuntimeArg::pointer(getDown()),
+       RuntimeArg::f32Pointer(getScoreBias()),
+       RuntimeArg::pointer(getGateBias()),
+       RuntimeArg::pointer(getUpBias()),
+       RuntimeArg::pointer(getDownBias()),
+       RuntimeArg::pointer(getInit()),
+       RuntimeArg::pointer(getScratch()),
+       RuntimeArg::dim(getInput(), 0),
+       RuntimeArg::dim(getInput(), 1),
+       RuntimeArg::dim(getUp(), 1),
+       RuntimeArg::dim(getUp(), 0),
+       RuntimeArg::i32(static_cast<int64_t>(getTopK())),
+       RuntimeArg::i32(flags),
        RuntimeArg::i32(static_cast<int64_t>(getGroups())),
        RuntimeArg::i32(static_cast<int64_t>(getTopGroups())),
        RuntimeArg::f32(getRoutedScale().convertToDouble()),
        RuntimeArg::i32(static_cast<int64_t>(getActivation())),
+       RuntimeArg::f32(getSwigluAlphaAttr() ? getSwigluAlphaAttr().getValueAsDouble() : 0.0),
+       RuntimeArg::f32(getSwigluLimitAttr() ? getSwigluLimitAttr().getValueAsDouble() : 0.0),
        RuntimeArg::dim(getScratch(), 1)}};
 }
 
@@ -1822,7 +1877,35 @@ LogicalResult WeightOp::verify() {
   if (name.contains('*') && getTensorType().getRank() < 2)
     return emitOpError() << "stacked weight '" << name
                          << "' needs rank >= 2 (the leading dimension indexes '*')";
+  if (failed(verifyCheckpointLayout()))
+    return failure();
   return verifyRowGroups();
+}
+
+LogicalResult WeightOp::verifyCheckpointLayout() {
+  std::optional<ArrayRef<int64_t>> shape = getCheckpointShape();
+  if (!shape && !getTransposeCheckpoint())
+    return success();
+  if (getSymName().contains('*'))
+    return emitOpError() << "a stacked weight loads each checkpoint tensor as it is; "
+                            "'checkpoint_shape' and 'transpose_checkpoint' do not apply";
+  int64_t declared = getTensorType().getNumElements();
+  if (shape) {
+    if (shape->empty() || llvm::any_of(*shape, [](int64_t d) { return d <= 0; }))
+      return emitOpError() << "'checkpoint_shape' needs positive dimensions";
+    int64_t elements = 1;
+    for (int64_t dim : *shape)
+      if (llvm::MulOverflow(elements, dim, elements))
+        return emitOpError() << "'checkpoint_shape' overflows 64 bits";
+    if (elements != declared)
+      return emitOpError() << "'checkpoint_shape' holds " << elements
+                           << " elements, but the weight's type " << getType() << " holds "
+                           << declared;
+  }
+  size_t rank = shape ? shape->size() : static_cast<size_t>(getTensorType().getRank());
+  if (getTransposeCheckpoint() && rank < 2)
+    return emitOpError() << "'transpose_checkpoint' needs a checkpoint tensor of rank >= 2";
+  return success();
 }
 
 LogicalResult WeightOp::verifyRowGroups() {
@@ -1840,10 +1923,11 @@ LogicalResult WeightOp::verifyRowGroups() {
   for (int64_t part : groups->drop_front())
     if (llvm::AddOverflow(perGroup, part, perGroup))
       return emitOpError() << "'row_groups' parts overflow";
-  int64_t rows = getTensorType().getDimSize(0), total = 0;
-  if (llvm::MulOverflow(groups->front(), perGroup, total) || total != rows)
+  int64_t elements = getTensorType().getNumElements(), units = 0;
+  if (llvm::MulOverflow(groups->front(), perGroup, units) || elements % units != 0)
     return emitOpError() << "'row_groups' describes " << groups->front() << " groups of "
-                         << perGroup << " rows, but the weight has " << rows << " rows";
+                         << perGroup << " units, which do not divide the weight's " << elements
+                         << " elements evenly";
   return success();
 }
 

@@ -197,7 +197,7 @@ func.func @f(%x: tensor<?x64xbf16>, %w: tensor<8x64xbf16>, %b: tensor<8xbf16>, %
 }
 
 // -----
-// expected-error @below {{'row_groups' describes 4 groups of 48 rows, but the weight has 256 rows}}
+// expected-error @below {{'row_groups' describes 4 groups of 48 units, which do not divide the weight's 16384 elements evenly}}
 kiln.weight @w {row_groups = array<i64: 4, 32, 16>} : tensor<256x64xbf16>
 
 // -----

@@ -128,15 +128,18 @@ def Kiln_AttentionOp : Kiln_LayerOp<"attention", [
   let description = [{
     `q: [tokens, num_heads, head_dim]`, `k`, `v: [tokens, num_kv_heads, head_dim]`,
     result like `q`. `num_heads` must be a multiple of `num_kv_heads`. A
-    `sliding_window` bounds the keys each query sees. `draft` marks the layer of an MTP
-    module, an Eagle3 head or a draft model.
+    `sliding_window` bounds the keys each query sees. `sinks: [num_heads] f32` (gpt-oss's
+    attention sinks, in units of the scaled scores) gives each head one more logit in its
+    softmax that takes probability mass but has no value. `draft` marks the layer of an
+    MTP module, an Eagle3 head or a draft model.
   }];
-  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v),
+  let arguments = !con((ins AnyRankedTensor:$q, AnyRankedTensor:$k, AnyRankedTensor:$v,
+                            Optional<AnyRankedTensor>:$sinks),
                        AttentionAttrs);
   let results = (outs AnyRankedTensor:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v)
-    `->` type($out)
+    `layer` $layer $q `,` $k `,` $v (`sinks` `(` $sinks^ `:` type($sinks) `)`)? attr-dict
+    `:` type($q) `,` type($k) `,` type($v) `->` type($out)
   }];
   let hasVerifier = 1;
 }
@@ -287,7 +290,7 @@ class Kiln_CachedOp<string mnemonic, list<Trait> traits = [],
   }];
 }
 
-def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention"> {
+def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention", [AttrSizedOperandSegments]> {
   let summary = "attention reading and appending its paged KV cache";
   let description = [{
     Like `kiln.attention`, with the layer's KV resource in slot `kv`: a `kv` resource
@@ -296,11 +299,13 @@ def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention"> {
     `kiln-select-kernels` adds `decode_kernel`, `prefill_kernel`, `spec_dec_mode`.
   }];
   let arguments = !con((ins AnyShaped:$q, AnyShaped:$k, AnyShaped:$v,
-                            Optional<Kiln_CacheType>:$kv, AnyShaped:$init),
+                            Optional<AnyShaped>:$sinks, Optional<Kiln_CacheType>:$kv,
+                            AnyShaped:$init),
                        AttentionAttrs, SelectionAttrs);
   let results = (outs Optional<AnyRankedTensor>:$out);
   let assemblyFormat = [{
-    `layer` $layer $q `,` $k `,` $v (`kv` `(` $kv^ `:` qualified(type($kv)) `)`)?
+    `layer` $layer $q `,` $k `,` $v (`sinks` `(` $sinks^ `:` type($sinks) `)`)?
+    (`kv` `(` $kv^ `:` qualified(type($kv)) `)`)?
     `outs` `(` $init `:` type($init) `)` attr-dict
     `:` type($q) `,` type($k) `,` type($v) (`->` type($out)^)?
   }];
@@ -553,12 +558,19 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     tensor); with `accumulate_f32` in fp32, rounded once (Nemotron-H's
     loop into an fp32 tensor). `gate`, `up`: `[experts, inter, hidden]`; `down`:
     `[experts, hidden, inter]`, each stacked from the per-expert tensors of the
-    checkpoint (`kiln.weight`s whose name holds `*`). `scratch` (`[tokens, bytes] i8`,
+    checkpoint (`kiln.weight`s whose name holds `*`) or a fused tensor rearranged when
+    loading. gpt-oss's experts add `gate_bias`, `up_bias` (`[experts, inter]`) and
+    `down_bias` (`[experts, hidden]`), each added to its GEMM's bf16 output, and with
+    `swiglu_limit` and `swiglu_alpha` run its clamped SwiGLU:
+    `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with `g = min(gate, limit)`,
+    every step rounded to bf16 as transformers' eager loop does. `scratch` (`[tokens, bytes] i8`,
     bytes = `kiln_moe_scratch_bytes_per_token`) holds the routing, the GEMMs' pointer
     arrays and the experts' intermediate rows. Lowers to `kiln_rt_moe`.
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$logits, Optional<AnyShaped>:$gate,
                        AnyShaped:$up, AnyShaped:$down, Optional<AnyShaped>:$score_bias,
+                       Optional<AnyShaped>:$gate_bias, Optional<AnyShaped>:$up_bias,
+                       Optional<AnyShaped>:$down_bias,
                        AnyShaped:$init, AnyShaped:$scratch,
                        ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
                        UnitAttr:$normalize_top_k, UnitAttr:$round_weights,
@@ -568,7 +580,9 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
                        DefaultValuedAttr<F32Attr, "1.0f">:$routed_scale,
                        DefaultValuedAttr<Kiln_ActivationKindAttr,
                                          "ActivationKind::silu">:$activation,
-                       UnitAttr:$accumulate_f32, UnitAttr:$group_max);
+                       UnitAttr:$accumulate_f32, UnitAttr:$group_max,
+                       OptionalAttr<F32Attr>:$swiglu_limit,
+                       OptionalAttr<F32Attr>:$swiglu_alpha);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let hasVerifier = 1;
   let assemblyFormat = [{
@@ -576,6 +590,9 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     (`gate` `(` $gate^ `:` type($gate) `)`)?
     `up` `(` $up `:` type($up) `)` `down` `(` $down `:` type($down) `)`
     (`score_bias` `(` $score_bias^ `:` type($score_bias) `)`)?
+    (`gate_bias` `(` $gate_bias^ `:` type($gate_bias) `)`)?
+    (`up_bias` `(` $up_bias^ `:` type($up_bias) `)`)?
+    (`down_bias` `(` $down_bias^ `:` type($down_bias) `)`)?
     `outs` `(` $init `,` $scratch `:` type($init) `,` type($scratch) `)`
     attr-dict (`->` type($results)^)?
   }];
@@ -587,6 +604,11 @@ def Kiln_MoeOp : Kiln_Op<"moe", [
     }
     /// Scratch bytes a token needs for this op's shapes (kiln_moe's layout).
     static int64_t scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK);
+    /// gpt-oss's per-expert biases: shapes and element type.
+    ::mlir::LogicalResult verifyExpertBiases(int64_t experts, int64_t hidden, int64_t inter,
+                                             ::mlir::Type element);
+    /// `swiglu_limit` and `swiglu_alpha`: together, on gated experts, finite.
+    ::mlir::LogicalResult verifyClampedSwiglu();
   }];
 }
 
@@ -748,16 +770,26 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     shape and dtype. `kiln-plan-memory` adds `offset` (bytes into the one weight
     allocation).
 
-    `row_groups = array<i64: G, p0, p1, ...>` regroups the checkpoint's rows when
-    loading: they are `G` groups of `p0 + p1 + ...` rows each, and the model keeps part
-    0 of every group, then part 1 of every group, and so on. Qwen3-Next's fused
-    projections interleave their outputs per head group (`in_proj_qkvz`: q, k, v, z of
-    each key head; `q_proj`: the query and the gate of each head); regrouped, each
-    output is a contiguous column range of the projection.
+    The loader can rearrange a checkpoint tensor into the declared layout, in this order:
+    - `checkpoint_shape = array<i64: ...>`: the checkpoint's shape, when it differs from
+      the type's (the same element count);
+    - `transpose_checkpoint`: the checkpoint holds each matrix of its last two
+      dimensions transposed (PyTorch `[in, out]` parameters such as gpt-oss's experts);
+      each `[a, b]` matrix is loaded as `[b, a]`;
+    - `row_groups = array<i64: G, p0, p1, ...>`: the tensor is `G` groups of
+      `p0 + p1 + ...` equal units (rows of the leading dimension when `G x sum(p)` is
+      that dimension), and the model keeps part 0 of every group, then part 1 of every
+      group, and so on. Qwen3-Next's fused projections interleave their outputs per head
+      group (`in_proj_qkvz`: q, k, v, z of each key head; `q_proj`: the query and the
+      gate of each head); regrouped, each output is a contiguous column range of the
+      projection. gpt-oss interleaves gate and up outputs one by one
+      (`G = experts x inter`, parts `1, 1`).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeTensor>:$type,
                        OptionalAttr<I64Attr>:$offset,
-                       OptionalAttr<DenseI64ArrayAttr>:$row_groups);
+                       OptionalAttr<DenseI64ArrayAttr>:$row_groups,
+                       OptionalAttr<DenseI64ArrayAttr>:$checkpoint_shape,
+                       UnitAttr:$transpose_checkpoint);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -766,8 +798,10 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     }
     /// Bytes of the tensor; nullopt on overflow.
     std::optional<uint64_t> getBytes();
-    /// `row_groups` names its groups and parts, and they cover the rows exactly.
+    /// `row_groups` names its groups and parts, and they cover the tensor in equal units.
     ::mlir::LogicalResult verifyRowGroups();
+    /// `checkpoint_shape` and `transpose_checkpoint` describe a tensor of this one's size.
+    ::mlir::LogicalResult verifyCheckpointLayout();
   }];
 }
 
