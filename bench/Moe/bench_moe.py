@@ -74,16 +74,19 @@ LOOP_CAPPED_REPS = 3    # single calls timed when CALLS x 9 of them would pass t
 
 
 class MoeParams(ctypes.Structure):
-    """kiln_moe_params_t of include/kiln/Kernels/Moe.h, field for field (152 bytes)."""
+    """kiln_moe_params_t of include/kiln/Kernels/Moe.h, field for field (184 bytes)."""
     _fields_ = [("x", ctypes.c_void_p), ("logits", ctypes.c_void_p), ("gate", ctypes.c_void_p),
                 ("up", ctypes.c_void_p), ("down", ctypes.c_void_p),
-                ("score_bias", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("score_bias", ctypes.c_void_p), ("gate_bias", ctypes.c_void_p),
+                ("up_bias", ctypes.c_void_p), ("down_bias", ctypes.c_void_p),
+                ("out", ctypes.c_void_p),
                 ("scratch", ctypes.c_void_p), ("tokens", ctypes.c_int64),
                 ("hidden", ctypes.c_int64), ("inter", ctypes.c_int64),
                 ("experts", ctypes.c_int64), ("top_k", ctypes.c_int32),
                 ("flags", ctypes.c_int32), ("groups", ctypes.c_int32),
                 ("top_groups", ctypes.c_int32), ("scale", ctypes.c_float),
-                ("activation", ctypes.c_int32), ("gemm", ctypes.c_void_p),
+                ("activation", ctypes.c_int32), ("glu_alpha", ctypes.c_float),
+                ("glu_limit", ctypes.c_float), ("gemm", ctypes.c_void_p),
                 ("gemm_workspace", ctypes.c_void_p), ("gemm_workspace_bytes", ctypes.c_size_t),
                 ("stream", ctypes.c_void_p)]
 

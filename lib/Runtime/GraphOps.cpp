@@ -339,10 +339,12 @@ extern "C" int32_t kiln_rt_activation(kiln_rt_context_t *ctx, const void *x, voi
 
 extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits,
                                const void *gate, const void *up, const void *down,
-                               const void *score_bias, void *out, void *scratch, int64_t tokens,
+                               const void *score_bias, const void *gate_bias, const void *up_bias,
+                               const void *down_bias, void *out, void *scratch, int64_t tokens,
                                int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
                                int32_t flags, int32_t groups, int32_t top_groups, float scale,
-                               int32_t activation, int64_t scratch_per_token) {
+                               int32_t activation, float glu_alpha, float glu_limit,
+                               int64_t scratch_per_token) {
   KILN_RT_GRAPH_ENTER("kiln_rt_moe")
   auto run = [&]() -> kiln_status_t {
     if (kiln_status_t s = positive(c, {{"tokens", tokens},
@@ -364,6 +366,16 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
                      "scratch_per_token %lld != the %llu bytes kiln_moe needs a token",
                      static_cast<long long>(scratch_per_token),
                      static_cast<unsigned long long>(needed));
+    // gpt-oss's expert form, checked here too so that a dry run catches it: the gate's
+    // bias and the clamped SwiGLU need gated experts, the clamp a limit.
+    const bool clamped = flags & KILN_MOE_CLAMPED_SWIGLU;
+    if (!gate && (gate_bias || clamped))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s needs gated experts (gate is null)",
+                     gate_bias ? "gate_bias" : "KILN_MOE_CLAMPED_SWIGLU");
+    if (clamped && (!std::isfinite(glu_alpha) || !std::isfinite(glu_limit) || !(glu_limit > 0)))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "glu_alpha %g and glu_limit %g must be finite, the limit > 0",
+                     static_cast<double>(glu_alpha), static_cast<double>(glu_limit));
     const bool f32Logits = flags & KILN_MOE_F32_LOGITS;
     if (kiln_status_t s = checkRanges(
             c, ctx,
@@ -384,6 +396,19 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
               checkRanges(c, ctx, {{"score_bias", score_bias, bytesOf({experts, 4}), 4, false}});
           s != KILN_OK)
         return s;
+    // The expert GEMMs' biases, each optional (kiln_moe checks which form may take them).
+    const struct {
+      const char *what;
+      const void *p;
+      int64_t cols;
+    } biases[] = {{"gate_bias", gate_bias, inter},
+                  {"up_bias", up_bias, inter},
+                  {"down_bias", down_bias, hidden}};
+    for (const auto &b : biases)
+      if (b.p)
+        if (kiln_status_t s = checkRanges(c, ctx, {bf16(b.what, b.p, experts, b.cols)});
+            s != KILN_OK)
+          return s;
     return launchValidated(c, ctx, "kiln_moe", out, tokens, hidden, [&] {
       kiln_moe_params_t p{};
       p.x = x;
@@ -392,6 +417,9 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       p.up = up;
       p.down = down;
       p.score_bias = static_cast<const float *>(score_bias);
+      p.gate_bias = gate_bias;
+      p.up_bias = up_bias;
+      p.down_bias = down_bias;
       p.out = out;
       p.scratch = scratch;
       p.tokens = tokens;
@@ -407,6 +435,8 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
       p.top_groups = top_groups;
       p.scale = scale;
       p.activation = activation;
+      p.glu_alpha = glu_alpha;
+      p.glu_limit = glu_limit;
       p.gemm = ctx->gemm;
       p.gemm_workspace = ctx->base[kWorkspace];
       p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;

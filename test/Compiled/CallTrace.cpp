@@ -138,13 +138,16 @@ int32_t kiln_rt_gated_rms_norm(ctx_t *, const void *x, const void *gate, const v
                                    eps});
 }
 int32_t kiln_rt_moe(ctx_t *, const void *x, const void *logits, const void *gate, const void *up,
-                    const void *down, const void *score_bias, void *out, void *scratch,
+                    const void *down, const void *score_bias, const void *gate_bias,
+                    const void *up_bias, const void *down_bias, void *out, void *scratch,
                     int64_t tokens, int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
                     int32_t flags, int32_t groups, int32_t top_groups, float scale,
-                    int32_t activation, int64_t scratch_per_token) {
-  return record("moe", {x, logits, gate, up, down, score_bias, out, scratch, tokens, hidden,
-                        inter, experts, top_k, flags, groups, top_groups, scale, activation,
-                        scratch_per_token});
+                    int32_t activation, float glu_alpha, float glu_limit,
+                    int64_t scratch_per_token) {
+  return record("moe", {x,          logits,  gate,       up,        down,      score_bias,
+                        gate_bias,  up_bias, down_bias,  out,       scratch,   tokens,
+                        hidden,     inter,   experts,    top_k,     flags,     groups,
+                        top_groups, scale,   activation, glu_alpha, glu_limit, scratch_per_token});
 }
 int32_t kiln_rt_causal_conv(ctx_t *, int32_t layer, uint64_t state_offset,
                             int64_t intermediate_offset, const void *x, const void *weight,

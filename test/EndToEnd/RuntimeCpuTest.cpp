@@ -725,11 +725,32 @@ TEST(RuntimeCpu, GraphOpValidation) {
   ASSERT_EQ(kiln_moe_scratch_bytes_per_token(256, 64, 2, &moeScratch), KILN_OK);
   const int64_t expertBytes = 8 * 64 * 256 * 2;
   auto moe = [&](int64_t scratchPerToken, int32_t topK) {
-    return kiln_rt_moe(d.ctx, d.a(), d.a(1 << 20), d.w(), d.w(expertBytes),
-                       d.w(2 * expertBytes), nullptr, d.a(2 << 20), d.a(3 << 20), 12, 256, 64,
-                       8, topK, KILN_MOE_NORMALIZE_TOP_K, 1, 1, 1.0f, 1, scratchPerToken);
+    return kiln_rt_moe(d.ctx, d.a(), d.a(1 << 20), d.w(), d.w(expertBytes), d.w(2 * expertBytes),
+                       nullptr, nullptr, nullptr, nullptr, d.a(2 << 20), d.a(3 << 20), 12, 256, 64,
+                       8, topK, KILN_MOE_NORMALIZE_TOP_K, 1, 1, 1.0f, 1, 0.0f, 0.0f,
+                       scratchPerToken);
   };
   EXPECT_EQ(moe(static_cast<int64_t>(moeScratch), 2), KILN_OK) << lastError();
+  // gpt-oss's form: the clamped SwiGLU and the expert biases after the experts in the
+  // weights (gate and up biases [8, 64], the down bias [8, 256]); `gate` and the biases
+  // replaceable, to be refused by name.
+  const uint64_t biasAt = 3 * expertBytes;
+  auto gptOss = [&](const void *gate, const void *gateBias, const void *upBias,
+                    const void *downBias, int32_t flags, float limit) {
+    return kiln_rt_moe(d.ctx, d.a(), d.a(1 << 20), gate, d.w(expertBytes), d.w(2 * expertBytes),
+                       nullptr, gateBias, upBias, downBias, d.a(2 << 20), d.a(3 << 20), 12, 256, 64,
+                       8, 2, flags, 1, 1, 1.0f, 1, 1.702f, limit, static_cast<int64_t>(moeScratch));
+  };
+  constexpr int32_t kGptOssFlags =
+      KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS | KILN_MOE_CLAMPED_SWIGLU;
+  EXPECT_EQ(gptOss(d.w(), d.w(biasAt), d.w(biasAt + 1024), d.w(biasAt + 2048), kGptOssFlags, 7.0f),
+            KILN_OK)
+      << lastError();
+  // Plain experts with the up and down biases.
+  EXPECT_EQ(gptOss(nullptr, nullptr, d.w(biasAt + 1024), d.w(biasAt + 2048),
+                   KILN_MOE_NORMALIZE_TOP_K, 0.0f),
+            KILN_OK)
+      << lastError();
   EXPECT_EQ(kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(1 << 20), d.a(1 << 20), 12, 256, 256),
             KILN_OK)
       << lastError();
@@ -799,6 +820,36 @@ TEST(RuntimeCpu, GraphOpValidation) {
        "!= the",
        [&] { return moe(100, 2); }},
       {"top_k 0 outside", [&] { return moe(static_cast<int64_t>(moeScratch), 0); }},
+      // The expert biases are checked by name like the weights they sit with.
+      {"kiln_rt_moe: op 1 of the prefill step (before the first attention): gate_bias (",
+       [&] {
+         return gptOss(d.w(), d.w(biasAt + 1), d.w(biasAt + 1024), d.w(biasAt + 2048), kGptOssFlags,
+                       7.0f);
+       }},
+      {"is not 2-byte aligned",
+       [&] {
+         return gptOss(d.w(), d.w(biasAt + 1), d.w(biasAt + 1024), d.w(biasAt + 2048), kGptOssFlags,
+                       7.0f);
+       }},
+      {"up_bias (0x1000, 1024 bytes) lies in no region",
+       [&] {
+         return gptOss(d.w(), d.w(biasAt), reinterpret_cast<void *>(0x1000), d.w(biasAt + 2048),
+                       kGptOssFlags, 7.0f);
+       }},
+      {"down_bias [4193280, 4197376) of the weights region runs past its end",
+       [&] {
+         return gptOss(d.w(), d.w(biasAt), d.w(biasAt + 1024), d.w((4 << 20) - 1024), kGptOssFlags,
+                       7.0f);
+       }},
+      {"gate_bias needs gated experts (gate is null)",
+       [&] {
+         return gptOss(nullptr, d.w(biasAt), d.w(biasAt + 1024), d.w(biasAt + 2048),
+                       KILN_MOE_NORMALIZE_TOP_K, 7.0f);
+       }},
+      {"KILN_MOE_CLAMPED_SWIGLU needs gated experts (gate is null)",
+       [&] { return gptOss(nullptr, nullptr, nullptr, nullptr, kGptOssFlags, 7.0f); }},
+      {"glu_alpha 1.702 and glu_limit 0 must be finite, the limit > 0",
+       [&] { return gptOss(d.w(), nullptr, nullptr, nullptr, kGptOssFlags, 0.0f); }},
       {"kiln_rt_sigmoid_gate: op 1 of the prefill step (before the first attention): out "
        "(offset 0 of the weights region) is an output",
        [&] { return kiln_rt_sigmoid_gate(d.ctx, d.a(), d.w(), d.a(64), d.w(), 12, 256, 256); }},

@@ -14,9 +14,17 @@
  *   top_k experts by c (ties: the lower index), weights w = their s
  *   NORMALIZE_TOP_K: w /= sum(w);  w *= scale (routed_scaling_factor; 1 = none);
  *   ROUND_WEIGHTS: w = bf16(w)
- *   gated experts (gate given): y_j = down_e(bf16(silu(gate_e(x))) * up_e(x))
- *   plain experts (gate NULL):   y_j = down_e(bf16(act(up_e(x)))), act = activation
+ *   each chosen expert e's MLP, every GEMM output rounded to bf16 (nn.Linear), then its
+ *   bias added where one is given, as a second bf16 op (fp32 sum, rounded):
+ *     g = bf16(gate_e . x), g = bf16(g + gate_bias[e]);  u likewise with up, up_bias
+ *   gated experts (gate given):  a = bf16(bf16(silu(g)) * u)
+ *   CLAMPED_SWIGLU (gpt-oss's GptOssExperts; gated only), each step one bf16 op (fp32
+ *   math, rounded; the clamps are exact where glu_limit is a bf16 value):
+ *     g = min(g, glu_limit),  u = clamp(u, -glu_limit, glu_limit)
+ *     a = bf16(bf16(u + 1) * bf16(g * bf16(sigmoid(bf16(g * glu_alpha)))))
+ *   plain experts (gate NULL):   a = bf16(act(u)), act = activation
  *                                (Kernels/Graph.h's kiln_activation_bf16 kinds)
+ *   y_j = bf16(down_e . a), y_j = bf16(y_j + down_bias[e]) where given
  *   out[t] = sum over j in ascending expert order of the weighted y_j:
  *     default: bf16(float(y_j) * w_j) added with every partial sum rounded to bf16
  *              (transformers' Qwen-MoE/Mixtral loop: index_add_ into a bf16 tensor);
@@ -51,7 +59,9 @@
  *
  * Shapes: x [tokens, hidden], logits [tokens, experts], gate/up [experts, inter, hidden],
  * down [experts, hidden, inter], out [tokens, hidden]; bf16 (logits bf16 or fp32), dense;
- * logits element-aligned, the rest 16-byte; hidden and inter multiples of 8;
+ * the optional biases gate_bias/up_bias [experts, inter] and down_bias [experts, hidden]
+ * bf16 (gate_bias only with a gate); logits element-aligned, the rest 16-byte (score_bias
+ * element-aligned); hidden and inter multiples of 8;
  * 1 <= top_k <= min(experts, KILN_MOE_MAX_TOP_K); experts <= KILN_MOE_MAX_EXPERTS;
  * groups divides experts into groups of at least 2, 1 <= top_groups <= groups and
  * top_groups x experts / groups >= top_k. scratch: kiln_moe_scratch_bytes(tokens, ...),
@@ -86,7 +96,8 @@ extern "C" {
 #define KILN_MOE_LIBRARY_GEMM 128
 /* Execution: a token's bits independent of the batch (the row-invariant mode above). */
 #define KILN_MOE_ROW_INVARIANT 256
-/* gpt-oss's clamped SwiGLU (glu_alpha, glu_limit). */
+/* Expert form: gated experts run gpt-oss's clamped SwiGLU (glu_alpha, glu_limit) instead
+ * of SwiGLU; needs a gate. */
 #define KILN_MOE_CLAMPED_SWIGLU 512
 #define KILN_MOE_KNOWN_FLAGS 1023
 
@@ -94,6 +105,9 @@ typedef struct kiln_moe_params {
   const void *x, *logits;
   const void *gate, *up, *down; /* gate NULL: plain (non-gated) experts */
   const float *score_bias;      /* [experts] or NULL */
+  /* The expert GEMMs' biases (bf16), each NULL or given on its own: gate_bias and up_bias
+   * [experts, inter] (gate_bias needs a gate), down_bias [experts, hidden]. */
+  const void *gate_bias, *up_bias, *down_bias;
   void *out;
   void *scratch;
   int64_t tokens, hidden, inter, experts;
@@ -102,7 +116,8 @@ typedef struct kiln_moe_params {
   int32_t groups, top_groups; /* 0 reads as 1 */
   float scale;                /* 0 reads as 1 */
   int32_t activation;         /* plain experts' activation (kiln_activation_bf16 kind);
-                                 gated experts always run SwiGLU */
+                                 gated experts run SwiGLU or its clamped form */
+  float glu_alpha, glu_limit; /* CLAMPED_SWIGLU only (gpt-oss: 1.702, 7): finite, limit > 0 */
   kiln_gemm_t *gemm;     /* the expert GEMMs' handle */
   void *gemm_workspace;  /* cuBLASLt workspace (may be NULL with 0 bytes) */
   size_t gemm_workspace_bytes;
@@ -114,7 +129,7 @@ typedef struct kiln_moe_params {
  * each pair's row in the expert-sorted order (int32), the grouped mode's expert table
  * (padded offsets and tile bases), the three GEMMs' pointer arrays (w, x, out for each),
  * then rows for twice the pairs (the grouped mode's padding): gathered inputs, gate
- * (overwritten by the SwiGLU activation), up, down outputs. The compiler sizes the
+ * (overwritten by the activation), up, down outputs. The compiler sizes the
  * scratch with this too. */
 enum { KILN_MOE_SCRATCH_SECTIONS = 9 };
 static inline uint64_t kiln_moe_scratch_section_bytes(int64_t hidden, int64_t inter,

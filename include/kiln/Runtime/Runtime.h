@@ -345,14 +345,18 @@ int32_t kiln_rt_sigmoid_gate(kiln_rt_context_t *ctx, const void *x, const void *
  * router's logits [tokens, experts] (fp32 with KILN_MOE_F32_LOGITS, else bf16),
  * gate/up [experts, inter, hidden] (gate NULL: plain experts running `activation`,
  * KILN_RT_ACTIVATION_*), down [experts, hidden, inter] (weights), score_bias fp32
- * [experts] or NULL, out [tokens, hidden]; scratch [tokens, scratch_per_token] bytes in
+ * [experts] or NULL, the expert GEMMs' biases (bf16 weights, each NULL or not on its
+ * own; gate_bias only with a gate) gate_bias and up_bias [experts, inter] and down_bias
+ * [experts, hidden], out [tokens, hidden]; scratch [tokens, scratch_per_token] bytes in
  * the activations (kiln_moe_scratch_bytes_per_token); flags KILN_MOE_*; groups /
- * top_groups the group-limited routing (1/1: none); scale the routed scaling factor. */
+ * top_groups the group-limited routing (1/1: none); scale the routed scaling factor;
+ * glu_alpha / glu_limit gpt-oss's clamped SwiGLU (read under KILN_MOE_CLAMPED_SWIGLU). */
 int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void *logits, const void *gate,
-                    const void *up, const void *down, const void *score_bias, void *out,
-                    void *scratch, int64_t tokens, int64_t hidden, int64_t inter,
-                    int64_t experts, int32_t top_k, int32_t flags, int32_t groups,
-                    int32_t top_groups, float scale, int32_t activation,
+                    const void *up, const void *down, const void *score_bias, const void *gate_bias,
+                    const void *up_bias, const void *down_bias, void *out, void *scratch,
+                    int64_t tokens, int64_t hidden, int64_t inter, int64_t experts, int32_t top_k,
+                    int32_t flags, int32_t groups, int32_t top_groups, float scale,
+                    int32_t activation, float glu_alpha, float glu_limit,
                     int64_t scratch_per_token);
 /* Mamba2's output norm (kiln.gated_rms_norm): y = x * silu(gate) in fp32, then per row and
  * group of group_size columns out = weight * bf16(y / sqrt(mean(y^2) + eps)). x, out [rows,

@@ -117,8 +117,23 @@ cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t 
 // and the gathered inputs (xRows), or with layout.rowTokens each sorted row's token.
 cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int experts,
                            int tileRows, cudaStream_t stream);
-cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
-                             bool f32Sum, cudaStream_t stream);
+// The experts' activation form of launchMoeActivation: SwiGLU (Swiglu.cuh), gpt-oss's
+// clamped form (KILN_MOE_CLAMPED_SWIGLU), or plain experts' kiln_activation_bf16 kind.
+enum class MoeGlu { kSwiglu, kClamped, kPlain };
+struct MoeActivation {
+  MoeGlu form;
+  const uint16_t *gateBias, *upBias; // bf16 [experts, inter] or null (16-byte aligned)
+  int kind;                          // kPlain: kiln_activation_bf16's kind
+  float alpha, limit;                // kClamped
+};
+// The activation of each pair's row (row slots[p], expert ids[p]) with its expert's gate
+// and up biases, written over the gate row; rows of no pair (padding) stay as they are.
+cudaError_t launchMoeActivation(const MoeLayout &layout, int64_t pairs, const MoeActivation &a,
+                                cudaStream_t stream);
+// downBias: bf16 [experts, hidden] (16-byte aligned) added to each pair's down row, or
+// null.
+cudaError_t launchMoeCombine(const MoeLayout &layout, const void *downBias, void *out,
+                             int64_t tokens, int topK, bool f32Sum, cudaStream_t stream);
 
 } // namespace kiln::graph
 

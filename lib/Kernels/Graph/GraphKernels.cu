@@ -241,14 +241,14 @@ __global__ void sigmoidMulKernel(const uint16_t *x, const uint16_t *gate, uint16
 
 // ---- activation ------------------------------------------------------------------------
 // fp32 math, one rounding: PyTorch's bf16 relu then square (relu is exact) and its silu.
+__device__ __forceinline__ float activationOf(float v, int kind) {
+  return kind == 0 ? (v > 0.0f ? v * v : 0.0f) : v / (1.0f + expf(-v));
+}
+
 __global__ void activationKernel(const uint16_t *x, uint16_t *out, int64_t n, int kind) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float v = bf2f(x[i]);
-    const float r = kind == 0 ? (v > 0.0f ? v * v : 0.0f) : v / (1.0f + expf(-v));
-    out[i] = f2bf(r);
-  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = f2bf(activationOf(bf2f(x[i]), kind));
 }
 
 // ---- gather rows (embedding, gather_rows) ---------------------------------------------
@@ -1008,13 +1008,51 @@ __global__ void moeGatherKernel(MoeLayout layout, int64_t pairs, int topK) {
   }
 }
 
+// The experts' activation where kiln_swiglu_bf16 / kiln_activation_bf16 over the rows
+// cannot give it (Moe.h): the gate and up biases of each row's expert, or gpt-oss's
+// clamped form. A thread per 8 columns of a pair's row slots[p] (the pairs mode's row p,
+// the grouped modes' sorted row), expert ids[p]; the activation goes over the gate row.
+// Padding rows (no pair) are not touched: the combine never reads what they give.
+template <MoeGlu Form>
+__global__ void moeActivationKernel(MoeLayout layout, int64_t pairs, MoeActivation a) {
+  const int64_t inter = layout.inter, vectors = inter / kVecElems;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs * vectors;
+       i += stride) {
+    const int64_t p = i / vectors, column = (i % vectors) * kVecElems;
+    const int64_t at = static_cast<int64_t>(layout.slots[p]) * inter + column;
+    const int64_t biasAt = static_cast<int64_t>(layout.ids[p]) * inter + column;
+    // bf16(x . W) + bias, one bf16 op more (a no-op without the bias).
+    auto biased = [&](const uint16_t *rows, const uint16_t *bias, float(&v)[kVecElems]) {
+      unpack8(load16(rows + at), v);
+      if (!bias)
+        return;
+      float b[kVecElems];
+      unpack8(load16(bias + biasAt), b);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e)
+        v[e] = roundBf16(v[e] + b[e]);
+    };
+    float g[kVecElems], u[kVecElems];
+    biased(layout.upRows, a.upBias, u);
+    if (Form != MoeGlu::kPlain)
+      biased(layout.gateRows, a.gateBias, g);
+#pragma unroll
+    for (int e = 0; e < kVecElems; ++e)
+      g[e] = Form == MoeGlu::kPlain    ? activationOf(u[e], a.kind)
+             : Form == MoeGlu::kSwiglu ? swigluOfBf16(g[e], u[e])
+                                       : clampedSwigluOfBf16(g[e], u[e], a.alpha, a.limit);
+    *reinterpret_cast<uint4 *>(layout.gateRows + at) = pack8(g);
+  }
+}
+
 // out[t] = the weighted y[slot(t, j)] summed over j (ascending expert): with bf16 partial
 // sums (every product and sum rounded), or in fp32 (products and sums rounded to fp32
 // one at a time, as torch's mul then index_add_, no FMA) and rounded once; 8 columns a
-// thread.
-template <bool F32Sum>
-__global__ void moeCombineKernel(MoeLayout layout, uint16_t *__restrict__ out, int64_t tokens,
-                                 int topK) {
+// thread. Bias: y = bf16(y + downBias[expert]) first (the down GEMM's bias, Moe.h).
+template <bool F32Sum, bool Bias>
+__global__ void moeCombineKernel(MoeLayout layout, const uint16_t *__restrict__ downBias,
+                                 uint16_t *__restrict__ out, int64_t tokens, int topK) {
   const int64_t hidden = layout.hidden, vectors = hidden / kVecElems;
   for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y)
     for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
@@ -1026,6 +1064,13 @@ __global__ void moeCombineKernel(MoeLayout layout, uint16_t *__restrict__ out, i
         float part[kVecElems];
         unpack8(reinterpret_cast<const uint4 *>(layout.yRows + layout.slots[pair] * hidden)[v],
                 part);
+        if (Bias) {
+          float b[kVecElems];
+          unpack8(reinterpret_cast<const uint4 *>(downBias + layout.ids[pair] * hidden)[v], b);
+#pragma unroll
+          for (int e = 0; e < kVecElems; ++e)
+            part[e] = roundBf16(part[e] + b[e]);
+        }
 #pragma unroll
         for (int e = 0; e < kVecElems; ++e)
           acc[e] = F32Sum ? __fadd_rn(acc[e], __fmul_rn(part[e], w))
@@ -1375,18 +1420,40 @@ cudaError_t launchMoeGroup(const MoeLayout &layout, int64_t pairs, int topK, int
   return cudaGetLastError();
 }
 
-cudaError_t launchMoeCombine(const MoeLayout &layout, void *out, int64_t tokens, int topK,
-                             bool f32Sum, cudaStream_t stream) {
+cudaError_t launchMoeActivation(const MoeLayout &layout, int64_t pairs, const MoeActivation &a,
+                                cudaStream_t stream) {
+  constexpr int threads = 256;
+  const unsigned blocks = gridFor(pairs * (layout.inter / kVecElems), threads);
+  switch (a.form) {
+  case MoeGlu::kSwiglu:
+    moeActivationKernel<MoeGlu::kSwiglu><<<blocks, threads, 0, stream>>>(layout, pairs, a);
+    break;
+  case MoeGlu::kClamped:
+    moeActivationKernel<MoeGlu::kClamped><<<blocks, threads, 0, stream>>>(layout, pairs, a);
+    break;
+  case MoeGlu::kPlain:
+    moeActivationKernel<MoeGlu::kPlain><<<blocks, threads, 0, stream>>>(layout, pairs, a);
+    break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCombine(const MoeLayout &layout, const void *downBias, void *out,
+                             int64_t tokens, int topK, bool f32Sum, cudaStream_t stream) {
   const int64_t vectors = layout.hidden / kVecElems;
   const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(vectors)));
   const dim3 grid(static_cast<unsigned>((vectors + threads - 1) / threads),
                   static_cast<unsigned>(std::min<int64_t>(tokens, 65535)));
-  if (f32Sum)
-    moeCombineKernel<true>
-        <<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens, topK);
+  const auto *bias = static_cast<const uint16_t *>(downBias);
+  auto *o = static_cast<uint16_t *>(out);
+  if (f32Sum && bias)
+    moeCombineKernel<true, true><<<grid, threads, 0, stream>>>(layout, bias, o, tokens, topK);
+  else if (f32Sum)
+    moeCombineKernel<true, false><<<grid, threads, 0, stream>>>(layout, bias, o, tokens, topK);
+  else if (bias)
+    moeCombineKernel<false, true><<<grid, threads, 0, stream>>>(layout, bias, o, tokens, topK);
   else
-    moeCombineKernel<false>
-        <<<grid, threads, 0, stream>>>(layout, static_cast<uint16_t *>(out), tokens, topK);
+    moeCombineKernel<false, false><<<grid, threads, 0, stream>>>(layout, bias, o, tokens, topK);
   return cudaGetLastError();
 }
 

@@ -345,6 +345,23 @@ void moeRouteReference(const float *logits, int64_t experts, const MoeOptions &o
   }
 }
 
+uint16_t clampedSwigluReference(uint16_t gate, uint16_t up, float alpha, float limit) {
+  const auto op = [](float v) { return bf16ToFloat(floatToBf16(v)); }; // one bf16 op
+  float g = bf16ToFloat(gate), u = bf16ToFloat(up);
+  if (g > limit) // torch.clamp(max=limit); a NaN stays
+    g = limit;
+  if (u > limit)
+    u = limit;
+  else if (u < -limit)
+    u = -limit;
+  g = op(g);
+  u = op(u);
+  const double z = op(g * alpha);
+  const float sigmoid = bf16ToFloat(doubleToBf16(1.0 / (1.0 + std::exp(-z))));
+  const float glu = op(g * sigmoid);
+  return floatToBf16(op(u + 1.0f) * glu);
+}
+
 void moeReference(const uint16_t *x, const float *logits, const uint16_t *gate,
                   const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
                   int64_t hidden, int64_t inter, int64_t experts, const MoeOptions &o) {
@@ -358,20 +375,28 @@ void moeReference(const uint16_t *x, const float *logits, const uint16_t *gate,
     std::vector<float> acc(static_cast<size_t>(hidden), 0.0f);
     for (int32_t j = 0; j < o.topK; ++j) {
       const int64_t e = ids[j];
-      const auto linear = [&](const uint16_t *w, const uint16_t *in, int64_t n, int64_t k,
-                              uint16_t *result) {
+      // nn.Linear's output (one rounding of the exact sum), then the bias as a bf16 add.
+      const auto linear = [&](const uint16_t *w, const uint16_t *bias, const uint16_t *in,
+                              int64_t n, int64_t k, uint16_t *result) {
         gemmReference(in, w + e * n * k, nullptr, wide.data(), 1, n, k);
-        for (int64_t i = 0; i < n; ++i)
+        for (int64_t i = 0; i < n; ++i) {
           result[i] = doubleToBf16(wide[i]);
+          if (bias)
+            result[i] = floatToBf16(bf16ToFloat(result[i]) + bf16ToFloat(bias[e * n + i]));
+        }
       };
-      linear(up, x + t * hidden, inter, hidden, u.data());
+      linear(up, o.upBias, x + t * hidden, inter, hidden, u.data());
       if (gate) {
-        linear(gate, x + t * hidden, inter, hidden, g.data());
-        swigluReference(g.data(), u.data(), act.data(), inter);
+        linear(gate, o.gateBias, x + t * hidden, inter, hidden, g.data());
+        if (o.flags & KILN_MOE_CLAMPED_SWIGLU)
+          for (int64_t i = 0; i < inter; ++i)
+            act[i] = clampedSwigluReference(g[i], u[i], o.gluAlpha, o.gluLimit);
+        else
+          swigluReference(g.data(), u.data(), act.data(), inter);
       } else {
         activationReference(u.data(), act.data(), inter, o.activation);
       }
-      linear(down, act.data(), hidden, inter, y.data());
+      linear(down, o.downBias, act.data(), hidden, inter, y.data());
       for (int64_t h = 0; h < hidden; ++h) {
         if (o.flags & KILN_MOE_F32_COMBINE) {
           acc[h] += bf16ToFloat(y[h]) * weights[j];

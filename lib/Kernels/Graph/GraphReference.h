@@ -93,14 +93,22 @@ struct MoeOptions {
   int32_t groups = 1, topGroups = 1;
   float scale = 1.0f;
   int32_t activation = 1; // plain experts (gate null): kiln_activation_bf16's kind
+  // The expert GEMMs' biases (bf16 [experts, inter], [experts, hidden]) or null.
+  const uint16_t *gateBias = nullptr, *upBias = nullptr, *downBias = nullptr;
+  float gluAlpha = 1.702f, gluLimit = 7.0f; // KILN_MOE_CLAMPED_SWIGLU
 };
+
+// gpt-oss's clamped gated activation of one element (Moe.h's KILN_MOE_CLAMPED_SWIGLU):
+// every step a bf16 op in fp32 except the sigmoid, which is fp64 rounded once to bf16.
+uint16_t clampedSwigluReference(uint16_t gate, uint16_t up, float alpha, float limit);
 
 // kiln_moe's routing of one token (Moe.h), in fp64 from the logits' values: the chosen
 // experts in ascending order and their weights.
 void moeRouteReference(const float *logits, int64_t experts, const MoeOptions &options,
                        int32_t *ids, float *weights);
-// kiln_moe (Moe.h): every expert GEMM output rounded once from its exact sum; gate null:
-// plain experts. logits [tokens, experts] as values (bf16 or fp32 ones).
+// kiln_moe (Moe.h): every expert GEMM output rounded once from its exact sum, then its
+// bias (options) added in fp32 and rounded; gate null: plain experts. logits [tokens,
+// experts] as values (bf16 or fp32 ones).
 void moeReference(const uint16_t *x, const float *logits, const uint16_t *gate,
                   const uint16_t *up, const uint16_t *down, uint16_t *out, int64_t tokens,
                   int64_t hidden, int64_t inter, int64_t experts, const MoeOptions &options);

@@ -1,6 +1,6 @@
 // kiln_moe: validation (before any CUDA call), the scratch carved per entry, then
-// route -> gate/up GEMMs -> SwiGLU (or up GEMM -> activation) -> down GEMM -> combine,
-// all on the caller's stream.
+// route -> gate/up GEMMs -> SwiGLU or its clamped form, with the biases (or up GEMM ->
+// activation) -> down GEMM -> combine (with the down bias), all on the caller's stream.
 #include "kiln/Kernels/Moe.h"
 
 #include "kiln/Kernels/Graph.h"
@@ -88,14 +88,22 @@ bool checkGroups(ArgChecker &c, const kiln_moe_params_t &p) {
   return true;
 }
 
-// Gated experts run SwiGLU (activation unread); plain ones one of kiln_activation_bf16's
-// functions.
+// Gated experts run SwiGLU or its clamped form (activation unread); plain ones one of
+// kiln_activation_bf16's functions. The gate's bias and the clamped form need a gate.
 bool checkExpertForm(ArgChecker &c, const kiln_moe_params_t &p) {
   if (!p.gate && p.activation != 0 && p.activation != 1) {
     c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: activation %d unknown", c.kernel,
                     static_cast<int>(p.activation));
     return false;
   }
+  if (!p.gate && (p.gate_bias || (p.flags & KILN_MOE_CLAMPED_SWIGLU))) {
+    c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s needs gated experts (gate is null)",
+                    c.kernel, p.gate_bias ? "gate_bias" : "KILN_MOE_CLAMPED_SWIGLU");
+    return false;
+  }
+  if ((p.flags & KILN_MOE_CLAMPED_SWIGLU) &&
+      (!c.finite(p.glu_alpha, "glu_alpha") || !c.positiveFloat(p.glu_limit, "glu_limit")))
+    return false;
   if (!(p.scale > 0.0f) && p.scale != 0.0f) {
     c.status = fail(KILN_ERROR_INVALID_ARGUMENT, "%s: scale %g is not positive", c.kernel,
                     static_cast<double>(p.scale));
@@ -174,9 +182,38 @@ kiln_status_t runExpertGemm(const kiln_moe_params_t &p, const MoeLayout &layout,
                                 p.gemm_workspace, p.gemm_workspace_bytes, p.stream);
 }
 
+// Whether the experts' activation needs launchMoeActivation: the gate or up biases, or
+// the clamped form (else kiln_swiglu_bf16 or kiln_activation_bf16 over the rows).
+bool perPairActivation(const kiln_moe_params_t &p) {
+  return p.gate_bias || p.up_bias || (p.flags & KILN_MOE_CLAMPED_SWIGLU);
+}
+
+// The activation of the `rows` rows the gate/up GEMMs wrote (`pairs` of them a pair's),
+// into the gate rows the down GEMM reads.
+kiln_status_t activate(const kiln_moe_params_t &p, const MoeLayout &layout, int64_t pairs,
+                       int64_t rows) {
+  if (!perPairActivation(p))
+    return p.gate ? kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
+                                     rows * p.inter, p.stream)
+                  : kiln_activation_bf16(layout.upRows, layout.gateRows, rows * p.inter,
+                                         p.activation, p.stream);
+  const MoeActivation a{!p.gate                               ? MoeGlu::kPlain
+                        : (p.flags & KILN_MOE_CLAMPED_SWIGLU) ? MoeGlu::kClamped
+                                                              : MoeGlu::kSwiglu,
+                        static_cast<const uint16_t *>(p.gate_bias),
+                        static_cast<const uint16_t *>(p.up_bias),
+                        p.activation,
+                        p.glu_alpha,
+                        p.glu_limit};
+  const cudaError_t e = launchMoeActivation(layout, pairs, a, static_cast<cudaStream_t>(p.stream));
+  return e == cudaSuccess ? ok()
+                          : fail(KILN_ERROR_CUDA, "kiln_moe: activation launch failed: %s",
+                                 cudaGetErrorString(e));
+}
+
 // The weighted sum of each token's expert rows into out.
 kiln_status_t combine(const MoeLayout &layout, const kiln_moe_params_t *p) {
-  const cudaError_t e = launchMoeCombine(layout, p->out, p->tokens, p->top_k,
+  const cudaError_t e = launchMoeCombine(layout, p->down_bias, p->out, p->tokens, p->top_k,
                                          (p->flags & KILN_MOE_F32_COMBINE) != 0,
                                          static_cast<cudaStream_t>(p->stream));
   return e == cudaSuccess
@@ -212,7 +249,10 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
                             : !c.aligned16(b.ptr, b.name)))
       return c.status;
   if ((p->gate && !c.aligned16(p->gate, "gate")) ||
-      (p->score_bias && !c.elementAligned(p->score_bias, 4, "score_bias")))
+      (p->score_bias && !c.elementAligned(p->score_bias, 4, "score_bias")) ||
+      (p->gate_bias && !c.aligned16(p->gate_bias, "gate_bias")) ||
+      (p->up_bias && !c.aligned16(p->up_bias, "up_bias")) ||
+      (p->down_bias && !c.aligned16(p->down_bias, "down_bias")))
     return c.status;
   if (!c.notNull(p->gemm, "gemm") || !c.nonNegative(p->tokens, "tokens") ||
       !checkRows(c, p->hidden, p->inter, p->top_k) || !checkExperts(c, p->experts, p->top_k) ||
@@ -310,19 +350,16 @@ extern "C" kiln_status_t kiln_moe(const kiln_moe_params_t *p) {
       {layout.xRows, weight(p->up), layout.upRows, p->inter, p->hidden, layout.entries},
       {layout.gateRows, weight(p->down), layout.yRows, p->hidden, p->inter, 2 * layout.entries}};
   // The own GEMM's gated form runs gate, up and SwiGLU in one pass over the weights, the
-  // activation straight into the gate rows (bitwise what the three steps give).
-  const bool fusedGateUp = ownGemm && p->gate;
+  // activation straight into the gate rows (bitwise what the three steps give); its
+  // epilogue knows neither the biases nor the clamped form (the down bias alone is the
+  // combine's: the fused form stays).
+  const bool fusedGateUp = ownGemm && p->gate && !perPairActivation(*p);
   // Plain experts skip the gate GEMM; their activation goes where SwiGLU's would.
   for (int g = p->gate ? 0 : 1; g < 3; ++g) {
     if (fusedGateUp && g == 1)
       continue; // the up GEMM ran with the gate's
     if (g == 2 && !fusedGateUp)
-      if (kiln_status_t s =
-              p->gate ? kiln_swiglu_bf16(layout.gateRows, layout.upRows, layout.gateRows,
-                                         rows * p->inter, p->stream)
-                      : kiln_activation_bf16(layout.upRows, layout.gateRows, rows * p->inter,
-                                             p->activation, p->stream);
-          s != KILN_OK)
+      if (kiln_status_t s = activate(*p, layout, entries, rows); s != KILN_OK)
         return s;
     ExpertGemm gemm = gemms[g];
     if (fusedGateUp && g == 0)

@@ -598,6 +598,68 @@ TEST(GraphReference, MoeGroupMaxRouteHandComputed) {
   EXPECT_EQ(ids[1], 2);
 }
 
+// gpt-oss's clamped SwiGLU on hand values (alpha 1.702, limit 7): the clamps, and the
+// roundings of gate * alpha, of the sigmoid, of the product and of up + 1.
+TEST(GraphReference, ClampedSwigluHandComputed) {
+  // gate 8 -> 7, up 9 -> 7: bf16(7 * 1.702) = 11.9375, whose sigmoid rounds to 1: 7 * 8.
+  EXPECT_EQ(fl(clampedSwigluReference(bf(8), bf(9), 1.702f, 7.0f)), 56.0f);
+  // up -9 -> -7: 7 * (-7 + 1).
+  EXPECT_EQ(fl(clampedSwigluReference(bf(8), bf(-9), 1.702f, 7.0f)), -42.0f);
+  // gate 1, up 0.5: bf16(1.702) = 1.703125, sigmoid 0.845942 -> 0.84765625, times
+  // bf16(1.5): 1.271484375 -> 1.2734375.
+  EXPECT_EQ(fl(clampedSwigluReference(bf(1), bf(0.5f), 1.702f, 7.0f)), 1.2734375f);
+  // No lower clamp on the gate: -8 stays, bf16(-13.616) = -13.625, sigmoid 1.209849e-6
+  // -> 1.265625 * 2^-20, times -8 and bf16(0 + 1).
+  EXPECT_EQ(fl(clampedSwigluReference(bf(-8), bf(0), 1.702f, 7.0f)),
+            -1.265625f * std::ldexp(1.0f, -17));
+  // The limit is a parameter: 2 clamps gate 3 and up -3 to 2 and -2; bf16(2 * 1) = 2,
+  // sigmoid(2) = 0.880797 -> 0.87890625, glu 1.7578125, times -1.
+  EXPECT_EQ(fl(clampedSwigluReference(bf(3), bf(-3), 1.0f, 2.0f)), -1.7578125f);
+}
+
+// A one-token layer of 2 experts (hidden 2, inter 1) with the expert biases: top 1 picks
+// expert 1 with weight 1, whose gate and up are 2 and 3 before their biases of 6.
+TEST(GraphReference, MoeExpertBiasesHandComputed) {
+  const uint16_t x[2] = {bf(1), bf(0)};
+  const float logits[2] = {0.0f, 1.0f};
+  const uint16_t gate[4] = {bf(1), bf(1), bf(2), bf(0)};
+  const uint16_t up[4] = {bf(1), bf(1), bf(3), bf(0)};
+  const uint16_t down[4] = {bf(1), bf(1), bf(0.5f), bf(-1)};
+  const uint16_t gateBias[2] = {bf(0), bf(6)}, upBias[2] = {bf(0), bf(6)};
+  const uint16_t downBias[4] = {bf(0), bf(0), bf(1), bf(0.25f)};
+  MoeOptions o;
+  o.topK = 1;
+  o.flags = KILN_MOE_NORMALIZE_TOP_K;
+  o.gateBias = gateBias;
+  o.upBias = upBias;
+  o.downBias = downBias;
+  uint16_t out[2];
+  // SwiGLU: g 8, u 9; bf16(silu(8)) = 8, times 9: 72; y = [36, -72] plus [1, 0.25]:
+  // 37 and -71.75, a tie between -71.5 and -72 that rounds to the even -72.
+  moeReference(x, logits, gate, up, down, out, 1, 2, 1, 2, o);
+  EXPECT_EQ(fl(out[0]), 37.0f);
+  EXPECT_EQ(fl(out[1]), -72.0f);
+  // Clamped (gpt-oss): g 8 -> 7, u 9 -> 7, act 7 * 8 = 56; y = [28, -56] + the bias.
+  o.flags |= KILN_MOE_CLAMPED_SWIGLU;
+  moeReference(x, logits, gate, up, down, out, 1, 2, 1, 2, o);
+  EXPECT_EQ(fl(out[0]), 29.0f);
+  EXPECT_EQ(fl(out[1]), -55.75f);
+  // Plain relu2 experts with the up bias: 9^2 = 81; y = [40.5, -81] + [1, 0.25]: 41.5,
+  // and -80.75 (a tie) -> -81.
+  o.flags = KILN_MOE_NORMALIZE_TOP_K;
+  o.gateBias = nullptr;
+  o.activation = 0;
+  moeReference(x, logits, nullptr, up, down, out, 1, 2, 1, 2, o);
+  EXPECT_EQ(fl(out[0]), 41.5f);
+  EXPECT_EQ(fl(out[1]), -81.0f);
+  // No biases: g 2, u 3, bf16(silu(2)) = 1.7578125, times 3 -> 5.28125; y = [2.640625,
+  // -5.28125].
+  o.upBias = o.downBias = nullptr;
+  moeReference(x, logits, gate, up, down, out, 1, 2, 1, 2, o);
+  EXPECT_EQ(fl(out[0]), 2.640625f);
+  EXPECT_EQ(fl(out[1]), -5.28125f);
+}
+
 TEST(GraphReference, SigmoidGateHandComputed) {
   // Row 0: x . w = 0, sigmoid 0.5; row 1: x . w = 1 + 1 = 2, sigmoid(2) rounded to bf16.
   const uint16_t x[4] = {bf(2.0f), bf(-1.0f), bf(1.0f), bf(0.5f)};
@@ -926,6 +988,78 @@ TEST(GraphValidation, Moe) {
               "out aliases x");
   expectError(with([](kiln_moe_params_t &q) { q.tokens = -1; }), kInvalid, k, "tokens");
   EXPECT_EQ(with([](kiln_moe_params_t &q) { q.tokens = 0; }), KILN_OK);
+
+  // gpt-oss's expert form: the clamped SwiGLU and the three expert biases (valid as
+  // given: no tokens, so nothing launches).
+  auto gptOss = [&](auto change) {
+    return with([&](kiln_moe_params_t &q) {
+      q.flags |= KILN_MOE_CLAMPED_SWIGLU;
+      q.glu_alpha = 1.702f;
+      q.glu_limit = 7.0f;
+      q.gate_bias = fake(0xa0000);
+      q.up_bias = fake(0xb0000);
+      q.down_bias = fake(0xc0000);
+      change(q);
+    });
+  };
+  EXPECT_EQ(gptOss([](kiln_moe_params_t &q) { q.tokens = 0; }), KILN_OK) << kiln_last_error();
+  expectError(gptOss([](kiln_moe_params_t &q) {
+                q.gate = nullptr;
+                q.gate_bias = nullptr;
+              }),
+              kInvalid, k, "KILN_MOE_CLAMPED_SWIGLU needs gated experts (gate is null)");
+  expectError(gptOss([](kiln_moe_params_t &q) {
+                q.flags &= ~KILN_MOE_CLAMPED_SWIGLU;
+                q.gate = nullptr;
+              }),
+              kInvalid, k, "gate_bias needs gated experts (gate is null)");
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float alpha : {nan, inf, -inf})
+    expectError(gptOss([&](kiln_moe_params_t &q) { q.glu_alpha = alpha; }), kInvalid, k,
+                "glu_alpha is not finite");
+  for (float limit : {0.0f, -7.0f, nan, inf})
+    expectError(gptOss([&](kiln_moe_params_t &q) { q.glu_limit = limit; }), kInvalid, k,
+                "glu_limit must be finite and > 0");
+  // A negative alpha is finite: allowed.
+  EXPECT_EQ(gptOss([](kiln_moe_params_t &q) {
+              q.glu_alpha = -1.0f;
+              q.tokens = 0;
+            }),
+            KILN_OK)
+      << kiln_last_error();
+  // Without the flag alpha and limit are not read.
+  EXPECT_EQ(gptOss([&](kiln_moe_params_t &q) {
+              q.flags &= ~KILN_MOE_CLAMPED_SWIGLU;
+              q.glu_alpha = nan;
+              q.glu_limit = 0.0f;
+              q.tokens = 0;
+            }),
+            KILN_OK)
+      << kiln_last_error();
+  // Each bias alone, and plain experts with the up and down biases.
+  for (int which = 0; which < 3; ++which)
+    EXPECT_EQ(with([&](kiln_moe_params_t &q) {
+                (which == 0 ? q.gate_bias : which == 1 ? q.up_bias : q.down_bias) = fake(0xa0000);
+                q.tokens = 0;
+              }),
+              KILN_OK)
+        << which << ": " << kiln_last_error();
+  EXPECT_EQ(gptOss([](kiln_moe_params_t &q) {
+              q.flags &= ~KILN_MOE_CLAMPED_SWIGLU;
+              q.gate = nullptr;
+              q.gate_bias = nullptr;
+              q.tokens = 0;
+            }),
+            KILN_OK)
+      << kiln_last_error();
+  // The biases are read 16 bytes at a time.
+  expectError(gptOss([](kiln_moe_params_t &q) { q.gate_bias = fake(0xa0008); }), kUnsupported, k,
+              "gate_bias is not 16-byte aligned");
+  expectError(gptOss([](kiln_moe_params_t &q) { q.up_bias = fake(0xb0002); }), kUnsupported, k,
+              "up_bias is not 16-byte aligned");
+  expectError(gptOss([](kiln_moe_params_t &q) { q.down_bias = fake(0xc0004); }), kUnsupported, k,
+              "down_bias is not 16-byte aligned");
 }
 
 } // namespace

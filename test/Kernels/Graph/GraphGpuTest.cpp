@@ -1039,61 +1039,38 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
-// kiln_moe against moeReference, in both modes: the routing (ids exactly, weights to
-// fp32 rounding) and the output to one bf16 rounding of an expert GEMM (cuBLASLt's fp32
-// sums against the exact ones). Pairs mode: every token's row bitwise the same whether
-// it runs alone or among others (the batch invariance lossless speculation needs).
-// Grouped mode (large enough batches: pairs >= 4 x experts): the same call twice gives
-// the same bits. The routings cover Qwen-MoE/Mixtral's softmax and DeepSeek-V3's /
-// Nemotron-H's sigmoid with a correction bias, expert groups and a routed scale over
-// fp32 logits, and plain relu2 experts.
-TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
-  KILN_REQUIRE_GPU();
-  kiln_gemm_t *gemm = nullptr;
-  KILN_OK_(kiln_gemm_create(&gemm));
-  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
-  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
-  std::mt19937 rng(5);
-  constexpr int32_t kDeepSeek = KILN_MOE_SIGMOID | KILN_MOE_F32_LOGITS | KILN_MOE_F32_COMBINE |
-                                KILN_MOE_NORMALIZE_TOP_K;
-  struct Case {
-    int64_t tokens, hidden, inter, experts;
-    int32_t topK, flags;
-    int32_t groups = 1, topGroups = 1;
-    float scale = 1.0f;
-    bool plain = false; // relu2 experts without a gate
-    bool bias = false;
-  };
-  const Case routings[] = {{37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
-                           {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
-                           {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
-                           {3, 64, 16, 4, 4, 0},
-                           {300, 128, 64, 16, 4, KILN_MOE_NORMALIZE_TOP_K}, // grouped: M 64
-                           {70, 64, 32, 32, 2, KILN_MOE_ROUND_WEIGHTS},     // grouped: M 4
-                           {23, 128, 64, 64, 6, kDeepSeek, 8, 3, 2.5f, false, true},
-                           {9, 64, 32, 16, 4, kDeepSeek, 4, 2, 1.0f, false, false},
-                           {29, 128, 64, 8, 2, kDeepSeek, 1, 1, 2.5f, true, true},
-                           {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true},
-                           // hidden and inter multiples of 256, at most 160 rows an
-                           // expert on average: on sm_90 the grouped mode runs the own
-                           // grouped GEMM (one tile an expert; some split in two; rows of
-                           // a handful; plain experts).
-                           {600, 256, 256, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
-                           {600, 256, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
-                           {70, 256, 256, 32, 2, KILN_MOE_ROUND_WEIGHTS},
-                           {300, 512, 256, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true},
-                           // Row-invariant only (below): a decode step's token over many
-                           // experts, a few tokens, and experts of more than one tile.
-                           {1, 256, 256, 64, 8, kDeepSeek, 8, 3, 2.5f, false, true},
-                           {5, 512, 256, 128, 6, KILN_MOE_NORMALIZE_TOP_K},
-                           {700, 256, 256, 4, 2, KILN_MOE_ROUND_WEIGHTS}};
-  std::vector<Case> cases;
-  for (auto c : routings) {
+// One kiln_moe layer of the MoE tests below: its shapes, routing and expert form.
+struct MoeCase {
+  int64_t tokens, hidden, inter, experts;
+  int32_t topK, flags;
+  int32_t groups = 1, topGroups = 1;
+  float scale = 1.0f;
+  bool plain = false; // relu2 experts without a gate
+  bool bias = false;  // a score (choice) bias
+  // gpt-oss's expert form: the expert GEMMs' biases given, and a factor on the gate and
+  // up weights (their outputs' spread) so that the clamped form's clamps bite.
+  bool gateBias = false, upBias = false, downBias = false;
+  float gateUpSpread = 1.0f;
+};
+
+std::string describe(const MoeCase &c) {
+  return "tokens " + std::to_string(c.tokens) + " hidden " + std::to_string(c.hidden) + " inter " +
+         std::to_string(c.inter) + " experts " + std::to_string(c.experts) + " top_k " +
+         std::to_string(c.topK) + " flags " + std::to_string(c.flags) + " groups " +
+         std::to_string(c.groups) + "/" + std::to_string(c.topGroups) + (c.plain ? " plain" : "") +
+         (c.gateBias ? " gate_bias" : "") + (c.upBias ? " up_bias" : "") +
+         (c.downBias ? " down_bias" : "");
+}
+
+// The layer's cases, each followed by its row-invariant form where that may take the own
+// grouped GEMM (hidden and inter multiples of 256) and its grouped form where the batch
+// is large enough (pairs >= 4 x experts).
+std::vector<MoeCase> withModes(const std::vector<MoeCase> &layers) {
+  std::vector<MoeCase> cases;
+  for (auto c : layers) {
     cases.push_back(c);
-    // The row-invariant mode where it may take the own grouped GEMM: checked against the
-    // reference and, like the pairs mode, each token alone against the batch.
     if (c.hidden % 256 == 0 && c.inter % 256 == 0) {
-      Case invariant = c;
+      MoeCase invariant = c;
       invariant.flags |= KILN_MOE_ROW_INVARIANT;
       cases.push_back(invariant);
     }
@@ -1102,140 +1079,281 @@ TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
       cases.push_back(c);
     }
   }
-  for (const auto &c : cases) {
-    SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " experts " +
-                 std::to_string(c.experts) + " top_k " + std::to_string(c.topK) + " flags " +
-                 std::to_string(c.flags) + " groups " + std::to_string(c.groups) + "/" +
-                 std::to_string(c.topGroups) + (c.plain ? " plain" : ""));
-    const bool f32Logits = c.flags & KILN_MOE_F32_LOGITS;
-    const auto x = randomBf16(c.tokens * c.hidden, rng, 1.0f);
-    const auto logitBits = randomBf16(c.tokens * c.experts, rng, 2.0f);
-    // Values the reference reads; fp32 logits get bits below bf16's precision too.
-    std::vector<float> logits(logitBits.size());
-    std::uniform_real_distribution<float> jitter(-1e-3f, 1e-3f);
-    for (size_t i = 0; i < logits.size(); ++i)
-      logits[i] = bf16ToFloat(logitBits[i]) + (f32Logits ? jitter(rng) : 0.0f);
-    std::vector<float> bias(static_cast<size_t>(c.experts));
-    std::uniform_real_distribution<float> biasDist(-0.1f, 0.1f);
-    for (float &b : bias)
-      b = biasDist(rng);
-    const float ws = 1.0f / std::sqrt(float(c.hidden)), wd = 1.0f / std::sqrt(float(c.inter));
-    const auto gate = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
-    const auto up = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
-    const auto down = randomBf16(c.experts * c.hidden * c.inter, rng, wd);
-    auto dx = upload(x), dg = upload(gate), du = upload(up), dd = upload(down),
-         dbias = upload(bias);
-    auto dl = f32Logits ? upload(logits) : upload(logitBits);
-    const size_t logitBytes = f32Logits ? 4 : 2;
-    uint64_t perToken = 0;
-    KILN_OK_(kiln_moe_scratch_bytes_per_token(c.hidden, c.inter, c.topK, &perToken));
-    auto scratch = poisoned(perToken * c.tokens);
-    auto dout = poisoned(c.tokens * c.hidden * 2);
-    kiln_moe_params_t p{};
-    p.x = dx->ptr;
-    p.logits = dl->ptr;
-    p.gate = c.plain ? nullptr : dg->ptr;
-    p.up = du->ptr;
-    p.down = dd->ptr;
-    p.score_bias = c.bias ? dbias->at<float>() : nullptr;
-    p.out = dout->ptr;
-    p.scratch = scratch->ptr;
-    p.tokens = c.tokens;
-    p.hidden = c.hidden;
-    p.inter = c.inter;
-    p.experts = c.experts;
-    p.top_k = c.topK;
-    p.flags = c.flags;
-    p.groups = c.groups;
-    p.top_groups = c.topGroups;
-    p.scale = c.scale;
-    p.activation = 0; // relu2 for the plain experts; gated ones ignore it
-    p.gemm = gemm;
-    p.gemm_workspace = workspace.ptr;
-    p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;
-    KILN_OK_(kiln_moe(&p));
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto got = download(dout->at<uint16_t>(), c.tokens * c.hidden);
-    MoeOptions options;
-    options.topK = c.topK;
-    options.flags = c.flags;
-    options.scoreBias = c.bias ? bias.data() : nullptr;
-    options.groups = c.groups;
-    options.topGroups = c.topGroups;
-    options.scale = c.scale;
-    options.activation = 0;
-    // The routing: the scratch starts with the ids, then the weights (16-byte sections).
-    const int64_t section = (4 * c.topK + 15) / 16 * 16 / 4; // elements per token
-    const auto ids = download(scratch->at<int32_t>(), c.tokens * section);
-    const auto weights = download(scratch->at<float>(c.tokens * section), c.tokens * section);
-    std::vector<int32_t> refIds(c.topK);
-    std::vector<float> refWeights(c.topK);
-    for (int64_t t = 0; t < c.tokens; ++t) {
-      moeRouteReference(&logits[t * c.experts], c.experts, options, refIds.data(),
-                        refWeights.data());
-      for (int j = 0; j < c.topK; ++j) {
-        EXPECT_EQ(ids[t * c.topK + j], refIds[j]) << "token " << t << " choice " << j;
-        EXPECT_NEAR(weights[t * c.topK + j], refWeights[j], 1e-6f + 1e-5f * refWeights[j])
-            << "token " << t << " choice " << j;
-      }
+  return cases;
+}
+
+constexpr float kGluAlpha = 1.702f, kGluLimit = 7.0f; // gpt-oss's published values
+
+// Of the first tokens' chosen experts, how many gate outputs (after their bias) exceed
+// the limit and how many up outputs lie beyond +-limit: the clamps the case exercises.
+int64_t clampsBitten(const MoeCase &c, const std::vector<uint16_t> &x,
+                     const std::vector<float> &logits, const std::vector<uint16_t> &gate,
+                     const std::vector<uint16_t> &up, const MoeOptions &options,
+                     const std::vector<uint16_t> &gateBias, const std::vector<uint16_t> &upBias) {
+  std::vector<int32_t> ids(c.topK);
+  std::vector<float> weights(c.topK);
+  std::vector<double> g(c.inter), u(c.inter);
+  int64_t bitten = 0;
+  for (int64_t t = 0; t < std::min<int64_t>(c.tokens, 8); ++t) {
+    moeRouteReference(&logits[t * c.experts], c.experts, options, ids.data(), weights.data());
+    for (int32_t j = 0; j < c.topK; ++j) {
+      const int64_t e = ids[j];
+      gemmReference(&x[t * c.hidden], &gate[e * c.inter * c.hidden],
+                    c.gateBias ? &gateBias[e * c.inter] : nullptr, g.data(), 1, c.inter, c.hidden);
+      gemmReference(&x[t * c.hidden], &up[e * c.inter * c.hidden],
+                    c.upBias ? &upBias[e * c.inter] : nullptr, u.data(), 1, c.inter, c.hidden);
+      for (int64_t i = 0; i < c.inter; ++i)
+        bitten += (g[i] > kGluLimit) + (std::fabs(u[i]) > kGluLimit);
     }
-    std::vector<uint16_t> ref(c.tokens * c.hidden);
-    moeReference(x.data(), logits.data(), c.plain ? nullptr : gate.data(), up.data(),
-                 down.data(), ref.data(), c.tokens, c.hidden, c.inter, c.experts, options);
+  }
+  return bitten;
+}
+
+// kiln_moe on one case against moeReference: the routing (ids exactly, weights to fp32
+// rounding) and the output to one bf16 rounding of an expert GEMM (cuBLASLt's fp32 sums
+// against the exact ones): every element within 2% of its row's largest value. Pairs
+// and row-invariant modes: every token's row bitwise the same whether it runs alone or
+// among others (the batch invariance lossless speculation needs). Grouped mode: the same
+// call twice gives the same bits, and the cuBLASLt path (KILN_MOE_LIBRARY_GEMM) agrees
+// with the one that ran (the own grouped GEMM where it fits).
+void checkMoe(const MoeCase &c, kiln_gemm_t *gemm, void *workspace, std::mt19937 &rng) {
+  SCOPED_TRACE(describe(c));
+  const bool f32Logits = c.flags & KILN_MOE_F32_LOGITS;
+  const bool clamped = c.flags & KILN_MOE_CLAMPED_SWIGLU;
+  const auto x = randomBf16(c.tokens * c.hidden, rng, 1.0f);
+  const auto logitBits = randomBf16(c.tokens * c.experts, rng, 2.0f);
+  // Values the reference reads; fp32 logits get bits below bf16's precision too.
+  std::vector<float> logits(logitBits.size());
+  std::uniform_real_distribution<float> jitter(-1e-3f, 1e-3f);
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = bf16ToFloat(logitBits[i]) + (f32Logits ? jitter(rng) : 0.0f);
+  std::vector<float> bias(static_cast<size_t>(c.experts));
+  std::uniform_real_distribution<float> biasDist(-0.1f, 0.1f);
+  for (float &b : bias)
+    b = biasDist(rng);
+  const float ws = c.gateUpSpread / std::sqrt(float(c.hidden)),
+              wd = 1.0f / std::sqrt(float(c.inter));
+  const auto gate = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
+  const auto up = randomBf16(c.experts * c.inter * c.hidden, rng, ws);
+  const auto down = randomBf16(c.experts * c.hidden * c.inter, rng, wd);
+  // The expert biases (about 0.5), drawn only where given.
+  std::vector<uint16_t> gateBias, upBias, downBias;
+  if (c.gateBias)
+    gateBias = randomBf16(c.experts * c.inter, rng, 0.5f);
+  if (c.upBias)
+    upBias = randomBf16(c.experts * c.inter, rng, 0.5f);
+  if (c.downBias)
+    downBias = randomBf16(c.experts * c.hidden, rng, 0.5f);
+  auto dx = upload(x), dg = upload(gate), du = upload(up), dd = upload(down), dbias = upload(bias),
+       dgb = upload(gateBias), dub = upload(upBias), ddb = upload(downBias);
+  auto dl = f32Logits ? upload(logits) : upload(logitBits);
+  const size_t logitBytes = f32Logits ? 4 : 2;
+  uint64_t perToken = 0;
+  KILN_OK_(kiln_moe_scratch_bytes_per_token(c.hidden, c.inter, c.topK, &perToken));
+  auto scratch = poisoned(perToken * c.tokens);
+  auto dout = poisoned(c.tokens * c.hidden * 2);
+  kiln_moe_params_t p{};
+  p.x = dx->ptr;
+  p.logits = dl->ptr;
+  p.gate = c.plain ? nullptr : dg->ptr;
+  p.up = du->ptr;
+  p.down = dd->ptr;
+  p.score_bias = c.bias ? dbias->at<float>() : nullptr;
+  p.gate_bias = c.gateBias ? dgb->ptr : nullptr;
+  p.up_bias = c.upBias ? dub->ptr : nullptr;
+  p.down_bias = c.downBias ? ddb->ptr : nullptr;
+  p.out = dout->ptr;
+  p.scratch = scratch->ptr;
+  p.tokens = c.tokens;
+  p.hidden = c.hidden;
+  p.inter = c.inter;
+  p.experts = c.experts;
+  p.top_k = c.topK;
+  p.flags = c.flags;
+  p.groups = c.groups;
+  p.top_groups = c.topGroups;
+  p.scale = c.scale;
+  p.activation = 0; // relu2 for the plain experts; gated ones ignore it
+  if (clamped) {
+    p.glu_alpha = kGluAlpha;
+    p.glu_limit = kGluLimit;
+  }
+  p.gemm = gemm;
+  p.gemm_workspace = workspace;
+  p.gemm_workspace_bytes = KILN_GEMM_WORKSPACE_BYTES;
+  KILN_OK_(kiln_moe(&p));
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto got = download(dout->at<uint16_t>(), c.tokens * c.hidden);
+  MoeOptions options;
+  options.topK = c.topK;
+  options.flags = c.flags;
+  options.scoreBias = c.bias ? bias.data() : nullptr;
+  options.groups = c.groups;
+  options.topGroups = c.topGroups;
+  options.scale = c.scale;
+  options.activation = 0;
+  options.gateBias = c.gateBias ? gateBias.data() : nullptr;
+  options.upBias = c.upBias ? upBias.data() : nullptr;
+  options.downBias = c.downBias ? downBias.data() : nullptr;
+  options.gluAlpha = kGluAlpha;
+  options.gluLimit = kGluLimit;
+  if (clamped) { // the case must reach the clamps to test them
+    EXPECT_GT(clampsBitten(c, x, logits, gate, up, options, gateBias, upBias), 0);
+  }
+  // The routing: the scratch starts with the ids, then the weights (16-byte sections).
+  const int64_t section = (4 * c.topK + 15) / 16 * 16 / 4; // elements per token
+  const auto ids = download(scratch->at<int32_t>(), c.tokens * section);
+  const auto weights = download(scratch->at<float>(c.tokens * section), c.tokens * section);
+  std::vector<int32_t> refIds(c.topK);
+  std::vector<float> refWeights(c.topK);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    moeRouteReference(&logits[t * c.experts], c.experts, options, refIds.data(), refWeights.data());
+    for (int j = 0; j < c.topK; ++j) {
+      EXPECT_EQ(ids[t * c.topK + j], refIds[j]) << "token " << t << " choice " << j;
+      EXPECT_NEAR(weights[t * c.topK + j], refWeights[j], 1e-6f + 1e-5f * refWeights[j])
+          << "token " << t << " choice " << j;
+    }
+  }
+  std::vector<uint16_t> ref(c.tokens * c.hidden);
+  moeReference(x.data(), logits.data(), c.plain ? nullptr : gate.data(), up.data(), down.data(),
+               ref.data(), c.tokens, c.hidden, c.inter, c.experts, options);
+  // Elements of `a` beyond 2% of their row's largest value in `b` away from b's.
+  auto farFrom = [&](const std::vector<uint16_t> &a, const std::vector<uint16_t> &b) {
     int far = 0;
     for (int64_t t = 0; t < c.tokens; ++t) {
       double scale = 0.0;
       for (int64_t h = 0; h < c.hidden; ++h)
-        scale = std::max(scale, std::fabs(double(bf16ToFloat(ref[t * c.hidden + h]))));
+        scale = std::max(scale, std::fabs(double(bf16ToFloat(b[t * c.hidden + h]))));
       for (int64_t h = 0; h < c.hidden; ++h) {
-        const double a = bf16ToFloat(got[t * c.hidden + h]), b = bf16ToFloat(ref[t * c.hidden + h]);
-        if (!(std::fabs(a - b) <= 0.02 * scale + 1e-6))
+        const double u = bf16ToFloat(a[t * c.hidden + h]), v = bf16ToFloat(b[t * c.hidden + h]);
+        if (!(std::fabs(u - v) <= 0.02 * scale + 1e-6))
           ++far;
       }
     }
-    EXPECT_EQ(far, 0) << "elements beyond 2% of their row's largest value";
-    if (c.flags & KILN_MOE_GROUPED) {
-      auto again = poisoned(c.tokens * c.hidden * 2);
-      kiln_moe_params_t twice = p;
-      twice.out = again->ptr;
-      KILN_OK_(kiln_moe(&twice));
-      const auto second = download(again->at<uint16_t>(), c.tokens * c.hidden);
-      EXPECT_TRUE(second == got) << "a second grouped call gave other bits";
-      // The same layer on cuBLASLt (where the own grouped GEMM ran: another sum order).
-      kiln_moe_params_t library = p;
-      library.flags |= KILN_MOE_LIBRARY_GEMM;
-      library.out = again->ptr;
-      KILN_OK_(kiln_moe(&library));
-      const auto viaLibrary = download(again->at<uint16_t>(), c.tokens * c.hidden);
-      int apart = 0;
-      for (int64_t t = 0; t < c.tokens; ++t) {
-        double scale = 0.0;
-        for (int64_t h = 0; h < c.hidden; ++h)
-          scale = std::max(scale, std::fabs(double(bf16ToFloat(viaLibrary[t * c.hidden + h]))));
-        for (int64_t h = 0; h < c.hidden; ++h)
-          if (!(std::fabs(double(bf16ToFloat(got[t * c.hidden + h])) -
-                          double(bf16ToFloat(viaLibrary[t * c.hidden + h]))) <=
-                0.02 * scale + 1e-6))
-            ++apart;
-      }
-      EXPECT_EQ(apart, 0) << "elements beyond 2% of their row's largest value between the "
-                             "two GEMM paths";
-      continue;
-    }
-    // Each token alone: the same bits as in the batch.
-    for (int64_t t = 0; t < c.tokens; t += std::max<int64_t>(1, c.tokens / 4)) {
-      kiln_moe_params_t one = p;
-      one.x = dx->at<uint16_t>(t * c.hidden);
-      one.logits = static_cast<const char *>(dl->ptr) + t * c.experts * logitBytes;
-      one.tokens = 1;
-      auto single = poisoned(c.hidden * 2);
-      one.out = single->ptr;
-      KILN_OK_(kiln_moe(&one));
-      const auto alone = download(single->at<uint16_t>(), c.hidden);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + t * c.hidden))
-          << "token " << t << " alone differs from the batch";
-    }
+    return far;
+  };
+  EXPECT_EQ(farFrom(got, ref), 0) << "elements beyond 2% of their row's largest value";
+  if (c.flags & KILN_MOE_GROUPED) {
+    auto again = poisoned(c.tokens * c.hidden * 2);
+    kiln_moe_params_t twice = p;
+    twice.out = again->ptr;
+    KILN_OK_(kiln_moe(&twice));
+    const auto second = download(again->at<uint16_t>(), c.tokens * c.hidden);
+    EXPECT_TRUE(second == got) << "a second grouped call gave other bits";
+    // The same layer on cuBLASLt (where the own grouped GEMM ran: another sum order).
+    kiln_moe_params_t library = p;
+    library.flags |= KILN_MOE_LIBRARY_GEMM;
+    library.out = again->ptr;
+    KILN_OK_(kiln_moe(&library));
+    const auto viaLibrary = download(again->at<uint16_t>(), c.tokens * c.hidden);
+    EXPECT_EQ(farFrom(got, viaLibrary), 0)
+        << "elements beyond 2% of their row's largest value between the two GEMM paths";
+    return;
   }
+  // Each token alone: the same bits as in the batch.
+  for (int64_t t = 0; t < c.tokens; t += std::max<int64_t>(1, c.tokens / 4)) {
+    kiln_moe_params_t one = p;
+    one.x = dx->at<uint16_t>(t * c.hidden);
+    one.logits = static_cast<const char *>(dl->ptr) + t * c.experts * logitBytes;
+    one.tokens = 1;
+    auto single = poisoned(c.hidden * 2);
+    one.out = single->ptr;
+    KILN_OK_(kiln_moe(&one));
+    const auto alone = download(single->at<uint16_t>(), c.hidden);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + t * c.hidden))
+        << "token " << t << " alone differs from the batch";
+  }
+}
+
+// kiln_moe against moeReference (checkMoe), in every mode. The routings cover
+// Qwen-MoE/Mixtral's softmax and DeepSeek-V3's / Nemotron-H's sigmoid with a correction
+// bias, expert groups and a routed scale over fp32 logits, and plain relu2 experts.
+TEST(GraphGpu, MoeMatchesReferenceAndTokensAreIndependent) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(5);
+  constexpr int32_t kDeepSeek =
+      KILN_MOE_SIGMOID | KILN_MOE_F32_LOGITS | KILN_MOE_F32_COMBINE | KILN_MOE_NORMALIZE_TOP_K;
+  const std::vector<MoeCase> routings = {
+      {37, 64, 32, 8, 2, KILN_MOE_NORMALIZE_TOP_K},
+      {19, 128, 64, 64, 8, KILN_MOE_ROUND_WEIGHTS},
+      {5, 256, 96, 128, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS},
+      {3, 64, 16, 4, 4, 0},
+      {300, 128, 64, 16, 4, KILN_MOE_NORMALIZE_TOP_K}, // grouped: M 64
+      {70, 64, 32, 32, 2, KILN_MOE_ROUND_WEIGHTS},     // grouped: M 4
+      {23, 128, 64, 64, 6, kDeepSeek, 8, 3, 2.5f, false, true},
+      {9, 64, 32, 16, 4, kDeepSeek, 4, 2, 1.0f, false, false},
+      {29, 128, 64, 8, 2, kDeepSeek, 1, 1, 2.5f, true, true},
+      {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true},
+      // hidden and inter multiples of 256, at most 160 rows an expert on average: on sm_90
+      // the grouped mode runs the own grouped GEMM (one tile an expert; some split in two;
+      // rows of a handful; plain experts).
+      {600, 256, 256, 16, 4, KILN_MOE_NORMALIZE_TOP_K},
+      {600, 256, 256, 8, 2, kDeepSeek, 2, 1, 2.5f, false, true},
+      {70, 256, 256, 32, 2, KILN_MOE_ROUND_WEIGHTS},
+      {300, 512, 256, 16, 6, kDeepSeek, 4, 2, 1.5f, true, true},
+      // Row-invariant only (below): a decode step's token over many experts, a few tokens,
+      // and experts of more than one tile.
+      {1, 256, 256, 64, 8, kDeepSeek, 8, 3, 2.5f, false, true},
+      {5, 512, 256, 128, 6, KILN_MOE_NORMALIZE_TOP_K},
+      {700, 256, 256, 4, 2, KILN_MOE_ROUND_WEIGHTS}};
+  for (const auto &c : withModes(routings))
+    checkMoe(c, gemm, workspace.ptr, rng);
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+// gpt-oss's experts (Moe.h): the gate, up and down biases (about 0.5; each alone too)
+// and the clamped SwiGLU, against the reference in every mode (checkMoe: pairs and
+// row-invariant tokens alone against the batch; grouped on cuBLASLt's padded tiles and
+// on the own grouped GEMM, which then runs gate and up apart, and agrees with cuBLASLt).
+// The gate and up weights are spread so that the clamps bite (gate values above 7, up
+// values beyond +-7: checkMoe counts them). Plain experts take the up and down biases,
+// and the down bias alone keeps the own GEMM's fused gate/up.
+TEST(GraphGpu, MoeExpertBiasesAndClampedSwigluMatchReference) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(17);
+  // gpt-oss's router: softmax over the top-k logits (the normalized softmax), in bf16.
+  constexpr int32_t kGptOss =
+      KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS | KILN_MOE_CLAMPED_SWIGLU;
+  constexpr int32_t kDeepSeek =
+      KILN_MOE_SIGMOID | KILN_MOE_F32_LOGITS | KILN_MOE_F32_COMBINE | KILN_MOE_NORMALIZE_TOP_K;
+  constexpr float kSpread = 4.0f; // gate/up outputs ~N(0, 16): about 8% beyond 7
+  const std::vector<MoeCase> layers = {
+      // Pairs only: every bias, one at a time, and none with the clamps.
+      {37, 64, 32, 8, 2, kGptOss, 1, 1, 1.0f, false, false, true, true, true, kSpread},
+      {19, 128, 64, 32, 4, kGptOss, 1, 1, 1.0f, false, false, true, false, false, kSpread},
+      {11, 64, 96, 16, 4, kGptOss, 1, 1, 1.0f, false, false, false, true, false, kSpread},
+      {13, 128, 64, 8, 2, kGptOss, 1, 1, 1.0f, false, false, false, false, false, kSpread},
+      // SwiGLU with biases (no clamps), and the F32 combine with the down bias.
+      {17, 64, 32, 16, 4, KILN_MOE_NORMALIZE_TOP_K, 1, 1, 1.0f, false, false, true, true, false},
+      {23, 128, 64, 64, 6, kDeepSeek, 8, 3, 2.5f, false, true, false, false, true},
+      // Grouped on cuBLASLt (M 64, M 4), pairs too.
+      {300, 128, 64, 16, 4, kGptOss, 1, 1, 1.0f, false, false, true, true, true, kSpread},
+      {70, 64, 32, 32, 2, kGptOss | KILN_MOE_F32_COMBINE, 1, 1, 1.0f, false, false, true, true,
+       true, kSpread},
+      // Plain relu2 experts with the up and down biases.
+      {200, 64, 32, 32, 6, kDeepSeek, 4, 2, 1.5f, true, true, false, true, true},
+      // hidden and inter multiples of 256: the own grouped GEMM on sm_90 in the grouped
+      // mode (at most 160 rows an expert) and the row-invariant one.
+      {600, 256, 256, 16, 4, kGptOss, 1, 1, 1.0f, false, false, true, true, true, kSpread},
+      {70, 256, 256, 32, 2, kGptOss, 1, 1, 1.0f, false, false, false, true, true, kSpread},
+      {300, 512, 256, 16, 6, KILN_MOE_NORMALIZE_TOP_K | KILN_MOE_ROUND_WEIGHTS, 1, 1, 1.0f, false,
+       false, true, false, false},
+      {300, 256, 512, 16, 4, kDeepSeek, 4, 2, 1.5f, true, true, false, true, true},
+      // The down bias alone: the fused gate/up stays.
+      {600, 256, 256, 8, 2, KILN_MOE_NORMALIZE_TOP_K, 1, 1, 1.0f, false, false, false, false, true},
+      // Row-invariant at decode sizes: one token over many experts, a few tokens.
+      {1, 256, 256, 64, 4, kGptOss, 1, 1, 1.0f, false, false, true, true, true, kSpread},
+      {5, 512, 256, 32, 4, kGptOss, 1, 1, 1.0f, false, false, true, true, true, kSpread}};
+  for (const auto &c : withModes(layers))
+    checkMoe(c, gemm, workspace.ptr, rng);
   CUDA_OK(cudaDeviceSynchronize());
 }
 
