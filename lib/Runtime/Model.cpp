@@ -226,8 +226,8 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
     widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
   if (!rowGroups.empty() && !shape.empty() && shape[0] > 0) {
     std::vector<unsigned char> scratch;
-    kiln::weights::regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]),
-                               scratch);
+    kiln::weights::regroupUnits(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]),
+                                scratch);
   }
   cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {

@@ -772,16 +772,76 @@ TEST(Manifest, Errors) {
 
 // A q_proj of 2 heads x [query 2 rows | gate 1 row] (rows of 2 bytes, named by their
 // checkpoint index) leaves as [queries | gates]: rows 0 1 3 4, then 2 5.
-TEST(WeightTransforms, RegroupRowsIsPartMajor) {
+TEST(WeightTransforms, RegroupUnitsIsPartMajor) {
   std::vector<unsigned char> rows;
   for (unsigned char r = 0; r < 6; ++r)
     rows.insert(rows.end(), {r, static_cast<unsigned char>(100 + r)});
   std::vector<unsigned char> scratch;
-  kiln::weights::regroupRows(rows.data(), {2, 2, 1}, 2, scratch);
+  kiln::weights::regroupUnits(rows.data(), {2, 2, 1}, 2, scratch);
   const std::vector<unsigned char> want = {0, 100, 1, 101, 3, 103, 4, 104, 2, 102, 5, 105};
   EXPECT_EQ(rows, want);
   // One group is the identity.
   std::vector<unsigned char> one = {1, 2, 3, 4, 5, 6};
-  kiln::weights::regroupRows(one.data(), {1, 1, 2}, 2, scratch);
+  kiln::weights::regroupUnits(one.data(), {1, 1, 2}, 2, scratch);
   EXPECT_EQ(one, (std::vector<unsigned char>{1, 2, 3, 4, 5, 6}));
+  // Units of one byte, three parts: [a b c] x 3 groups -> a a a b b b c c c.
+  std::vector<unsigned char> abc = {'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c'};
+  kiln::weights::regroupUnits(abc.data(), {3, 1, 1, 1}, 1, scratch);
+  EXPECT_EQ(std::string(abc.begin(), abc.end()), "aaabbbccc");
+  // Unequal parts: 2 groups of [x x y] units of 3 bytes.
+  std::vector<unsigned char> xy;
+  for (unsigned char g = 0; g < 2; ++g)
+    for (unsigned char u = 0; u < 3; ++u)
+      xy.insert(xy.end(), {g, u, static_cast<unsigned char>(u < 2 ? 'x' : 'y')});
+  kiln::weights::regroupUnits(xy.data(), {2, 2, 1}, 3, scratch);
+  EXPECT_EQ(xy, (std::vector<unsigned char>{0, 0, 'x', 0, 1, 'x', 1, 0, 'x', 1, 1, 'x', 0, 2, 'y',
+                                            1, 2, 'y'}));
+}
+
+namespace {
+
+// `batch` row-major [rows, cols] matrices of `elementBytes`-byte elements, transposed one
+// element at a time (the reference).
+std::vector<unsigned char> naiveTranspose(const std::vector<unsigned char> &in, uint64_t batch,
+                                          uint64_t rows, uint64_t cols, uint64_t elementBytes) {
+  std::vector<unsigned char> out(in.size());
+  const uint64_t matrix = rows * cols * elementBytes;
+  for (uint64_t b = 0; b < batch; ++b)
+    for (uint64_t r = 0; r < rows; ++r)
+      for (uint64_t c = 0; c < cols; ++c)
+        std::memcpy(out.data() + b * matrix + (c * rows + r) * elementBytes,
+                    in.data() + b * matrix + (r * cols + c) * elementBytes, elementBytes);
+  return out;
+}
+
+} // namespace
+
+TEST(WeightTransforms, TransposeMatrices) {
+  std::vector<unsigned char> scratch;
+  // Two [2, 3] matrices of 2-byte elements (named by their value) become [3, 2].
+  std::vector<uint16_t> m = {1, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16};
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(m.data()), 2, 2, 3, 2,
+                                   scratch);
+  EXPECT_EQ(m, (std::vector<uint16_t>{1, 4, 2, 5, 3, 6, 11, 14, 12, 15, 13, 16}));
+  // f32, one [3, 1] matrix and one [1, 3]: the same bytes.
+  std::vector<float> column = {1.5f, 2.5f, 3.5f};
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(column.data()), 1, 3, 1, 4,
+                                   scratch);
+  EXPECT_EQ(column, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(column.data()), 1, 1, 3, 4,
+                                   scratch);
+  EXPECT_EQ(column, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  // Larger than a tile, not a multiple of one, in every element size (the typed copies
+  // and the generic one) against the reference.
+  for (uint64_t elementBytes : {1u, 2u, 3u, 4u, 8u}) {
+    const uint64_t batch = 3, rows = 37, cols = 70;
+    const std::string bytes = pattern(batch * rows * cols * elementBytes, 7);
+    std::vector<unsigned char> data(bytes.begin(), bytes.end());
+    const std::vector<unsigned char> want = naiveTranspose(data, batch, rows, cols, elementBytes);
+    kiln::weights::transposeMatrices(data.data(), batch, rows, cols, elementBytes, scratch);
+    EXPECT_EQ(data, want) << elementBytes << "-byte elements";
+    // Transposing back restores the input.
+    kiln::weights::transposeMatrices(data.data(), batch, cols, rows, elementBytes, scratch);
+    EXPECT_EQ(data, naiveTranspose(want, batch, cols, rows, elementBytes));
+  }
 }
