@@ -3,7 +3,10 @@
 #ifndef KILN_RUNTIME_WEIGHTTRANSFORMS_H
 #define KILN_RUNTIME_WEIGHTTRANSFORMS_H
 
+#include "kiln/Runtime/Manifest.h"
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kiln::weights {
@@ -19,6 +22,13 @@ void transposeMatrices(unsigned char *data, uint64_t batch, uint64_t rows, uint6
 // so on. `groups` is {G, P0, P1, ...}; `scratch` is resized to the tensor's bytes.
 void regroupUnits(unsigned char *data, const std::vector<int64_t> &groups, uint64_t unitBytes,
                   std::vector<unsigned char> &scratch);
+
+// The layout changes of manifest weight `w` on its `w.bytes` loaded bytes at `data` (in
+// the manifest's dtype, widened already): `transpose` of the checkpoint shape (`fromShape`,
+// or `shape`), then `rows=`. False, with `error` saying why, when `w` is inconsistent
+// (parseManifest never returns such a weight); `data` is then unchanged.
+bool applyLayout(unsigned char *data, const kiln::runtime::ManifestWeight &w,
+                 std::vector<unsigned char> &scratch, std::string &error);
 
 } // namespace kiln::weights
 
