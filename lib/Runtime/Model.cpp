@@ -190,18 +190,20 @@ void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
   }
 }
 
-// One checkpoint tensor `name` of `shape` and the manifest's dtype into `bytes` at
-// `device`, through the host buffer (its rows regrouped when `rowGroups` says so).
+// One checkpoint tensor `name` of `checkpointShape` and the manifest's dtype into `bytes`
+// at `device`, through the host buffer: read, widened to f32 when the manifest says f32,
+// then, when `layout` (its manifest weight) says so, transposed and regrouped
+// (kiln::weights::applyLayout) in `scratch`.
 kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &index,
                          const char *weightsPath, const std::string &name, const std::string &dtype,
-                         const std::vector<int64_t> &shape, char *device, uint64_t bytes,
-                         std::vector<unsigned char> &host,
-                         const std::vector<int64_t> &rowGroups = {}) {
+                         const std::vector<int64_t> &checkpointShape, char *device, uint64_t bytes,
+                         std::vector<unsigned char> &host, std::vector<unsigned char> &scratch,
+                         const kiln::runtime::ManifestWeight *layout = nullptr) {
   std::string error;
   const kiln::weights::TensorInfo *info = index.find(name);
   if (!info)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' (%s %s) is not in the checkpoint %s",
-                fn, name.c_str(), dtype.c_str(), shapeText(shape).c_str(), weightsPath);
+                fn, name.c_str(), dtype.c_str(), shapeText(checkpointShape).c_str(), weightsPath);
   const char *found = kiln::weights::dtypeName(info->dtype);
   // An f32 parameter (Mamba2's A_log, D, dt_bias) may be saved in a 16-bit dtype: the
   // values widen exactly.
@@ -210,10 +212,17 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
   if (dtype != found && !widen)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s is %s, the model needs %s",
                 fn, name.c_str(), info->file.c_str(), found, dtype.c_str());
-  if (info->shape != shape)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: weight '%s' in %s has shape %s, the model needs %s",
-                fn, name.c_str(), info->file.c_str(), shapeText(info->shape).c_str(),
-                shapeText(shape).c_str());
+  if (info->shape != checkpointShape) {
+    // With from=, the checkpoint's shape differs from the loaded one: say both.
+    const std::string loadedAs =
+        layout && !layout->fromShape.empty()
+            ? " (the manifest's from=; it loads as " + shapeText(layout->shape) + ")"
+            : std::string();
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: weight '%s' in %s has shape %s, the model needs %s%s", fn, name.c_str(),
+                info->file.c_str(), shapeText(info->shape).c_str(),
+                shapeText(checkpointShape).c_str(), loadedAs.c_str());
+  }
   if (info->bytes != (widen ? bytes / 2 : bytes) || bytes > host.size())
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: weight '%s' in %s holds %llu bytes, the manifest plans %llu", fn,
@@ -224,11 +233,8 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
                 error.c_str());
   if (widen)
     widenToF32(host.data(), info->bytes / 2, std::strcmp(found, "bf16") == 0);
-  if (!rowGroups.empty() && !shape.empty() && shape[0] > 0) {
-    std::vector<unsigned char> scratch;
-    kiln::weights::regroupRows(host.data(), rowGroups, bytes / static_cast<uint64_t>(shape[0]),
-                               scratch);
-  }
+  if (layout && !kiln::weights::applyLayout(host.data(), *layout, scratch, error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s", fn, error.c_str());
   cudaError_t e = cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -239,7 +245,8 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
 }
 
 // A manifest weight whose name holds `*` (a MoE layer's experts) is the stack of the
-// checkpoint's tensors with `*` replaced by 0, 1, ... along its leading dimension.
+// checkpoint's tensors with `*` replaced by 0, 1, ... along its leading dimension, each
+// loaded as it is (parseManifest refuses from=, transpose and rows= on a stack).
 kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath) {
   kiln::weights::SafetensorsIndex index;
   std::string error;
@@ -249,7 +256,7 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
   uint64_t largest = 0;
   for (const auto &w : m->manifest.weights)
     largest = std::max(largest, w.bytes);
-  std::vector<unsigned char> host(static_cast<size_t>(largest));
+  std::vector<unsigned char> host(static_cast<size_t>(largest)), scratch;
   char *base = static_cast<char *>(kiln_rt_weights(m->ctx));
   for (const auto &w : m->manifest.weights) {
     if (w.offset > m->manifest.weightBytes || w.bytes > m->manifest.weightBytes - w.offset)
@@ -261,8 +268,9 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
                   static_cast<unsigned long long>(m->manifest.weightBytes));
     const size_t star = w.name.find('*');
     if (star == std::string::npos) {
-      if (kiln_status_t s = loadTensor(fn, index, weightsPath, w.name, w.dtype, w.shape,
-                                       base + w.offset, w.bytes, host, w.rowGroups);
+      if (kiln_status_t s = loadTensor(fn, index, weightsPath, w.name, w.dtype,
+                                       w.fromShape.empty() ? w.shape : w.fromShape, base + w.offset,
+                                       w.bytes, host, scratch, &w);
           s != KILN_OK)
         return s;
       continue;
@@ -278,7 +286,7 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
           w.name.substr(0, star) + std::to_string(e) + w.name.substr(star + 1);
       if (kiln_status_t s = loadTensor(fn, index, weightsPath, name, w.dtype, slice,
                                        base + w.offset + static_cast<uint64_t>(e) * sliceBytes,
-                                       sliceBytes, host);
+                                       sliceBytes, host, scratch);
           s != KILN_OK)
         return s;
     }

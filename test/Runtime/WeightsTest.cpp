@@ -667,6 +667,54 @@ TEST(Manifest, Valid) {
       << error;
   EXPECT_EQ(m.weights[1].rowGroups, (std::vector<int64_t>{4, 32, 32}));
   EXPECT_TRUE(m.weights[0].rowGroups.empty());
+  EXPECT_TRUE(m.weights[1].fromShape.empty());
+  EXPECT_FALSE(m.weights[1].transpose);
+
+  // gpt-oss's fused experts (E 2, hidden 256, intermediate 64): the checkpoint's
+  // [E, hidden, 2 x inter] loads transposed and regrouped as [2, E, inter, hidden]. The
+  // fields come in any order.
+  for (const char *fields :
+       {"from=2x256x128 transpose rows=128:1,1", "rows=128:1,1 from=2x256x128 transpose",
+        "transpose rows=128:1,1 from=2x256x128"}) {
+    ASSERT_TRUE(parseManifest(join(with(23, (std::string("weight model.layers.0.mlp.experts."
+                                                         "gate_up_proj bf16 2x2x64x256 524288 "
+                                                         "131072 ") +
+                                             fields)
+                                                .c_str())),
+                              m, error))
+        << fields << ": " << error;
+    EXPECT_EQ(m.weights[1].shape, (std::vector<int64_t>{2, 2, 64, 256}));
+    EXPECT_EQ(m.weights[1].fromShape, (std::vector<int64_t>{2, 256, 128}));
+    EXPECT_TRUE(m.weights[1].transpose);
+    EXPECT_EQ(m.weights[1].rowGroups, (std::vector<int64_t>{128, 1, 1}));
+  }
+  // Transposed without from= (the checkpoint's [256, 256] in [in, out] order), and a
+  // from= alone (a reshape).
+  ASSERT_TRUE(parseManifest(join(with(23, "weight model.layers.0.self_attn.q_proj.weight bf16 "
+                                          "256x256 524288 131072 transpose")),
+                            m, error))
+      << error;
+  EXPECT_TRUE(m.weights[1].transpose);
+  EXPECT_TRUE(m.weights[1].fromShape.empty());
+  EXPECT_TRUE(m.weights[1].rowGroups.empty());
+  ASSERT_TRUE(parseManifest(join(with(23, "weight model.layers.0.self_attn.q_proj.weight bf16 "
+                                          "256x256 524288 131072 from=4x64x256")),
+                            m, error))
+      << error;
+  EXPECT_EQ(m.weights[1].fromShape, (std::vector<int64_t>{4, 64, 256}));
+  EXPECT_FALSE(m.weights[1].transpose);
+  // Units smaller than a row: the 128 norm values as 2 groups of 1 + 1 units of 32 values
+  // (a fused bias interleaved by blocks).
+  ASSERT_TRUE(parseManifest(join(with(24, "weight model.norm.weight f32 128 655360 512 "
+                                          "rows=2:1,1")),
+                            m, error))
+      << error;
+  EXPECT_EQ(m.weights[2].rowGroups, (std::vector<int64_t>{2, 1, 1}));
+  // A stacked weight without fields still parses.
+  ASSERT_TRUE(parseManifest(join(with(23, "weight model.layers.0.mlp.experts.*.up_proj.weight "
+                                          "bf16 2x128x256 524288 131072")),
+                            m, error))
+      << error;
 
   Manifest huge;
   huge.weightBytes = ~uint64_t(0);
@@ -712,18 +760,58 @@ TEST(Manifest, Errors) {
   expectManifestError(with(24, "weight model.norm.weight f32 128 1048576 512"), 24, "outside weight_bytes");
   expectManifestError(with(24, "weight model.embed_tokens.weight f32 128 655360 512"), 24,
                       "duplicate weight 'model.embed_tokens.weight' (first on line 22)");
-  // Regrouped rows: the groups must cover the leading dimension, every count positive.
-  const char *q = "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072 ";
-  expectManifestError(with(23, (std::string(q) + "rows=4:32,31").c_str()), 23,
-                      "rows=4:32,31 needs at least two parts whose groups cover the 256 rows");
-  expectManifestError(with(23, (std::string(q) + "rows=4:64").c_str()), 23, "at least two parts");
-  expectManifestError(with(23, (std::string(q) + "rows=0:32,32").c_str()), 23, "rows: '0' is zero");
-  expectManifestError(with(23, (std::string(q) + "rows=4:32,x").c_str()), 23,
-                      "rows: 'x' is not a decimal number");
-  expectManifestError(with(23, (std::string(q) + "cols=4:32,32").c_str()), 23,
-                      "unknown field 'cols=4:32,32' (expected rows=G:P0,P1,...)");
-  expectManifestError(with(23, (std::string(q) + "rows=4:32,32 x").c_str()), 23,
-                      "(8 fields found)");
+  // Regrouped units: G x (P0 + P1 + ...) must divide the element count, every count
+  // positive.
+  const std::string q = "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072 ";
+  auto qWith = [&](const std::string &fields) { return with(23, (q + fields).c_str()); };
+  expectManifestError(qWith("rows=4:32,31"), 23,
+                      "weight 'model.layers.0.self_attn.q_proj.weight': rows=4:32,31: 4 groups of "
+                      "63 units must divide the 65536 elements of shape 256x256");
+  expectManifestError(qWith("rows=4:64"), 23, "rows=4:64 needs at least two parts");
+  expectManifestError(qWith("rows=4"), 23, "rows=4 is not of the form rows=G:P0,P1,...");
+  expectManifestError(qWith("rows=0:32,32"), 23, "rows: '0' is zero");
+  expectManifestError(qWith("rows=4:32,x"), 23, "rows: 'x' is not a decimal number");
+  expectManifestError(qWith("rows=4:32,"), 23, "rows: '' is empty");
+  expectManifestError(qWith("rows=2147483648:1,1"), 23, "rows: '2147483648' is too large");
+  expectManifestError(with(25, "weight empty.weight i32 0x4 655360 0 rows=1:1,1"), 25,
+                      "must divide the 0 elements of shape 0x4");
+  // Unknown, repeated and misplaced fields.
+  expectManifestError(qWith("cols=4:32,32"), 23,
+                      "unknown field 'cols=4:32,32' (expected from=D0xD1x..., transpose or "
+                      "rows=G:P0,P1,...)");
+  expectManifestError(qWith("rows=4:32,32 x"), 23, "unknown field 'x'");
+  expectManifestError(qWith("Transpose"), 23, "unknown field 'Transpose'");
+  expectManifestError(qWith("from"), 23, "unknown field 'from'");
+  expectManifestError(qWith("transpose transpose"), 23, "duplicate field 'transpose'");
+  expectManifestError(qWith("rows=4:32,32 transpose rows=4:32,32"), 23, "duplicate field 'rows='");
+  expectManifestError(qWith("from=256x256 from=65536"), 23, "duplicate field 'from='");
+  expectManifestError(qWith("from=256x256 transpose rows=4:32,32 transpose"), 23,
+                      "duplicate field 'transpose'");
+  // from=: positive decimal dimensions holding SHAPE's elements.
+  expectManifestError(qWith("from=256x255"), 23,
+                      "from=256x255 holds 65280 elements, shape 256x256 holds 65536");
+  expectManifestError(qWith("from=256x0"), 23, "from=256x0: dimension '0' is zero");
+  expectManifestError(qWith("from=256x"), 23, "from=256x: dimension '' is empty");
+  expectManifestError(qWith("from="), 23, "from=: dimension '' is empty");
+  expectManifestError(qWith("from=2a6x256"), 23, "dimension '2a6' is not a decimal number");
+  expectManifestError(qWith("from=-256x256"), 23, "dimension '-256' is negative");
+  expectManifestError(qWith("from=9223372036854775808"), 23,
+                      "dimension '9223372036854775808' is too large");
+  expectManifestError(qWith("from=4294967296x4294967296x4"), 23,
+                      "holds more than 2^64 elements, shape 256x256 holds 65536");
+  // transpose: a checkpoint of rank >= 2.
+  expectManifestError(with(24, "weight model.norm.weight f32 128 655360 512 transpose"), 24,
+                      "weight 'model.norm.weight': transpose needs a checkpoint shape of rank >= 2 "
+                      "(128 has rank 1)");
+  expectManifestError(qWith("transpose from=65536"), 23,
+                      "transpose needs a checkpoint shape of rank >= 2 (65536 has rank 1)");
+  // A stack loads its experts' tensors as they are.
+  const std::string stacked =
+      "weight model.layers.0.mlp.experts.*.down_proj.weight bf16 2x128x256 524288 131072 ";
+  for (const char *fields : {"transpose", "from=2x256x128", "rows=2:64,64"})
+    expectManifestError(with(23, (stacked + fields).c_str()), 23,
+                        "weight 'model.layers.0.mlp.experts.*.down_proj.weight': a stacked "
+                        "weight (a '*' in its name) takes no from=, transpose or rows=");
   // Overflowing shapes.
   expectManifestError(with(24, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 24, "overflows 64 bits");
   expectManifestError(with(24, "weight model.norm.weight f32 9223372036854775807 655360 512"), 24, "overflows 64 bits");
@@ -772,16 +860,196 @@ TEST(Manifest, Errors) {
 
 // A q_proj of 2 heads x [query 2 rows | gate 1 row] (rows of 2 bytes, named by their
 // checkpoint index) leaves as [queries | gates]: rows 0 1 3 4, then 2 5.
-TEST(WeightTransforms, RegroupRowsIsPartMajor) {
+TEST(WeightTransforms, RegroupUnitsIsPartMajor) {
   std::vector<unsigned char> rows;
   for (unsigned char r = 0; r < 6; ++r)
     rows.insert(rows.end(), {r, static_cast<unsigned char>(100 + r)});
   std::vector<unsigned char> scratch;
-  kiln::weights::regroupRows(rows.data(), {2, 2, 1}, 2, scratch);
+  kiln::weights::regroupUnits(rows.data(), {2, 2, 1}, 2, scratch);
   const std::vector<unsigned char> want = {0, 100, 1, 101, 3, 103, 4, 104, 2, 102, 5, 105};
   EXPECT_EQ(rows, want);
   // One group is the identity.
   std::vector<unsigned char> one = {1, 2, 3, 4, 5, 6};
-  kiln::weights::regroupRows(one.data(), {1, 1, 2}, 2, scratch);
+  kiln::weights::regroupUnits(one.data(), {1, 1, 2}, 2, scratch);
   EXPECT_EQ(one, (std::vector<unsigned char>{1, 2, 3, 4, 5, 6}));
+  // Units of one byte, three parts: [a b c] x 3 groups -> a a a b b b c c c.
+  std::vector<unsigned char> abc = {'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c'};
+  kiln::weights::regroupUnits(abc.data(), {3, 1, 1, 1}, 1, scratch);
+  EXPECT_EQ(std::string(abc.begin(), abc.end()), "aaabbbccc");
+  // Unequal parts: 2 groups of [x x y] units of 3 bytes.
+  std::vector<unsigned char> xy;
+  for (unsigned char g = 0; g < 2; ++g)
+    for (unsigned char u = 0; u < 3; ++u)
+      xy.insert(xy.end(), {g, u, static_cast<unsigned char>(u < 2 ? 'x' : 'y')});
+  kiln::weights::regroupUnits(xy.data(), {2, 2, 1}, 3, scratch);
+  EXPECT_EQ(xy, (std::vector<unsigned char>{0, 0, 'x', 0, 1, 'x', 1, 0, 'x', 1, 1, 'x', 0, 2, 'y',
+                                            1, 2, 'y'}));
+}
+
+namespace {
+
+// `batch` row-major [rows, cols] matrices of `elementBytes`-byte elements, transposed one
+// element at a time (the reference).
+std::vector<unsigned char> naiveTranspose(const std::vector<unsigned char> &in, uint64_t batch,
+                                          uint64_t rows, uint64_t cols, uint64_t elementBytes) {
+  std::vector<unsigned char> out(in.size());
+  const uint64_t matrix = rows * cols * elementBytes;
+  for (uint64_t b = 0; b < batch; ++b)
+    for (uint64_t r = 0; r < rows; ++r)
+      for (uint64_t c = 0; c < cols; ++c)
+        std::memcpy(out.data() + b * matrix + (c * rows + r) * elementBytes,
+                    in.data() + b * matrix + (r * cols + c) * elementBytes, elementBytes);
+  return out;
+}
+
+} // namespace
+
+TEST(WeightTransforms, TransposeMatrices) {
+  std::vector<unsigned char> scratch;
+  // Two [2, 3] matrices of 2-byte elements (named by their value) become [3, 2].
+  std::vector<uint16_t> m = {1, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16};
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(m.data()), 2, 2, 3, 2,
+                                   scratch);
+  EXPECT_EQ(m, (std::vector<uint16_t>{1, 4, 2, 5, 3, 6, 11, 14, 12, 15, 13, 16}));
+  // f32, one [3, 1] matrix and one [1, 3]: the same bytes.
+  std::vector<float> column = {1.5f, 2.5f, 3.5f};
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(column.data()), 1, 3, 1, 4,
+                                   scratch);
+  EXPECT_EQ(column, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  kiln::weights::transposeMatrices(reinterpret_cast<unsigned char *>(column.data()), 1, 1, 3, 4,
+                                   scratch);
+  EXPECT_EQ(column, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+  // Larger than a tile, not a multiple of one, in every element size (the typed copies
+  // and the generic one) against the reference.
+  for (uint64_t elementBytes : {1u, 2u, 3u, 4u, 8u}) {
+    const uint64_t batch = 3, rows = 37, cols = 70;
+    const std::string bytes = pattern(batch * rows * cols * elementBytes, 7);
+    std::vector<unsigned char> data(bytes.begin(), bytes.end());
+    const std::vector<unsigned char> want = naiveTranspose(data, batch, rows, cols, elementBytes);
+    kiln::weights::transposeMatrices(data.data(), batch, rows, cols, elementBytes, scratch);
+    EXPECT_EQ(data, want) << elementBytes << "-byte elements";
+    // Transposing back restores the input.
+    kiln::weights::transposeMatrices(data.data(), batch, cols, rows, elementBytes, scratch);
+    EXPECT_EQ(data, naiveTranspose(want, batch, cols, rows, elementBytes));
+  }
+}
+
+// The gpt-oss experts of the ABI example (E 2, hidden 4, intermediate 3), parsed from their
+// manifest lines and laid out by applyLayout as the loader does after reading: gate_up
+// [E, hidden, 2 x inter] (gate i in column 2i, up i in 2i + 1) becomes [2, E, inter,
+// hidden] (the gate rows of every expert, then the up rows, each an output), the bias
+// [E, 2 x inter] becomes [2, E, inter], down [E, inter, hidden] becomes [E, hidden, inter].
+TEST(WeightTransforms, GptOssExperts) {
+  constexpr int E = 2, H = 4, I = 3;
+  std::vector<std::string> lines = validLines();
+  lines[22] = "weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x3x4 524288 96 "
+              "from=2x4x6 transpose rows=6:1,1";
+  lines.insert(lines.begin() + 23, {"weight model.layers.0.mlp.experts.gate_up_proj_bias bf16 "
+                                    "2x2x3 524544 24 from=2x6 rows=6:1,1",
+                                    "weight model.layers.0.mlp.experts.down_proj bf16 2x4x3 "
+                                    "524800 48 from=2x3x4 transpose"});
+  Manifest m;
+  std::string error;
+  ASSERT_TRUE(parseManifest(join(lines), m, error)) << error;
+  ASSERT_EQ(m.weights.size(), 6u);
+  const kiln::runtime::ManifestWeight &gateUp = m.weights[1], &bias = m.weights[2],
+                                      &down = m.weights[3];
+
+  // Each value names its checkpoint index: expert e, then the two others in order.
+  std::vector<uint16_t> gateUpData, biasData, downData;
+  for (int e = 0; e < E; ++e)
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < 2 * I; ++c)
+        gateUpData.push_back(static_cast<uint16_t>(1000 * e + 100 * h + c));
+  for (int e = 0; e < E; ++e)
+    for (int c = 0; c < 2 * I; ++c)
+      biasData.push_back(static_cast<uint16_t>(1000 * e + c));
+  for (int e = 0; e < E; ++e)
+    for (int i = 0; i < I; ++i)
+      for (int h = 0; h < H; ++h)
+        downData.push_back(static_cast<uint16_t>(1000 * e + 100 * i + h));
+
+  std::vector<unsigned char> scratch;
+  auto apply = [&](std::vector<uint16_t> &data, const kiln::runtime::ManifestWeight &w) {
+    ASSERT_EQ(data.size() * 2, w.bytes);
+    std::string why;
+    EXPECT_TRUE(
+        kiln::weights::applyLayout(reinterpret_cast<unsigned char *>(data.data()), w, scratch, why))
+        << why;
+  };
+  apply(gateUpData, gateUp);
+  apply(biasData, bias);
+  apply(downData, down);
+
+  std::vector<uint16_t> wantGateUp, wantBias, wantDown;
+  for (int part = 0; part < 2; ++part) // gate, then up
+    for (int e = 0; e < E; ++e)
+      for (int i = 0; i < I; ++i) {
+        for (int h = 0; h < H; ++h) // row (part, e, i): output i's weights over the inputs
+          wantGateUp.push_back(static_cast<uint16_t>(1000 * e + 100 * h + 2 * i + part));
+        wantBias.push_back(static_cast<uint16_t>(1000 * e + 2 * i + part));
+      }
+  for (int e = 0; e < E; ++e)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < I; ++i)
+        wantDown.push_back(static_cast<uint16_t>(1000 * e + 100 * i + h));
+  EXPECT_EQ(gateUpData, wantGateUp);
+  EXPECT_EQ(biasData, wantBias);
+  EXPECT_EQ(downData, wantDown);
+  // The first gate rows spelled out: expert 0's gate 0 is checkpoint column 0 over the 4
+  // inputs, its gate 1 column 2; expert 0's up 0 (row 6) column 1.
+  EXPECT_EQ(std::vector<uint16_t>(gateUpData.begin(), gateUpData.begin() + 8),
+            (std::vector<uint16_t>{0, 100, 200, 300, 2, 102, 202, 302}));
+  EXPECT_EQ(std::vector<uint16_t>(gateUpData.begin() + 24, gateUpData.begin() + 28),
+            (std::vector<uint16_t>{1, 101, 201, 301}));
+}
+
+// After the widening to f32 the layout moves 4-byte elements; weights without transpose
+// or rows= are left alone; an inconsistent hand-built weight is refused, its data intact.
+TEST(WeightTransforms, ApplyLayoutElementSizesAndErrors) {
+  kiln::runtime::ManifestWeight w;
+  w.name = "x";
+  w.dtype = "f32";
+  w.shape = {3, 2};
+  w.fromShape = {2, 3};
+  w.transpose = true;
+  w.bytes = 24;
+  std::vector<float> data = {1, 2, 3, 4, 5, 6};
+  std::vector<unsigned char> scratch;
+  std::string error;
+  ASSERT_TRUE(
+      kiln::weights::applyLayout(reinterpret_cast<unsigned char *>(data.data()), w, scratch, error))
+      << error;
+  EXPECT_EQ(data, (std::vector<float>{1, 4, 2, 5, 3, 6}));
+
+  kiln::runtime::ManifestWeight plain = w;
+  plain.transpose = false;
+  ASSERT_TRUE(kiln::weights::applyLayout(reinterpret_cast<unsigned char *>(data.data()), plain,
+                                         scratch, error));
+  EXPECT_EQ(data, (std::vector<float>{1, 4, 2, 5, 3, 6}));
+
+  const std::vector<float> before = data;
+  auto refused = [&](const kiln::runtime::ManifestWeight &bad, const std::string &part) {
+    std::string why;
+    EXPECT_FALSE(kiln::weights::applyLayout(reinterpret_cast<unsigned char *>(data.data()), bad,
+                                            scratch, why));
+    expectError(why, "weight 'x': ");
+    expectError(why, part);
+    EXPECT_EQ(data, before);
+  };
+  kiln::runtime::ManifestWeight bad = w;
+  bad.fromShape = {6};
+  refused(bad, "cannot transpose checkpoint shape 6");
+  bad.fromShape = {2, 4};
+  refused(bad, "cannot transpose checkpoint shape 2x4 into 6 elements");
+  bad = w;
+  bad.rowGroups = {4, 1, 1};
+  refused(bad, "rows= groups do not divide the 6 elements of shape 3x2");
+  bad.rowGroups = {3, 1};
+  refused(bad, "rows= groups do not divide");
+  bad.rowGroups = {3, 1, -1};
+  refused(bad, "rows= groups do not divide");
+  bad = w;
+  bad.bytes = 25;
+  refused(bad, "25 bytes are not whole elements of shape 3x2");
 }

@@ -16,8 +16,15 @@ struct ManifestWeight {
   std::vector<int64_t> shape;    // at least one dimension, each >= 0
   uint64_t offset = 0;           // in the weight allocation, 256-byte aligned
   uint64_t bytes = 0;            // product(shape) * dtype bytes
-  // Empty, or {G, P0, P1, ...}: the checkpoint's rows are G groups of P0 + P1 + ... rows,
-  // loaded part-major (part 0 of every group, then part 1, ...).
+  // The checkpoint tensor's shape when it differs from `shape` (`from=`; the same element
+  // count, every dimension positive). Empty: the checkpoint tensor has `shape`.
+  std::vector<int64_t> fromShape;
+  // `transpose`: the checkpoint tensor ([..., a, b]: `fromShape`, or `shape` without it;
+  // rank >= 2) loads with every matrix of its last two dimensions transposed ([..., b, a]).
+  bool transpose = false;
+  // Empty, or {G, P0, P1, ...} (`rows=`): the tensor (after transposition) is G groups of
+  // P0 + P1 + ... equal units (G x the sum divides the element count; a unit is its bytes
+  // / (G x the sum)), loaded part-major (part 0 of every group, then part 1, ...).
   std::vector<int64_t> rowGroups;
 };
 
@@ -42,7 +49,8 @@ struct Manifest {
 
 // Parses the text of kiln_model_manifest(). Every key is required exactly once; unknown
 // keys, duplicates, negative or overflowing numbers, bad dtypes or shapes, shape/bytes
-// mismatches, unaligned, overlapping or out-of-range weights, speculative_bytes >
+// mismatches, unaligned, overlapping or out-of-range weights, bad or repeated weight
+// fields (from=, transpose, rows=; none on a stacked weight), speculative_bytes >
 // cache_bytes and anything after `end` are errors naming the line ("line N: ...").
 // On failure `out` is left unchanged.
 bool parseManifest(std::string_view text, Manifest &out, std::string &error);

@@ -97,46 +97,139 @@ bool parseBatchList(std::string_view list, std::vector<int32_t> &out, std::strin
   }
 }
 
-// `rows=G:P0,P1,...` of a weight line: positive counts whose groups cover the weight's
-// leading dimension exactly; on failure `why` says what is wrong.
-bool parseRowGroups(std::string_view field, ManifestWeight &w, std::string &why) {
-  const std::string_view prefix = "rows=";
-  const size_t colon = field.find(':');
-  if (field.substr(0, prefix.size()) != prefix || colon == std::string_view::npos) {
-    why = "unknown field '" + std::string(field) + "' (expected rows=G:P0,P1,...)";
+// The `G:P0,P1,...` of a weight's `rows=` field: positive counts, G and at least two
+// parts; on failure `why` says what is wrong.
+bool parseRowGroups(std::string_view value, std::vector<int64_t> &out, std::string &why) {
+  const size_t colon = value.find(':');
+  if (colon == std::string_view::npos) {
+    why = "rows=" + std::string(value) + " is not of the form rows=G:P0,P1,...";
     return false;
   }
-  std::vector<std::string_view> items = {field.substr(prefix.size(), colon - prefix.size())};
+  std::vector<std::string_view> items = {value.substr(0, colon)};
   for (size_t start = colon + 1;;) {
-    const size_t comma = field.find(',', start);
-    items.push_back(field.substr(start, comma == std::string_view::npos ? std::string_view::npos
+    const size_t comma = value.find(',', start);
+    items.push_back(value.substr(start, comma == std::string_view::npos ? std::string_view::npos
                                                                         : comma - start));
     if (comma == std::string_view::npos)
       break;
     start = comma + 1;
   }
-  uint64_t perGroup = 0;
   for (std::string_view item : items) {
-    uint64_t value = 0;
+    uint64_t count = 0;
     const char *problem = "is zero";
-    if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), value,
+    if (!parseNumber(item, static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), count,
                      problem) ||
-        value == 0) {
+        count == 0) {
       why = "rows: '" + std::string(item) + "' " + problem;
       return false;
     }
-    if (!w.rowGroups.empty())
-      perGroup += value;
-    w.rowGroups.push_back(static_cast<int64_t>(value));
+    out.push_back(static_cast<int64_t>(count));
   }
-  if (w.rowGroups.size() < 3 || w.shape.empty() ||
-      static_cast<uint64_t>(w.rowGroups[0]) * perGroup != static_cast<uint64_t>(w.shape[0])) {
-    why = "rows=" + std::string(field.substr(prefix.size())) +
-          " needs at least two parts whose groups cover the " +
-          (w.shape.empty() ? std::string("leading dimension")
-                           : std::to_string(w.shape[0]) + " rows") +
-          " exactly";
+  if (out.size() < 3) {
+    why = "rows=" + std::string(value) + " needs at least two parts (rows=G:P0,P1,...)";
     return false;
+  }
+  return true;
+}
+
+// The `D0xD1x...` of a weight's `from=` field: positive dimensions; on failure `why` says
+// what is wrong.
+bool parseFromShape(std::string_view value, std::vector<int64_t> &out, std::string &why) {
+  for (size_t start = 0;;) {
+    const size_t x = value.find('x', start);
+    const std::string_view dimText =
+        value.substr(start, x == std::string_view::npos ? std::string_view::npos : x - start);
+    uint64_t dim = 0;
+    const char *problem = "is zero";
+    if (!parseNumber(dimText, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), dim,
+                     problem) ||
+        dim == 0) {
+      why = "from=" + std::string(value) + ": dimension '" + std::string(dimText) + "' " + problem +
+            " (the checkpoint's shape, like from=4x1024)";
+      return false;
+    }
+    out.push_back(static_cast<int64_t>(dim));
+    if (x == std::string_view::npos)
+      return true;
+    start = x + 1;
+  }
+}
+
+std::string dimsText(const std::vector<int64_t> &dims) {
+  std::string text;
+  for (int64_t d : dims)
+    text += (text.empty() ? "" : "x") + std::to_string(d);
+  return text;
+}
+
+// A weight's optional fields after BYTES (`from=`, `transpose`, `rows=`, each at most
+// once, in any order) into `w`, checked against its shape of `elements` elements; on
+// failure `why` says what is wrong.
+bool parseWeightFields(const std::vector<std::string_view> &fields, uint64_t elements,
+                       ManifestWeight &w, std::string &why) {
+  std::string_view from, rows, transpose;
+  for (size_t i = 6; i < fields.size(); ++i) {
+    const std::string_view field = fields[i];
+    std::string_view *slot = field.substr(0, 5) == "from="   ? &from
+                             : field.substr(0, 5) == "rows=" ? &rows
+                             : field == "transpose"          ? &transpose
+                                                             : nullptr;
+    if (!slot) {
+      why = "unknown field '" + std::string(field) +
+            "' (expected from=D0xD1x..., transpose or rows=G:P0,P1,...)";
+      return false;
+    }
+    if (!slot->empty()) {
+      why = "duplicate field '" + std::string(field.substr(0, field == "transpose" ? 9 : 5)) +
+            "' (each field is given at most once)";
+      return false;
+    }
+    *slot = field;
+  }
+  if (fields.size() > 6 && w.name.find('*') != std::string::npos) {
+    why = "a stacked weight (a '*' in its name) takes no from=, transpose or rows=: it loads "
+          "each expert's checkpoint tensor as it is";
+    return false;
+  }
+  if (!from.empty()) {
+    if (!parseFromShape(from.substr(5), w.fromShape, why))
+      return false;
+    uint64_t fromElements = 1;
+    bool overflow = false;
+    for (int64_t dim : w.fromShape)
+      overflow |= __builtin_mul_overflow(fromElements, static_cast<uint64_t>(dim), &fromElements);
+    if (overflow || fromElements != elements) {
+      why = std::string(from) + " holds " +
+            (overflow ? std::string("more than 2^64") : std::to_string(fromElements)) +
+            " elements, shape " + dimsText(w.shape) + " holds " + std::to_string(elements) +
+            " (from= is the checkpoint's shape of the same elements)";
+      return false;
+    }
+  }
+  if (!transpose.empty()) {
+    const std::vector<int64_t> &checkpoint = w.fromShape.empty() ? w.shape : w.fromShape;
+    if (checkpoint.size() < 2) {
+      why = "transpose needs a checkpoint shape of rank >= 2 (" + dimsText(checkpoint) +
+            " has rank " + std::to_string(checkpoint.size()) + ")";
+      return false;
+    }
+    w.transpose = true;
+  }
+  if (!rows.empty()) {
+    if (!parseRowGroups(rows.substr(5), w.rowGroups, why))
+      return false;
+    uint64_t perGroup = 0, units = 0;
+    bool overflow = false;
+    for (size_t part = 1; part < w.rowGroups.size(); ++part)
+      overflow |=
+          __builtin_add_overflow(perGroup, static_cast<uint64_t>(w.rowGroups[part]), &perGroup);
+    overflow |= __builtin_mul_overflow(static_cast<uint64_t>(w.rowGroups[0]), perGroup, &units);
+    if (overflow || elements == 0 || elements % units) {
+      why = std::string(rows) + ": " + std::to_string(w.rowGroups[0]) + " groups of " +
+            std::to_string(perGroup) + " units must divide the " + std::to_string(elements) +
+            " elements of shape " + dimsText(w.shape) + " (into units of equal size)";
+      return false;
+    }
   }
   return true;
 }
@@ -264,8 +357,8 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       continue;
     }
     if (key == "weight") {
-      if (fields.size() != 7 &&
-          !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [rows=G:P0,P1,...]"))
+      if (fields.size() < 6 && !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [from=D0xD1x...] "
+                                         "[transpose] [rows=G:P0,P1,...]"))
         return false;
       ManifestWeight w;
       w.name = std::string(fields[1]);
@@ -315,11 +408,9 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       uint64_t endOffset;
       if (__builtin_add_overflow(w.offset, w.bytes, &endOffset))
         return fail(line, where + "offset + bytes overflows 64 bits");
-      if (fields.size() == 7) {
-        std::string why;
-        if (!parseRowGroups(fields[6], w, why))
-          return fail(line, where + why);
-      }
+      std::string fieldProblem;
+      if (!parseWeightFields(fields, elements, w, fieldProblem))
+        return fail(line, where + fieldProblem);
       auto [first, added] = weightLineOf.emplace(w.name, line);
       if (!added)
         return fail(line, "duplicate weight '" + w.name + "' (first on line " + std::to_string(first->second) + ")");
