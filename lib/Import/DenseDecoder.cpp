@@ -92,11 +92,17 @@ private:
   /// model's dtype unless `element` says otherwise.
   Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {},
                ArrayRef<int64_t> rowGroups = {});
-  /// A weight the loader rearranges from a checkpoint tensor of `checkpointShape`, each
-  /// matrix of its last two dimensions transposed (kiln.weight's checkpoint layout).
-  Value transposedWeight(const Twine &name, ArrayRef<int64_t> shape,
-                         ArrayRef<int64_t> checkpointShape, Location at,
-                         ArrayRef<int64_t> rowGroups = {});
+  /// How the checkpoint stores a weight the loader rearranges (kiln.weight's checkpoint
+  /// layout): its shape when not the weight's, each matrix of its last two dimensions
+  /// transposed, MXFP4 blocks.
+  struct CheckpointLayout {
+    ArrayRef<int64_t> shape;
+    bool transpose = false;
+    bool mxfp4 = false;
+  };
+  /// A weight loaded from `layout`, then regrouped by `rowGroups`.
+  Value rearrangedWeight(const Twine &name, ArrayRef<int64_t> shape, CheckpointLayout layout,
+                         Location at, ArrayRef<int64_t> rowGroups = {});
   /// Part `index` of the leading dimension of `whole` (a view of a weight; no copy).
   Value leadingPart(Value whole, int64_t index, Location at);
   /// `tensor.empty(count) : tensor<?x dims x dtype>`.
@@ -205,15 +211,18 @@ Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Lo
   return WeightRefOp::create(b, at, type, key);
 }
 
-Value DenseDecoderBuilder::transposedWeight(const Twine &name, ArrayRef<int64_t> shape,
-                                            ArrayRef<int64_t> checkpointShape, Location at,
+Value DenseDecoderBuilder::rearrangedWeight(const Twine &name, ArrayRef<int64_t> shape,
+                                            CheckpointLayout layout, Location at,
                                             ArrayRef<int64_t> rowGroups) {
   std::string key = name.str();
   bool fresh = !declared.count(key);
   Value value = weight(name, shape, at, Type(), rowGroups);
   if (fresh) {
-    weights.back().setCheckpointShapeAttr(b.getDenseI64ArrayAttr(checkpointShape));
-    weights.back().setTransposeCheckpoint(true);
+    WeightOp declaredWeight = weights.back();
+    if (!layout.shape.empty())
+      declaredWeight.setCheckpointShapeAttr(b.getDenseI64ArrayAttr(layout.shape));
+    declaredWeight.setTransposeCheckpoint(layout.transpose);
+    declaredWeight.setMxfp4Checkpoint(layout.mxfp4);
   }
   return value;
 }
@@ -623,13 +632,25 @@ Value DenseDecoderBuilder::gptOssMoe(Value x, const std::string &mlp, Value toke
   // gate_up_proj is [experts, hidden, 2 x inter] ([in, out] a expert) with gate and up
   // outputs alternating; loaded transposed and split by output parity, it is
   // [gate rows of every expert; up rows of every expert].
+  // The MXFP4 release stores both already [out, in] (its blocks run along `in`), and
+  // the loader dequantizes them.
   const std::string prefix = mlp + ".experts.";
   const SmallVector<int64_t> split = {experts * inter, 1, 1};
-  Value gateUp = transposedWeight(prefix + "gate_up_proj", {2, experts, inter, hidden},
-                                  {experts, hidden, 2 * inter}, at, split);
-  Value gateUpBias = weight(prefix + "gate_up_proj_bias", {2, experts, inter}, at, Type(), split);
-  Value down = transposedWeight(prefix + "down_proj", {experts, hidden, inter},
-                                {experts, inter, hidden}, at);
+  const SmallVector<int64_t> gateUpStored = {experts, hidden, 2 * inter},
+                             gateUpRows = {experts, 2 * inter, hidden},
+                             downStored = {experts, inter, hidden};
+  const CheckpointLayout gateUpLayout =
+      m.mxfp4Experts() ? CheckpointLayout{gateUpRows, false, true}
+                       : CheckpointLayout{gateUpStored, true, false};
+  const CheckpointLayout downLayout = m.mxfp4Experts()
+                                          ? CheckpointLayout{{}, false, true}
+                                          : CheckpointLayout{downStored, true, false};
+  Value gateUp = rearrangedWeight(prefix + "gate_up_proj", {2, experts, inter, hidden},
+                                  gateUpLayout, at, split);
+  const SmallVector<int64_t> biasStored = {experts, 2 * inter};
+  Value gateUpBias = rearrangedWeight(prefix + "gate_up_proj_bias", {2, experts, inter},
+                                      CheckpointLayout{biasStored}, at, split);
+  Value down = rearrangedWeight(prefix + "down_proj", {experts, hidden, inter}, downLayout, at);
   Value downBias = weight(prefix + "down_proj_bias", {experts, hidden}, at);
   auto scratchType = RankedTensorType::get(
       {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(hidden, inter, m.topK)},

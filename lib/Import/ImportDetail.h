@@ -114,6 +114,7 @@ struct ModelSpec {
   bool tied = false;
   unsigned linearBytes = 2, dtypeBytes = 2;
   double expertBytes = 0; // bytes a routed expert's weight when stored otherwise (MXFP4)
+  bool mxfp4Experts() const { return expertBytes > 0; }
   // attention
   int64_t heads = 0, kvHeads = 0, headDim = 0;
   // MLA
@@ -186,11 +187,11 @@ struct ModelSpec {
   bool isGptOss() const { return modelType == "gpt_oss"; }
   /// Whether the importer builds the whole graph: the dense families, Nemotron-H, Qwen3-Next,
   /// unquantized DeepSeek checkpoints (an FP8 one, DeepSeek-V3's as published, is planned
-  /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet) and unquantized
-  /// gpt-oss checkpoints (the MXFP4 release is a skeleton: no MXFP4 GEMM or loader yet).
+  /// as a cache skeleton: the runtime has no block-scaled FP8 GEMMs yet) and gpt-oss (its
+  /// MXFP4 experts dequantized to bf16 when loading).
   bool hasWholeGraph() const {
     return isDense() || isNemotronH() || isQwen3Next() ||
-           (isDeepSeek() && linearBytes == dtypeBytes) || (isGptOss() && expertBytes == 0);
+           (isDeepSeek() && linearBytes == dtypeBytes) || isGptOss();
   }
 };
 

@@ -43,6 +43,7 @@ SELF_SEED_LEN, SELF_GREEDY_LEN = 8, 88    # the model's own greedy text: random 
 NORM_JITTER = 0.1   # RMSNorm weights are 1 + N(0, this)
 BIAS_STD = 0.5      # biases (Qwen2 q/k/v) are N(0, this): large enough to matter
 ROUTER_BIAS_STD = 0.1  # DeepSeek-style e_score_correction_bias: moves some choices
+SINK_STD = 1.0         # gpt-oss's per-head attention-sink logits
 
 
 def load_config(path):
@@ -52,18 +53,25 @@ def load_config(path):
     return AutoConfig.for_model(model_type, **fields)
 
 
+def reference_attention(config):
+    """sdpa, or eager for a model transformers runs only eagerly (gpt-oss: its attention
+    sinks are not in torch's sdpa)."""
+    return "eager" if getattr(config, "model_type", "") == "gpt_oss" else "sdpa"
+
+
 def build_model(config, device):
-    """An untrained bf16 model with sdpa attention on `device`.
+    """An untrained bf16 model with sdpa attention (reference_attention) on `device`.
 
     transformers 5 calls the dtype argument `dtype`; 4.x called it `torch_dtype`.
     """
+    attention = reference_attention(config)
     with torch.device(device):
         try:
             model = AutoModelForCausalLM.from_config(
-                config, dtype=torch.bfloat16, attn_implementation="sdpa")
+                config, dtype=torch.bfloat16, attn_implementation=attention)
         except TypeError:
             model = AutoModelForCausalLM.from_config(
-                config, torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+                config, torch_dtype=torch.bfloat16, attn_implementation=attention)
     # Parameters only: Module.to(dtype) would cast RoPE's inv_freq buffer to bf16 as well.
     for param in model.parameters():
         param.data = param.data.to(device=device, dtype=torch.bfloat16)
@@ -118,8 +126,12 @@ def randomize(model, std, seed, device):
     """Draw every parameter from one seeded generator (see the module docstring)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     for name, param in sorted(model.named_parameters()):
-        if name.endswith(".bias"):
+        if name.endswith((".bias", ".gate_up_proj_bias", ".down_proj_bias")):
             param.normal_(0.0, BIAS_STD, generator=gen)
+        elif name.endswith(".sinks"):
+            # gpt-oss's attention sinks: logits of the size of the scores, so that each
+            # head's sink takes a visible share of its softmax.
+            param.normal_(0.0, SINK_STD, generator=gen)
         elif param.dim() == 1:  # every 1-D weight of these models is an RMSNorm's
             param.normal_(0.0, NORM_JITTER, generator=gen).add_(1.0)
         else:

@@ -87,7 +87,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same folder)
-                         use_eager_experts)
+                         reference_attention, use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram", "replayngram", "replaydraft", "mtp", "ring", "ringngram"]
@@ -152,7 +152,8 @@ def load_reference_model(model_dir, device):
     # transformers' loader converts.
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
+        str(model_dir), dtype=torch.bfloat16,
+        attn_implementation=reference_attention(config)).to(device)
     keep_rope_in_float32(model)
     use_eager_experts(model)
     model.eval()
@@ -235,7 +236,7 @@ def reference(model_dir, prompts, count, args):
     result["eager_first"] = [
         model(input_ids=torch.tensor([prompt], device=args.device)).logits[0, -1].float().cpu()
         for prompt in prompts]
-    use_attention(model, "sdpa")
+    use_attention(model, reference_attention(model.config))
     # The closer of the two paths counts: either one being a rounding away from another
     # expert set means the reference's token there is not a decision it can make.
     bf16_layers = router_gap_layers(model, prompts, result["tokens"], args.device)

@@ -107,6 +107,8 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
     os << "weight " << weightName << " " << dtype << " ";
     llvm::interleave(type.getShape(), os, "x");
     os << " " << *weight.getOffset() << " " << weight.getBytes().value_or(0);
+    if (weight.getMxfp4Checkpoint())
+      os << " mxfp4";
     if (std::optional<ArrayRef<int64_t>> shape = weight.getCheckpointShape()) {
       os << " from=";
       llvm::interleave(*shape, os, "x");

@@ -1882,13 +1882,17 @@ LogicalResult WeightOp::verify() {
   return verifyRowGroups();
 }
 
+/// Values a scale covers in MXFP4 (the OCP microscaling block).
+constexpr int64_t kMxfp4BlockValues = 32;
+
 LogicalResult WeightOp::verifyCheckpointLayout() {
   std::optional<ArrayRef<int64_t>> shape = getCheckpointShape();
-  if (!shape && !getTransposeCheckpoint())
+  if (!shape && !getTransposeCheckpoint() && !getMxfp4Checkpoint())
     return success();
   if (getSymName().contains('*'))
     return emitOpError() << "a stacked weight loads each checkpoint tensor as it is; "
-                            "'checkpoint_shape' and 'transpose_checkpoint' do not apply";
+                            "'checkpoint_shape', 'transpose_checkpoint' and "
+                            "'mxfp4_checkpoint' do not apply";
   int64_t declared = getTensorType().getNumElements();
   if (shape) {
     if (shape->empty() || llvm::any_of(*shape, [](int64_t d) { return d <= 0; }))
@@ -1905,6 +1909,16 @@ LogicalResult WeightOp::verifyCheckpointLayout() {
   size_t rank = shape ? shape->size() : static_cast<size_t>(getTensorType().getRank());
   if (getTransposeCheckpoint() && rank < 2)
     return emitOpError() << "'transpose_checkpoint' needs a checkpoint tensor of rank >= 2";
+  if (getMxfp4Checkpoint()) {
+    if (!getTensorType().getElementType().isBF16())
+      return emitOpError() << "an MXFP4 checkpoint tensor loads as bf16, not "
+                           << getTensorType().getElementType();
+    int64_t last = shape ? shape->back() : getTensorType().getShape().back();
+    if (last % kMxfp4BlockValues != 0)
+      return emitOpError() << "an MXFP4 checkpoint tensor's last dimension (" << last
+                           << ") must be a multiple of its " << kMxfp4BlockValues
+                           << "-value blocks";
+  }
   return success();
 }
 

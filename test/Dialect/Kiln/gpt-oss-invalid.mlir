@@ -76,7 +76,7 @@ kiln.weight @w {checkpoint_shape = array<i64: 0, 64>} : tensor<64x128xbf16>
 kiln.weight @w {transpose_checkpoint} : tensor<64xbf16>
 
 // -----
-// expected-error @below {{a stacked weight loads each checkpoint tensor as it is; 'checkpoint_shape' and 'transpose_checkpoint' do not apply}}
+// expected-error @below {{a stacked weight loads each checkpoint tensor as it is; 'checkpoint_shape', 'transpose_checkpoint' and 'mxfp4_checkpoint' do not apply}}
 kiln.weight @"e.*.w" {transpose_checkpoint} : tensor<8x8x64xbf16>
 
 // -----
@@ -84,3 +84,11 @@ kiln.weight @"e.*.w" {transpose_checkpoint} : tensor<8x8x64xbf16>
 kiln.weight @ok {row_groups = array<i64: 256, 1, 1>} : tensor<2x8x32xbf16>
 // expected-error @below {{'row_groups' describes 3 groups of 2 units, which do not divide the weight's 512 elements evenly}}
 kiln.weight @w {row_groups = array<i64: 3, 1, 1>} : tensor<2x8x32xbf16>
+
+// -----
+// expected-error @below {{an MXFP4 checkpoint tensor loads as bf16, not 'f32'}}
+kiln.weight @w {mxfp4_checkpoint} : tensor<8x64xf32>
+
+// -----
+// expected-error @below {{an MXFP4 checkpoint tensor's last dimension (48) must be a multiple of its 32-value blocks}}
+kiln.weight @w {mxfp4_checkpoint, checkpoint_shape = array<i64: 16, 48>} : tensor<8x96xbf16>

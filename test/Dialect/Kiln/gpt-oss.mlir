@@ -4,6 +4,8 @@
 
 // CHECK: kiln.weight @gate_up {checkpoint_shape = array<i64: 8, 64, 64>, row_groups = array<i64: 256, 1, 1>, transpose_checkpoint} : tensor<2x8x32x64xbf16>
 kiln.weight @gate_up {checkpoint_shape = array<i64: 8, 64, 64>, transpose_checkpoint, row_groups = array<i64: 256, 1, 1>} : tensor<2x8x32x64xbf16>
+// CHECK: kiln.weight @mxfp4 {checkpoint_shape = array<i64: 8, 64, 64>, mxfp4_checkpoint, row_groups = array<i64: 256, 1, 1>} : tensor<2x8x32x64xbf16>
+kiln.weight @mxfp4 {mxfp4_checkpoint, checkpoint_shape = array<i64: 8, 64, 64>, row_groups = array<i64: 256, 1, 1>} : tensor<2x8x32x64xbf16>
 
 // CHECK-LABEL: func.func @sinks
 func.func @sinks(%q: tensor<?x4x64xbf16>, %k: tensor<?x2x64xbf16>, %s: tensor<4xf32>) -> tensor<?x4x64xbf16> {

@@ -771,8 +771,11 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     allocation).
 
     The loader can rearrange a checkpoint tensor into the declared layout, in this order:
-    - `checkpoint_shape = array<i64: ...>`: the checkpoint's shape, when it differs from
-      the type's (the same element count);
+    - `mxfp4_checkpoint`: the checkpoint holds the tensor in MXFP4 (gpt-oss's experts:
+      `<name>_blocks`, 32 FP4 E2M1 values a block, and `<name>_scales`, an E8M0 scale a
+      block, along the last dimension); the loader dequantizes it to bf16, exactly;
+    - `checkpoint_shape = array<i64: ...>`: the checkpoint's shape (dequantized), when it
+      differs from the type's (the same element count);
     - `transpose_checkpoint`: the checkpoint holds each matrix of its last two
       dimensions transposed (PyTorch `[in, out]` parameters such as gpt-oss's experts);
       each `[a, b]` matrix is loaded as `[b, a]`;
@@ -789,7 +792,7 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<DenseI64ArrayAttr>:$row_groups,
                        OptionalAttr<DenseI64ArrayAttr>:$checkpoint_shape,
-                       UnitAttr:$transpose_checkpoint);
+                       UnitAttr:$transpose_checkpoint, UnitAttr:$mxfp4_checkpoint);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
