@@ -514,6 +514,54 @@ TEST(Safetensors, ReadAfterTruncation) {
   EXPECT_TRUE(index.read(*index.find("a"), buf, error)) << error;
 }
 
+// U8 tensors (MXFP4's blocks and scales) read whole or a range at a time; a range outside
+// the tensor is refused, naming it.
+TEST(Safetensors, U8AndReadRange) {
+  TempDir dir;
+  std::string header = R"({"q_blocks":{"dtype":"U8","shape":[2,3,16],"data_offsets":[0,96]},)"
+                       R"("q_scales":{"dtype":"U8","shape":[2,3],"data_offsets":[96,102]}})";
+  const std::string data = pattern(102, 5);
+  std::string file = dir / "model.safetensors";
+  ASSERT_TRUE(writeFile(file, safetensors(header, data)));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+  const TensorInfo *blocks = index.find("q_blocks"), *scales = index.find("q_scales");
+  ASSERT_NE(blocks, nullptr);
+  ASSERT_NE(scales, nullptr);
+  EXPECT_EQ(blocks->dtype, Dtype::u8);
+  EXPECT_STREQ(kiln::weights::dtypeName(blocks->dtype), "u8");
+  EXPECT_EQ(kiln::weights::dtypeBytes(Dtype::u8), 1u);
+  EXPECT_EQ(blocks->shape, (std::vector<int64_t>{2, 3, 16}));
+  EXPECT_EQ(blocks->bytes, 96u);
+  EXPECT_EQ(scales->bytes, 6u);
+  std::string whole(96, '\0');
+  ASSERT_TRUE(index.read(*blocks, whole.data(), error)) << error;
+  EXPECT_EQ(whole, data.substr(0, 96));
+  // Pieces of it, the last one ending at its end; an empty range needs no buffer.
+  std::string piece(40, '\0');
+  ASSERT_TRUE(index.readRange(*blocks, 56, 40, piece.data(), error)) << error;
+  EXPECT_EQ(piece, data.substr(56, 40));
+  ASSERT_TRUE(index.readRange(*scales, 2, 3, piece.data(), error)) << error;
+  EXPECT_EQ(piece.substr(0, 3), data.substr(98, 3));
+  EXPECT_TRUE(index.readRange(*scales, 6, 0, nullptr, error)) << error;
+  // Outside it: past its end, or an offset + size that overflows.
+  EXPECT_FALSE(index.readRange(*scales, 4, 3, piece.data(), error));
+  expectError(error, "tensor 'q_scales'");
+  expectError(error, "3 bytes at byte 4 lie outside its 6 bytes");
+  EXPECT_FALSE(index.readRange(*scales, 7, 0, piece.data(), error));
+  expectError(error, "lie outside its 6 bytes");
+  EXPECT_FALSE(index.readRange(*scales, 2, ~uint64_t(0), piece.data(), error));
+  expectError(error, "lie outside");
+  // A record the index does not hold, as for read().
+  TensorInfo moved = *scales;
+  moved.dataOffset += 1;
+  EXPECT_FALSE(index.readRange(moved, 0, 1, piece.data(), error));
+  expectError(error, "does not match the index's record");
+  EXPECT_FALSE(index.readRange(*scales, 0, 1, nullptr, error));
+  expectError(error, "no destination buffer");
+}
+
 TEST(Safetensors, OffsetsPast4GiB) {
   // A sparse file of ~5 GiB whose one tensor sits at the end.
   TempDir dir;

@@ -57,6 +57,11 @@ public:
   // must be one of tensors() (or an exact copy). Errors name the tensor and the file
   // (truncated file, read error). Thread-safe: concurrent reads are fine (pread).
   bool read(const TensorInfo &info, void *dst, std::string &error) const;
+  // Reads bytes [offset, offset + bytes) of the tensor's data into dst (host memory of
+  // `bytes` bytes), with read()'s checks and errors; a range outside the tensor is an
+  // error naming it. For reading a large tensor in pieces through a bounded buffer.
+  bool readRange(const TensorInfo &info, uint64_t offset, uint64_t bytes, void *dst,
+                 std::string &error) const;
 
 private:
   struct File {

@@ -613,6 +613,11 @@ const TensorInfo *SafetensorsIndex::find(const std::string &name) const {
 const std::vector<TensorInfo> &SafetensorsIndex::tensors() const { return tensors_; }
 
 bool SafetensorsIndex::read(const TensorInfo &info, void *dst, std::string &error) const {
+  return readRange(info, 0, info.bytes, dst, error);
+}
+
+bool SafetensorsIndex::readRange(const TensorInfo &info, uint64_t offset, uint64_t bytes, void *dst,
+                                 std::string &error) const {
   auto it = byName_.find(info.name);
   if (it == byName_.end()) {
     error = "tensor " + quoted(info.name) + " (" + info.file + "): not in this index";
@@ -623,7 +628,13 @@ bool SafetensorsIndex::read(const TensorInfo &info, void *dst, std::string &erro
     error = "tensor " + quoted(info.name) + " (" + info.file + "): does not match the index's record of it";
     return false;
   }
-  if (t.bytes == 0)
+  if (offset > t.bytes || bytes > t.bytes - offset) {
+    error = "tensor " + quoted(t.name) + " (" + t.file + "): " + std::to_string(bytes) +
+            " bytes at byte " + std::to_string(offset) + " lie outside its " +
+            std::to_string(t.bytes) + " bytes";
+    return false;
+  }
+  if (bytes == 0)
     return true;
   if (!dst) {
     error = "tensor " + quoted(t.name) + " (" + t.file + "): no destination buffer";
@@ -632,11 +643,11 @@ bool SafetensorsIndex::read(const TensorInfo &info, void *dst, std::string &erro
   int fd = files_[tensorFile_[it->second]].fd;
   uint64_t got;
   int err = 0;
-  if (!readAt(fd, dst, t.bytes, t.dataOffset, got, err)) {
+  if (!readAt(fd, dst, bytes, t.dataOffset + offset, got, err)) {
     error = "tensor " + quoted(t.name) + ": " + t.file + ": read error: " + errnoText(err);
     return false;
   }
-  if (got != t.bytes) {
+  if (got != bytes) {
     error = "tensor " + quoted(t.name) + ": " + t.file + " is truncated: its data runs to byte " +
             std::to_string(t.dataOffset + t.bytes) + ", but the file now ends at byte " +
             std::to_string(currentSize(fd)) + " (it shrank after it was opened)";
