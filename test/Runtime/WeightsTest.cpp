@@ -764,6 +764,44 @@ TEST(Manifest, Valid) {
                             m, error))
       << error;
 
+  // MXFP4 experts (E 2, hidden 64, inter 32): gate_up dequantizes to its checkpoint shape
+  // [E, 2 x inter, hidden] (from=) and regroups into [2, E, inter, hidden]; down_proj
+  // [E, hidden, inter] needs no layout. The fields come in any order.
+  for (const char *fields : {"mxfp4 from=2x64x64 rows=64:1,1", "from=2x64x64 rows=64:1,1 mxfp4",
+                             "rows=64:1,1 mxfp4 from=2x64x64"}) {
+    std::vector<std::string> lines =
+        with(23, (std::string("weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x32x64 "
+                              "524288 16384 ") +
+                  fields)
+                     .c_str());
+    lines.insert(lines.begin() + 23, "weight model.layers.0.mlp.experts.down_proj bf16 2x64x32 "
+                                     "540672 8192 mxfp4");
+    ASSERT_TRUE(parseManifest(join(lines), m, error)) << fields << ": " << error;
+    ASSERT_EQ(m.weights.size(), 5u);
+    EXPECT_TRUE(m.weights[1].mxfp4);
+    EXPECT_EQ(m.weights[1].fromShape, (std::vector<int64_t>{2, 64, 64}));
+    EXPECT_FALSE(m.weights[1].transpose);
+    EXPECT_EQ(m.weights[1].rowGroups, (std::vector<int64_t>{64, 1, 1}));
+    EXPECT_TRUE(m.weights[2].mxfp4);
+    EXPECT_EQ(m.weights[2].shape, (std::vector<int64_t>{2, 64, 32}));
+    EXPECT_TRUE(m.weights[2].fromShape.empty());
+    EXPECT_TRUE(m.weights[2].rowGroups.empty());
+    EXPECT_FALSE(m.weights[0].mxfp4);
+    EXPECT_FALSE(m.weights[3].mxfp4);
+  }
+  // With transpose too (a checkpoint whose dequantized tensor is [in, out]), and on a
+  // rank-1 tensor.
+  ASSERT_TRUE(parseManifest(join(with(23, "weight model.layers.0.self_attn.q_proj.weight bf16 "
+                                          "256x256 524288 131072 transpose mxfp4")),
+                            m, error))
+      << error;
+  EXPECT_TRUE(m.weights[1].mxfp4);
+  EXPECT_TRUE(m.weights[1].transpose);
+  ASSERT_TRUE(
+      parseManifest(join(with(24, "weight model.norm.weight bf16 128 655360 256 mxfp4")), m, error))
+      << error;
+  EXPECT_TRUE(m.weights[2].mxfp4);
+
   Manifest huge;
   huge.weightBytes = ~uint64_t(0);
   huge.ioBytes = 1;
@@ -825,8 +863,8 @@ TEST(Manifest, Errors) {
                       "must divide the 0 elements of shape 0x4");
   // Unknown, repeated and misplaced fields.
   expectManifestError(qWith("cols=4:32,32"), 23,
-                      "unknown field 'cols=4:32,32' (expected from=D0xD1x..., transpose or "
-                      "rows=G:P0,P1,...)");
+                      "unknown field 'cols=4:32,32' (expected from=D0xD1x..., transpose, "
+                      "rows=G:P0,P1,... or mxfp4)");
   expectManifestError(qWith("rows=4:32,32 x"), 23, "unknown field 'x'");
   expectManifestError(qWith("Transpose"), 23, "unknown field 'Transpose'");
   expectManifestError(qWith("from"), 23, "unknown field 'from'");
@@ -856,10 +894,29 @@ TEST(Manifest, Errors) {
   // A stack loads its experts' tensors as they are.
   const std::string stacked =
       "weight model.layers.0.mlp.experts.*.down_proj.weight bf16 2x128x256 524288 131072 ";
-  for (const char *fields : {"transpose", "from=2x256x128", "rows=2:64,64"})
+  for (const char *fields : {"transpose", "from=2x256x128", "rows=2:64,64", "mxfp4"})
     expectManifestError(with(23, (stacked + fields).c_str()), 23,
                         "weight 'model.layers.0.mlp.experts.*.down_proj.weight': a stacked "
-                        "weight (a '*' in its name) takes no from=, transpose or rows=");
+                        "weight (a '*' in its name) takes no from=, transpose, rows= or mxfp4");
+  // mxfp4: at most once, on bf16, with a checkpoint shape whose last dimension is a
+  // multiple of 32 (from=, or SHAPE without it).
+  expectManifestError(qWith("mxfp4 mxfp4"), 23, "duplicate field 'mxfp4'");
+  expectManifestError(qWith("mxfp4 transpose mxfp4"), 23, "duplicate field 'mxfp4'");
+  expectManifestError(qWith("MXFP4"), 23, "unknown field 'MXFP4'");
+  expectManifestError(qWith("mxfp4=1"), 23, "unknown field 'mxfp4=1'");
+  expectManifestError(with(24, "weight model.norm.weight f32 128 655360 512 mxfp4"), 24,
+                      "weight 'model.norm.weight': mxfp4 needs dtype bf16 (the dequantized "
+                      "tensor), not f32");
+  expectManifestError(with(24, "weight model.norm.weight i32 128 655360 512 mxfp4"), 24,
+                      "mxfp4 needs dtype bf16");
+  expectManifestError(qWith("mxfp4 from=4096x16"), 23,
+                      "weight 'model.layers.0.self_attn.q_proj.weight': mxfp4: the last dimension "
+                      "of from=4096x16 is 16, not a multiple of 32 (an MXFP4 block holds 32 "
+                      "values)");
+  expectManifestError(with(24, "weight model.norm.weight bf16 8x16 655360 256 mxfp4"), 24,
+                      "mxfp4: the last dimension of shape 8x16 is 16, not a multiple of 32");
+  expectManifestError(with(24, "weight model.norm.weight bf16 96x4 655360 768 from=8x48 mxfp4"), 24,
+                      "the last dimension of from=8x48 is 48, not a multiple of 32");
   // Overflowing shapes.
   expectManifestError(with(24, "weight model.norm.weight f32 4294967296x4294967296 655360 512"), 24, "overflows 64 bits");
   expectManifestError(with(24, "weight model.norm.weight f32 9223372036854775807 655360 512"), 24, "overflows 64 bits");

@@ -26,6 +26,13 @@ struct ManifestWeight {
   // P0 + P1 + ... equal units (G x the sum divides the element count; a unit is its bytes
   // / (G x the sum)), loaded part-major (part 0 of every group, then part 1, ...).
   std::vector<int64_t> rowGroups;
+  // `mxfp4`: the checkpoint holds the tensor in OCP MXFP4 as `<name>_blocks` (U8 [dims but
+  // the last, last / 32, 16]: 32 FP4 E2M1 values per block, two a byte, the low nibble
+  // first) and `<name>_scales` (U8 [dims but the last, last / 32]: one E8M0 scale per
+  // block), dequantized to bf16 in the checkpoint shape (`fromShape`, or `shape`) before
+  // `transpose` and `rows=`. Only on a bf16 weight whose checkpoint shape's last dimension
+  // is a multiple of 32; never on a stacked weight.
+  bool mxfp4 = false;
 };
 
 struct Manifest {
@@ -50,7 +57,8 @@ struct Manifest {
 // Parses the text of kiln_model_manifest(). Every key is required exactly once; unknown
 // keys, duplicates, negative or overflowing numbers, bad dtypes or shapes, shape/bytes
 // mismatches, unaligned, overlapping or out-of-range weights, bad or repeated weight
-// fields (from=, transpose, rows=; none on a stacked weight), speculative_bytes >
+// fields (from=, transpose, rows=, mxfp4; none on a stacked weight; mxfp4 on bf16 with a
+// checkpoint shape whose last dimension is a multiple of 32), speculative_bytes >
 // cache_bytes and anything after `end` are errors naming the line ("line N: ...").
 // On failure `out` is left unchanged.
 bool parseManifest(std::string_view text, Manifest &out, std::string &error);

@@ -162,33 +162,35 @@ std::string dimsText(const std::vector<int64_t> &dims) {
   return text;
 }
 
-// A weight's optional fields after BYTES (`from=`, `transpose`, `rows=`, each at most
-// once, in any order) into `w`, checked against its shape of `elements` elements; on
+// A weight's optional fields after BYTES (`from=`, `transpose`, `rows=`, `mxfp4`, each at
+// most once, in any order) into `w`, checked against its shape of `elements` elements; on
 // failure `why` says what is wrong.
 bool parseWeightFields(const std::vector<std::string_view> &fields, uint64_t elements,
                        ManifestWeight &w, std::string &why) {
-  std::string_view from, rows, transpose;
+  std::string_view from, rows, transpose, mxfp4;
   for (size_t i = 6; i < fields.size(); ++i) {
     const std::string_view field = fields[i];
     std::string_view *slot = field.substr(0, 5) == "from="   ? &from
                              : field.substr(0, 5) == "rows=" ? &rows
                              : field == "transpose"          ? &transpose
+                             : field == "mxfp4"              ? &mxfp4
                                                              : nullptr;
     if (!slot) {
       why = "unknown field '" + std::string(field) +
-            "' (expected from=D0xD1x..., transpose or rows=G:P0,P1,...)";
+            "' (expected from=D0xD1x..., transpose, rows=G:P0,P1,... or mxfp4)";
       return false;
     }
     if (!slot->empty()) {
-      why = "duplicate field '" + std::string(field.substr(0, field == "transpose" ? 9 : 5)) +
+      why = "duplicate field '" +
+            std::string(slot == &from || slot == &rows ? field.substr(0, 5) : field) +
             "' (each field is given at most once)";
       return false;
     }
     *slot = field;
   }
   if (fields.size() > 6 && w.name.find('*') != std::string::npos) {
-    why = "a stacked weight (a '*' in its name) takes no from=, transpose or rows=: it loads "
-          "each expert's checkpoint tensor as it is";
+    why = "a stacked weight (a '*' in its name) takes no from=, transpose, rows= or mxfp4: it "
+          "loads each expert's checkpoint tensor as it is";
     return false;
   }
   if (!from.empty()) {
@@ -205,6 +207,21 @@ bool parseWeightFields(const std::vector<std::string_view> &fields, uint64_t ele
             " (from= is the checkpoint's shape of the same elements)";
       return false;
     }
+  }
+  if (!mxfp4.empty()) {
+    if (w.dtype != "bf16") {
+      why = "mxfp4 needs dtype bf16 (the dequantized tensor), not " + w.dtype;
+      return false;
+    }
+    const std::vector<int64_t> &checkpoint = w.fromShape.empty() ? w.shape : w.fromShape;
+    if (checkpoint.back() % 32) {
+      why = "mxfp4: the last dimension of " +
+            std::string(w.fromShape.empty() ? "shape " : "from=") + dimsText(checkpoint) + " is " +
+            std::to_string(checkpoint.back()) +
+            ", not a multiple of 32 (an MXFP4 block holds 32 values)";
+      return false;
+    }
+    w.mxfp4 = true;
   }
   if (!transpose.empty()) {
     const std::vector<int64_t> &checkpoint = w.fromShape.empty() ? w.shape : w.fromShape;
@@ -358,7 +375,7 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
     }
     if (key == "weight") {
       if (fields.size() < 6 && !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [from=D0xD1x...] "
-                                         "[transpose] [rows=G:P0,P1,...]"))
+                                         "[transpose] [rows=G:P0,P1,...] [mxfp4]"))
         return false;
       ManifestWeight w;
       w.name = std::string(fields[1]);
