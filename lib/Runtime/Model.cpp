@@ -190,6 +190,31 @@ void widenToF32(unsigned char *data, uint64_t count, bool bf16) {
   }
 }
 
+// Manifest weight `w` with `mxfp4` into `w.bytes` at `device`: its checkpoint tensors
+// `<name>_blocks` and `<name>_scales` read a piece at a time through `scratch` and
+// dequantized to bf16 in the host buffer (kiln::weights::readMxfp4), then laid out
+// (applyLayout) as a bf16 checkpoint tensor would be.
+kiln_status_t loadMxfp4(const char *fn, const kiln::weights::SafetensorsIndex &index,
+                        const char *weightsPath, const kiln::runtime::ManifestWeight &w,
+                        char *device, std::vector<unsigned char> &host,
+                        std::vector<unsigned char> &scratch) {
+  std::string error;
+  if (w.bytes > host.size())
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: weight '%s' (mxfp4): %llu bytes do not fit the host buffer", fn,
+                w.name.c_str(), static_cast<unsigned long long>(w.bytes));
+  if (!kiln::weights::readMxfp4(index, w, weightsPath, host.data(), scratch, error) ||
+      !kiln::weights::applyLayout(host.data(), w, scratch, error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s", fn, error.c_str());
+  cudaError_t e = cudaMemcpy(device, host.data(), w.bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_CUDA, "%s: copying weight '%s' (mxfp4, from %s) to the device: %s", fn,
+                w.name.c_str(), weightsPath, cudaGetErrorString(e));
+  }
+  return KILN_OK;
+}
+
 // One checkpoint tensor `name` of `checkpointShape` and the manifest's dtype into `bytes`
 // at `device`, through the host buffer: read, widened to f32 when the manifest says f32,
 // then, when `layout` (its manifest weight) says so, transposed and regrouped
@@ -246,7 +271,8 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
 
 // A manifest weight whose name holds `*` (a MoE layer's experts) is the stack of the
 // checkpoint's tensors with `*` replaced by 0, 1, ... along its leading dimension, each
-// loaded as it is (parseManifest refuses from=, transpose and rows= on a stack).
+// loaded as it is (parseManifest refuses from=, transpose, rows= and mxfp4 on a stack).
+// An `mxfp4` weight loads from its blocks and scales (loadMxfp4).
 kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath) {
   kiln::weights::SafetensorsIndex index;
   std::string error;
@@ -267,6 +293,12 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
                   static_cast<unsigned long long>(w.offset),
                   static_cast<unsigned long long>(m->manifest.weightBytes));
     const size_t star = w.name.find('*');
+    if (star == std::string::npos && w.mxfp4) {
+      if (kiln_status_t s = loadMxfp4(fn, index, weightsPath, w, base + w.offset, host, scratch);
+          s != KILN_OK)
+        return s;
+      continue;
+    }
     if (star == std::string::npos) {
       if (kiln_status_t s = loadTensor(fn, index, weightsPath, w.name, w.dtype,
                                        w.fromShape.empty() ? w.shape : w.fromShape, base + w.offset,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -1157,4 +1158,408 @@ TEST(WeightTransforms, ApplyLayoutElementSizesAndErrors) {
   bad = w;
   bad.bytes = 25;
   refused(bad, "25 bytes are not whole elements of shape 3x2");
+}
+
+// ---- MXFP4 ----------------------------------------------------------------------------
+
+namespace {
+
+constexpr double kFp4[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+
+float bf16Value(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+// The reference: FP4 code x 2^(scale - 127) in double, then its bf16 bits through f32
+// (both exact when the value is below 2^128); false when it is not a finite bf16.
+bool referenceBf16(unsigned code, unsigned scale, uint16_t &bits) {
+  const double value = std::ldexp(kFp4[code], static_cast<int>(scale) - 127);
+  if (scale == 255 || std::fabs(value) >= std::ldexp(1.0, 128))
+    return false;
+  const float narrow = static_cast<float>(value);
+  EXPECT_EQ(static_cast<double>(narrow), value) << "code " << code << " scale " << scale;
+  uint32_t wide;
+  std::memcpy(&wide, &narrow, 4);
+  EXPECT_EQ(wide & 0xffff, 0u) << "code " << code << " scale " << scale << " is not a bf16";
+  bits = static_cast<uint16_t>(wide >> 16);
+  return true;
+}
+
+// `blocks` and `scales` dequantized by the reference into bf16 bits.
+std::vector<uint16_t> referenceMxfp4(const std::string &blocks, const std::string &scales) {
+  std::vector<uint16_t> out;
+  for (size_t g = 0; g < scales.size(); ++g)
+    for (unsigned j = 0; j < 32; ++j) {
+      const unsigned byte = static_cast<unsigned char>(blocks[16 * g + j / 2]);
+      uint16_t bits = 0xffff;
+      EXPECT_TRUE(referenceBf16(j % 2 ? byte >> 4 : byte & 15,
+                                static_cast<unsigned char>(scales[g]), bits));
+      out.push_back(bits);
+    }
+  return out;
+}
+
+// Little-endian bf16 bytes as values.
+std::vector<uint16_t> bf16Bits(const std::vector<unsigned char> &bytes) {
+  std::vector<uint16_t> out(bytes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint16_t>(bytes[2 * i] | bytes[2 * i + 1] << 8);
+  return out;
+}
+
+// A block whose 32 elements are `codes` (each 0..15), packed two a byte, low nibble first.
+std::string packBlock(const std::vector<unsigned> &codes) {
+  std::string block(16, '\0');
+  for (unsigned j = 0; j < 32; ++j)
+    block[j / 2] = static_cast<char>(static_cast<unsigned char>(block[j / 2]) |
+                                     (codes[j % codes.size()] & 15) << (j % 2 ? 4 : 0));
+  return block;
+}
+
+} // namespace
+
+// Every code under every scale against the reference, and some spelled out: the products
+// are exact, down to bf16's subnormals; 2^128 and more overflow; 0xFF is NaN.
+TEST(Mxfp4, EveryCodeAndScale) {
+  int overflows = 0;
+  for (unsigned scale = 0; scale < 256; ++scale)
+    for (unsigned code = 0; code < 16; ++code) {
+      uint16_t got = 0x1234, want = 0x5678;
+      const bool ok = kiln::weights::mxfp4Bf16(code, scale, got);
+      EXPECT_EQ(ok, referenceBf16(code, scale, want)) << "code " << code << " scale " << scale;
+      if (ok)
+        EXPECT_EQ(got, want) << "code " << code << " scale " << scale;
+      else
+        EXPECT_EQ(got, 0x1234) << "bits left alone";
+      overflows += !ok && scale != 255;
+    }
+  EXPECT_EQ(overflows, 8 + 4); // scale 254: +-2, 3, 4, 6; scale 253: +-4, 6
+  uint16_t bits = 0;
+  auto value = [&](unsigned code, unsigned scale) {
+    bits = 0xdead;
+    EXPECT_TRUE(kiln::weights::mxfp4Bf16(code, scale, bits)) << code << " " << scale;
+    return bits;
+  };
+  // Scale 127 is 1: the codes themselves.
+  const uint16_t unit[16] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                             0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
+  for (unsigned code = 0; code < 16; ++code) {
+    EXPECT_EQ(value(code, 127), unit[code]) << code;
+    EXPECT_EQ(bf16Value(bits), static_cast<float>(kFp4[code]));
+  }
+  EXPECT_EQ(value(7, 130), 0x4240);  // 6 x 8 = 48
+  EXPECT_EQ(value(9, 117), 0xba00);  // -0.5 x 2^-10
+  EXPECT_EQ(value(3, 254), 0x7f40);  // 1.5 x 2^127, the largest product
+  EXPECT_EQ(value(13, 253), 0xff40); // -3 x 2^126 = -1.5 x 2^127
+  EXPECT_EQ(value(1, 1), 0x0040);    // 0.5 x 2^-126 = 2^-127: subnormal, 0x40 x 2^-133
+  EXPECT_EQ(value(3, 0), 0x0060);    // 1.5 x 2^-127 = 0x60 x 2^-133
+  EXPECT_EQ(value(1, 0), 0x0020);    // 0.5 x 2^-127 = 2^-128, the smallest product
+  EXPECT_EQ(value(9, 0), 0x8020);
+  EXPECT_EQ(value(4, 0), 0x0080); // 2 x 2^-127 = 2^-126: the smallest normal
+  EXPECT_EQ(value(8, 0), 0x8000); // -0 stays -0 under every scale
+  EXPECT_EQ(value(0, 254), 0x0000);
+  EXPECT_FALSE(kiln::weights::mxfp4Bf16(4, 254, bits));  // 2^128
+  EXPECT_FALSE(kiln::weights::mxfp4Bf16(14, 253, bits)); // -2^128
+  EXPECT_FALSE(kiln::weights::mxfp4Bf16(1, 255, bits));  // NaN scale
+  EXPECT_FALSE(kiln::weights::mxfp4Bf16(16, 127, bits)); // not a code
+}
+
+// Hand-built blocks: the nibble order, every code, tiny and large scales.
+TEST(Mxfp4, DequantizeBlocks) {
+  std::string blocks, scales;
+  // Block 0: byte j holds codes 2j (low) and 2j + 1 (high) for j < 8, so elements 0..15
+  // are the codes in order; bytes 8..15 hold 0x71 (element 0.5, then 6).
+  for (unsigned j = 0; j < 8; ++j)
+    blocks += static_cast<char>((2 * j + 1) << 4 | 2 * j);
+  blocks += std::string(8, '\x71');
+  scales += static_cast<char>(127);
+  // Block 1: the codes descending, scale 2^10.
+  std::vector<unsigned> down;
+  for (unsigned c = 16; c-- > 0;)
+    down.push_back(c);
+  blocks += packBlock(down);
+  scales += static_cast<char>(137);
+  // Block 2: scale 2^-127 (subnormal products), block 3: 2^127 with codes that fit,
+  // block 4: 2^-100.
+  blocks += packBlock({1, 2, 3, 9, 10, 11, 0, 8});
+  scales += static_cast<char>(0);
+  blocks += packBlock({0, 1, 2, 3, 8, 9, 10, 11});
+  scales += static_cast<char>(254);
+  blocks += packBlock({7, 15, 5, 13});
+  scales += static_cast<char>(27);
+
+  std::vector<unsigned char> out(64 * 5, 0xee);
+  uint64_t bad = 99;
+  std::string why;
+  ASSERT_TRUE(kiln::weights::dequantizeMxfp4(reinterpret_cast<const unsigned char *>(blocks.data()),
+                                             reinterpret_cast<const unsigned char *>(scales.data()),
+                                             5, out.data(), bad, why))
+      << why;
+  const std::vector<uint16_t> got = bf16Bits(out);
+  EXPECT_EQ(got, referenceMxfp4(blocks, scales));
+  // Spelled out: block 0 is the code table, then 0.5, 6, 0.5, 6, ...
+  for (unsigned j = 0; j < 16; ++j)
+    EXPECT_EQ(bf16Value(got[j]), static_cast<float>(kFp4[j])) << j;
+  for (unsigned j = 16; j < 32; ++j)
+    EXPECT_EQ(bf16Value(got[j]), j % 2 ? 6.0f : 0.5f) << j;
+  EXPECT_EQ(bf16Value(got[32]), -6144.0f); // code 15 x 1024
+  EXPECT_EQ(bf16Value(got[32 + 8]), 6144.0f);
+  EXPECT_EQ(bf16Value(got[32 + 14]), 512.0f);
+  EXPECT_EQ(got[64], 0x0020); // 0.5 x 2^-127
+  EXPECT_EQ(got[64 + 3], 0x8020);
+  EXPECT_EQ(got[64 + 7], 0x8000);
+  EXPECT_EQ(bf16Value(got[96 + 3]), std::ldexp(1.5f, 127));
+  EXPECT_EQ(bf16Value(got[96 + 6]), -std::ldexp(1.0f, 127));
+  EXPECT_EQ(bf16Value(got[128]), std::ldexp(6.0f, -100));
+  EXPECT_EQ(bf16Value(got[128 + 1]), -std::ldexp(6.0f, -100));
+  // Little-endian bytes: element 1 of block 0 (0.5, 0x3f00).
+  EXPECT_EQ(out[2], 0x00);
+  EXPECT_EQ(out[3], 0x3f);
+}
+
+// A NaN scale, or a product too large for bf16, refuses the block; the blocks before it
+// are written.
+TEST(Mxfp4, RefusesNaNScalesAndOverflow) {
+  const std::string blocks = packBlock({1, 2, 3}) + packBlock({1}) + packBlock({4, 1});
+  std::vector<unsigned char> out(64 * 3, 0);
+  uint64_t bad = 99;
+  std::string why;
+  auto run = [&](const std::string &scales) {
+    std::fill(out.begin(), out.end(), 0);
+    bad = 99;
+    why.clear();
+    return kiln::weights::dequantizeMxfp4(reinterpret_cast<const unsigned char *>(blocks.data()),
+                                          reinterpret_cast<const unsigned char *>(scales.data()), 3,
+                                          out.data(), bad, why);
+  };
+  EXPECT_FALSE(run(std::string("\x7f\xff\x7f", 3)));
+  EXPECT_EQ(bad, 1u);
+  EXPECT_EQ(why, "scale byte 0xff is NaN in E8M0");
+  EXPECT_EQ(bf16Bits(out)[1], 0x3f80); // block 0 written (element 1: code 2, 1.0)
+  EXPECT_EQ(bf16Bits(out)[32], 0u);    // block 1 not
+  // Scale 254 (2^127) holds 0.5 but not 2: block 2, element 0.
+  EXPECT_TRUE(run(std::string("\x7f\xfe\x7f", 3))) << why;
+  EXPECT_FALSE(run(std::string("\x7f\x7f\xfe", 3)));
+  EXPECT_EQ(bad, 2u);
+  EXPECT_EQ(why, "scale 2^127 (byte 254) times its element 0, FP4 2 (code 4), is 2^128 or "
+                 "more: it overflows bf16");
+  // Scale 253 (2^126) holds 2 (2^127) but not 4 or 6.
+  EXPECT_TRUE(run(std::string("\x7f\x7f\xfd", 3))) << why;
+  EXPECT_EQ(bf16Value(bf16Bits(out)[64]), std::ldexp(1.0f, 127));
+  const std::string big = packBlock({5, 13, 6});
+  uint16_t unused;
+  EXPECT_TRUE(kiln::weights::mxfp4Bf16(13, 253, unused));
+  EXPECT_FALSE(kiln::weights::dequantizeMxfp4(reinterpret_cast<const unsigned char *>(big.data()),
+                                              reinterpret_cast<const unsigned char *>("\xfd"), 1,
+                                              out.data(), bad, why));
+  EXPECT_EQ(bad, 0u);
+  expectError(why, "its element 2, FP4 4 (code 6)");
+  // Nothing to do: no blocks.
+  EXPECT_TRUE(kiln::weights::dequantizeMxfp4(nullptr, nullptr, 0, nullptr, bad, why));
+}
+
+namespace {
+
+struct FileTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+// One safetensors file holding `tensors` in order.
+std::string safetensorsOf(const std::vector<FileTensor> &tensors) {
+  std::string header = "{", data;
+  for (const FileTensor &t : tensors) {
+    std::string shape;
+    for (int64_t d : t.shape)
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" +
+              t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(data.size()) + "," + std::to_string(data.size() + t.data.size()) +
+              "]}";
+    data += t.data;
+  }
+  return safetensors(header + "}", data);
+}
+
+// The one weight of a manifest of `line`, or a failed assertion.
+kiln::runtime::ManifestWeight weightOf(const std::string &line) {
+  std::vector<std::string> lines = validLines();
+  lines[12] = "weight_bytes 1099511627776"; // room for any test weight at offset 0
+  lines.erase(lines.begin() + 21, lines.begin() + 25);
+  lines.insert(lines.begin() + 21, line);
+  Manifest m;
+  std::string error;
+  EXPECT_TRUE(parseManifest(join(lines), m, error)) << error;
+  return m.weights.empty() ? kiln::runtime::ManifestWeight() : m.weights[0];
+}
+
+} // namespace
+
+// gpt-oss's MXFP4 experts through the loader's host path (readMxfp4, then applyLayout, as
+// lib/Runtime/Model.cpp's loadMxfp4 does): a checkpoint written here with gate_up's
+// blocks [E, 2 x inter, hidden / 32, 16] (rows interleaved: 2i gate i, 2i + 1 up i) and
+// down_proj's [E, hidden, inter / 32, 16]; the model gets [2, E, inter, hidden] (every
+// expert's gate rows, then the up rows) and [E, hidden, inter].
+TEST(Mxfp4, GptOssExpertsEndToEnd) {
+  constexpr int E = 2, H = 64, I = 3, G = H / 32;
+  TempDir dir;
+  // Each block's scale names it (100 + its index), its codes run from its index.
+  std::string gateUpBlocks, gateUpScales, downBlocks, downScales;
+  for (int b = 0; b < E * 2 * I * G; ++b) {
+    gateUpBlocks +=
+        packBlock({static_cast<unsigned>(b % 16), static_cast<unsigned>(b + 5) % 16, 7, 9, 2});
+    gateUpScales += static_cast<char>(100 + b);
+  }
+  constexpr int D = 32, DG = D / 32; // down_proj [E, H, 32]: inter 32 for a whole block
+  for (int b = 0; b < E * H * DG; ++b) {
+    downBlocks += packBlock({static_cast<unsigned>(b % 16), 3, 11});
+    downScales += static_cast<char>(90 + b % 70);
+  }
+  ASSERT_TRUE(writeFile(
+      dir / "model.safetensors",
+      safetensorsOf(
+          {{"model.layers.0.mlp.experts.gate_up_proj_blocks",
+            "U8",
+            {E, 2 * I, G, 16},
+            gateUpBlocks},
+           {"model.layers.0.mlp.experts.gate_up_proj_scales", "U8", {E, 2 * I, G}, gateUpScales},
+           {"model.layers.0.mlp.experts.down_proj_scales", "U8", {E, H, DG}, downScales},
+           {"model.layers.0.mlp.experts.down_proj_blocks", "U8", {E, H, DG, 16}, downBlocks},
+           {"model.norm.weight", "BF16", {64}, pattern(128, 3)}})));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(dir.path(), error)) << error;
+
+  const kiln::runtime::ManifestWeight gateUp =
+      weightOf("weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x3x64 0 1536 mxfp4 "
+               "from=2x6x64 rows=6:1,1");
+  const kiln::runtime::ManifestWeight down =
+      weightOf("weight model.layers.0.mlp.experts.down_proj bf16 2x64x32 0 8192 mxfp4");
+  ASSERT_TRUE(gateUp.mxfp4 && down.mxfp4);
+
+  std::vector<unsigned char> host(8192), packed, scratch;
+  ASSERT_TRUE(kiln::weights::readMxfp4(index, gateUp, dir.path(), host.data(), packed, error))
+      << error;
+  // As read: the checkpoint's dequantized [E, 2 x inter, hidden].
+  const std::vector<uint16_t> checkpoint = referenceMxfp4(gateUpBlocks, gateUpScales);
+  EXPECT_EQ(bf16Bits(std::vector<unsigned char>(host.begin(), host.begin() + 1536)), checkpoint);
+  ASSERT_TRUE(kiln::weights::applyLayout(host.data(), gateUp, scratch, error)) << error;
+  std::vector<uint16_t> want;
+  for (int part = 0; part < 2; ++part) // gate, then up
+    for (int e = 0; e < E; ++e)
+      for (int i = 0; i < I; ++i)
+        for (int h = 0; h < H; ++h)
+          want.push_back(checkpoint[(e * 2 * I + 2 * i + part) * H + h]);
+  EXPECT_EQ(bf16Bits(std::vector<unsigned char>(host.begin(), host.begin() + 1536)), want);
+  // Spelled out: the model's row 0 is expert 0's gate 0 (checkpoint row 0, blocks 0 and
+  // 1), its row 3 expert 1's gate 0 (checkpoint row 6, blocks 12, 13), its row 6 expert
+  // 0's up 0 (checkpoint row 1, blocks 2, 3).
+  const std::vector<uint16_t> laid = bf16Bits(host);
+  EXPECT_EQ(bf16Value(laid[0]), 0.0f);                             // block 0, code 0
+  EXPECT_EQ(bf16Value(laid[1]), std::ldexp(3.0f, 100 - 127));      // code 5
+  EXPECT_EQ(bf16Value(laid[32]), std::ldexp(0.5f, 101 - 127));     // block 1, code 1
+  EXPECT_EQ(bf16Value(laid[3 * H]), std::ldexp(-2.0f, 112 - 127)); // block 12, code 12
+  EXPECT_EQ(bf16Value(laid[6 * H]), std::ldexp(1.0f, 102 - 127));  // block 2, code 2
+
+  // down_proj needs no layout: what it reads is what the model gets.
+  ASSERT_TRUE(kiln::weights::readMxfp4(index, down, dir.path(), host.data(), packed, error))
+      << error;
+  ASSERT_TRUE(kiln::weights::applyLayout(host.data(), down, scratch, error)) << error;
+  EXPECT_EQ(bf16Bits(host), referenceMxfp4(downBlocks, downScales));
+  EXPECT_LE(packed.size(), 17u * E * H * DG); // the packed pieces, not the tensor
+
+  // Errors name the weight, the tensor and the file or checkpoint.
+  auto refused = [&](const kiln::runtime::ManifestWeight &w, const std::string &part) {
+    EXPECT_FALSE(kiln::weights::readMxfp4(index, w, dir.path(), host.data(), packed, error));
+    expectError(error, "weight '" + w.name + "' (mxfp4): ");
+    expectError(error, part);
+  };
+  refused(weightOf("weight model.layers.1.mlp.experts.down_proj bf16 2x64x32 0 8192 mxfp4"),
+          "'model.layers.1.mlp.experts.down_proj_blocks' (u8 2x64x1x16) is not in the "
+          "checkpoint " +
+              dir.path());
+  refused(weightOf("weight model.norm.weight bf16 64 0 128 mxfp4"),
+          "'model.norm.weight_blocks' (u8 2x16) is not in the checkpoint " + dir.path() +
+              " (it holds 'model.norm.weight' itself: that checkpoint is not MXFP4)");
+  refused(weightOf("weight model.layers.0.mlp.experts.down_proj bf16 2x32x64 0 8192 mxfp4"),
+          "'model.layers.0.mlp.experts.down_proj_blocks' in " + dir / "model.safetensors" +
+              " has shape 2x64x1x16, the model needs 2x32x2x16 (MXFP4 of 2x32x64)");
+  refused(weightOf("weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x3x64 0 1536 mxfp4 "
+                   "from=6x2x64"),
+          "'model.layers.0.mlp.experts.gate_up_proj_blocks' in " + dir / "model.safetensors" +
+              " has shape 2x6x2x16, the model needs 6x2x2x16");
+  kiln::runtime::ManifestWeight plain = down;
+  plain.mxfp4 = false;
+  refused(plain, "not an MXFP4 bf16 weight");
+}
+
+// The scales' shape and both dtypes are checked; a bad scale is named by its index in
+// the scales tensor, in a tensor of several pieces (more than 2^18 blocks) too.
+TEST(Mxfp4, CheckpointErrorsAndPieces) {
+  TempDir dir;
+  const std::string blocks = pattern(16 * 4, 1);
+  const std::string scales("\x70\x71\x72\x73", 4);
+  ASSERT_TRUE(
+      writeFile(dir / "a.safetensors",
+                safetensorsOf({{"w_blocks", "U8", {2, 2, 16}, blocks},
+                               {"w_scales", "I8", {2, 2}, scales},
+                               {"v_blocks", "U8", {2, 2, 16}, blocks},
+                               {"v_scales", "U8", {4}, scales},
+                               {"u_blocks", "BF16", {2, 16}, blocks},
+                               {"u_scales", "U8", {2, 2}, scales},
+                               {"n_blocks", "U8", {2, 2, 16}, blocks},
+                               {"n_scales", "U8", {2, 2}, std::string("\x70\x71\xff\x73", 4)}})));
+  SafetensorsIndex index;
+  std::string error;
+  const std::string file = dir / "a.safetensors";
+  ASSERT_TRUE(index.open(file, error)) << error;
+  std::vector<unsigned char> host(256), packed;
+  auto refused = [&](const char *name, const std::string &part) {
+    const kiln::runtime::ManifestWeight w =
+        weightOf(std::string("weight ") + name + " bf16 2x64 0 256 mxfp4");
+    EXPECT_FALSE(kiln::weights::readMxfp4(index, w, file, host.data(), packed, error)) << name;
+    expectError(error, std::string("weight '") + name + "' (mxfp4): ");
+    expectError(error, part);
+  };
+  refused("w", "'w_scales' in " + file + " is i8, MXFP4 needs u8");
+  refused("v", "'v_scales' in " + file + " has shape 4, the model needs 2x2 (MXFP4 of 2x64)");
+  refused("u", "'u_blocks' in " + file + " is bf16, MXFP4 needs u8");
+  refused("n", "'n_scales'[1, 0] in " + file + ": scale byte 0xff is NaN in E8M0");
+  refused("missing", "'missing_blocks' (u8 2x2x16) is not in the checkpoint " + file);
+
+  // 2^18 + 140 blocks: two pieces, the second one short; a NaN in the second piece is
+  // named by its place in the whole tensor.
+  constexpr int64_t rows = 7948, groups = 33; // 262284 blocks
+  const std::string bigBlocks = pattern(16 * rows * groups, 11);
+  std::string bigScales;
+  for (int64_t g = 0; g < rows * groups; ++g)
+    bigScales += static_cast<char>(100 + g % 50);
+  const std::string name = "model.layers.0.mlp.experts.down_proj";
+  ASSERT_TRUE(writeFile(dir / "model.safetensors",
+                        safetensorsOf({{name + "_scales", "U8", {rows, groups}, bigScales},
+                                       {name + "_blocks", "U8", {rows, groups, 16}, bigBlocks}})));
+  SafetensorsIndex big;
+  ASSERT_TRUE(big.open(dir.path(), error)) << error;
+  const kiln::runtime::ManifestWeight w = weightOf(
+      "weight " + name + " bf16 7948x1056 0 " + std::to_string(2 * rows * groups * 32) + " mxfp4");
+  ASSERT_TRUE(w.mxfp4);
+  std::vector<unsigned char> out(w.bytes);
+  packed.clear();
+  ASSERT_TRUE(kiln::weights::readMxfp4(big, w, dir.path(), out.data(), packed, error)) << error;
+  EXPECT_EQ(bf16Bits(out), referenceMxfp4(bigBlocks, bigScales));
+  EXPECT_EQ(packed.size(), 17u << 18); // one piece's blocks and scales, reused
+
+  std::string nanScales = bigScales;
+  nanScales[7946 * groups + 5] = '\xff';
+  ASSERT_TRUE(writeFile(dir / "model.safetensors",
+                        safetensorsOf({{name + "_scales", "U8", {rows, groups}, nanScales},
+                                       {name + "_blocks", "U8", {rows, groups, 16}, bigBlocks}})));
+  ASSERT_TRUE(big.open(dir.path(), error)) << error;
+  EXPECT_FALSE(kiln::weights::readMxfp4(big, w, dir.path(), out.data(), packed, error));
+  expectError(error, "'" + name + "_scales'[7946, 5] in " + dir / "model.safetensors" +
+                         ": scale byte 0xff is NaN in E8M0");
 }

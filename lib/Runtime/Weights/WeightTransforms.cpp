@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace kiln::weights {
 namespace {
@@ -41,6 +42,44 @@ std::string dimsText(const std::vector<int64_t> &dims) {
   for (int64_t d : dims)
     text += (text.empty() ? "" : "x") + std::to_string(d);
   return text;
+}
+
+// FP4 E2M1 magnitudes (codes 0..7) in halves: 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+constexpr unsigned kFp4Halves[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+constexpr const char *kFp4Text[16] = {"0",  "0.5",  "1",  "1.5",  "2",  "3",  "4",  "6",
+                                      "-0", "-0.5", "-1", "-1.5", "-2", "-3", "-4", "-6"};
+
+// Every scale's 16 products as bf16 bits, and which codes overflow under it (bit c set:
+// code c), built once: a block then costs two table lookups a byte.
+struct Mxfp4Table {
+  uint16_t bits[255][16];
+  uint16_t overflow[255];
+};
+
+const Mxfp4Table &mxfp4Table() {
+  static const Mxfp4Table table = [] {
+    Mxfp4Table t{};
+    for (unsigned scale = 0; scale < 255; ++scale)
+      for (unsigned code = 0; code < 16; ++code)
+        if (!mxfp4Bf16(code, scale, t.bits[scale][code]))
+          t.overflow[scale] |= static_cast<uint16_t>(1u << code);
+    return t;
+  }();
+  return table;
+}
+
+// The index `flat` of a row-major tensor of shape `dims` as "[i, j, k]".
+std::string indexText(uint64_t flat, const std::vector<int64_t> &dims) {
+  std::vector<uint64_t> index(dims.size());
+  for (size_t d = dims.size(); d-- > 0;) {
+    const uint64_t extent = static_cast<uint64_t>(dims[d]);
+    index[d] = extent ? flat % extent : 0;
+    flat = extent ? flat / extent : 0;
+  }
+  std::string text = "[";
+  for (size_t d = 0; d < index.size(); ++d)
+    text += (d ? ", " : "") + std::to_string(index[d]);
+  return text + "]";
 }
 
 } // namespace
@@ -139,6 +178,133 @@ bool applyLayout(unsigned char *data, const kiln::runtime::ManifestWeight &w,
                       static_cast<uint64_t>(from.back()), elementBytes, scratch);
   if (units)
     regroupUnits(data, w.rowGroups, w.bytes / units, scratch);
+  return true;
+}
+
+bool mxfp4Bf16(unsigned code, unsigned scale, uint16_t &bits) {
+  if (code > 15 || scale >= 255)
+    return false;
+  const uint16_t sign = code & 8 ? 0x8000 : 0;
+  const unsigned halves = kFp4Halves[code & 7];
+  if (halves == 0) {
+    bits = sign;
+    return true;
+  }
+  // The value is halves x 2^(scale - 128) = 1.f x 2^(scale - 128 + top), `top` being the
+  // position of the leading bit of `halves` (at most 3; one more significant bit at most).
+  unsigned top = 0;
+  while (halves >> (top + 1))
+    ++top;
+  const int biased = static_cast<int>(scale) - 128 + static_cast<int>(top) + 127;
+  if (biased >= 255)
+    return false; // 2^128 or more: only infinity in bf16
+  if (biased >= 1) {
+    const unsigned fraction = ((halves << 7) >> top) & 0x7f;
+    bits = static_cast<uint16_t>(sign | static_cast<unsigned>(biased) << 7 | fraction);
+    return true;
+  }
+  // Subnormal: halves x 2^(scale - 128) in units of 2^-133 is halves << (scale + 5), exact
+  // and below 2^7 here (the biased exponent is at most 0).
+  bits = static_cast<uint16_t>(sign | halves << (scale + 5));
+  return true;
+}
+
+bool dequantizeMxfp4(const unsigned char *blocks, const unsigned char *scales, uint64_t groups,
+                     unsigned char *outBf16, uint64_t &badGroup, std::string &why) {
+  const Mxfp4Table &table = mxfp4Table();
+  for (uint64_t g = 0; g < groups; ++g) {
+    const unsigned scale = scales[g];
+    const unsigned char *block = blocks + 16 * g;
+    if (scale == 255) {
+      badGroup = g;
+      why = "scale byte 0xff is NaN in E8M0";
+      return false;
+    }
+    if (const uint16_t overflow = table.overflow[scale]) {
+      for (unsigned j = 0; j < 32; ++j) {
+        const unsigned code = j % 2 ? block[j / 2] >> 4 : block[j / 2] & 15;
+        if (overflow >> code & 1) {
+          badGroup = g;
+          why = "scale 2^" + std::to_string(static_cast<int>(scale) - 127) + " (byte " +
+                std::to_string(scale) + ") times its element " + std::to_string(j) + ", FP4 " +
+                kFp4Text[code] + " (code " + std::to_string(code) +
+                "), is 2^128 or more: it overflows bf16";
+          return false;
+        }
+      }
+    }
+    const uint16_t *values = table.bits[scale];
+    unsigned char *out = outBf16 + 64 * g;
+    for (unsigned j = 0; j < 16; ++j) {
+      const uint16_t low = values[block[j] & 15], high = values[block[j] >> 4];
+      out[4 * j] = static_cast<unsigned char>(low & 0xff);
+      out[4 * j + 1] = static_cast<unsigned char>(low >> 8);
+      out[4 * j + 2] = static_cast<unsigned char>(high & 0xff);
+      out[4 * j + 3] = static_cast<unsigned char>(high >> 8);
+    }
+  }
+  return true;
+}
+
+bool readMxfp4(const SafetensorsIndex &index, const kiln::runtime::ManifestWeight &w,
+               const std::string &checkpoint, unsigned char *out,
+               std::vector<unsigned char> &packed, std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = "weight '" + w.name + "' (mxfp4): " + what;
+    return false;
+  };
+  const std::vector<int64_t> &dims = w.fromShape.empty() ? w.shape : w.fromShape;
+  uint64_t elements = 0;
+  if (!w.mxfp4 || w.dtype != "bf16" || dims.empty() || dims.back() % 32 ||
+      !product(dims, dims.size(), elements) ||
+      elements > std::numeric_limits<uint64_t>::max() / 2 || w.bytes != 2 * elements)
+    return fail("not an MXFP4 bf16 weight of " + std::to_string(w.bytes) +
+                " bytes whose checkpoint shape " + dimsText(dims) +
+                " ends in a multiple of 32 (parseManifest never returns such a weight)");
+  std::vector<int64_t> scalesShape(dims.begin(), dims.end() - 1);
+  scalesShape.push_back(dims.back() / 32);
+  std::vector<int64_t> blocksShape = scalesShape;
+  blocksShape.push_back(16);
+  const uint64_t groups = elements / 32;
+
+  const std::string blocksName = w.name + "_blocks", scalesName = w.name + "_scales";
+  const TensorInfo *blocks = index.find(blocksName), *scales = index.find(scalesName);
+  // Each of the two is there, u8, of its shape.
+  auto check = [&](const std::string &name, const TensorInfo *info,
+                   const std::vector<int64_t> &shape) {
+    if (!info)
+      return fail(
+          "'" + name + "' (u8 " + dimsText(shape) + ") is not in the checkpoint " + checkpoint +
+          (index.find(w.name) ? " (it holds '" + w.name + "' itself: that checkpoint is not MXFP4)"
+                              : std::string()));
+    if (info->dtype != Dtype::u8)
+      return fail("'" + name + "' in " + info->file + " is " + dtypeName(info->dtype) +
+                  ", MXFP4 needs u8");
+    if (info->shape != shape)
+      return fail("'" + name + "' in " + info->file + " has shape " + dimsText(info->shape) +
+                  ", the model needs " + dimsText(shape) + " (MXFP4 of " + dimsText(dims) + ")");
+    return true;
+  };
+  if (!check(blocksName, blocks, blocksShape) || !check(scalesName, scales, scalesShape))
+    return false;
+
+  // A piece of at most 2^18 blocks: 4 MiB of blocks and 256 KiB of scales.
+  constexpr uint64_t kPieceGroups = uint64_t(1) << 18;
+  const uint64_t pieceGroups = std::min(groups, kPieceGroups);
+  if (packed.size() < 17 * pieceGroups)
+    packed.resize(17 * pieceGroups);
+  unsigned char *blockBytes = packed.data(), *scaleBytes = packed.data() + 16 * pieceGroups;
+  for (uint64_t first = 0; first < groups; first += pieceGroups) {
+    const uint64_t count = std::min(pieceGroups, groups - first);
+    if (!index.readRange(*blocks, 16 * first, 16 * count, blockBytes, error) ||
+        !index.readRange(*scales, first, count, scaleBytes, error))
+      return fail(error);
+    uint64_t bad = 0;
+    std::string why;
+    if (!dequantizeMxfp4(blockBytes, scaleBytes, count, out + 64 * first, bad, why))
+      return fail("'" + scalesName + "'" + indexText(first + bad, scalesShape) + " in " +
+                  scales->file + ": " + why);
+  }
   return true;
 }
 
