@@ -10,7 +10,13 @@ For every family (a `<family>-tiny.json` in --configs) this writes, under --out:
                      decoder layer is a copy of layer N - 1 (the parity test's reference
                      module reuses that layer), enorm/hnorm/eh_proj are drawn here, the
                      shared head is the target's final norm and lm_head (docs/mtp.md)
-  manifest.json      what was built, with the library versions
+  <family>-kiln/, <family>-draft-kiln/
+                     with a config whose `quantization_config` is MXFP4 (gpt-oss-mxfp4):
+                     the checkpoints Kiln reads, as the published gpt-oss ones are laid
+                     out (see quantize_experts)
+  manifest.json      what was built, with the library versions; a family whose Kiln
+                     checkpoints differ from the reference's maps each model directory
+                     to Kiln's in its entry's "kiln_weights" (parity.py's kiln_weights)
 
 Weights are drawn here with one seeded generator rather than left to transformers'
 _init_weights, because the defaults leave RMSNorm weights at 1 and biases at 0: a
@@ -20,6 +26,12 @@ logits are so flat that bf16 rounding flips many greedy steps; shared/DESIGN.md)
 
 The draft model is the target cut down to its first layer (same embedding, layer 0,
 final norm and lm_head), so its guesses are related to the target's.
+
+An MXFP4 family (`"quantization_config": {"quant_method": "mxfp4", ...}` in its config)
+is built as the others in bf16, without the quantization_config, then its experts'
+weights are quantized to MXFP4 here (quantize_mxfp4) and replaced by their dequantized
+values, so that the reference (bf16, in <family>/) and Kiln (MXFP4, in <family>-kiln/)
+hold the same numbers. Nothing is drawn for it: the random streams are the others'.
 
 Usage: python3 test/Parity/make_models.py --configs test/Parity/configs --out DIR
 """
@@ -50,6 +62,7 @@ def load_config(path):
     """A transformers config from one of our JSON files (AutoConfig by model_type)."""
     fields = json.loads(Path(path).read_text())
     model_type = fields.pop("model_type")
+    fields.pop("quantization_config", None)  # the reference is bf16 (mxfp4_config)
     return AutoConfig.for_model(model_type, **fields)
 
 
@@ -143,6 +156,120 @@ def randomize(model, std, seed, device):
             tensor.normal_(0.0, ROUTER_BIAS_STD, generator=gen)
 
 
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # FP4 E2M1 codes 0..7; 8..15 negated
+MXFP4_BLOCK = 32                                       # values per E8M0 scale
+
+
+def mxfp4_config(path):
+    """The quantization_config of an MXFP4 config file, or None (load_config leaves it
+    out: the model is built in bf16 and its experts quantized by quantize_experts)."""
+    quantization = json.loads(Path(path).read_text()).get("quantization_config")
+    if quantization and quantization.get("quant_method") == "mxfp4":
+        return quantization
+    return None
+
+
+def powers_of_two(exponents):
+    """2^e as float32 for an int32 tensor of exponents in [-126, 127], built from the bits
+    (exact, unlike pow or exp2 may be)."""
+    return ((exponents + 127) << 23).view(torch.float32)
+
+
+@torch.no_grad()
+def quantize_mxfp4(weight):
+    """`weight` [..., n] (n a multiple of 32) in OCP MXFP4 along its last dimension.
+
+    Per block of 32 values the scale is the smallest power of two 2^k (k in [-126, 126])
+    with max |value| / 2^k <= 6.0, and each value / 2^k is rounded to the nearest FP4
+    E2M1 value (ties to the even code). Returns (blocks, scales, values): blocks uint8
+    [..., n / 32, 16], element 2j of a block in the low nibble of its byte j and 2j + 1 in
+    the high one; scales uint8 [..., n / 32], the E8M0 byte k + 127; values, the
+    dequantized tensor (code x 2^k) in weight's shape and dtype, exact in bf16.
+    """
+    x = weight.float().reshape(*weight.shape[:-1], weight.shape[-1] // MXFP4_BLOCK,
+                               MXFP4_BLOCK)
+    # amax = m x 2^e with m in [0.5, 1) (frexp, exact): amax / 2^(e-3) = 8m fits 6 iff
+    # m <= 0.75, else amax / 2^(e-2) = 4m < 4 does (an all-zero block gets 2^-3).
+    mantissa, exponent = torch.frexp(x.abs().amax(dim=-1))
+    k = torch.where(mantissa <= 0.75, exponent - 3, exponent - 2).to(torch.int32)
+    k = k.clamp(-126, 126)
+    scaled = x * powers_of_two(-k).unsqueeze(-1)          # exact: a power of two
+    grid = torch.tensor(FP4_VALUES, dtype=torch.float32, device=x.device)
+    distance = (scaled.abs().unsqueeze(-1) - grid).abs()  # [..., blocks, 32, 8]
+    nearest = distance == distance.amin(dim=-1, keepdim=True)
+    even = torch.arange(len(FP4_VALUES), device=x.device) % 2 == 0
+    # The nearest code; of two equally near ones (adjacent), the even one.
+    magnitude = torch.argmax(nearest.float() * 2 + (nearest & even).float(), dim=-1)
+    negative = scaled < 0
+    codes = (magnitude + 8 * negative.to(magnitude.dtype)).to(torch.int32)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    scales = (k + 127).to(torch.uint8)
+    values = torch.where(negative, -grid[magnitude], grid[magnitude])
+    values = (values * powers_of_two(k).unsqueeze(-1)).reshape(weight.shape)
+    return blocks, scales, values.to(weight.dtype)
+
+
+def dequantize_mxfp4(blocks, scales):
+    """The float32 values of MXFP4 `blocks` [..., g, 16] and `scales` [..., g] ([..., 32 g]),
+    as Kiln's loader and transformers' read them: a check of quantize_mxfp4's packing."""
+    grid = torch.tensor(FP4_VALUES + tuple(-v for v in FP4_VALUES), device=blocks.device)
+    codes = torch.stack((blocks & 15, blocks >> 4), dim=-1).reshape(*blocks.shape[:-1], 32)
+    values = grid[codes.long()] * powers_of_two(scales.to(torch.int32) - 127).unsqueeze(-1)
+    return values.reshape(*scales.shape[:-1], -1)
+
+
+MXFP4_EXPERTS = (".experts.gate_up_proj", ".experts.down_proj")
+
+
+@torch.no_grad()
+def quantize_experts(model):
+    """Every expert weight of `model` (gpt-oss: `...mlp.experts.gate_up_proj` and
+    `down_proj`, transformers' [E, in, out]) quantized to MXFP4 along `in` and replaced in
+    the model by its dequantized values. Returns {parameter name: (blocks, scales)} in the
+    published checkpoints' layout, [E, out, in / 32, 16] and [E, out, in / 32] (what
+    transformers' loader dequantizes and transposes into its [E, in, out])."""
+    packed = {}
+    for name, param in model.named_parameters():
+        if not name.endswith(MXFP4_EXPERTS):
+            continue
+        blocks, scales, values = quantize_mxfp4(param.data.transpose(1, 2))
+        param.data.copy_(values.transpose(1, 2))
+        packed[name] = (blocks.cpu(), scales.cpu())
+    if not packed:
+        raise SystemExit(f"MXFP4 config, but no {' or '.join(MXFP4_EXPERTS)} weights in "
+                         f"{type(model).__name__}")
+    return packed
+
+
+def save_mxfp4(model_dir, packed, quantization, out_dir):
+    """Kiln's checkpoint of the saved model `model_dir`: its tensors, each expert weight
+    of `packed` replaced by `NAME_blocks` and `NAME_scales`, and its config.json with the
+    quantization_config (the published gpt-oss checkpoints' form)."""
+    from safetensors.torch import load_file, save_file
+    path = Path(model_dir) / "model.safetensors"
+    tensors = load_file(str(path))
+    experts = [name for name in tensors if name.endswith(MXFP4_EXPERTS)]
+    if not experts or any(name not in packed for name in experts):
+        raise SystemExit(f"{path}: expert weights {experts} are not the quantized ones "
+                         f"{sorted(packed)} (did save_pretrained rename them?)")
+    for name in experts:
+        blocks, scales = packed[name]
+        # The saved [E, in, out] must be what the blocks hold, transposed.
+        if not torch.equal(dequantize_mxfp4(blocks, scales),
+                           tensors[name].float().transpose(1, 2)):
+            raise SystemExit(f"{path}: {name} {list(tensors[name].shape)} is not the "
+                             f"transposed dequantization of its MXFP4 blocks")
+        del tensors[name]
+        tensors[name + "_blocks"] = blocks
+        tensors[name + "_scales"] = scales
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    config["quantization_config"] = quantization
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 @torch.no_grad()
 def make_draft(target, draft_config, device):
     """The draft model: the target's weights, keeping only layer 0."""
@@ -217,6 +344,8 @@ def make_family(family, configs, out, seed, device):
     draft_path = configs / f"{family}-tiny-draft.json"
     target = build_model(target_config, device)
     randomize(target, target_config.initializer_range, seed, device)
+    quantization = mxfp4_config(configs / f"{family}-tiny.json")
+    packed = quantize_experts(target) if quantization else None
     save(target, out / family)
 
     prompts = make_prompts(target, target_config.vocab_size, seed, device)
@@ -235,6 +364,13 @@ def make_family(family, configs, out, seed, device):
         save(draft, out / f"{family}-draft")
         entry["draft"] = str(out / f"{family}-draft")
         del draft
+    if quantization:
+        # Kiln reads these (parity.py's kiln_weights), the reference the bf16 ones; the
+        # draft's experts are the target's layer 0, so are its blocks.
+        entry["kiln_weights"] = {}
+        for name in [family] + ([f"{family}-draft"] if draft_path.exists() else []):
+            save_mxfp4(out / name, packed, quantization, out / f"{name}-kiln")
+            entry["kiln_weights"][name] = f"{name}-kiln"
     del target
     torch.cuda.empty_cache()
     return entry

@@ -442,10 +442,23 @@ def mode_so(mode):
             "ringngram": "ringngram"}[mode]
 
 
+def kiln_weights(models, name):
+    """The checkpoint kiln-run reads for the model directory `name` under `models`: the
+    one its family's entry in make_models.py's manifest.json maps it to ("kiln_weights":
+    an MXFP4 family's Kiln checkpoint, while the reference reads the bf16 one of the same
+    values), else the directory itself."""
+    manifest = models / "manifest.json"
+    if manifest.exists():
+        for entry in json.loads(manifest.read_text()).get("families", {}).values():
+            if name in entry.get("kiln_weights", {}):
+                return models / entry["kiln_weights"][name]
+    return models / name
+
+
 def mode_command(mode, family, work, args):
     """kiln-run's arguments for one mode, or a reason why it cannot run."""
     model_so = args.so_dir / f"{family}-{mode_so(mode)}.so"
-    weights = args.models / (f"{family}-mtp" if mode == "mtp" else family)
+    weights = kiln_weights(args.models, f"{family}-mtp" if mode == "mtp" else family)
     cmd = [str(args.kiln_run), str(model_so), "--weights", str(weights),
            "--prompts", str(work / "prompts.txt"),
            "--max-new-tokens", str(args.max_new_tokens),
@@ -465,7 +478,7 @@ def mode_command(mode, family, work, args):
         draft_so = args.so_dir / f"{family}-draftmodel.so"
         needed.append(draft_so)
         cmd += ["--draft-model", str(draft_so),
-                "--draft-weights", str(args.models / f"{family}-draft"),
+                "--draft-weights", str(kiln_weights(args.models, f"{family}-draft")),
                 "--spec", f"draft:{DRAFT_LEN}"]
     elif mode == "selfdraft":
         # A copy under another name: the same path would be one dlopen handle, and the
@@ -475,7 +488,7 @@ def mode_command(mode, family, work, args):
         draft_so = work / f"{family}-selfdraft.so"
         if source.exists():
             shutil.copyfile(source, draft_so)
-        cmd += ["--draft-model", str(draft_so), "--draft-weights", str(args.models / family),
+        cmd += ["--draft-model", str(draft_so), "--draft-weights", str(weights),
                 "--spec", f"draft:{DRAFT_LEN}"]
     missing = [str(p) for p in needed if not p.exists()]
     if missing:

@@ -54,7 +54,8 @@ from pathlib import Path
 
 import torch
 
-from parity import bf16_ulp, greedy_with_logits, kiln_env, load_reference_model
+from parity import (bf16_ulp, greedy_with_logits, kiln_env, kiln_weights,
+                    load_reference_model)
 
 MATCH_WINDOW = 12     # transformers tensors considered after the last match
 UNMATCHED_ABOVE = 0.5  # relative distance beyond which a Kiln op matches nothing
@@ -135,7 +136,7 @@ def kiln_records(args, prompt, work):
     prompts_file = work / "prompt.txt"
     prompts_file.write_text(" ".join(map(str, prompt)) + "\n")
     cmd = [str(args.kiln_run), str(args.so_dir / f"{args.family}-nospec.so"), "--weights",
-           str(args.models / args.family), "--prompts", str(prompts_file),
+           str(kiln_weights(args.models, args.family)), "--prompts", str(prompts_file),
            "--max-new-tokens", "1", "--trace", str(trace)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=kiln_env(args.lib_dir),
                           timeout=300)
@@ -542,7 +543,7 @@ def run_kiln_step(args, prompt, continuation, next_token, work):
     prompt_file.write_text(" ".join(map(str, prompt if decode else prompt + continuation))
                            + "\n")
     cmd = [str(args.kiln_run), str(args.so_dir / f"{args.family}-nospec.so"), "--weights",
-           str(args.models / args.family), "--prompts", str(prompt_file),
+           str(kiln_weights(args.models, args.family)), "--prompts", str(prompt_file),
            "--max-new-tokens", "1", "--json", str(json_file), "--trace", str(trace)]
     if decode:
         forced = work / "continuation.json"
