@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <string>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -1562,4 +1563,64 @@ TEST(Mxfp4, CheckpointErrorsAndPieces) {
   EXPECT_FALSE(kiln::weights::readMxfp4(big, w, dir.path(), out.data(), packed, error));
   expectError(error, "'" + name + "_scales'[7946, 5] in " + dir / "model.safetensors" +
                          ": scale byte 0xff is NaN in E8M0");
+}
+
+// The same experts in both checkpoint forms load to the same bytes: transformers' bf16
+// [E, in, out] under the compiler's bf16 lines (from=, transpose, rows=), and the
+// published MXFP4 [E, out, in / 32, 16] under its mxfp4 lines (E 2, hidden 64, inter 32).
+TEST(Mxfp4, SameBytesAsTheBf16Form) {
+  constexpr int E = 2, H = 64, I = 32;
+  TempDir dir;
+  std::vector<FileTensor> bf16Tensors, mxfp4Tensors;
+  std::vector<std::pair<std::string, std::string>> lines; // mxfp4 line, bf16 line
+  for (const auto &[name, out, in] :
+       {std::tuple<std::string, int, int>{"gate_up_proj", 2 * I, H}, {"down_proj", H, I}}) {
+    std::string blocks = pattern(16 * E * out * in / 32, static_cast<unsigned>(out)), scales;
+    for (int g = 0; g < E * out * in / 32; ++g)
+      scales += static_cast<char>(110 + g % 20);
+    const std::vector<uint16_t> values = referenceMxfp4(blocks, scales); // [E, out, in]
+    std::string transposed(2 * values.size(), '\0');                     // [E, in, out]
+    for (int e = 0; e < E; ++e)
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i) {
+          const uint16_t v = values[(e * out + o) * in + i];
+          const size_t at = 2 * ((static_cast<size_t>(e) * in + i) * out + o);
+          transposed[at] = static_cast<char>(v & 0xff);
+          transposed[at + 1] = static_cast<char>(v >> 8);
+        }
+    const std::string full = "model.layers.0.mlp.experts." + name;
+    bf16Tensors.push_back({full, "BF16", {E, in, out}, transposed});
+    mxfp4Tensors.push_back({full + "_blocks", "U8", {E, out, in / 32, 16}, blocks});
+    mxfp4Tensors.push_back({full + "_scales", "U8", {E, out, in / 32}, scales});
+  }
+  lines.push_back({"weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x32x64 0 16384 mxfp4 "
+                   "from=2x64x64 rows=64:1,1",
+                   "weight model.layers.0.mlp.experts.gate_up_proj bf16 2x2x32x64 0 16384 "
+                   "from=2x64x64 transpose rows=64:1,1"});
+  lines.push_back({"weight model.layers.0.mlp.experts.down_proj bf16 2x64x32 0 8192 mxfp4",
+                   "weight model.layers.0.mlp.experts.down_proj bf16 2x64x32 0 8192 "
+                   "from=2x32x64 transpose"});
+  ASSERT_TRUE(::mkdir((dir / "bf16").c_str(), 0755) == 0 &&
+              ::mkdir((dir / "mxfp4").c_str(), 0755) == 0);
+  ASSERT_TRUE(writeFile(dir / "bf16/model.safetensors", safetensorsOf(bf16Tensors)));
+  ASSERT_TRUE(writeFile(dir / "mxfp4/model.safetensors", safetensorsOf(mxfp4Tensors)));
+  SafetensorsIndex bf16Index, mxfp4Index;
+  std::string error;
+  ASSERT_TRUE(bf16Index.open(dir / "bf16", error)) << error;
+  ASSERT_TRUE(mxfp4Index.open(dir / "mxfp4", error)) << error;
+  std::vector<unsigned char> packed, scratch;
+  for (const auto &[mxfp4Line, bf16Line] : lines) {
+    const kiln::runtime::ManifestWeight quantized = weightOf(mxfp4Line), plain = weightOf(bf16Line);
+    ASSERT_TRUE(quantized.mxfp4 && !plain.mxfp4 && plain.transpose);
+    std::vector<unsigned char> fromMxfp4(quantized.bytes), fromBf16(plain.bytes);
+    ASSERT_TRUE(kiln::weights::readMxfp4(mxfp4Index, quantized, dir / "mxfp4", fromMxfp4.data(),
+                                         packed, error))
+        << error;
+    ASSERT_TRUE(kiln::weights::applyLayout(fromMxfp4.data(), quantized, scratch, error)) << error;
+    const TensorInfo *info = bf16Index.find(plain.name);
+    ASSERT_NE(info, nullptr);
+    ASSERT_TRUE(bf16Index.read(*info, fromBf16.data(), error)) << error;
+    ASSERT_TRUE(kiln::weights::applyLayout(fromBf16.data(), plain, scratch, error)) << error;
+    EXPECT_EQ(fromMxfp4, fromBf16) << plain.name;
+  }
 }
