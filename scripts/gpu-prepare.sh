@@ -12,7 +12,8 @@ rm -rf "$root/.carry/googletest" && cp -r /usr/src/googletest "$root/.carry/goog
 # by kiln-run --draft-model), and the 1-layer draft model. A failure is reported and
 # the loop goes on; the script exits 1 at the end.
 parity_failed=0
-# The fp8 pair (--kv-dtype fp8) is the same target over an e4m3 KV cache.
+# The fp8 pair (--kv-dtype fp8) is the same target over an e4m3 KV cache, the f16 pair
+# (--kv-dtype f16) over an f16 one.
 tiny() { "$build/bin/kiln-compile" "$1" --target h200 --max-batch 8 --max-seq-len 512 \
            --spec "$2" --emit=so -o "$root/.carry/models/$3.so" "${@:4}" ||
          { echo "kiln-compile failed: $1 --spec $2 ${*:4}"; parity_failed=1; }; }
@@ -39,10 +40,13 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
     tiny "$config" none "$family-ringnospec" "${ring[@]}"
     tiny "$config" ngram:4 "$family-ringngram" "${ring[@]}"
   fi
-  # The MLA families have no FP8 latent cache (parity.py skips their fp8 modes).
+  # The MLA families have no FP8 or f16 latent cache (parity.py skips their fp8 and f16
+  # modes).
   grep -q '"kv_lora_rank"' "$config" && continue
   tiny "$config" none "$family-fp8nospec" --kv-dtype fp8
   tiny "$config" ngram:4 "$family-fp8ngram" --kv-dtype fp8
+  tiny "$config" none "$family-f16nospec" --kv-dtype f16
+  tiny "$config" ngram:4 "$family-f16ngram" --kv-dtype f16
 done
 # The seed scenario (test/Parity/seed_memory.py, test/Tools/seed-nano-l40s.test): a
 # Nemotron-Nano-9B-v2-shaped model compiled for an L40S, without and with speculation.

@@ -169,68 +169,75 @@ int main(int argc, char **argv) {
   }
 
   // gqa_decode: 32 q / 8 kv heads, d=128, page 64, bf16 q/out over a bf16 pool, then an
-  // FP8 e4m3 pool ("gqa_fp8": bytes counted as stored, one a value; the pool's random
-  // bf16 bits read as bytes, NaN bytes included, which costs the kernel nothing).
+  // f16 pool ("gqa_f16": the random bits read as fp16) and an FP8 e4m3 pool ("gqa_fp8":
+  // bytes counted as stored, one a value; the pool's random bf16 bits read as bytes, NaN
+  // bytes included, which costs the kernel nothing).
   const int Hq = 32, Hkv = 8, D = 128, page = 64;
   std::vector<int> Bs = {1, 16, 64, 128}, Ls = {1024, 4096, 8192, 32768};
   if (quick) {
     Bs = {1, 128};
     Ls = {8192};
   }
-  for (bool fp8 : {false, true})
-  for (int qLen : {1, 4})
-    for (int B : Bs)
-      for (int L : Ls) {
-        const int kvElemBytes = fp8 ? 1 : 2;
-        double kvBytes = 2.0 * B * L * Hkv * D * kvElemBytes;
-        if (kvBytes > 60e9)
-          continue;
-        Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * kvElemBytes);
-        uint16_t *q, *out;
-        CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
-        CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
-        fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
-        kiln_gqa_decode_params_t prm{};
-        prm.q = q;
-        prm.kv_cache = p.pool;
-        prm.seq_lens = p.seqLens;
-        prm.out = out;
-        prm.batch = B;
-        prm.q_len = qLen;
-        prm.q_heads = Hq;
-        prm.kv_heads = Hkv;
-        prm.head_dim = D;
-        prm.page_size = page;
-        prm.num_pages = p.numPages;
-        prm.max_pages_per_seq = L / page;
-        prm.max_seq_len = L;
-        prm.softmax_scale = 0.0883883f;
-        prm.dtype = KILN_DTYPE_BF16;
-        prm.kv_dtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
-        prm.stream = stream;
-        prm.block_table = p.tables[0];
-        size_t ws = 0;
-        KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
-        void *wsPtr = nullptr;
-        if (ws)
-          CHECK(cudaMalloc(&wsPtr, ws));
-        prm.workspace = wsPtr;
-        prm.workspace_bytes = ws;
-        double t = timeGraph(
-            [&](int i) {
-              prm.block_table = p.tables[i % p.tables.size()];
-              KCHECK(kiln_gqa_decode(&prm));
-            },
-            stream);
-        int splits = ws ? static_cast<int>(ws / (static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4)) : 1;
-        std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
-                    fp8 ? "gqa_fp8" : "gqa", B, L, qLen, t * 1e6, kvBytes / t / 1e12, splits);
-        std::fflush(stdout);
-        cudaFree(q);
-        cudaFree(out);
-        cudaFree(wsPtr);
-        freePaged(p);
-      }
+  for (kiln_dtype_t pool : {KILN_DTYPE_BF16, KILN_DTYPE_F16, KILN_DTYPE_FP8_E4M3})
+    for (int qLen : {1, 4})
+      for (int B : Bs)
+        for (int L : Ls) {
+          const bool fp8 = pool == KILN_DTYPE_FP8_E4M3;
+          const int kvElemBytes = fp8 ? 1 : 2;
+          double kvBytes = 2.0 * B * L * Hkv * D * kvElemBytes;
+          if (kvBytes > 60e9)
+            continue;
+          Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * kvElemBytes);
+          uint16_t *q, *out;
+          CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
+          CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
+          fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
+          kiln_gqa_decode_params_t prm{};
+          prm.q = q;
+          prm.kv_cache = p.pool;
+          prm.seq_lens = p.seqLens;
+          prm.out = out;
+          prm.batch = B;
+          prm.q_len = qLen;
+          prm.q_heads = Hq;
+          prm.kv_heads = Hkv;
+          prm.head_dim = D;
+          prm.page_size = page;
+          prm.num_pages = p.numPages;
+          prm.max_pages_per_seq = L / page;
+          prm.max_seq_len = L;
+          prm.softmax_scale = 0.0883883f;
+          prm.dtype = KILN_DTYPE_BF16;
+          prm.kv_dtype = pool;
+          prm.stream = stream;
+          prm.block_table = p.tables[0];
+          size_t ws = 0;
+          KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+          void *wsPtr = nullptr;
+          if (ws)
+            CHECK(cudaMalloc(&wsPtr, ws));
+          prm.workspace = wsPtr;
+          prm.workspace_bytes = ws;
+          double t = timeGraph(
+              [&](int i) {
+                prm.block_table = p.tables[i % p.tables.size()];
+                KCHECK(kiln_gqa_decode(&prm));
+              },
+              stream);
+          int splits =
+              ws ? static_cast<int>(ws / (static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4)) : 1;
+          std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"us\":%.3f,\"TBps\":%.4f,"
+                      "\"splits\":%d}\n",
+                      fp8                      ? "gqa_fp8"
+                      : pool == KILN_DTYPE_F16 ? "gqa_f16"
+                                               : "gqa",
+                      B, L, qLen, t * 1e6, kvBytes / t / 1e12, splits);
+          std::fflush(stdout);
+          cudaFree(q);
+          cudaFree(out);
+          cudaFree(wsPtr);
+          freePaged(p);
+        }
 
   // mla_decode: page 64, 576 = 512 + 64, bf16.
   std::vector<int> mBs = {64, 128}, mLs = {4096, 16384};

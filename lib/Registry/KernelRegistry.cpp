@@ -46,38 +46,68 @@ constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 // reports UNSUPPORTED where that does not fit), mla_decode 226.5 KiB,
 // mla_decode_small_smem 93,952 B,
 // prefill_fmha 96 KiB (d256 takes 128 KiB where a block may, else 96 KiB), the wgmma
-// prefill 161 KiB); SM ranges are where the kernel is compiled.
+// prefill 161 KiB); SM ranges are where the kernel is compiled. `dtypes` are the KV
+// caches a variant reads next to the runtime's bf16 activations: an f16 or FP8 pool
+// needs its own (converting) kernels, which gqa_decode and prefill_fmha have and the
+// wgmma prefill does not.
 std::vector<KernelVariant> builtinVariants() {
   std::vector<KernelVariant> table;
   auto add = [&](KernelVariant v) { table.push_back(std::move(v)); };
 
   // Attention, decode. Paged KV [pages, 2, page, kv_heads, head_dim].
-  add({.name = "gqa_decode", .family = OpFamily::attention, .phase = Phase::decode,
-       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128, 256},
-       .dtypes = kBf16 | kF16 | kFp8, .pageSizes = {16, 32, 64, 128}, .maxGroupSize = 16,
-       .maxQueryLen = 8, .priority = 10,
+  add({.name = "gqa_decode",
+       .family = OpFamily::attention,
+       .phase = Phase::decode,
+       .minSm = 80,
+       .maxSm = 121,
+       .smemBytes = 96 * 1024,
+       .headDims = {64, 128, 256},
+       .dtypes = kBf16 | kF16 | kFp8,
+       .pageSizes = {16, 32, 64, 128},
+       .maxGroupSize = 16,
+       .maxQueryLen = 8,
+       .priority = 10,
        .note = "paged GQA/MHA/MQA decode, split-KV, q_len 1..8 causal among drafts; FP8 "
-               "e4m3 pools widened to fp16 in shared memory"});
+               "e4m3 pools widened to fp16 in registers, f16 pools read as fp16 operands"});
   // Attention, prefill (and the extend-context path for draft tokens).
   // Head dim 256 (Qwen3-Next's full attention) is the same kernel and launcher with its
   // own tiles (docs/kernels-prefill.md), so it is listed here rather than as a variant.
-  add({.name = "prefill_fmha", .family = OpFamily::attention, .phase = Phase::prefill,
-       .minSm = 80, .maxSm = 121, .smemBytes = 96 * 1024, .headDims = {64, 128, 256},
-       .dtypes = kBf16 | kF16 | kFp8, .priority = 10,
+  add({.name = "prefill_fmha",
+       .family = OpFamily::attention,
+       .phase = Phase::prefill,
+       .minSm = 80,
+       .maxSm = 121,
+       .smemBytes = 96 * 1024,
+       .headDims = {64, 128, 256},
+       .dtypes = kBf16 | kF16 | kFp8,
+       .priority = 10,
        .note = "FlashAttention-2 style causal varlen prefill, mma.sync, paged extend (reads "
-               "FP8 e4m3 caches)"});
-  add({.name = "prefill_fmha_sm90", .family = OpFamily::attention,
-       .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
+               "FP8 e4m3 and f16 caches)"});
+  add({.name = "prefill_fmha_sm90",
+       .family = OpFamily::attention,
+       .phase = Phase::prefill,
+       .minSm = 90,
+       .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
-       .smemBytes = 161 * 1024, .headDims = {64, 128}, .dtypes = kBf16 | kF16,
-       .priority = 20, .note = "Hopper wgmma prefill (dense and paged extend)"});
+       .smemBytes = 161 * 1024,
+       .headDims = {64, 128},
+       .dtypes = kBf16,
+       .priority = 20,
+       .note = "Hopper wgmma prefill (dense and paged extend; bf16 caches: q and K/V share "
+               "one element type)"});
   // Planned: the wgmma prefill at head_dim 256 (Qwen3-Next's full attention), whose
   // accumulators need a split over two warpgroups; prefill_fmha's mma.sync tiles run it
   // meanwhile, and selection takes an implemented variant first.
-  add({.name = "prefill_fmha_sm90_d256", .family = OpFamily::attention,
-       .phase = Phase::prefill, .minSm = 90, .maxSm = 90,
+  add({.name = "prefill_fmha_sm90_d256",
+       .family = OpFamily::attention,
+       .phase = Phase::prefill,
+       .minSm = 90,
+       .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
-       .headDims = {256}, .dtypes = kBf16 | kF16, .implemented = false, .priority = 20,
+       .headDims = {256},
+       .dtypes = kBf16,
+       .implemented = false,
+       .priority = 20,
        .note = "Hopper wgmma prefill at head_dim 256 (planned)"});
   // MLA, decode. Latent pool [pages, 64, 576].
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,

@@ -4,9 +4,10 @@
 //           the paged prefill kernel instead.
 //   PREFILL kv_append, then prefill_fmha on the packed prompts (positions from 0).
 //   EXTEND  kv_append, then prefill_fmha_paged (chunks continuing cached sequences).
-// An f8E4M3FN pool (kv_dtype) is quantized by kv_append with scale 1 (saturating) and
-// read by gqa_decode and the mma.sync paged prefill; a prompt's own attention in PREFILL
-// reads the step's bf16 K/V, as it is computed.
+// An f8E4M3FN pool (kv_dtype) is quantized by kv_append with scale 1 (saturating), an f16
+// pool rounded to fp16 (saturating at +-65504); both are read by gqa_decode and the
+// mma.sync paged prefill (prefill_fmha; prefill_fmha_sm90 reads bf16 pools only). A
+// prompt's own attention in PREFILL reads the step's bf16 K/V, as it is computed.
 // A sliding window (window > 0) is honoured by every kernel: a query sees its last
 // `window` keys (Hugging Face's sliding_window convention, the query's own key included).
 // Attention sinks (gpt-oss; sinks non-null, [num_heads] f32) join every kernel's softmax.
@@ -53,15 +54,22 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                    kiln_rt_phase_name(phase));
   if (window < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "window %d < 0", window);
-  if (kv_dtype != KILN_RT_DTYPE_BF16 && kv_dtype != KILN_RT_DTYPE_F8E4M3FN)
-    return c.error(KILN_ERROR_UNSUPPORTED, "kv_dtype %d (%s) unsupported (bf16 or f8E4M3FN)",
+  if (kv_dtype != KILN_RT_DTYPE_BF16 && kv_dtype != KILN_RT_DTYPE_F16 &&
+      kv_dtype != KILN_RT_DTYPE_F8E4M3FN)
+    return c.error(KILN_ERROR_UNSUPPORTED, "kv_dtype %d (%s) unsupported (bf16, f16 or f8E4M3FN)",
                    kv_dtype, kiln_rt_dtype_name(kv_dtype));
   const bool fp8 = kv_dtype == KILN_RT_DTYPE_F8E4M3FN;
-  const kiln_dtype_t poolDtype = fp8 ? KILN_DTYPE_FP8_E4M3 : KILN_DTYPE_BF16;
-  if (fp8 && !decode && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
+  const kiln_dtype_t poolDtype = fp8                             ? KILN_DTYPE_FP8_E4M3
+                                 : kv_dtype == KILN_RT_DTYPE_F16 ? KILN_DTYPE_F16
+                                                                 : KILN_DTYPE_BF16;
+  // The wgmma prefill reads a pool of the activations' dtype (bf16) only; the phase's
+  // kernel is one for PREFILL and EXTEND alike, so any other pool needs prefill_fmha.
+  if (kv_dtype != KILN_RT_DTYPE_BF16 && !decode &&
+      prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
     return c.error(KILN_ERROR_UNSUPPORTED,
-                   "prefill_fmha_sm90 reads 16-bit caches only; an f8E4M3FN pool needs "
-                   "prefill_fmha");
+                   "prefill_fmha_sm90 reads bf16 caches only (the activations' dtype); an %s "
+                   "pool needs prefill_fmha",
+                   kiln_rt_dtype_name(kv_dtype));
   if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "num_heads %d must be a positive multiple of num_kv_heads %d", num_heads,

@@ -193,12 +193,13 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
 }
 
 // -----
-// kiln_rt_attention reads bf16 and f8E4M3FN caches next to bf16 activations: an f16
-// cache (--kv-dtype f16) is refused, not read as bf16.
-module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = f16>} {
-  func.func @f16_cache(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x64xbf16>, %k: memref<?x1x64xbf16>, %o: memref<?x2x64xbf16>) {
-    %kv = kiln.cache_resource layer 0 unit [2, 1, 64] of f16 {offset = 0 : i64} : !kiln.cache<kv>
-    // expected-error @below {{'kiln.cached_attention' op layer 0: the KV cache is 'f16', but the runtime's attention kernels read bf16 or f8E4M3FN caches next to bf16 activations; compile with --kv-dtype bf16 or fp8 to run the model}}
+// kiln_rt_attention reads bf16, f16 and f8E4M3FN caches next to bf16 activations: an f32
+// cache (--kv-dtype f32) is refused, not read as bf16 (an f16 one lowers:
+// runtime-calls.mlir, test/Tools/kv-dtype-lowering.test).
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, kv_dtype = f32>} {
+  func.func @f32_cache(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x64xbf16>, %k: memref<?x1x64xbf16>, %o: memref<?x2x64xbf16>) {
+    %kv = kiln.cache_resource layer 0 unit [2, 1, 64] of f32 {offset = 0 : i64} : !kiln.cache<kv>
+    // expected-error @below {{'kiln.cached_attention' op layer 0: the KV cache is 'f32', but the runtime's attention kernels read bf16, f16 or f8E4M3FN caches next to bf16 activations; compile with --kv-dtype bf16, f16 or fp8 to run the model}}
     // expected-error @below {{failed to legalize operation 'kiln.cached_attention' that was explicitly marked illegal}}
     kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o : memref<?x2x64xbf16>)
       {num_heads = 2, num_kv_heads = 1, head_dim = 64} : memref<?x2x64xbf16>, memref<?x1x64xbf16>, memref<?x1x64xbf16>

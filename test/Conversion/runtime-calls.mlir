@@ -359,3 +359,20 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
     return
   }
 }
+
+// -----
+// An f16 KV cache (--kv-dtype f16) next to bf16 activations lowers with its own code,
+// KILN_RT_DTYPE_F16 = 1, as the call's last argument (the pool is read as fp16 operands;
+// an f32 cache is refused: runtime-calls-invalid.mlir).
+// CHECK-LABEL: func.func @f16_cache
+// CHECK: %[[SCALE:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: %[[F16:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: call @kiln_rt_attention({{.*}}, %[[SCALE]], %[[F16]]) {kiln.layer = 0 : i64}
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = f16>} {
+  func.func @f16_cache(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x64xbf16>, %k: memref<?x1x64xbf16>, %o: memref<?x2x64xbf16>) {
+    %kv = kiln.cache_resource layer 0 unit [2, 1, 64] of f16 {offset = 0 : i64} : !kiln.cache<kv>
+    kiln.cached_attention layer 0 %q, %k, %k kv(%kv : !kiln.cache<kv>) outs(%o : memref<?x2x64xbf16>)
+      {num_heads = 2, num_kv_heads = 1, head_dim = 64, decode_kernel = "gqa_decode", prefill_kernel = "prefill_fmha", spec_dec_mode = #kiln<spec_dec_mode single_token>} : memref<?x2x64xbf16>, memref<?x1x64xbf16>, memref<?x1x64xbf16>
+    return
+  }
+}

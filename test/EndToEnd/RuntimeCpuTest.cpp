@@ -1288,6 +1288,36 @@ TEST(RuntimeCpu, AttentionValidation) {
     EXPECT_EQ(kiln_rt_resource(f8.ctx, 0, "kv", &off, &bytes), KILN_OK);
     EXPECT_EQ(bytes, kPool / 2);
   }
+  {
+    // An f16 pool takes two bytes an element, as bf16 does, and runs in every phase on
+    // gqa_decode and prefill_fmha: decode, multi-token and EXTEND_CONTEXT decode,
+    // prefill and extend.
+    Dry h;
+    const int32_t F16 = KILN_RT_DTYPE_F16;
+    ASSERT_EQ(kiln_rt_set_batch(h.ctx, &dec.b), KILN_OK) << lastError();
+    EXPECT_EQ(attend(h, 0, 0, 2, GQA, FMHA, KILN_RT_SINGLE_TOKEN, 64, 16, 0, F16), KILN_OK)
+        << lastError();
+    EXPECT_EQ(kiln_rt_resource(h.ctx, 0, "kv", &off, &bytes), KILN_OK);
+    EXPECT_EQ(off, 0u);
+    EXPECT_EQ(bytes, kPool);
+    // A layer's pool is one dtype: the f16 pool of layer 0 ends where layer 1's begins.
+    EXPECT_EQ(attend(h, 1, kPool, 2, GQA, FMHA, KILN_RT_SINGLE_TOKEN, 64, 16, 0, F16), KILN_OK)
+        << lastError();
+    Step verify(KILN_RT_PHASE_DECODE, {3, 3}, {10, 20}, 3);
+    ASSERT_EQ(kiln_rt_set_batch(h.ctx, &verify.b), KILN_OK) << lastError();
+    EXPECT_EQ(attend(h, 0, 0, 6, GQA, FMHA, KILN_RT_MULTI_TOKEN, 64, 16, 0, F16), KILN_OK)
+        << lastError();
+    EXPECT_EQ(attend(h, 1, kPool, 6, GQA, FMHA, KILN_RT_EXTEND_CONTEXT, 64, 16, 0, F16), KILN_OK)
+        << lastError();
+    Step prompt(KILN_RT_PHASE_PREFILL, {5, 7}, {5, 7});
+    ASSERT_EQ(kiln_rt_set_batch(h.ctx, &prompt.b), KILN_OK) << lastError();
+    EXPECT_EQ(attend(h, 0, 0, 12, GQA, FMHA, 0, 64, 16, 0, F16), KILN_OK) << lastError();
+    Step chunk(KILN_RT_PHASE_EXTEND, {2, 1}, {12, 30});
+    ASSERT_EQ(kiln_rt_set_batch(h.ctx, &chunk.b), KILN_OK) << lastError();
+    EXPECT_EQ(attend(h, 0, 0, 3, GQA, FMHA, 0, 64, 16, 0, F16), KILN_OK) << lastError();
+    // A window reads the same pool (a sliding-window layer over an f16 cache).
+    EXPECT_EQ(attend(h, 1, kPool, 3, GQA, FMHA, 0, 64, 16, 100, F16), KILN_OK) << lastError();
+  }
   struct Case {
     Step *step;
     std::function<int32_t()> call;
@@ -1317,8 +1347,33 @@ TEST(RuntimeCpu, AttentionValidation) {
        KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90 supports head_dim 64/128 in prefill"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, -1); },
        KILN_ERROR_INVALID_ARGUMENT, "window -1 < 0"},
-      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_F16); },
-       KILN_ERROR_UNSUPPORTED, "kv_dtype 1 (f16) unsupported (bf16 or f8E4M3FN)"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_F32); },
+       KILN_ERROR_UNSUPPORTED, "kv_dtype 2 (f32) unsupported (bf16, f16 or f8E4M3FN)"},
+      {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_I32); },
+       KILN_ERROR_UNSUPPORTED, "kv_dtype 3 (i32) unsupported (bf16, f16 or f8E4M3FN)"},
+      // The wgmma prefill reads bf16 pools only: in PREFILL (the phase's kernel is the
+      // same one that EXTEND runs over the pool) and EXTEND, f16 is refused by name.
+      {&pre,
+       [&] {
+         return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 64, 16, 0,
+                       KILN_RT_DTYPE_F16);
+       },
+       KILN_ERROR_UNSUPPORTED,
+       "kiln_rt_attention (prefill_fmha_sm90): layer 0: prefill_fmha_sm90 reads bf16 caches "
+       "only (the activations' dtype); an f16 pool needs prefill_fmha"},
+      {&ext,
+       [&] {
+         return attend(d, 0, 0, 3, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 64, 16, 0,
+                       KILN_RT_DTYPE_F16);
+       },
+       KILN_ERROR_UNSUPPORTED, "an f16 pool needs prefill_fmha"},
+      // A decode step's EXTEND_CONTEXT runs the prefill kernel over the pool too.
+      {&multi,
+       [&] {
+         return attend(d, 0, 0, 6, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, KILN_RT_EXTEND_CONTEXT,
+                       64, 16, 0, KILN_RT_DTYPE_F16);
+       },
+       KILN_ERROR_UNSUPPORTED, "an f16 pool needs prefill_fmha"},
       {&pre,
        [&] {
          return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 64, 16, 0,

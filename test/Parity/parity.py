@@ -29,6 +29,10 @@ For every family built by make_models.py:
               fp8        <family>-fp8nospec.so (--kv-dtype fp8): an e4m3 KV cache
               fp8tf      the same, teacher-forced on the reference's tokens
               fp8ngram   <family>-fp8ngram.so --spec ngram:4
+              f16        <family>-f16nospec.so (--kv-dtype f16): an f16 KV cache next to
+                         the bf16 activations, held to nospec's checks
+              f16ngram   <family>-f16ngram.so --spec ngram:4, held to ngram's checks
+                         (lossless against f16)
               ring       (sliding-window families) <family>-ringnospec.so: the windowed
                          layers' KV in rings of pages per slot (--kv-ring-window, pages
                          of 16, steps of 64, so the longer prompts wrap their rings):
@@ -67,6 +71,10 @@ Checks (one line per family and mode, PASS or FAIL with the numbers):
              reference (tokens before each prompt's first difference) and fp8tf's
              teacher-forced agreement; fp8ngram must be lossless against fp8 (Kiln
              against Kiln, the same quantized cache).
+  f16        An f16 KV cache holds the bf16 K/V exactly wherever they are in fp16's normal
+             range, so it is held to the bf16 criteria: f16 as nospec (tokens identical
+             to the reference up to near-ties, prefill logits, memory), f16ngram as
+             ngram (those tokens, lossless against f16, memory).
 A kiln-run failure is a FAIL with its stderr shown; the other cases still run. The
 summary goes to OUT/parity.json; the exit status is 1 if anything failed.
 
@@ -90,10 +98,13 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
                          reference_attention, use_eager_experts)
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
-             "fp8ngram", "replayngram", "replaydraft", "mtp", "ring", "ringngram"]
+             "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
+             "ringngram"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
                "fp8 for mla_attention layers)")
+_NO_F16_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
+               "f16 for mla_attention layers)")
 UNSUPPORTED_MODES = {
     "nemotron-h": {
         "selfdraft": "the target as its own draft model is a Mamba2 model, whose recurrent "
@@ -104,15 +115,19 @@ UNSUPPORTED_MODES = {
                      "recurrent state a draft model cannot rewind (kiln_model_truncate "
                      "refuses it)",
     },
-    "deepseek-v2": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
-    "deepseek-v3": {mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
+    "deepseek-v2": {**{mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
+                    **{mode: _NO_F16_MLA for mode in ("f16", "f16ngram")}},
+    "deepseek-v3": {**{mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
+                    **{mode: _NO_F16_MLA for mode in ("f16", "f16ngram")}},
 }
-SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "replayngram", "replaydraft", "mtp",
-              "ringngram"}
+SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "f16ngram", "replayngram",
+              "replaydraft", "mtp", "ringngram"}
 # The recurrent layers' replay mode (--ssm-mode replay); families without Mamba2 or Gated
 # DeltaNet layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
+# An f16 KV cache (--kv-dtype f16): the bf16 modes' checks, f16ngram lossless against f16.
+F16_MODES = {"f16", "f16ngram"}
 # Sliding-window KV rings (--kv-ring-window, pages of 16, steps of 64: rings of a few
 # pages that the longer prompts wrap around); families without windows skip them.
 RING_MODES = {"ring", "ringngram"}
@@ -437,7 +452,8 @@ def mode_so(mode):
     """The compiled model a mode runs: <family>-<this>.so."""
     return {"nospec": "nospec", "eager": "nospec", "tf": "nospec", "ngram": "ngram",
             "draft": "draft", "selfdraft": "draft", "fp8": "fp8nospec", "fp8tf": "fp8nospec",
-            "fp8ngram": "fp8ngram", "replayngram": "replayngram",
+            "fp8ngram": "fp8ngram", "f16": "f16nospec", "f16ngram": "f16ngram",
+            "replayngram": "replayngram",
             "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
             "ringngram": "ringngram"}[mode]
 
@@ -464,13 +480,13 @@ def mode_command(mode, family, work, args):
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8", "ring"):
+    if mode in ("nospec", "fp8", "ring", "f16"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
     elif mode == "eager":
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
-    elif mode in ("ngram", "fp8ngram", "replayngram", "ringngram"):
+    elif mode in ("ngram", "fp8ngram", "f16ngram", "replayngram", "ringngram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
     elif mode == "mtp":
         cmd += ["--spec", "mtp:1"]
@@ -853,7 +869,7 @@ def check_memory(result, rtol):
 
 def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
     """All checks of one successful kiln-run; (ok, text, details). `nospec` is the
-    baseline of the mode's cache dtype (fp8's run for fp8ngram)."""
+    baseline of the mode's cache dtype (fp8's run for fp8ngram, f16's for f16ngram)."""
     checks = []
     count = args.max_new_tokens
     if mode == "fp8tf":
@@ -871,7 +887,7 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
         # A lossy cache's tokens are reported against the reference, not gated.
         checks.append(("tokens", token_agreement(tokens, ref, count) if mode in FP8_MODES
                        else check_tokens(tokens, ref, count, args)))
-        if mode in ("nospec", "ring"):
+        if mode in ("nospec", "ring", "f16"):
             checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
                                                   args.logit_rtol, args.logit_fp32_factor)))
         elif mode == "eager":
@@ -920,7 +936,7 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
-    rows, nospec, fp8, ring = [], None, None, None
+    rows, nospec, fp8, f16, ring = [], None, None, None, None
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
         if mode in REPLAY_MODES and not (args.so_dir / f"{family}-{mode}.so").exists():
@@ -945,9 +961,12 @@ def run_family(family, args, out, env):
             nospec = result
         if mode == "fp8":
             fp8 = result
+        if mode == "f16":
+            f16 = result
         if mode == "ring":
             ring = result
-        baseline = fp8 if mode in FP8_MODES else ring if mode == "ringngram" else nospec
+        baseline = (fp8 if mode in FP8_MODES else f16 if mode in F16_MODES
+                    else ring if mode == "ringngram" else nospec)
         ok, text, details = evaluate_mode(mode, result, ref, prompts, baseline, work, vocab,
                                           args)
         if mode == "mtp":

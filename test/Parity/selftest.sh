@@ -13,7 +13,9 @@ mkdir -p "$out"
 # parity.py only checks that the .so's exist; the fake ignores them.
 for config in "$here"/configs/*-tiny.json; do
   family=$(basename "$config" -tiny.json)
-  for kind in nospec ngram draft draftmodel fp8nospec fp8ngram; do touch "$so/$family-$kind.so"; done
+  for kind in nospec ngram draft draftmodel fp8nospec fp8ngram f16nospec f16ngram; do
+    touch "$so/$family-$kind.so"
+  done
 done
 fake() {  # a kiln-run that passes --break $1 to the fake
   printf '#!/bin/sh\nexec python3 %s "$@" %s\n' "$here/fake_kiln_run.py" "$1" > "$so/kiln-run"

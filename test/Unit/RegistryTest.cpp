@@ -97,6 +97,35 @@ TEST_F(RegistryTest, PrefillHeadDim256SelectsPrefillFmha) {
   }
 }
 
+// KV caches of another type than the runtime's bf16 activations (f16, FP8 e4m3): the
+// mma.sync kernels read them, the wgmma prefill (one element type for q and the cache)
+// does not, so Hopper selects prefill_fmha for them and prefill_fmha_sm90 for bf16.
+TEST_F(RegistryTest, F16AndFp8CachesSelectTheMmaSyncPrefill) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  TargetAttr h200 = TargetAttr::getPreset(&context, "h200");
+  Builder builder(&context);
+  KernelQuery prefill = gqaDecode(1);
+  prefill.phase = Phase::prefill;
+  auto bf16 = registry.candidates(prefill, h200);
+  ASSERT_FALSE(bf16.empty());
+  EXPECT_EQ(bf16.front()->name, "prefill_fmha_sm90");
+  const KernelVariant *hopper = registry.lookup("prefill_fmha_sm90");
+  ASSERT_TRUE(hopper);
+  for (Type cache : {Type(builder.getF16Type()), Type(builder.getType<Float8E4M3FNType>())}) {
+    prefill.dtype = cache;
+    auto fitting = registry.candidates(prefill, h200);
+    ASSERT_FALSE(fitting.empty());
+    EXPECT_EQ(fitting.front()->name, "prefill_fmha");
+    EXPECT_NE(KernelRegistry::whyRejected(*hopper, prefill, h200).find("not in {bf16}"),
+              std::string::npos);
+    KernelQuery decode = gqaDecode(5);
+    decode.dtype = cache;
+    auto decoders = registry.candidates(decode, h200);
+    ASSERT_FALSE(decoders.empty());
+    EXPECT_EQ(decoders.front()->name, "gqa_decode"); // multi-token too
+  }
+}
+
 TEST_F(RegistryTest, EmbedderAddsAVariant) {
   KernelRegistry registry = KernelRegistry::builtin();
   KernelVariant custom;

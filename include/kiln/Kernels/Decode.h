@@ -42,9 +42,10 @@ extern "C" {
 
 /* ---- gqa_decode ------------------------------------------------------------------
  * head_dim 64/128/256; page_size 16/32/64/128; group = q_heads / kv_heads in 1..16;
- * q_len 1..8; dtype BF16 or F16 (q and out); the pool holds dtype, or FP8 e4m3 with
- * per-KV-head dequantization scales (kv_dtype KILN_DTYPE_FP8_E4M3, BF16 q only); sm_80 or
- * newer.
+ * q_len 1..8; dtype BF16 or F16 (q and out); the pool holds dtype, FP8 e4m3 with
+ * per-KV-head dequantization scales (kv_dtype KILN_DTYPE_FP8_E4M3, BF16 q only), or F16
+ * next to BF16 q/out (kv_dtype KILN_DTYPE_F16: fp16 mma, q rounded to fp16 once; the F16
+ * kernel's arithmetic, output rounded to bf16); sm_80 or newer.
  * Split-KV: the launcher splits each sequence's keys into num_splits chunks (0 = choose
  * from batch, kv heads, max_seq_len and the SM count) and combines the partial results
  * in a second kernel. Partials live in the caller's workspace: query its size with
@@ -86,8 +87,9 @@ typedef struct kiln_gqa_decode_params {
    * or NULL: head h's softmax gets the extra term exp(sinks[h] - max) in its
    * denominator (a logit that takes probability mass and has no value). */
   const float *sinks;
-  /* The pool's element type: dtype, or KILN_DTYPE_FP8_E4M3 (then k_scale / v_scale are
-   * device [kv_heads] dequantization scales, value = e4m3 * scale; NULL = 1). */
+  /* The pool's element type: dtype, KILN_DTYPE_FP8_E4M3 (then k_scale / v_scale are
+   * device [kv_heads] dequantization scales, value = e4m3 * scale; NULL = 1), or
+   * KILN_DTYPE_F16 with BF16 dtype (no scales). */
   kiln_dtype_t kv_dtype;
   const float *k_scale;
   const float *v_scale;
@@ -106,8 +108,12 @@ kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *params);
  * (dtype); the pool holds dtype (the bytes are copied) or FP8 e4m3 (kv_dtype
  * KILN_DTYPE_FP8_E4M3, BF16 k/v: each value is divided by its KV head's scale and
  * rounded to nearest, saturating at +-448). Token strides in elements, multiples of 8 (0 =
- * kv_heads*head_dim). Entries whose batch/position/page fall outside the tables are
- * skipped by the kernel (the host cannot see device-side indices). */
+ * kv_heads*head_dim). An F16 pool next to BF16 k/v (kv_dtype KILN_DTYPE_F16): each
+ * value is rounded to fp16 (nearest even; exact for bf16 values in fp16's normal range,
+ * fp16's subnormals round below it), values beyond +-65504 and infinities saturate to
+ * +-65504 rather than become infinite, NaN stays NaN. Entries whose batch/position/page
+ * fall outside the tables are skipped by the kernel (the host cannot see device-side
+ * indices). */
 typedef struct kiln_kv_append_params {
   const void *k; /* [num_tokens, kv_heads, head_dim] (token stride k_token_stride) */
   const void *v;
@@ -126,7 +132,7 @@ typedef struct kiln_kv_append_params {
   int max_pages_per_seq;
   kiln_dtype_t dtype;
   void *stream;
-  kiln_dtype_t kv_dtype;  /* the pool's element type: dtype or KILN_DTYPE_FP8_E4M3 */
+  kiln_dtype_t kv_dtype;  /* the pool's element type: dtype, KILN_DTYPE_FP8_E4M3 or F16 */
   const float *k_scale;   /* FP8: device [kv_heads] scales, or NULL = 1 */
   const float *v_scale;
 } kiln_kv_append_params_t;

@@ -94,9 +94,11 @@ typedef struct kiln_prefill_fmha_paged_params {
   void *stream;
   int32_t window; /* > 0: sliding window (needs causal); 0: none */
   const float *sinks; /* device [q_heads] attention-sink logits, or NULL */
-  /* The cache's element type: dtype, or KILN_DTYPE_FP8_E4M3 (BF16 q/out; value = e4m3 *
-   * the KV head's scale, k_scale / v_scale device [kv_heads] or NULL = 1). FP8 runs on
-   * the mma.sync variant (KILN_PREFILL_VARIANT_SM90 reports UNSUPPORTED, AUTO falls back). */
+  /* The cache's element type: dtype, KILN_DTYPE_FP8_E4M3 (BF16 q/out; value = e4m3 *
+   * the KV head's scale, k_scale / v_scale device [kv_heads] or NULL = 1), or
+   * KILN_DTYPE_F16 next to BF16 q/out (read as fp16 mma operands, q rounded to fp16; no
+   * scales). Both run on the mma.sync variant (KILN_PREFILL_VARIANT_SM90 reads caches of
+   * q's dtype only: it reports UNSUPPORTED, AUTO falls back). */
   kiln_dtype_t kv_dtype;
   const float *k_scale;
   const float *v_scale;

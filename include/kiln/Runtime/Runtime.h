@@ -472,9 +472,10 @@ int32_t kiln_rt_gated_delta_net(kiln_rt_context_t *ctx, int32_t layer, uint64_t 
  * EXTEND_CONTEXT with q_len > 1: the paged prefill kernel). PREFILL: kv_append, then
  * prefill_kernel on the packed prompts. EXTEND: kv_append, then the paged prefill kernel.
  * q, out [tokens, num_heads, head_dim], k, v [tokens, num_kv_heads, head_dim] bf16; the
- * KV pool [kv_pages, 2, page_size, num_kv_heads, head_dim] of kv_dtype (BF16, or
- * F8E4M3FN: e4m3 with scale 1, values beyond +-448 saturate) at kv_offset in the caches.
- * An FP8 pool is read by gqa_decode and the mma.sync paged prefill (prefill_fmha).
+ * KV pool [kv_pages, 2, page_size, num_kv_heads, head_dim] of kv_dtype (BF16; F16: fp16,
+ * values beyond +-65504 saturate; or F8E4M3FN: e4m3 with scale 1, values beyond +-448
+ * saturate) at kv_offset in the caches. F16 and FP8 pools are read by gqa_decode and the
+ * mma.sync paged prefill (prefill_fmha; prefill_fmha_sm90 is refused with them).
  * sinks: NULL, or [num_heads] f32 attention-sink logits (gpt-oss; scaled-score units),
  * one more term in each head's softmax denominator, in every phase. */
 int32_t kiln_rt_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t kv_offset, const void *q,

@@ -843,19 +843,22 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
   if (offset < 0)
     return emitOpError() << "layer " << getLayer()
                          << ": the KV resource has no planned offset; run kiln-plan-memory";
-  // kiln_rt_attention takes bf16 activations and a bf16 or f8E4M3FN pool (kv_dtype);
-  // any other cache dtype has no kernel that reads it next to bf16 activations.
+  // kiln_rt_attention takes bf16 activations and a bf16, f16 or f8E4M3FN pool
+  // (kv_dtype); any other cache dtype has no kernel that reads it next to bf16
+  // activations.
   Type bf16 = BFloat16Type::get(getContext());
   auto resource = getKv().getDefiningOp<CacheResourceOp>();
   Type cacheType = resource ? resource.getElementType() : bf16;
   int64_t kvDtype = KILN_RT_DTYPE_BF16;
   if (isa<Float8E4M3FNType>(cacheType))
     kvDtype = KILN_RT_DTYPE_F8E4M3FN;
+  else if (cacheType.isF16())
+    kvDtype = KILN_RT_DTYPE_F16;
   else if (cacheType != bf16)
     return emitOpError() << "layer " << getLayer() << ": the KV cache is " << cacheType
-                         << ", but the runtime's attention kernels read bf16 or f8E4M3FN "
-                            "caches next to bf16 activations; compile with --kv-dtype bf16 "
-                            "or fp8 to run the model";
+                         << ", but the runtime's attention kernels read bf16, f16 or f8E4M3FN "
+                            "caches next to bf16 activations; compile with --kv-dtype bf16, "
+                            "f16 or fp8 to run the model";
   Type qType = cast<ShapedType>(getQ().getType()).getElementType();
   if (qType != bf16)
     return emitOpError() << "layer " << getLayer() << ": q is " << qType

@@ -1,5 +1,6 @@
-// Device conversions the kernels that read FP8 e4m3 caches share (gqa_decode, the paged
-// prefill): the cache's bytes and bf16 queries, both widened to fp16 mma operands.
+// Device conversions the kernels that read FP8 e4m3 or f16 caches next to bf16
+// activations share (gqa_decode, the paged prefill, kv_append): the cache's bytes and bf16
+// queries, both made fp16 mma operands, and bf16 K/V stored into an f16 pool.
 #ifndef KILN_LIB_KERNELS_COMMON_FP8DEVICE_CUH
 #define KILN_LIB_KERNELS_COMMON_FP8DEVICE_CUH
 
@@ -39,6 +40,29 @@ __device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {
     const float2 f = __bfloat1622float2(pairs[i]);
     __half2 h = __floats2half2_rn(fminf(fmaxf(f.x, -65504.f), 65504.f),
                                   fminf(fmaxf(f.y, -65504.f), 65504.f));
+    words[i] = *reinterpret_cast<uint32_t *>(&h);
+  }
+  return out;
+}
+
+// fp16's saturation of a bf16 value (exact in fp32): finite values beyond +-65504 and
+// infinities become +-65504 (the largest finite fp16); NaN stays NaN.
+__device__ __forceinline__ float saturateToFp16Range(float f) {
+  return fabsf(f) > 65504.f ? copysignf(65504.f, f) : f;
+}
+
+// 8 bf16 values -> 8 fp16 values, rounded to nearest even (exact for bf16 values in
+// fp16's normal range; below it, fp16's subnormals round), saturating at +-65504 as
+// saturateToFp16Range does, NaN kept: how kv_append fills an f16 pool, and the queries
+// of the kernels that read one.
+__device__ __forceinline__ uint4 bf16x8ToFp16Sat(const uint4 &in) {
+  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
+  uint4 out;
+  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    __half2 h = __floats2half2_rn(saturateToFp16Range(f.x), saturateToFp16Range(f.y));
     words[i] = *reinterpret_cast<uint32_t *>(&h);
   }
   return out;

@@ -56,6 +56,12 @@ extern "C" uint16_t kiln_float_to_f16(float value) {
          static_cast<uint16_t>(static_cast<uint32_t>(scaled) & 0x3ff);
 }
 
+extern "C" uint16_t kiln_float_to_f16_sat(float value) {
+  if (!std::isnan(value) && std::fabs(value) > 65504.0f)
+    value = std::copysign(65504.0f, value);
+  return kiln_float_to_f16(value);
+}
+
 extern "C" float kiln_e4m3_to_float(uint8_t bits) {
   const uint32_t sign = bits >> 7, exponent = (bits >> 3) & 0xf, mantissa = bits & 7;
   float magnitude;

@@ -33,12 +33,14 @@ kiln_status_t checkCacheDtype(const char *kernel, kiln_dtype_t dtype, kiln_dtype
                : fail(KILN_ERROR_UNSUPPORTED,
                       "%s: an FP8 e4m3 pool needs BF16 activations (dtype %d)", kernel,
                       static_cast<int>(dtype));
-  if (cacheDtype != dtype)
+  // An f16 pool next to bf16 activations: the kernels read it with fp16 operands.
+  const bool f16NextToBf16 = cacheDtype == KILN_DTYPE_F16 && dtype == KILN_DTYPE_BF16;
+  if (cacheDtype != dtype && !f16NextToBf16)
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: kv_dtype %d unsupported with dtype %d (the pool holds dtype, or FP8 "
-                "e4m3 = %d)",
+                "%s: kv_dtype %d unsupported with dtype %d (the pool holds dtype, FP8 e4m3 = "
+                "%d next to BF16, or F16 = %d next to BF16)",
                 kernel, static_cast<int>(cacheDtype), static_cast<int>(dtype),
-                static_cast<int>(KILN_DTYPE_FP8_E4M3));
+                static_cast<int>(KILN_DTYPE_FP8_E4M3), static_cast<int>(KILN_DTYPE_F16));
   if (kScale || vScale)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: k_scale / v_scale are for FP8 pools only",
                 kernel);

@@ -294,9 +294,11 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if (status != KILN_OK)
     return status;
   int mTiles = gqaMTiles(p);
+  // validateGqa: FP8 and f16 pools (when dtype is not F16) come with bf16 q/out.
   *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3 ? gqaKernelInfoBf16Fp8(p->head_dim, mTiles)
-          : p->dtype == KILN_DTYPE_BF16      ? gqaKernelInfoBf16(p->head_dim, mTiles)
-                                             : gqaKernelInfoF16(p->head_dim, mTiles);
+          : p->dtype == KILN_DTYPE_F16       ? gqaKernelInfoF16(p->head_dim, mTiles)
+          : p->kv_dtype == KILN_DTYPE_F16    ? gqaKernelInfoBf16F16(p->head_dim, mTiles)
+                                             : gqaKernelInfoBf16(p->head_dim, mTiles);
   KILN_REQUIRE(info->fn, KILN_ERROR_UNSUPPORTED, "%s: no kernel for head_dim %d, %d row tiles",
                kGqa, p->head_dim, mTiles);
   DeviceProps props;
@@ -602,7 +604,10 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
                kernel);
   if (p->num_tokens == 0)
     return ok();
-  const bool fp8 = p->kv_dtype == KILN_DTYPE_FP8_E4M3;
+  // checkCacheDtype: a pool of another type than k/v (FP8, or f16) comes with bf16 k/v.
+  const void *fn = p->kv_dtype == p->dtype              ? kvAppendKernel()
+                   : p->kv_dtype == KILN_DTYPE_FP8_E4M3 ? kvAppendFp8Kernel()
+                                                        : kvAppendF16Kernel();
   KvAppendArgs args{};
   args.k = static_cast<const uint16_t *>(p->k);
   args.v = static_cast<const uint16_t *>(p->v);
@@ -616,9 +621,8 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   args.kScale = p->k_scale;
   args.vScale = p->v_scale;
   long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
-  if ((status = launch(kernel, fp8 ? kvAppendFp8Kernel() : kvAppendKernel(),
-                       dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,
-                       p->stream)) != KILN_OK)
+  if ((status = launch(kernel, fn, dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256),
+                       &args, 0, p->stream)) != KILN_OK)
     return status;
   return ok();
 }

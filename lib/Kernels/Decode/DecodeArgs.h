@@ -44,7 +44,7 @@ struct KvAppendArgs {
   const uint16_t *k;
   const uint16_t *v;
   long long kStride, vStride; // elements per token
-  void *cache;                  // 16-bit elements, or FP8 e4m3 bytes (kvAppendFp8Device)
+  void *cache;                // 16-bit elements (k/v's, or f16 from bf16), or FP8 e4m3 bytes
   const int32_t *blockTable, *tokenBatch, *tokenPos;
   int numTokens, batch, kvHeads, headDim, pageSize, numPages, maxPages;
   const float *kScale, *vScale; // FP8: [kvHeads] scales, or null (1)

@@ -18,8 +18,9 @@ struct KernelInfo {
 // empty KernelInfo for anything else.
 KernelInfo gqaKernelInfoBf16(int headDim, int mTiles);
 KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
-// bf16 q/out over an FP8 e4m3 pool.
+// bf16 q/out over an FP8 e4m3 pool, and over an f16 pool.
 KernelInfo gqaKernelInfoBf16Fp8(int headDim, int mTiles);
+KernelInfo gqaKernelInfoBf16F16(int headDim, int mTiles);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
@@ -30,6 +31,7 @@ const void *splitCombineKernelF16();
 // kv append kernels (args structs in DecodeArgs.h).
 const void *kvAppendKernel();
 const void *kvAppendFp8Kernel(); // bf16 K/V quantized into an FP8 e4m3 pool
+const void *kvAppendF16Kernel(); // bf16 K/V rounded into an f16 pool (saturating)
 const void *mlaKvAppendKernel();
 const void *mlaExpandKeysKernel();
 

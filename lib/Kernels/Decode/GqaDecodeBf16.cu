@@ -2,4 +2,4 @@
 #include "GqaDecodeKernel.cuh"
 #include "GqaDecodeInstances.inc"
 KILN_GQA_INSTANCES(__nv_bfloat16, Bf16)
-KILN_GQA_KERNELS(__nv_bfloat16, true, Bf16Fp8)
+KILN_GQA_KERNELS(__nv_bfloat16, uint8_t, Bf16Fp8)

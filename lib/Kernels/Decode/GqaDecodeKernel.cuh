@@ -37,6 +37,12 @@
 // The raw tiles are XOR-swizzled by 16-byte chunk (rawAt), so both access patterns are
 // free of bank conflicts (2-way at d = 64). A block holds one KV head, so that head's
 // scales are folded into the score scale (K) and the output (V).
+//
+// f16 pools next to bf16 q/out (KT = __half, T = __nv_bfloat16): the tiles are 16-bit and
+// take the plain path; the mma runs fp16 x fp16 -> fp32 on the cached values as they are
+// and q rounded to fp16 once (exact for bf16 values in fp16's normal range), P rounded
+// to fp16. This is the arithmetic of the fp16 kernel over the same pool: only the output
+// is rounded to bf16 instead.
 #ifndef KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 #define KILN_LIB_KERNELS_DECODE_GQADECODEKERNEL_CUH
 
@@ -77,14 +83,18 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
                 "merge buffer must fit in the K/V stages");
 };
 
-// T: q and out; F8: the pool holds e4m3 (else T). CT, the mma operand type, is fp16
-// over an FP8 pool.
-template <typename T, int D, int MT, bool F8>
-__global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
+// T: q and out; KT: a cached element: T, e4m3 bytes (uint8_t, bf16 T) or __half (bf16
+// T: an f16 pool). CT, the mma operand type, is fp16 over FP8 and f16 pools.
+template <typename T, int D, int MT, typename KT>
+__global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
     gqaDecodeKernel(const GqaArgs args) {
+  constexpr bool F8 = sizeof(KT) == 1;
+  static_assert(std::is_same_v<KT, T> ||
+                    (std::is_same_v<T, __nv_bfloat16> &&
+                     (std::is_same_v<KT, uint8_t> || std::is_same_v<KT, __half>)),
+                "a pool holds T, or FP8 e4m3 / f16 next to bf16");
   using C = GqaConfig<D, MT, F8>;
-  using CT = std::conditional_t<F8, __half, T>;
-  using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
+  using CT = std::conditional_t<F8, __half, KT>;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
   KT *sKV = reinterpret_cast<KT *>(region); // K/V stages
@@ -120,7 +130,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, F8>::THREADS)
       cpAsync16(sQ + swz(r, ch, C::CH), src, valid);
     } else {
       const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4 *>(sQ + swz(r, ch, C::CH)) = kiln::kernels::bf16x8ToFp16(raw);
+      // An f16 pool keeps a NaN query NaN, as the bf16 pool's kernel does.
+      *reinterpret_cast<uint4 *>(sQ + swz(r, ch, C::CH)) =
+          F8 ? kiln::kernels::bf16x8ToFp16(raw) : kiln::kernels::bf16x8ToFp16Sat(raw);
     }
   }
   cpAsyncCommit();

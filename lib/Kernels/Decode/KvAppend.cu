@@ -1,8 +1,12 @@
 // kv_append: scatter the step's new K/V (or MLA latents) into their cache pages.
 // One thread copies one 16-byte chunk; tokens may belong to any sequence and position.
 // FP8 pools: one thread quantizes 8 values (one 16-byte source chunk) to 8 bytes.
+// f16 pools (bf16 K/V): one thread rounds 8 values to fp16 (nearest even), saturating at
+// +-65504 (infinities too) with NaN kept: 16 bytes in, 16 bytes out.
 #include "DecodeKernels.h"
 #include "DecodeArgs.h"
+
+#include "Fp8Device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -10,7 +14,11 @@
 
 namespace kiln::decode {
 
-template <bool FP8> __global__ void kvAppendDevice(const KvAppendArgs args) {
+// What a thread does to its chunk on the way into the pool.
+enum class AppendKind { copy, fp8, f16 };
+
+template <AppendKind KIND> __global__ void kvAppendDevice(const KvAppendArgs args) {
+  constexpr bool FP8 = KIND == AppendKind::fp8;
   const int chunksPerRow = args.headDim / 8;
   const long long perToken = 2LL * args.kvHeads * chunksPerRow;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -47,6 +55,9 @@ template <bool FP8> __global__ void kvAppendDevice(const KvAppendArgs args) {
       bytePairs[i] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
     }
     *reinterpret_cast<uint2 *>(static_cast<uint8_t *>(args.cache) + element) = packed;
+  } else if constexpr (KIND == AppendKind::f16) {
+    *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(args.cache) + element) =
+        kiln::kernels::bf16x8ToFp16Sat(*reinterpret_cast<const uint4 *>(src));
   } else {
     *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(args.cache) + element) =
         *reinterpret_cast<const uint4 *>(src);
@@ -91,9 +102,14 @@ __global__ void mlaExpandKeysDevice(const MlaExpandKeysArgs args) {
       *reinterpret_cast<const uint4 *>(src);
 }
 
-const void *kvAppendKernel() { return reinterpret_cast<const void *>(&kvAppendDevice<false>); }
+const void *kvAppendKernel() {
+  return reinterpret_cast<const void *>(&kvAppendDevice<AppendKind::copy>);
+}
 const void *kvAppendFp8Kernel() {
-  return reinterpret_cast<const void *>(&kvAppendDevice<true>);
+  return reinterpret_cast<const void *>(&kvAppendDevice<AppendKind::fp8>);
+}
+const void *kvAppendF16Kernel() {
+  return reinterpret_cast<const void *>(&kvAppendDevice<AppendKind::f16>);
 }
 const void *mlaKvAppendKernel() { return reinterpret_cast<const void *>(&mlaKvAppendDevice); }
 const void *mlaExpandKeysKernel() {

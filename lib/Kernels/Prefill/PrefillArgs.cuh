@@ -156,21 +156,22 @@ inline cudaError_t optinSharedMemory(int &bytes) {
   return err;
 }
 
-// Launches DefaultConfig<D> (element type T, F8: an FP8 paged cache), with its
-// SMALL_SMEM_BN key tiles where the device cannot give a block the BN tiles' memory.
-template <typename T, int D, bool PAGED, bool F8 = false>
+// Launches DefaultConfig<D> (element type T; KT: the paged cache's element, T, uint8_t =
+// FP8 e4m3 or __half = f16 next to bf16), with its SMALL_SMEM_BN key tiles where the
+// device cannot give a block the BN tiles' memory.
+template <typename T, int D, bool PAGED, typename KT = T>
 inline cudaError_t launchDefaultConfig(const FmhaArgs &a, int batch, int maxSeqlenQ, int qHeads,
                                        cudaStream_t stream) {
   using C = DefaultConfig<D>;
   auto launchTiles = [&](auto bn) {
     return launchPrefillFmha<T, D, C::BM, decltype(bn)::value, C::STAGES, PAGED, C::MT, C::QREG,
-                             F8>(a, batch, maxSeqlenQ, qHeads, stream);
+                             KT>(a, batch, maxSeqlenQ, qHeads, stream);
   };
   if constexpr (C::SMALL_SMEM_BN != C::BN) {
     int optin = 0;
     if (const cudaError_t err = optinSharedMemory(optin); err != cudaSuccess)
       return err;
-    if (optin < fmhaSmemBytes<D, C::BM, C::BN, C::STAGES, F8>())
+    if (optin < fmhaSmemBytes<D, C::BM, C::BN, C::STAGES, sizeof(KT) == 1>())
       return launchTiles(std::integral_constant<int, C::SMALL_SMEM_BN>{});
   }
   return launchTiles(std::integral_constant<int, C::BN>{});
@@ -194,7 +195,7 @@ template <typename T, int BN>
 inline cudaError_t launchMlaPromptTiles(const FmhaArgs &a, const kiln_prefill_fmha_params_t &p,
                                         cudaStream_t stream) {
   using C = MlaPromptConfig;
-  return launchPrefillFmha<T, C::D, C::BM, BN, C::STAGES, false, C::MT, true, false, C::DV>(
+  return launchPrefillFmha<T, C::D, C::BM, BN, C::STAGES, false, C::MT, true, T, C::DV>(
       a, p.batch, p.max_seqlen_q, p.q_heads, stream);
 }
 

@@ -13,6 +13,11 @@
 // each tile is widened once into fp16 tiles the unchanged mma path reads (e4m3 -> fp16 is
 // exact); q is rounded to fp16 once (clamped to its range). One block is one q head, so
 // its KV head's scales fold into the score scale (K) and the output (V).
+//
+// An f16 paged cache next to bf16 q/out (KT = __half): the tiles are 16-bit and the mma
+// path reads them as they are, in fp16 (q rounded to fp16 once, exact for bf16 values in
+// fp16's normal range; P rounded to fp16): the fp16 kernel's arithmetic, with the output
+// rounded to bf16.
 #ifndef KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
 #define KILN_LIB_KERNELS_PREFILL_PREFILLFMHAKERNEL_CUH
 
@@ -131,18 +136,22 @@ constexpr int fmhaSmemBytes() {
 
 // MT: 16-row m-tiles per warp (1: Q fragments in registers; 2: K/V fragments shared by
 // two m-tiles, halving shared-memory reads per FLOP, Q re-read from shared memory).
-// T: q and out; F8 (PAGED only): the cache holds e4m3 bytes, and CT, the mma operand
-// type, is fp16. DV < D (dense only): V and the output have DV columns a head, q and k D
-// (DeepSeek MLA's expanded prompts: 192 and 128).
+// T: q and out; KT: a cached element: T, or (PAGED only, bf16 T) e4m3 bytes (uint8_t: F8)
+// or __half (an f16 cache). CT, the mma operand type, is fp16 over both. DV < D (dense
+// only): V and the output have DV columns a head, q and k D (DeepSeek MLA's expanded
+// prompts: 192 and 128).
 template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT, bool QREG,
-          bool F8 = false, int DV = D>
+          typename KT = T, int DV = D>
 __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(const FmhaArgs a) {
+  constexpr bool F8 = sizeof(KT) == 1;
   static_assert(D % 64 == 0 && BN % 16 == 0 && BM % (16 * MT) == 0 && STAGES >= 2, "tile");
-  static_assert(!F8 || PAGED, "FP8 is a paged cache's format");
+  static_assert(std::is_same_v<KT, T> ||
+                    (PAGED && std::is_same_v<T, __nv_bfloat16> &&
+                     (std::is_same_v<KT, uint8_t> || std::is_same_v<KT, __half>)),
+                "FP8 and f16 (next to bf16) are paged caches' formats");
   static_assert(DV % 64 == 0 && DV <= D && (DV == D || (!PAGED && !F8)),
                 "a narrower V is a dense-K/V shape");
-  using CT = std::conditional_t<F8, __half, T>;
-  using KT = std::conditional_t<F8, uint8_t, T>; // a cached element
+  using CT = std::conditional_t<F8, __half, KT>;
   constexpr int WROWS = 16 * MT;
   constexpr int NWARPS = BM / WROWS;
   constexpr int NTHREADS = NWARPS * 32;
@@ -221,7 +230,9 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
         cpAsync16(dst + swz<D>(row, ch * 8) * 2, src, valid ? 16 : 0);
       } else {
         const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4 *>(sQ + swz<D>(row, ch * 8)) = bf16x8ToFp16(raw);
+        // An f16 cache keeps a NaN query NaN, as the bf16 cache's kernel does.
+        *reinterpret_cast<uint4 *>(sQ + swz<D>(row, ch * 8)) =
+            F8 ? bf16x8ToFp16(raw) : bf16x8ToFp16Sat(raw);
       }
     }
   }
@@ -503,12 +514,12 @@ __global__ void __launch_bounds__(BM / (16 * MT) * 32, 1) prefillFmhaKernel(cons
 
 // Launches one instantiation; grid = (q_heads, batch, query blocks of the longest
 // sequence), blockIdx.z == 0 being the last (longest causal) block of each sequence.
-template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT = 1,
-          bool QREG = true, bool F8 = false, int DV = D>
+template <typename T, int D, int BM, int BN, int STAGES, bool PAGED, int MT = 1, bool QREG = true,
+          typename KT = T, int DV = D>
 cudaError_t launchPrefillFmha(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                               cudaStream_t stream) {
-  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES, F8, DV>();
-  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG, F8, DV>;
+  constexpr int smem = fmhaSmemBytes<D, BM, BN, STAGES, sizeof(KT) == 1, DV>();
+  auto kernel = prefillFmhaKernel<T, D, BM, BN, STAGES, PAGED, MT, QREG, KT, DV>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)

@@ -25,11 +25,13 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
     return fail(KILN_ERROR_UNSUPPORTED, "%s: variant sm90 has head_dim 64 and 128 (got %d)",
                 name, p.head_dim);
   if constexpr (PAGED) {
+    // One element type for q, the K/V tiles and the wgmma operands: an FP8 cache, or an
+    // f16 one next to bf16 q, would need its own (converting) loads.
     if (p.kv_dtype != p.dtype)
       return fail(KILN_ERROR_UNSUPPORTED,
-                  "%s: variant sm90 reads 16-bit caches only (kv_dtype %d; the mma.sync "
-                  "variant reads FP8)",
-                  name, static_cast<int>(p.kv_dtype));
+                  "%s: variant sm90 reads caches of q's dtype only (kv_dtype %d, dtype %d; the "
+                  "mma.sync variant reads FP8 and f16 caches next to bf16)",
+                  name, static_cast<int>(p.kv_dtype), static_cast<int>(p.dtype));
   }
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

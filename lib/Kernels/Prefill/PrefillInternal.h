@@ -19,6 +19,8 @@ kiln_status_t launchPagedSm80(const kiln_prefill_fmha_paged_params_t &p, const c
 // The mma.sync paged kernel over an FP8 e4m3 cache (PrefillFmhaPagedFp8.cu: a module of
 // its own, loaded only by models that read FP8 caches).
 kiln_status_t launchPagedFp8Sm80(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+// The mma.sync paged kernel over an f16 cache next to bf16 q/out (PrefillFmhaPagedF16.cu).
+kiln_status_t launchPagedF16Sm80(const kiln_prefill_fmha_paged_params_t &p, const char *name);
 // Hopper wgmma variant (PrefillFmhaSm90.cu): KILN_ERROR_UNSUPPORTED unless the library was
 // built for sm_90a and the device is sm_90.
 kiln_status_t launchDenseSm90(const kiln_prefill_fmha_params_t &p, const char *name);

@@ -258,11 +258,22 @@ TEST(MlaDecodeApi, Validation) {
               "mla_decode", "seq_lens");
 }
 
-// The pool holds the activations' dtype or FP8 e4m3 next to bf16; scales belong to FP8.
+// The pool holds the activations' dtype, or FP8 e4m3 or f16 next to bf16; scales belong
+// to FP8.
 TEST(GqaDecodeApi, PoolDtypes) {
   auto p = validGqa();
-  p.kv_dtype = KILN_DTYPE_F16;
-  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "kv_dtype 1");
+  p.dtype = KILN_DTYPE_F16;
+  p.kv_dtype = KILN_DTYPE_BF16;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode",
+              "kv_dtype 0 unsupported with dtype 1");
+  p = validGqa();
+  p.kv_dtype = KILN_DTYPE_F32;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_UNSUPPORTED, "gqa_decode", "or F16 = 1 next to BF16");
+  p = validGqa();
+  p.kv_dtype = KILN_DTYPE_F16; // an f16 pool takes no scales either
+  p.v_scale = static_cast<const float *>(fakePtr(0x2000));
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode",
+              "k_scale / v_scale are for FP8 pools only");
   p = validGqa();
   p.dtype = KILN_DTYPE_F16;
   p.kv_dtype = KILN_DTYPE_FP8_E4M3;
@@ -278,6 +289,66 @@ TEST(GqaDecodeApi, PoolDtypes) {
   a = validAppend();
   a.kv_dtype = KILN_DTYPE_FP8_E4M3; // needs bf16 k/v
   expectError(kiln_kv_append(&a), KILN_ERROR_UNSUPPORTED, "kv_append", "BF16 activations");
+}
+
+// An f16 pool next to bf16 q/out passes validation: the workspace query plans it (on a
+// GPU, KILN_OK; without one the device query fails, never the arguments), and kv_append
+// with no tokens returns before any launch.
+TEST(GqaDecodeApi, F16PoolNextToBf16) {
+  auto p = validGqa();
+  p.kv_dtype = KILN_DTYPE_F16;
+  size_t bytes = 0;
+  const kiln_status_t status = kiln_gqa_decode_workspace_bytes(&p, &bytes);
+  EXPECT_TRUE(status == KILN_OK || status == KILN_ERROR_NO_DEVICE || status == KILN_ERROR_CUDA)
+      << kiln_status_name(status) << ": " << kiln_last_error();
+  auto a = validAppend();
+  a.dtype = KILN_DTYPE_BF16;
+  a.kv_dtype = KILN_DTYPE_F16;
+  a.num_tokens = 0;
+  EXPECT_EQ(kiln_kv_append(&a), KILN_OK) << kiln_last_error();
+  a.k_scale = static_cast<const float *>(fakePtr(0x3000));
+  expectError(kiln_kv_append(&a), KILN_ERROR_INVALID_ARGUMENT, "kv_append",
+              "k_scale / v_scale are for FP8 pools only");
+  a = validAppend(); // f16 k/v, f16 pool: the copy, as before
+  a.num_tokens = 0;
+  EXPECT_EQ(kiln_kv_append(&a), KILN_OK) << kiln_last_error();
+}
+
+// The f16 pool's encoder (kv_append's rounding, for references): round to nearest even,
+// fp16 subnormals below 2^-14, saturation at +-65504 instead of infinity, NaN kept.
+TEST(HostNumeric, F16SaturatingHandValues) {
+  EXPECT_EQ(kiln_float_to_f16_sat(0.f), 0x0000);
+  EXPECT_EQ(kiln_float_to_f16_sat(-0.f), 0x8000);
+  EXPECT_EQ(kiln_float_to_f16_sat(1.f), 0x3c00);
+  EXPECT_EQ(kiln_float_to_f16_sat(-2.5f), 0xc100);
+  // bf16 values in fp16's normal range are exact: 1 + 2^-7 (bf16's last bit).
+  EXPECT_EQ(kiln_float_to_f16_sat(1.0078125f), 0x3c08);
+  EXPECT_EQ(kiln_float_to_f16_sat(1.f + std::ldexp(1.f, -11)), 0x3c00);     // tie: to even
+  EXPECT_EQ(kiln_float_to_f16_sat(1.f + 3 * std::ldexp(1.f, -11)), 0x3c02); // tie: to even
+  EXPECT_EQ(kiln_float_to_f16_sat(65504.f), 0x7bff);                        // the largest finite
+  EXPECT_EQ(kiln_float_to_f16_sat(65519.f), 0x7bff);                        // rounds down to it
+  EXPECT_EQ(kiln_float_to_f16_sat(65520.f), 0x7bff); // would round to infinity: saturates
+  EXPECT_EQ(kiln_float_to_f16_sat(65536.f), 0x7bff); // bf16 0x4780
+  EXPECT_EQ(kiln_float_to_f16_sat(-1e30f), 0xfbff);
+  EXPECT_EQ(kiln_float_to_f16_sat(INFINITY), 0x7bff);
+  EXPECT_EQ(kiln_float_to_f16_sat(-INFINITY), 0xfbff);
+  EXPECT_EQ(kiln_float_to_f16(65520.f), 0x7c00);                   // the plain encoder overflows
+  EXPECT_EQ(kiln_float_to_f16_sat(std::ldexp(1.f, -14)), 0x0400);  // the smallest normal
+  EXPECT_EQ(kiln_float_to_f16_sat(std::ldexp(1.f, -24)), 0x0001);  // the smallest subnormal
+  EXPECT_EQ(kiln_float_to_f16_sat(std::ldexp(1.f, -25)), 0x0000);  // tie with 0: to even
+  EXPECT_EQ(kiln_float_to_f16_sat(std::ldexp(3.f, -26)), 0x0001);  // 0.75 units: up
+  EXPECT_EQ(kiln_float_to_f16_sat(-std::ldexp(1.f, -26)), 0x8000); // a quarter unit: -0
+  // A bf16 value below 2^-14 keeps at most its 8 significant bits as an fp16 subnormal:
+  // 1.5 * 2^-20 = 24 units of 2^-24.
+  EXPECT_EQ(kiln_float_to_f16_sat(1.5f * std::ldexp(1.f, -20)), 0x0018);
+  const uint16_t nan = kiln_float_to_f16_sat(NAN);
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+  // Every finite fp16 value round-trips.
+  for (int bits = 0; bits < 0x10000; ++bits)
+    if ((bits & 0x7c00) != 0x7c00)
+      EXPECT_EQ(kiln_float_to_f16_sat(kiln_f16_to_float(static_cast<uint16_t>(bits))), bits)
+          << bits;
 }
 
 TEST(HostNumeric, E4m3HandValues) {

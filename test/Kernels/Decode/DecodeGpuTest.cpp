@@ -1,7 +1,8 @@
 // GPU tests of the decode family against the fp64 CPU reference: fresh random inputs per
 // case, ragged sequence lengths, shuffled page tables, NaN-poisoned unused pages/slots
 // and outputs. Tolerance (documented in docs/kernels-decode.md):
-//   |out - ref| <= atol + rtol * |ref|; bf16: 2e-2 + 2e-2|ref|, fp16: 4e-3 + 4e-3|ref|.
+//   |out - ref| <= atol + rtol * |ref|; bf16: 2e-2 + 2e-2|ref|, fp16: 4e-3 + 4e-3|ref|;
+//   bf16 q/out over an f16 pool (fp16 arithmetic, bf16 output): 5e-3 + 8e-3|ref|.
 #include "DecodeReference.h"
 #include "GpuTest.h"
 #include "kiln/Kernels/Decode.h"
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -105,11 +107,13 @@ struct Tolerance {
 Tolerance toleranceFor(kiln_dtype_t dtype) {
   return dtype == KILN_DTYPE_BF16 ? Tolerance{2e-2, 2e-2} : Tolerance{4e-3, 4e-3};
 }
+// bf16 q/out over an f16 pool: the fp16 kernel's arithmetic (within fp16's tolerance of
+// the reference) and then a bf16 rounding of the output (at most 2^-8 relative).
+constexpr Tolerance kF16PoolTolerance{5e-3, 8e-3};
 
 // Compares and reports the first few mismatches; returns the number of bad elements.
-size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref,
-               kiln_dtype_t dtype, const std::string &what) {
-  Tolerance tol = toleranceFor(dtype);
+size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref, kiln_dtype_t dtype,
+               const std::string &what, Tolerance tol) {
   size_t bad = 0;
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -125,6 +129,10 @@ size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref,
   EXPECT_EQ(bad, 0u) << what << " (" << bad << " of " << ref.size() << " bad, worst " << worst
                      << ")";
   return bad;
+}
+size_t compare(const std::vector<uint16_t> &got, const std::vector<double> &ref, kiln_dtype_t dtype,
+               const std::string &what) {
+  return compare(got, ref, dtype, what, toleranceFor(dtype));
 }
 
 // Device buffers of one gqa_decode launch.
@@ -166,7 +174,13 @@ struct GqaCase {
   bool sinks = false; // per-head attention-sink logits
   bool fp8 = false;   // an FP8 e4m3 pool (bf16 q/out) with per-KV-head scales
   bool fp8Scales = true; // false: the scales' NULL (1)
+  bool f16Pool = false;  // an f16 pool (bf16 q/out) of values with fp16's full precision
 };
+
+// The pool's element type of a case.
+kiln_dtype_t poolDtype(const GqaCase &c) {
+  return c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.f16Pool ? KILN_DTYPE_F16 : c.dtype;
+}
 
 // FP8 pools' per-KV-head dequantization scales: different per head, not powers of two.
 std::vector<float> fp8Scales(int kvHeads, float base) {
@@ -231,13 +245,15 @@ std::vector<float> sinkLogits(int heads) {
 }
 
 std::string describe(const GqaCase &c) {
-  return std::string(c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16") + " D=" +
-         std::to_string(c.headDim) + " page=" + std::to_string(c.pageSize) +
+  return std::string(c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16") +
+         " D=" + std::to_string(c.headDim) + " page=" + std::to_string(c.pageSize) +
          " group=" + std::to_string(c.group) + " q_len=" + std::to_string(c.qLen) +
          " batch=" + std::to_string(c.batch) + " kv_heads=" + std::to_string(c.kvHeads) +
          " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits) +
          " split_keys=" + std::to_string(c.splitKeys) + " window=" + std::to_string(c.window) +
-         (c.sinks ? " sinks" : "") + (c.fp8 ? (c.fp8Scales ? " fp8 pool" : " fp8 pool, no scales") : "");
+         (c.sinks ? " sinks" : "") +
+         (c.fp8 ? (c.fp8Scales ? " fp8 pool" : " fp8 pool, no scales") : "") +
+         (c.f16Pool ? " f16 pool" : "");
 }
 
 void runGqaCase(const GqaCase &c) {
@@ -260,8 +276,8 @@ void runGqaCase(const GqaCase &c) {
   const bool scaled = c.fp8 && c.fp8Scales;
   const std::vector<float> kScales = scaled ? fp8Scales(c.kvHeads, 0.5f) : std::vector<float>{};
   const std::vector<float> vScales = scaled ? fp8Scales(c.kvHeads, 0.3f) : std::vector<float>{};
-  PoolData pool = randomPool(pageElems * layout.numPages, c.dtype, c.fp8, c.kvHeads, D, kScales,
-                             vScales, c.pageSize);
+  PoolData pool = randomPool(pageElems * layout.numPages, c.f16Pool ? KILN_DTYPE_F16 : c.dtype,
+                             c.fp8, c.kvHeads, D, kScales, vScales, c.pageSize);
   // Poison what no sequence owns: unused pages, and slots past each sequence's end.
   for (int p = 0; p < layout.numPages; ++p)
     if (!layout.pageUsed[p])
@@ -307,7 +323,7 @@ void runGqaCase(const GqaCase &c) {
                 c.kvHeads, D, c.pageSize, layout, layout.maxSeqLen);
   p.softmax_scale = static_cast<float>(scale);
   p.dtype = c.dtype;
-  p.kv_dtype = c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.dtype;
+  p.kv_dtype = poolDtype(c);
   p.k_scale = scaled ? dKScale.ptr : nullptr;
   p.v_scale = scaled ? dVScale.ptr : nullptr;
   p.num_splits = c.numSplits;
@@ -323,7 +339,8 @@ void runGqaCase(const GqaCase &c) {
   p.workspace_bytes = wsBytes;
   ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  compare(dOut.download(), ref, c.dtype, "gqa_decode " + describe(c));
+  compare(dOut.download(), ref, c.dtype, "gqa_decode " + describe(c),
+          c.f16Pool ? kF16PoolTolerance : toleranceFor(c.dtype));
 }
 
 TEST(GqaDecodeGpu, HeadDimPageGroupCrossProduct) {
@@ -444,6 +461,45 @@ TEST(GqaDecodeGpu, Fp8PoolMatchesReference) {
   }
 }
 
+// f16 pools (bf16 q/out) of values with fp16's full precision (not bf16-representable)
+// against the reference, at the fp16 kernel's tolerance plus the bf16 output's rounding:
+// every head dim and row-tile count, pages, every split mode (automatic, none, explicit,
+// fixed chunks), windows, sinks and multi-token rows.
+TEST(GqaDecodeGpu, F16PoolMatchesReference) {
+  KILN_REQUIRE_GPU();
+  const int groups[] = {1, 4, 8, 16};
+  int n = 0;
+  for (int headDim : {64, 128, 256})
+    for (int pageSize : {16, 64, 128})
+      for (int gi = 0; gi < 4; ++gi, ++n) {
+        GqaCase c{KILN_DTYPE_BF16, headDim, pageSize, groups[gi], 1 + n % 4};
+        c.f16Pool = true;
+        c.maxLen = 700;
+        c.numSplits = n % 4 == 1 ? 1 : n % 4 == 3 ? 5 : 0;
+        c.splitKeys = n % 4 == 2 ? 256 : 0;
+        c.window = n % 5 == 3 ? 100 : 0;
+        c.sinks = n % 3 == 1;
+        runGqaCase(c);
+      }
+  // Long sequences through many automatic splits (one KV head: many splits a head), and
+  // q_len 8 x group 16 (eight row tiles) at every head dim.
+  GqaCase c{KILN_DTYPE_BF16, 128, 64, 8, 1};
+  c.f16Pool = true;
+  c.batch = 2;
+  c.maxLen = 5000;
+  runGqaCase(c);
+  c.batch = 1;
+  c.kvHeads = 1;
+  c.qLen = 4;
+  c.maxLen = 6000;
+  runGqaCase(c);
+  for (int headDim : {64, 128, 256}) {
+    GqaCase big{KILN_DTYPE_BF16, headDim, 32, 16, 8};
+    big.f16Pool = true;
+    runGqaCase(big);
+  }
+}
+
 TEST(GqaDecodeGpu, FixedSplitKeysMatchReference) {
   KILN_REQUIRE_GPU();
   for (int headDim : {64, 128, 256})
@@ -465,6 +521,9 @@ struct InvariantRun {
   int qHeads, kvHeads, headDim, pageSize, splitKeys;
   int window = 0;
   const float *sinks = nullptr; // device
+  kiln_dtype_t kvDtype = KILN_DTYPE_BF16; // the 16-bit pool's type (kv holds its bits)
+  kiln_dtype_t dtype = KILN_DTYPE_BF16;   // q and out
+  int numSplits = 0;                      // with splitKeys 0: 0 = automatic
 };
 
 std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint16_t> &q,
@@ -478,8 +537,10 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
                 run.kvHeads, run.headDim, run.pageSize, run.layout,
                 *std::max_element(lens.begin(), lens.end()));
   p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(run.headDim));
-  p.dtype = KILN_DTYPE_BF16;
+  p.dtype = run.dtype;
+  p.kv_dtype = run.kvDtype;
   p.split_keys = run.splitKeys;
+  p.num_splits = run.numSplits;
   p.window = run.window;
   p.sinks = run.sinks;
   size_t wsBytes = 0;
@@ -492,52 +553,226 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   return dOut.download();
 }
 
+// An f16 pool (bf16 q/out) must keep the property: speculation over it is lossless too.
 TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
   KILN_REQUIRE_GPU();
   const int T = 5, kvHeads = 2, pageSize = 64;
-  for (int headDim : {64, 128, 256})
-    for (int group : {4, 7})
-      for (int window : {0, 77, 300}) {
-      // Sinks with the window of 77 (the one-split and the combined path must agree).
-      DeviceBuffer<float> dSinks(sinkLogits(kvHeads * group));
-      SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
-                   " window=" + std::to_string(window));
-      const int qHeads = kvHeads * group, batch = 3;
-      PagedLayout layout = makeLayout(batch, T + 1, 1300, pageSize);
-      std::vector<uint16_t> kvBits, qBits;
-      std::vector<float> unused;
-      randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16,
-                   kvBits, unused);
-      const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
-      randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
-      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, 256, window,
-                       window == 77 ? dSinks.ptr : nullptr};
-      const std::vector<uint16_t> verify =
-          decodeBits(run, qBits, layout.blockTable, layout.seqLens, T);
-      for (int t = 0; t < T; ++t) {
-        // Token t of every sequence alone, as a plain decode step of the whole batch.
-        std::vector<uint16_t> q(batch * row);
-        std::vector<int32_t> lens(batch);
-        for (int b = 0; b < batch; ++b) {
-          std::copy_n(qBits.begin() + (b * T + t) * row, row, q.begin() + b * row);
-          lens[b] = layout.seqLens[b] - (T - 1 - t);
+  for (kiln_dtype_t kvDtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16})
+    for (int headDim : {64, 128, 256})
+      for (int group : {4, 7})
+        for (int window : {0, 77, 300}) {
+          // Sinks with the window of 77 (the one-split and the combined path must agree).
+          DeviceBuffer<float> dSinks(sinkLogits(kvHeads * group));
+          SCOPED_TRACE(std::string(kvDtype == KILN_DTYPE_F16 ? "f16 pool " : "bf16 pool ") +
+                       "D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
+                       " window=" + std::to_string(window));
+          const int qHeads = kvHeads * group, batch = 3;
+          PagedLayout layout = makeLayout(batch, T + 1, 1300, pageSize);
+          std::vector<uint16_t> kvBits, qBits;
+          std::vector<float> unused;
+          randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, kvDtype, kvBits,
+                       unused);
+          const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
+          randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
+          InvariantRun run{kvBits,  layout,  qHeads,
+                           kvHeads, headDim, pageSize,
+                           256,     window,  window == 77 ? dSinks.ptr : nullptr,
+                           kvDtype};
+          const std::vector<uint16_t> verify =
+              decodeBits(run, qBits, layout.blockTable, layout.seqLens, T);
+          for (int t = 0; t < T; ++t) {
+            // Token t of every sequence alone, as a plain decode step of the whole batch.
+            std::vector<uint16_t> q(batch * row);
+            std::vector<int32_t> lens(batch);
+            for (int b = 0; b < batch; ++b) {
+              std::copy_n(qBits.begin() + (b * T + t) * row, row, q.begin() + b * row);
+              lens[b] = layout.seqLens[b] - (T - 1 - t);
+            }
+            const std::vector<uint16_t> decode = decodeBits(run, q, layout.blockTable, lens, 1);
+            for (int b = 0; b < batch; ++b)
+              EXPECT_TRUE(std::equal(decode.begin() + b * row, decode.begin() + (b + 1) * row,
+                                     verify.begin() + (b * T + t) * row))
+                  << "token " << t << " of sequence " << b << ": decode != verify";
+            // The last sequence alone in a batch of one.
+            const int b = batch - 1;
+            std::vector<int32_t> table(layout.blockTable.begin() + b * layout.maxPages,
+                                       layout.blockTable.begin() + (b + 1) * layout.maxPages);
+            const std::vector<uint16_t> alone = decodeBits(
+                run, std::vector<uint16_t>(q.begin() + b * row, q.end()), table, {lens[b]}, 1);
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), decode.begin() + b * row))
+                << "token " << t << ": a batch of one != the batch of " << batch;
+          }
         }
-        const std::vector<uint16_t> decode = decodeBits(run, q, layout.blockTable, lens, 1);
-        for (int b = 0; b < batch; ++b)
-          EXPECT_TRUE(std::equal(decode.begin() + b * row, decode.begin() + (b + 1) * row,
-                                 verify.begin() + (b * T + t) * row))
-              << "token " << t << " of sequence " << b << ": decode != verify";
-        // The last sequence alone in a batch of one.
-        const int b = batch - 1;
-        std::vector<int32_t> table(layout.blockTable.begin() + b * layout.maxPages,
-                                   layout.blockTable.begin() + (b + 1) * layout.maxPages);
-        const std::vector<uint16_t> alone =
-            decodeBits(run, std::vector<uint16_t>(q.begin() + b * row, q.end()), table,
-                       {lens[b]}, 1);
-        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), decode.begin() + b * row))
-            << "token " << t << ": a batch of one != the batch of " << batch;
-      }
+}
+
+// The spacing of bf16 / fp16 numbers at |v| (fp16's subnormals below 2^-14).
+double bf16Ulp(double v) {
+  return v == 0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::ilogb(v) - 7);
+}
+double f16Ulp(double v) {
+  return std::fabs(v) < std::ldexp(1.0, -14) ? std::ldexp(1.0, -24)
+                                             : std::ldexp(1.0, std::ilogb(v) - 10);
+}
+// True when one real value rounds (to nearest) to both the bf16 bits `b` and the fp16
+// bits `h`: the two outputs are roundings of the same result.
+bool oneValueRoundsToBoth(uint16_t b, uint16_t h) {
+  const double vb = kiln_bf16_to_float(b), vh = kiln_f16_to_float(h);
+  return std::isfinite(vb) && std::isfinite(vh) &&
+         std::fabs(vb - vh) <= 0.5 * bf16Ulp(vb) + 0.5 * f16Ulp(vh);
+}
+
+// Random pool (f16 bits, fp16's full precision) and bf16 queries, poison-free: the pages
+// of a layout for the arithmetic comparisons below.
+struct F16PoolData {
+  PagedLayout layout;
+  std::vector<uint16_t> pool, q;
+};
+F16PoolData f16PoolData(int batch, int qLen, int qHeads, int kvHeads, int headDim, int pageSize,
+                        int maxLen) {
+  F16PoolData data;
+  data.layout = makeLayout(batch, qLen, maxLen, pageSize);
+  std::vector<float> unused;
+  randomValues(2ull * pageSize * kvHeads * headDim * data.layout.numPages, KILN_DTYPE_F16,
+               data.pool, unused);
+  randomValues(static_cast<size_t>(batch) * qLen * qHeads * headDim, KILN_DTYPE_BF16, data.q,
+               unused);
+  return data;
+}
+
+// bf16 q/out over an f16 pool runs the arithmetic of the fp16 kernel over the same pool
+// (fp16 operands, P rounded to fp16, fp32 accumulation, the same split and combine), with
+// only the output rounded to bf16: every output must be a rounding of the value whose
+// fp16 rounding the fp16 kernel returns, given q converted to fp16 (round to nearest even,
+// as the kernel does). Explicit split counts, so both launches split alike (an automatic
+// count would follow each kernel's occupancy).
+TEST(GqaDecodeGpu, F16PoolRunsTheFp16Arithmetic) {
+  KILN_REQUIRE_GPU();
+  const int kvHeads = 2, batch = 3;
+  int n = 0;
+  for (int headDim : {64, 128, 256})
+    for (int mode = 0; mode < 4; ++mode, ++n) {
+      const int group = mode == 3 ? 16 : 1 + 3 * (n % 3), qLen = 1 + n % 5;
+      const int qHeads = kvHeads * group;
+      SCOPED_TRACE("D=" + std::to_string(headDim) + " mode=" + std::to_string(mode) +
+                   " group=" + std::to_string(group) + " q_len=" + std::to_string(qLen));
+      F16PoolData data = f16PoolData(batch, qLen, qHeads, kvHeads, headDim, 32, 900);
+      DeviceBuffer<float> dSinks(sinkLogits(qHeads));
+      // 0: one split, 1: three, 2: the runtime's fixed chunks, 3: chunks, window, sinks
+      // and 32 query rows (two row tiles) a block.
+      InvariantRun run{data.pool,
+                       data.layout,
+                       qHeads,
+                       kvHeads,
+                       headDim,
+                       32,
+                       mode >= 2 ? 256 : 0,
+                       mode == 3 ? 100 : 0,
+                       mode == 3 ? dSinks.ptr : nullptr,
+                       KILN_DTYPE_F16};
+      run.numSplits = mode == 0 ? 1 : mode == 1 ? 3 : 0;
+      std::vector<uint16_t> qHalf(data.q.size());
+      for (size_t i = 0; i < qHalf.size(); ++i)
+        qHalf[i] = kiln_float_to_f16(kiln_bf16_to_float(data.q[i]));
+      const std::vector<uint16_t> bf16Out =
+          decodeBits(run, data.q, data.layout.blockTable, data.layout.seqLens, qLen);
+      run.dtype = KILN_DTYPE_F16;
+      const std::vector<uint16_t> f16Out =
+          decodeBits(run, qHalf, data.layout.blockTable, data.layout.seqLens, qLen);
+      size_t bad = 0;
+      for (size_t i = 0; i < bf16Out.size(); ++i)
+        if (!oneValueRoundsToBoth(bf16Out[i], f16Out[i]) && bad++ < 5)
+          ADD_FAILURE() << "element " << i << ": bf16 out " << kiln_bf16_to_float(bf16Out[i])
+                        << ", fp16 out " << kiln_f16_to_float(f16Out[i]);
+      EXPECT_EQ(bad, 0u) << bad << " of " << bf16Out.size();
     }
+}
+
+// An f16 pool holding bf16 values in fp16's normal range (or zero) holds them exactly, so
+// it attends over the same keys and values as a bf16 pool. The outputs are not the same
+// bits: the bf16 pool's kernel rounds P to bf16 before P V (relative error up to 2^-8),
+// the f16 pool's to fp16 (2^-11), and each output is then rounded to bf16 (2^-8 of it).
+// The tightest bound that holds is their sum: per output element,
+//   |f16 - bf16| <= (2^-8 + 2^-11) * sum_j w_j |v_j| + 2^-8 (|f16| + |bf16|),
+// with w the softmax weights (sinks included) and sum_j w_j |v_j| the reference run on
+// |V|; the score and accumulation arithmetic (fp32) adds far less than the margin kept.
+// Runs with the runtime's fixed split chunks, and with automatic splits.
+TEST(GqaDecodeGpu, F16PoolOfBf16ValuesMatchesBf16Pool) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  for (int headDim : {64, 128, 256})
+    for (int group : {1, 4, 8})
+      for (int mode = 0; mode < 2; ++mode, ++n) {
+        const int kvHeads = 2, qHeads = kvHeads * group, batch = 3, pageSize = 64;
+        const int qLen = 1 + n % 4, window = n % 3 == 2 ? 200 : 0;
+        const bool sinks = n % 4 == 1;
+        SCOPED_TRACE("D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
+                     " q_len=" + std::to_string(qLen) + " window=" + std::to_string(window) +
+                     (sinks ? " sinks" : "") + (mode ? " automatic splits" : " split_keys"));
+        PagedLayout layout = makeLayout(batch, qLen, 1100, pageSize);
+        std::vector<uint16_t> bf16Pool, f16Pool, qBits;
+        std::vector<float> values, unused;
+        randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16,
+                     bf16Pool, values);
+        f16Pool.resize(bf16Pool.size());
+        for (size_t i = 0; i < values.size(); ++i) {
+          if (std::fabs(values[i]) < std::ldexp(1.f, -14)) { // below fp16's normal range
+            values[i] = 0.f;
+            bf16Pool[i] = 0;
+          }
+          f16Pool[i] = kiln_float_to_f16(values[i]);
+          ASSERT_EQ(kiln_f16_to_float(f16Pool[i]), values[i]) << "not exact in fp16";
+        }
+        randomValues(static_cast<size_t>(batch) * qLen * qHeads * headDim, KILN_DTYPE_BF16, qBits,
+                     unused);
+        const std::vector<float> sinkValues = sinks ? sinkLogits(qHeads) : std::vector<float>{};
+        DeviceBuffer<float> dSinks(sinks ? sinkValues : std::vector<float>{0.f});
+        InvariantRun run{bf16Pool,       layout,  qHeads,
+                         kvHeads,        headDim, pageSize,
+                         mode ? 0 : 256, window,  sinks ? dSinks.ptr : nullptr};
+        const std::vector<uint16_t> fromBf16 =
+            decodeBits(run, qBits, layout.blockTable, layout.seqLens, qLen);
+        InvariantRun f16Run{f16Pool,        layout,  qHeads,
+                            kvHeads,        headDim, pageSize,
+                            mode ? 0 : 256, window,  sinks ? dSinks.ptr : nullptr,
+                            KILN_DTYPE_F16};
+        const std::vector<uint16_t> fromF16 =
+            decodeBits(f16Run, qBits, layout.blockTable, layout.seqLens, qLen);
+        // The weighted mean of |V| each output sees: the reference over |V| (K as is).
+        kiln::reference::PagedShape shape;
+        shape.batch = batch;
+        shape.qLen = qLen;
+        shape.qHeads = qHeads;
+        shape.kvHeads = kvHeads;
+        shape.headDim = headDim;
+        shape.pageSize = pageSize;
+        shape.maxPages = layout.maxPages;
+        std::vector<float> qVals(qBits.size()), absV = values;
+        for (size_t i = 0; i < qBits.size(); ++i)
+          qVals[i] = kiln_bf16_to_float(qBits[i]);
+        const size_t half = static_cast<size_t>(pageSize) * kvHeads * headDim;
+        for (size_t i = 0; i < absV.size(); ++i)
+          if ((i / half) % 2 == 1)
+            absV[i] = std::fabs(absV[i]);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
+        const std::vector<double> meanAbsV = kiln::reference::gqaDecode(
+            shape, qVals, absV, layout.blockTable, layout.seqLens, scale, window, sinkValues);
+        size_t bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < fromF16.size(); ++i) {
+          const double vb = kiln_bf16_to_float(fromBf16[i]), vh = kiln_bf16_to_float(fromF16[i]);
+          const double bound = 1.01 * ((std::ldexp(1.0, -8) + std::ldexp(1.0, -11)) * meanAbsV[i] +
+                                       std::ldexp(1.0, -8) * (std::fabs(vb) + std::fabs(vh))) +
+                               1e-5;
+          const double diff = std::fabs(vb - vh);
+          worst = std::max(worst, diff / bound);
+          if (!(diff <= bound) && bad++ < 5)
+            ADD_FAILURE() << "element " << i << ": bf16 pool " << vb << ", f16 pool " << vh
+                          << ", bound " << bound;
+        }
+        EXPECT_EQ(bad, 0u) << bad << " of " << fromF16.size() << " beyond the bound";
+        std::printf("  [D=%d group=%d q_len=%d] f16 vs bf16 pool: worst %.3f of the bound\n",
+                    headDim, group, qLen, worst);
+      }
 }
 
 struct MlaCase {
@@ -763,6 +998,86 @@ TEST(KvAppendGpu, Fp8PoolQuantizes) {
         }
       }
       EXPECT_TRUE(dPool.download() == want);
+    }
+}
+
+// bf16 K/V into an f16 pool: each value rounded to fp16 (nearest even), finite values
+// beyond +-65504 and infinities saturated to +-65504, NaN kept, as kiln_float_to_f16_sat
+// computes it; magnitudes from below fp16's subnormals to beyond its range, padded token
+// strides; every other element of the pool untouched.
+TEST(KvAppendGpu, F16PoolRoundsAndSaturates) {
+  KILN_REQUIRE_GPU();
+  for (int headDim : {64, 128, 256})
+    for (int pageSize : {16, 64}) {
+      SCOPED_TRACE("D=" + std::to_string(headDim) + " page=" + std::to_string(pageSize));
+      const int batch = 3, kvHeads = 3;
+      PagedLayout layout = makeLayout(batch, 1, 200, pageSize);
+      std::vector<int32_t> tb, tp;
+      for (int b = 0; b < batch; ++b)
+        for (int i = 0; i < std::min(2 * b + 1, layout.seqLens[b]); ++i) {
+          tb.push_back(b);
+          tp.push_back(layout.seqLens[b] - 1 - i);
+        }
+      const int numTokens = static_cast<int>(tb.size());
+      const long long row = static_cast<long long>(kvHeads) * headDim, stride = row + 16;
+      // bf16 values n * 2^e, n ~ N(0, 1), e in [-30, 18]: fp16 subnormals, values it
+      // rounds, values it holds exactly, values beyond its range.
+      std::normal_distribution<float> mantissa(0.f, 1.f);
+      std::uniform_int_distribution<int> exponent(-30, 18);
+      std::vector<uint16_t> kBits(numTokens * stride), vBits(numTokens * stride);
+      for (std::vector<uint16_t> *bits : {&kBits, &vBits})
+        for (uint16_t &b : *bits)
+          b = kiln_float_to_bf16(std::ldexp(mantissa(rng()), exponent(rng())));
+      const uint16_t special[] = {
+          0x7f80,                                    // +inf: +65504
+          0xff80,                                    // -inf: -65504
+          0x4780,                                    // 65536: +65504
+          kiln_float_to_bf16(-1e5f),                 // -65504
+          0x477f,                                    // 65280: exact
+          0x7fc0,                                    // NaN: NaN
+          kiln_float_to_bf16(std::ldexp(1.f, -25)),  // half the smallest subnormal: 0
+          kiln_float_to_bf16(std::ldexp(3.f, -26)),  // 0.75 of it: the smallest
+          kiln_float_to_bf16(-std::ldexp(3.f, -25)), // 1.5 units: to even, -2 units
+          kiln_float_to_bf16(std::ldexp(1.f, -14)),  // the smallest normal
+          0x8000,                                    // -0
+      };
+      std::copy(std::begin(special), std::end(special), kBits.begin());
+      std::copy(std::begin(special), std::end(special), vBits.begin() + stride + 8);
+      std::vector<uint16_t> pool(2ull * layout.numPages * pageSize * row, 0x1234);
+      DeviceBuffer<uint16_t> dK(kBits), dV(vBits), dPool(pool);
+      DeviceBuffer<int32_t> dTable(layout.blockTable), dB(tb), dP(tp);
+      kiln_kv_append_params_t p =
+          appendParams({dK.ptr, dV.ptr, dPool.ptr, dTable.ptr, dB.ptr, dP.ptr}, numTokens, batch,
+                       kvHeads, headDim, pageSize, layout, KILN_DTYPE_BF16, KILN_DTYPE_F16);
+      p.k_token_stride = stride;
+      p.v_token_stride = stride;
+      ASSERT_EQ(kiln_kv_append(&p), KILN_OK) << kiln_last_error();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint16_t> want = pool;
+      for (int t = 0; t < numTokens; ++t) {
+        size_t page =
+            layout.blockTable[static_cast<size_t>(tb[t]) * layout.maxPages + tp[t] / pageSize];
+        for (int half = 0; half < 2; ++half) {
+          size_t at = ((page * 2 + half) * pageSize + tp[t] % pageSize) * row;
+          const std::vector<uint16_t> &src = half ? vBits : kBits;
+          for (long long i = 0; i < row; ++i)
+            want[at + i] = kiln_float_to_f16_sat(kiln_bf16_to_float(src[t * stride + i]));
+        }
+      }
+      EXPECT_EQ(kiln_float_to_f16_sat(kiln_bf16_to_float(0x7f80)), 0x7bff); // the reference
+      const std::vector<uint16_t> got = dPool.download();
+      size_t bad = 0, nans = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const bool wantNan = (want[i] & 0x7c00) == 0x7c00 && (want[i] & 0x3ff) != 0;
+        nans += wantNan;
+        const bool ok =
+            wantNan ? (got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) != 0 : got[i] == want[i];
+        if (!ok && bad++ < 5)
+          ADD_FAILURE() << "element " << i << ": got 0x" << std::hex << got[i] << ", want 0x"
+                        << want[i] << std::dec;
+      }
+      EXPECT_EQ(bad, 0u) << bad << " of " << want.size();
+      EXPECT_EQ(nans, 2u); // the NaNs of token 0's K and token 1's V
     }
 }
 

@@ -5,7 +5,9 @@
 //
 // Tolerance (inputs rounded to the dtype first, so only the kernel's own rounding counts:
 // P rounded to the dtype before the PV product, fp32 accumulation, output rounding):
-//   |out - ref| <= atol + rtol * |ref|, bf16: atol 1e-2, rtol 1e-2; fp16: atol 2e-3, rtol 2e-3.
+//   |out - ref| <= atol + rtol * |ref|, bf16: atol 1e-2, rtol 1e-2; fp16: atol 2e-3, rtol 2e-3;
+//   bf16 q/out over an f16 cache (fp16 arithmetic, output rounded to bf16, 2^-8 of it):
+//   atol 3e-3, rtol 6e-3.
 #include "GpuTest.h"
 #include "PrefillReference.h"
 #include "kiln/Kernels/HostNumeric.h"
@@ -65,6 +67,7 @@ struct Case {
   int window = 0;   // > 0: sliding window
   bool sinks = false; // per-head attention-sink logits
   bool fp8 = false;   // paged only: an FP8 e4m3 cache with per-KV-head scales
+  bool f16Pool = false; // paged only: an f16 cache (bf16 q/out), fp16's full precision
 };
 
 // Keys below this are outside every query's window in sequence b (0 without a window).
@@ -80,8 +83,8 @@ std::vector<int32_t> prefix(const std::vector<int> &lens) {
 }
 
 void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<double> &ref) {
-  const double atol = c.dtype == KILN_DTYPE_BF16 ? 1e-2 : 2e-3;
-  const double rtol = atol;
+  const double atol = c.f16Pool ? 3e-3 : c.dtype == KILN_DTYPE_BF16 ? 1e-2 : 2e-3;
+  const double rtol = c.f16Pool ? 6e-3 : atol;
   double maxErr = 0.0;
   size_t bad = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -98,8 +101,11 @@ void compare(const Case &c, const std::vector<uint16_t> &got, const std::vector<
   EXPECT_EQ(bad, 0u) << "mismatches of " << ref.size();
   std::printf("  [%s d=%d Hq=%d Hkv=%d causal=%d page=%d window=%d sinks=%d] max abs err %.3g "
               "over %zu values\n",
-              c.dtype == KILN_DTYPE_BF16 ? "bf16" : "fp16", c.headDim, c.qHeads, c.kvHeads,
-              c.causal, c.pageSize, c.window, c.sinks, maxErr, ref.size());
+              c.f16Pool                    ? "bf16/f16 cache"
+              : c.dtype == KILN_DTYPE_BF16 ? "bf16"
+                                           : "fp16",
+              c.headDim, c.qHeads, c.kvHeads, c.causal, c.pageSize, c.window, c.sinks, maxErr,
+              ref.size());
 }
 
 void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant) {
@@ -211,7 +217,8 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
         cacheVals[i] = kiln_e4m3_to_float(cacheBytes[i]) * (isV ? vScales : kScales)[head];
       }
     } else {
-      randomTensor(rng, cacheElems, 2.0f, c.dtype, cacheBits, cacheVals);
+      randomTensor(rng, cacheElems, 2.0f, c.f16Pool ? KILN_DTYPE_F16 : c.dtype, cacheBits,
+                   cacheVals);
       cacheBytes.resize(cacheElems * 2);
       std::memcpy(cacheBytes.data(), cacheBits.data(), cacheElems * 2);
     }
@@ -253,7 +260,7 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.kv_heads = c.kvHeads;
     p.head_dim = d;
     p.dtype = c.dtype;
-    p.kv_dtype = c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.dtype;
+    p.kv_dtype = c.fp8 ? KILN_DTYPE_FP8_E4M3 : c.f16Pool ? KILN_DTYPE_F16 : c.dtype;
     p.k_scale = c.fp8 ? dKScale.ptr : nullptr;
     p.v_scale = c.fp8 ? dVScale.ptr : nullptr;
     p.softmax_scale = scale;
@@ -262,13 +269,14 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
     p.sinks = sinkPtr;
     st = kiln_prefill_fmha_paged_variant(&p, variant);
     if (st == KILN_ERROR_UNSUPPORTED && variant != KILN_PREFILL_VARIANT_MMA_SM80) {
-      // The wgmma variant takes head dims 64 and 128 and 16-bit caches only, and says so
-      // (the head dim first).
+      // The wgmma variant takes head dims 64 and 128 and caches of q's dtype only, and
+      // says so (the head dim first).
       const std::string why = kiln_last_error();
-      if (c.headDim != 64 && c.headDim != 128)
+      if (c.headDim != 64 && c.headDim != 128) {
         EXPECT_NE(why.find("has head_dim 64 and 128"), std::string::npos) << why;
-      else if (c.fp8)
-        EXPECT_NE(why.find("16-bit caches only"), std::string::npos) << why;
+      } else if (c.fp8 || c.f16Pool) {
+        EXPECT_NE(why.find("reads caches of q's dtype only"), std::string::npos) << why;
+      }
       return;
     }
     ASSERT_EQ(st, KILN_OK) << kiln_last_error();
@@ -472,6 +480,32 @@ TEST(PrefillFmhaGpu, PagedFp8Cache) {
       }
 }
 
+// An f16 paged cache next to bf16 q/out (values with fp16's full precision) against the
+// reference: head dims 64/128/256, GQA 1/4/8, page sizes 16 and 7, windows and sinks,
+// short and long chunks; the mma.sync variant runs it, the wgmma one refuses it.
+TEST(PrefillFmhaGpu, PagedF16Cache) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> qLens = {1, 7, 130, 3};
+  const std::vector<int> kLens = {513, 900, 200, 3};
+  uint64_t seed = 1100;
+  for (int d : kHeadDims)
+    for (int ps : {16, 7})
+      for (auto [qHeads, kvHeads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+        Case c{qLens, kLens, qHeads, kvHeads, d, KILN_DTYPE_BF16, true, ps};
+        c.f16Pool = true;
+        c.window = seed % 3 == 0 ? 100 : 0;
+        c.sinks = seed % 2 == 0;
+        runCase(c, seed++);
+      }
+  // A whole prompt through the cache (q_len == k_len), and a non-causal extend.
+  Case self{{300, 129}, {300, 129}, 16, 2, 128, KILN_DTYPE_BF16, true, 16};
+  self.f16Pool = true;
+  runCase(self, seed++);
+  Case nonCausal{{3, 200, 65}, {190, 264, 66}, 4, 1, 64, KILN_DTYPE_BF16, false, 16};
+  nonCausal.f16Pool = true;
+  runCase(nonCausal, seed++);
+}
+
 // Qwen3-Next's full attention at TP1: head_dim 256, 16 q heads over 2 KV heads (GQA 8),
 // bf16, as the runtime runs it. Prompts of odd lengths around the 32-key and 128-row
 // tiles and one long prompt (many trips around the 2-stage ring), dense and through a
@@ -490,6 +524,9 @@ TEST(PrefillFmhaGpu, HeadDim256Qwen3Next) {
   runCase(extend, seed++);
   extend.fp8 = true;
   runCase(extend, seed++);
+  extend.fp8 = false;
+  extend.f16Pool = true;
+  runCase(extend, seed++);
 }
 
 // DeepSeek MLA prompts: head_dim 192 over v_head_dim 128, v strided inside kv.
@@ -500,4 +537,225 @@ TEST(PrefillFmhaGpu, MlaPromptHeadDims) {
     runMlaPromptCase({1, 17, 64, 129, 300}, 4, dt, seed++);
     runMlaPromptCase({513, 7}, 16, dt, seed++);
   }
+}
+
+namespace {
+
+// The spacing of bf16 / fp16 numbers at |v| (fp16's subnormals below 2^-14).
+double bf16Ulp(double v) {
+  return v == 0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, std::ilogb(v) - 7);
+}
+double f16Ulp(double v) {
+  return std::fabs(v) < std::ldexp(1.0, -14) ? std::ldexp(1.0, -24)
+                                             : std::ldexp(1.0, std::ilogb(v) - 10);
+}
+
+// A ragged extend batch over a paged cache of shuffled pages, with host data.
+struct PagedSetup {
+  std::vector<int> qLens, kLens;
+  int qHeads, kvHeads, headDim, pageSize;
+  int window = 0;
+  bool sinks = false;
+  std::vector<int32_t> cuQ, cuK, table;
+  int numPages = 0, maxPages = 1;
+  size_t qElems = 0, cacheElems = 0;
+};
+
+PagedSetup pagedSetup(std::mt19937_64 &rng, std::vector<int> qLens, std::vector<int> kLens,
+                      int qHeads, int kvHeads, int headDim, int pageSize) {
+  PagedSetup s{std::move(qLens), std::move(kLens), qHeads, kvHeads, headDim, pageSize};
+  const int batch = static_cast<int>(s.qLens.size());
+  s.cuQ = prefix(s.qLens);
+  s.cuK = prefix(s.kLens);
+  int needed = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int pages = (s.kLens[b] + pageSize - 1) / pageSize;
+    s.maxPages = std::max(s.maxPages, pages);
+    needed += pages;
+  }
+  s.numPages = needed + 3;
+  std::vector<int> perm(s.numPages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  s.table.assign(static_cast<size_t>(batch) * s.maxPages, -1);
+  int next = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < (s.kLens[b] + pageSize - 1) / pageSize; ++i)
+      s.table[static_cast<size_t>(b) * s.maxPages + i] = perm[next++];
+  s.qElems = static_cast<size_t>(s.cuQ.back()) * qHeads * headDim;
+  s.cacheElems = static_cast<size_t>(s.numPages) * 2 * pageSize * kvHeads * headDim;
+  return s;
+}
+
+std::vector<float> sinkValues(int heads) {
+  std::vector<float> sinks(heads);
+  for (int h = 0; h < heads; ++h)
+    sinks[h] = -3.0f + 6.0f * static_cast<float>((h * 37) % 11) / 10.0f;
+  return sinks;
+}
+
+// One paged launch of `variant`: q of `dtype`, the cache's 16-bit bits of `kvDtype`;
+// the output's bits.
+std::vector<uint16_t> runPaged(const PagedSetup &s, kiln_dtype_t dtype, kiln_dtype_t kvDtype,
+                               const std::vector<uint16_t> &q, const std::vector<uint16_t> &cache,
+                               kiln_prefill_variant_t variant) {
+  const int batch = static_cast<int>(s.qLens.size());
+  DeviceBuffer<uint16_t> dQ(q.size()), dOut(q.size()), dCache(cache.size());
+  DeviceBuffer<int32_t> dCuQ(s.cuQ.size()), dTable(s.table.size()), dSeq(batch);
+  DeviceBuffer<float> dSinks(s.qHeads);
+  dQ.upload(q);
+  dCache.upload(cache);
+  dCuQ.upload(s.cuQ);
+  dTable.upload(s.table);
+  dSeq.upload(std::vector<int32_t>(s.kLens.begin(), s.kLens.end()));
+  dSinks.upload(sinkValues(s.qHeads));
+  std::vector<uint16_t> out(q.size(), 0xffff);
+  if (cudaMemset(dOut.ptr, 0xff, q.size() * 2) != cudaSuccess) {
+    ADD_FAILURE() << "cudaMemset";
+    return out;
+  }
+  kiln_prefill_fmha_paged_params_t p{};
+  p.q = dQ.ptr;
+  p.kv_cache = dCache.ptr;
+  p.out = dOut.ptr;
+  p.cu_seqlens_q = dCuQ.ptr;
+  p.seq_lens = dSeq.ptr;
+  p.block_table = dTable.ptr;
+  p.batch = batch;
+  p.total_q = s.cuQ.back();
+  p.max_seqlen_q = *std::max_element(s.qLens.begin(), s.qLens.end());
+  p.num_pages = s.numPages;
+  p.page_size = s.pageSize;
+  p.max_pages_per_seq = s.maxPages;
+  p.q_heads = s.qHeads;
+  p.kv_heads = s.kvHeads;
+  p.head_dim = s.headDim;
+  p.dtype = dtype;
+  p.kv_dtype = kvDtype;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(s.headDim));
+  p.causal = 1;
+  p.window = s.window;
+  p.sinks = s.sinks ? dSinks.ptr : nullptr;
+  EXPECT_EQ(kiln_prefill_fmha_paged_variant(&p, variant), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data(), dOut.ptr, q.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// The cache's values as packed K and V rows ([total_k, kv_heads, head_dim]) for the
+// reference; `absV` takes |V|.
+void gatherRows(const PagedSetup &s, const std::vector<float> &cache, std::vector<float> &k,
+                std::vector<float> &v, bool absV = false) {
+  const size_t tok = static_cast<size_t>(s.kvHeads) * s.headDim;
+  k.assign(static_cast<size_t>(s.cuK.back()) * tok, 0.f);
+  v.assign(k.size(), 0.f);
+  for (size_t b = 0; b < s.kLens.size(); ++b)
+    for (int j = 0; j < s.kLens[b]; ++j) {
+      const size_t page = s.table[b * s.maxPages + j / s.pageSize];
+      const size_t kOff = ((page * 2 + 0) * s.pageSize + j % s.pageSize) * tok;
+      const size_t vOff = ((page * 2 + 1) * s.pageSize + j % s.pageSize) * tok;
+      std::copy_n(cache.begin() + kOff, tok, k.begin() + (s.cuK[b] + j) * tok);
+      for (size_t i = 0; i < tok; ++i)
+        v[(s.cuK[b] + j) * tok + i] = absV ? std::fabs(cache[vOff + i]) : cache[vOff + i];
+    }
+}
+
+} // namespace
+
+// bf16 q/out over an f16 cache runs the fp16 kernel's arithmetic over the same cache
+// (fp16 operands, P rounded to fp16, fp32 accumulation), only the output rounded to bf16
+// instead of fp16: every output must be a rounding of the value whose fp16 rounding the
+// fp16 kernel returns (q converted to fp16, round to nearest even, as the kernel does).
+// Both on the mma.sync variant (AUTO would run the fp16 case on wgmma on sm_90).
+TEST(PrefillFmhaGpu, PagedF16CacheRunsTheFp16Arithmetic) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 1200;
+  for (int d : kHeadDims)
+    for (int mode = 0; mode < 2; ++mode) {
+      SCOPED_TRACE("d=" + std::to_string(d) + " mode=" + std::to_string(mode));
+      std::mt19937_64 rng(seed++);
+      PagedSetup s = pagedSetup(rng, {1, 7, 130, 3}, {513, 900, 200, 3}, 8, 2, d, 16);
+      s.window = mode ? 100 : 0;
+      s.sinks = mode == 1;
+      std::vector<uint16_t> qBits, cacheBits;
+      std::vector<float> unused;
+      randomTensor(rng, s.qElems, 2.0f, KILN_DTYPE_BF16, qBits, unused);
+      randomTensor(rng, s.cacheElems, 2.0f, KILN_DTYPE_F16, cacheBits, unused);
+      std::vector<uint16_t> qHalf(qBits.size());
+      for (size_t i = 0; i < qBits.size(); ++i)
+        qHalf[i] = kiln_float_to_f16(kiln_bf16_to_float(qBits[i]));
+      const std::vector<uint16_t> bf16Out = runPaged(s, KILN_DTYPE_BF16, KILN_DTYPE_F16, qBits,
+                                                     cacheBits, KILN_PREFILL_VARIANT_MMA_SM80);
+      const std::vector<uint16_t> f16Out = runPaged(s, KILN_DTYPE_F16, KILN_DTYPE_F16, qHalf,
+                                                    cacheBits, KILN_PREFILL_VARIANT_MMA_SM80);
+      size_t bad = 0;
+      for (size_t i = 0; i < bf16Out.size(); ++i) {
+        const double vb = kiln_bf16_to_float(bf16Out[i]), vh = kiln_f16_to_float(f16Out[i]);
+        const bool same = std::isfinite(vb) && std::isfinite(vh) &&
+                          std::fabs(vb - vh) <= 0.5 * bf16Ulp(vb) + 0.5 * f16Ulp(vh);
+        if (!same && bad++ < 5)
+          ADD_FAILURE() << "element " << i << ": bf16 out " << vb << ", fp16 out " << vh;
+      }
+      EXPECT_EQ(bad, 0u) << bad << " of " << bf16Out.size();
+    }
+}
+
+// An f16 cache holding bf16 values in fp16's normal range (or zero) holds them exactly:
+// the same keys and values as a bf16 cache. Not the same bits (the bf16 cache's kernel
+// rounds P to bf16, relative error up to 2^-8; the f16 cache's to fp16, 2^-11; each output
+// is then rounded to bf16, 2^-8 of it), so per output element
+//   |f16 - bf16| <= (2^-8 + 2^-11) * sum_j w_j |v_j| + 2^-8 (|f16| + |bf16|),
+// w the softmax weights (sinks included), sum_j w_j |v_j| the reference run on |V|; the
+// fp32 arithmetic adds far less than the margin kept. Both on the mma.sync variant.
+TEST(PrefillFmhaGpu, PagedF16CacheOfBf16ValuesMatchesBf16Cache) {
+  KILN_REQUIRE_GPU();
+  uint64_t seed = 1300;
+  for (int d : kHeadDims)
+    for (int mode = 0; mode < 2; ++mode) {
+      SCOPED_TRACE("d=" + std::to_string(d) + " mode=" + std::to_string(mode));
+      std::mt19937_64 rng(seed++);
+      PagedSetup s = pagedSetup(rng, {1, 7, 130, 3}, {513, 900, 200, 3}, 8, 2, d, 7);
+      s.window = mode ? 100 : 0;
+      s.sinks = mode == 1;
+      std::vector<uint16_t> qBits, bf16Cache, f16Cache(s.cacheElems);
+      std::vector<float> qVals, values;
+      randomTensor(rng, s.qElems, 2.0f, KILN_DTYPE_BF16, qBits, qVals);
+      randomTensor(rng, s.cacheElems, 2.0f, KILN_DTYPE_BF16, bf16Cache, values);
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (std::fabs(values[i]) < std::ldexp(1.f, -14)) { // below fp16's normal range
+          values[i] = 0.f;
+          bf16Cache[i] = 0;
+        }
+        f16Cache[i] = kiln_float_to_f16(values[i]);
+        ASSERT_EQ(kiln_f16_to_float(f16Cache[i]), values[i]) << "not exact in fp16";
+      }
+      const std::vector<uint16_t> fromBf16 = runPaged(s, KILN_DTYPE_BF16, KILN_DTYPE_BF16, qBits,
+                                                      bf16Cache, KILN_PREFILL_VARIANT_MMA_SM80);
+      const std::vector<uint16_t> fromF16 = runPaged(s, KILN_DTYPE_BF16, KILN_DTYPE_F16, qBits,
+                                                     f16Cache, KILN_PREFILL_VARIANT_MMA_SM80);
+      std::vector<float> k, absV;
+      gatherRows(s, values, k, absV, /*absV=*/true);
+      std::vector<double> meanAbsV(s.qElems);
+      const std::vector<float> sinks = sinkValues(s.qHeads);
+      kiln::reference::prefillAttentionReference(
+          qVals.data(), k.data(), absV.data(), meanAbsV.data(), s.cuQ.data(), s.cuK.data(),
+          static_cast<int>(s.qLens.size()), s.qHeads, s.kvHeads, d,
+          1.0 / std::sqrt(static_cast<double>(d)), true, s.window,
+          s.sinks ? sinks.data() : nullptr);
+      size_t bad = 0;
+      double worst = 0;
+      for (size_t i = 0; i < fromF16.size(); ++i) {
+        const double vb = kiln_bf16_to_float(fromBf16[i]), vh = kiln_bf16_to_float(fromF16[i]);
+        const double bound = 1.01 * ((std::ldexp(1.0, -8) + std::ldexp(1.0, -11)) * meanAbsV[i] +
+                                     std::ldexp(1.0, -8) * (std::fabs(vb) + std::fabs(vh))) +
+                             1e-5;
+        const double diff = std::fabs(vb - vh);
+        worst = std::max(worst, diff / bound);
+        if (!(diff <= bound) && bad++ < 5)
+          ADD_FAILURE() << "element " << i << ": bf16 cache " << vb << ", f16 cache " << vh
+                        << ", bound " << bound;
+      }
+      EXPECT_EQ(bad, 0u) << bad << " of " << fromF16.size() << " beyond the bound";
+      std::printf("  [d=%d mode=%d] f16 vs bf16 cache: worst %.3f of the bound\n", d, mode, worst);
+    }
 }

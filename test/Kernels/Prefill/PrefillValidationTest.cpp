@@ -246,3 +246,30 @@ TEST(PrefillValidation, Paged) {
   p.kv_heads = 4;
   expectPaged(p, KILN_ERROR_INVALID_ARGUMENT, "kv_heads");
 }
+
+// The cache holds q's dtype, or FP8 e4m3 / f16 next to bf16 q; scales belong to FP8.
+// Valid combinations with no query rows pass validation and launch nothing (so they
+// return KILN_OK without a GPU).
+TEST(PrefillValidation, PagedCacheDtypes) {
+  auto p = validPaged();
+  p.total_q = 0;
+  p.max_seqlen_q = 0;
+  p.dtype = KILN_DTYPE_BF16;
+  for (kiln_dtype_t cache : {KILN_DTYPE_BF16, KILN_DTYPE_F16, KILN_DTYPE_FP8_E4M3}) {
+    p.kv_dtype = cache;
+    EXPECT_EQ(kiln_prefill_fmha_paged(&p), KILN_OK) << cache << ": " << kiln_last_error();
+  }
+  p = validPaged();
+  p.dtype = KILN_DTYPE_F16;
+  p.kv_dtype = KILN_DTYPE_BF16; // bf16 next to f16 q: no kernel
+  expectPaged(p, KILN_ERROR_UNSUPPORTED, "kv_dtype 0 unsupported with dtype 1");
+  p.kv_dtype = KILN_DTYPE_FP8_E4M3;
+  expectPaged(p, KILN_ERROR_UNSUPPORTED, "FP8 e4m3 pool needs BF16 activations");
+  p = validPaged();
+  p.dtype = KILN_DTYPE_BF16;
+  p.kv_dtype = KILN_DTYPE_F32;
+  expectPaged(p, KILN_ERROR_UNSUPPORTED, "F16 = 1 next to BF16");
+  p.kv_dtype = KILN_DTYPE_F16;
+  p.k_scale = static_cast<const float *>(fake(7)); // an f16 cache has no scales
+  expectPaged(p, KILN_ERROR_INVALID_ARGUMENT, "k_scale / v_scale are for FP8 pools only");
+}
