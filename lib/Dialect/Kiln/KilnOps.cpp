@@ -1290,7 +1290,8 @@ LogicalResult RmsNormOp::verify() {
 }
 namespace {
 /// Qwen3-Next's norm of `[tokens, dim]` or `[tokens, heads, dim]` rows; the input may be a
-/// column slice (its token dimension strided, the rest contiguous: heads `dim` apart).
+/// column slice (its token dimension strided, the rest contiguous: heads `dim` apart). The
+/// weight offset 1: (x * scale) * (1 + weight).
 RuntimeCall zeroCenteredCall(Value input, Value weight, Value init, APFloat epsilon) {
   const int64_t last = shapedOf(input).getRank() - 1;
   RuntimeArg heads = last == 2 ? RuntimeArg::dim(input, 1) : RuntimeArg::i64(1);
@@ -1298,7 +1299,8 @@ RuntimeCall zeroCenteredCall(Value input, Value weight, Value init, APFloat epsi
                      {RuntimeArg::stridedPointer(input), RuntimeArg::rowStride(input),
                       RuntimeArg::dim(input, last), RuntimeArg::pointer(weight),
                       RuntimeArg::pointer(init), RuntimeArg::dim(input, 0), heads,
-                      RuntimeArg::dim(input, last), RuntimeArg::f32(epsilon.convertToDouble())}};
+                      RuntimeArg::dim(input, last), RuntimeArg::f32(epsilon.convertToDouble()),
+                      RuntimeArg::f32(1.0)}};
 }
 } // namespace
 
@@ -1355,12 +1357,16 @@ bool AddRmsNormOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
 FailureOr<RuntimeCall> AddRmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  return RuntimeCall{getZeroCentered() ? "kiln_rt_add_rms_norm_offset" : "kiln_rt_add_rms_norm",
-                     {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
-                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
-                      RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
-                      RuntimeArg::dim(getLhs(), 1),
-                      RuntimeArg::f32(getEpsilon().convertToDouble())}};
+  RuntimeCall call{"kiln_rt_add_rms_norm",
+                   {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
+                    RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
+                    RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
+                    RuntimeArg::dim(getLhs(), 1), RuntimeArg::f32(getEpsilon().convertToDouble())}};
+  if (getZeroCentered()) { // Qwen3-Next's norm: the weight offset 1
+    call.callee = "kiln_rt_add_rms_norm_offset";
+    call.args.push_back(RuntimeArg::f32(1.0));
+  }
+  return call;
 }
 
 LogicalResult LinearOp::verify() {
