@@ -251,6 +251,7 @@ Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count
                                 b.getF32FloatAttr(static_cast<float>(eps.value_or(m.rmsNormEps))));
   // Every Qwen3-Next RMSNorm keeps its weight as an offset from one.
   norm.setZeroCentered(m.isQwen3Next());
+  norm.setF32Weight(m.isGptOss());
   return norm.getResult();
 }
 

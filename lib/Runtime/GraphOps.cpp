@@ -50,6 +50,16 @@ kiln_status_t checkNormShape(const Call &c, int64_t rows, int64_t dim, float eps
     return s;
   return checkNormEpsilon(c, eps);
 }
+
+// The weight offset of kiln_rt_rms_norm_offset and kiln_rt_add_rms_norm_offset (1:
+// Qwen3-Next's zero-centered weight, -0.0: gpt-oss's), checked here too so that a dry run
+// catches it.
+kiln_status_t checkWeightOffset(const Call &c, float weightOffset) {
+  if (!std::isfinite(weightOffset))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "weight_offset %g is not finite",
+                   static_cast<double>(weightOffset));
+  return KILN_OK;
+}
 } // namespace
 
 namespace {
@@ -92,14 +102,13 @@ extern "C" int32_t kiln_rt_rms_norm_strided(kiln_rt_context_t *ctx, const void *
 }
 
 namespace {
-using AddRmsNormLauncher = kiln_status_t (*)(const void *, const void *, const void *, void *,
-                                             void *, int64_t, int64_t, float, void *);
-
 /// kiln_rt_add_rms_norm and kiln_rt_add_rms_norm_offset: validated alike, then `launch`
-/// (the norm's form); the residual sum is traced too.
+/// (the norm's form, called as launch(a, b, weight, sum, out, rows, dim, eps, stream)); the
+/// residual sum is traced too.
+template <class Launch>
 kiln_status_t addRmsNorm(const Call &c, kiln_rt_context_t *ctx, const void *a, const void *b,
                          const void *weight, void *sum, void *out, int64_t rows, int64_t dim,
-                         float eps, AddRmsNormLauncher launch, const char *launcherName) {
+                         float eps, Launch launch, const char *launcherName) {
   if (kiln_status_t s = checkNormShape(c, rows, dim, eps); s != KILN_OK)
     return s;
   if (sum == out)
@@ -130,22 +139,33 @@ extern "C" int32_t kiln_rt_add_rms_norm(kiln_rt_context_t *ctx, const void *a, c
 
 extern "C" int32_t kiln_rt_add_rms_norm_offset(kiln_rt_context_t *ctx, const void *a, const void *b,
                                                const void *weight, void *sum, void *out,
-                                               int64_t rows, int64_t dim, float eps) {
+                                               int64_t rows, int64_t dim, float eps,
+                                               float weight_offset) {
   KILN_RT_GRAPH_ENTER("kiln_rt_add_rms_norm_offset")
-  return record(ctx, addRmsNorm(c, ctx, a, b, weight, sum, out, rows, dim, eps,
-                                kiln_add_rms_norm_offset_bf16, "kiln_add_rms_norm_offset_bf16"));
+  if (kiln_status_t s = checkWeightOffset(c, weight_offset); s != KILN_OK)
+    return record(ctx, s);
+  auto launch = [weight_offset](const void *a, const void *b, const void *weight, void *sum,
+                                void *out, int64_t rows, int64_t dim, float eps, void *stream) {
+    return kiln_add_rms_norm_offset_bf16(a, b, weight, sum, out, rows, dim, eps, weight_offset,
+                                         stream);
+  };
+  return record(ctx, addRmsNorm(c, ctx, a, b, weight, sum, out, rows, dim, eps, launch,
+                                "kiln_add_rms_norm_offset_bf16"));
 }
 
 extern "C" int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x,
                                            int64_t x_token_stride, int64_t x_head_stride,
                                            const void *weight, void *out, int64_t tokens,
-                                           int64_t heads, int64_t dim, float eps) {
+                                           int64_t heads, int64_t dim, float eps,
+                                           float weight_offset) {
   KILN_RT_GRAPH_ENTER("kiln_rt_rms_norm_offset")
   auto run = [&]() -> kiln_status_t {
     if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"heads", heads}, {"dim", dim}});
         s != KILN_OK)
       return s;
     if (kiln_status_t s = checkNormEpsilon(c, eps); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkWeightOffset(c, weight_offset); s != KILN_OK)
       return s;
     // One head a token reads only the token stride (the head stride is unused).
     const int64_t headStride = heads == 1 ? dim : x_head_stride;
@@ -178,7 +198,7 @@ extern "C" int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x
                      "out overlaps x (only dense rows may be normed in place, out == x)");
     return launchValidated(c, ctx, "kiln_rms_norm_offset_bf16", out, tokens * heads, dim, [&] {
       return kiln_rms_norm_offset_bf16(x, x_token_stride, headStride, weight, out, tokens, heads,
-                                       dim, eps, ctx->stream);
+                                       dim, eps, weight_offset, ctx->stream);
     });
   };
   return record(ctx, run());

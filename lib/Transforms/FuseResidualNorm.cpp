@@ -46,10 +46,11 @@ struct FuseAddIntoRmsNorm : public OpRewritePattern<RmsNormOp> {
       return rewriter.notifyMatchFailure(norm, "not rows of [tokens, hidden]");
     if (!usedOnlyFrom(sum, norm))
       return rewriter.notifyMatchFailure(norm, "the sum is used before the norm");
-    auto fusedOp = AddRmsNormOp::create(
-        rewriter, rewriter.getFusedLoc({add.getLoc(), norm.getLoc()}),
-        TypeRange{sum.getType(), normed.getType()}, add.getLhs(), add.getRhs(), norm.getWeight(),
-        add.getInit(), norm.getInit(), norm.getEpsilonAttr(), norm.getZeroCenteredAttr());
+    auto fusedOp =
+        AddRmsNormOp::create(rewriter, rewriter.getFusedLoc({add.getLoc(), norm.getLoc()}),
+                             TypeRange{sum.getType(), normed.getType()}, add.getLhs(), add.getRhs(),
+                             norm.getWeight(), add.getInit(), norm.getInit(), norm.getEpsilonAttr(),
+                             norm.getZeroCenteredAttr(), norm.getF32WeightAttr());
     rewriter.replaceAllUsesWith(sum, fusedOp.getResult(0));
     rewriter.replaceOp(norm, fusedOp.getResult(1));
     rewriter.eraseOp(add);

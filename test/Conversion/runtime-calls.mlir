@@ -376,3 +376,36 @@ module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256
     return
   }
 }
+
+// -----
+// Norms whose weight multiplies the fp32 normalized value call the offset forms, with the
+// weight offset last: 1 for zero_centered (Qwen3-Next's 1 + weight), -0.0 for f32_weight
+// (gpt-oss's weight as is). A plain norm keeps its calls.
+// CHECK-LABEL: func.func @weight_forms
+// CHECK: %[[EPS:.*]] = arith.constant 9.99999997E-7 : f32
+// CHECK-NEXT: %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK-NEXT: call @kiln_rt_rms_norm_offset({{.*}}, %[[EPS]], %[[ONE]]) : (!llvm.ptr, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, f32, f32) -> i32
+// CHECK: %[[EPS2:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK-NEXT: %[[NEGZERO:.*]] = arith.constant -0.000000e+00 : f32
+// CHECK-NEXT: call @kiln_rt_rms_norm_offset({{.*}}, %[[EPS2]], %[[NEGZERO]]) : (!llvm.ptr, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64, i64, i64, f32, f32) -> i32
+// CHECK: %[[EPS3:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK-NEXT: call @kiln_rt_rms_norm(%{{[^)]*}}, %[[EPS3]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
+// CHECK: %[[EPS4:.*]] = arith.constant 9.99999997E-7 : f32
+// CHECK-NEXT: %[[ONE4:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK-NEXT: call @kiln_rt_add_rms_norm_offset({{.*}}, %[[EPS4]], %[[ONE4]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32, f32) -> i32
+// CHECK: %[[EPS5:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK-NEXT: %[[NEGZERO5:.*]] = arith.constant -0.000000e+00 : f32
+// CHECK-NEXT: call @kiln_rt_add_rms_norm_offset({{.*}}, %[[EPS5]], %[[NEGZERO5]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32, f32) -> i32
+// CHECK: %[[EPS6:.*]] = arith.constant 9.99999974E-6 : f32
+// CHECK-NEXT: call @kiln_rt_add_rms_norm(%{{[^)]*}}, %[[EPS6]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32
+module {
+  func.func @weight_forms(%ctx: !llvm.ptr {kiln.context}, %h: memref<?x128xbf16>, %o: memref<?x128xbf16>, %w: memref<128xbf16>, %s: memref<?x128xbf16>, %n: memref<?x128xbf16>) {
+    kiln.rms_norm ins(%h, %w : memref<?x128xbf16>, memref<128xbf16>) outs(%n : memref<?x128xbf16>) {epsilon = 1.0e-6 : f32, zero_centered}
+    kiln.rms_norm ins(%h, %w : memref<?x128xbf16>, memref<128xbf16>) outs(%n : memref<?x128xbf16>) {epsilon = 1.0e-5 : f32, f32_weight}
+    kiln.rms_norm ins(%h, %w : memref<?x128xbf16>, memref<128xbf16>) outs(%n : memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
+    kiln.add_rms_norm ins(%h, %o, %w : memref<?x128xbf16>, memref<?x128xbf16>, memref<128xbf16>) outs(%s, %n : memref<?x128xbf16>, memref<?x128xbf16>) {epsilon = 1.0e-6 : f32, zero_centered}
+    kiln.add_rms_norm ins(%h, %o, %w : memref<?x128xbf16>, memref<?x128xbf16>, memref<128xbf16>) outs(%s, %n : memref<?x128xbf16>, memref<?x128xbf16>) {epsilon = 1.0e-5 : f32, f32_weight}
+    kiln.add_rms_norm ins(%h, %o, %w : memref<?x128xbf16>, memref<?x128xbf16>, memref<128xbf16>) outs(%s, %n : memref<?x128xbf16>, memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
+    return
+  }
+}

@@ -758,21 +758,32 @@ TEST(RuntimeCpu, GraphOpValidation) {
   // of 2 heads x 64 read from [q | gate] rows (token stride 256, head stride 128), the
   // fused residual form, the gated output norm (weight [group_size]) and the attention
   // gate (the gate half of each head's [q | gate]).
-  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(1 << 20), 12, 1, 256, 1e-6f),
-            KILN_OK)
+  EXPECT_EQ(
+      kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(1 << 20), 12, 1, 256, 1e-6f, 1.0f),
+      KILN_OK)
       << lastError();
-  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64, 1e-6f),
-            KILN_OK)
+  EXPECT_EQ(
+      kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64, 1e-6f, 1.0f),
+      KILN_OK)
       << lastError();
-  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(), 12, 1, 256, 1e-6f),
+  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(), 12, 1, 256, 1e-6f, 1.0f),
             KILN_OK)
       << lastError(); // dense rows in place
   EXPECT_EQ(kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(), d.a(2 << 20), 12,
-                                        256, 1e-6f),
+                                        256, 1e-6f, 1.0f),
             KILN_OK)
       << lastError();
   EXPECT_EQ(kiln_rt_rms_norm_gate(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(2 << 20), 12, 256, 512, 64,
                                   1e-6f),
+            KILN_OK)
+      << lastError();
+  // gpt-oss's norms: the same calls with the weight offset -0.0 (the weight as is).
+  EXPECT_EQ(kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(1 << 20), 12, 1, 256, 1e-5f,
+                                    -0.0f),
+            KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(1 << 20), d.w(), d.a(), d.a(2 << 20), 12,
+                                        256, 1e-5f, -0.0f),
             KILN_OK)
       << lastError();
   EXPECT_EQ(kiln_rt_sigmoid_mul(d.ctx, d.a(), d.a((1 << 20) + 128), d.a(), 24, 64, 128), KILN_OK)
@@ -886,61 +897,74 @@ TEST(RuntimeCpu, GraphOpValidation) {
        "0 outside",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 0, 64,
-                                        1e-6f);
+                                        1e-6f, 1.0f);
        }},
       {"x head stride 32 outside [64, 2^40]",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 32, d.w(), d.a(1 << 20), 12, 2, 64,
-                                        1e-6f);
+                                        1e-6f, 1.0f);
        }},
       {"x token stride 191 outside [192, 2^40]",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 191, 128, d.w(), d.a(1 << 20), 12, 2, 64,
-                                        1e-6f);
+                                        1e-6f, 1.0f);
        }},
       {"x token stride 255 outside [256, 2^40]",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 255, 0, d.w(), d.a(1 << 20), 12, 1, 256,
-                                        1e-6f);
+                                        1e-6f, 1.0f);
        }},
       {"eps nan must be finite",
        [&] {
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64, NAN,
+                                        1.0f);
+       }},
+      {"weight_offset nan is not finite",
+       [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(1 << 20), 12, 2, 64,
-                                        NAN);
+                                        1e-6f, NAN);
        }},
       {"x [4190208, 4196224) of the activations region runs past its end",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a((4 << 20) - 4096), 256, 128, d.w(), d.a(), 12, 2,
-                                        64, 1e-6f);
+                                        64, 1e-6f, 1.0f);
        }},
       {"weight is null",
        [&] {
          return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, nullptr, d.a(1 << 20), 12, 2, 64,
-                                        1e-6f);
+                                        1e-6f, 1.0f);
        }},
       {"out (offset 0 of the weights region) is an output",
        [&] {
-         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.w(), 12, 2, 64, 1e-6f);
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.w(), 12, 2, 64, 1e-6f,
+                                        1.0f);
        }},
       {"out overlaps x (only dense rows may be normed in place, out == x)",
        [&] {
-         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(), 12, 2, 64, 1e-6f);
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 128, d.w(), d.a(), 12, 2, 64, 1e-6f,
+                                        1.0f);
        }},
       {"out overlaps x",
        [&] {
-         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(512), 12, 1, 256, 1e-6f);
+         return kiln_rt_rms_norm_offset(d.ctx, d.a(), 256, 256, d.w(), d.a(512), 12, 1, 256, 1e-6f,
+                                        1.0f);
        }},
       // kiln_rt_add_rms_norm_offset validates like kiln_rt_add_rms_norm.
       {"kiln_rt_add_rms_norm_offset: op 1 of the prefill step (before the first attention): sum "
        "and out are the same buffer",
        [&] {
          return kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(), d.w(), d.a(64), d.a(64), 1, 8,
-                                            1e-6f);
+                                            1e-6f, 1.0f);
        }},
       {"b is null",
        [&] {
          return kiln_rt_add_rms_norm_offset(d.ctx, d.a(), nullptr, d.w(), d.a(), d.a(64), 1, 8,
-                                            1e-6f);
+                                            1e-6f, 1.0f);
+       }},
+      {"weight_offset inf is not finite",
+       [&] {
+         return kiln_rt_add_rms_norm_offset(d.ctx, d.a(), d.a(64), d.w(), d.a(), d.a(128), 1, 8,
+                                            1e-6f, INFINITY);
        }},
       // kiln_rt_rms_norm_gate: weight [group_size], not [width].
       {"kiln_rt_rms_norm_gate: op 1 of the prefill step (before the first attention): "

@@ -62,3 +62,20 @@ func.func @buffers(%h: memref<?x128xbf16>, %w: memref<128xbf16>, %s: memref<?x12
   kiln.rms_norm ins(%s, %w : memref<?x128xbf16>, memref<128xbf16>) outs(%n : memref<?x128xbf16>) {epsilon = 1.0e-5 : f32}
   return
 }
+
+// -----
+
+// The norm's weight form travels into the fused op: zero_centered (Qwen3-Next) and
+// f32_weight (gpt-oss) alike.
+// CHECK-LABEL: func.func @weight_forms
+// CHECK-NOT: kiln.rms_norm
+// CHECK: kiln.add_rms_norm {{.*}} {epsilon = 9.99999997E-7 : f32, zero_centered}
+// CHECK: kiln.add_rms_norm {{.*}} {epsilon = 9.99999974E-6 : f32, f32_weight}
+func.func @weight_forms(%h: tensor<?x128xbf16>, %o: tensor<?x128xbf16>, %w: tensor<128xbf16>,
+                        %si: tensor<?x128xbf16>, %ni: tensor<?x128xbf16>) -> (tensor<?x128xbf16>, tensor<?x128xbf16>) {
+  %s = kiln.add ins(%h, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) outs(%si : tensor<?x128xbf16>) -> tensor<?x128xbf16>
+  %n = kiln.rms_norm ins(%s, %w : tensor<?x128xbf16>, tensor<128xbf16>) outs(%ni : tensor<?x128xbf16>) {epsilon = 1.0e-6 : f32, zero_centered} -> tensor<?x128xbf16>
+  %s2 = kiln.add ins(%s, %n : tensor<?x128xbf16>, tensor<?x128xbf16>) outs(%si : tensor<?x128xbf16>) -> tensor<?x128xbf16>
+  %n2 = kiln.rms_norm ins(%s2, %w : tensor<?x128xbf16>, tensor<128xbf16>) outs(%ni : tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32, f32_weight} -> tensor<?x128xbf16>
+  return %s2, %n2 : tensor<?x128xbf16>, tensor<?x128xbf16>
+}

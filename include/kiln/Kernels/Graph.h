@@ -72,26 +72,29 @@ kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, const void *w
                                      void *sum, void *out, int64_t rows, int64_t dim,
                                      float eps, void *stream);
 
-/* Qwen3-Next's RMSNorm (Qwen3NextRMSNorm: zero-centered weight) of a [tokens, heads] grid
- * of rows of dim, row (t, h) at x + t * x_token_stride + h * x_head_stride (elements):
- * out[t, h, :] = bf16((x * rsqrt(mean(x^2) + eps)) * (1 + weight)), all in fp32, rounded
- * once. out dense [tokens, heads, dim], weight [dim]. heads == 1: whole rows (the hidden
- * norms; x_head_stride unused); heads > 1: per-head q/k norms, e.g. q inside Qwen3-Next's
- * interleaved [q | gate] projection (token stride 2 * heads * dim, head stride 2 * dim).
- * The strides keep rows apart: x_head_stride >= dim, x_token_stride >= (heads - 1) *
- * x_head_stride + dim. out may be x only with dense rows, else must not overlap it. */
+/* An RMSNorm whose weight multiplies the fp32 normalized value, rounded once, of a
+ * [tokens, heads] grid of rows of dim, row (t, h) at x + t * x_token_stride + h *
+ * x_head_stride (elements): out[t, h, :] = bf16((x * rsqrt(mean(x^2) + eps)) *
+ * (weight_offset + weight)), all in fp32. weight_offset (finite) is 1 for Qwen3-Next's
+ * zero-centered weight (Qwen3NextRMSNorm: x * (1 + weight)) and -0.0 for gpt-oss's
+ * GptOssRMSNorm (weight * x in fp32; -0.0 + weight is weight exactly, where 0.0 + -0.0 would
+ * drop a zero's sign). out dense [tokens, heads, dim], weight [dim]. heads == 1: whole rows
+ * (the hidden norms; x_head_stride unused); heads > 1: per-head q/k norms, e.g. q inside
+ * Qwen3-Next's interleaved [q | gate] projection (token stride 2 * heads * dim, head stride
+ * 2 * dim). The strides keep rows apart: x_head_stride >= dim, x_token_stride >= (heads - 1)
+ * * x_head_stride + dim. out may be x only with dense rows, else must not overlap it. */
 kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_token_stride,
                                         int64_t x_head_stride, const void *weight, void *out,
                                         int64_t tokens, int64_t heads, int64_t dim, float eps,
-                                        void *stream);
+                                        float weight_offset, void *stream);
 
-/* kiln_add_rms_norm_bf16 with Qwen3-Next's norm: sum = bf16(a + b), out =
+/* kiln_add_rms_norm_bf16 with kiln_rms_norm_offset_bf16's norm: sum = bf16(a + b), out =
  * kiln_rms_norm_offset_bf16 of the rounded sum (transformers adds the residual in bf16,
  * then norms it). Bit for bit kiln_add_bf16 followed by kiln_rms_norm_offset_bf16; sum may
  * be a or b, not out. */
 kiln_status_t kiln_add_rms_norm_offset_bf16(const void *a, const void *b, const void *weight,
                                             void *sum, void *out, int64_t rows, int64_t dim,
-                                            float eps, void *stream);
+                                            float eps, float weight_offset, void *stream);
 
 /* Rotate-half RoPE (HF apply_rotary_pos_emb) of x [tokens, heads, head_dim] at
  * positions [tokens] into out (same shape, may be x). head_dim even, <= 512. rotary_dim 0

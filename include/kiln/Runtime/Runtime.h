@@ -372,19 +372,21 @@ int32_t kiln_rt_gated_rms_norm(kiln_rt_context_t *ctx, const void *x, const void
 int32_t kiln_rt_rms_norm_gate(kiln_rt_context_t *ctx, const void *x, const void *gate,
                               const void *weight, void *out, int64_t rows, int64_t width,
                               int64_t gate_stride, int64_t group_size, float eps);
-/* Qwen3-Next's RMSNorm (kiln_rms_norm_offset_bf16: zero-centered weight, out = bf16(x /
- * sqrt(mean(x^2) + eps) * (1 + weight)) in fp32) of the [tokens, heads] rows of dim at
- * x + t * x_token_stride + h * x_head_stride (elements; heads 1: the head stride is
- * unused); out dense [tokens, heads, dim], weight [dim]. Rows must not overlap
- * (x_head_stride >= dim, x_token_stride >= (heads - 1) * x_head_stride + dim); out may
- * be x only with dense rows. */
+/* An RMSNorm whose weight multiplies the fp32 normalized value, rounded once
+ * (kiln_rms_norm_offset_bf16): out = bf16(x / sqrt(mean(x^2) + eps) * (weight_offset +
+ * weight)) in fp32, weight_offset finite: 1 for Qwen3-Next's zero-centered weight, -0.0 for
+ * gpt-oss's (the weight exactly). Rows: the [tokens, heads] rows of dim at x + t *
+ * x_token_stride + h * x_head_stride (elements; heads 1: the head stride is unused); out
+ * dense [tokens, heads, dim], weight [dim]. Rows must not overlap (x_head_stride >= dim,
+ * x_token_stride >= (heads - 1) * x_head_stride + dim); out may be x only with dense rows. */
 int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x, int64_t x_token_stride,
                                 int64_t x_head_stride, const void *weight, void *out,
-                                int64_t tokens, int64_t heads, int64_t dim, float eps);
+                                int64_t tokens, int64_t heads, int64_t dim, float eps,
+                                float weight_offset);
 /* kiln_rt_add_rms_norm with kiln_rt_rms_norm_offset's norm (of the bf16 sum). */
 int32_t kiln_rt_add_rms_norm_offset(kiln_rt_context_t *ctx, const void *a, const void *b,
                                     const void *weight, void *sum, void *out, int64_t rows,
-                                    int64_t dim, float eps);
+                                    int64_t dim, float eps, float weight_offset);
 /* Qwen3-Next's gated attention output (kiln_sigmoid_mul_bf16): out = bf16(x *
  * bf16(sigmoid(gate))); x, out [rows, dim] (out may be x), gate rows gate_stride elements
  * apart. */

@@ -1103,6 +1103,14 @@ void computeEffects(Operation *op,
   }
 }
 
+/// A norm's weight form: `zero_centered` (Qwen3-Next) or `f32_weight` (gpt-oss), not both.
+LogicalResult checkNormWeightForm(Operation *op, bool zeroCentered, bool f32Weight) {
+  if (zeroCentered && f32Weight)
+    return op->emitOpError() << "has both 'zero_centered' and 'f32_weight'; a norm's weight "
+                                "is zero-centered (1 + weight) or applied as is, not both";
+  return success();
+}
+
 /// All shaped operands are tensors, or all are memrefs.
 LogicalResult checkOneForm(Operation *op) {
   bool tensors = false, buffers = false;
@@ -1275,7 +1283,8 @@ FailureOr<RuntimeCall> EmbeddingOp::getRuntimeCall() {
 LogicalResult RmsNormOp::verify() {
   Operation *op = *this;
   ShapedType input = shapedOf(getInput());
-  if (failed(checkOneForm(op)))
+  if (failed(checkOneForm(op)) ||
+      failed(checkNormWeightForm(op, getZeroCentered(), getF32Weight())))
     return failure();
   if (!input.hasRank() || input.getRank() < 2 || input.getRank() > 3)
     return emitOpError() << "'input' must have rank 2 or 3, got " << getInput().getType();
@@ -1289,16 +1298,23 @@ LogicalResult RmsNormOp::verify() {
   return checkEpsilon(op, getEpsilon());
 }
 namespace {
-/// Qwen3-Next's norm of `[tokens, dim]` or `[tokens, heads, dim]` rows; the input may be a
-/// column slice (its token dimension strided, the rest contiguous: heads `dim` apart).
-RuntimeCall zeroCenteredCall(Value input, Value weight, Value init, APFloat epsilon) {
+/// The weight offset of kiln_rt_rms_norm_offset and kiln_rt_add_rms_norm_offset, whose
+/// norms compute bf16((x * scale) * (offset + weight)) in fp32: 1 for `zero_centered`, -0.0
+/// for `f32_weight` (-0.0 + weight is weight for every weight, -0.0 included).
+double weightOffsetOf(bool zeroCentered) { return zeroCentered ? 1.0 : -0.0; }
+
+/// The norm of `[tokens, dim]` or `[tokens, heads, dim]` rows whose weight multiplies the
+/// fp32 normalized value (`zero_centered` or `f32_weight`); the input may be a column slice
+/// (its token dimension strided, the rest contiguous: heads `dim` apart).
+RuntimeCall offsetCall(Value input, Value weight, Value init, APFloat epsilon, bool zeroCentered) {
   const int64_t last = shapedOf(input).getRank() - 1;
   RuntimeArg heads = last == 2 ? RuntimeArg::dim(input, 1) : RuntimeArg::i64(1);
   return RuntimeCall{"kiln_rt_rms_norm_offset",
                      {RuntimeArg::stridedPointer(input), RuntimeArg::rowStride(input),
                       RuntimeArg::dim(input, last), RuntimeArg::pointer(weight),
                       RuntimeArg::pointer(init), RuntimeArg::dim(input, 0), heads,
-                      RuntimeArg::dim(input, last), RuntimeArg::f32(epsilon.convertToDouble())}};
+                      RuntimeArg::dim(input, last), RuntimeArg::f32(epsilon.convertToDouble()),
+                      RuntimeArg::f32(weightOffsetOf(zeroCentered))}};
 }
 } // namespace
 
@@ -1306,8 +1322,8 @@ FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
   int64_t last = shapedOf(getInput()).getRank() - 1;
-  if (getZeroCentered())
-    return zeroCenteredCall(getInput(), getWeight(), getInit(), getEpsilon());
+  if (getZeroCentered() || getF32Weight())
+    return offsetCall(getInput(), getWeight(), getInit(), getEpsilon(), getZeroCentered());
   // A column slice (MLA's compressed KV) keeps its rows' stride.
   auto input = dyn_cast<MemRefType>(getInput().getType());
   if (input && !input.getLayout().isIdentity())
@@ -1326,13 +1342,15 @@ FailureOr<RuntimeCall> RmsNormOp::getRuntimeCall() {
 
 LogicalResult AddRmsNormOp::verify() {
   Operation *op = *this;
-  if (failed(checkOneForm(op)) || failed(checkRank(op, "lhs", getLhs(), 2)) ||
+  if (failed(checkOneForm(op)) ||
+      failed(checkNormWeightForm(op, getZeroCentered(), getF32Weight())) ||
+      failed(checkRank(op, "lhs", getLhs(), 2)) ||
       failed(checkSameShape(op, "lhs", getLhs(), "rhs", getRhs())) ||
       failed(checkSameShape(op, "lhs", getLhs(), "sum_init", getSumInit())) ||
       failed(checkSameShape(op, "lhs", getLhs(), "norm_init", getNormInit())) ||
       failed(checkRank(op, "weight", getWeight(), 1)) ||
-      failed(checkDimEquals(op, "weight", getWeight(), 0, sizeOf(getLhs(), 1),
-                            "the normalized size")))
+      failed(
+          checkDimEquals(op, "weight", getWeight(), 0, sizeOf(getLhs(), 1), "the normalized size")))
     return failure();
   Type element = shapedOf(getLhs()).getElementType();
   for (auto [name, value] : {std::pair<StringRef, Value>{"rhs", getRhs()},
@@ -1355,12 +1373,16 @@ bool AddRmsNormOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
 FailureOr<RuntimeCall> AddRmsNormOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  return RuntimeCall{getZeroCentered() ? "kiln_rt_add_rms_norm_offset" : "kiln_rt_add_rms_norm",
-                     {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
-                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
-                      RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
-                      RuntimeArg::dim(getLhs(), 1),
-                      RuntimeArg::f32(getEpsilon().convertToDouble())}};
+  RuntimeCall call{"kiln_rt_add_rms_norm",
+                   {RuntimeArg::pointer(getLhs()), RuntimeArg::pointer(getRhs()),
+                    RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getSumInit()),
+                    RuntimeArg::pointer(getNormInit()), RuntimeArg::dim(getLhs(), 0),
+                    RuntimeArg::dim(getLhs(), 1), RuntimeArg::f32(getEpsilon().convertToDouble())}};
+  if (getZeroCentered() || getF32Weight()) {
+    call.callee = "kiln_rt_add_rms_norm_offset";
+    call.args.push_back(RuntimeArg::f32(weightOffsetOf(getZeroCentered())));
+  }
+  return call;
 }
 
 LogicalResult LinearOp::verify() {

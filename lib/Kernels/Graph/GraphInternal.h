@@ -31,19 +31,21 @@ cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weig
                                  int64_t rows, int64_t dim, float eps, cudaStream_t stream);
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream);
-// kiln_rms_norm_offset_bf16: Qwen3-Next's zero-centered norm of a [tokens, heads] grid of
-// rows at element strides (heads == 1: headStride unused), out dense.
+// kiln_rms_norm_offset_bf16: (x * scale) * (weightOffset + weight) in fp32 (Qwen3-Next's
+// zero-centered norm at 1, gpt-oss's at -0.0) of a [tokens, heads] grid of rows at element
+// strides (heads == 1: headStride unused), out dense.
 cudaError_t launchRmsNormOffset(const void *x, int64_t tokenStride, int64_t headStride,
                                 const void *weight, void *out, int64_t tokens, int64_t heads,
-                                int64_t dim, float eps, cudaStream_t stream);
+                                int64_t dim, float eps, float weightOffset, cudaStream_t stream);
 // How an RMSNorm applies its weight: kRoundThenScale weight * bf16(x * scale) (Llama,
-// launchRmsNorm), kOnePlus (x * scale) * (1 + weight) in fp32 (launchRmsNormOffset).
-enum class RmsNormWeight { kRoundThenScale, kOnePlus };
+// launchRmsNorm), kOffset (x * scale) * (weightOffset + weight) in fp32
+// (launchRmsNormOffset).
+enum class RmsNormWeight { kRoundThenScale, kOffset };
 // sum = bf16(a + b), then out = the norm of sum: the bits of launchAdd then launchRmsNorm
-// (kRoundThenScale) or launchRmsNormOffset (kOnePlus).
+// (kRoundThenScale) or launchRmsNormOffset (kOffset; weightOffset unused otherwise).
 cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum, void *out,
                              int64_t rows, int64_t dim, float eps, RmsNormWeight kind,
-                             cudaStream_t stream);
+                             float weightOffset, cudaStream_t stream);
 // kiln_rope_rows_bf16 on validated arguments.
 cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
                            cudaStream_t stream);

@@ -276,19 +276,21 @@ __global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t
 
 // ---- rms_norm ------------------------------------------------------------------------
 // How a norm applies its weight to a normalized element (x * scale, scale = rsqrt(mean(x^2)
-// + eps)); the caller rounds the result to bf16 once:
+// + eps)); the caller rounds the result to bf16 once. The kernels take the functor by value:
 //  - RoundThenScale: Llama's weight * (x * scale).to(bf16) (the norm returns its input's
 //    dtype before the weight's product);
-//  - OnePlusWeight: Qwen3-Next's zero-centered weight, (x * scale) * (1 + weight) all in
-//    fp32 (Qwen3NextRMSNorm upcasts the weight and rounds only its output).
+//  - OffsetWeight: (x * scale) * (offset + weight) all in fp32. offset 1 is Qwen3-Next's
+//    zero-centered weight (Qwen3NextRMSNorm upcasts the weight and rounds only its output);
+//    offset -0.0 (weight exactly) is gpt-oss's GptOssRMSNorm, weight * x in fp32.
 struct RoundThenScale {
   __device__ __forceinline__ float operator()(float x, float scale, float w) const {
     return w * roundBf16(x * scale);
   }
 };
-struct OnePlusWeight {
+struct OffsetWeight {
+  float offset;
   __device__ __forceinline__ float operator()(float x, float scale, float w) const {
-    return (x * scale) * (1.0f + w);
+    return (x * scale) * (offset + w);
   }
 };
 
@@ -343,8 +345,8 @@ struct RowOfSum {
 
 // Applies `norm` to 8 elements and their weights.
 template <class Norm>
-__device__ __forceinline__ uint4 normChunk(const uint4 &x, const uint4 &weight, float scale) {
-  const Norm norm;
+__device__ __forceinline__ uint4 normChunk(const Norm &norm, const uint4 &x, const uint4 &weight,
+                                           float scale) {
   float f[kVecElems], w[kVecElems];
   unpack8(x, f);
   unpack8(weight, w);
@@ -368,8 +370,8 @@ __device__ __forceinline__ void addSquares(const uint4 &x, float &sum) {
 // thread keeps its kCache 16-byte chunks of the row in registers between the statistics
 // and the output pass.
 template <int kCache, class Norm, class Source>
-__global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight, uint16_t *out,
-                                 int64_t rows, int dim, float eps) {
+__global__ void rmsNormVecKernel(Norm norm, Source src, const uint16_t *__restrict__ weight,
+                                 uint16_t *out, int64_t rows, int dim, float eps) {
   __shared__ float scratch[33];
   const int vectors = dim / kVecElems;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
@@ -390,7 +392,7 @@ __global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight
     for (int c = 0; c < kCache; ++c) {
       const int v = threadIdx.x + c * blockDim.x;
       if (v < vectors)
-        o4[v] = normChunk<Norm>(cache[c], w4[v], scale);
+        o4[v] = normChunk(norm, cache[c], w4[v], scale);
     }
   }
 }
@@ -401,8 +403,8 @@ __global__ void rmsNormVecKernel(Source src, const uint16_t *__restrict__ weight
 // Qwen3's per-head q/k norms: tokens x heads rows of head_dim.)
 constexpr int kRmsWarpsPerBlock = 8;
 template <class Norm, class Source>
-__global__ void rmsNormWarpKernel(Source src, const uint16_t *__restrict__ weight, uint16_t *out,
-                                  int64_t rows, int dim, float eps) {
+__global__ void rmsNormWarpKernel(Norm norm, Source src, const uint16_t *__restrict__ weight,
+                                  uint16_t *out, int64_t rows, int dim, float eps) {
   const int vectors = dim / kVecElems;
   const int lane = threadIdx.x & 31;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
@@ -417,16 +419,15 @@ __global__ void rmsNormWarpKernel(Source src, const uint16_t *__restrict__ weigh
     }
     const float scale = rsqrtf(warpSum(sumSq) / static_cast<float>(dim) + eps);
     if (lane < vectors)
-      o4[lane] = normChunk<Norm>(chunk, w4[lane], scale);
+      o4[lane] = normChunk(norm, chunk, w4[lane], scale);
   }
 }
 
 // Any dim, stride and alignment: reads the row twice (the second time from cache).
 template <class Norm, class Rows>
-__global__ void rmsNormScalarKernel(Rows src, const uint16_t *__restrict__ weight, uint16_t *out,
-                                    int64_t rows, int64_t dim, float eps) {
+__global__ void rmsNormScalarKernel(Norm norm, Rows src, const uint16_t *__restrict__ weight,
+                                    uint16_t *out, int64_t rows, int64_t dim, float eps) {
   __shared__ float scratch[33];
-  const Norm norm;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const uint16_t *row = src.row(r);
     float sumSq = 0.0f;
@@ -1103,19 +1104,19 @@ constexpr int64_t kRmsMaxVectors = 4096;
 // The 16-byte paths by row length (dim a multiple of 8 and at most 8 * kRmsMaxVectors;
 // weight and out 16-byte aligned, and whatever `src` reads).
 template <class Norm, class Source>
-void launchRmsNormVec(Source src, const uint16_t *weight, uint16_t *out, int64_t rows, int64_t dim,
-                      float eps, cudaStream_t stream) {
+void launchRmsNormVec(Norm norm, Source src, const uint16_t *weight, uint16_t *out, int64_t rows,
+                      int64_t dim, float eps, cudaStream_t stream) {
   const int64_t vectors = dim / kVecElems;
   if (vectors <= 32) {
     const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
-    rmsNormWarpKernel<Norm><<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
-        src, weight, out, rows, static_cast<int>(dim), eps);
+    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
+        norm, src, weight, out, rows, static_cast<int>(dim), eps);
   } else if (vectors <= 1024) {
-    rmsNormVecKernel<1, Norm><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
-        src, weight, out, rows, static_cast<int>(dim), eps);
+    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
+        norm, src, weight, out, rows, static_cast<int>(dim), eps);
   } else {
-    rmsNormVecKernel<4, Norm><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
-        src, weight, out, rows, static_cast<int>(dim), eps);
+    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
+        norm, src, weight, out, rows, static_cast<int>(dim), eps);
   }
 }
 
@@ -1126,15 +1127,15 @@ bool rmsNormVecFits(int64_t dim) {
 // A norm of the rows `src` reads: the 16-byte paths where `vec` (the caller checked
 // rmsNormVecFits, the alignment and the strides), else the scalar one.
 template <class Norm, class Rows>
-void launchRmsNormRows(Rows src, bool vec, const void *weight, void *out, int64_t rows, int64_t dim,
-                       float eps, cudaStream_t stream) {
+void launchRmsNormRows(Norm norm, Rows src, bool vec, const void *weight, void *out, int64_t rows,
+                       int64_t dim, float eps, cudaStream_t stream) {
   const auto *pw = static_cast<const uint16_t *>(weight);
   auto *po = static_cast<uint16_t *>(out);
   if (vec) {
-    launchRmsNormVec<Norm>(src, pw, po, rows, dim, eps, stream);
+    launchRmsNormVec(norm, src, pw, po, rows, dim, eps, stream);
   } else {
     const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
-    rmsNormScalarKernel<Norm><<<rowGrid(rows), threads, 0, stream>>>(src, pw, po, rows, dim, eps);
+    rmsNormScalarKernel<<<rowGrid(rows), threads, 0, stream>>>(norm, src, pw, po, rows, dim, eps);
   }
 }
 
@@ -1142,9 +1143,9 @@ void launchRmsNormRows(Rows src, bool vec, const void *weight, void *out, int64_
 
 cudaError_t launchRmsNormStrided(const void *x, int64_t stride, const void *weight, void *out,
                                  int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  launchRmsNormVec<RoundThenScale>(RowOfStridedX{static_cast<const uint16_t *>(x), stride},
-                                   static_cast<const uint16_t *>(weight),
-                                   static_cast<uint16_t *>(out), rows, dim, eps, stream);
+  launchRmsNormVec(RoundThenScale{}, RowOfStridedX{static_cast<const uint16_t *>(x), stride},
+                   static_cast<const uint16_t *>(weight), static_cast<uint16_t *>(out), rows, dim,
+                   eps, stream);
   return cudaGetLastError();
 }
 
@@ -1157,15 +1158,16 @@ bool rmsNormStridedFits(const void *x, int64_t stride, const void *weight, const
 cudaError_t launchRmsNorm(const void *x, const void *weight, void *out, int64_t rows,
                           int64_t dim, float eps, cudaStream_t stream) {
   const bool vec = rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out);
-  launchRmsNormRows<RoundThenScale>(RowOfX{static_cast<const uint16_t *>(x), dim}, vec, weight, out,
-                                    rows, dim, eps, stream);
+  launchRmsNormRows(RoundThenScale{}, RowOfX{static_cast<const uint16_t *>(x), dim}, vec, weight,
+                    out, rows, dim, eps, stream);
   return cudaGetLastError();
 }
 
 cudaError_t launchRmsNormOffset(const void *x, int64_t tokenStride, int64_t headStride,
                                 const void *weight, void *out, int64_t tokens, int64_t heads,
-                                int64_t dim, float eps, cudaStream_t stream) {
+                                int64_t dim, float eps, float weightOffset, cudaStream_t stream) {
   const auto *px = static_cast<const uint16_t *>(x);
+  const OffsetWeight norm{weightOffset};
   const int64_t rows = tokens * heads;
   // Rows one stride apart (one head a token, or heads back to back at the token stride)
   // need no division by heads; at the stride dim they are dense.
@@ -1174,37 +1176,37 @@ cudaError_t launchRmsNormOffset(const void *x, int64_t tokenStride, int64_t head
   const bool vec = rmsNormVecFits(dim) && aligned16(x) && aligned16(weight) && aligned16(out) &&
                    tokenStride % kVecElems == 0 && (heads == 1 || headStride % kVecElems == 0);
   if (uniform && rowStride == dim)
-    launchRmsNormRows<OnePlusWeight>(RowOfX{px, dim}, vec, weight, out, rows, dim, eps, stream);
+    launchRmsNormRows(norm, RowOfX{px, dim}, vec, weight, out, rows, dim, eps, stream);
   else if (uniform)
-    launchRmsNormRows<OnePlusWeight>(RowOfStridedX{px, rowStride}, vec, weight, out, rows, dim, eps,
-                                     stream);
+    launchRmsNormRows(norm, RowOfStridedX{px, rowStride}, vec, weight, out, rows, dim, eps, stream);
   else
-    launchRmsNormRows<OnePlusWeight>(RowOfHeadX{px, heads, tokenStride, headStride}, vec, weight,
-                                     out, rows, dim, eps, stream);
+    launchRmsNormRows(norm, RowOfHeadX{px, heads, tokenStride, headStride}, vec, weight, out, rows,
+                      dim, eps, stream);
   return cudaGetLastError();
 }
 
 cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, void *sum, void *out,
                              int64_t rows, int64_t dim, float eps, RmsNormWeight kind,
-                             cudaStream_t stream) {
-  const bool onePlus = kind == RmsNormWeight::kOnePlus;
+                             float weightOffset, cudaStream_t stream) {
+  const bool offset = kind == RmsNormWeight::kOffset;
   const bool fused = rmsNormVecFits(dim) && aligned16(a) && aligned16(b) && aligned16(sum) &&
                      aligned16(weight) && aligned16(out);
   if (!fused) {
     // The add and the norm one after the other: the same bits by construction.
     if (cudaError_t e = launchAdd(a, b, sum, rows * dim, stream); e != cudaSuccess)
       return e;
-    return onePlus ? launchRmsNormOffset(sum, dim, dim, weight, out, rows, 1, dim, eps, stream)
-                   : launchRmsNorm(sum, weight, out, rows, dim, eps, stream);
+    return offset ? launchRmsNormOffset(sum, dim, dim, weight, out, rows, 1, dim, eps, weightOffset,
+                                        stream)
+                  : launchRmsNorm(sum, weight, out, rows, dim, eps, stream);
   }
   const RowOfSum src{static_cast<const uint16_t *>(a), static_cast<const uint16_t *>(b),
                      static_cast<uint16_t *>(sum), dim};
   const auto *pw = static_cast<const uint16_t *>(weight);
   auto *po = static_cast<uint16_t *>(out);
-  if (onePlus)
-    launchRmsNormVec<OnePlusWeight>(src, pw, po, rows, dim, eps, stream);
+  if (offset)
+    launchRmsNormVec(OffsetWeight{weightOffset}, src, pw, po, rows, dim, eps, stream);
   else
-    launchRmsNormVec<RoundThenScale>(src, pw, po, rows, dim, eps, stream);
+    launchRmsNormVec(RoundThenScale{}, src, pw, po, rows, dim, eps, stream);
   return cudaGetLastError();
 }
 

@@ -182,10 +182,10 @@ extern "C" kiln_status_t kiln_rms_norm_rows_bf16(const void *x, int64_t x_row_st
 
 namespace {
 // kiln_add_rms_norm_bf16 and kiln_add_rms_norm_offset_bf16: the same arguments, the
-// norm's weight applied as `kind`.
+// norm's weight applied as `kind` (weightOffset: kOffset's, checked only for it).
 kiln_status_t addRmsNorm(const char *kernel, const void *a, const void *b, const void *weight,
                          void *sum, void *out, int64_t rows, int64_t dim, float eps,
-                         RmsNormWeight kind, void *stream) {
+                         RmsNormWeight kind, float weightOffset, void *stream) {
   Checker c{kernel};
   if (!c.notNull(a, "a") || !c.notNull(b, "b") || !c.notNull(weight, "weight") ||
       !c.notNull(sum, "sum") || !c.notNull(out, "out") || !c.elementAligned(a, 2, "a") ||
@@ -197,12 +197,13 @@ kiln_status_t addRmsNorm(const char *kernel, const void *a, const void *b, const
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: out and sum are the same buffer (the norm would overwrite the residual)",
                 c.kernel);
-  if (!normEpsilonValid(c, eps))
+  if (!normEpsilonValid(c, eps) ||
+      (kind == RmsNormWeight::kOffset && !c.finite(weightOffset, "weight_offset")))
     return c.status;
   if (rows == 0)
     return ok();
-  return launched(c.kernel,
-                  launchAddRmsNorm(a, b, weight, sum, out, rows, dim, eps, kind, asStream(stream)));
+  return launched(c.kernel, launchAddRmsNorm(a, b, weight, sum, out, rows, dim, eps, kind,
+                                             weightOffset, asStream(stream)));
 }
 
 // Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
@@ -216,21 +217,22 @@ extern "C" kiln_status_t kiln_add_rms_norm_bf16(const void *a, const void *b, co
                                                 void *sum, void *out, int64_t rows, int64_t dim,
                                                 float eps, void *stream) {
   return addRmsNorm("kiln_add_rms_norm_bf16", a, b, weight, sum, out, rows, dim, eps,
-                    RmsNormWeight::kRoundThenScale, stream);
+                    RmsNormWeight::kRoundThenScale, 0.0f, stream);
 }
 
 extern "C" kiln_status_t kiln_add_rms_norm_offset_bf16(const void *a, const void *b,
                                                        const void *weight, void *sum, void *out,
                                                        int64_t rows, int64_t dim, float eps,
-                                                       void *stream) {
+                                                       float weight_offset, void *stream) {
   return addRmsNorm("kiln_add_rms_norm_offset_bf16", a, b, weight, sum, out, rows, dim, eps,
-                    RmsNormWeight::kOnePlus, stream);
+                    RmsNormWeight::kOffset, weight_offset, stream);
 }
 
 extern "C" kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_token_stride,
                                                    int64_t x_head_stride, const void *weight,
                                                    void *out, int64_t tokens, int64_t heads,
-                                                   int64_t dim, float eps, void *stream) {
+                                                   int64_t dim, float eps, float weight_offset,
+                                                   void *stream) {
   Checker c{"kiln_rms_norm_offset_bf16"};
   if (!c.notNull(x, "x") || !c.notNull(weight, "weight") || !c.notNull(out, "out") ||
       !c.elementAligned(x, 2, "x") || !c.elementAligned(weight, 2, "weight") ||
@@ -250,7 +252,7 @@ extern "C" kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_toke
                 c.kernel, static_cast<long long>(x_token_stride),
                 static_cast<long long>(x_head_stride), static_cast<long long>(dim),
                 static_cast<long long>(heads));
-  if (!normEpsilonValid(c, eps))
+  if (!normEpsilonValid(c, eps) || !c.finite(weight_offset, "weight_offset"))
     return c.status;
   if (tokens == 0)
     return ok();
@@ -261,7 +263,7 @@ extern "C" kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_toke
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: out overlaps x (only dense rows may be normed in place, out == x)", c.kernel);
   return launched(c.kernel, launchRmsNormOffset(x, x_token_stride, headStride, weight, out, tokens,
-                                                heads, dim, eps, asStream(stream)));
+                                                heads, dim, eps, weight_offset, asStream(stream)));
 }
 
 extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,

@@ -175,8 +175,8 @@ void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16
     }
 }
 
-uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight) {
-  return floatToBf16((bf16ToFloat(x) * scale) * (1.0f + bf16ToFloat(weight)));
+uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight, float weightOffset) {
+  return floatToBf16((bf16ToFloat(x) * scale) * (weightOffset + bf16ToFloat(weight)));
 }
 
 uint16_t rmsNormGateOf(uint16_t x, float scale, uint16_t weight, float silu) {
@@ -209,13 +209,13 @@ float sigmoidReference(uint16_t gate) {
 
 void rmsNormOffsetReference(const uint16_t *x, int64_t tokenStride, int64_t headStride,
                             const uint16_t *weight, uint16_t *out, int64_t tokens, int64_t heads,
-                            int64_t dim, double eps) {
+                            int64_t dim, double eps, float weightOffset) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h) {
       const uint16_t *row = x + t * tokenStride + h * headStride;
       const float scale = rmsScaleReference(row, dim, eps);
       for (int64_t i = 0; i < dim; ++i)
-        out[(t * heads + h) * dim + i] = rmsNormOffsetOf(row[i], scale, weight[i]);
+        out[(t * heads + h) * dim + i] = rmsNormOffsetOf(row[i], scale, weight[i], weightOffset);
     }
 }
 

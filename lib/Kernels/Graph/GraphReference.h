@@ -54,8 +54,9 @@ void gatedRmsNormReference(const uint16_t *x, const uint16_t *gate, const uint16
 // in them), given those values; the whole-tensor references feed them fp64 values
 // rounded once to fp32 (a row's exact scale, the exact silu / sigmoid).
 //
-// kiln_rms_norm_offset_bf16 of one element: bf16((x * scale) * (1 + weight)) in fp32.
-uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight);
+// kiln_rms_norm_offset_bf16 of one element: bf16((x * scale) * (weightOffset + weight)) in
+// fp32 (weightOffset 1: Qwen3-Next; -0.0: gpt-oss).
+uint16_t rmsNormOffsetOf(uint16_t x, float scale, uint16_t weight, float weightOffset);
 // kiln_rms_norm_gate_bf16 of one element: bf16(bf16(weight * bf16(x * scale)) * silu),
 // silu the fp32 silu(gate).
 uint16_t rmsNormGateOf(uint16_t x, float scale, uint16_t weight, float silu);
@@ -71,7 +72,7 @@ float sigmoidReference(uint16_t gate);
 // kiln_rms_norm_offset_bf16: rows (t, h) at x + t * tokenStride + h * headStride, out dense.
 void rmsNormOffsetReference(const uint16_t *x, int64_t tokenStride, int64_t headStride,
                             const uint16_t *weight, uint16_t *out, int64_t tokens, int64_t heads,
-                            int64_t dim, double eps);
+                            int64_t dim, double eps, float weightOffset);
 // kiln_rms_norm_gate_bf16; gate has row stride gateStride, weight [groupSize].
 void rmsNormGateReference(const uint16_t *x, const uint16_t *gate, const uint16_t *weight,
                           uint16_t *out, int64_t rows, int64_t width, int64_t gateStride,

@@ -126,6 +126,13 @@ func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xbf16>, %s: tensor<?x128xbf16
   return
 }
 
+// -----
+func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xbf16>, %s: tensor<?x128xbf16>, %o: tensor<?x128xbf16>) {
+  // expected-error @below {{has both 'zero_centered' and 'f32_weight'; a norm's weight is zero-centered (1 + weight) or applied as is, not both}}
+  %0:2 = kiln.add_rms_norm ins(%x, %x, %w : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%s, %o : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32, zero_centered, f32_weight} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // kiln.rms_norm
 //===----------------------------------------------------------------------===//
@@ -176,6 +183,13 @@ func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xbf16>, %o: tensor<?x128xbf16
 func.func @f(%x: tensor<?x128xbf16>, %w: tensor<128xbf16>, %o: tensor<?x128xbf16>) {
   // expected-error @below {{'epsilon' must be a positive finite number, got INF}}
   %0 = kiln.rms_norm ins(%x, %w : tensor<?x128xbf16>, tensor<128xbf16>) outs(%o : tensor<?x128xbf16>) {epsilon = 0x7F800000 : f32} -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x4x32xbf16>, %w: tensor<32xbf16>, %o: tensor<?x4x32xbf16>) {
+  // expected-error @below {{has both 'zero_centered' and 'f32_weight'}}
+  %0 = kiln.rms_norm ins(%x, %w : tensor<?x4x32xbf16>, tensor<32xbf16>) outs(%o : tensor<?x4x32xbf16>) {epsilon = 1.0e-5 : f32, f32_weight, zero_centered} -> tensor<?x4x32xbf16>
   return
 }
 

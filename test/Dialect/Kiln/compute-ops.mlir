@@ -40,6 +40,12 @@ module attributes {
     // CHECK: kiln.rms_norm ins(%{{[^ ]*}}, %{{[^ ]*}} : tensor<?x4x32xbf16>, tensor<32xbf16>) outs(%{{[^ ]*}} : tensor<?x4x32xbf16>) {epsilon = 9.99999997E-7 : f32} -> tensor<?x4x32xbf16>
     %wq = arith.constant dense<1.0> : tensor<32xbf16>
     %qn = kiln.rms_norm ins(%x3, %wq : tensor<?x4x32xbf16>, tensor<32xbf16>) outs(%init3 : tensor<?x4x32xbf16>) {epsilon = 1.0e-6 : f32} -> tensor<?x4x32xbf16>
+    // The weight forms: Qwen3-Next's zero-centered weight, gpt-oss's weight on the fp32
+    // normalized value.
+    // CHECK: kiln.rms_norm ins(%[[H]], %[[WN]] : tensor<?x128xbf16>, tensor<128xbf16>) outs(%{{[^ ]*}} : tensor<?x128xbf16>) {epsilon = 9.99999997E-7 : f32, zero_centered} -> tensor<?x128xbf16>
+    %nz = kiln.rms_norm ins(%h, %wn : tensor<?x128xbf16>, tensor<128xbf16>) outs(%init : tensor<?x128xbf16>) {epsilon = 1.0e-6 : f32, zero_centered} -> tensor<?x128xbf16>
+    // CHECK: kiln.rms_norm ins(%[[H]], %[[WN]] : tensor<?x128xbf16>, tensor<128xbf16>) outs(%{{[^ ]*}} : tensor<?x128xbf16>) {epsilon = 9.99999974E-6 : f32, f32_weight} -> tensor<?x128xbf16>
+    %nf = kiln.rms_norm ins(%h, %wn : tensor<?x128xbf16>, tensor<128xbf16>) outs(%init : tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32, f32_weight} -> tensor<?x128xbf16>
     // CHECK: kiln.linear ins(%{{[^ ]*}}, %[[WE]] : tensor<?x128xbf16>, tensor<512x128xbf16>) outs(%{{[^ ]*}} : tensor<?x512xbf16>) -> tensor<?x512xbf16>
     %c0 = arith.constant 0 : index
     %t = tensor.dim %x, %c0 : tensor<?x128xbf16>
@@ -61,6 +67,8 @@ module attributes {
     // CHECK: kiln.add_rms_norm ins(%[[H]], %{{[^ ]*}}, %[[WN]] : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%{{[^ ]*}}, %{{[^ ]*}} : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 9.99999974E-6 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
     %e128 = tensor.empty(%t) : tensor<?x128xbf16>
     %fs:2 = kiln.add_rms_norm ins(%h, %n, %wn : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%init, %e128 : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+    // CHECK: kiln.add_rms_norm {{.*}} {epsilon = 9.99999974E-6 : f32, f32_weight} -> tensor<?x128xbf16>, tensor<?x128xbf16>
+    %ff:2 = kiln.add_rms_norm ins(%h, %nf, %wn : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>) outs(%init, %e128 : tensor<?x128xbf16>, tensor<?x128xbf16>) {epsilon = 1.0e-5 : f32, f32_weight} -> tensor<?x128xbf16>, tensor<?x128xbf16>
     // CHECK: kiln.swiglu ins(%{{[^ ]*}}, %{{[^ ]*}} : tensor<?x256xbf16>, tensor<?x256xbf16>) outs(%{{[^ ]*}} : tensor<?x256xbf16>) -> tensor<?x256xbf16>
     %sw = kiln.swiglu ins(%lb, %lb : tensor<?x256xbf16>, tensor<?x256xbf16>) outs(%init256 : tensor<?x256xbf16>) -> tensor<?x256xbf16>
     // CHECK: %[[LAST:.*]] = kiln.gather_rows ins(%{{[^ ]*}}, %[[ROWS]] : tensor<?x128xbf16>, tensor<?xi32>) outs(%{{[^ ]*}} : tensor<?x128xbf16>) -> tensor<?x128xbf16>

@@ -740,13 +740,20 @@ TEST(GraphReference, RmsNormOffsetHandComputed) {
   const uint16_t x[4] = {bf(1), bf(2), bf(3), bf(4)};
   const uint16_t w[4] = {bf(0), bf(-0.5f), bf(0.375f), bf(1)};
   uint16_t out[4];
-  rmsNormOffsetReference(x, 4, 4, w, out, 1, 1, 4, 0.0);
+  rmsNormOffsetReference(x, 4, 4, w, out, 1, 1, 4, 0.0, 1.0f);
   EXPECT_EQ(fl(out[0]), 0.365234375f);
   EXPECT_EQ(fl(out[1]), 0.365234375f);
   EXPECT_EQ(fl(out[2]), 1.5078125f);
   EXPECT_EQ(fl(out[3]), 2.921875f);
   EXPECT_EQ(rmsScaleReference(x, 4, 0.0), static_cast<float>(1.0 / std::sqrt(7.5)));
-  EXPECT_EQ(rmsNormOffsetOf(x[2], rmsScaleReference(x, 4, 0.0), w[2]), out[2]);
+  EXPECT_EQ(rmsNormOffsetOf(x[2], rmsScaleReference(x, 4, 0.0), w[2], 1.0f), out[2]);
+  // gpt-oss's form (offset -0.0) with the weight 1 + w stored as is: the same fp32
+  // products, the same bits.
+  const uint16_t wOne[4] = {bf(1), bf(0.5f), bf(1.375f), bf(2)};
+  uint16_t outOne[4];
+  rmsNormOffsetReference(x, 4, 4, wOne, outOne, 1, 1, 4, 0.0, -0.0f);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(outOne[i], out[i]) << i;
 
   // Per-head rows inside an interleaved [q | gate] projection: 2 tokens x 2 heads of dim 4,
   // head stride 8, token stride 16; row (t, h) normed alone into out[t, h, :].
@@ -755,13 +762,29 @@ TEST(GraphReference, RmsNormOffsetHandComputed) {
     proj[i] = bf(static_cast<float>((i * 7) % 11) - 5.0f);
   const uint16_t unit[4] = {bf(0), bf(0), bf(0), bf(0)};
   uint16_t heads[16], row[4];
-  rmsNormOffsetReference(proj.data(), 16, 8, unit, heads, 2, 2, 4, 1e-6);
+  rmsNormOffsetReference(proj.data(), 16, 8, unit, heads, 2, 2, 4, 1e-6, 1.0f);
   for (int t = 0; t < 2; ++t)
     for (int h = 0; h < 2; ++h) {
-      rmsNormOffsetReference(proj.data() + t * 16 + h * 8, 4, 4, unit, row, 1, 1, 4, 1e-6);
+      rmsNormOffsetReference(proj.data() + t * 16 + h * 8, 4, 4, unit, row, 1, 1, 4, 1e-6, 1.0f);
       for (int i = 0; i < 4; ++i)
         EXPECT_EQ(heads[(t * 2 + h) * 4 + i], row[i]) << t << " " << h << " " << i;
     }
+}
+
+TEST(GraphReference, RmsNormOffsetMinusZeroIsTheWeight) {
+  // GptOssRMSNorm: bf16(weight * (x * scale)) in fp32. The offset -0.0 gives it for every
+  // bf16 weight, zeros' signs included (-0.0 + w == w); +0.0 would turn the weight -0.0
+  // into +0.0 and flip the sign of a zero output.
+  const float scale = 0.36514837f;
+  for (uint16_t x : {bf(3), bf(-3)})
+    for (uint32_t w = 0; w <= 0xFFFF; ++w) {
+      if (std::isnan(fl(static_cast<uint16_t>(w))))
+        continue;
+      const uint16_t gptOss = bf(fl(static_cast<uint16_t>(w)) * (fl(x) * scale));
+      ASSERT_EQ(rmsNormOffsetOf(x, scale, static_cast<uint16_t>(w), -0.0f), gptOss) << w;
+    }
+  EXPECT_EQ(rmsNormOffsetOf(bf(3), scale, 0x8000, -0.0f), 0x8000);
+  EXPECT_EQ(rmsNormOffsetOf(bf(3), scale, 0x8000, 0.0f), 0x0000);
 }
 
 TEST(GraphReference, RmsNormGateHandComputed) {
@@ -818,7 +841,7 @@ TEST(GraphValidation, RmsNormOffset) {
   auto norm = [&](const void *px, int64_t tokenStride, int64_t headStride, const void *pw, void *po,
                   int64_t tokens, int64_t heads, int64_t dim, float eps) {
     return kiln_rms_norm_offset_bf16(px, tokenStride, headStride, pw, po, tokens, heads, dim, eps,
-                                     nullptr);
+                                     1.0f, nullptr);
   };
   expectError(norm(nullptr, 256, 128, w, o, 2, 2, 64, 1e-6f), kInvalid, k, "x is null");
   expectError(norm(x, 256, 128, nullptr, o, 2, 2, 64, 1e-6f), kInvalid, k, "weight is null");
@@ -833,6 +856,12 @@ TEST(GraphValidation, RmsNormOffset) {
   expectError(norm(x, 191, 128, w, o, 2, 2, 64, 1e-6f), kInvalid, k,
               "x strides (token 191, head 128)");
   expectError(norm(x, 256, 128, w, o, 2, 2, 64, NAN), kInvalid, k, "eps");
+  expectError(kiln_rms_norm_offset_bf16(x, 256, 128, w, o, 2, 2, 64, 1e-6f, NAN, nullptr), kInvalid,
+              k, "weight_offset is not finite");
+  expectError(kiln_rms_norm_offset_bf16(x, 256, 128, w, o, 2, 2, 64, 1e-6f, -INFINITY, nullptr),
+              kInvalid, k, "weight_offset is not finite");
+  EXPECT_EQ(kiln_rms_norm_offset_bf16(x, 256, 128, w, o, 0, 2, 64, 1e-6f, -0.0f, nullptr), KILN_OK)
+      << kiln_last_error();
   expectError(norm(x, INT64_MAX / 2, 128, w, o, 4, 2, 64, 1e-6f), kInvalid, k, "x");
   // out inside the strided x (e.g. over the gate half of the projection).
   expectError(norm(x, 256, 128, w, fake(0x10000 + 2 * 64), 2, 2, 64, 1e-6f), kInvalid, k,
@@ -848,17 +877,20 @@ TEST(GraphValidation, AddRmsNormOffset) {
   const char *k = "kiln_add_rms_norm_offset_bf16";
   void *a = fake(0x10000), *b = fake(0x20000), *w = fake(0x30000), *s = fake(0x40000),
        *o = fake(0x50000);
-  expectError(kiln_add_rms_norm_offset_bf16(nullptr, b, w, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
-              "a is null");
-  expectError(kiln_add_rms_norm_offset_bf16(a, b, nullptr, s, o, 2, 8, 1e-6f, nullptr), kInvalid, k,
-              "weight is null");
-  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, s, 2, 8, 1e-6f, nullptr), kInvalid, k,
+  expectError(kiln_add_rms_norm_offset_bf16(nullptr, b, w, s, o, 2, 8, 1e-6f, 1.0f, nullptr),
+              kInvalid, k, "a is null");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, nullptr, s, o, 2, 8, 1e-6f, 1.0f, nullptr),
+              kInvalid, k, "weight is null");
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, s, 2, 8, 1e-6f, 1.0f, nullptr), kInvalid, k,
               "out and sum are the same buffer");
-  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 0, 1e-6f, nullptr), kInvalid, k,
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 0, 1e-6f, 1.0f, nullptr), kInvalid, k,
               "dim");
-  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 8, -1.0f, nullptr), kInvalid, k,
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 8, -1.0f, 1.0f, nullptr), kInvalid, k,
               "eps");
-  EXPECT_EQ(kiln_add_rms_norm_offset_bf16(a, b, w, a, o, 0, 8, 1e-6f, nullptr), KILN_OK);
+  expectError(kiln_add_rms_norm_offset_bf16(a, b, w, s, o, 2, 8, 1e-6f, INFINITY, nullptr),
+              kInvalid, k, "weight_offset is not finite");
+  EXPECT_EQ(kiln_add_rms_norm_offset_bf16(a, b, w, a, o, 0, 8, 1e-6f, 1.0f, nullptr), KILN_OK);
+  EXPECT_EQ(kiln_add_rms_norm_offset_bf16(a, b, w, a, o, 0, 8, 1e-6f, -0.0f, nullptr), KILN_OK);
 }
 
 TEST(GraphValidation, RmsNormGate) {

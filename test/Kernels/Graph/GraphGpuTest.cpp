@@ -408,10 +408,10 @@ std::vector<float> nearbyFloats(float v, int ulps) {
 
 // Whether every element of a row equals rmsNormOffsetOf at one scale near the exact one.
 bool offsetRowMatches(const uint16_t *x, const uint16_t *w, const uint16_t *got, int64_t dim,
-                      double eps) {
+                      double eps, float weightOffset) {
   for (float scale : nearbyFloats(rmsScaleReference(x, dim, eps), kScaleUlps)) {
     int64_t i = 0;
-    while (i < dim && rmsNormOffsetOf(x[i], scale, w[i]) == got[i])
+    while (i < dim && rmsNormOffsetOf(x[i], scale, w[i], weightOffset) == got[i])
       ++i;
     if (i == dim)
       return true;
@@ -425,24 +425,38 @@ struct OffsetCase {
   bool inPlace = false;
 };
 
+// The weights of a norm with this weight offset: around 0 for Qwen3-Next's zero-centered
+// weight (1); around 1 for gpt-oss's (-0.0), with a -0.0 and a +0.0 weight first (the
+// signs of zero outputs).
+std::vector<uint16_t> offsetWeights(int64_t dim, float weightOffset, float sigma,
+                                    std::mt19937 &rng) {
+  if (weightOffset == 1.0f)
+    return randomBf16(dim, rng, sigma);
+  auto w = randomBf16(dim, rng, sigma, 1.0f);
+  w[0] = 0x8000;
+  if (dim > 1)
+    w[1] = 0x0000;
+  return w;
+}
+
 // kiln_rms_norm_offset_bf16 on x rows inside a wider buffer, against the reference
 // (offsetRowMatches), and against itself on a dense copy of the rows (bitwise: the
 // addressing must not change a bit).
-void checkRmsNormOffset(const OffsetCase &k, std::mt19937 &rng) {
+void checkRmsNormOffset(const OffsetCase &k, std::mt19937 &rng, float weightOffset = 1.0f) {
   SCOPED_TRACE("tokens " + std::to_string(k.tokens) + " heads " + std::to_string(k.heads) +
                " dim " + std::to_string(k.dim) + " strides " + std::to_string(k.tokenStride) + "/" +
                std::to_string(k.headStride) + " offset " + std::to_string(k.offset) +
-               (k.inPlace ? " in place" : ""));
+               (k.inPlace ? " in place" : "") + " weight offset " + std::to_string(weightOffset));
   const int64_t rows = k.tokens * k.heads, n = rows * k.dim;
   const int64_t span = (k.tokens - 1) * k.tokenStride + (k.heads - 1) * k.headStride + k.dim;
   const auto x = randomBf16(span, rng, 1.5f);
-  const auto w = randomBf16(k.dim, rng, 0.3f); // zero-centered: around 0
+  const auto w = offsetWeights(k.dim, weightOffset, 0.3f, rng);
   auto dx = upload(x, k.offset), dw = upload(w, k.offset);
   auto dout = poisoned((n + k.offset) * 2);
   uint16_t *out = k.inPlace ? dx->at<uint16_t>(k.offset) : dout->at<uint16_t>(k.offset);
   KILN_OK_(kiln_rms_norm_offset_bf16(dx->at<uint16_t>(k.offset), k.tokenStride, k.headStride,
                                      dw->at<uint16_t>(k.offset), out, k.tokens, k.heads, k.dim,
-                                     1e-6f, nullptr));
+                                     1e-6f, weightOffset, nullptr));
   const auto got = download(out, n);
   std::vector<uint16_t> dense(n);
   for (int64_t t = 0; t < k.tokens; ++t)
@@ -451,7 +465,8 @@ void checkRmsNormOffset(const OffsetCase &k, std::mt19937 &rng) {
                   dense.begin() + (t * k.heads + h) * k.dim);
   size_t failures = 0;
   for (int64_t r = 0; r < rows; ++r)
-    if (!offsetRowMatches(&dense[r * k.dim], w.data(), &got[r * k.dim], k.dim, 1e-6) &&
+    if (!offsetRowMatches(&dense[r * k.dim], w.data(), &got[r * k.dim], k.dim, 1e-6,
+                          weightOffset) &&
         ++failures <= 4)
       ADD_FAILURE() << "row " << r << " is the reference at no scale near the exact one";
   EXPECT_EQ(failures, 0u);
@@ -460,7 +475,7 @@ void checkRmsNormOffset(const OffsetCase &k, std::mt19937 &rng) {
   auto dref = poisoned((n + k.offset) * 2);
   KILN_OK_(kiln_rms_norm_offset_bf16(ddense->at<uint16_t>(k.offset), k.heads * k.dim, k.dim,
                                      dw->at<uint16_t>(k.offset), dref->at<uint16_t>(k.offset),
-                                     k.tokens, k.heads, k.dim, 1e-6f, nullptr));
+                                     k.tokens, k.heads, k.dim, 1e-6f, weightOffset, nullptr));
   EXPECT_EQ(got, download(dref->at<uint16_t>(k.offset), n)) << "strided rows differ from dense";
 }
 
@@ -486,22 +501,43 @@ TEST(GraphGpu, RmsNormOffset) {
   checkRmsNormOffset({70000, 1, 64, 64, 64}, rng);             // more rows than the grid
 }
 
+// gpt-oss's norm: the weight offset -0.0 (the weight as is), on every path.
+TEST(GraphGpu, RmsNormOffsetGptOss) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(109);
+  const float gptOss = -0.0f;
+  for (int64_t tokens : {int64_t(1), int64_t(37)})
+    for (int64_t dim : {int64_t(64), int64_t(2880)}) {                // 2880: gpt-oss's hidden size
+      checkRmsNormOffset({tokens, 1, dim, dim, dim}, rng, gptOss);    // dense
+      checkRmsNormOffset({tokens, 1, dim, dim + 24, 0}, rng, gptOss); // strided
+      checkRmsNormOffset({tokens, 4, dim, 4 * dim + 8, dim}, rng, gptOss); // heads back to back
+      checkRmsNormOffset({tokens, 2, dim, 4 * dim, 2 * dim}, rng, gptOss); // heads apart
+      checkRmsNormOffset({tokens, 1, dim, dim, dim, 1}, rng, gptOss);      // misaligned: scalar
+    }
+  checkRmsNormOffset({2, 1, 16384, 16384, 16384}, rng, gptOss);        // 4 chunks per thread
+  checkRmsNormOffset({2, 1, 40000, 40000, 40000}, rng, gptOss);        // scalar
+  checkRmsNormOffset({5, 3, 100, 400, 120}, rng, gptOss);              // scalar
+  checkRmsNormOffset({37, 1, 2880, 2880, 2880, 0, true}, rng, gptOss); // in place
+  checkRmsNormOffset({70000, 1, 64, 64, 64}, rng, gptOss);             // more rows than the grid
+}
+
 // The fused residual add + offset norm against the two kernels it replaces, bitwise, and
 // the norm of the rounded sum against the reference.
 void checkAddRmsNormOffset(int64_t rows, int64_t dim, size_t offset, bool inPlace,
-                           std::mt19937 &rng) {
+                           std::mt19937 &rng, float weightOffset = 1.0f) {
   SCOPED_TRACE("rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " offset " +
-               std::to_string(offset) + (inPlace ? " sum over a, out over b" : ""));
+               std::to_string(offset) + (inPlace ? " sum over a, out over b" : "") +
+               " weight offset " + std::to_string(weightOffset));
   const int64_t n = rows * dim;
   const auto a = randomBf16(n, rng, 1.0f), b = randomBf16(n, rng, 0.5f);
-  const auto w = randomBf16(dim, rng, 0.2f);
+  const auto w = offsetWeights(dim, weightOffset, 0.2f, rng);
   auto da = upload(a, offset), db = upload(b, offset), dw = upload(w, offset);
   auto dsum = poisoned((n + offset) * 2), dout = poisoned((n + offset) * 2);
   uint16_t *sum = inPlace ? da->at<uint16_t>(offset) : dsum->at<uint16_t>(offset);
   uint16_t *out = inPlace ? db->at<uint16_t>(offset) : dout->at<uint16_t>(offset);
   KILN_OK_(kiln_add_rms_norm_offset_bf16(da->at<uint16_t>(offset), db->at<uint16_t>(offset),
                                          dw->at<uint16_t>(offset), sum, out, rows, dim, 1e-6f,
-                                         nullptr));
+                                         weightOffset, nullptr));
   const auto gotSum = download(sum, n), gotOut = download(out, n);
   std::vector<uint16_t> wantSum(n);
   addReference(a.data(), b.data(), wantSum.data(), n);
@@ -511,11 +547,12 @@ void checkAddRmsNormOffset(int64_t rows, int64_t dim, size_t offset, bool inPlac
   KILN_OK_(kiln_add_bf16(ra->at<uint16_t>(offset), rb->at<uint16_t>(offset),
                          rsum->at<uint16_t>(offset), n, nullptr));
   KILN_OK_(kiln_rms_norm_offset_bf16(rsum->at<uint16_t>(offset), dim, dim, dw->at<uint16_t>(offset),
-                                     rout->at<uint16_t>(offset), rows, 1, dim, 1e-6f, nullptr));
+                                     rout->at<uint16_t>(offset), rows, 1, dim, 1e-6f, weightOffset,
+                                     nullptr));
   EXPECT_EQ(gotOut, download(rout->at<uint16_t>(offset), n)) << "the normed output differs";
   size_t failures = 0;
   for (int64_t r = 0; r < rows; ++r)
-    if (!offsetRowMatches(&wantSum[r * dim], w.data(), &gotOut[r * dim], dim, 1e-6) &&
+    if (!offsetRowMatches(&wantSum[r * dim], w.data(), &gotOut[r * dim], dim, 1e-6, weightOffset) &&
         ++failures <= 4)
       ADD_FAILURE() << "row " << r << " is the reference at no scale near the exact one";
   EXPECT_EQ(failures, 0u);
@@ -531,6 +568,19 @@ TEST(GraphGpu, AddRmsNormOffsetIsAddThenNorm) {
   checkAddRmsNormOffset(2, 40000, 0, false, rng); // beyond the register cache: unfused
   checkAddRmsNormOffset(5, 100, 0, false, rng);   // dim not a multiple of 8: unfused
   checkAddRmsNormOffset(9, 256, 1, true, rng);    // misaligned: unfused
+}
+
+TEST(GraphGpu, AddRmsNormOffsetGptOssIsAddThenNorm) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(113);
+  const float gptOss = -0.0f;
+  for (int64_t rows : {int64_t(1), int64_t(3), int64_t(37)})
+    for (int64_t dim : {int64_t(64), int64_t(256), int64_t(2880)})
+      checkAddRmsNormOffset(rows, dim, 0, rows == 3, rng, gptOss);
+  checkAddRmsNormOffset(3, 16384, 0, false, rng, gptOss); // 4 chunks per thread
+  checkAddRmsNormOffset(2, 40000, 0, false, rng, gptOss); // beyond the register cache: unfused
+  checkAddRmsNormOffset(5, 100, 0, false, rng, gptOss);   // dim not a multiple of 8: unfused
+  checkAddRmsNormOffset(9, 256, 1, true, rng, gptOss);    // misaligned: unfused
 }
 
 // Qwen3-Next's gated output norm: per (row, group), one scale near the exact one for the

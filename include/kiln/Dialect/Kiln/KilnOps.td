@@ -471,14 +471,17 @@ def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
     `out = weight * x / sqrt(mean(x^2) + epsilon)` over the last dimension of `x`
     (rank 2, or rank 3 for per-head norms such as Qwen3's q/k norms); `weight` has
     the size of that dimension. Statistics in fp32, roundings as Hugging Face's
-    RMSNorm. With `zero_centered` the weight is stored as an offset from one and the
-    product stays in fp32 until one final rounding: `out = bf16(x / sqrt(mean(x^2) +
-    epsilon) * (1 + weight))` (Qwen3-Next's and Gemma's RMSNorm). The rank-3 form's
-    input may be a strided view (heads of an interleaved projection) whose last
-    dimension is contiguous.
+    RMSNorm (the normalized value rounded to bf16, then its product with the weight).
+    With `zero_centered` the weight is stored as an offset from one and the product
+    stays in fp32 until one final rounding: `out = bf16(x / sqrt(mean(x^2) + epsilon) *
+    (1 + weight))` (Qwen3-Next's and Gemma's RMSNorm). With `f32_weight` the weight
+    multiplies the fp32 normalized value, one rounding: `out = bf16(weight * (x /
+    sqrt(mean(x^2) + epsilon)))` (gpt-oss's RMSNorm). The two exclude each other. The
+    rank-3 form's input may be a strided view (heads of an interleaved projection)
+    whose last dimension is contiguous.
   }];
   let arguments = (ins AnyShaped:$input, AnyShaped:$weight, AnyShaped:$init,
-                       F32Attr:$epsilon, UnitAttr:$zero_centered);
+                       F32Attr:$epsilon, UnitAttr:$zero_centered, UnitAttr:$f32_weight);
 }
 
 def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
@@ -493,14 +496,15 @@ def Kiln_AddRmsNormOp : Kiln_Op<"add_rms_norm", [
     `[tokens, hidden]`: exactly `kiln.add` followed by `kiln.rms_norm` of its result,
     with the same roundings, in one kernel that reads the row once.
     `kiln-fuse-residual-norm` forms it. On tensors it yields `(sum, norm)`; on memrefs
-    it yields nothing and lowers to `kiln_rt_add_rms_norm`. Each thread of the kernel
+    it yields nothing and lowers to `kiln_rt_add_rms_norm` (`kiln_rt_add_rms_norm_offset`
+    with `zero_centered` or `f32_weight`). Each thread of the kernel
     reads a chunk of `lhs` and `rhs` before it writes the same chunk of either output,
     so the activation plan may put the outputs over the inputs that die here.
-    `zero_centered` is `kiln.rms_norm`'s.
+    `zero_centered` and `f32_weight` are `kiln.rms_norm`'s.
   }];
   let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$weight,
                        AnyShaped:$sum_init, AnyShaped:$norm_init, F32Attr:$epsilon,
-                       UnitAttr:$zero_centered);
+                       UnitAttr:$zero_centered, UnitAttr:$f32_weight);
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let hasVerifier = 1;
   let assemblyFormat = [{
