@@ -232,6 +232,25 @@ inline kiln_status_t dispatch(const Params &p, const char *name) {
   return launchResult(err, name);
 }
 
+// The mma.sync paged prefill over a cache of CacheT (FP8 e4m3 bytes, fp16) next to bf16
+// q/out, head_dim 64/128/256 (validatePaged checked the pairing). Each cache type
+// instantiates it in a translation unit of its own, loaded only by the models that read
+// such a cache.
+template <typename CacheT>
+inline kiln_status_t dispatchPagedOverCache(const kiln_prefill_fmha_paged_params_t &p,
+                                            const char *name) {
+  kiln_status_t st = checkDeviceSm80(name);
+  if (st != KILN_OK)
+    return st;
+  const FmhaArgs a = makeArgs(p);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const cudaError_t err = forMmaHeadDim(KILN_DTYPE_BF16, p.head_dim, [&](auto, auto d) {
+    return launchDefaultConfig<__nv_bfloat16, decltype(d)::value, true, CacheT>(
+        a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+  });
+  return launchResult(err, name);
+}
+
 } // namespace kiln::kernels::prefill
 
 #endif
