@@ -136,6 +136,8 @@ private:
   Value mamba2Mixer(Value x, const std::string &module, int64_t layer, Value tokens);
   /// Columns [first, first + width) of x [count, *] (a view: no copy).
   Value columns(Value x, int64_t first, int64_t width, Value count, Location at);
+  /// kiln.moe's scratch for `count` tokens of experts of `inter` (tensor.empty, i8).
+  Value moeScratch(int64_t inter, Value count, Location at);
   /// One Qwen3-Next decoder layer: its token mixer (Gated DeltaNet or gated attention),
   /// then the sparse MoE block or dense MLP, each behind a zero-centered RMSNorm.
   void buildQwen3NextLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
@@ -347,6 +349,13 @@ Value DenseDecoderBuilder::columns(Value x, int64_t first, int64_t width, Value 
       .getResult();
 }
 
+Value DenseDecoderBuilder::moeScratch(int64_t inter, Value count, Location at) {
+  auto type = RankedTensorType::get(
+      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
+      b.getIntegerType(8));
+  return tensor::EmptyOp::create(b, at, type, ValueRange{count});
+}
+
 Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_t layer,
                                        Value tokens) {
   const int64_t H = m.mHeads, P = m.mHeadDim, N = m.stateSize, G = m.nGroups;
@@ -543,12 +552,9 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
   Value gate = weight(experts + gateName + ".weight", {m.experts, inter, m.hidden}, at);
   Value up = weight(experts + upName + ".weight", {m.experts, inter, m.hidden}, at);
   Value down = weight(experts + downName + ".weight", {m.experts, m.hidden, inter}, at);
-  auto scratchType = RankedTensorType::get(
-      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
-      b.getIntegerType(8));
-  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  Value scratch = moeScratch(inter, tokens, at);
   auto moe = MoeOp::create(
-      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down,
+      b, at, TypeRange{activation({m.hidden}), scratch.getType()}, x, logits, gate, up, down,
       /*score_bias=*/Value(), /*gate_bias=*/Value(), /*up_bias=*/Value(),
       /*down_bias=*/Value(), empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK),
       m.normTopK ? b.getUnitAttr() : UnitAttr(),
@@ -608,13 +614,11 @@ Value DenseDecoderBuilder::fp32RoutedExperts(Value x, const std::string &prefix,
       gated ? weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at) : Value();
   Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
   Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
-  auto scratchType = RankedTensorType::get(
-      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(m.hidden, inter, m.topK)},
-      b.getIntegerType(8));
-  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  Value scratch = moeScratch(inter, tokens, at);
   auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto moe = MoeOp::create(
-      b, at, TypeRange{activation({m.hidden}), scratchType}, x, logits, gate, up, down, scoreBias,
+      b, at, TypeRange{activation({m.hidden}), scratch.getType()}, x, logits, gate, up, down,
+      scoreBias,
       /*gate_bias=*/Value(), /*up_bias=*/Value(), /*down_bias=*/Value(),
       empty({m.hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK), unit(m.normTopK),
       /*round_weights=*/UnitAttr(),
@@ -653,19 +657,17 @@ Value DenseDecoderBuilder::gptOssMoe(Value x, const std::string &mlp, Value toke
                                       CheckpointLayout{biasStored}, at, split);
   Value down = rearrangedWeight(prefix + "down_proj", {experts, hidden, inter}, downLayout, at);
   Value downBias = weight(prefix + "down_proj_bias", {experts, hidden}, at);
-  auto scratchType = RankedTensorType::get(
-      {ShapedType::kDynamic, MoeOp::scratchBytesPerToken(hidden, inter, m.topK)},
-      b.getIntegerType(8));
-  Value scratch = tensor::EmptyOp::create(b, at, scratchType, ValueRange{tokens});
+  Value scratch = moeScratch(inter, tokens, at);
   // transformers' GptOssExperts: alpha is a constant of the module, not of the config.
   constexpr float kGptOssSwigluAlpha = 1.702f;
   auto moe = MoeOp::create(
-      b, at, TypeRange{activation({hidden}), scratchType}, x, logits, leadingPart(gateUp, 0, at),
-      leadingPart(gateUp, 1, at), down, /*score_bias=*/Value(), leadingPart(gateUpBias, 0, at),
-      leadingPart(gateUpBias, 1, at), downBias, empty({hidden}, tokens, at), scratch,
-      b.getI64IntegerAttr(m.topK), b.getUnitAttr(), b.getUnitAttr(),
-      MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
-      b.getF32FloatAttr(1.0f), ActivationKindAttr::get(ctx, ActivationKind::silu),
+      b, at, TypeRange{activation({hidden}), scratch.getType()}, x, logits,
+      leadingPart(gateUp, 0, at), leadingPart(gateUp, 1, at), down, /*score_bias=*/Value(),
+      leadingPart(gateUpBias, 0, at), leadingPart(gateUpBias, 1, at), downBias,
+      empty({hidden}, tokens, at), scratch, b.getI64IntegerAttr(m.topK), b.getUnitAttr(),
+      b.getUnitAttr(), MoeScoringAttr::get(ctx, MoeScoring::softmax), b.getI64IntegerAttr(1),
+      b.getI64IntegerAttr(1), b.getF32FloatAttr(1.0f),
+      ActivationKindAttr::get(ctx, ActivationKind::silu),
       /*accumulate_f32=*/UnitAttr(),
       /*group_max=*/UnitAttr(), b.getF32FloatAttr(static_cast<float>(m.swigluLimit)),
       b.getF32FloatAttr(kGptOssSwigluAlpha));
