@@ -358,6 +358,7 @@ void releaseDevice(kiln_rt_context *ctx) {
     cudaStreamSynchronize(ctx->stream);
   probeGraphLaunches(ctx);
   destroyGraphs(ctx);
+  releaseCommunicator(ctx);
   for (Buffer *b : {&ctx->split, &ctx->index, &ctx->accepted})
     if (b->ptr)
       cudaFree(b->ptr);
@@ -566,7 +567,9 @@ extern "C" uint64_t kiln_rt_device_bytes_used(const kiln_rt_context_t *ctx) {
     cudaGetLastError();
     return 0;
   }
-  return ctx->freeBefore > freeNow ? ctx->freeBefore - freeNow : 0;
+  // The communicator's buffers are NCCL's, not the plan's (kiln_rt_collective_bytes).
+  uint64_t used = ctx->freeBefore > freeNow ? ctx->freeBefore - freeNow : 0;
+  return used > ctx->collectiveBytes ? used - ctx->collectiveBytes : 0;
 }
 
 extern "C" void *kiln_rt_stream(kiln_rt_context_t *ctx) { return ctx ? ctx->stream : nullptr; }

@@ -173,6 +173,13 @@ struct kiln_rt_context {
 
   uint64_t launches = 0;
 
+  // Tensor parallelism (Collectives.cpp): this context's rank, and its NCCL communicator
+  // (ncclComm_t; null for one rank or on a dry context).
+  int32_t tpRank = 0, tpRanks = 1;
+  bool tpJoined = false;
+  void *nccl = nullptr;
+  uint64_t collectiveBytes = 0; // device memory the communicator took
+
   // Device faults (Faults.cpp): a sticky CUDA error leaves the context unusable.
   bool checkEachLaunch = false; // synchronize after every launch, naming the faulting op
   bool faulted = false;
@@ -309,6 +316,8 @@ kiln_status_t checkRange(const Call &c, const kiln_rt_context *ctx, const char *
 bool product(uint64_t *out, std::initializer_list<int64_t> factors);
 
 kiln_status_t selectDevice(const Call &c, const kiln_rt_context *ctx);
+// Destroys the context's NCCL communicator, if any (Collectives.cpp).
+void releaseCommunicator(kiln_rt_context *ctx);
 // Checks a cache resource against the cache region and the other layers', records it.
 kiln_status_t useResource(const Call &c, kiln_rt_context *ctx, const char *kind,
                           uint64_t offset, uint64_t bytes);

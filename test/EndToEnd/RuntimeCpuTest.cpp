@@ -1632,4 +1632,40 @@ TEST(RuntimeCpu, LegacyPrefill) {
   EXPECT_NE(lastError().find("cannot run an SSM prefill"), std::string::npos) << lastError();
 }
 
+// Tensor parallelism on a dry context: the rank is recorded without NCCL, joined once,
+// and kiln_rt_all_reduce validates its ranges like every graph op.
+TEST(RuntimeCpu, TensorParallelOnADryContext) {
+  Dry d;
+  EXPECT_EQ(kiln_rt_tp_rank(d.ctx), 0);
+  EXPECT_EQ(kiln_rt_tp_ranks(d.ctx), 1);
+  EXPECT_EQ(kiln_rt_set_tensor_parallel(d.ctx, 2, 2, nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("rank 2 of 2 ranks"), std::string::npos) << lastError();
+  ASSERT_EQ(kiln_rt_set_tensor_parallel(d.ctx, 1, 2, nullptr), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_tp_rank(d.ctx), 1);
+  EXPECT_EQ(kiln_rt_tp_ranks(d.ctx), 2);
+  EXPECT_EQ(kiln_rt_collective_bytes(d.ctx), 0u);
+  EXPECT_EQ(kiln_rt_set_tensor_parallel(d.ctx, 0, 2, nullptr), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("already is rank 1 of 2"), std::string::npos) << lastError();
+
+  Step decode(KILN_RT_PHASE_DECODE, {1, 1}, {5, 9});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_all_reduce(d.ctx, d.a(), d.a(), 2 * 256), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_all_reduce(d.ctx, d.a(), d.a(1), 256), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_all_reduce"), std::string::npos) << lastError();
+  EXPECT_NE(lastError().find("out"), std::string::npos) << lastError();
+}
+
+// Where NCCL cannot be loaded, the collectives say so and name the library they tried
+// (the process loads NCCL once: this is the binary's only NCCL user).
+TEST(RuntimeCpu, MissingNcclIsNamed) {
+  setenv("KILN_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  kiln_rt_nccl_id_t id;
+  EXPECT_EQ(kiln_rt_nccl_unique_id(&id), KILN_ERROR_UNSUPPORTED);
+  EXPECT_NE(lastError().find("NCCL could not be loaded from /nonexistent/libnccl.so.2"),
+            std::string::npos)
+      << lastError();
+  EXPECT_NE(lastError().find("KILN_NCCL_LIBRARY"), std::string::npos) << lastError();
+  EXPECT_EQ(kiln_rt_nccl_unique_id(nullptr), KILN_ERROR_INVALID_ARGUMENT);
+}
+
 } // namespace

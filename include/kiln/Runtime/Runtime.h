@@ -132,6 +132,32 @@ uint64_t kiln_rt_device_bytes_used(const kiln_rt_context_t *ctx);
 void *kiln_rt_stream(kiln_rt_context_t *ctx);
 kiln_status_t kiln_rt_synchronize(kiln_rt_context_t *ctx);
 
+/* ---- tensor parallelism (docs/tensor-parallel.md) ----------------------------------- */
+/* NCCL is loaded at run time (dlopen), never linked: the first of $KILN_NCCL_LIBRARY,
+ * then "libnccl.so.2" on the loader's path (PyTorch's nvidia-nccl wheel ships it under
+ * site-packages/nvidia/nccl/lib). A build or a machine without NCCL runs every one-rank
+ * model; these calls then fail with KILN_ERROR_UNSUPPORTED naming what was tried. */
+typedef struct kiln_rt_nccl_id {
+  char bytes[128]; /* ncclUniqueId: rank 0 makes it, every rank's caller passes it on */
+} kiln_rt_nccl_id_t;
+kiln_status_t kiln_rt_nccl_unique_id(kiln_rt_nccl_id_t *out);
+/* Joins the context to the communicator of `ranks` ranks as `rank` (ncclCommInitRank on
+ * the context's device; it blocks until every rank has joined). Once per context. The
+ * communicator's own device memory is measured and kept out of
+ * kiln_rt_device_bytes_used (kiln_rt_collective_bytes). A dry context records rank and
+ * ranks without NCCL, so compiled tensor-parallel code validates on a CPU. */
+kiln_status_t kiln_rt_set_tensor_parallel(kiln_rt_context_t *ctx, int32_t rank, int32_t ranks,
+                                          const kiln_rt_nccl_id_t *id);
+/* 0 and 1 until kiln_rt_set_tensor_parallel. */
+int32_t kiln_rt_tp_rank(const kiln_rt_context_t *ctx);
+int32_t kiln_rt_tp_ranks(const kiln_rt_context_t *ctx);
+/* Device bytes the communicator took when it was created (0 without one). */
+uint64_t kiln_rt_collective_bytes(const kiln_rt_context_t *ctx);
+/* kiln.all_reduce: out = the sum over the ranks of x (n bf16 elements; out may be x),
+ * ncclAllReduce on the context's stream (CUDA-graph capturable). Without a
+ * communicator it is the identity (a one-rank model). */
+int32_t kiln_rt_all_reduce(kiln_rt_context_t *ctx, const void *x, void *out, int64_t n);
+
 /* ---- the step ---------------------------------------------------------------------- */
 /* Host arrays describing one step; kiln_rt_set_batch copies them (the caller may reuse
  * them at once). Tokens are packed in batch order: sequence b's q_lens[b] tokens are

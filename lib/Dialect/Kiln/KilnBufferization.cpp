@@ -59,7 +59,7 @@ void attachDestinationStyleModels(MLIRContext *context) {
 void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, KilnDialect *) {
     attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp, AddOp,
-                                 SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, SigmoidMulOp,
+                                 AllReduceOp, SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, SigmoidMulOp,
                                  GatedRmsNormOp, ActivationOp, ArgmaxOp, NextTokensOp, ConcatOp,
                                  CachedAttentionOp, CachedMlaAttentionOp, CachedSsmOp,
                                  CachedCausalConvOp, CachedGatedDeltaNetOp>(context);

@@ -1167,6 +1167,7 @@ LogicalResult checkDimEquals(Operation *op, StringRef name, Value value, int64_t
 }
 
 Type i32Type(Operation *op) { return IntegerType::get(op->getContext(), 32); }
+Type bf16Type(Operation *op) { return BFloat16Type::get(op->getContext()); }
 
 /// kiln.mla_attention's whole-graph form (and its cached form): every graph operand and
 /// attribute present, shapes from the head sizes, bf16 activations and kv_b, i32
@@ -1247,6 +1248,7 @@ KILN_COMPUTE_EFFECTS(AddRmsNormOp)
 KILN_COMPUTE_EFFECTS(LinearOp)
 KILN_COMPUTE_EFFECTS(RopeOp)
 KILN_COMPUTE_EFFECTS(AddOp)
+KILN_COMPUTE_EFFECTS(AllReduceOp)
 KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
 KILN_COMPUTE_EFFECTS(MoeOp)
@@ -1671,6 +1673,25 @@ bool SwigluOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
 }
 FailureOr<RuntimeCall> AddOp::getRuntimeCall() {
   return elementwiseCall(*this, "kiln_rt_add", getLhs(), getRhs());
+}
+LogicalResult AllReduceOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) ||
+      failed(checkSameShape(op, "input", getInput(), "init", getInit())) ||
+      failed(checkElementType(op, "input", getInput(), bf16Type(op))) ||
+      failed(checkElementType(op, "init", getInit(), bf16Type(op))))
+    return failure();
+  return success();
+}
+bool AllReduceOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() && &input == &getInputMutable();
+}
+FailureOr<RuntimeCall> AllReduceOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_all_reduce",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::elements(getInput())}};
 }
 LogicalResult SwigluOp::verify() { return verifyElementwise(*this, "gate", getGate(), "up", getUp()); }
 FailureOr<RuntimeCall> SwigluOp::getRuntimeCall() {

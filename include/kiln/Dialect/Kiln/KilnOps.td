@@ -637,6 +637,23 @@ def Kiln_AddOp : Kiln_BinaryComputeOp<"add", "lhs", "rhs",
   let arguments = (ins AnyShaped:$lhs, AnyShaped:$rhs, AnyShaped:$init);
 }
 
+def Kiln_AllReduceOp : Kiln_ComputeOp<"all_reduce",
+    [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
+  let summary = "the sum of a tensor over the tensor-parallel ranks";
+  let description = [{
+    `out = sum over ranks r of input_r`, bf16 (NCCL's bf16 sum), after a row-parallel
+    projection (`o_proj`, `down_proj`) whose rank holds a slice of the input features and
+    so a partial sum of every output. Lowers to `kiln_rt_all_reduce`, an `ncclAllReduce`
+    on the context's stream; with one rank it is the identity. The output may be placed
+    over the input.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$init);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $init `:` type($init) `)` attr-dict
+    (`->` type($result)^)?
+  }];
+}
+
 def Kiln_SwigluOp : Kiln_BinaryComputeOp<"swiglu", "gate", "up",
     [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "silu(gate) * up, the gated MLP activation";

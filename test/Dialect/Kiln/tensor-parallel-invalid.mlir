@@ -1,0 +1,22 @@
+// Every verifier diagnostic of kiln.all_reduce.
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+func.func @f(%x: tensor<?x64xbf16>, %o: tensor<?x32xbf16>) {
+  // expected-error @below {{'input' 'tensor<?x64xbf16>' and 'init' 'tensor<?x32xbf16>' must have the same shape}}
+  %0 = kiln.all_reduce ins(%x : tensor<?x64xbf16>) outs(%o : tensor<?x32xbf16>) -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x64xf32>, %o: tensor<?x64xf32>) {
+  // expected-error @below {{'input' must have element type 'bf16', got 'f32'}}
+  %0 = kiln.all_reduce ins(%x : tensor<?x64xf32>) outs(%o : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return
+}
+
+// -----
+func.func @f(%x: memref<8x64xbf16>, %o: memref<8x64xbf16>) {
+  // expected-error @below {{expected the number of tensor results (1) to be equal to the number of output tensors (0)}}
+  %0 = kiln.all_reduce ins(%x : memref<8x64xbf16>) outs(%o : memref<8x64xbf16>) -> tensor<8x64xbf16>
+  return
+}
