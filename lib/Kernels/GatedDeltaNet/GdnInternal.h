@@ -19,6 +19,11 @@ enum class GdnUpdateVariant {
   Cols64Occ5,  // 64 columns, 5 blocks an SM (96 registers)
   Cols64Occ6,  // 64 columns, 6 blocks an SM (80 registers, 12 bytes spilled)
   Cols32Occ10, // 32 columns a block (64 threads), 10 blocks an SM (96 registers)
+  // cols64-occ5 with the tail of a launch of few waves in mind (GdnUpdate.cu, GdnAccess):
+  Cols64Occ5Cs,      // the state's loads and stores evict-first in the L2 (.cs)
+  Cols64Occ5Pf,      // the last wave's states prefetched into the L2 by the wave before
+  Cols64Occ5CsPf,    // both
+  Cols64Occ5CsPfAll, // both, every wave's states but the first's prefetched
   Count,
 };
 // The prediction until a GPU run decides (docs/kernels-gdn.md): 2.5 states in flight an
