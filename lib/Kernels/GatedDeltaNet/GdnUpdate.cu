@@ -16,7 +16,9 @@
 // - gdnUpdateSplitKernel: a (head, sequence)'s columns split over v_dim / kCols blocks of
 //   2 kCols threads, with __launch_bounds__ asking for kMinBlocks blocks an SM, so that
 //   several states are in flight an SM and one block's compute overlaps the others'
-//   loads and stores.
+//   loads and stores. Its access forms (GdnAccess) move the same bytes at other times:
+//   evict-first state accesses, and the last wave's states prefetched into the L2 by the
+//   wave before, for launches of few waves (issue 17's TP 4 at batch 64).
 //
 // Replay mode (gdn_update_replay, docs/replay.md) is the split kernel with GdnMode::replay:
 // before the step's tokens it folds the sequence's pending accepted tokens from their kept
