@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -32,10 +33,12 @@ constexpr int kDim = 128, vDim = 128, kChunk = 64;
 
 using kiln::bench::copyKernel;
 using kiln::bench::hashUnit;
+using kiln::kernels::gdn::gdnUpdateReplayWithVariant;
 using kiln::kernels::gdn::GdnUpdateVariant;
 using kiln::kernels::gdn::gdnUpdateVariantName;
 using kiln::kernels::gdn::gdnUpdateWithVariant;
 using kiln::kernels::gdn::kGdnUpdateDefault;
+using kiln::kernels::gdn::kGdnUpdateReplayDefault;
 
 __global__ void fillBf16(__nv_bfloat16 *p, size_t n, float lo, float hi, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -210,37 +213,63 @@ Result benchPrefill(const char *name, int tokens, int kHeads, int vHeads, double
 }
 
 // The decode update of `batch` sequences (num_tokens 1; or `tokens` > 1: a verify step
-// writing every token's state to the intermediates, rewind-mode speculation) over
-// distinct slots in shuffled order, as a serving batch holds them, with every kernel
-// variant of GdnInternal.h. Bytes: each state read and written once (plus the
-// intermediates written), q, k, v, out, g, beta: issue 17's target is 85% of the copy
-// ceiling at batch >= 64. Ten launches a timing, each on the next of `copies` sets of
-// states and intermediates that together exceed the L2 twice over: in a model 47 other
-// layers run between two steps of a layer, so its states come from DRAM (a 32 MiB set
-// alone would stay in the H100's 50 MiB L2 from one launch to the next).
+// writing every token's state to the intermediates, rewind-mode speculation; or, with
+// `replay`, gdn_update_replay's verify step of `tokens` tokens that first folds the 2
+// accepted tokens of the step before) over distinct slots in shuffled order, as a serving
+// batch holds them, with every kernel variant of GdnInternal.h. Bytes: each state read
+// and written once (plus the intermediates written), q, k, v, out, g, beta (plus the kept
+// inputs read and written): issue 17's target is 85% of the copy ceiling at batch >= 64.
+// Ten launches a timing, each on the next of `copies` sets of states and intermediates
+// that together exceed the L2 twice over: in a model 47 other layers run between two steps
+// of a layer, so its states come from DRAM (a 32 MiB set alone would stay in the H100's
+// 50 MiB L2 from one launch to the next).
 struct DecodeResult {
   std::string shape;
-  std::vector<double> percent; // of the copy ceiling, by variant
+  std::vector<double> percent; // of the copy ceiling, by variant; NaN: no such kernel
 };
 
 DecodeResult benchDecode(const char *name, int batch, int tokens, int kHeads, int vHeads,
-                         double copyTBps, size_t l2Bytes) {
+                         double copyTBps, size_t l2Bytes, bool replay = false) {
   const size_t state = size_t(vHeads) * kDim * vDim; // floats a slot
   const size_t qk = size_t(batch) * tokens * kHeads * kDim;
   const size_t vo = size_t(batch) * tokens * vHeads * vDim, gb = size_t(batch) * tokens * vHeads;
-  const size_t setFloats = size_t(batch) * state * (tokens > 1 ? 1 + tokens : 1);
+  const bool spec = tokens > 1 && !replay;
+  const size_t setFloats = size_t(batch) * state * (spec ? 1 + tokens : 1);
   const int copies = static_cast<int>(std::min<size_t>(8, 2 * l2Bytes / (setFloats * 4) + 1));
   auto *q = alloc<__nv_bfloat16>(qk), *k = alloc<__nv_bfloat16>(qk);
   auto *v = alloc<__nv_bfloat16>(vo), *out = alloc<__nv_bfloat16>(vo);
   float *g = alloc<float>(gb), *beta = alloc<float>(gb);
   float *states = alloc<float>(copies * batch * state);
-  float *inter = tokens > 1 ? alloc<float>(copies * size_t(batch) * tokens * state) : nullptr;
+  float *inter = spec ? alloc<float>(copies * size_t(batch) * tokens * state) : nullptr;
   fillBf16<<<1024, 256>>>(q, qk, -1.0f, 1.0f, 11);
   fillBf16<<<1024, 256>>>(k, qk, -1.0f, 1.0f, 12);
   fillBf16<<<1024, 256>>>(v, vo, -1.0f, 1.0f, 13);
   fillF32<<<1024, 256>>>(g, gb, -0.5f, 0.0f, 14);
   fillF32<<<1024, 256>>>(beta, gb, 0.0f, 1.0f, 15);
   fillF32<<<1024, 256>>>(states, copies * batch * state, -0.1f, 0.1f, 16);
+  // Replay: every sequence folds the first kPending tokens of buffer 0 and keeps the step's
+  // in buffer 1; max_tokens = tokens.
+  constexpr int kPending = 2;
+  const size_t keptKeys = size_t(batch) * 2 * tokens * kHeads * kDim;
+  const size_t keptValues = size_t(batch) * 2 * tokens * vHeads * vDim;
+  const size_t keptGb = size_t(batch) * 2 * vHeads * tokens * 2;
+  __nv_bfloat16 *replayK = nullptr, *replayV = nullptr;
+  float *replayGb = nullptr;
+  int32_t *pairs = nullptr;
+  if (replay) {
+    replayK = alloc<__nv_bfloat16>(keptKeys);
+    replayV = alloc<__nv_bfloat16>(keptValues);
+    replayGb = alloc<float>(keptGb);
+    fillBf16<<<1024, 256>>>(replayK, keptKeys, -1.0f, 1.0f, 17);
+    fillBf16<<<1024, 256>>>(replayV, keptValues, -1.0f, 1.0f, 18);
+    fillF32<<<1024, 256>>>(replayGb, keptGb, -0.5f, 0.0f, 19); // g and beta alike
+    std::vector<int32_t> pairsHost(2 * batch);
+    for (int b = 0; b < batch; ++b)
+      pairsHost[2 * b] = kPending, pairsHost[2 * b + 1] = 0;
+    pairs = alloc<int32_t>(2 * batch);
+    CHECK(cudaMemcpy(pairs, pairsHost.data(), pairsHost.size() * sizeof(int32_t),
+                     cudaMemcpyHostToDevice));
+  }
   CHECK(cudaGetLastError());
   std::vector<int32_t> slotsHost(batch);
   for (int b = 0; b < batch; ++b)
@@ -248,14 +277,26 @@ DecodeResult benchDecode(const char *name, int batch, int tokens, int kHeads, in
   int32_t *slots = alloc<int32_t>(batch);
   CHECK(cudaMemcpy(slots, slotsHost.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
   // The in-place update reads and writes each state; the speculative one reads it and
-  // writes one state a token.
-  const double stateBytes = double(batch) * state * 4 * (tokens > 1 ? 1 + tokens : 2);
-  const double bytes = stateBytes + 2.0 * qk * 2 + 2.0 * vo * 2 + 2.0 * gb * 4;
+  // writes one state a token; the replay step reads and writes it, reads the kPending
+  // tokens' kept inputs and writes its tokens'.
+  const double stateBytes = double(batch) * state * 4 * (spec ? 1 + tokens : 2);
+  const double keptBytes = replay ? double(kPending + tokens) / (2.0 * tokens) *
+                                        (keptKeys * 2.0 + keptValues * 2.0 + keptGb * 4.0)
+                                  : 0.0;
+  const double bytes = stateBytes + keptBytes + 2.0 * qk * 2 + 2.0 * vo * 2 + 2.0 * gb * 4;
+  const GdnUpdateVariant defaultVariant = replay ? kGdnUpdateReplayDefault : kGdnUpdateDefault;
   char shape[128];
-  std::snprintf(shape, sizeof shape, "%s b%d%s", name, batch, tokens > 1 ? " spec" : "");
+  std::snprintf(shape, sizeof shape, "%s b%d%s", name, batch,
+                replay ? " replay"
+                : spec ? " spec"
+                       : "");
   DecodeResult result{shape, {}};
   for (int i = 0; i < static_cast<int>(GdnUpdateVariant::Count); ++i) {
     const auto variant = static_cast<GdnUpdateVariant>(i);
+    if (replay && variant == GdnUpdateVariant::Baseline) {
+      result.percent.push_back(NAN); // no replay form
+      continue;
+    }
     constexpr int kLaunches = 10;
     auto launches = [&](cudaStream_t s) {
       for (int l = 0; l < kLaunches; ++l) {
@@ -264,21 +305,55 @@ DecodeResult benchDecode(const char *name, int batch, int tokens, int kHeads, in
         const kiln_gdn_update_params_t p =
             updateParams(states + c * batch * state, batch, slots, interSet, batch, tokens, kHeads,
                          vHeads, {q, k, v, g, beta, out}, s);
-        KCHECK(gdnUpdateWithVariant(&p, variant));
+        if (!replay) {
+          KCHECK(gdnUpdateWithVariant(&p, variant));
+          continue;
+        }
+        kiln_gdn_update_replay_params_t r{};
+        r.state = p.state;
+        r.num_slots = p.num_slots;
+        r.state_indices = p.state_indices;
+        r.replay = pairs;
+        r.replay_k = replayK;
+        r.replay_v = replayV;
+        r.replay_gb = replayGb;
+        r.max_tokens = tokens;
+        r.batch = batch;
+        r.num_tokens = tokens;
+        r.k_heads = kHeads;
+        r.v_heads = vHeads;
+        r.k_dim = kDim;
+        r.v_dim = vDim;
+        r.dtype = p.dtype;
+        r.q = p.q;
+        r.k = p.k;
+        r.v = p.v;
+        r.g = p.g;
+        r.beta = p.beta;
+        r.out = p.out;
+        r.l2norm_qk = p.l2norm_qk;
+        r.stream = s;
+        KCHECK(gdnUpdateReplayWithVariant(&r, variant));
       }
     };
     const double sec = timeIt(launches, 5) / kLaunches;
     const double tbps = bytes / sec / 1e12;
     result.percent.push_back(100.0 * tbps / copyTBps);
     std::printf("%s decode: batch %d, %d token(s)%s, heads %d/%d, %d state set(s), %s%s: "
-                "gdn_update %.1f us = %.3f TB/s (%.1f%% of the %.2f TB/s copy ceiling)\n",
-                name, batch, tokens, tokens > 1 ? " (intermediates)" : "", kHeads, vHeads, copies,
-                gdnUpdateVariantName(variant), variant == kGdnUpdateDefault ? " (default)" : "",
-                sec * 1e6, tbps, result.percent.back(), copyTBps);
+                "%s %.1f us = %.3f TB/s (%.1f%% of the %.2f TB/s copy ceiling)\n",
+                name, batch, tokens,
+                replay ? " (replay, 2 folded)"
+                : spec ? " (intermediates)"
+                       : "",
+                kHeads, vHeads, copies, gdnUpdateVariantName(variant),
+                variant == defaultVariant ? " (default)" : "",
+                replay ? "gdn_update_replay" : "gdn_update", sec * 1e6, tbps, result.percent.back(),
+                copyTBps);
     std::fflush(stdout);
   }
   for (void *p : {(void *)q, (void *)k, (void *)v, (void *)out, (void *)g, (void *)beta,
-                  (void *)states, (void *)inter, (void *)slots})
+                  (void *)states, (void *)inter, (void *)slots, (void *)replayK, (void *)replayV,
+                  (void *)replayGb, (void *)pairs})
     if (p)
       CHECK(cudaFree(p));
   return result;
@@ -293,12 +368,16 @@ void printDecodeTable(const std::vector<DecodeResult> &results) {
   std::printf("\n");
   for (int i = 0; i < static_cast<int>(GdnUpdateVariant::Count); ++i) {
     const auto variant = static_cast<GdnUpdateVariant>(i);
-    std::printf("| %s%s", gdnUpdateVariantName(variant), variant == kGdnUpdateDefault ? "*" : "");
+    std::printf("| %s%s%s", gdnUpdateVariantName(variant), variant == kGdnUpdateDefault ? "*" : "",
+                variant == kGdnUpdateReplayDefault ? "+" : "");
     for (const DecodeResult &r : results)
-      std::printf(" | %.1f", r.percent[i]);
+      if (std::isnan(r.percent[i]))
+        std::printf(" | -");
+      else
+        std::printf(" | %.1f", r.percent[i]);
     std::printf("\n");
   }
-  std::printf("(* the public launcher's variant)\n\n");
+  std::printf("(* kiln_gdn_update's variant, + kiln_gdn_update_replay's; -: no such kernel)\n\n");
   std::fflush(stdout);
 }
 
@@ -340,6 +419,9 @@ int main(int argc, char **argv) {
     decode.push_back(benchDecode("tp1", batch, 1, 16, 32, copyTBps, l2));
   }
   decode.push_back(benchDecode("tp1", 64, 4, 16, 32, copyTBps, l2));
+  decode.push_back(benchDecode("tp4", 64, 4, 4, 8, copyTBps, l2));
+  decode.push_back(benchDecode("tp4", 64, 4, 4, 8, copyTBps, l2, true));
+  decode.push_back(benchDecode("tp1", 64, 4, 16, 32, copyTBps, l2, true));
   printDecodeTable(decode);
   if (std::getenv("KILN_BENCH_DECODE_ONLY"))
     return 0;

@@ -19,11 +19,22 @@ enum class GdnUpdateVariant {
   Cols64Occ5,  // 64 columns, 5 blocks an SM (96 registers)
   Cols64Occ6,  // 64 columns, 6 blocks an SM (80 registers, 12 bytes spilled)
   Cols32Occ10, // 32 columns a block (64 threads), 10 blocks an SM (96 registers)
+  // cols64-occ5 with the tail of a launch of few waves in mind (GdnUpdate.cu, GdnAccess):
+  Cols64Occ5Cs,      // the state's loads and stores evict-first in the L2 (.cs)
+  Cols64Occ5Pf,      // the last wave's states prefetched into the L2 by the wave before
+  Cols64Occ5CsPf,    // both
+  Cols64Occ5CsPfAll, // both, every wave's states but the first's prefetched
   Count,
 };
-// The prediction until a GPU run decides (docs/kernels-gdn.md): 2.5 states in flight an
-// SM without spills, in blocks small enough to keep every SM busy to the end.
-constexpr GdnUpdateVariant kGdnUpdateDefault = GdnUpdateVariant::Cols64Occ5;
+// cols64-occ5 (2.5 states in flight an SM without spills, measured the fastest on six of
+// seven shapes) with the last wave's states prefetched, so that the last wave, which
+// starts as the wave before ends, does not wait on DRAM with the machine idle around it
+// (TP 4 at batch 64: 1,024 blocks, 1.55 waves of 660); the prediction until a GPU run
+// decides (docs/kernels-gdn.md).
+constexpr GdnUpdateVariant kGdnUpdateDefault = GdnUpdateVariant::Cols64Occ5CsPf;
+// kiln_gdn_update_replay's: the same without the .cs accesses, with which ptxas spills
+// about 530 bytes of the replay kernel under the 5-blocks bound (16 bytes without).
+constexpr GdnUpdateVariant kGdnUpdateReplayDefault = GdnUpdateVariant::Cols64Occ5Pf;
 const char *gdnUpdateVariantName(GdnUpdateVariant v);
 
 // Arguments are validated; returns KILN_OK or KILN_ERROR_CUDA (message set).

@@ -106,7 +106,7 @@ kiln_status_t gdn::gdnUpdateWithVariant(const kiln_gdn_update_params_t *params,
 }
 
 extern "C" kiln_status_t kiln_gdn_update_replay(const kiln_gdn_update_replay_params_t *params) {
-  return gdn::gdnUpdateReplayWithVariant(params, gdn::kGdnUpdateDefault);
+  return gdn::gdnUpdateReplayWithVariant(params, gdn::kGdnUpdateReplayDefault);
 }
 
 kiln_status_t gdn::gdnUpdateReplayWithVariant(const kiln_gdn_update_replay_params_t *params,

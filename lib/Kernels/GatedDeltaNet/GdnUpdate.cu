@@ -16,7 +16,9 @@
 // - gdnUpdateSplitKernel: a (head, sequence)'s columns split over v_dim / kCols blocks of
 //   2 kCols threads, with __launch_bounds__ asking for kMinBlocks blocks an SM, so that
 //   several states are in flight an SM and one block's compute overlaps the others'
-//   loads and stores.
+//   loads and stores. Its access forms (GdnAccess) move the same bytes at other times:
+//   evict-first state accesses, and the last wave's states prefetched into the L2 by the
+//   wave before, for launches of few waves (issue 17's TP 4 at batch 64).
 //
 // Replay mode (gdn_update_replay, docs/replay.md) is the split kernel with GdnMode::replay:
 // before the step's tokens it folds the sequence's pending accepted tokens from their kept
@@ -31,6 +33,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 namespace kiln::kernels::gdn {
@@ -55,6 +59,10 @@ struct GdnArgs {
   void *replayK, *replayV;
   float *replayGb;
   int32_t replayTokens;
+  // Prefetching variants (kPrefetch): block b (in launch order) prefetches into the L2 the
+  // state of block b + prefetchAhead, the block that will run in its place, when that
+  // block is >= prefetchFirst; prefetchAhead 0: none.
+  int32_t prefetchAhead, prefetchFirst;
 };
 
 template <typename T> __device__ float toFloat(T x);
@@ -164,17 +172,70 @@ __device__ Four loadFour(const float *p) {
   return {{v.x, v.y, v.z, v.w}};
 }
 
+// How the split kernel accesses the state (a template parameter: 0 leaves the first
+// variants' code as it was).
+enum GdnAccess : int {
+  // The state's loads and stores evict-first in the L2 (ld/st.global.cs): a state is read
+  // and written once a launch, so its lines need not push out the prefetched ones.
+  kStreamState = 1,
+  // Prefetch the state of a later block into the L2 (prefetchSuccessor).
+  kPrefetch = 2,
+};
+
 // The state's rows of a thread: `rows` points at its first (its column), one row every
 // kStride floats.
-template <int kStride, int kRows> __device__ void loadRows(float (&s)[kRows], const float *rows) {
+template <int kStride, int kAccess, int kRows>
+__device__ void loadRows(float (&s)[kRows], const float *rows) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
-    s[r] = rows[r * kStride];
+    s[r] = kAccess & kStreamState ? __ldcs(rows + r * kStride) : rows[r * kStride];
 }
-template <int kStride, int kRows> __device__ void storeRows(const float (&s)[kRows], float *rows) {
+template <int kStride, int kAccess, int kRows>
+__device__ void storeRows(const float (&s)[kRows], float *rows) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    rows[r * kStride] = s[r];
+  for (int r = 0; r < kRows; ++r) {
+    if constexpr (kAccess & kStreamState)
+      __stcs(rows + r * kStride, s[r]);
+    else
+      rows[r * kStride] = s[r];
+  }
+}
+
+// Asks the L2 for `bytes` (a multiple of 16) at `p` (16-byte aligned) without waiting;
+// every lane of the warp calls it with the same arguments.
+__device__ void prefetchL2(const float *p, int bytes) {
+#if __CUDA_ARCH__ >= 900
+  // One bulk prefetch from one lane (TMA): the operands stay uniform, so ptxas does not
+  // loop over the lanes' addresses.
+  if (threadIdx.x % 32 == 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)),
+                 "r"(bytes));
+#else
+  for (int i = threadIdx.x % 32 * 128; i < bytes; i += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p) + i));
+#endif
+}
+
+// The tail of a launch of few waves: a block of the last wave starts when one of the
+// wave before ends, loads its state from DRAM and computes while the rest of the machine
+// idles. So a block prefetches into the L2 the state of the block prefetchAhead (the
+// blocks resident at once) on in launch order, the one that will take its place (a hint:
+// any SM may run it; the L2 serves every SM), and that block's loads hit the L2. The
+// first block of a state prefetches all of it (64 KiB contiguous at 128 x 128), a slice
+// a warp.
+template <int KD, int VD, int kCols> __device__ void prefetchSuccessor(const GdnArgs &a) {
+  constexpr int parts = VD / kCols, kWarps = kHalves * kCols / 32;
+  constexpr int kSlice = KD * VD / kWarps; // floats a warp: a multiple of 16 bytes
+  const int target = blockIdx.y * gridDim.x + blockIdx.x + a.prefetchAhead;
+  if (a.prefetchAhead <= 0 || target < a.prefetchFirst ||
+      target >= static_cast<int>(gridDim.x * gridDim.y) || target % parts != 0)
+    return;
+  const int seq = target / gridDim.x, head = target % gridDim.x / parts;
+  const int slot = a.indices ? a.indices[seq] : seq;
+  if (slot < 0 || slot >= a.numSlots)
+    return; // padding: its blocks read nothing
+  const float *state = a.state + (static_cast<size_t>(slot) * a.vHeads + head) * KD * VD;
+  prefetchL2(state + threadIdx.x / 32 * kSlice, kSlice * sizeof(float));
 }
 
 // s *= decay, then sum_r s[r] (k[r] kScale) as one fmaf chain from 0 in row order (the
@@ -337,7 +398,7 @@ enum class GdnMode { update, replay };
 // column's plus an immediate offset. With the runtime stride, ptxas gave this kernel 197
 // registers at k_dim 128 (a 64-bit address a row, it seems, kept from the loads to the
 // stores); with VD, 122 unbounded and 96 under the 5-blocks bound, without spills.
-template <typename T, int KD, int VD, int kCols, int kMinBlocks, GdnMode kMode>
+template <typename T, int KD, int VD, int kCols, int kMinBlocks, GdnMode kMode, int kAccess>
 __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKernel(GdnArgs a) {
   constexpr bool kReplay = kMode == GdnMode::replay;
   constexpr int kRows = KD / kHalves, parts = VD / kCols;
@@ -355,7 +416,10 @@ __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKern
   // All the state's loads are issued here; the first token's keys and norms are staged
   // while they are in flight.
   float s[kRows];
-  loadRows<VD>(s, state + firstRow + col);
+  loadRows<VD, kAccess>(s, state + firstRow + col);
+  // Behind the state's loads, so that they go to the memory first.
+  if constexpr ((kAccess & kPrefetch) != 0)
+    prefetchSuccessor<KD, VD, kCols>(a);
 
   // Replay: the accepted prefix of the sequence's last verify step goes in first. A
   // committed token's state is written after it instead; otherwise the folded state is
@@ -368,7 +432,7 @@ __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKern
       applyToken<false>(sh, s, keptToken<T, KD, VD>(a, slot, buffer, t, keyHead, head), a, half, c,
                         col);
     if (pending > 0 && a.numTokens != 1)
-      storeRows<VD>(s, state + firstRow + col);
+      storeRows<VD, kAccess>(s, state + firstRow + col);
     keepBuffer = 1 - buffer;
   }
 
@@ -382,14 +446,41 @@ __global__ void __launch_bounds__(kHalves *kCols, kMinBlocks) gdnUpdateSplitKern
     if (half == 0)
       static_cast<T *>(a.out)[headToken * VD + col] = fromFloat<T>(o);
     if (!kReplay && a.intermediate)
-      storeRows<VD>(s, a.intermediate +
-                           ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) *
-                               headState +
-                           firstRow + col);
+      storeRows<VD, kAccess>(
+          s, a.intermediate +
+                 ((static_cast<size_t>(slot) * a.interTokens + t) * a.vHeads + head) * headState +
+                 firstRow + col);
   }
   // The state after the step's last token: in place (update), or a committed token's.
   if (kReplay ? a.numTokens == 1 : !a.intermediate)
-    storeRows<VD>(s, state + firstRow + col);
+    storeRows<VD, kAccess>(s, state + firstRow + col);
+}
+
+constexpr int kMaxDevices = 64;
+
+// The blocks of `kernel` (`threads` a block, no dynamic shared memory) resident at once on
+// the current device: its SMs times the blocks an SM. Queried once a device and kept in
+// `cache` (0: not yet); 0 when the query fails (then nothing is prefetched).
+template <class Kernel>
+int residentBlocks(Kernel kernel, int threads, std::atomic<int> (&cache)[kMaxDevices]) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError(); // not this launch's error
+    return 0;
+  }
+  if (device < kMaxDevices)
+    if (const int known = cache[device].load(std::memory_order_relaxed))
+      return known;
+  int sms = 0, perSm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const int resident = sms * perSm;
+  if (device < kMaxDevices)
+    cache[device].store(resident, std::memory_order_relaxed);
+  return resident;
 }
 
 // The launch of one kernel of the update for dtype T, k_dim KD and v_dim VD, in mode kMode.
@@ -408,11 +499,24 @@ template <typename T, int KD, int VD, GdnMode kMode> struct Launch {
     }
   }
   // kCols columns a block, at most v_dim (a v_dim of 64 takes the 64-column kernel).
-  template <int kColsWanted, int kMinBlocks> bool split() const {
+  // kAccess & kPrefetch: the last wave's states are prefetched (every wave's but the
+  // first's when everyWave).
+  template <int kColsWanted, int kMinBlocks, int kAccess = 0>
+  bool split(bool everyWave = false) const {
     constexpr int kCols = kColsWanted < VD ? kColsWanted : VD;
     const dim3 grid(vHeads * (VD / kCols), batch);
-    gdnUpdateSplitKernel<T, KD, VD, kCols, kMinBlocks, kMode>
-        <<<grid, kHalves * kCols, 0, stream>>>(a);
+    const auto kernel = gdnUpdateSplitKernel<T, KD, VD, kCols, kMinBlocks, kMode, kAccess>;
+    GdnArgs args = a;
+    if constexpr ((kAccess & kPrefetch) != 0) {
+      // The blocks resident at once depend only on the kernel and the device, and the
+      // blocks of the launch on the shapes: a captured graph replays the same arguments.
+      static std::atomic<int> residentByDevice[kMaxDevices];
+      const int resident = residentBlocks(kernel, kHalves * kCols, residentByDevice);
+      const int blocks = static_cast<int>(grid.x * grid.y);
+      args.prefetchAhead = resident;
+      args.prefetchFirst = everyWave ? 0 : std::max(blocks - resident, 0);
+    }
+    kernel<<<grid, kHalves * kCols, 0, stream>>>(args);
     return true;
   }
   // Whether variant v has a kernel in this mode (launched).
@@ -432,6 +536,14 @@ template <typename T, int KD, int VD, GdnMode kMode> struct Launch {
       return split<64, 6>();
     case GdnUpdateVariant::Cols32Occ10:
       return split<32, 10>();
+    case GdnUpdateVariant::Cols64Occ5Cs:
+      return split<64, 5, kStreamState>();
+    case GdnUpdateVariant::Cols64Occ5Pf:
+      return split<64, 5, kPrefetch>();
+    case GdnUpdateVariant::Cols64Occ5CsPf:
+      return split<64, 5, kStreamState | kPrefetch>();
+    case GdnUpdateVariant::Cols64Occ5CsPfAll:
+      return split<64, 5, kStreamState | kPrefetch>(true);
     case GdnUpdateVariant::Count:
       break;
     }
@@ -470,8 +582,10 @@ kiln_status_t launchMode(const GdnArgs &a, kiln_dtype_t dtype, int kDim, int vDi
 } // namespace
 
 const char *gdnUpdateVariantName(GdnUpdateVariant v) {
-  static const char *const names[] = {"baseline",    "cols128-occ2", "cols128-occ3", "cols64-occ4",
-                                      "cols64-occ5", "cols64-occ6",  "cols32-occ10"};
+  static const char *const names[] = {"baseline",         "cols128-occ2",        "cols128-occ3",
+                                      "cols64-occ4",      "cols64-occ5",         "cols64-occ6",
+                                      "cols32-occ10",     "cols64-occ5-cs",      "cols64-occ5-pf",
+                                      "cols64-occ5-cspf", "cols64-occ5-cspf-all"};
   static_assert(sizeof names / sizeof *names == static_cast<size_t>(GdnUpdateVariant::Count));
   const int i = static_cast<int>(v);
   return i >= 0 && i < static_cast<int>(GdnUpdateVariant::Count) ? names[i] : "?";

@@ -268,6 +268,29 @@ TEST(GdnGpu, IntermediatesAtASlotStrideOfIntermediateTokens) {
     }
 }
 
+// Each variant's states, outputs and intermediates (spec) against the baseline kernel's,
+// bit for bit.
+void expectEveryVariantEqualsTheBaseline(const Problem &p, bool l2norm, int interTokens,
+                                         bool spec) {
+  const KernelRun want = runKernel(p, spec, l2norm, interTokens, GdnUpdateVariant::Baseline);
+  for (int i = 1; i < static_cast<int>(GdnUpdateVariant::Count); ++i) {
+    const auto variant = static_cast<GdnUpdateVariant>(i);
+    const KernelRun got = runKernel(p, spec, l2norm, interTokens, variant);
+    const char *name = kiln::kernels::gdn::gdnUpdateVariantName(variant);
+    SCOPED_TRACE(testing::Message()
+                 << name << ", batch " << p.batch << ", k_dim " << p.kDim << " v_dim " << p.vDim
+                 << ", heads " << p.kHeads << "/" << p.vHeads << ", " << p.tokens
+                 << " tokens, spec " << spec << ", l2norm " << l2norm);
+    ASSERT_EQ(std::memcmp(got.state.data(), want.state.data(), want.state.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(got.out.data(), want.out.data(), want.out.size() * 2), 0);
+    ASSERT_EQ(got.intermediate.size(), want.intermediate.size());
+    if (spec)
+      ASSERT_EQ(std::memcmp(got.intermediate.data(), want.intermediate.data(),
+                            want.intermediate.size() * 4),
+                0);
+  }
+}
+
 // Every kernel variant computes the same fp32 operations in the same order as the
 // baseline kernel (GdnUpdate.cu), so its states, outputs and intermediates equal the
 // baseline's bit for bit: in place and speculative (at a wider intermediate_tokens too),
@@ -285,26 +308,26 @@ TEST(GdnGpu, EveryVariantEqualsTheBaselineBitwise) {
       {Problem(4, 3, 4, 8, 128, 128, 43), false, 0}, {Problem(4, 2, 2, 2, 64, 64, 44), false, 0},
       {Problem(3, 2, 1, 4, 64, 128, 45), true, 3},   {Problem(3, 5, 2, 4, 128, 64, 46), true, 0}};
   for (const Case &c : cases)
-    for (bool spec : {false, true}) {
-      const KernelRun want =
-          runKernel(c.p, spec, c.l2norm, c.interTokens, GdnUpdateVariant::Baseline);
-      for (int i = 1; i < static_cast<int>(GdnUpdateVariant::Count); ++i) {
-        const auto variant = static_cast<GdnUpdateVariant>(i);
-        const KernelRun got = runKernel(c.p, spec, c.l2norm, c.interTokens, variant);
-        const char *name = kiln::kernels::gdn::gdnUpdateVariantName(variant);
-        SCOPED_TRACE(testing::Message()
-                     << name << ", k_dim " << c.p.kDim << " v_dim " << c.p.vDim << ", heads "
-                     << c.p.kHeads << "/" << c.p.vHeads << ", " << c.p.tokens << " tokens, spec "
-                     << spec << ", l2norm " << c.l2norm);
-        ASSERT_EQ(std::memcmp(got.state.data(), want.state.data(), want.state.size() * 4), 0);
-        ASSERT_EQ(std::memcmp(got.out.data(), want.out.data(), want.out.size() * 2), 0);
-        ASSERT_EQ(got.intermediate.size(), want.intermediate.size());
-        if (spec)
-          ASSERT_EQ(std::memcmp(got.intermediate.data(), want.intermediate.data(),
-                                want.intermediate.size() * 4),
-                    0);
-      }
-    }
+    for (bool spec : {false, true})
+      expectEveryVariantEqualsTheBaseline(c.p, c.l2norm, c.interTokens, spec);
+}
+
+// The benchmark's shapes (bench/Gdn): launches of more blocks than the GPU holds at once,
+// where the prefetching variants prefetch the later waves' states (the cases above fit
+// one wave, so they prefetch nothing): TP 4 at batch 64, 128 and 256 (1.5-6 waves of
+// cols64-occ5 on an H100), TP 1 at batch 64, and the 4-token verify step at both.
+TEST(GdnGpu, EveryVariantEqualsTheBaselineBitwiseAtBenchmarkShapes) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int batch, tokens, kHeads, vHeads;
+    bool spec;
+  };
+  const Case cases[] = {{64, 1, 4, 8, false},   {128, 1, 4, 8, false}, {256, 1, 4, 8, false},
+                        {64, 1, 16, 32, false}, {64, 4, 16, 32, true}, {64, 4, 4, 8, true}};
+  unsigned seed = 61;
+  for (const Case &c : cases)
+    expectEveryVariantEqualsTheBaseline(
+        Problem(c.batch, c.tokens, c.kHeads, c.vHeads, 128, 128, seed++), true, 0, c.spec);
 }
 
 // ---- gdn_update_replay
@@ -485,7 +508,10 @@ TEST(GdnGpu, UpdateReplayEqualsRewind) {
                               {6, 3, 2, 4, 64, 128, true},
                               {7, 2, 1, 2, 128, 64, true},
                               {5, 8, 2, 4, 64, 64, true},
-                              {6, 2, 2, 2, 64, 64, false}};
+                              {6, 2, 2, 2, 64, 64, false},
+                              // More blocks than an H100 holds at once: the prefetching
+                              // variants prefetch the later waves' states.
+                              {96, 4, 4, 8, 128, 128, true}};
   unsigned seed = 300;
   for (const ReplayCase &c : cases) {
     for (int i = 1; i < static_cast<int>(GdnUpdateVariant::Count); ++i)
