@@ -26,15 +26,17 @@ enum class GdnUpdateVariant {
   Cols64Occ5CsPfAll, // both, every wave's states but the first's prefetched
   Count,
 };
-// cols64-occ5 (2.5 states in flight an SM without spills, measured the fastest on six of
-// seven shapes) with the last wave's states prefetched, so that the last wave, which
-// starts as the wave before ends, does not wait on DRAM with the machine idle around it
-// (TP 4 at batch 64: 1,024 blocks, 1.55 waves of 660); the prediction until a GPU run
-// decides (docs/kernels-gdn.md).
+// cols64-occ5 (2.5 states in flight an SM without spills) with evict-first state
+// accesses and the last wave's states prefetched into L2, so that the last wave does not
+// wait on DRAM with the machine idle around it (TP 4 at batch 64: 1,024 blocks, 1.55
+// waves of 660). Measured (H100, 2026-12-06 16:52 UTC, docs/kernels-gdn.md): the
+// highest minimum over the batch >= 64 shapes, 86.7% of the copy ceiling at TP 4 batch
+// 64 against cols64-occ5's 85.3%, within 1-2 points of it elsewhere.
 constexpr GdnUpdateVariant kGdnUpdateDefault = GdnUpdateVariant::Cols64Occ5CsPf;
-// kiln_gdn_update_replay's: the same without the .cs accesses, with which ptxas spills
-// about 530 bytes of the replay kernel under the 5-blocks bound (16 bytes without).
-constexpr GdnUpdateVariant kGdnUpdateReplayDefault = GdnUpdateVariant::Cols64Occ5Pf;
+// kiln_gdn_update_replay's: plain cols64-occ5. The prefetch measured 1-2.5 points slower
+// there (the replay kernel's extra reads of kept tokens compete with it), and the .cs
+// accesses make ptxas spill about 530 bytes under the 5-blocks bound.
+constexpr GdnUpdateVariant kGdnUpdateReplayDefault = GdnUpdateVariant::Cols64Occ5;
 const char *gdnUpdateVariantName(GdnUpdateVariant v);
 
 // Arguments are validated; returns KILN_OK or KILN_ERROR_CUDA (message set).
