@@ -442,6 +442,55 @@ TEST(GqaDecodeGpu, EveryQLenAndLargeRowCounts) {
     runGqaCase({KILN_DTYPE_BF16, 64, 16, group, 1 + group % 3});
 }
 
+// The workspace query covers what the launch then demands, counters included, for every
+// explicit split count and the automatic one (it once returned less for counts that round
+// down): each launch gets exactly the queried bytes, zeroed, and must leave the fused
+// combine's counters (the last bytes) at 0.
+TEST(GqaDecodeGpu, WorkspaceQueryCoversEverySplitCount) {
+  KILN_REQUIRE_GPU();
+  const int batch = 2, kvHeads = 2, headDim = 128, pageSize = 64, maxLen = 3000;
+  PagedLayout layout = makeLayout(batch, maxLen, maxLen, pageSize);
+  std::vector<uint16_t> kvBits, qBits;
+  std::vector<float> unused;
+  randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16, kvBits,
+               unused);
+  DeviceBuffer<uint16_t> dKv(kvBits);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  for (int qLen : {1, 8})
+    for (int group : {4, 16}) {
+      const int qHeads = kvHeads * group;
+      randomValues(static_cast<size_t>(batch) * qLen * qHeads * headDim, KILN_DTYPE_BF16, qBits,
+                   unused);
+      DeviceBuffer<uint16_t> dQ(qBits), dOut(qBits.size());
+      for (int splits = 0; splits <= KILN_DECODE_MAX_SPLITS; ++splits) {
+        SCOPED_TRACE("q_len=" + std::to_string(qLen) + " group=" + std::to_string(group) +
+                     " num_splits=" + std::to_string(splits));
+        kiln_gqa_decode_params_t p =
+            gqaParams({dQ.ptr, dKv.ptr, dTable.ptr, dLens.ptr, dOut.ptr}, batch, qLen, qHeads,
+                      kvHeads, headDim, pageSize, layout, layout.maxSeqLen);
+        p.softmax_scale = 0.088f;
+        p.dtype = KILN_DTYPE_BF16;
+        p.kv_dtype = KILN_DTYPE_BF16;
+        p.num_splits = splits;
+        size_t wsBytes = 0;
+        ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+        DeviceBuffer<uint32_t> dWs((wsBytes + 3) / 4);
+        zeroWorkspace(dWs.ptr, wsBytes);
+        p.workspace = dWs.ptr;
+        p.workspace_bytes = wsBytes;
+        ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        if (wsBytes == 0)
+          continue;
+        const std::vector<uint32_t> ws = dWs.download();
+        const size_t counters = gqaCounterBytes(batch, kvHeads, qLen, group) / 4;
+        ASSERT_LE(counters, ws.size());
+        for (size_t i = ws.size() - counters; i < ws.size(); ++i)
+          EXPECT_EQ(ws[i], 0u) << "counter " << i - (ws.size() - counters) << " left nonzero";
+      }
+    }
+}
+
 TEST(GqaDecodeGpu, SplitKv) {
   KILN_REQUIRE_GPU();
   for (int splits : {1, 2, 3, 7, 40}) {
