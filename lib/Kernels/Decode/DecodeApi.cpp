@@ -241,7 +241,13 @@ cudaError_t launchEx(const void *fn, dim3 grid, dim3 block, void **argv, size_t 
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelExC(&config, fn, argv);
+  const cudaError_t error = cudaLaunchKernelExC(&config, fn, argv);
+  if (error != cudaErrorNotSupported && error != cudaErrorInvalidValue)
+    return error;
+  // A driver or mode without programmatic launch: the plain launch is the same work
+  // (the kernel's griddepcontrol instructions are then no-ops).
+  cudaGetLastError();
+  return cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
 }
 
 kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, void *args,
