@@ -386,7 +386,10 @@ void runGqaCase(const GqaCase &c) {
   p.stream = stream;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  // Two launches back to back on one workspace, as a decode graph holds them: the second
+  // may start (programmatic launch) while the first combines, and must wait for it.
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
