@@ -19,10 +19,10 @@ date -u > "$OUT/date.txt"
 for t in DecodeReferenceTest DecodeApiTest; do
   "$BUILD/bin/$t" > "$OUT/$t.log" 2>&1; echo "$t rc=$?"; tail -1 "$OUT/$t.log"
 done
-timeout ${KILN_DECODE_TEST_TIMEOUT:-90} "$BUILD/bin/DecodeGpuTest" > "$OUT/DecodeGpuTest.log" 2>&1
+timeout ${KILN_DECODE_TEST_TIMEOUT:-240} "$BUILD/bin/DecodeGpuTest" > "$OUT/DecodeGpuTest.log" 2>&1
 echo "DecodeGpuTest rc=$? ($(( $(date +%s) - START )) s)"
 grep -E "^\[  (PASSED|FAILED|  OK) |Failure|FAILED" "$OUT/DecodeGpuTest.log" | head -40
-timeout ${KILN_DECODE_BENCH_TIMEOUT:-120} "$BUILD/bin/kiln_decode_bench" ${2:-} > "$OUT/kiln.jsonl" 2> "$OUT/bench.err"
+timeout ${KILN_DECODE_BENCH_TIMEOUT:-200} "$BUILD/bin/kiln_decode_bench" ${2:-} > "$OUT/kiln.jsonl" 2> "$OUT/bench.err"
 echo "bench rc=$? ($(( $(date +%s) - START )) s)"
 cat "$OUT/kiln.jsonl"; tail -5 "$OUT/bench.err"
 if [ -z "${KILN_DECODE_NO_PEERS:-}" ]; then

@@ -47,10 +47,14 @@ extern "C" {
  * next to BF16 q/out (kv_dtype KILN_DTYPE_F16: fp16 mma, q rounded to fp16 once; the F16
  * kernel's arithmetic, output rounded to bf16); sm_80 or newer.
  * Split-KV: the launcher splits each sequence's keys into num_splits chunks (0 = choose
- * from batch, kv heads, max_seq_len and the SM count) and combines the partial results
- * in a second kernel. Partials live in the caller's workspace: query its size with
- * kiln_gqa_decode_workspace_bytes(); with a smaller workspace the launcher uses fewer
- * splits (workspace NULL/0 = no split-KV). */
+ * from batch, kv heads, max_seq_len and the SM count) and combines the partial results:
+ * in num_splits mode inside the kernel (the last split block of a group combines), with
+ * split_keys in a second kernel. Partials live in the caller's workspace: query its size
+ * with kiln_gqa_decode_workspace_bytes(); with a smaller workspace the launcher uses
+ * fewer splits (workspace NULL/0 = no split-KV). Zero the workspace once after
+ * allocating it: in num_splits mode its last bytes are arrival counters that must start
+ * at 0; every launch leaves them at 0 (so CUDA-graph replays need no memset) and treats
+ * the rest as scratch. Do not share those bytes with other writers between launches. */
 typedef struct kiln_gqa_decode_params {
   const void *q;              /* [batch, q_len, q_heads, head_dim] */
   const void *kv_cache;       /* [num_pages, 2, page_size, kv_heads, head_dim] */

@@ -34,6 +34,7 @@ int log2i(int value) {
 struct DeviceProps {
   int sms = 0;
   int smemOptin = 0;
+  int ccMajor = 0; // programmatic dependent launch needs 9+
 };
 
 kiln_status_t deviceProps(const char *kernel, DeviceProps *props) {
@@ -56,6 +57,8 @@ kiln_status_t deviceProps(const char *kernel, DeviceProps *props) {
   if (error == cudaSuccess)
     error = cudaDeviceGetAttribute(&fresh.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                    device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&fresh.ccMajor, cudaDevAttrComputeCapabilityMajor, device);
   if (error != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "%s: cudaDeviceGetAttribute: %s", kernel,
                 cudaGetErrorString(error));
@@ -110,6 +113,12 @@ size_t partialBytes(long long outRows, int splits, int dv) {
   return static_cast<size_t>(outRows) * splits * (dv + 1) * sizeof(float);
 }
 
+// Workspace of `splits` splits: the partials, then (fused combine) `counterBytes` of
+// arrival counters; none without split-KV.
+size_t splitWorkspace(long long outRows, int splits, int dv, size_t counterBytes) {
+  return splits > 1 ? partialBytes(outRows, splits, dv) + counterBytes : 0;
+}
+
 // Splits so that batch x heads x splits blocks fill the GPU: FlashAttention's wave
 // efficiency rule (smallest split count within 85% of the best wave efficiency).
 int autoSplits(long long baseBlocks, int slots, int maxTiles) {
@@ -152,45 +161,99 @@ kiln_status_t planFixedSplits(const char *kernel, int splitKeys, int maxSeqLen, 
   return KILN_OK;
 }
 
+// Automatic splits when the kernel combines its own partials (gqa_decode's fused
+// combine): a split costs no second launch, only the last block's L2 reads of one more
+// partial, so take the (whole-tile) split count whose blocks fill the most of one wave
+// of resident slots. Short single-sequence steps get ~2 blocks an SM instead of the
+// 85%-efficiency rule's fewer, longer ones; batches that fill the GPU keep 1.
+int autoSplitsFused(long long baseBlocks, int slots, int maxTiles, int (*effective)(int, int),
+                    int limit) {
+  if (limit <= 1 || baseBlocks >= 0.8 * slots)
+    return 1;
+  int best = 1;
+  for (int s = 2; s <= limit; ++s) {
+    const int e = effective(maxTiles, s);
+    if (baseBlocks * e > slots)
+      break;
+    if (e > best)
+      best = e;
+  }
+  return best;
+}
+
+// Splits that run for `splits` requested: whole key tiles per split, so the count can
+// round down (10 tiles in 6 splits are 5 splits of 2 tiles).
+int effectiveSplits(int maxTiles, int splits) {
+  const int tilesPerSplit = (maxTiles + splits - 1) / splits;
+  return (maxTiles + tilesPerSplit - 1) / tilesPerSplit;
+}
+
 // `requested` 0 = automatic; a workspace of `workspaceBytes` (when planning the launch)
-// caps the split count; for the workspace query pass SIZE_MAX.
+// caps the split count; for the workspace query pass SIZE_MAX. `counterBytes` > 0: the
+// fused combine's counters follow the partials (and the fill-one-wave rule applies).
 kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks, int slots,
-                         int maxSeqLen, int tileN, long long outRows, int dv,
-                         size_t workspaceBytes, const void *workspace, bool forQuery,
-                         SplitPlan *plan) {
+                         int maxSeqLen, int tileN, long long outRows, int dv, size_t workspaceBytes,
+                         const void *workspace, bool forQuery, SplitPlan *plan,
+                         size_t counterBytes = 0) {
   const int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
   // The splits that run: whole key tiles per split, so `splits` can round down (10
   // tiles in 6 splits are 5 splits of 2 tiles). The query and the launch both size the
   // partials by this count, so the queried workspace is always enough.
-  auto effective = [&](int splits) {
-    const int tilesPerSplit = (maxTiles + splits - 1) / splits;
-    return (maxTiles + tilesPerSplit - 1) / tilesPerSplit;
-  };
-  int splits = effective(requested > 0 ? std::min(requested, maxTiles)
-                                       : autoSplits(baseBlocks, slots, maxTiles));
+  auto effective = [&](int splits) { return effectiveSplits(maxTiles, splits); };
+  const int autoLimit = std::min(maxTiles, KILN_DECODE_MAX_SPLITS);
+  int splits = effective(
+      requested > 0      ? std::min(requested, maxTiles)
+      : counterBytes > 0 ? autoSplitsFused(baseBlocks, slots, maxTiles, effectiveSplits, autoLimit)
+                         : autoSplits(baseBlocks, slots, maxTiles));
+  auto need = [&](int n) { return splitWorkspace(outRows, n, dv, counterBytes); };
   if (!forQuery && splits > 1) {
     size_t have = workspace ? workspaceBytes : 0;
-    if (have < partialBytes(outRows, splits, dv)) {
+    if (have < need(splits)) {
       if (requested > 0)
         return fail(KILN_ERROR_INVALID_ARGUMENT,
                     "%s: workspace_bytes %zu too small for num_splits %d (%d after rounding "
                     "to whole key tiles; needs %zu)",
-                    kernel, have, requested, splits, partialBytes(outRows, splits, dv));
-      splits = static_cast<int>(have / partialBytes(outRows, 1, dv));
-      splits = effective(std::max(1, std::min(splits, maxTiles)));
+                    kernel, have, requested, splits, need(splits));
+      // The most splits the workspace holds (counters included).
+      while (splits > 1 && have < need(splits))
+        splits = effective(splits - 1);
     }
   }
   plan->splitTiles = (maxTiles + splits - 1) / splits;
   plan->numSplits = (maxTiles + plan->splitTiles - 1) / plan->splitTiles;
-  plan->workspaceBytes = plan->numSplits > 1 ? partialBytes(outRows, plan->numSplits, dv) : 0;
+  plan->workspaceBytes = need(plan->numSplits);
   return KILN_OK;
 }
 
+// `pdl`: programmatic dependent launch (sm_90+): the kernel may start while the
+// previous one in the stream finishes; it must pdlWait() before reading its results.
+cudaError_t launchEx(const void *fn, dim3 grid, dim3 block, void **argv, size_t smem, void *stream,
+                     bool pdl) {
+  if (!pdl)
+    return cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t error = cudaLaunchKernelExC(&config, fn, argv);
+  if (error != cudaErrorNotSupported && error != cudaErrorInvalidValue)
+    return error;
+  // A driver or mode without programmatic launch: the plain launch is the same work
+  // (the kernel's griddepcontrol instructions are then no-ops).
+  cudaGetLastError();
+  return cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
+}
+
 kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, void *args,
-                     size_t smem, void *stream) {
+                     size_t smem, void *stream, bool pdl = false) {
   void *argv[] = {args};
-  cudaError_t error =
-      cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
+  cudaError_t error = launchEx(fn, grid, block, argv, smem, stream, pdl);
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)
@@ -198,22 +261,20 @@ kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, 
   return KILN_OK;
 }
 
-kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO,
-                            float *partLse, void *out, long long outRows, int numSplits, int dv,
-                            void *stream, const float *sinks = nullptr, int heads = 1) {
+kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO, float *partLse,
+                            void *out, long long outRows, int numSplits, int dv, void *stream,
+                            const float *sinks = nullptr, int heads = 1, bool pdl = false) {
   const void *fn = dtype == KILN_DTYPE_BF16 ? splitCombineKernelBf16() : splitCombineKernelF16();
   void *argv[] = {&partO, &partLse, &out, &numSplits, &dv, &sinks, &heads};
   dim3 grid(static_cast<unsigned>(outRows));
   dim3 block(std::min(128, dv / 4));
-  cudaError_t error =
-      cudaLaunchKernel(fn, grid, block, argv, 0, static_cast<cudaStream_t>(stream));
+  cudaError_t error = launchEx(fn, grid, block, argv, 0, stream, pdl);
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "%s: combine launch: %s", kernel, cudaGetErrorString(error));
   return KILN_OK;
 }
-
 
 // ---- gqa_decode ------------------------------------------------------------------------
 
@@ -288,6 +349,21 @@ int gqaRowBlocks(const kiln_gqa_decode_params_t *p) {
   return (gqaRows(p) + rowsPerBlock - 1) / rowsPerBlock;
 }
 
+// KILN_GQA_SEPARATE_COMBINE (experiment knob, read per call): the launch as it was before
+// the fused combine (85%-wave-efficiency splits, a second combine kernel, no
+// programmatic dependent launch), so one benchmark run can show both.
+bool gqaLegacy() { return std::getenv("KILN_GQA_SEPARATE_COMBINE") != nullptr; }
+
+// The kernel combines its own partials (args.counters) in num_splits mode. split_keys
+// mode (the runtime's, sized by Layout.h's kiln_rt_split_workspace_bytes) keeps the
+// combine kernel: its workspace formula has no counters.
+bool gqaFused(const kiln_gqa_decode_params_t *p) { return p->split_keys == 0 && !gqaLegacy(); }
+
+// One arrival counter a (sequence, kv head x row block) group: the fused kernel's grid.y x z.
+size_t gqaCounterBytes(const kiln_gqa_decode_params_t *p) {
+  return static_cast<size_t>(p->batch) * p->kv_heads * gqaRowBlocks(p) * sizeof(unsigned);
+}
+
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
                       SplitPlan *plan) {
   kiln_status_t status = validateGqa(p);
@@ -316,10 +392,10 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if (p->split_keys > 0)
     return planFixedSplits(kGqa, p->split_keys, p->max_seq_len, info->tileN, outRows,
                            p->head_dim, p->workspace_bytes, p->workspace, forQuery, plan);
-  return planSplits(kGqa, p->num_splits,
-                    static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
-                    props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
-                    p->workspace_bytes, p->workspace, forQuery, plan);
+  return planSplits(
+      kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
+      props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
+      p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p) ? gqaCounterBytes(p) : 0);
 }
 
 // ---- mla_decode ------------------------------------------------------------------------
@@ -501,14 +577,22 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.kScale = p->k_scale;
   args.vScale = p->v_scale;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
-  dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
-  if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
-                       p->stream)) != KILN_OK)
+  const bool fused = gqaFused(p) && plan.numSplits > 1;
+  // The counters follow the partials (planSplits sized the workspace for them).
+  args.counters =
+      fused ? reinterpret_cast<unsigned *>(args.partLse + outRows * plan.numSplits) : nullptr;
+  DeviceProps props;
+  if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
-  if (plan.numSplits > 1 &&
+  const bool pdl = props.ccMajor >= 9 && !gqaLegacy();
+  dim3 grid(plan.numSplits, p->kv_heads * args.rowBlocks, p->batch);
+  if ((status = launch(kGqa, info.fn, grid, dim3(info.threads), &args, info.smemBytes, p->stream,
+                       pdl)) != KILN_OK)
+    return status;
+  if (plan.numSplits > 1 && !fused &&
       (status = launchCombine(kGqa, p->dtype, args.partO, args.partLse, p->out, outRows,
-                              plan.numSplits, p->head_dim, p->stream, p->sinks,
-                              p->q_heads)) != KILN_OK)
+                              plan.numSplits, p->head_dim, p->stream, p->sinks, p->q_heads, pdl)) !=
+          KILN_OK)
     return status;
   return ok();
 }

@@ -14,6 +14,10 @@ struct GqaArgs {
   void *out;
   float *partO;
   float *partLse;
+  // Fused combine (num_splits > 1): one arrival counter a (sequence, kv head x row
+  // block) group, zero between launches; the group's last split block combines the
+  // partials and sets it back to 0. Null: a separate splitCombineKernel combines.
+  unsigned *counters;
   int qLen, qHeads, kvHeads, group;
   int rowBlocks; // blocks of MT*16 query rows per kv head (grid.y = kvHeads * rowBlocks)
   int pageSize, pageShift, maxPages;

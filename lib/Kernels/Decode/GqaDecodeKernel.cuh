@@ -5,7 +5,14 @@
 // pipeline into swizzled smem; S = Q K^T and O += P V run on mma.sync m16n8k16 with an
 // online (flash) softmax in fp32. Warps split rows (MT) x keys (WARPS_N); key-split
 // warps are merged in smem at the end. With num_splits > 1 the block writes a
-// normalized fp32 partial + log2-sum-exp to the workspace for splitCombineKernel.
+// normalized fp32 partial + log2-sum-exp to the workspace; then either the last block
+// of its (sequence, kv head x row block) group to arrive combines the group's partials
+// (fused combine, args.counters), or splitCombineKernel does in a second launch. Both
+// run the same arithmetic (splitWeights/combineFour), so they give the same bits.
+//
+// Programmatic dependent launch: the kernel waits (pdlWait) before its first global
+// read, so its launch and block setup may overlap the previous kernel's tail, and lets
+// the next kernel launch once its own key loop is done.
 //
 // Batch invariance: a query row's arithmetic must not depend on how many other rows
 // share its block (decode q_len 1 and a speculative verify of q_len 5 must give the same
@@ -81,6 +88,8 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
   static_assert(KW % 16 == 0, "keys per warp must be a multiple of 16");
   static_assert(WARPS_N == 1 || WARPS_N * ROWS * D * 4 <= REGION_BYTES,
                 "merge buffer must fit in the K/V stages");
+  static_assert(ROWS * KILN_DECODE_MAX_SPLITS * 4 <= REGION_BYTES,
+                "the fused combine's weights must fit in the K/V stages");
 };
 
 // T: q and out; KT: a cached element: T, e4m3 bytes (uint8_t, bf16 T) or __half (bf16
@@ -101,6 +110,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
   CT *sQ = C::Q_IN_REGS ? reinterpret_cast<CT *>(sKV + (C::STAGES - 1) * C::STAGE_ELEMS)
                         : reinterpret_cast<CT *>(smemRaw);
 
+  // Everything below may read what the previous kernel wrote (q, pages, tables).
+  pdlWait();
   const int split = blockIdx.x, b = blockIdx.z;
   const int kvh = blockIdx.y / args.rowBlocks, rowBase = (blockIdx.y % args.rowBlocks) * C::ROWS;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -339,6 +350,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
     }
   }
   cpAsyncWait<0>();
+  // No more K/V reads: the next kernel's blocks may start launching (they wait for this
+  // grid to finish before reading anything).
+  pdlLaunchDependents();
 
   l0 = quadSum(l0);
   l1 = quadSum(l1);
@@ -441,6 +455,49 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
         v1 += v.y;
       }
       store(r, col, v0, v1, gm, sum);
+    }
+  }
+
+  if (args.numSplits > 1 && args.counters) {
+    // Fused combine. Release: this block's partials are visible GPU-wide before its
+    // arrival is counted; the block that completes the count sees every partial.
+    __threadfence();
+    __syncthreads();
+    __shared__ bool sLast;
+    if (tid == 0) {
+      unsigned *counter = args.counters + blockIdx.z * gridDim.y + blockIdx.y;
+      sLast = atomicAdd(counter, 1u) + 1 == static_cast<unsigned>(args.numSplits);
+      // Every split has arrived: back to 0 for the next launch (a CUDA graph replays
+      // the same workspace), so no launch needs a memset.
+      if (sLast)
+        atomicExch(counter, 0u);
+    }
+    __syncthreads();
+    if (!sLast)
+      return;
+    __threadfence(); // acquire: the other blocks' partials, not stale lines
+    const int splits = args.numSplits;
+    // The K/V stages are free now: [rows][splits] lse, then weights in place.
+    float *sW = reinterpret_cast<float *>(region);
+    __shared__ float sInv[C::ROWS];
+    for (int i = tid; i < rows * splits; i += C::THREADS)
+      sW[i] = __ldcg(args.partLse + flatRow(i / splits) * splits + i % splits);
+    __syncthreads();
+    if (tid < rows) {
+      // The separate combine's sink: sinks[flat row % q_heads], the row's head.
+      const float sinkLse =
+          args.sinks
+              ? args.sinks[kvh * args.group + (rowBase + tid) % args.group] * 1.4426950408889634f
+              : -INFINITY;
+      float *w = sW + tid * splits;
+      sInv[tid] = splitWeights(w, splits, sinkLse, args.sinks != nullptr, w);
+    }
+    __syncthreads();
+    for (int i = tid; i < rows * (D / 4); i += C::THREADS) {
+      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+      const size_t fr = flatRow(r);
+      *reinterpret_cast<uint2 *>(static_cast<T *>(args.out) + fr * D + d) =
+          combineFour<T>(args.partO + fr * splits * D, sW + r * splits, splits, D, d, sInv[r]);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -175,7 +176,25 @@ struct GqaCase {
   bool fp8 = false;   // an FP8 e4m3 pool (bf16 q/out) with per-KV-head scales
   bool fp8Scales = true; // false: the scales' NULL (1)
   bool f16Pool = false;  // an f16 pool (bf16 q/out) of values with fp16's full precision
+  // Also: capture the launch in a CUDA graph and replay it twice (the fused combine's
+  // counters must be back at 0 after every launch), and with an explicit split count
+  // compare the bits with the separate combine kernel's.
+  bool replays = false;
 };
+
+// The workspace contract: zeroed once after allocating (the fused combine's arrival
+// counters start at 0; every launch leaves them at 0).
+void zeroWorkspace(void *ptr, size_t bytes) {
+  if (bytes)
+    ASSERT_EQ(cudaMemset(ptr, 0, bytes), cudaSuccess);
+}
+
+// Bytes of gqa_decode's fused-combine counters in a workspace of the num_splits mode:
+// one a (sequence, kv head, block of 16 or 32 query rows), after the partials.
+size_t gqaCounterBytes(int batch, int kvHeads, int qLen, int group) {
+  const int rows = qLen * group, perBlock = rows > 16 ? 32 : 16;
+  return static_cast<size_t>(batch) * kvHeads * ((rows + perBlock - 1) / perBlock) * 4;
+}
 
 // The pool's element type of a case.
 kiln_dtype_t poolDtype(const GqaCase &c) {
@@ -335,12 +354,70 @@ void runGqaCase(const GqaCase &c) {
   size_t wsBytes = 0;
   ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
   DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+  zeroWorkspace(dWs.ptr, wsBytes);
   p.workspace = dWs.ptr;
   p.workspace_bytes = wsBytes;
   ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  compare(dOut.download(), ref, c.dtype, "gqa_decode " + describe(c),
+  const std::vector<uint16_t> first = dOut.download();
+  compare(first, ref, c.dtype, "gqa_decode " + describe(c),
           c.f16Pool ? kF16PoolTolerance : toleranceFor(c.dtype));
+  if (!c.replays)
+    return;
+
+  // The fused combine's counters (num_splits mode with split-KV) sit at the workspace's
+  // end; the partials before them are scratch, so they are poisoned before each replay.
+  const size_t counterBytes =
+      c.splitKeys == 0 && wsBytes ? gqaCounterBytes(c.batch, c.kvHeads, c.qLen, c.group) : 0;
+  ASSERT_LE(counterBytes, wsBytes);
+  auto countersAreZero = [&](const char *when) {
+    if (counterBytes == 0)
+      return;
+    std::vector<float> ws = dWs.download();
+    std::vector<uint32_t> counters(counterBytes / 4);
+    std::memcpy(counters.data(), reinterpret_cast<const char *>(ws.data()) + wsBytes - counterBytes,
+                counterBytes);
+    for (size_t i = 0; i < counters.size(); ++i)
+      EXPECT_EQ(counters[i], 0u) << "counter " << i << " " << when;
+  };
+  countersAreZero("after the eager launch");
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  p.stream = stream;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  // Two launches back to back on one workspace, as a decode graph holds them: the second
+  // may start (programmatic launch) while the first combines, and must wait for it.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
+    if (wsBytes > counterBytes) // no workspace without split-KV
+      ASSERT_EQ(cudaMemset(dWs.ptr, 0xff, wsBytes - counterBytes), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(dOut.download() == first) << "graph replay " << replay << " != the eager launch";
+    countersAreZero(replay ? "after the second replay" : "after the first replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  p.stream = nullptr;
+
+  // The same splits through the separate combine kernel (the knob's old launch): the
+  // fused combine runs its arithmetic, so the bits agree.
+  if (c.numSplits > 0 && c.splitKeys == 0) {
+    dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
+    setenv("KILN_GQA_SEPARATE_COMBINE", "1", 1);
+    const kiln_status_t status = kiln_gqa_decode(&p);
+    unsetenv("KILN_GQA_SEPARATE_COMBINE");
+    ASSERT_EQ(status, KILN_OK) << kiln_last_error();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(dOut.download() == first) << "fused combine != separate combine kernel";
+  }
 }
 
 TEST(GqaDecodeGpu, HeadDimPageGroupCrossProduct) {
@@ -368,12 +445,62 @@ TEST(GqaDecodeGpu, EveryQLenAndLargeRowCounts) {
     runGqaCase({KILN_DTYPE_BF16, 64, 16, group, 1 + group % 3});
 }
 
+// The workspace query covers what the launch then demands, counters included, for every
+// explicit split count and the automatic one (it once returned less for counts that round
+// down): each launch gets exactly the queried bytes, zeroed, and must leave the fused
+// combine's counters (the last bytes) at 0.
+TEST(GqaDecodeGpu, WorkspaceQueryCoversEverySplitCount) {
+  KILN_REQUIRE_GPU();
+  const int batch = 2, kvHeads = 2, headDim = 128, pageSize = 64, maxLen = 3000;
+  PagedLayout layout = makeLayout(batch, maxLen, maxLen, pageSize);
+  std::vector<uint16_t> kvBits, qBits;
+  std::vector<float> unused;
+  randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16, kvBits,
+               unused);
+  DeviceBuffer<uint16_t> dKv(kvBits);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  for (int qLen : {1, 8})
+    for (int group : {4, 16}) {
+      const int qHeads = kvHeads * group;
+      randomValues(static_cast<size_t>(batch) * qLen * qHeads * headDim, KILN_DTYPE_BF16, qBits,
+                   unused);
+      DeviceBuffer<uint16_t> dQ(qBits), dOut(qBits.size());
+      for (int splits = 0; splits <= KILN_DECODE_MAX_SPLITS; ++splits) {
+        SCOPED_TRACE("q_len=" + std::to_string(qLen) + " group=" + std::to_string(group) +
+                     " num_splits=" + std::to_string(splits));
+        kiln_gqa_decode_params_t p =
+            gqaParams({dQ.ptr, dKv.ptr, dTable.ptr, dLens.ptr, dOut.ptr}, batch, qLen, qHeads,
+                      kvHeads, headDim, pageSize, layout, layout.maxSeqLen);
+        p.softmax_scale = 0.088f;
+        p.dtype = KILN_DTYPE_BF16;
+        p.kv_dtype = KILN_DTYPE_BF16;
+        p.num_splits = splits;
+        size_t wsBytes = 0;
+        ASSERT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+        DeviceBuffer<uint32_t> dWs((wsBytes + 3) / 4);
+        zeroWorkspace(dWs.ptr, wsBytes);
+        p.workspace = dWs.ptr;
+        p.workspace_bytes = wsBytes;
+        ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        if (wsBytes == 0)
+          continue;
+        const std::vector<uint32_t> ws = dWs.download();
+        const size_t counters = gqaCounterBytes(batch, kvHeads, qLen, group) / 4;
+        ASSERT_LE(counters, ws.size());
+        for (size_t i = ws.size() - counters; i < ws.size(); ++i)
+          EXPECT_EQ(ws[i], 0u) << "counter " << i - (ws.size() - counters) << " left nonzero";
+      }
+    }
+}
+
 TEST(GqaDecodeGpu, SplitKv) {
   KILN_REQUIRE_GPU();
   for (int splits : {1, 2, 3, 7, 40}) {
     GqaCase c{KILN_DTYPE_BF16, 128, 64, 4, 1};
     c.numSplits = splits;
     c.maxLen = 1500;
+    c.replays = true;
     runGqaCase(c);
   }
   // Automatic splits: one long sequence, few heads -> many splits.
@@ -392,6 +519,47 @@ TEST(GqaDecodeGpu, SplitKv) {
   e.maxLen = 70;
   e.numSplits = 16;
   runGqaCase(e);
+}
+
+// The fused combine (the last split block of a group combines the partials) at the
+// small-batch shapes it is for: batch 1 and 16, short to long sequences, automatic and
+// explicit split counts (many splits and a few), every pool and q/out dtype, multi-token
+// rows, sinks and a window; each replayed from a CUDA graph twice, explicit counts also
+// against the separate combine kernel bit for bit.
+TEST(GqaDecodeGpu, FusedCombineReplaysAndMatchesSeparateCombine) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  for (int pool = 0; pool < 4; ++pool) // bf16, fp16, f16 pool (bf16 q/out), FP8 pool
+    for (int batch : {1, 16})
+      for (int len : {1000, 4100, 9000}) {
+        if (batch == 16 && len == 9000)
+          continue; // the fp64 reference's time
+        GqaCase c{pool == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, n % 5 == 4 ? 64 : 128, 64, 4,
+                  n % 3 == 2 ? 4 : 1};
+        c.f16Pool = pool == 2;
+        c.fp8 = pool == 3;
+        c.batch = batch;
+        c.kvHeads = batch == 1 ? 8 : 2;
+        c.minLen = len / 2;
+        c.maxLen = len;
+        c.numSplits = n % 2 ? (n % 4 == 1 ? 3 : 40) : 0;
+        c.sinks = n % 3 == 1;
+        c.window = n % 7 == 5 ? 700 : 0;
+        c.replays = true;
+        ++n;
+        runGqaCase(c);
+      }
+  // d = 256 (64-thread blocks), two row tiles (q_len 8 x group 4 = 32 rows).
+  for (int headDim : {256, 128}) {
+    GqaCase c{KILN_DTYPE_BF16, headDim, 32, 4, headDim == 256 ? 2 : 8};
+    c.batch = 1;
+    c.kvHeads = 4;
+    c.maxLen = 3000;
+    c.numSplits = 17;
+    c.sinks = true;
+    c.replays = true;
+    runGqaCase(c);
+  }
 }
 
 // Sliding windows: shorter, equal to and longer than the tile (64/32 keys) and the split
@@ -546,6 +714,7 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   size_t wsBytes = 0;
   EXPECT_EQ(kiln_gqa_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
   DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+  zeroWorkspace(dWs.ptr, wsBytes);
   p.workspace = dWs.ptr;
   p.workspace_bytes = wsBytes;
   EXPECT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
