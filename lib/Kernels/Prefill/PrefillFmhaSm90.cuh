@@ -324,6 +324,14 @@ cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlen
   return cudaGetLastError();
 }
 
+// Head dim 256 (Qwen3-Next's gated full attention): the bf16 or fp16 instantiations,
+// dense or paged, of PrefillFmhaSm90D256.cu. They live in a file of their own because
+// their 128-register O accumulators make them the slowest to compile, and a -j2 build
+// then compiles them next to the d64/d128 ones.
+template <bool PAGED>
+cudaError_t launchPrefillFmhaSm90D256(const FmhaArgs &args, bool bf16, int batch, int maxSeqlenQ,
+                                      int qHeads, cudaStream_t stream);
+
 } // namespace kiln::kernels::prefill
 
 #endif
