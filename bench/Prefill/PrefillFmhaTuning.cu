@@ -68,6 +68,8 @@ extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params
   KILN_TUNE90(64, 64, 2, 2)
   KILN_TUNE90(64, 128, 3, 2)
   KILN_TUNE90(64, 128, 2, 1)
+  // d256: one warpgroup a block (64 query rows, 161 KiB) against the library's two.
+  KILN_TUNE90(256, 64, 2, 1)
 #undef KILN_TUNE90
   return KILN_ERROR_UNSUPPORTED;
 }
