@@ -411,7 +411,7 @@ TEST(PrefillFmhaGpu, LongSequence) {
   runCase({{2048, 33}, {2048, 33}, 8, 2, 128, KILN_DTYPE_BF16, true}, 300);
   runCase({{1500}, {1500}, 4, 4, 64, KILN_DTYPE_F16, true}, 301);
   // d256: 64-key tiles, so 32+ trips around the wgmma variant's 2-stage ring.
-  runCase({{2100, 65}, {2100, 65}, 16, 2, 256, KILN_DTYPE_BF16, true}, 302);
+  runCase({{2100, 65}, {2100, 65}, 8, 1, 256, KILN_DTYPE_BF16, true}, 302);
 }
 
 // Extend context through the paged cache: a few new tokens after a long cached prefix,
