@@ -29,8 +29,11 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
   return (64 * NWG * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
 }
 
-// NWG warpgroups per block, 64 query rows each.
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG>
+// NWG warpgroups per block, 64 query rows each. LAZY_RESCALE: a warp skips rescaling its
+// O accumulators on a key tile that raises none of its 16 rows' maxima (the factor
+// would be exactly 1); D / 4 multiplies a thread a tile against a vote. A tuning
+// option (bench/Prefill/PrefillFmhaTuning.cu) until measured.
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false>
 __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
   constexpr int BM = 64 * NWG;
@@ -220,6 +223,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
         }
     }
 
+    float alpha[2];
+    bool grew = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = NEG_INF;
@@ -230,14 +235,19 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float mNew = fmaxf(rowMax[r], mx);
       const float mUse = mNew == NEG_INF ? 0.f : mNew;
-      const float alpha = fastExp2((rowMax[r] - mUse) * a.scale_log2);
-      rowMax[r] = mNew;
-      rowSum[r] *= alpha;
+      if constexpr (LAZY_RESCALE) {
+        grew |= mNew != rowMax[r];
+        alpha[r] = mNew == rowMax[r] ? 1.f : fastExp2((rowMax[r] - mUse) * a.scale_log2);
+      } else {
+        alpha[r] = fastExp2((rowMax[r] - mUse) * a.scale_log2);
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn * 4 + 2 * r] *= alpha;
-        o[dn * 4 + 2 * r + 1] *= alpha;
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[dn * 4 + 2 * r] *= alpha[r];
+          o[dn * 4 + 2 * r + 1] *= alpha[r];
+        }
       }
+      rowMax[r] = mNew;
+      rowSum[r] *= alpha[r];
       const float ms = mUse * a.scale_log2;
       float sum = 0.f;
 #pragma unroll
@@ -249,6 +259,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
         sum += p0 + p1;
       }
       rowSum[r] += sum;
+    }
+    if constexpr (LAZY_RESCALE) {
+      if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+          o[i] *= alpha[(i >> 1) & 1];
+      }
     }
 
     uint32_t pa[BN / 16][4];
@@ -310,11 +327,12 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2>
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2,
+          bool LAZY_RESCALE = false>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
   constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG>;
+  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
