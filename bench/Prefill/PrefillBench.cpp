@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
       {"L8192_d128", 2, 8192, 32, 8, 128},
       {"L16384_d128", 1, 16384, 32, 8, 128},
       {"L8192_d64", 2, 8192, 32, 8, 64},
-      {"L8192_d256", 2, 8192, 16, 2, 256}, // Qwen3-Next's full attention (TP1): sm80 only
+      {"L8192_d256", 2, 8192, 16, 2, 256}, // Qwen3-Next's full attention (TP1)
   };
   size_t maxQ = 0, maxKV = 0;
   int maxB = 0;

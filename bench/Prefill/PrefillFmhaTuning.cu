@@ -16,13 +16,13 @@ kiln_status_t run(const kiln_prefill_fmha_params_t &p) {
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
 }
-template <int D, int BN, int STAGES, int NWG>
+template <int D, int BN, int STAGES, int NWG, bool LAZY = false>
 kiln_status_t run90(const kiln_prefill_fmha_params_t &p) {
   kiln_status_t st = checkDeviceSm90("tuned");
   if (st != KILN_OK)
     return st;
   const FmhaArgs a = makeArgs(p);
-  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false, NWG>(
+  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false, NWG, LAZY>(
                           a, p.batch, p.max_seqlen_q, p.q_heads,
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
@@ -68,6 +68,18 @@ extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params
   KILN_TUNE90(64, 64, 2, 2)
   KILN_TUNE90(64, 128, 3, 2)
   KILN_TUNE90(64, 128, 2, 1)
+  // d256: one warpgroup a block (64 query rows, 161 KiB) against the library's two.
+  KILN_TUNE90(256, 64, 2, 1)
 #undef KILN_TUNE90
+  // The library's d256 and d128 tiles with the O rescale skipped on tiles that raise no
+  // row maximum of a warp (LAZY_RESCALE, PrefillFmhaSm90.cuh).
+#define KILN_TUNE90_LAZY(D_, BN_, ST_, NWG_)                                                   \
+  if (p->head_dim == D_ && --config == 0) {                                                    \
+    std::snprintf(label, labelSize, "sm90_BM%d_BN%d_S%d_lazy", 64 * NWG_, BN_, ST_);           \
+    return run90<D_, BN_, ST_, NWG_, true>(*p);                                                \
+  }
+  KILN_TUNE90_LAZY(256, 64, 2, 2)
+  KILN_TUNE90_LAZY(128, 128, 2, 2)
+#undef KILN_TUNE90_LAZY
   return KILN_ERROR_UNSUPPORTED;
 }

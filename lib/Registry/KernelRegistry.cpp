@@ -46,10 +46,10 @@ constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 // reports UNSUPPORTED where that does not fit), mla_decode 226.5 KiB,
 // mla_decode_small_smem 93,952 B,
 // prefill_fmha 96 KiB (d256 takes 128 KiB where a block may, else 96 KiB), the wgmma
-// prefill 161 KiB); SM ranges are where the kernel is compiled. `dtypes` are the KV
-// caches a variant reads next to the runtime's bf16 activations: an f16 or FP8 pool
-// needs its own (converting) kernels, which gqa_decode and prefill_fmha have and the
-// wgmma prefill does not.
+// prefill 161 KiB, 193 KiB at d256); SM ranges are where the kernel is compiled.
+// `dtypes` are the KV caches a variant reads next to the runtime's bf16 activations: an
+// f16 or FP8 pool needs its own (converting) kernels, which gqa_decode and prefill_fmha
+// have and the wgmma prefill does not.
 std::vector<KernelVariant> builtinVariants() {
   std::vector<KernelVariant> table;
   auto add = [&](KernelVariant v) { table.push_back(std::move(v)); };
@@ -95,20 +95,21 @@ std::vector<KernelVariant> builtinVariants() {
        .priority = 20,
        .note = "Hopper wgmma prefill (dense and paged extend; bf16 caches: q and K/V share "
                "one element type)"});
-  // Planned: the wgmma prefill at head_dim 256 (Qwen3-Next's full attention), whose
-  // accumulators need a split over two warpgroups; prefill_fmha's mma.sync tiles run it
-  // meanwhile, and selection takes an implemented variant first.
+  // The wgmma prefill at head_dim 256 (Qwen3-Next's full attention): the same kernel and
+  // launcher on its own tiles (64-key, 2 stages: a warpgroup's 64 x 256 O accumulator
+  // takes 128 registers a thread and the ring 192 KiB), listed apart because it needs
+  // more shared memory than the d64/d128 tiles and runs on its own kernel id.
   add({.name = "prefill_fmha_sm90_d256",
        .family = OpFamily::attention,
        .phase = Phase::prefill,
        .minSm = 90,
        .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
+       .smemBytes = 193 * 1024,
        .headDims = {256},
        .dtypes = kBf16,
-       .implemented = false,
        .priority = 20,
-       .note = "Hopper wgmma prefill at head_dim 256 (planned)"});
+       .note = "Hopper wgmma prefill at head_dim 256 (dense and paged extend; bf16 caches)"});
   // MLA, decode. Latent pool [pages, 64, 576].
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},

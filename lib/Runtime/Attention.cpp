@@ -6,7 +6,8 @@
 //   EXTEND  kv_append, then prefill_fmha_paged (chunks continuing cached sequences).
 // An f8E4M3FN pool (kv_dtype) is quantized by kv_append with scale 1 (saturating), an f16
 // pool rounded to fp16 (saturating at +-65504); both are read by gqa_decode and the
-// mma.sync paged prefill (prefill_fmha; prefill_fmha_sm90 reads bf16 pools only). A
+// mma.sync paged prefill (prefill_fmha; prefill_fmha_sm90 and prefill_fmha_sm90_d256, the
+// wgmma prefill at head dims 64/128 and at 256, read bf16 pools only). A
 // prompt's own attention in PREFILL reads the step's bf16 K/V, as it is computed.
 // A sliding window (window > 0) is honoured by every kernel: a query sees its last
 // `window` keys (Hugging Face's sliding_window convention, the query's own key included).
@@ -45,13 +46,14 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "decode_kernel %d (%s) cannot run attention in decode (gqa_decode)",
                    decode_kernel, kiln_rt_kernel_name(decode_kernel));
-  if (!decode && prefill_kernel != KILN_RT_KERNEL_PREFILL_FMHA &&
-      prefill_kernel != KILN_RT_KERNEL_PREFILL_FMHA_SM90)
+  // The wgmma prefill (variant SM90 of the launchers) under either of its registry names.
+  const bool wgmma = prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90 ||
+                     prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90_D256;
+  if (!decode && prefill_kernel != KILN_RT_KERNEL_PREFILL_FMHA && !wgmma)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                   "prefill_kernel %d (%s) cannot run attention in %s (prefill_fmha or "
-                   "prefill_fmha_sm90)",
-                   prefill_kernel, kiln_rt_kernel_name(prefill_kernel),
-                   kiln_rt_phase_name(phase));
+                   "prefill_kernel %d (%s) cannot run attention in %s (prefill_fmha, "
+                   "prefill_fmha_sm90 or prefill_fmha_sm90_d256)",
+                   prefill_kernel, kiln_rt_kernel_name(prefill_kernel), kiln_rt_phase_name(phase));
   if (window < 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "window %d < 0", window);
   if (kv_dtype != KILN_RT_DTYPE_BF16 && kv_dtype != KILN_RT_DTYPE_F16 &&
@@ -64,12 +66,11 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                                                                  : KILN_DTYPE_BF16;
   // The wgmma prefill reads a pool of the activations' dtype (bf16) only; the phase's
   // kernel is one for PREFILL and EXTEND alike, so any other pool needs prefill_fmha.
-  if (kv_dtype != KILN_RT_DTYPE_BF16 && !decode &&
-      prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
+  if (kv_dtype != KILN_RT_DTYPE_BF16 && !decode && wgmma)
     return c.error(KILN_ERROR_UNSUPPORTED,
-                   "prefill_fmha_sm90 reads bf16 caches only (the activations' dtype); an %s "
-                   "pool needs prefill_fmha",
-                   kiln_rt_dtype_name(kv_dtype));
+                   "%s reads bf16 caches only (the activations' dtype); an %s pool needs "
+                   "prefill_fmha",
+                   kiln_rt_kernel_name(prefill_kernel), kiln_rt_dtype_name(kv_dtype));
   if (num_heads < 1 || num_kv_heads < 1 || num_heads % num_kv_heads != 0)
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "num_heads %d must be a positive multiple of num_kv_heads %d", num_heads,
@@ -80,13 +81,21 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
                    num_heads / num_kv_heads);
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %d unsupported (64, 128, 256)", head_dim);
-  // The wgmma prefill has head dims 64 and 128; 256 (Qwen3-Next) runs on prefill_fmha.
+  // The registry lists the wgmma prefill as two variants, head dims 64/128 and 256
+  // (Qwen3-Next), each with its own tiles; a kernel id names the head dims it was
+  // selected for, so the other one's are refused.
+  const char *phaseName =
+      paged && phase == KILN_RT_PHASE_DECODE ? "EXTEND_CONTEXT" : kiln_rt_phase_name(phase);
   if (!decode && head_dim == 256 && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90)
     return c.error(KILN_ERROR_UNSUPPORTED,
-                   "prefill_fmha_sm90 supports head_dim 64/128 in %s (got 256; prefill_fmha "
-                   "runs 256)",
-                   paged && phase == KILN_RT_PHASE_DECODE ? "EXTEND_CONTEXT"
-                                                          : kiln_rt_phase_name(phase));
+                   "prefill_fmha_sm90 supports head_dim 64/128 in %s (got 256; "
+                   "prefill_fmha_sm90_d256 and prefill_fmha run 256)",
+                   phaseName);
+  if (!decode && head_dim != 256 && prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90_D256)
+    return c.error(KILN_ERROR_UNSUPPORTED,
+                   "prefill_fmha_sm90_d256 supports head_dim 256 in %s (got %d; "
+                   "prefill_fmha_sm90 runs 64/128)",
+                   phaseName, head_dim);
   if (!supportedPage(page_size))
     return c.error(KILN_ERROR_UNSUPPORTED, "page_size %d unsupported (16, 32, 64, 128)",
                    page_size);
@@ -208,9 +217,8 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     ++ctx->launches;
     return s == KILN_OK ? KILN_OK : c.launcher(s, "kiln_gqa_decode");
   }
-  const kiln_prefill_variant_t variant = prefill_kernel == KILN_RT_KERNEL_PREFILL_FMHA_SM90
-                                             ? KILN_PREFILL_VARIANT_SM90
-                                             : KILN_PREFILL_VARIANT_AUTO;
+  const kiln_prefill_variant_t variant =
+      wgmma ? KILN_PREFILL_VARIANT_SM90 : KILN_PREFILL_VARIANT_AUTO;
   if (phase == KILN_RT_PHASE_PREFILL) {
     kiln_prefill_fmha_params_t fp{};
     fp.q = q;

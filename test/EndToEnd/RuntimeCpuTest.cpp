@@ -1369,6 +1369,12 @@ TEST(RuntimeCpu, AttentionValidation) {
        "head_dim 96 unsupported"},
       {&pre, [&] { return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90, 0, 256); },
        KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90 supports head_dim 64/128 in prefill"},
+      // The wgmma prefill's d256 tiles have a kernel id of their own, for 256 only.
+      {&pre,
+       [&] { return attend(d, 0, 0, 12, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90_D256, 0, 128); },
+       KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90_d256 supports head_dim 256 in prefill (got 128"},
+      {&ext, [&] { return attend(d, 0, 0, 3, GQA, KILN_RT_KERNEL_PREFILL_FMHA_SM90_D256, 0, 64); },
+       KILN_ERROR_UNSUPPORTED, "prefill_fmha_sm90_d256 supports head_dim 256 in extend (got 64"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, -1); },
        KILN_ERROR_INVALID_ARGUMENT, "window -1 < 0"},
       {&dec, [&] { return attend(d, 0, 0, 2, GQA, FMHA, 0, 64, 16, 0, KILN_RT_DTYPE_F32); },
@@ -1449,14 +1455,22 @@ TEST(RuntimeCpu, AttentionValidation) {
   set(ext);
   EXPECT_EQ(attend(d, 0, 0, 3, GQA, FMHA, 0), KILN_OK) << lastError();
   {
-    // head_dim 256 (Qwen3-Next's full attention): prefill and extend on prefill_fmha, in
-    // a pool of 256-wide heads.
+    // head_dim 256 (Qwen3-Next's full attention): prefill and extend on prefill_fmha and
+    // on the wgmma prefill's d256 variant, in a pool of 256-wide heads; the wgmma one
+    // refuses an f16 pool as the d64/d128 one does.
     kiln_rt_config_t wideConfig = tinyConfig();
     wideConfig.cache_bytes = 4 * kPool;
     Dry wide(wideConfig);
+    const int32_t D256 = KILN_RT_KERNEL_PREFILL_FMHA_SM90_D256;
     for (auto [step, tokens] : {std::pair{&pre, 12}, std::pair{&ext, 3}}) {
       ASSERT_EQ(kiln_rt_set_batch(wide.ctx, &step->b), KILN_OK) << lastError();
       EXPECT_EQ(attend(wide, 0, 0, tokens, GQA, FMHA, 0, 256), KILN_OK) << lastError();
+      EXPECT_EQ(attend(wide, 0, 0, tokens, GQA, D256, 0, 256), KILN_OK) << lastError();
+      EXPECT_EQ(attend(wide, 0, 0, tokens, GQA, D256, 0, 256, 16, 0, KILN_RT_DTYPE_F16),
+                KILN_ERROR_UNSUPPORTED);
+      EXPECT_NE(lastError().find("prefill_fmha_sm90_d256 reads bf16 caches only"),
+                std::string::npos)
+          << lastError();
     }
   }
   // Graph-op errors name the last attention layer.

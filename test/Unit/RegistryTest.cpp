@@ -79,9 +79,10 @@ TEST_F(RegistryTest, HopperOnlyVariantRejectedElsewhere) {
             "");
 }
 
-// Qwen3-Next's full attention (head_dim 256, GQA 8) selects the implemented mma.sync
-// prefill on every SM, Hopper included (the wgmma prefill has no 256).
-TEST_F(RegistryTest, PrefillHeadDim256SelectsPrefillFmha) {
+// Qwen3-Next's full attention (head_dim 256, GQA 8) selects the wgmma prefill's d256
+// variant on Hopper (its own kernel id), the mma.sync prefill elsewhere and for f16 and
+// FP8 caches.
+TEST_F(RegistryTest, PrefillHeadDim256SelectsWgmmaOnHopper) {
   KernelRegistry registry = KernelRegistry::builtin();
   KernelQuery q = gqaDecode(1);
   q.phase = Phase::prefill;
@@ -89,12 +90,34 @@ TEST_F(RegistryTest, PrefillHeadDim256SelectsPrefillFmha) {
   q.groupSize = 8;
   q.numHeads = 16;
   q.pageSize = 16;
-  for (StringRef name : {"a100", "l40s", "h200", "rtx5090"}) {
+  for (StringRef name : {"a100", "l40s", "h100", "h200", "rtx5090"}) {
     auto fitting = registry.candidates(q, TargetAttr::getPreset(&context, name));
     ASSERT_FALSE(fitting.empty()) << name.str();
-    EXPECT_EQ(fitting.front()->name, "prefill_fmha") << name.str();
+    const bool hopper = name == "h100" || name == "h200";
+    EXPECT_EQ(fitting.front()->name, hopper ? "prefill_fmha_sm90_d256" : "prefill_fmha")
+        << name.str();
     EXPECT_TRUE(fitting.front()->implemented) << name.str();
   }
+  const KernelVariant *d256 = registry.lookup("prefill_fmha_sm90_d256");
+  ASSERT_TRUE(d256);
+  EXPECT_EQ(d256->runtimeKernel, runtimeKernelId("prefill_fmha_sm90_d256"));
+  EXPECT_NE(d256->runtimeKernel, 0);
+  TargetAttr h200 = TargetAttr::getPreset(&context, "h200");
+  Builder builder(&context);
+  for (Type cache : {Type(builder.getF16Type()), Type(builder.getType<Float8E4M3FNType>())}) {
+    q.dtype = cache;
+    auto fitting = registry.candidates(q, h200);
+    ASSERT_FALSE(fitting.empty());
+    EXPECT_EQ(fitting.front()->name, "prefill_fmha");
+  }
+  // The d64/d128 tiles are not offered at 256, nor the d256 ones at 128.
+  q.dtype = builder.getBF16Type();
+  EXPECT_NE(KernelRegistry::whyRejected(*registry.lookup("prefill_fmha_sm90"), q, h200)
+                .find("head dim 256 not in {64, 128}"),
+            std::string::npos);
+  q.headDim = 128;
+  EXPECT_NE(KernelRegistry::whyRejected(*d256, q, h200).find("head dim 128 not in {256}"),
+            std::string::npos);
 }
 
 // KV caches of another type than the runtime's bf16 activations (f16, FP8 e4m3): the

@@ -1,6 +1,7 @@
 // Instantiations of the Hopper wgmma prefill kernel (dense and paged, head_dim 64/128,
-// bf16/fp16). On targets other than sm_90a the kernel bodies are empty, and the launcher
-// refuses to run them (checkDeviceSm90).
+// bf16/fp16; head_dim 256 is PrefillFmhaSm90D256.cu's) and its launcher. On targets other
+// than sm_90a the kernel bodies are empty, and the launcher refuses to run them
+// (checkDeviceSm90).
 #include "PrefillArgs.cuh"
 #include "PrefillFmhaSm90.cuh"
 
@@ -21,8 +22,8 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   kiln_status_t st = checkDeviceSm90(name);
   if (st != KILN_OK)
     return st;
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return fail(KILN_ERROR_UNSUPPORTED, "%s: variant sm90 has head_dim 64 and 128 (got %d)",
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return fail(KILN_ERROR_UNSUPPORTED, "%s: variant sm90 has head_dim 64, 128 and 256 (got %d)",
                 name, p.head_dim);
   if constexpr (PAGED) {
     // One element type for q, the K/V tiles and the wgmma operands: an FP8 cache, or an
@@ -35,6 +36,10 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   }
   const FmhaArgs a = makeArgs(p);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if (p.head_dim == 256)
+    return launchResult(launchPrefillFmhaSm90D256<PAGED>(a, p.dtype == KILN_DTYPE_BF16, p.batch,
+                                                         p.max_seqlen_q, p.q_heads, stream),
+                        name);
   const cudaError_t err = forShippedConfig<64, 128>(p.dtype, p.head_dim, [&](auto t, auto d) {
     using T = decltype(t);
     using C = Sm90Config<decltype(d)::value>;

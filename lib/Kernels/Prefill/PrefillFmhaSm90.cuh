@@ -29,8 +29,11 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
   return (64 * NWG * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
 }
 
-// NWG warpgroups per block, 64 query rows each.
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG>
+// NWG warpgroups per block, 64 query rows each. LAZY_RESCALE: a warp skips rescaling its
+// O accumulators on a key tile that raises none of its 16 rows' maxima (the factor
+// would be exactly 1); D / 4 multiplies a thread a tile against a vote. A tuning
+// option (bench/Prefill/PrefillFmhaTuning.cu) until measured.
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false>
 __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
   constexpr int BM = 64 * NWG;
@@ -108,10 +111,18 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     const uint32_t dstK = sKAddr + stage * BN * D * 2;
     const uint32_t dstV = sVAddr + stage * BN * D * 2;
     const int n0 = tile * BN;
+    // A thread copies chunk `ch` of rows row0, row0 + ROWS_STEP, ...: the dense sources
+    // are walked as one pointer each. Per-row 64-bit products get hoisted out of the tile
+    // loop, one register pair per unrolled row, next to the live O accumulators (d128:
+    // 240 registers instead of 204; d256: spills).
+    constexpr int ROWS_STEP = NTHREADS / CHUNKS;
+    static_assert(NTHREADS % CHUNKS == 0, "a thread's chunk column is fixed");
+    const int row0 = tid / CHUNKS, ch = tid % CHUNKS;
+    const T *rowK = kBase + static_cast<int64_t>(n0 + row0) * a.k_tok + ch * 8;
+    const T *rowV = vBase + static_cast<int64_t>(n0 + row0) * a.v_tok + ch * 8;
 #pragma unroll
-    for (int it = 0; it < BN * CHUNKS / NTHREADS; ++it) {
-      const int i = tid + it * NTHREADS;
-      const int row = i / CHUNKS, ch = i % CHUNKS;
+    for (int it = 0; it < BN / ROWS_STEP; ++it) {
+      const int row = row0 + it * ROWS_STEP;
       const int key = n0 + row;
       const bool valid = key < kLen && key >= keyFloor;
       const T *srcK = kBase;
@@ -124,9 +135,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
           srcK = kBase + off + ch * 8;
           srcV = vBase + off + ch * 8;
         } else {
-          srcK = kBase + static_cast<int64_t>(key) * a.k_tok + ch * 8;
-          srcV = vBase + static_cast<int64_t>(key) * a.v_tok + ch * 8;
+          srcK = rowK;
+          srcV = rowV;
         }
+      }
+      if constexpr (!PAGED) {
+        rowK += ROWS_STEP * a.k_tok;
+        rowV += ROWS_STEP * a.v_tok;
       }
       const int o = gmmaOff<BN>(row, ch * 8) * 2;
       cpAsync16(dstK + o, srcK, valid ? 16 : 0);
@@ -208,6 +223,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
         }
     }
 
+    float alpha[2];
+    bool grew = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = NEG_INF;
@@ -218,14 +235,19 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float mNew = fmaxf(rowMax[r], mx);
       const float mUse = mNew == NEG_INF ? 0.f : mNew;
-      const float alpha = fastExp2((rowMax[r] - mUse) * a.scale_log2);
-      rowMax[r] = mNew;
-      rowSum[r] *= alpha;
+      if constexpr (LAZY_RESCALE) {
+        grew |= mNew != rowMax[r];
+        alpha[r] = mNew == rowMax[r] ? 1.f : fastExp2((rowMax[r] - mUse) * a.scale_log2);
+      } else {
+        alpha[r] = fastExp2((rowMax[r] - mUse) * a.scale_log2);
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn * 4 + 2 * r] *= alpha;
-        o[dn * 4 + 2 * r + 1] *= alpha;
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[dn * 4 + 2 * r] *= alpha[r];
+          o[dn * 4 + 2 * r + 1] *= alpha[r];
+        }
       }
+      rowMax[r] = mNew;
+      rowSum[r] *= alpha[r];
       const float ms = mUse * a.scale_log2;
       float sum = 0.f;
 #pragma unroll
@@ -237,6 +259,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
         sum += p0 + p1;
       }
       rowSum[r] += sum;
+    }
+    if constexpr (LAZY_RESCALE) {
+      if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+          o[i] *= alpha[(i >> 1) & 1];
+      }
     }
 
     uint32_t pa[BN / 16][4];
@@ -298,11 +327,12 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2>
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2,
+          bool LAZY_RESCALE = false>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
   constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG>;
+  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
@@ -311,6 +341,14 @@ cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlen
   kernel<<<grid, 128 * NWG, smem, stream>>>(args);
   return cudaGetLastError();
 }
+
+// Head dim 256 (Qwen3-Next's gated full attention): the bf16 or fp16 instantiations,
+// dense or paged, of PrefillFmhaSm90D256.cu. They live in a file of their own because
+// their 128-register O accumulators make them the slowest to compile, and a -j2 build
+// then compiles them next to the d64/d128 ones.
+template <bool PAGED>
+cudaError_t launchPrefillFmhaSm90D256(const FmhaArgs &args, bool bf16, int batch, int maxSeqlenQ,
+                                      int qHeads, cudaStream_t stream);
 
 } // namespace kiln::kernels::prefill
 
