@@ -308,6 +308,7 @@ int compile(MLIRContext &context, const CompileOptions &o) {
       // (the draft's graph would be the whole model's, and one module divides alike).
       if (draftModelPath.empty())
         importOptions.tp = static_cast<unsigned>(flags.tp.value_or(1));
+      importOptions.collectivesAtOneRank = o.collectivesAtOneRank;
       if (specMode == "mtp")
         llvm::StringRef(specName).substr(specName.find(':') + 1)
             .getAsInteger(10, importOptions.mtpDrafts);
@@ -395,18 +396,14 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     if (!hasEntry(*module))
       return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
                   "this module has only cache ops");
-    // A whole graph planned per rank would need the whole model on one GPU; one rank's
-    // graph needs the loader to read each rank's weight slices (docs/tensor-parallel.md).
-    if (ModuleConfig config = getModuleConfig(*module); config.runtime.getTp() > 1) {
-      std::string tp = std::to_string(config.runtime.getTp());
-      if (config.model && config.model.getTpRanks() > 1)
-        return fail("--emit=so|llvm|lowered: --tp " + tp +
-                    " builds and plans one rank's graph, but the loader does not read "
-                    "per-rank weight slices yet; lower with --tp 1");
-      return fail("--emit=so|llvm|lowered runs the model on one GPU: --tp " + tp +
-                  " plans and reports tensor parallelism, but the lowered graph does not "
-                  "shard its weights and heads yet; lower with --tp 1");
-    }
+    // A whole graph planned per rank would need the whole model on one GPU (one rank's
+    // graph lowers: kiln_model_load_rank loads each rank's weight blocks).
+    if (ModuleConfig config = getModuleConfig(*module);
+        config.runtime.getTp() > 1 && !(config.model && config.model.getTpRanks() > 1))
+      return fail("--emit=so|llvm|lowered runs the model on one GPU: --tp " +
+                  std::to_string(config.runtime.getTp()) +
+                  " plans and reports tensor parallelism of this family, but only the dense "
+                  "decoder families build one rank's graph yet; lower with --tp 1");
     if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
       return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
                   side.front().getSymName() +

@@ -138,8 +138,8 @@ private:
   /// ranks, one head replicated; `kvParts` blocks of the checkpoint's projections.
   int64_t rankKvHeads() const { return m.kvHeads >= ranks() ? m.kvHeads / ranks() : 1; }
   unsigned kvParts() const { return static_cast<unsigned>(std::min<int64_t>(m.kvHeads, ranks())); }
-  /// The sum over the ranks of a row-parallel projection's partial sums (x itself with
-  /// one rank).
+  /// The sum over the ranks of a row-parallel projection's partial sums (x itself in a
+  /// whole graph).
   Value allReduce(Value partial, Location at);
   /// [count, heads * d] -> [count, heads, d].
   Value splitHeads(Value x, int64_t heads, Value count, Location at);
@@ -376,7 +376,7 @@ Value DenseDecoderBuilder::attention(Value x, const std::string &attn, const Lay
 }
 
 Value DenseDecoderBuilder::allReduce(Value partial, Location at) {
-  if (ranks() == 1)
+  if (!perRank)
     return partial;
   return AllReduceOp::create(b, at, partial.getType(), partial, partial).getResult();
 }
@@ -889,7 +889,7 @@ void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {
 }
 
 LogicalResult DenseDecoderBuilder::build() {
-  perRank = options.tp > 1 && supportsPerRankGraph();
+  perRank = (options.tp > 1 || options.collectivesAtOneRank) && supportsPerRankGraph();
   if (perRank && failed(checkPerRankShapes()))
     return failure();
   Type ids = RankedTensorType::get({ShapedType::kDynamic}, b.getI32Type());

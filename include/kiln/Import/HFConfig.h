@@ -59,6 +59,9 @@ struct ImportOptions {
   /// `#kiln.model`'s tp_ranks = N. Other families keep the whole graph (tp_ranks 1),
   /// which the plan divides.
   unsigned tp = 1;
+  /// Build the per-rank form even at tp = 1: the all-reduces in place, every weight
+  /// whole. For checking that a one-rank NCCL run equals the plain one bit for bit.
+  bool collectivesAtOneRank = false;
   /// Name recorded in `#kiln.model`; empty: the file name without `.json`
   /// (and without a trailing `.config`).
   std::string modelName;
