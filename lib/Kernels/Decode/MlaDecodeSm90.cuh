@@ -76,6 +76,17 @@ __device__ __forceinline__ float quadSumOf(float v) {
   return v + __shfl_sync(0xffffffffu, v, lane ^ 2);
 }
 
+// Whether `pred` holds in any lane of the warp (a butterfly of indexed shuffles, which
+// the emulator also has; once a tile, so their cost does not matter).
+__device__ __forceinline__ bool warpAny(bool pred) {
+  const int lane = threadIdx.x % 32;
+  float v = pred ? 1.f : 0.f;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2)
+    v = fmaxf(v, __shfl_sync(0xffffffffu, v, lane ^ d));
+  return v != 0.f;
+}
+
 // O (64 x 256, fp32) += P (64 x 16, K-major) . V (16 x 256, MN-major: the columns
 // contiguous), both from shared memory.
 __device__ __forceinline__ void wgmmaPV(float (&o)[128], uint64_t a, uint64_t b) {
@@ -275,9 +286,14 @@ mlaDecodeSm90Cta(const MlaArgs &args, const sm90::TensorMap *cacheMap, unsigned 
     sm90::fenceProxyAsyncShared(); // P and the cleared rows -> wgmma reads
     consumerSync();
 
+    // Once the row maxima settle most tiles raise none of a warp's 16 rows: the factors
+    // are then exactly 1 and the 128 multiplies a thread (~8% of a compute-bound tile's
+    // issue slots) are skipped, warp-uniformly, with the same bits.
+    if (warpAny(alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i)
-      o[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < 128; ++i)
+        o[i] *= alpha[(i >> 1) & 1];
+    }
     // O[:, 256 wg ..] += P V: A = P (K-major, 64 keys), B = V rows of the tile, MN-major
     // (the columns contiguous): leading byte offset = the next 64-column block, stride
     // = the next 8 keys; k16 step kp starts 16 rows (2048 bytes) further.
