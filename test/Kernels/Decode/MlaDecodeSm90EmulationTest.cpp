@@ -184,6 +184,13 @@ TEST(MlaDecodeSm90Emulation, Splits) {
   EXPECT_EQ(run({1, 64, {260}, 1}, 5), "");
 }
 
+// Other warp schedules and landing orders of the same kind of case: a missing hand-off
+// shows up under some of them.
+TEST(MlaDecodeSm90Emulation, RandomSchedules) {
+  for (uint64_t seed = 10; seed < 18; ++seed)
+    EXPECT_EQ(run({2, 16, {190, 70}, 1}, seed), "") << "seed " << seed;
+}
+
 TEST(MlaDecodeSm90Emulation, PerToken) { EXPECT_EQ(run({1, 16, {90, 33, 64}, 0, true}, 6), ""); }
 
 } // namespace
