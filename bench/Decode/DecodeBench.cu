@@ -301,9 +301,10 @@ int main(int argc, char **argv) {
             CHECK(cudaMalloc(&wsPtr, ws));
           prm.workspace = wsPtr;
           prm.workspace_bytes = ws;
-          // variant 0: mla_decode, 1: mla_decode_small_smem (q_len 1), 2: mla_decode with
-          // the 16-row PV tiling (KILN_MLA_PV16, only where the big config runs), 3:
-          // mla_decode_sm90 (KILN_MLA_SM90, wgmma + TMA; sm_90 only).
+          // variant 0: mla_decode's mma.sync kernel (KILN_MLA_MMA_SYNC), 1:
+          // mla_decode_small_smem (q_len 1), 2: the mma.sync kernel with the 16-row PV tiling
+          // (KILN_MLA_PV16, only where the big config runs), 3: mla_decode_sm90 (wgmma + TMA;
+          // sm_90 only; the default there).
           int major = 0, device = 0;
           CHECK(cudaGetDevice(&device));
           CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -312,6 +313,10 @@ int main(int argc, char **argv) {
             if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16) ||
                 (variant == 3 && major != 9))
               continue;
+            // mla_decode_sm90 is kiln_mla_decode's default on sm_90: the mma.sync rows ask
+            // for the mma.sync kernel.
+            if (variant == 0 || variant == 2)
+              setenv("KILN_MLA_MMA_SYNC", "1", 1);
             if (variant == 2)
               setenv("KILN_MLA_PV16", "1", 1);
             if (variant == 3) {
@@ -343,6 +348,7 @@ int main(int argc, char **argv) {
             std::fflush(stdout);
             unsetenv("KILN_MLA_PV16");
             unsetenv("KILN_MLA_SM90");
+            unsetenv("KILN_MLA_MMA_SYNC");
           }
           cudaFree(q);
           cudaFree(out);

@@ -1025,8 +1025,18 @@ void runMlaCase(const MlaCase &c) {
   compare(dOut.download(), ref, dtype, what);
 }
 
+// Sets an environment variable (an experiment knob) for one scope.
+struct ScopedEnv {
+  const char *name;
+  explicit ScopedEnv(const char *n) : name(n) { setenv(name, "1", 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+// The mma.sync kernel (KILN_MLA_MMA_SYNC: on sm_90 mla_decode_sm90 runs by default; its
+// own test is Sm90Variant).
 TEST(MlaDecodeGpu, MultiTokenVariant) {
   KILN_REQUIRE_GPU();
+  ScopedEnv mmaSync("KILN_MLA_MMA_SYNC");
   for (int heads : {1, 16, 128, 40})
     for (int qLen : {1, 2, 4})
       runMlaCase({2, qLen, heads, 400, false});
@@ -1043,12 +1053,6 @@ TEST(MlaDecodeGpu, SmallSmemVariant) {
   runMlaCase({3, 1, 128, 600, true, 3});
 }
 
-// Sets an environment variable (an experiment knob) for one scope.
-struct ScopedEnv {
-  const char *name;
-  explicit ScopedEnv(const char *n) : name(n) { setenv(name, "1", 1); }
-  ~ScopedEnv() { unsetenv(name); }
-};
 
 bool deviceIsSm90() {
   int device = 0, major = 0;
