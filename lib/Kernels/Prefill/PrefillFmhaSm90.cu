@@ -9,13 +9,13 @@ namespace kiln::kernels::prefill {
 namespace {
 
 // Chosen on the H200 (bench/Prefill/NOTES.md); 2 warpgroups (128 query rows) per block.
+// d64 asks for 2 blocks a SM (MIN_BLOCKS): the tiles were chosen at 120 registers, 2 blocks
+// a SM; windows and sinks took the kernel to 136 and so to one block (8 warps) a SM, and
+// d64 from 355 TFLOP/s (H200, 2026-12-02) to 264 (H100, 2026-12-06), below the mma.sync
+// kernel's 295. The cap holds the registers at 128 without spilling (ptxas).
 template <int D> struct Sm90Config;
-template <> struct Sm90Config<64> {
-  static constexpr int BN = 64, STAGES = 2;
-};
-template <> struct Sm90Config<128> {
-  static constexpr int BN = 128, STAGES = 2;
-};
+template <> struct Sm90Config<64> { static constexpr int BN = 64, STAGES = 2, MIN_BLOCKS = 2; };
+template <> struct Sm90Config<128> { static constexpr int BN = 128, STAGES = 2, MIN_BLOCKS = 1; };
 
 template <bool PAGED, typename Params>
 kiln_status_t dispatchSm90(const Params &p, const char *name) {
@@ -43,8 +43,8 @@ kiln_status_t dispatchSm90(const Params &p, const char *name) {
   const cudaError_t err = forShippedConfig<64, 128>(p.dtype, p.head_dim, [&](auto t, auto d) {
     using T = decltype(t);
     using C = Sm90Config<decltype(d)::value>;
-    return launchPrefillFmhaSm90<T, decltype(d)::value, C::BN, C::STAGES, PAGED>(
-        a, p.batch, p.max_seqlen_q, p.q_heads, stream);
+    return launchPrefillFmhaSm90<T, decltype(d)::value, C::BN, C::STAGES, PAGED, 2, false,
+                                 C::MIN_BLOCKS>(a, p.batch, p.max_seqlen_q, p.q_heads, stream);
   });
   return launchResult(err, name);
 }

@@ -32,9 +32,12 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
 // NWG warpgroups per block, 64 query rows each. LAZY_RESCALE: a warp skips rescaling its
 // O accumulators on a key tile that raises none of its 16 rows' maxima (the factor
 // would be exactly 1); D / 4 multiplies a thread a tile against a vote. A tuning
-// option (bench/Prefill/PrefillFmhaTuning.cu) until measured.
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false>
-__global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
+// option (bench/Prefill/PrefillFmhaTuning.cu) until measured. MIN_BLOCKS: blocks a SM
+// must be able to hold, which caps the registers (2 x 256 threads: 128 a thread); a d64
+// kernel a few registers over 128 runs one block of 8 warps a SM instead of 16 warps.
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false,
+          int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
   constexpr int BM = 64 * NWG;
   constexpr int NTHREADS = 128 * NWG;
@@ -174,6 +177,125 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
   const int wgNBegin = a.window > 0 ? wgRow0 + diag - a.window + 1 : 0;
   const int windowMaskEnd = a.window > 0 ? warpRow0 + 15 + diag - a.window + 1 : 0;
 
+  // S = Q K^T into s, issued and committed, not waited for: A = Q rows of this
+  // warpgroup (K-major), B = K tile (K-major).
+  // The accumulators are pinned before the fence as well as after: the pin is what keeps
+  // the compiler from sinking a write of them (the O rescale) below the fence, where
+  // ptxas would have to wait for any wgmma in flight before the write (C7517).
+  auto issueS = [&](uint32_t tK) {
+    sm90::pinAccumulators(s);
+    sm90::wgmmaFence();
+    sm90::pinAccumulators(s);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t da = sm90::swizzle128Descriptor(
+          sQAddr + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t db =
+          sm90::swizzle128Descriptor(tK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+      MmaS::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    sm90::wgmmaCommit();
+  };
+  // O += P V, issued and committed, not waited for: B = V tile, MN-major (d contiguous):
+  // LBO = next 64-column block, SBO = next 8 keys.
+  uint32_t pa[BN / 16][4];
+  // The wgmma reads P from registers asynchronously: a use after the wait keeps their
+  // values (and registers) alive until the instructions that read them have completed.
+  auto pinP = [&]() {
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        asm volatile("" : "+r"(pa[kp][i])::"memory");
+  };
+  auto issuePV = [&](uint32_t tV) {
+    sm90::pinAccumulators(o);
+    pinP();
+    sm90::wgmmaFence();
+    sm90::pinAccumulators(o);
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      const uint64_t db = sm90::swizzle128Descriptor(tV + kp * (16 * 128), BN * 128, 1024);
+      MmaO::template rs<1>(o, pa[kp], db, 1);
+    }
+    sm90::wgmmaCommit();
+  };
+  auto packP = [&]() {
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      pa[kp][0] = MmaType<T>::pack(s[8 * kp + 0], s[8 * kp + 1]);
+      pa[kp][1] = MmaType<T>::pack(s[8 * kp + 2], s[8 * kp + 3]);
+      pa[kp][2] = MmaType<T>::pack(s[8 * kp + 4], s[8 * kp + 5]);
+      pa[kp][3] = MmaType<T>::pack(s[8 * kp + 6], s[8 * kp + 7]);
+    }
+  };
+  auto rescaleO = [&](const float(&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+      o[i] *= alpha[(i >> 1) & 1];
+  };
+  // The online softmax of the tile at key n0 over s (masked, then exponentiated in
+  // place): the row maxima and sums move on, alpha gets the factor O must be scaled by
+  // before this tile's P V is added, grew whether any row of the warp raised its maximum.
+  // Scaled right here unless LAZY_RESCALE.
+  constexpr bool RESCALE_INLINE = !LAZY_RESCALE;
+  auto softmaxTile = [&](int n0, float(&alpha)[2], bool &grew) {
+    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
+                          n0 < windowMaskEnd;
+    if (needMask) {
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * t + (e & 1);
+          const int qrow = warpRow0 + g + (e >> 1) * 8;
+          const bool visible = key < kLen && (!a.causal || key <= qrow + diag) &&
+                               (a.window <= 0 || key > qrow + diag - a.window);
+          if (!visible)
+            s[nt * 4 + e] = NEG_INF;
+        }
+    }
+    bool rowGrew = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = NEG_INF;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(rowMax[r], mx);
+      const float mUse = mNew == NEG_INF ? 0.f : mNew;
+      if constexpr (LAZY_RESCALE) {
+        rowGrew |= mNew != rowMax[r];
+        alpha[r] = mNew == rowMax[r] ? 1.f : fastExp2((rowMax[r] - mUse) * a.scale_log2);
+      } else {
+        alpha[r] = fastExp2((rowMax[r] - mUse) * a.scale_log2);
+        if constexpr (RESCALE_INLINE) {
+#pragma unroll
+          for (int dn = 0; dn < D / 8; ++dn) {
+            o[dn * 4 + 2 * r] *= alpha[r];
+            o[dn * 4 + 2 * r + 1] *= alpha[r];
+          }
+        }
+      }
+      rowMax[r] = mNew;
+      rowSum[r] *= alpha[r];
+      const float ms = mUse * a.scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const float p0 = fastExp2(fmaf(s[nt * 4 + 2 * r], a.scale_log2, -ms));
+        const float p1 = fastExp2(fmaf(s[nt * 4 + 2 * r + 1], a.scale_log2, -ms));
+        s[nt * 4 + 2 * r] = p0;
+        s[nt * 4 + 2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      rowSum[r] += sum;
+    }
+    grew = LAZY_RESCALE ? __any_sync(0xffffffffu, rowGrew) : true;
+  };
+
   for (int j = jFirst; j < nTiles; ++j) {
     cpAsyncWait<STAGES - 2>();
     // cp.async (generic proxy) writes -> wgmma (async proxy) reads
@@ -192,100 +314,18 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
     const uint32_t tK = sKAddr + stage * BN * D * 2;
     const uint32_t tV = sVAddr + stage * BN * D * 2;
 
-    // S = Q K^T: A = Q rows of this warpgroup (K-major), B = K tile (K-major).
-    sm90::wgmmaFence();
-    sm90::pinAccumulators(s);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = sm90::swizzle128Descriptor(
-          sQAddr + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32, 16, 1024);
-      const uint64_t db =
-          sm90::swizzle128Descriptor(tK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      MmaS::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-    sm90::wgmmaCommit();
+    issueS(tK);
     sm90::wgmmaWait<0>();
     sm90::pinAccumulators(s);
-
-    const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
-                          n0 < windowMaskEnd;
-    if (needMask) {
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + nt * 8 + 2 * t + (e & 1);
-          const int qrow = warpRow0 + g + (e >> 1) * 8;
-          const bool visible = key < kLen && (!a.causal || key <= qrow + diag) &&
-                               (a.window <= 0 || key > qrow + diag - a.window);
-          if (!visible)
-            s[nt * 4 + e] = NEG_INF;
-        }
-    }
-
     float alpha[2];
-    bool grew = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = NEG_INF;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mNew = fmaxf(rowMax[r], mx);
-      const float mUse = mNew == NEG_INF ? 0.f : mNew;
-      if constexpr (LAZY_RESCALE) {
-        grew |= mNew != rowMax[r];
-        alpha[r] = mNew == rowMax[r] ? 1.f : fastExp2((rowMax[r] - mUse) * a.scale_log2);
-      } else {
-        alpha[r] = fastExp2((rowMax[r] - mUse) * a.scale_log2);
-#pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
-          o[dn * 4 + 2 * r] *= alpha[r];
-          o[dn * 4 + 2 * r + 1] *= alpha[r];
-        }
-      }
-      rowMax[r] = mNew;
-      rowSum[r] *= alpha[r];
-      const float ms = mUse * a.scale_log2;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        const float p0 = fastExp2(fmaf(s[nt * 4 + 2 * r], a.scale_log2, -ms));
-        const float p1 = fastExp2(fmaf(s[nt * 4 + 2 * r + 1], a.scale_log2, -ms));
-        s[nt * 4 + 2 * r] = p0;
-        s[nt * 4 + 2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      rowSum[r] += sum;
-    }
+    bool grew;
+    softmaxTile(n0, alpha, grew);
     if constexpr (LAZY_RESCALE) {
-      if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i)
-          o[i] *= alpha[(i >> 1) & 1];
-      }
+      if (grew)
+        rescaleO(alpha);
     }
-
-    uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) {
-      pa[kp][0] = MmaType<T>::pack(s[8 * kp + 0], s[8 * kp + 1]);
-      pa[kp][1] = MmaType<T>::pack(s[8 * kp + 2], s[8 * kp + 3]);
-      pa[kp][2] = MmaType<T>::pack(s[8 * kp + 4], s[8 * kp + 5]);
-      pa[kp][3] = MmaType<T>::pack(s[8 * kp + 6], s[8 * kp + 7]);
-    }
-    // O += P V: B = V tile, MN-major (d contiguous): LBO = next 64-column block,
-    // SBO = next 8 keys.
-    sm90::wgmmaFence();
-    sm90::pinAccumulators(o);
-#pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) {
-      const uint64_t db = sm90::swizzle128Descriptor(tV + kp * (16 * 128), BN * 128, 1024);
-      MmaO::template rs<1>(o, pa[kp], db, 1);
-    }
-    sm90::wgmmaCommit();
+    packP();
+    issuePV(tV);
     sm90::wgmmaWait<0>();
     sm90::pinAccumulators(o);
   }
@@ -327,12 +367,14 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2,
-          bool LAZY_RESCALE = false>
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2, bool LAZY_RESCALE = false,
+          int MIN_BLOCKS = 1>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
   constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE>;
+  // A SM has 228 KiB of shared memory, 1 KiB of it reserved per block.
+  static_assert(MIN_BLOCKS * (smem + 1024) <= 228 * 1024, "MIN_BLOCKS blocks must fit a SM");
+  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE, MIN_BLOCKS>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
