@@ -35,8 +35,11 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
 // option (bench/Prefill/PrefillFmhaTuning.cu) until measured. MIN_BLOCKS: blocks a SM
 // must be able to hold, which caps the registers (2 x 256 threads: 128 a thread); a d64
 // kernel a few registers over 128 runs one block of 8 warps a SM instead of 16 warps.
+// OVERLAP: the softmax of key tile j runs while the wgmma of P_{j-1} V_{j-1} does
+// (FlashAttention-3's intra-warpgroup pipelining; STAGES >= 3, below);
+// KILN_PREFILL_VARIANT_SM90_OVERLAP runs it.
 template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false,
-          int MIN_BLOCKS = 1>
+          int MIN_BLOCKS = 1, bool OVERLAP = false>
 __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
   constexpr int BM = 64 * NWG;
@@ -151,8 +154,13 @@ __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(c
       cpAsync16(dstV + o, srcV, valid ? 16 : 0);
     }
   };
+  // Tiles loaded ahead of the one being computed. The overlapped schedule keeps the V
+  // tile of the previous key tile in use while the current one's S is computed, so one
+  // stage of the ring is busy for longer and the prefetch distance drops by one.
+  constexpr int AHEAD = OVERLAP ? STAGES - 2 : STAGES - 1;
+  static_assert(AHEAD >= 1, "the overlapped schedule needs a ring of 3 stages or more");
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < AHEAD; ++s) {
     if (jFirst + s < nTiles)
       loadKV(jFirst + s, s);
     cpAsyncCommit();
@@ -237,8 +245,8 @@ __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(c
   // The online softmax of the tile at key n0 over s (masked, then exponentiated in
   // place): the row maxima and sums move on, alpha gets the factor O must be scaled by
   // before this tile's P V is added, grew whether any row of the warp raised its maximum.
-  // Scaled right here unless LAZY_RESCALE.
-  constexpr bool RESCALE_INLINE = !LAZY_RESCALE;
+  // The default schedule scales O right here; the others later.
+  constexpr bool RESCALE_INLINE = !OVERLAP && !LAZY_RESCALE;
   auto softmaxTile = [&](int n0, float(&alpha)[2], bool &grew) {
     const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
                           n0 < windowMaskEnd;
@@ -296,38 +304,92 @@ __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(c
     grew = LAZY_RESCALE ? __any_sync(0xffffffffu, rowGrew) : true;
   };
 
+  // Overlapped schedule (FlashAttention-3's intra-warpgroup pipelining): the P V product
+  // of key tile j - 1 is issued right after S_j = Q K_j^T and runs while this warpgroup
+  // computes the softmax of S_j, instead of the two products and the softmax taking
+  // turns. hasP: a P of the V tile at pV is waiting to be multiplied in (O already scaled
+  // to its maxima). The first tile issues a P V of zeros (against its own V tile: loaded,
+  // finite) rather than branch around it.
+  bool hasP = false;
+  uint32_t pV = 0;
+  if constexpr (OVERLAP) {
+    static_assert(!LAZY_RESCALE, "the overlapped schedule scales O on every tile");
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        pa[kp][i] = 0u;
+  }
+
   for (int j = jFirst; j < nTiles; ++j) {
-    cpAsyncWait<STAGES - 2>();
-    // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+    cpAsyncWait<AHEAD - 1>();
+    // cp.async (generic proxy) writes -> wgmma (async proxy) reads. The barrier also
+    // tells the loads below that every warpgroup is done with the stage they refill
+    // (the overlapped schedule waits for its P V of tile j - 2 in iteration j - 1).
     sm90::fenceProxyAsyncShared();
     __syncthreads();
     {
-      const int next = j + STAGES - 1;
+      const int next = j + AHEAD;
       if (next < nTiles)
         loadKV(next, (next - jFirst) % STAGES);
       cpAsyncCommit();
     }
     const int n0 = j * BN;
-    if (n0 >= wgNEnd || n0 + BN <= wgNBegin)
-      continue; // warpgroup-uniform: no key of this tile is visible to its 64 rows
+    // Warpgroup-uniform: no key of this tile is visible to its 64 rows. The overlapped
+    // schedule computes such a tile all the same (masked: it changes no row's state):
+    // ptxas cannot tell this branch apart from a divergent one, and serializes every
+    // wgmma of the kernel (C7518) where one is left in flight across it. What it costs
+    // is the tiles of the block that only the other warpgroup sees: one of 64 keys a
+    // block at d64 past the causal diagonal, none at d128 (128-key tiles), and a tile
+    // or two of a window's lower edge.
+    if (!OVERLAP && (n0 >= wgNEnd || n0 + BN <= wgNBegin))
+      continue;
     const int stage = (j - jFirst) % STAGES;
     const uint32_t tK = sKAddr + stage * BN * D * 2;
     const uint32_t tV = sVAddr + stage * BN * D * 2;
 
-    issueS(tK);
-    sm90::wgmmaWait<0>();
-    sm90::pinAccumulators(s);
-    float alpha[2];
-    bool grew;
-    softmaxTile(n0, alpha, grew);
-    if constexpr (LAZY_RESCALE) {
-      if (grew)
-        rescaleO(alpha);
+    if constexpr (OVERLAP) {
+      issueS(tK);
+      issuePV(hasP ? pV : tV);
+      sm90::wgmmaWait<1>(); // S_j done; P_{j-1} V_{j-1} may still run
+      sm90::pinAccumulators(s);
+      float alpha[2];
+      bool grew;
+      softmaxTile(n0, alpha, grew);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
+      pinP();
+      // O (up to tile j - 1) to tile j's maxima, before P_j V_j is added next time. Not
+      // while S_j runs: ptxas then waits for S_j before the first write of O (C7517),
+      // though O is in no wgmma in flight.
+      rescaleO(alpha);
+      packP();
+      hasP = true;
+      pV = tV;
+    } else {
+      issueS(tK);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(s);
+      float alpha[2];
+      bool grew;
+      softmaxTile(n0, alpha, grew);
+      if constexpr (LAZY_RESCALE) {
+        if (grew)
+          rescaleO(alpha);
+      }
+      packP();
+      issuePV(tV);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
     }
-    packP();
-    issuePV(tV);
-    sm90::wgmmaWait<0>();
-    sm90::pinAccumulators(o);
+  }
+  if constexpr (OVERLAP) {
+    if (hasP) { // the last tile's P V
+      issuePV(pV);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
+      pinP();
+    }
   }
 
   cpAsyncWait<0>();
@@ -368,13 +430,14 @@ __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(c
 }
 
 template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2, bool LAZY_RESCALE = false,
-          int MIN_BLOCKS = 1>
+          int MIN_BLOCKS = 1, bool OVERLAP = false>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
   constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
   // A SM has 228 KiB of shared memory, 1 KiB of it reserved per block.
   static_assert(MIN_BLOCKS * (smem + 1024) <= 228 * 1024, "MIN_BLOCKS blocks must fit a SM");
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE, MIN_BLOCKS>;
+  auto kernel =
+      prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE, MIN_BLOCKS, OVERLAP>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
@@ -391,6 +454,12 @@ cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlen
 template <bool PAGED>
 cudaError_t launchPrefillFmhaSm90D256(const FmhaArgs &args, bool bf16, int batch, int maxSeqlenQ,
                                       int qHeads, cudaStream_t stream);
+
+// The overlapped schedule (PrefillFmhaSm90Overlap.cu) at head_dim 64 or 128 (any other
+// is taken for 128: the caller checks).
+template <bool PAGED>
+cudaError_t launchPrefillFmhaSm90Overlap(const FmhaArgs &args, bool bf16, int headDim, int batch,
+                                         int maxSeqlenQ, int qHeads, cudaStream_t stream);
 
 } // namespace kiln::kernels::prefill
 
