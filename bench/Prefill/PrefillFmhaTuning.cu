@@ -16,16 +16,16 @@ kiln_status_t run(const kiln_prefill_fmha_params_t &p) {
                           static_cast<cudaStream_t>(p.stream)),
                       "tuned");
 }
-template <int D, int BN, int STAGES, int NWG, bool LAZY = false>
+template <int D, int BN, int STAGES, int NWG, bool LAZY = false, int MINB = 1, bool OVERLAP = false>
 kiln_status_t run90(const kiln_prefill_fmha_params_t &p) {
   kiln_status_t st = checkDeviceSm90("tuned");
   if (st != KILN_OK)
     return st;
   const FmhaArgs a = makeArgs(p);
-  return launchResult(launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false, NWG, LAZY>(
-                          a, p.batch, p.max_seqlen_q, p.q_heads,
-                          static_cast<cudaStream_t>(p.stream)),
-                      "tuned");
+  return launchResult(
+      launchPrefillFmhaSm90<__nv_bfloat16, D, BN, STAGES, false, NWG, LAZY, MINB, OVERLAP>(
+          a, p.batch, p.max_seqlen_q, p.q_heads, static_cast<cudaStream_t>(p.stream)),
+      "tuned");
 }
 } // namespace
 
@@ -81,5 +81,28 @@ extern "C" kiln_status_t kiln_prefill_bench_tuned(const kiln_prefill_fmha_params
   KILN_TUNE90_LAZY(256, 64, 2, 2)
   KILN_TUNE90_LAZY(128, 128, 2, 2)
 #undef KILN_TUNE90_LAZY
+  // d64 without the library's cap of 128 registers (MIN_BLOCKS 1; ptxas takes 123 today,
+  // so 2 blocks a SM either way: what the cap costs), and a 3-stage ring under the cap.
+#define KILN_TUNE90_MINB(D_, BN_, ST_, MINB_)                                                      \
+  if (p->head_dim == D_ && --config == 0) {                                                        \
+    std::snprintf(label, labelSize, "sm90_BM128_BN%d_S%d_minb%d", BN_, ST_, MINB_);                \
+    return run90<D_, BN_, ST_, 2, false, MINB_>(*p);                                               \
+  }
+  KILN_TUNE90_MINB(64, 64, 2, 1)
+  KILN_TUNE90_MINB(64, 64, 3, 2)
+#undef KILN_TUNE90_MINB
+  // The overlapped schedule (softmax of tile j next to the P V wgmma of tile j - 1) on
+  // other tiles than the library's (d128 BN128 S3, d64 BN64 S3): 64-key tiles at d128
+  // (173 registers), with 2 tiles of prefetch at 4 stages; 128-key tiles at d64 (191).
+  // Not at d64 BN64 under 2 blocks a SM: 128 registers spill 32 B there.
+#define KILN_TUNE90_OVERLAP(D_, BN_, ST_, MINB_)                                                   \
+  if (p->head_dim == D_ && --config == 0) {                                                        \
+    std::snprintf(label, labelSize, "sm90_overlap_BM128_BN%d_S%d_minb%d", BN_, ST_, MINB_);        \
+    return run90<D_, BN_, ST_, 2, false, MINB_, true>(*p);                                         \
+  }
+  KILN_TUNE90_OVERLAP(128, 64, 3, 1)
+  KILN_TUNE90_OVERLAP(128, 64, 4, 1)
+  KILN_TUNE90_OVERLAP(64, 128, 3, 1)
+#undef KILN_TUNE90_OVERLAP
   return KILN_ERROR_UNSUPPORTED;
 }

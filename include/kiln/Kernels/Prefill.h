@@ -104,12 +104,16 @@ typedef struct kiln_prefill_fmha_paged_params {
   const float *v_scale;
 } kiln_prefill_fmha_paged_params_t;
 
-/* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). head_dim 256
- * runs on the mma.sync variant only (SM90 reports UNSUPPORTED, AUTO falls back). */
+/* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). SM90 runs
+ * head_dim 64, 128 and 256; SM90_OVERLAP 64 and 128 (UNSUPPORTED at 256). */
 typedef enum kiln_prefill_variant {
   KILN_PREFILL_VARIANT_AUTO = 0,
   KILN_PREFILL_VARIANT_MMA_SM80 = 1, /* mma.sync + ldmatrix + cp.async, sm_80+ */
-  KILN_PREFILL_VARIANT_SM90 = 2      /* wgmma (sm_90a build, sm_90 device) */
+  KILN_PREFILL_VARIANT_SM90 = 2,     /* wgmma (sm_90a build, sm_90 device) */
+  /* SM90 with the softmax of a key tile overlapping the previous tile's P V wgmma
+   * (FlashAttention-3's intra-warpgroup pipelining); head_dim 64 and 128. Not AUTO's
+   * choice until measured (docs/kernels-prefill.md). */
+  KILN_PREFILL_VARIANT_SM90_OVERLAP = 3
 } kiln_prefill_variant_t;
 
 kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params);

@@ -211,9 +211,9 @@ namespace {
 // AUTO picks the wgmma variant where it can run (sm_90a build on an sm_90 device).
 constexpr bool kAutoPrefersSm90 = true;
 
-template <typename Params, typename Sm80, typename Sm90>
+template <typename Params, typename Sm80, typename Sm90, typename Sm90Overlap>
 kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, const char *name,
-                            Sm80 sm80, Sm90 sm90) {
+                            Sm80 sm80, Sm90 sm90, Sm90Overlap sm90Overlap) {
   switch (variant) {
   case KILN_PREFILL_VARIANT_AUTO: {
     if (p.total_q == 0)
@@ -229,6 +229,8 @@ kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, con
     return p.total_q == 0 ? ok() : sm80(p, name);
   case KILN_PREFILL_VARIANT_SM90:
     return p.total_q == 0 ? ok() : sm90(p, name);
+  case KILN_PREFILL_VARIANT_SM90_OVERLAP:
+    return p.total_q == 0 ? ok() : sm90Overlap(p, name);
   }
   return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: variant = %d unknown", name,
               static_cast<int>(variant));
@@ -243,7 +245,8 @@ extern "C" kiln_status_t kiln_prefill_fmha_variant(const kiln_prefill_fmha_param
   kiln_status_t st = validateDense(*params, name);
   if (st != KILN_OK)
     return st;
-  return launchVariant(*params, variant, name, launchDenseSm80, launchDenseSm90);
+  return launchVariant(*params, variant, name, launchDenseSm80, launchDenseSm90,
+                       launchDenseSm90Overlap);
 }
 
 extern "C" kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params) {
@@ -259,7 +262,8 @@ kiln_prefill_fmha_paged_variant(const kiln_prefill_fmha_paged_params_t *params,
   kiln_status_t st = validatePaged(*params, name);
   if (st != KILN_OK)
     return st;
-  return launchVariant(*params, variant, name, launchPagedSm80, launchPagedSm90);
+  return launchVariant(*params, variant, name, launchPagedSm80, launchPagedSm90,
+                       launchPagedSm90Overlap);
 }
 
 extern "C" kiln_status_t kiln_prefill_fmha_paged(const kiln_prefill_fmha_paged_params_t *params) {

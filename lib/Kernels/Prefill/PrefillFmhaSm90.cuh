@@ -32,9 +32,15 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
 // NWG warpgroups per block, 64 query rows each. LAZY_RESCALE: a warp skips rescaling its
 // O accumulators on a key tile that raises none of its 16 rows' maxima (the factor
 // would be exactly 1); D / 4 multiplies a thread a tile against a vote. A tuning
-// option (bench/Prefill/PrefillFmhaTuning.cu) until measured.
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false>
-__global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const FmhaArgs a) {
+// option (bench/Prefill/PrefillFmhaTuning.cu) until measured. MIN_BLOCKS: blocks a SM
+// must be able to hold, which caps the registers (2 x 256 threads: 128 a thread); a d64
+// kernel a few registers over 128 runs one block of 8 warps a SM instead of 16 warps.
+// OVERLAP: the softmax of key tile j runs while the wgmma of P_{j-1} V_{j-1} does
+// (FlashAttention-3's intra-warpgroup pipelining; STAGES >= 3, below);
+// KILN_PREFILL_VARIANT_SM90_OVERLAP runs it.
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG, bool LAZY_RESCALE = false,
+          int MIN_BLOCKS = 1, bool OVERLAP = false>
+__global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(const FmhaArgs a) {
 #ifdef KILN_PREFILL_HAS_WGMMA
   constexpr int BM = 64 * NWG;
   constexpr int NTHREADS = 128 * NWG;
@@ -148,8 +154,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       cpAsync16(dstV + o, srcV, valid ? 16 : 0);
     }
   };
+  // Tiles loaded ahead of the one being computed. The overlapped schedule keeps the V
+  // tile of the previous key tile in use while the current one's S is computed, so one
+  // stage of the ring is busy for longer and the prefetch distance drops by one.
+  constexpr int AHEAD = OVERLAP ? STAGES - 2 : STAGES - 1;
+  static_assert(AHEAD >= 1, "the overlapped schedule needs a ring of 3 stages or more");
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < AHEAD; ++s) {
     if (jFirst + s < nTiles)
       loadKV(jFirst + s, s);
     cpAsyncCommit();
@@ -174,25 +185,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
   const int wgNBegin = a.window > 0 ? wgRow0 + diag - a.window + 1 : 0;
   const int windowMaskEnd = a.window > 0 ? warpRow0 + 15 + diag - a.window + 1 : 0;
 
-  for (int j = jFirst; j < nTiles; ++j) {
-    cpAsyncWait<STAGES - 2>();
-    // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-    sm90::fenceProxyAsyncShared();
-    __syncthreads();
-    {
-      const int next = j + STAGES - 1;
-      if (next < nTiles)
-        loadKV(next, (next - jFirst) % STAGES);
-      cpAsyncCommit();
-    }
-    const int n0 = j * BN;
-    if (n0 >= wgNEnd || n0 + BN <= wgNBegin)
-      continue; // warpgroup-uniform: no key of this tile is visible to its 64 rows
-    const int stage = (j - jFirst) % STAGES;
-    const uint32_t tK = sKAddr + stage * BN * D * 2;
-    const uint32_t tV = sVAddr + stage * BN * D * 2;
-
-    // S = Q K^T: A = Q rows of this warpgroup (K-major), B = K tile (K-major).
+  // S = Q K^T into s, issued and committed, not waited for: A = Q rows of this
+  // warpgroup (K-major), B = K tile (K-major).
+  // The accumulators are pinned before the fence as well as after: the pin is what keeps
+  // the compiler from sinking a write of them (the O rescale) below the fence, where
+  // ptxas would have to wait for any wgmma in flight before the write (C7517).
+  auto issueS = [&](uint32_t tK) {
+    sm90::pinAccumulators(s);
     sm90::wgmmaFence();
     sm90::pinAccumulators(s);
 #pragma unroll
@@ -204,9 +203,51 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       MmaS::template ss<0>(s, da, db, kk > 0 ? 1 : 0);
     }
     sm90::wgmmaCommit();
-    sm90::wgmmaWait<0>();
-    sm90::pinAccumulators(s);
-
+  };
+  // O += P V, issued and committed, not waited for: B = V tile, MN-major (d contiguous):
+  // LBO = next 64-column block, SBO = next 8 keys.
+  uint32_t pa[BN / 16][4];
+  // The wgmma reads P from registers asynchronously: a use after the wait keeps their
+  // values (and registers) alive until the instructions that read them have completed.
+  auto pinP = [&]() {
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        asm volatile("" : "+r"(pa[kp][i])::"memory");
+  };
+  auto issuePV = [&](uint32_t tV) {
+    sm90::pinAccumulators(o);
+    pinP();
+    sm90::wgmmaFence();
+    sm90::pinAccumulators(o);
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      const uint64_t db = sm90::swizzle128Descriptor(tV + kp * (16 * 128), BN * 128, 1024);
+      MmaO::template rs<1>(o, pa[kp], db, 1);
+    }
+    sm90::wgmmaCommit();
+  };
+  auto packP = [&]() {
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) {
+      pa[kp][0] = MmaType<T>::pack(s[8 * kp + 0], s[8 * kp + 1]);
+      pa[kp][1] = MmaType<T>::pack(s[8 * kp + 2], s[8 * kp + 3]);
+      pa[kp][2] = MmaType<T>::pack(s[8 * kp + 4], s[8 * kp + 5]);
+      pa[kp][3] = MmaType<T>::pack(s[8 * kp + 6], s[8 * kp + 7]);
+    }
+  };
+  auto rescaleO = [&](const float(&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+      o[i] *= alpha[(i >> 1) & 1];
+  };
+  // The online softmax of the tile at key n0 over s (masked, then exponentiated in
+  // place): the row maxima and sums move on, alpha gets the factor O must be scaled by
+  // before this tile's P V is added, grew whether any row of the warp raised its maximum.
+  // The default schedule scales O right here; the others later.
+  constexpr bool RESCALE_INLINE = !OVERLAP && !LAZY_RESCALE;
+  auto softmaxTile = [&](int n0, float(&alpha)[2], bool &grew) {
     const bool needMask = (n0 + BN > kLen) || (a.causal && n0 + BN - 1 > warpRow0 + diag) ||
                           n0 < windowMaskEnd;
     if (needMask) {
@@ -222,9 +263,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
             s[nt * 4 + e] = NEG_INF;
         }
     }
-
-    float alpha[2];
-    bool grew = false;
+    bool rowGrew = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = NEG_INF;
@@ -236,14 +275,16 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       const float mNew = fmaxf(rowMax[r], mx);
       const float mUse = mNew == NEG_INF ? 0.f : mNew;
       if constexpr (LAZY_RESCALE) {
-        grew |= mNew != rowMax[r];
+        rowGrew |= mNew != rowMax[r];
         alpha[r] = mNew == rowMax[r] ? 1.f : fastExp2((rowMax[r] - mUse) * a.scale_log2);
       } else {
         alpha[r] = fastExp2((rowMax[r] - mUse) * a.scale_log2);
+        if constexpr (RESCALE_INLINE) {
 #pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
-          o[dn * 4 + 2 * r] *= alpha[r];
-          o[dn * 4 + 2 * r + 1] *= alpha[r];
+          for (int dn = 0; dn < D / 8; ++dn) {
+            o[dn * 4 + 2 * r] *= alpha[r];
+            o[dn * 4 + 2 * r + 1] *= alpha[r];
+          }
         }
       }
       rowMax[r] = mNew;
@@ -260,34 +301,95 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
       }
       rowSum[r] += sum;
     }
-    if constexpr (LAZY_RESCALE) {
-      if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i)
-          o[i] *= alpha[(i >> 1) & 1];
-      }
-    }
+    grew = LAZY_RESCALE ? __any_sync(0xffffffffu, rowGrew) : true;
+  };
 
-    uint32_t pa[BN / 16][4];
+  // Overlapped schedule (FlashAttention-3's intra-warpgroup pipelining): the P V product
+  // of key tile j - 1 is issued right after S_j = Q K_j^T and runs while this warpgroup
+  // computes the softmax of S_j, instead of the two products and the softmax taking
+  // turns. hasP: a P of the V tile at pV is waiting to be multiplied in (O already scaled
+  // to its maxima). The first tile issues a P V of zeros (against its own V tile: loaded,
+  // finite) rather than branch around it.
+  bool hasP = false;
+  uint32_t pV = 0;
+  if constexpr (OVERLAP) {
+    static_assert(!LAZY_RESCALE, "the overlapped schedule scales O on every tile");
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) {
-      pa[kp][0] = MmaType<T>::pack(s[8 * kp + 0], s[8 * kp + 1]);
-      pa[kp][1] = MmaType<T>::pack(s[8 * kp + 2], s[8 * kp + 3]);
-      pa[kp][2] = MmaType<T>::pack(s[8 * kp + 4], s[8 * kp + 5]);
-      pa[kp][3] = MmaType<T>::pack(s[8 * kp + 6], s[8 * kp + 7]);
-    }
-    // O += P V: B = V tile, MN-major (d contiguous): LBO = next 64-column block,
-    // SBO = next 8 keys.
-    sm90::wgmmaFence();
-    sm90::pinAccumulators(o);
+    for (int kp = 0; kp < BN / 16; ++kp)
 #pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) {
-      const uint64_t db = sm90::swizzle128Descriptor(tV + kp * (16 * 128), BN * 128, 1024);
-      MmaO::template rs<1>(o, pa[kp], db, 1);
+      for (int i = 0; i < 4; ++i)
+        pa[kp][i] = 0u;
+  }
+
+  for (int j = jFirst; j < nTiles; ++j) {
+    cpAsyncWait<AHEAD - 1>();
+    // cp.async (generic proxy) writes -> wgmma (async proxy) reads. The barrier also
+    // tells the loads below that every warpgroup is done with the stage they refill
+    // (the overlapped schedule waits for its P V of tile j - 2 in iteration j - 1).
+    sm90::fenceProxyAsyncShared();
+    __syncthreads();
+    {
+      const int next = j + AHEAD;
+      if (next < nTiles)
+        loadKV(next, (next - jFirst) % STAGES);
+      cpAsyncCommit();
     }
-    sm90::wgmmaCommit();
-    sm90::wgmmaWait<0>();
-    sm90::pinAccumulators(o);
+    const int n0 = j * BN;
+    // Warpgroup-uniform: no key of this tile is visible to its 64 rows. The overlapped
+    // schedule computes such a tile all the same (masked: it changes no row's state):
+    // ptxas cannot tell this branch apart from a divergent one, and serializes every
+    // wgmma of the kernel (C7518) where one is left in flight across it. What it costs
+    // is the tiles of the block that only the other warpgroup sees: one of 64 keys a
+    // block at d64 past the causal diagonal, none at d128 (128-key tiles), and a tile
+    // or two of a window's lower edge.
+    if (!OVERLAP && (n0 >= wgNEnd || n0 + BN <= wgNBegin))
+      continue;
+    const int stage = (j - jFirst) % STAGES;
+    const uint32_t tK = sKAddr + stage * BN * D * 2;
+    const uint32_t tV = sVAddr + stage * BN * D * 2;
+
+    if constexpr (OVERLAP) {
+      issueS(tK);
+      issuePV(hasP ? pV : tV);
+      sm90::wgmmaWait<1>(); // S_j done; P_{j-1} V_{j-1} may still run
+      sm90::pinAccumulators(s);
+      float alpha[2];
+      bool grew;
+      softmaxTile(n0, alpha, grew);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
+      pinP();
+      // O (up to tile j - 1) to tile j's maxima, before P_j V_j is added next time. Not
+      // while S_j runs: ptxas then waits for S_j before the first write of O (C7517),
+      // though O is in no wgmma in flight.
+      rescaleO(alpha);
+      packP();
+      hasP = true;
+      pV = tV;
+    } else {
+      issueS(tK);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(s);
+      float alpha[2];
+      bool grew;
+      softmaxTile(n0, alpha, grew);
+      if constexpr (LAZY_RESCALE) {
+        if (grew)
+          rescaleO(alpha);
+      }
+      packP();
+      issuePV(tV);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
+    }
+  }
+  if constexpr (OVERLAP) {
+    if (hasP) { // the last tile's P V
+      issuePV(pV);
+      sm90::wgmmaWait<0>();
+      sm90::pinAccumulators(o);
+      pinP();
+    }
   }
 
   cpAsyncWait<0>();
@@ -327,12 +429,15 @@ __global__ void __launch_bounds__(128 * NWG, 1) prefillFmhaSm90Kernel(const Fmha
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2,
-          bool LAZY_RESCALE = false>
+template <typename T, int D, int BN, int STAGES, bool PAGED, int NWG = 2, bool LAZY_RESCALE = false,
+          int MIN_BLOCKS = 1, bool OVERLAP = false>
 cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlenQ, int qHeads,
                                   cudaStream_t stream) {
   constexpr int smem = fmhaSm90SmemBytes<D, BN, STAGES, NWG>();
-  auto kernel = prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE>;
+  // A SM has 228 KiB of shared memory, 1 KiB of it reserved per block.
+  static_assert(MIN_BLOCKS * (smem + 1024) <= 228 * 1024, "MIN_BLOCKS blocks must fit a SM");
+  auto kernel =
+      prefillFmhaSm90Kernel<T, D, BN, STAGES, PAGED, NWG, LAZY_RESCALE, MIN_BLOCKS, OVERLAP>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
@@ -349,6 +454,12 @@ cudaError_t launchPrefillFmhaSm90(const FmhaArgs &args, int batch, int maxSeqlen
 template <bool PAGED>
 cudaError_t launchPrefillFmhaSm90D256(const FmhaArgs &args, bool bf16, int batch, int maxSeqlenQ,
                                       int qHeads, cudaStream_t stream);
+
+// The overlapped schedule (PrefillFmhaSm90Overlap.cu) at head_dim 64 or 128 (any other
+// is taken for 128: the caller checks).
+template <bool PAGED>
+cudaError_t launchPrefillFmhaSm90Overlap(const FmhaArgs &args, bool bf16, int headDim, int batch,
+                                         int maxSeqlenQ, int qHeads, cudaStream_t stream);
 
 } // namespace kiln::kernels::prefill
 

@@ -25,6 +25,10 @@ kiln_status_t launchPagedF16Sm80(const kiln_prefill_fmha_paged_params_t &p, cons
 // built for sm_90a and the device is sm_90.
 kiln_status_t launchDenseSm90(const kiln_prefill_fmha_params_t &p, const char *name);
 kiln_status_t launchPagedSm90(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+// The same kernel on its overlapped schedule (softmax of key tile j next to the P V wgmma
+// of tile j - 1; PrefillFmhaSm90Overlap.cu), head_dim 64 and 128.
+kiln_status_t launchDenseSm90Overlap(const kiln_prefill_fmha_params_t &p, const char *name);
+kiln_status_t launchPagedSm90Overlap(const kiln_prefill_fmha_paged_params_t &p, const char *name);
 
 // Packed default strides filled in where the caller passed 0.
 struct ResolvedStrides {
