@@ -181,6 +181,15 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // Fixed key chunks (Layout.h): a query's bits do not depend on the step's batch or
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
+    // The fused combine (same bits as the combine kernel, one launch less). Its counters
+    // sit where no partial goes, so a launch of any shape finds them at 0: the last block
+    // of a group resets its counter. Only a kernel cut short leaves one non-zero, and
+    // that is a device fault, which retires the context (Faults.cpp) with the process's
+    // CUDA context; a failed launch runs no block; a graph capture runs nothing.
+    if (ctx->counterBytes) {
+      gp.split_counters = ctx->base[kWorkspace] + ctx->counterOffset;
+      gp.split_counter_bytes = ctx->counterBytes;
+    }
     gp.window = window;
     gp.sinks = sinks;
     gp.kv_dtype = poolDtype;

@@ -189,11 +189,12 @@ int effectiveSplits(int maxTiles, int splits) {
 }
 
 // `requested` 0 = automatic; a workspace of `workspaceBytes` (when planning the launch)
-// caps the split count; for the workspace query pass SIZE_MAX. `counterBytes` > 0: the
-// fused combine's counters follow the partials (and the fill-one-wave rule applies).
+// caps the split count; for the workspace query pass SIZE_MAX. `fused`: the kernel
+// combines its own partials (the fill-one-wave rule applies); `counterBytes` > 0: its
+// counters follow the partials in the workspace (0: they live elsewhere).
 kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks, int slots,
                          int maxSeqLen, int tileN, long long outRows, int dv, size_t workspaceBytes,
-                         const void *workspace, bool forQuery, SplitPlan *plan,
+                         const void *workspace, bool forQuery, SplitPlan *plan, bool fused = false,
                          size_t counterBytes = 0) {
   const int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
   // The splits that run: whole key tiles per split, so `splits` can round down (10
@@ -201,10 +202,10 @@ kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks
   // partials by this count, so the queried workspace is always enough.
   auto effective = [&](int splits) { return effectiveSplits(maxTiles, splits); };
   const int autoLimit = std::min(maxTiles, KILN_DECODE_MAX_SPLITS);
-  int splits = effective(
-      requested > 0      ? std::min(requested, maxTiles)
-      : counterBytes > 0 ? autoSplitsFused(baseBlocks, slots, maxTiles, effectiveSplits, autoLimit)
-                         : autoSplits(baseBlocks, slots, maxTiles));
+  int splits =
+      effective(requested > 0 ? std::min(requested, maxTiles)
+                : fused ? autoSplitsFused(baseBlocks, slots, maxTiles, effectiveSplits, autoLimit)
+                        : autoSplits(baseBlocks, slots, maxTiles));
   auto need = [&](int n) { return splitWorkspace(outRows, n, dv, counterBytes); };
   if (!forQuery && splits > 1) {
     size_t have = workspace ? workspaceBytes : 0;
@@ -280,6 +281,8 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
 
 constexpr const char *kGqa = "gqa_decode";
 
+size_t gqaCounterBytes(const kiln_gqa_decode_params_t *p);
+
 kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kGqa);
   KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kGqa);
@@ -337,6 +340,13 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
                    aligned16(p->workspace),
                KILN_ERROR_INVALID_ARGUMENT,
                "%s: q, kv_cache, out and workspace must be 16-byte aligned", kGqa);
+  KILN_REQUIRE((reinterpret_cast<uintptr_t>(p->split_counters) & 3) == 0,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: split_counters must be 4-byte aligned", kGqa);
+  KILN_REQUIRE(!p->split_counters || p->split_counter_bytes >= gqaCounterBytes(p),
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: split_counter_bytes %zu too small (needs %zu: batch x kv_heads x row blocks "
+               "x 4)",
+               kGqa, p->split_counter_bytes, gqaCounterBytes(p));
   return KILN_OK;
 }
 
@@ -354,14 +364,23 @@ int gqaRowBlocks(const kiln_gqa_decode_params_t *p) {
 // programmatic dependent launch), so one benchmark run can show both.
 bool gqaLegacy() { return std::getenv("KILN_GQA_SEPARATE_COMBINE") != nullptr; }
 
-// The kernel combines its own partials (args.counters) in num_splits mode. split_keys
-// mode (the runtime's, sized by Layout.h's kiln_rt_split_workspace_bytes) keeps the
-// combine kernel: its workspace formula has no counters.
-bool gqaFused(const kiln_gqa_decode_params_t *p) { return p->split_keys == 0 && !gqaLegacy(); }
+// The kernel combines its own partials (args.counters) in num_splits mode, and in
+// split_keys mode when the caller gives the counters a place of their own
+// (split_counters; the runtime's, in its split-KV region, Layout.h). split_keys mode
+// without one keeps the combine kernel: counters after the partials would move with the
+// split count (the step's key bound), onto bytes that held partials.
+bool gqaFused(const kiln_gqa_decode_params_t *p) {
+  return (p->split_keys == 0 || p->split_counters) && !gqaLegacy();
+}
 
 // One arrival counter a (sequence, kv head x row block) group: the fused kernel's grid.y x z.
 size_t gqaCounterBytes(const kiln_gqa_decode_params_t *p) {
   return static_cast<size_t>(p->batch) * p->kv_heads * gqaRowBlocks(p) * sizeof(unsigned);
+}
+
+// Counter bytes the workspace holds after the partials: none where split_counters holds them.
+size_t gqaWorkspaceCounterBytes(const kiln_gqa_decode_params_t *p) {
+  return gqaFused(p) && !p->split_counters ? gqaCounterBytes(p) : 0;
 }
 
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
@@ -395,7 +414,7 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   return planSplits(
       kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
       props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
-      p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p) ? gqaCounterBytes(p) : 0);
+      p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p), gqaWorkspaceCounterBytes(p));
 }
 
 // ---- mla_decode ------------------------------------------------------------------------
@@ -578,9 +597,12 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.vScale = p->v_scale;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   const bool fused = gqaFused(p) && plan.numSplits > 1;
-  // The counters follow the partials (planSplits sized the workspace for them).
-  args.counters =
-      fused ? reinterpret_cast<unsigned *>(args.partLse + outRows * plan.numSplits) : nullptr;
+  // The caller's counters, or right after the partials (planSplits sized the workspace
+  // for them).
+  args.counters = !fused ? nullptr
+                  : p->split_counters
+                      ? static_cast<unsigned *>(p->split_counters)
+                      : reinterpret_cast<unsigned *>(args.partLse + outRows * plan.numSplits);
   DeviceProps props;
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
