@@ -383,6 +383,31 @@ size_t gqaWorkspaceCounterBytes(const kiln_gqa_decode_params_t *p) {
   return gqaFused(p) && !p->split_counters ? gqaCounterBytes(p) : 0;
 }
 
+// The tuning variant (GqaDecodeKernel.cuh, kGqaVariants) a launch of these params runs by
+// default: 0 everywhere. Variants exist for bf16 q/out over a bf16 pool at head_dim 128
+// with one row tile (q_len * group <= 16). A rule may use the shape and the device for
+// the bit-identical variants (stages, prefetch, page hoisting, blocks/SM). The 32-key
+// variants change the bits: not as a default while only one row tile has them (a verify
+// step of q_len * group > 16 would run the 64-key kernel, other bits than its decode
+// steps: speculation would stop being lossless), and never chosen by batch or q_len.
+int gqaDefaultVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props) {
+  (void)p;
+  (void)props;
+  return 0; // the one line to change once the benchmark picks a variant
+}
+
+// KILN_GQA_VARIANT=n (experiment knob, read per call): run variant n where it exists,
+// so one benchmark run can print every variant side by side.
+int gqaVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props, int mTiles) {
+  // planGqa's bf16 kernel: bf16 q/out, a pool of neither FP8 nor f16.
+  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3 ||
+      p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 || mTiles != 1)
+    return 0;
+  if (const char *env = std::getenv("KILN_GQA_VARIANT"))
+    return std::atoi(env);
+  return gqaDefaultVariant(p, props);
+}
+
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
                       SplitPlan *plan) {
   kiln_status_t status = validateGqa(p);
@@ -399,6 +424,11 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   DeviceProps props;
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
+  if (const int variant = gqaVariant(p, props, mTiles); variant != 0) {
+    *info = gqaKernelInfoBf16Variant(variant);
+    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d)", kGqa,
+                 variant, gqaNumVariants() - 1);
+  }
   KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
                "%s: head_dim %d with q_len*group %d needs %d bytes of shared memory per "
                "block, the device allows %d",

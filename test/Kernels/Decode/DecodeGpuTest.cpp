@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -847,6 +848,80 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
                 << "token " << t << ": a batch of one != the batch of " << batch;
           }
         }
+}
+
+// The benchmark's tuning variants (KILN_GQA_VARIANT; kGqaVariants in
+// GqaDecodeKernel.cuh: bf16 d = 128, one row tile) must be correct before one may become
+// a default: each against the reference (windows, sinks, pages smaller than a tile, where
+// page hoisting falls back, split_keys with fused counters), and those that keep the
+// 64-key tile bitwise equal to variant 0 (they change the pipeline, not the arithmetic).
+TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
+  KILN_REQUIRE_GPU();
+  const std::set<int> otherBits = {4, 5, 6, 11}; // 32-key tiles: another key split
+  for (int variant = 1;; ++variant) {
+    setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+    // The launcher refuses a variant that does not exist: the end of the table.
+    {
+      // Never dereferenced: the query validates and plans only.
+      void *fake = reinterpret_cast<void *>(256);
+      const int32_t *fakeInts = static_cast<const int32_t *>(fake);
+      PagedLayout layout = makeLayout(1, 1, 64, 64);
+      kiln_gqa_decode_params_t p =
+          gqaParams({fake, fake, fakeInts, fakeInts, fake}, 1, 1, 8, 2, 128, 64, layout, 64);
+      p.softmax_scale = 0.1f;
+      p.dtype = KILN_DTYPE_BF16;
+      p.kv_dtype = KILN_DTYPE_BF16;
+      size_t bytes = 0;
+      if (kiln_gqa_decode_workspace_bytes(&p, &bytes) != KILN_OK) {
+        EXPECT_GT(variant, 12) << kiln_last_error();
+        EXPECT_NE(std::string(kiln_last_error()).find("variant"), std::string::npos);
+        break;
+      }
+    }
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    int n = 0;
+    for (int pageSize : {64, 16})
+      for (int qLen : {1, 4}) {
+        GqaCase c{KILN_DTYPE_BF16, 128, pageSize, 4, qLen};
+        c.batch = 3;
+        c.kvHeads = 2;
+        c.minLen = 200;
+        c.maxLen = 1500;
+        c.numSplits = n % 2 ? 5 : 0;
+        c.window = n == 2 ? 300 : 0;
+        c.sinks = n == 1;
+        c.replays = n == 3;
+        ++n;
+        runGqaCase(c);
+      }
+    GqaCase fixed{KILN_DTYPE_BF16, 128, 64, 4, 1};
+    fixed.maxLen = 1500;
+    fixed.splitKeys = 256;
+    fixed.counters = true;
+    fixed.replays = true;
+    runGqaCase(fixed);
+    if (otherBits.count(variant))
+      continue;
+    // Bitwise against variant 0 (automatic splits and fixed split_keys, windowed).
+    const int kvHeads = 2, group = 4, qHeads = kvHeads * group, headDim = 128, pageSize = 64;
+    PagedLayout layout = makeLayout(3, 100, 2000, pageSize);
+    std::vector<uint16_t> kvBits, qBits;
+    std::vector<float> unused;
+    randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16, kvBits,
+                 unused);
+    randomValues(3ull * qHeads * headDim, KILN_DTYPE_BF16, qBits, unused);
+    for (int splitKeys : {0, 256}) {
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, splitKeys, 77};
+      const std::vector<uint16_t> got =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      unsetenv("KILN_GQA_VARIANT");
+      const std::vector<uint16_t> base =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+      EXPECT_TRUE(got == base) << "split_keys " << splitKeys << ": bits differ from variant 0";
+    }
+  }
+  unsetenv("KILN_GQA_VARIANT");
 }
 
 // The spacing of bf16 / fp16 numbers at |v| (fp16's subnormals below 2^-14).
