@@ -145,17 +145,24 @@ void freePaged(Paged &p) {
 // gqa_decode q_len 1 (32 q / 8 kv heads, d 128, page 64, bf16) on the shapes of issue 15
 // item 3, every tuning variant with its automatic split count; at batch 1 also with twice
 // the automatic splits (two waves of blocks), for the default and each variant.
+// Then a layout probe ("gqa_layout_probe"): the bytes and block work of B=128 L=8k, but
+// 1 kv head (4 q heads) and 8x the sequences, so a block's keys are contiguous 256-byte
+// rows (16 KiB a page) instead of 256 bytes every 2 KiB: if it streams near the ceiling
+// where the 8-head pool does not, the pool's stride (not the pipeline) is what separates
+// the kernel from cuDNN's contiguous [B, H, L, D] peer.
 void variantGrid(cudaStream_t stream, bool quick) {
-  const int Hq = 32, Hkv = 8, D = 128, page = 64;
+  const int D = 128, page = 64;
   struct Shape {
-    int B, L;
+    int B, L, Hq = 32, Hkv = 8;
+    bool probe = false;
   };
   std::vector<Shape> shapes = {{128, 8192}, {64, 8192}, {1, 1024}, {1, 4096},
                                {1, 8192},   {1, 32768}, {16, 1024}};
   if (quick)
     shapes = {{128, 8192}, {1, 8192}};
+  shapes.push_back({1024, 8192, 4, 1, true});
   for (const Shape &shape : shapes) {
-    const int B = shape.B, L = shape.L, qLen = 1;
+    const int B = shape.B, L = shape.L, qLen = 1, Hq = shape.Hq, Hkv = shape.Hkv;
     const double kvBytes = 2.0 * B * L * Hkv * D * 2;
     Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * 2);
     uint16_t *q, *out;
@@ -183,6 +190,8 @@ void variantGrid(cudaStream_t stream, bool quick) {
     const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
     for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant)
       for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
+        if (shape.probe && variant != 0 && variant != 7 && variant != 9)
+          continue; // the default, L2 prefetch, + page hoisting
         setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
         prm.num_splits = 0;
         prm.block_table = p.tables[0];
@@ -208,12 +217,13 @@ void variantGrid(cudaStream_t stream, bool quick) {
             stream);
         const int splits = ws ? static_cast<int>(ws / splitBytes) : 1;
         const kiln::decode::GqaTuning &v = kiln::decode::kGqaVariants[variant];
-        std::printf("{\"kind\":\"gqa_variant\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"variant\":%d,"
+        std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"q_heads\":%d,"
+                    "\"kv_heads\":%d,\"variant\":%d,"
                     "\"tile\":%d,\"stages\":%d,\"l2_prefetch\":%d,\"hoist_page\":%d,"
                     "\"min_blocks\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
-                    B, L, qLen, variant, v.tileN ? v.tileN : 64, v.stages ? v.stages : 3,
-                    v.l2Prefetch, v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6,
-                    kvBytes / t / 1e12, splits);
+                    shape.probe ? "gqa_layout_probe" : "gqa_variant", B, L, qLen, Hq, Hkv, variant,
+                    v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, v.l2Prefetch,
+                    v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6, kvBytes / t / 1e12, splits);
         std::fflush(stdout);
         unsetenv("KILN_GQA_VARIANT");
         cudaFree(wsPtr);

@@ -176,6 +176,17 @@ def main():
                          f"{fmt(p.get('cudnn'), '.3f')} | {fmt(p.get('flash'), '.3f')} | "
                          f"{fmt(None if not p.get('cudnn') else r['TBps'] / p['cudnn'])} |")
             print(lines[-1], flush=True)
+        # The layout probe: B=128 L=8k's bytes with 1 kv head (contiguous rows); compare
+        # with the 8-head rows of the same variant at B=128 L=8k above.
+        for r in (r for r in rows if r["kind"] == "gqa_layout_probe"):
+            merged.append(r)
+            b = next((x["TBps"] for x in var_rows if (x["B"], x["L"], x["variant"], x["waves"]) ==
+                      (128, r["L"], r["variant"], 1)), None)
+            lines.append(f"| probe B={r['B']} L={r['L']} {r['q_heads']}q/{r['kv_heads']}kv | {r['variant']} | {r['tile']} | "
+                         f"{r['stages']} | {r['l2_prefetch']} | {r['hoist_page']} | {r['min_blocks']} | 1 | {r['splits']} | "
+                         f"{r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | {fmt(None if not b else r['TBps'] / b)} (vs 8 kv heads) | "
+                         f"n/a | n/a | n/a |")
+            print(lines[-1], flush=True)
         # The best per shape, for the decision.
         lines += ["", "| shape | best variant (waves) | TB/s | vs default |", "|---|---|---|---|"]
         for key in sorted({(r["B"], r["L"]) for r in var_rows}):
