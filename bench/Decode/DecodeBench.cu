@@ -10,6 +10,7 @@
 #include "EventTimer.h"
 #include "GqaDecodeKernel.cuh" // kGqaVariants (the table only; nothing instantiated)
 #include "kiln/Kernels/Decode.h"
+#include "kiln/Runtime/Layout.h" // kiln_rt_decode_split_keys: the runtime's chunks
 
 #include <cuda_runtime.h>
 
@@ -228,6 +229,43 @@ void variantGrid(cudaStream_t stream, bool quick) {
         unsetenv("KILN_GQA_VARIANT");
         cudaFree(wsPtr);
       }
+    // The runtime's mode (split_keys chunks of kiln_rt_decode_split_keys for a model of
+    // max_seq_len L: 16 chunks), combined by the kernel (split_counters, as the runtime
+    // now runs it) and by the separate combine kernel (before), same pages.
+    if (!shape.probe && (B == 1 || B == 16 || B == 128)) {
+      prm.num_splits = 0;
+      prm.split_keys = static_cast<int>(kiln_rt_decode_split_keys(L));
+      prm.block_table = p.tables[0];
+      size_t ws = 0;
+      KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+      const size_t counterBytes = static_cast<size_t>(B) * Hkv * 4; // one row block a head
+      void *wsPtr = nullptr, *counters = nullptr;
+      CHECK(cudaMalloc(&wsPtr, std::max<size_t>(ws, 16)));
+      CHECK(cudaMalloc(&counters, counterBytes));
+      CHECK(cudaMemset(counters, 0, counterBytes));
+      prm.workspace = wsPtr;
+      prm.workspace_bytes = ws;
+      for (int fused = 1; fused >= 0; --fused) {
+        prm.split_counters = fused ? counters : nullptr;
+        prm.split_counter_bytes = fused ? counterBytes : 0;
+        const double t = timeGraph(
+            [&](int i) {
+              prm.block_table = p.tables[i % p.tables.size()];
+              KCHECK(kiln_gqa_decode(&prm));
+            },
+            stream);
+        std::printf("{\"kind\":\"gqa_split_keys\",\"B\":%d,\"L\":%d,\"q_len\":%d,"
+                    "\"split_keys\":%d,\"fused\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    B, L, qLen, prm.split_keys, fused, t * 1e6, kvBytes / t / 1e12,
+                    ws ? static_cast<int>(ws / splitBytes) : 1);
+        std::fflush(stdout);
+      }
+      prm.split_keys = 0;
+      prm.split_counters = nullptr;
+      prm.split_counter_bytes = 0;
+      cudaFree(wsPtr);
+      cudaFree(counters);
+    }
     cudaFree(q);
     cudaFree(out);
     freePaged(p);

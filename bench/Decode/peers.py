@@ -187,6 +187,17 @@ def main():
                          f"{r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | {fmt(None if not b else r['TBps'] / b)} (vs 8 kv heads) | "
                          f"n/a | n/a | n/a |")
             print(lines[-1], flush=True)
+        # The runtime's split_keys mode: fused (split_counters) vs the combine kernel.
+        for r in (r for r in rows if r["kind"] == "gqa_split_keys"):
+            merged.append(r)
+            sep = next((x["TBps"] for x in rows if x["kind"] == "gqa_split_keys" and x["fused"] == 0
+                        and (x["B"], x["L"]) == (r["B"], r["L"])), None)
+            p = peer_cache.get((r["B"], r["L"], r["q_len"]), {})
+            lines.append(f"| split_keys {r['split_keys']} B={r['B']} L={r['L']} | {'fused' if r['fused'] else 'separate'} | | | | | | 1 | "
+                         f"{r['splits']} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | "
+                         f"{fmt(None if not sep else r['TBps'] / sep)} (vs separate) | {fmt(p.get('cudnn'), '.3f')} | "
+                         f"{fmt(p.get('flash'), '.3f')} | {fmt(None if not p.get('cudnn') else r['TBps'] / p['cudnn'])} |")
+            print(lines[-1], flush=True)
         # The best per shape, for the decision.
         lines += ["", "| shape | best variant (waves) | TB/s | vs default |", "|---|---|---|---|"]
         for key in sorted({(r["B"], r["L"]) for r in var_rows}):
