@@ -275,10 +275,13 @@ void variantGrid(cudaStream_t stream, bool quick) {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, variants = false;
+  // --quick: fewer shapes; --mla: the ceiling and the mla rows only (kernel work);
+  // --variants: the ceiling and the gqa_decode tuning variants side by side.
+  bool quick = false, mlaOnly = false, variants = false;
   for (int i = 1; i < argc; ++i) {
-    quick = quick || std::string(argv[i]) == "--quick";
-    variants = variants || std::string(argv[i]) == "--variants";
+    quick |= std::string(argv[i]) == "--quick";
+    mlaOnly |= std::string(argv[i]) == "--mla";
+    variants |= std::string(argv[i]) == "--variants";
   }
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
@@ -321,6 +324,8 @@ int main(int argc, char **argv) {
     Bs = {1, 128};
     Ls = {8192};
   }
+  if (mlaOnly)
+    Bs.clear();
   for (kiln_dtype_t pool : {KILN_DTYPE_BF16, KILN_DTYPE_F16, KILN_DTYPE_FP8_E4M3})
     for (int qLen : {1, 4})
       for (int B : Bs)
@@ -438,13 +443,31 @@ int main(int argc, char **argv) {
           prm.workspace = wsPtr;
           prm.workspace_bytes = ws;
           // variant 0: mla_decode, 1: mla_decode_small_smem (q_len 1), 2: mla_decode with
-          // the 16-row PV tiling (KILN_MLA_PV16, only where the big config runs).
-          for (int variant = 0; variant < 3; ++variant) {
+          // the 16-row PV tiling (KILN_MLA_PV16, only where the big config runs), 3:
+          // mla_decode_sm90 (KILN_MLA_SM90, wgmma + TMA; sm_90 only).
+          int major = 0, device = 0;
+          CHECK(cudaGetDevice(&device));
+          CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+          for (int variant = 0; variant < 4; ++variant) {
             bool small = variant == 1;
-            if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16))
+            if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16) ||
+                (variant == 3 && major != 9))
               continue;
             if (variant == 2)
               setenv("KILN_MLA_PV16", "1", 1);
+            if (variant == 3) {
+              setenv("KILN_MLA_SM90", "1", 1);
+              // Its split plan may differ: the workspace of the variant that runs.
+              size_t need = 0;
+              KCHECK(kiln_mla_decode_workspace_bytes(&prm, &need));
+              if (need > ws) {
+                cudaFree(wsPtr);
+                CHECK(cudaMalloc(&wsPtr, need));
+                ws = need;
+                prm.workspace = wsPtr;
+                prm.workspace_bytes = ws;
+              }
+            }
             double t = timeGraph(
                 [&](int i) {
                   prm.block_table = p.tables[i % p.tables.size()];
@@ -453,10 +476,14 @@ int main(int argc, char **argv) {
                 stream);
             std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"heads\":%d,\"q_len\":%d,\"us\":%.3f,"
                         "\"TBps\":%.4f,\"TFLOPs\":%.2f}\n",
-                        variant == 0 ? "mla" : variant == 1 ? "mla_small" : "mla_pv16", B, L,
-                        heads, qLen, t * 1e6, bytes / t / 1e12, flops / t / 1e12);
+                        variant == 0   ? "mla"
+                        : variant == 1 ? "mla_small"
+                        : variant == 2 ? "mla_pv16"
+                                       : "mla_sm90",
+                        B, L, heads, qLen, t * 1e6, bytes / t / 1e12, flops / t / 1e12);
             std::fflush(stdout);
             unsetenv("KILN_MLA_PV16");
+            unsetenv("KILN_MLA_SM90");
           }
           cudaFree(q);
           cudaFree(out);

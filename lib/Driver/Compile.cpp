@@ -304,6 +304,11 @@ int compile(MLIRContext &context, const CompileOptions &o) {
           return fail(*tooBig, 2);
       ImportOptions importOptions;
       importOptions.eagle3Head = specMode == "eagle3";
+      // One rank's graph at --tp N; with a separate draft model the target stays whole
+      // (the draft's graph would be the whole model's, and one module divides alike).
+      if (draftModelPath.empty())
+        importOptions.tp = static_cast<unsigned>(flags.tp.value_or(1));
+      importOptions.collectivesAtOneRank = o.collectivesAtOneRank;
       if (specMode == "mtp")
         llvm::StringRef(specName).substr(specName.find(':') + 1)
             .getAsInteger(10, importOptions.mtpDrafts);
@@ -391,13 +396,14 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     if (!hasEntry(*module))
       return fail("--emit=so|llvm|lowered needs a whole model (a function marked kiln.entry); "
                   "this module has only cache ops");
-    // The plan divides the weights and heads by --tp; the lowered graph does not shard
-    // them yet, so its shared object would need the whole model on one GPU.
-    if (unsigned tp = getModuleConfig(*module).runtime.getTp(); tp > 1)
+    // A whole graph planned per rank would need the whole model on one GPU (one rank's
+    // graph lowers: kiln_model_load_rank loads each rank's weight blocks).
+    if (ModuleConfig config = getModuleConfig(*module);
+        config.runtime.getTp() > 1 && !(config.model && config.model.getTpRanks() > 1))
       return fail("--emit=so|llvm|lowered runs the model on one GPU: --tp " +
-                  std::to_string(tp) +
-                  " plans and reports tensor parallelism, but the lowered graph does not "
-                  "shard its weights and heads yet; lower with --tp 1");
+                  std::to_string(config.runtime.getTp()) +
+                  " plans and reports tensor parallelism of this family, but only the dense "
+                  "decoder families build one rank's graph yet; lower with --tp 1");
     if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
       return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
                   side.front().getSymName() +

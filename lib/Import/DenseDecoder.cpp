@@ -77,6 +77,8 @@ public:
 
   /// Bytes of all declared weights (saturating).
   uint64_t weightBytes();
+  /// The tensor-parallel ranks the built graph is one of (1: the whole model).
+  unsigned graphRanks() const { return ranks(); }
 
 private:
   Location loc(const Twine &path) {
@@ -91,7 +93,7 @@ private:
   /// The value of weight `name` (declared as a `kiln.weight` on first use), of the
   /// model's dtype unless `element` says otherwise.
   Value weight(const Twine &name, ArrayRef<int64_t> shape, Location at, Type element = {},
-               ArrayRef<int64_t> rowGroups = {});
+               ArrayRef<int64_t> rowGroups = {}, ShardAttr shard = {});
   /// How the checkpoint stores a weight the loader rearranges (kiln.weight's checkpoint
   /// layout): its shape when not the weight's, each matrix of its last two dimensions
   /// transposed, MXFP4 blocks.
@@ -116,7 +118,29 @@ private:
   /// `module.weight` [out, in] (and `module.bias` [out]) applied to x [count, in]; the
   /// weight's rows regrouped by `rowGroups` (kiln.weight's row_groups) when given.
   Value linear(Value x, const Twine &module, int64_t out, int64_t in, bool bias, Value count,
-               ArrayRef<int64_t> rowGroups = {});
+               ArrayRef<int64_t> rowGroups = {}, ShardAttr shard = {});
+
+  /// Tensor parallelism (docs/tensor-parallel.md). Ranks of the graph being built: the
+  /// options' tp when this family gets a per-rank graph, else 1 (the whole model).
+  unsigned ranks() const { return perRank ? options.tp : 1; }
+  /// Whether this model gets one rank's graph at tp > 1: the dense decoder families,
+  /// whose every block is attention or a SwiGLU MLP, with no bias on a row-parallel
+  /// projection (each rank would add it).
+  bool supportsPerRankGraph() const;
+  /// The per-rank graph's divisibility: heads and the intermediate size by the ranks,
+  /// KV heads by them or they by the KV heads. Failure: diagnosed.
+  LogicalResult checkPerRankShapes();
+  /// A weight split `parts` ways along `dim` (null with one rank or one part: whole).
+  ShardAttr shardOf(unsigned dim, unsigned parts) const {
+    return ranks() > 1 && parts > 1 ? ShardAttr::get(ctx, dim, parts) : ShardAttr();
+  }
+  /// KV heads a rank holds: the heads divided among the ranks, or, with fewer heads than
+  /// ranks, one head replicated; `kvParts` blocks of the checkpoint's projections.
+  int64_t rankKvHeads() const { return m.kvHeads >= ranks() ? m.kvHeads / ranks() : 1; }
+  unsigned kvParts() const { return static_cast<unsigned>(std::min<int64_t>(m.kvHeads, ranks())); }
+  /// The sum over the ranks of a row-parallel projection's partial sums (x itself in a
+  /// whole graph).
+  Value allReduce(Value partial, Location at);
   /// [count, heads * d] -> [count, heads, d].
   Value splitHeads(Value x, int64_t heads, Value count, Location at);
   Value rope(Value x, Value positions, Value count, Location at);
@@ -193,12 +217,14 @@ private:
   Location fileLoc;
   /// Weights go before the functions, in the order of first use.
   Operation *firstFunction = nullptr;
+  /// The graph is one rank's of options.tp (build() decides).
+  bool perRank = false;
   llvm::StringMap<RankedTensorType> declared;
   SmallVector<WeightOp> weights;
 };
 
 Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Location at,
-                                  Type element, ArrayRef<int64_t> rowGroups) {
+                                  Type element, ArrayRef<int64_t> rowGroups, ShardAttr shard) {
   std::string key = name.str();
   auto type = RankedTensorType::get(shape, element ? element : m.dtype);
   if (!declared.count(key)) {
@@ -207,7 +233,8 @@ Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Lo
     weights.push_back(WeightOp::create(b, loc(key), key, type, IntegerAttr(),
                                        rowGroups.empty() ? DenseI64ArrayAttr()
                                                          : b.getDenseI64ArrayAttr(rowGroups),
-                                       DenseI64ArrayAttr()));
+                                       DenseI64ArrayAttr(), /*transpose_checkpoint=*/false,
+                                       /*mxfp4_checkpoint=*/false, shard));
     declared[key] = type;
   }
   return WeightRefOp::create(b, at, type, key);
@@ -258,11 +285,14 @@ Value DenseDecoderBuilder::rmsNorm(Value x, const Twine &weightName, Value count
 }
 
 Value DenseDecoderBuilder::linear(Value x, const Twine &modulePath, int64_t out, int64_t in,
-                                  bool bias, Value count, ArrayRef<int64_t> rowGroups) {
+                                  bool bias, Value count, ArrayRef<int64_t> rowGroups,
+                                  ShardAttr shard) {
   std::string path = modulePath.str();
   Location at = loc(path);
-  Value w = weight(path + ".weight", {out, in}, at, Type(), rowGroups);
-  Value biasValue = bias ? weight(path + ".bias", {out}, at) : Value();
+  Value w = weight(path + ".weight", {out, in}, at, Type(), rowGroups, shard);
+  // A column-parallel bias is sliced with the weight's rows (supportsPerRankGraph leaves
+  // no row-parallel one).
+  Value biasValue = bias ? weight(path + ".bias", {out}, at, Type(), {}, shard) : Value();
   Value init = empty({out}, count, at);
   return LinearOp::create(b, at, activation({out}), x, w, biasValue, init).getResult();
 }
@@ -313,31 +343,71 @@ void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value pos
 Value DenseDecoderBuilder::attention(Value x, const std::string &attn, const LayerSpec &layer,
                                      Value positions, Value tokens, bool bias, bool noRope,
                                      Value sinks) {
-  int64_t qWidth = m.heads * m.headDim, kvWidth = m.kvHeads * m.headDim;
+  // One rank's heads: column-parallel q/k/v, a row-parallel o_proj, then the sum.
+  int64_t heads = m.heads / ranks(), kvHeads = rankKvHeads();
+  int64_t qWidth = heads * m.headDim, kvWidth = kvHeads * m.headDim;
   Location attnLoc = loc(attn);
-  Value q = splitHeads(linear(x, attn + ".q_proj", qWidth, m.hidden, bias, tokens), m.heads,
-                       tokens, attnLoc);
+  Value q = splitHeads(
+      linear(x, attn + ".q_proj", qWidth, m.hidden, bias, tokens, {}, shardOf(0, ranks())),
+      heads, tokens, attnLoc);
   if (m.qkNorm)
     q = rmsNorm(q, attn + ".q_norm.weight", tokens, loc(attn + ".q_norm"));
-  Value k = splitHeads(linear(x, attn + ".k_proj", kvWidth, m.hidden, bias, tokens),
-                       m.kvHeads, tokens, attnLoc);
+  ShardAttr kvShard = shardOf(0, kvParts());
+  Value k = splitHeads(linear(x, attn + ".k_proj", kvWidth, m.hidden, bias, tokens, {}, kvShard),
+                       kvHeads, tokens, attnLoc);
   if (m.qkNorm)
     k = rmsNorm(k, attn + ".k_norm.weight", tokens, loc(attn + ".k_norm"));
-  Value v = splitHeads(linear(x, attn + ".v_proj", kvWidth, m.hidden, bias, tokens),
-                       m.kvHeads, tokens, attnLoc);
+  Value v = splitHeads(linear(x, attn + ".v_proj", kvWidth, m.hidden, bias, tokens, {}, kvShard),
+                       kvHeads, tokens, attnLoc);
   if (!noRope) {
     q = rope(q, positions, tokens, attnLoc);
     k = rope(k, positions, tokens, attnLoc);
   }
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
-  Value a = AttentionOp::create(b, attnLoc, activation({m.heads, m.headDim}), q, k, v, sinks,
-                                i64(layer.index), i64(m.heads), i64(m.kvHeads), i64(m.headDim),
+  Value a = AttentionOp::create(b, attnLoc, activation({heads, m.headDim}), q, k, v, sinks,
+                                i64(layer.index), i64(heads), i64(kvHeads), i64(m.headDim),
                                 layer.window ? i64(*layer.window) : IntegerAttr(), DraftKindAttr())
                 .getOut();
   SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
   Value merged = tensor::CollapseShapeOp::create(b, attnLoc, a, groups).getResult();
-  return linear(merged, attn + ".o_proj", m.hidden, qWidth, m.isNemotronH() ? bias : m.oBias,
-                tokens);
+  Value o = linear(merged, attn + ".o_proj", m.hidden, qWidth,
+                   m.isNemotronH() ? bias : m.oBias, tokens, {}, shardOf(1, ranks()));
+  return allReduce(o, attnLoc);
+}
+
+Value DenseDecoderBuilder::allReduce(Value partial, Location at) {
+  if (!perRank)
+    return partial;
+  return AllReduceOp::create(b, at, partial.getType(), partial, partial).getResult();
+}
+
+bool DenseDecoderBuilder::supportsPerRankGraph() const {
+  if (m.isNemotronH() || m.isDeepSeek() || m.isQwen3Next() || m.isGptOss() ||
+      options.eagle3Head || m.oBias || m.mlpBias)
+    return false;
+  // A decoder layer is an attention entry and an MLP entry (HFConfig's layer list).
+  for (const LayerSpec &layer : m.layers)
+    if ((layer.kind != LayerKind::attention && layer.kind != LayerKind::mlp) || layer.draft ||
+        m.isMoeLayer(layer.index))
+      return false;
+  return true;
+}
+
+LogicalResult DenseDecoderBuilder::checkPerRankShapes() {
+  unsigned n = options.tp;
+  auto refuse = [&](StringRef what, int64_t value) {
+    return emitError(fileLoc) << "--tp " << n << " must divide " << what << " (" << value
+                              << ") for one rank's graph; choose a tp that divides it";
+  };
+  if (m.heads % n != 0)
+    return refuse("num_attention_heads", m.heads);
+  if (m.kvHeads % n != 0 && n % m.kvHeads != 0)
+    return emitError(fileLoc) << "--tp " << n << " and num_key_value_heads (" << m.kvHeads
+                              << ") must divide one another (heads are divided, or "
+                                 "replicated when fewer than the ranks)";
+  if (m.intermediate % n != 0)
+    return refuse("intermediate_size", m.intermediate);
+  return success();
 }
 
 Value DenseDecoderBuilder::columns(Value x, int64_t first, int64_t width, Value count,
@@ -687,12 +757,17 @@ Value DenseDecoderBuilder::plainMlp(Value x, const std::string &module, int64_t 
 
 Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t inter,
                                      Value tokens) {
-  Value gate = linear(x, module + ".gate_proj", inter, m.hidden, false, tokens);
-  Value up = linear(x, module + ".up_proj", inter, m.hidden, false, tokens);
+  // One rank's intermediate features: column-parallel gate/up, row-parallel down.
+  int64_t rankInter = inter / ranks();
+  ShardAttr columns = shardOf(0, ranks());
+  Value gate = linear(x, module + ".gate_proj", rankInter, m.hidden, false, tokens, {}, columns);
+  Value up = linear(x, module + ".up_proj", rankInter, m.hidden, false, tokens, {}, columns);
   Location at = loc(module);
-  Value act = SwigluOp::create(b, at, gate.getType(), gate, up, empty({inter}, tokens, at))
+  Value act = SwigluOp::create(b, at, gate.getType(), gate, up, empty({rankInter}, tokens, at))
                   .getResult();
-  return linear(act, module + ".down_proj", m.hidden, inter, false, tokens);
+  Value down = linear(act, module + ".down_proj", m.hidden, rankInter, false, tokens, {},
+                      shardOf(1, ranks()));
+  return allReduce(down, at);
 }
 
 void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h,
@@ -814,6 +889,9 @@ void DenseDecoderBuilder::buildEagle3Head(const LayerSpec &layer) {
 }
 
 LogicalResult DenseDecoderBuilder::build() {
+  perRank = (options.tp > 1 || options.collectivesAtOneRank) && supportsPerRankGraph();
+  if (perRank && failed(checkPerRankShapes()))
+    return failure();
   Type ids = RankedTensorType::get({ShapedType::kDynamic}, b.getI32Type());
   Type logits = activation({m.vocab});
   const LayerSpec *mtp = mtpLayer();
@@ -995,7 +1073,7 @@ OwningOpRef<ModuleOp> kiln::import_detail::buildDenseDecoder(const ModelSpec &m,
   DenseDecoderBuilder builder(m, file, ctx, *module, options);
   if (failed(builder.build()))
     return nullptr;
-  setModuleConfig(*module, m, options, builder.weightBytes());
+  setModuleConfig(*module, m, options, builder.weightBytes(), builder.graphRanks());
   if (failed(mlir::verify(*module)))
     return nullptr;
   return module;

@@ -106,6 +106,7 @@ LogicalResult kiln::attachDraftModel(ModuleOp target, OwningOpRef<ModuleOp> draf
     target->setAttr(KilnDialect::kModelAttrName,
                     ModelAttr::get(ctx, targetModel.getName(), targetModel.getModelType(),
                                    targetModel.getNumLayers(), targetModel.getDtype(),
-                                   targetModel.getWeightBytes() + draftModel.getWeightBytes()));
+                                   targetModel.getWeightBytes() + draftModel.getWeightBytes(),
+                                   targetModel.getTpRanks()));
   return success();
 }

@@ -1315,16 +1315,18 @@ OwningOpRef<ModuleOp> buildSkeleton(const ModelSpec &m, StringRef file, MLIRCont
 } // namespace
 
 void kiln::import_detail::setModuleConfig(ModuleOp module, const ModelSpec &m,
-                                          const ImportOptions &options, uint64_t weightBytes) {
+                                          const ImportOptions &options, uint64_t weightBytes,
+                                          unsigned tpRanks) {
   MLIRContext *ctx = module.getContext();
   unsigned maxSeq = options.maxSeqLen;
   if (m.maxPositions > 0 && m.maxPositions < maxSeq)
     maxSeq = static_cast<unsigned>(m.maxPositions);
   module->setAttr(KilnDialect::kModelAttrName,
                   ModelAttr::get(ctx, m.name, m.modelType, static_cast<unsigned>(m.numLayers),
-                                 m.dtype, weightBytes));
+                                 m.dtype, weightBytes, tpRanks));
   module->setAttr(KilnDialect::kRuntimeAttrName,
-                  RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize, m.dtype, 1,
+                  RuntimeAttr::get(ctx, options.maxBatch, maxSeq, options.pageSize, m.dtype,
+                                   tpRanks,
                                    m.stateDtype, /*max_step_tokens=*/0,
                                    /*cuda_graphs=*/kDefaultCudaGraphs,
                                    /*cuda_graph_batches=*/DenseI32ArrayAttr(),

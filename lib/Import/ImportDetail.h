@@ -199,9 +199,10 @@ struct ModelSpec {
 /// transformers-5's `rope_parameters`) for a model whose head_dim is known.
 mlir::FailureOr<RopeAttr> readRope(Reader &r, const ModelSpec &m);
 
-/// Module attributes every import sets: `kiln.model` and a default `kiln.runtime`.
+/// Module attributes every import sets: `kiln.model` and a default `kiln.runtime`;
+/// `tpRanks` > 1 for one rank's graph of that many tensor-parallel ranks.
 void setModuleConfig(mlir::ModuleOp module, const ModelSpec &m, const ImportOptions &options,
-                     uint64_t weightBytes);
+                     uint64_t weightBytes, unsigned tpRanks = 1);
 
 /// The whole decoder graph of a dense model or of Nemotron-H: `kiln.weight`s and
 /// `@forward` (plus `@eagle3_head` when asked for). Null (with a diagnostic) on failure.

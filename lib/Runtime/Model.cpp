@@ -66,6 +66,9 @@ struct kiln_model {
   int32_t nextId = 1;
   uint64_t usedBytes = 0;
   uint64_t steps = 0;
+  // Tensor parallelism: this model's rank of the manifest's tp_ranks (its weights are
+  // that rank's blocks of the sharded tensors).
+  int32_t tpRank = 0, tpRanks = 1;
 
   // Host scratch of a step, sized at load (no allocation per step).
   std::vector<int32_t> qLens, seqLens, table, slotIds, tokens, rows, argmax, oldLens;
@@ -269,6 +272,26 @@ kiln_status_t loadTensor(const char *fn, const kiln::weights::SafetensorsIndex &
   return KILN_OK;
 }
 
+// Manifest weight `w` with shard=D/P into `w.bytes` at `device`: this rank's block of
+// the checkpoint tensor (kiln::weights::readShard) through the host buffer.
+kiln_status_t loadShard(const char *fn, const kiln::weights::SafetensorsIndex &index,
+                        const char *weightsPath, const kiln::runtime::ManifestWeight &w,
+                        int32_t rank, int32_t ranks, char *device,
+                        std::vector<unsigned char> &host) {
+  std::string error;
+  if (w.bytes > host.size() ||
+      !kiln::weights::readShard(index, w, rank, ranks, weightsPath, host.data(), error))
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s", fn,
+                error.empty() ? "a sharded weight does not fit the host buffer" : error.c_str());
+  cudaError_t e = cudaMemcpy(device, host.data(), w.bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(KILN_ERROR_CUDA, "%s: copying weight '%s' (rank %d's block) to the device: %s",
+                fn, w.name.c_str(), rank, cudaGetErrorString(e));
+  }
+  return KILN_OK;
+}
+
 // A manifest weight whose name holds `*` (a MoE layer's experts) is the stack of the
 // checkpoint's tensors with `*` replaced by 0, 1, ... along its leading dimension, each
 // loaded as it is (parseManifest refuses from=, transpose, rows= and mxfp4 on a stack).
@@ -293,6 +316,13 @@ kiln_status_t loadWeights(const char *fn, kiln_model *m, const char *weightsPath
                   static_cast<unsigned long long>(w.offset),
                   static_cast<unsigned long long>(m->manifest.weightBytes));
     const size_t star = w.name.find('*');
+    if (w.shardDim >= 0) {
+      if (kiln_status_t s = loadShard(fn, index, weightsPath, w, m->tpRank, m->tpRanks,
+                                      base + w.offset, host);
+          s != KILN_OK)
+        return s;
+      continue;
+    }
     if (star == std::string::npos && w.mxfp4) {
       if (kiln_status_t s = loadMxfp4(fn, index, weightsPath, w, base + w.offset, host, scratch);
           s != KILN_OK)
@@ -600,9 +630,12 @@ kiln_model *asModel(const kiln_model_t *m) { return const_cast<kiln_model *>(m);
 
 // ---- load --------------------------------------------------------------------------------
 
-extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weights_path,
-                                         int32_t device, kiln_model_t **out) {
-  const char *fn = "kiln_model_load";
+namespace {
+// kiln_model_load and kiln_model_load_rank: `id` joins the context to a communicator of
+// `ranks` (a one-rank one too); the manifest's tp_ranks must equal `ranks`.
+kiln_status_t loadModel(const char *fn, const char *so_path, const char *weights_path,
+                        int32_t device, int32_t rank, int32_t ranks, const kiln_rt_nccl_id_t *id,
+                        kiln_model_t **out) {
   return guarded(fn, [&]() -> kiln_status_t {
     if (!out)
       return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", fn);
@@ -624,6 +657,19 @@ extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weight
       return failed(s);
     }
     m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
+    if (m->manifest.tpRanks != ranks)
+      return failed(fail(KILN_ERROR_INVALID_ARGUMENT,
+                         "%s: %s is one rank's graph of %lld tensor-parallel ranks (its "
+                         "manifest's tp_ranks), loaded as one of %d; %s",
+                         fn, so_path, static_cast<long long>(m->manifest.tpRanks), ranks,
+                         m->manifest.tpRanks > 1
+                             ? "load it with kiln_model_load_rank on that many ranks"
+                             : "a whole model loads with kiln_model_load"));
+    if (id)
+      if (kiln_status_t s = kiln_rt_set_tensor_parallel(m->ctx, rank, ranks, id); s != KILN_OK)
+        return failed(s);
+    m->tpRank = rank;
+    m->tpRanks = ranks;
     if (kiln_status_t s = applyGraphChoices(m); s != KILN_OK)
       return failed(s);
     if (kiln_status_t s = loadWeights(fn, m, weights_path); s != KILN_OK)
@@ -633,6 +679,25 @@ extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weight
     *out = m;
     return kiln::kernels::ok();
   });
+}
+} // namespace
+
+extern "C" kiln_status_t kiln_model_load(const char *so_path, const char *weights_path,
+                                         int32_t device, kiln_model_t **out) {
+  return loadModel("kiln_model_load", so_path, weights_path, device, 0, 1, nullptr, out);
+}
+
+extern "C" kiln_status_t kiln_model_load_rank(const char *so_path, const char *weights_path,
+                                              int32_t device, int32_t rank, int32_t ranks,
+                                              const kiln_rt_nccl_id_t *id, kiln_model_t **out) {
+  const char *fn = "kiln_model_load_rank";
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: rank %d of %d ranks", fn, rank, ranks);
+  if (!id)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: id is null (kiln_rt_nccl_unique_id on rank 0, shared with every rank)",
+                fn);
+  return loadModel(fn, so_path, weights_path, device, rank, ranks, id, out);
 }
 
 extern "C" kiln_status_t kiln_model_load_dry(const char *so_path, kiln_model_t **out) {

@@ -216,7 +216,8 @@ struct PlanActivationsPass
     arenaBytes = arena;
     DeviceMemoryAttr memory = deviceMemory(module, config, limits, arena, launches);
     module->setAttr(KilnDialect::kDeviceMemoryAttrName, memory);
-    if (failed(checkFitsTarget(module, config.target, config.runtime.getTp(), memory)))
+    if (failed(checkFitsTarget(module, config.target, planShardDivisor(config),
+                               config.runtime.getTp(), memory)))
       return signalPassFailure();
   }
 
@@ -224,12 +225,13 @@ struct PlanActivationsPass
   /// per-step buffers grow with max_step_tokens: the whole device total must fit the
   /// target's memory. The error lists every category, largest first, and says which
   /// limit shrinks the largest. With tensor parallelism a rank holds 1/tp of the
-  /// weights (the caches are already per rank).
-  static LogicalResult checkFitsTarget(ModuleOp module, TargetAttr target, int64_t tp,
-                                       DeviceMemoryAttr memory) {
+  /// weights (the caches are already per rank): `divisor` is what still divides the
+  /// declared weights (1 for a per-rank graph), `tp` the ranks.
+  static LogicalResult checkFitsTarget(ModuleOp module, TargetAttr target, unsigned divisor,
+                                       unsigned tp, DeviceMemoryAttr memory) {
     if (!target || target.getMemoryBytes() == 0)
       return success();
-    uint64_t weights = memory.getWeights() / static_cast<uint64_t>(std::max<int64_t>(tp, 1));
+    uint64_t weights = memory.getWeights() / std::max(1u, divisor);
     std::optional<uint64_t> total = 0;
     for (uint64_t part : {weights, memory.getCaches(), memory.getActivations(),
                           memory.getWorkspace(), memory.getIo(), memory.getCudaGraphs()})

@@ -73,7 +73,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     exactWeightBytes = *weightBytes;
     SmallVector<PlannedResource> resources;
     if (failed(collect(module, config.runtime, resources)) ||
-        failed(checkShards(resources, config.runtime)))
+        failed(checkShards(resources, config)))
       return signalPassFailure();
     warnUnusedRingWindow(module, config.runtime, resources);
 
@@ -134,8 +134,8 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
   }
 
   /// With tp > 1 the shard dimension must split evenly (KV heads below tp replicate).
-  LogicalResult checkShards(ArrayRef<PlannedResource> resources, RuntimeAttr runtime) {
-    unsigned tp = runtime.getTp();
+  LogicalResult checkShards(ArrayRef<PlannedResource> resources, const ModuleConfig &config) {
+    unsigned tp = planShardDivisor(config);
     if (tp == 1)
       return success();
     for (const PlannedResource &planned : resources) {
@@ -167,7 +167,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     // The declared weights when the module has them; the importer's estimate otherwise.
     uint64_t declared = exactWeightBytes ? exactWeightBytes
                                          : (config.model ? config.model.getWeightBytes() : 0);
-    uint64_t weights = declared / config.runtime.getTp();
+    uint64_t weights = declared / planShardDivisor(config);
     std::optional<uint64_t> taken = llvm::checkedAddUnsigned<uint64_t>(weights, reserveBytes);
     if (!taken) {
       module.emitError() << "kiln-plan-memory: reserve-bytes = " << reserveBytes.getValue()
@@ -403,7 +403,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t weights = exactWeightBytes ? exactWeightBytes
                                         : (config.model ? config.model.getWeightBytes() : 0);
     if (weights)
-      diag << " - " << formatBytes(weights / config.runtime.getTp()) << " weights";
+      diag << " - " << formatBytes(weights / planShardDivisor(config)) << " weights";
     diag << "); largest consumers:";
     SmallVector<ConsumerGroup> groups = groupConsumers(resources);
     for (unsigned i = 0; i < std::min<size_t>(kLargestConsumersShown, groups.size()); ++i)
@@ -436,7 +436,8 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         if (!isSpeculativeOnlyKind(request.kind) || isPerTokenKind(request.kind))
           continue;
         std::optional<uint64_t> unit = computeUnitBytes(
-            shardUnitShape(request.unit, request.shard, runtime.getTp()), request.elementType);
+            shardUnitShape(request.unit, request.shard, planShardDivisor(config)),
+            request.elementType);
         uint64_t bytes = llvm::SaturatingMultiply<uint64_t>(unit.value_or(UINT64_MAX),
                                                             runtime.getMaxBatch());
         otherBytes = llvm::SaturatingAdd(otherBytes, alignSaturating(bytes));

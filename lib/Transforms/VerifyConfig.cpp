@@ -17,8 +17,20 @@ struct VerifyConfigPass : public kiln::impl::KilnVerifyConfigBase<VerifyConfigPa
     ModuleOp module = getOperation();
     ModuleConfig config = getModuleConfig(module);
     if (failed(checkSpeculativeResources(module, config)) ||
-        failed(checkSpec(module, config)))
+        failed(checkSpec(module, config)) || failed(checkTensorParallelRanks(module, config)))
       signalPassFailure();
+  }
+
+  /// A per-rank graph (imported for N tensor-parallel ranks) runs on exactly N ranks.
+  LogicalResult checkTensorParallelRanks(ModuleOp module, const ModuleConfig &config) {
+    if (!config.model || !config.runtime || config.model.getTpRanks() <= 1 ||
+        config.model.getTpRanks() == config.runtime.getTp())
+      return success();
+    return module.emitError() << "the graph was imported for " << config.model.getTpRanks()
+                              << " tensor-parallel ranks (one rank's heads and projections) "
+                                 "but kiln.runtime has tp = "
+                              << config.runtime.getTp() << "; deploy it with tp = "
+                              << config.model.getTpRanks() << " or import again";
   }
 
   /// Speculative-only resources and replay buffers exist only with a spec config:

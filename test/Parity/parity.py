@@ -99,7 +99,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
-             "ringngram"]
+             "ringngram", "nccl"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
                "fp8 for mla_attention layers)")
@@ -455,7 +455,7 @@ def mode_so(mode):
             "fp8ngram": "fp8ngram", "f16": "f16nospec", "f16ngram": "f16ngram",
             "replayngram": "replayngram",
             "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
-            "ringngram": "ringngram"}[mode]
+            "ringngram": "ringngram", "nccl": "collectives"}[mode]
 
 
 def kiln_weights(models, name):
@@ -480,8 +480,12 @@ def mode_command(mode, family, work, args):
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8", "ring", "f16"):
+    if mode in ("nospec", "fp8", "ring", "f16", "nccl"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
+    if mode == "nccl":
+        # The model's per-rank form (kiln-compile --tp-collectives) as the one rank of an
+        # NCCL communicator: its all-reduces run through NCCL (docs/tensor-parallel.md).
+        cmd += ["--nccl-one-rank"]
     elif mode == "eager":
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
@@ -867,6 +871,20 @@ def check_memory(result, rtol):
 # One family
 # ----------------------------------------------------------------------------------------
 
+def check_bitwise_as_nospec(tokens, nospec_tokens, work):
+    """A one-rank NCCL run (issue 18): the same tokens and the same logits' bits as the
+    plain run, since the sum over one rank is the value itself."""
+    if nospec_tokens is None:
+        return False, "unchecked: no nospec run", {}
+    same_tokens = tokens == nospec_tokens
+    ours, plain = work / "nccl.logits.bin", work / "nospec.logits.bin"
+    same_logits = ours.exists() and plain.exists() and ours.read_bytes() == plain.read_bytes()
+    text = (f"tokens {'equal' if same_tokens else 'DIFFER'} to nospec's, prefill logits "
+            f"{'bitwise equal' if same_logits else 'DIFFER'}")
+    return same_tokens and same_logits, text, {"same_tokens": same_tokens,
+                                               "same_logits": same_logits}
+
+
 def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
     """All checks of one successful kiln-run; (ok, text, details). `nospec` is the
     baseline of the mode's cache dtype (fp8's run for fp8ngram, f16's for f16ngram)."""
@@ -893,6 +911,8 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
         elif mode == "eager":
             checks.append(("graphs", check_graphs(tokens, result, nospec_tokens, nospec,
                                                   count)))
+        elif mode == "nccl":
+            checks.append(("nccl", check_bitwise_as_nospec(tokens, nospec_tokens, work)))
         elif nospec_tokens is not None:
             checks.append(("lossless", check_lossless(tokens, nospec_tokens, count)))
         else:
@@ -945,6 +965,11 @@ def run_family(family, args, out, env):
         if mode in RING_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
             reason = ("no sliding-window layers (gpu-prepare.sh compiles ring models for the "
                       "families whose config has a sliding_window)")
+        if mode == "nccl" and not (args.so_dir / f"{family}-collectives.so").exists():
+            reason = ("no per-rank form (gpu-prepare.sh compiles one with --tp-collectives "
+                      "for the dense decoder families)")
+        if mode == "nccl" and not os.environ.get("KILN_NCCL_LIBRARY"):
+            reason = "KILN_NCCL_LIBRARY is not set (libnccl.so.2's path)"
         if mode == "mtp" and not (args.models / f"{family}-mtp").exists():
             reason = "no MTP module (a configs/<family>-tiny-mtp.json builds one)"
         if reason:

@@ -866,7 +866,7 @@ TEST(Manifest, Errors) {
   // Unknown, repeated and misplaced fields.
   expectManifestError(qWith("cols=4:32,32"), 23,
                       "unknown field 'cols=4:32,32' (expected from=D0xD1x..., transpose, "
-                      "rows=G:P0,P1,... or mxfp4)");
+                      "rows=G:P0,P1,..., mxfp4 or shard=D/P)");
   expectManifestError(qWith("rows=4:32,32 x"), 23, "unknown field 'x'");
   expectManifestError(qWith("Transpose"), 23, "unknown field 'Transpose'");
   expectManifestError(qWith("from"), 23, "unknown field 'from'");
@@ -1623,4 +1623,85 @@ TEST(Mxfp4, SameBytesAsTheBf16Form) {
     ASSERT_TRUE(kiln::weights::applyLayout(fromBf16.data(), plain, scratch, error)) << error;
     EXPECT_EQ(fromMxfp4, fromBf16) << plain.name;
   }
+}
+
+// A tensor-parallel rank's manifest: the optional tp_ranks key and each sharded weight's
+// shard=D/P, its only field.
+TEST(Manifest, TensorParallelShards) {
+  std::vector<std::string> lines = validLines();
+  lines.insert(lines.begin() + 21, "tp_ranks 2");
+  lines[22 + 1] = "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072 "
+                  "shard=0/2";
+  Manifest m;
+  std::string error;
+  ASSERT_TRUE(parseManifest(join(lines), m, error)) << error;
+  EXPECT_EQ(m.tpRanks, 2);
+  EXPECT_EQ(m.weights[1].shardDim, 0);
+  EXPECT_EQ(m.weights[1].shardParts, 2);
+  EXPECT_EQ(m.weights[0].shardDim, -1);
+
+  ASSERT_TRUE(parseManifest(join(validLines()), m, error)) << error;
+  EXPECT_EQ(m.tpRanks, 1); // a whole model leaves the key out
+
+  const std::string q = "weight model.layers.0.self_attn.q_proj.weight bf16 256x256 524288 131072 ";
+  auto qWith = [&](const std::string &fields) { return with(23, (q + fields).c_str()); };
+  expectManifestError(qWith("shard=2/2"), 23, "shard=2/2: dimension 2 of shape 256x256");
+  expectManifestError(qWith("shard=0"), 23, "shard=0 is not of the form shard=D/P");
+  expectManifestError(qWith("shard=0/0"), 23, "shard=0/0 is not of the form shard=D/P");
+  expectManifestError(qWith("shard=0/2 transpose"), 23, "a sharded weight takes no other field");
+  expectManifestError(qWith("shard=0/2 shard=1/2"), 23, "duplicate field 'shard='");
+  expectManifestError(with(21, "tp_ranks 0"), 21, "tp_ranks is 0 (the tensor-parallel ranks");
+  expectManifestError(with(21, "tp_ranks 4096"), 21, "tp_ranks is too large");
+}
+
+// A tensor-parallel rank's weight: block rank * P / ranks of the checkpoint tensor along
+// the shard dimension, read as runs from the whole tensor's bytes.
+TEST(Shard, RanksReadTheirBlocks) {
+  TempDir dir;
+  // A bf16 [4, 6] tensor whose element (r, c) holds the 16-bit value r * 6 + c.
+  std::string whole;
+  for (uint16_t v = 0; v < 24; ++v)
+    whole += std::string(reinterpret_cast<const char *>(&v), 2);
+  const std::string file = dir / "model.safetensors";
+  ASSERT_TRUE(writeFile(file, safetensorsOf({{"w", "BF16", {4, 6}, whole},
+                                             {"f", "F32", {4, 6}, whole + whole}})));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(file, error)) << error;
+  auto read = [&](const std::string &line, int rank, int ranks) {
+    const kiln::runtime::ManifestWeight w = weightOf(line);
+    std::vector<uint16_t> got(w.bytes / 2, 0xffff);
+    EXPECT_TRUE(kiln::weights::readShard(index, w, rank, ranks, file,
+                                         reinterpret_cast<unsigned char *>(got.data()), error))
+        << error;
+    return got;
+  };
+  // Rows: rank 1 of 2 holds rows 2-3.
+  EXPECT_EQ(read("weight w bf16 2x6 0 24 shard=0/2", 1, 2),
+            (std::vector<uint16_t>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}));
+  // Columns: rank 0 of 2 holds columns 0-2 of every row, rank 1 columns 3-5.
+  EXPECT_EQ(read("weight w bf16 4x3 0 24 shard=1/2", 0, 2),
+            (std::vector<uint16_t>{0, 1, 2, 6, 7, 8, 12, 13, 14, 18, 19, 20}));
+  EXPECT_EQ(read("weight w bf16 4x3 0 24 shard=1/2", 1, 2),
+            (std::vector<uint16_t>{3, 4, 5, 9, 10, 11, 15, 16, 17, 21, 22, 23}));
+  // Two parts over four ranks (KV heads fewer than the ranks): ranks 2 and 3 share block 1.
+  EXPECT_EQ(read("weight w bf16 2x6 0 24 shard=0/2", 2, 4), read("weight w bf16 2x6 0 24 shard=0/2", 3, 4));
+  EXPECT_EQ(read("weight w bf16 2x6 0 24 shard=0/2", 3, 4),
+            read("weight w bf16 2x6 0 24 shard=0/2", 1, 2));
+
+  auto refused = [&](const std::string &line, int rank, int ranks, const std::string &part) {
+    const kiln::runtime::ManifestWeight w = weightOf(line);
+    std::vector<unsigned char> out(w.bytes);
+    EXPECT_FALSE(kiln::weights::readShard(index, w, rank, ranks, file, out.data(), error))
+        << line;
+    expectError(error, part);
+  };
+  refused("weight w bf16 3x6 0 36 shard=0/2", 0, 2,
+          "weight 'w' (rank 0 of 2): 'w' in " + file +
+              " has shape 4x6, the model needs 6x6 (2 blocks of 3x6 along dimension 0)");
+  refused("weight f bf16 2x6 0 24 shard=0/2", 0, 2, "'f' in " + file + " is f32, the model needs bf16");
+  refused("weight missing bf16 2x6 0 24 shard=0/2", 1, 2,
+          "weight 'missing' (rank 1 of 2): 'missing' (bf16 4x6) is not in the checkpoint " + file);
+  refused("weight w bf16 2x6 0 24 shard=0/2", 0, 3, "shard=0/2: its parts do not divide the ranks");
+  refused("weight w bf16 4x6 0 48", 0, 1, "not a sharded weight");
 }

@@ -53,3 +53,15 @@ module attributes {kiln.target = #kiln.target<"h200">, kiln.spec = #kiln.spec<mo
     return
   }
 }
+
+// -----
+// One rank's graph of 2 tensor-parallel ranks deployed for 4: its heads are already a
+// half, so a quarter plan would be wrong.
+// expected-error @below {{the graph was imported for 2 tensor-parallel ranks (one rank's heads and projections) but kiln.runtime has tp = 4; deploy it with tp = 2 or import again}}
+module attributes {kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>, kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16, tp = 4>} {
+}
+
+// -----
+// The same graph on its own 2 ranks is consistent.
+module attributes {kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>, kiln.runtime = #kiln.runtime<max_batch = 8, max_seq_len = 1024, kv_dtype = bf16, tp = 2>} {
+}

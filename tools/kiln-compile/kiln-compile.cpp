@@ -78,6 +78,11 @@ cl::opt<bool> noFuseResidualNorm(
     cl::desc("keep each residual add and the norm of its sum apart (kiln-fuse-residual-norm "
              "off; for comparisons: the bits are the same)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> collectivesAtOneRank(
+    "tp-collectives",
+    cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
+             "for checking a one-rank NCCL run against a plain one)"),
+    cl::init(false), cl::Hidden, cl::cat(importCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -147,6 +152,7 @@ int compile(int argc, char **argv) {
   options.modelPath = modelPath.empty() ? defaultModel() : modelPath.getValue();
   options.draftModelPath = draftModelPath;
   options.importOnly = importOnly;
+  options.collectivesAtOneRank = collectivesAtOneRank;
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;

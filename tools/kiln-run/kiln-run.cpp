@@ -27,7 +27,7 @@ const char *kUsage =
     "--draft-weights DIR --spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
     "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--check-launches]\n"
-    "                [--trace DIR] [--dry]\n"
+    "                [--trace DIR] [--nccl-one-rank] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -50,6 +50,9 @@ const char *kUsage =
     "                         layer (debugging; slow, no CUDA graphs)\n"
     "  --trace DIR            write every op's output of the model's steps to DIR (new or\n"
     "                         empty; DIR/trace.tsv lists them; slow, no CUDA graphs)\n"
+    "  --nccl-one-rank        load the target as rank 0 of a one-rank NCCL communicator\n"
+    "                         (kiln_model_load_rank): a model's all-reduces then run\n"
+    "                         through NCCL, and must give the same bits as without it\n"
     "  --dry                  validation only (no GPU): one prefill and one decode step\n";
 
 struct Options {
@@ -60,6 +63,7 @@ struct Options {
   int cudaGraphs = -1; // the model's (its manifest's cuda_graphs)
   kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool checkLaunches = false;
+  bool ncclOneRank = false;
   bool dry = false;
   enum class Spec { None, Ngram, Draft, Mtp } spec = Spec::None;
   int k = 0;
@@ -134,6 +138,8 @@ Options parseOptions(int argc, char **argv) {
       o.checkLaunches = true;
     } else if (a == "--trace") {
       o.trace = value();
+    } else if (a == "--nccl-one-rank") {
+      o.ncclOneRank = true;
     } else if (a == "--dry") {
       o.dry = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -284,13 +290,19 @@ struct Model {
   std::string what;
 
   Model(const std::string &so, const std::string &weights, int device, bool dry,
-        int cudaGraphs, bool checkLaunches, const std::string &role)
+        int cudaGraphs, bool checkLaunches, const std::string &role, bool ncclOneRank = false)
       : what(role) {
-    if (dry)
+    if (dry) {
       check(kiln_model_load_dry(so.c_str(), &model), ("loading the " + role + " (dry)").c_str());
-    else
+    } else if (ncclOneRank) {
+      kiln_rt_nccl_id_t id;
+      check(kiln_rt_nccl_unique_id(&id), "kiln_rt_nccl_unique_id");
+      check(kiln_model_load_rank(so.c_str(), weights.c_str(), device, 0, 1, &id, &model),
+            ("loading the " + role + " as one NCCL rank").c_str());
+    } else {
       check(kiln_model_load(so.c_str(), weights.c_str(), device, &model),
             ("loading the " + role).c_str());
+    }
     check(kiln_model_get_info(model, &info), "kiln_model_get_info");
     if (cudaGraphs >= 0)
       check(kiln_rt_set_max_graphs(kiln_model_context(model), cudaGraphs),
@@ -695,7 +707,7 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
 int run(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
   Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, o.checkLaunches,
-               "model " + o.model);
+               "model " + o.model, o.ncclOneRank);
   if (!o.trace.empty())
     check(kiln_rt_set_trace(kiln_model_context(target.model), o.trace.c_str()),
           "--trace");

@@ -33,6 +33,9 @@ struct CompileOptions {
   std::string modelPath;      // config.json or .mlir ("-": stdin)
   std::string draftModelPath; // with --spec draft:N: a second config merged for planning
   bool importOnly = false;    // skip the deploy pipeline
+  /// A dense model's per-rank form at --tp 1: the all-reduces in place (one-rank NCCL
+  /// runs against plain ones; ImportOptions::collectivesAtOneRank).
+  bool collectivesAtOneRank = false;
   DeployOptions deploy;       // the deploy options (DeployOptions.def); unset target:
                               // h200 for a config; unset spec: none for a config
   LoweringOptions lowering;

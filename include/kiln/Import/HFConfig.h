@@ -52,6 +52,16 @@ struct ImportOptions {
   /// model then runs its MTP module inside `@forward` after the target and hands back a
   /// draft token a logit row (docs/mtp.md); its module drafts one token, so N must be 1.
   unsigned mtpDrafts = 0;
+  /// Tensor-parallel ranks (`--tp N`). For the dense decoder families (no MoE, MLA, SSM or
+  /// draft layers, no o/down-projection bias) N > 1 builds one rank's graph
+  /// (docs/tensor-parallel.md): heads and the MLP's intermediate divided, every sliced
+  /// weight `shard`ed, a `kiln.all_reduce` after each row-parallel projection, and
+  /// `#kiln.model`'s tp_ranks = N. Other families keep the whole graph (tp_ranks 1),
+  /// which the plan divides.
+  unsigned tp = 1;
+  /// Build the per-rank form even at tp = 1: the all-reduces in place, every weight
+  /// whole. For checking that a one-rank NCCL run equals the plain one bit for bit.
+  bool collectivesAtOneRank = false;
   /// Name recorded in `#kiln.model`; empty: the file name without `.json`
   /// (and without a trailing `.config`).
   std::string modelName;

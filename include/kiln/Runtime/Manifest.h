@@ -33,6 +33,12 @@ struct ManifestWeight {
   // `transpose` and `rows=`. Only on a bf16 weight whose checkpoint shape's last dimension
   // is a multiple of 32; never on a stacked weight.
   bool mxfp4 = false;
+  // `shard=D/P` (one tensor-parallel rank's weight): the checkpoint tensor is `shardParts`
+  // blocks of `shape` along dimension `shardDim` (its shape is `shape` with that dimension
+  // times P); rank r of the manifest's tp_ranks N loads block r * P / N. -1 / 0: whole.
+  // Never with another field.
+  int32_t shardDim = -1;
+  int32_t shardParts = 0;
 };
 
 struct Manifest {
@@ -45,6 +51,9 @@ struct Manifest {
   int64_t cudaGraphs = 0;
   // The sliding window whose KV pools are rings of pages per slot (optional key; 0: none).
   int64_t kvRingWindow = 0;
+  // The tensor-parallel ranks the graph is one of (optional key `tp_ranks`; 1: the whole
+  // model). A model of tp_ranks > 1 loads with kiln_model_load_rank.
+  int64_t tpRanks = 1;
   uint64_t cudaGraphBytes = 0;
   std::vector<int32_t> cudaGraphBatches;
   std::vector<ManifestWeight> weights;   // in manifest order

@@ -38,6 +38,15 @@ typedef struct kiln_model kiln_model_t;
  * (missing, wrong dtype or shape). */
 kiln_status_t kiln_model_load(const char *so_path, const char *weights_path, int32_t device,
                               kiln_model_t **out);
+/* One tensor-parallel rank of a model compiled with --tp N (docs/tensor-parallel.md): as
+ * kiln_model_load, but the context first joins the communicator of `ranks` ranks made from
+ * `id` (kiln_rt_nccl_unique_id on rank 0, shared by the caller; it blocks until every rank
+ * has joined), and each sharded weight loads as this rank's block of the checkpoint
+ * tensor. `ranks` must be the manifest's tp_ranks (1 for a whole model: a one-rank
+ * communicator, whose all-reduce is the identity). */
+kiln_status_t kiln_model_load_rank(const char *so_path, const char *weights_path,
+                                   int32_t device, int32_t rank, int32_t ranks,
+                                   const kiln_rt_nccl_id_t *id, kiln_model_t **out);
 /* Validation only: no device, no weights. Steps run the model's forward on a dry
  * context (every call validated, nothing launched); greedy tokens come back as 0. */
 kiln_status_t kiln_model_load_dry(const char *so_path, kiln_model_t **out);

@@ -67,6 +67,16 @@ bool readMxfp4(const SafetensorsIndex &index, const kiln::runtime::ManifestWeigh
                const std::string &checkpoint, unsigned char *out,
                std::vector<unsigned char> &packed, std::string &error);
 
+// Manifest weight `w` (with `shard=D/P`) as tensor-parallel rank `rank` of `ranks`: block
+// rank * P / ranks along dimension D of the checkpoint tensor (`w.shape` with D times P),
+// read from `index` (opened from `checkpoint`, named in errors) into `out` (`w.bytes`
+// bytes), one contiguous run for each index of the dimensions before D. Checks the
+// tensor's presence, dtype (exactly `w.dtype`) and shape, and that P divides `ranks`;
+// errors name the weight and the rank.
+bool readShard(const SafetensorsIndex &index, const kiln::runtime::ManifestWeight &w,
+               int32_t rank, int32_t ranks, const std::string &checkpoint, unsigned char *out,
+               std::string &error);
+
 } // namespace kiln::weights
 
 #endif // KILN_RUNTIME_WEIGHTTRANSFORMS_H

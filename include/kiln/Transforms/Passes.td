@@ -81,7 +81,9 @@ def KilnVerifyConfig : Pass<"kiln-verify-config", "mlir::ModuleOp"> {
     Cross-attribute and model-dependent checks the attribute verifiers cannot make:
     speculative-only resources or replay buffers without `kiln.spec`; SSM replay needs
     sm_80 or newer; MTP/Eagle3 one-model speculation needs draft layers of that kind;
-    `max_draft_len` within what Kiln's multi-token decode kernels verify in one step.
+    `max_draft_len` within what Kiln's multi-token decode kernels verify in one step; a
+    graph imported for N tensor-parallel ranks (`#kiln.model`'s tp_ranks) deployed with
+    `kiln.runtime`'s tp = N.
   }];
 }
 

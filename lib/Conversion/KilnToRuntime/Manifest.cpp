@@ -90,6 +90,8 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
   os << "\n";
   if (unsigned ring = config.runtime.getKvRingWindow())
     os << "kv_ring_window " << ring << "\n";
+  if (config.model && config.model.getTpRanks() > 1)
+    os << "tp_ranks " << config.model.getTpRanks() << "\n";
   for (WeightOp weight : module.getOps<WeightOp>()) {
     StringRef weightName = weight.getSymName();
     if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))
@@ -119,6 +121,8 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
       os << " rows=" << groups->front() << ":";
       llvm::interleave(groups->drop_front(), os, ",");
     }
+    if (ShardAttr shard = weight.getShardAttr())
+      os << " shard=" << shard.getDim() << "/" << shard.getParts();
     os << "\n";
   }
   os << "end\n";

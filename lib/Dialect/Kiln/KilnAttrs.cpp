@@ -318,6 +318,13 @@ Type RuntimeAttr::getSsmStateType() const {
   return Float32Type::get(getContext());
 }
 
+LogicalResult ShardAttr::verify(function_ref<InFlightDiagnostic()> emitError, unsigned,
+                                unsigned parts) {
+  if (parts < 1 || parts > 1024)
+    return emitError() << "#kiln.shard: parts = " << parts << " must be in [1, 1024]";
+  return success();
+}
+
 LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, uint64_t,
                                uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
                                bool, ArrayAttr pools) {

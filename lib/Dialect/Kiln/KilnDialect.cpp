@@ -121,6 +121,24 @@ ModuleConfig kiln::getModuleConfig(ModuleOp module) {
   return config;
 }
 
+unsigned kiln::planShardDivisor(const ModuleConfig &config) {
+  if (!config.runtime)
+    return 1;
+  unsigned ranks = config.model ? std::max(1u, config.model.getTpRanks()) : 1;
+  // verify-config refuses a runtime tp other than a per-rank graph's ranks.
+  return std::max(1u, config.runtime.getTp() / ranks);
+}
+
+unsigned kiln::planShardDivisor(Operation *inModule, RuntimeAttr runtime) {
+  if (!runtime)
+    return 1;
+  auto module = isa<ModuleOp>(inModule) ? cast<ModuleOp>(inModule)
+                                        : inModule->getParentOfType<ModuleOp>();
+  ModuleConfig config = module ? getModuleConfig(module) : ModuleConfig();
+  config.runtime = runtime;
+  return planShardDivisor(config);
+}
+
 StepLimits kiln::getStepLimits(const ModuleConfig &config) {
   StepLimits limits;
   if (!config.runtime)

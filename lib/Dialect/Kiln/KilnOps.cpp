@@ -329,7 +329,7 @@ int64_t CacheResourceOp::getLayerIndex() { return getLayer(); }
 bool CacheResourceOp::isSpeculativeOnly() { return getSpeculativeOnly(); }
 Type CacheResourceOp::getResourceElementType() { return getElementType(); }
 SmallVector<int64_t> CacheResourceOp::getUnitShape(const RuntimeAttr &runtime) {
-  return shardUnitShape(getUnit(), getShard(), runtime ? runtime.getTp() : 1);
+  return shardUnitShape(getUnit(), getShard(), planShardDivisor(*this, runtime));
 }
 AllocationUnit CacheResourceOp::getAllocationUnit() {
   return isPerTokenKind(getKind()) ? AllocationUnit::perToken : AllocationUnit::perSlot;
@@ -679,7 +679,7 @@ KernelShape CachedMlaAttentionOp::getKernelShape(RuntimeAttr runtime) {
   shape.dtype = runtime.getKvDtype();
   shape.pageSize = runtime.getPageSize();
   shape.groupSize = getNumHeads();
-  shape.numHeads = getNumHeads() / runtime.getTp();
+  shape.numHeads = getNumHeads() / planShardDivisor(*this, runtime);
   return shape;
 }
 std::optional<DraftKind> CachedMlaAttentionOp::getDraftKind() { return getDraft(); }
@@ -747,7 +747,7 @@ KernelShape CachedGatedDeltaNetOp::getKernelShape(RuntimeAttr runtime) {
   KernelShape shape;
   shape.headDim = getHeadKDim();
   shape.dtype = runtime.getSsmStateType();
-  shape.numHeads = getNumVHeads() / (runtime ? runtime.getTp() : 1);
+  shape.numHeads = getNumVHeads() / planShardDivisor(*this, runtime);
   shape.needsIntermediates = static_cast<bool>(getIntermediate());
   shape.needsReplay = static_cast<bool>(getReplayK());
   return shape;
@@ -1923,9 +1923,24 @@ LogicalResult WeightOp::verify() {
   if (name.contains('*') && getTensorType().getRank() < 2)
     return emitOpError() << "stacked weight '" << name
                          << "' needs rank >= 2 (the leading dimension indexes '*')";
-  if (failed(verifyCheckpointLayout()))
+  if (failed(verifyCheckpointLayout()) || failed(verifyRowGroups()))
     return failure();
-  return verifyRowGroups();
+  return verifyShard();
+}
+
+LogicalResult WeightOp::verifyShard() {
+  ShardAttr shard = getShardAttr();
+  if (!shard)
+    return success();
+  if (shard.getDim() >= getTensorType().getRank())
+    return emitOpError() << "'shard' dimension " << shard.getDim() << " is not a dimension of "
+                         << getType();
+  if (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() ||
+      getRowGroups() || getSymName().contains('*'))
+    return emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
+                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint', "
+                            "'row_groups' and stacking do not combine with 'shard' yet";
+  return success();
 }
 
 /// Values a scale covers in MXFP4 (the OCP microscaling block).

@@ -5,6 +5,7 @@
 #include "DecodeArgs.h"
 #include "DecodeKernels.h"
 #include "StatusInternal.h"
+#include "TensorMap.h"
 
 #include <cuda_runtime.h>
 
@@ -498,10 +499,57 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
 
 constexpr int kMlaBigRows = 64, kMlaSmallRows = KILN_MLA_SMALL_TILE_ROWS;
 
-kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big,
-                      bool forQuery, KernelInfo *info, SplitPlan *plan) {
+// The kernel a launch runs: small = 16 rows x 32-key tiles; big = 64 rows x 64 keys
+// (pv16: its 16-row PV warp tiling); sm90 = mla_decode_sm90 (wgmma + TMA, 64 x 64).
+enum class MlaVariant { small, big, pv16, sm90 };
+
+// mla_decode_sm90 is an experiment until measured: kiln_mla_decode runs it where the
+// KILN_MLA_SM90 knob is set (read per call). Making it the sm_90 default is this one
+// constant (true: every sm_90 launch of kiln_mla_decode, q_len*heads of any size).
+constexpr bool kMlaSm90ByDefault = false;
+
+// Whether this build and device can run mla_decode_sm90 (sm_90a code, an sm_90 GPU).
+bool mlaSm90Runs(const DeviceProps &props) {
+#ifdef KILN_MLA_SM90A_BUILT
+  return props.ccMajor == 9;
+#else
+  (void)props;
+  return false;
+#endif
+}
+
+kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, bool smallOnly,
+                      MlaVariant *variant) {
+  const bool big = !smallOnly && p->q_len * p->num_heads > kMlaSmallRows;
   // KILN_MLA_PV16 (experiment knob, read per call): the 16-row PV warp tiling.
-  *info = mlaKernelInfo(!big ? 0 : std::getenv("KILN_MLA_PV16") ? 2 : 1);
+  *variant = !big                           ? MlaVariant::small
+             : std::getenv("KILN_MLA_PV16") ? MlaVariant::pv16
+                                            : MlaVariant::big;
+  if (smallOnly)
+    return KILN_OK;
+  const bool asked = std::getenv("KILN_MLA_SM90") != nullptr;
+  if (!asked && !kMlaSm90ByDefault)
+    return KILN_OK;
+  DeviceProps props;
+  kiln_status_t status = deviceProps(kernel, &props);
+  if (status != KILN_OK)
+    return status;
+  if (mlaSm90Runs(props))
+    *variant = MlaVariant::sm90;
+  else
+    KILN_REQUIRE(!asked, KILN_ERROR_UNSUPPORTED,
+                 "%s: KILN_MLA_SM90 needs a build with sm_90a in KILN_CUDA_ARCHITECTURES and an "
+                 "sm_90 device",
+                 kernel);
+  return KILN_OK;
+}
+
+kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaVariant variant,
+                      bool forQuery, KernelInfo *info, SplitPlan *plan) {
+  *info = variant == MlaVariant::sm90 ? mlaSm90KernelInfo()
+                                      : mlaKernelInfo(variant == MlaVariant::small  ? 0
+                                                      : variant == MlaVariant::pv16 ? 2
+                                                                                    : 1);
   DeviceProps props;
   kiln_status_t status = deviceProps(kernel, &props);
   if (status != KILN_OK)
@@ -513,7 +561,7 @@ kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
   int blocksPerSm = 1;
   if ((status = prepareKernel(kernel, *info, &blocksPerSm)) != KILN_OK)
     return status;
-  int rowsPerBlock = big ? kMlaBigRows : kMlaSmallRows;
+  int rowsPerBlock = variant == MlaVariant::small ? kMlaSmallRows : kMlaBigRows;
   long long rowBlocks = (p->q_len * p->num_heads + rowsPerBlock - 1) / rowsPerBlock;
   long long outRows = static_cast<long long>(p->batch) * p->q_len * p->num_heads;
   return planSplits(kernel, p->num_splits, p->batch * rowBlocks, props.sms * blocksPerSm,
@@ -521,16 +569,17 @@ kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
                     p->workspace_bytes, p->workspace, forQuery, plan);
 }
 
-kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, bool big) {
+kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaVariant variant) {
   KernelInfo info;
   SplitPlan plan;
-  kiln_status_t status = planMla(kernel, p, big, false, &info, &plan);
+  kiln_status_t status = planMla(kernel, p, variant, false, &info, &plan);
   if (status != KILN_OK)
     return status;
-  int rowsPerBlock = big ? kMlaBigRows : kMlaSmallRows;
+  int rowsPerBlock = variant == MlaVariant::small ? kMlaSmallRows : kMlaBigRows;
   int rows = p->q_len * p->num_heads;
   long long outRows = static_cast<long long>(p->batch) * rows;
-  MlaArgs args{};
+  MlaSm90Args sm90Args{}; // sm90: the arguments below plus the pool's tensor map
+  MlaArgs &args = sm90Args.base;
   args.q = p->q;
   args.cache = p->latent_cache;
   args.blockTable = p->block_table;
@@ -546,8 +595,18 @@ kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, bool
   args.numSplits = plan.numSplits;
   args.splitTiles = plan.splitTiles;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
+  void *launchArgs = &args;
+  if (variant == MlaVariant::sm90) {
+    // The pool as a [num_pages * 64, 576] matrix: a tile is the 64 rows of one page.
+    cudaError_t error = sm90::encodeBf16SwizzledMap(
+        &sm90Args.cache, p->latent_cache, static_cast<uint64_t>(p->num_pages) * KILN_MLA_PAGE_SIZE,
+        KILN_MLA_HEAD_DIM, 64);
+    KILN_REQUIRE(error == cudaSuccess, KILN_ERROR_CUDA, "%s: encoding the pool's tensor map: %s",
+                 kernel, cudaGetErrorString(error));
+    launchArgs = &sm90Args;
+  }
   dim3 grid((rows + rowsPerBlock - 1) / rowsPerBlock, plan.numSplits, p->batch);
-  if ((status = launch(kernel, info.fn, grid, dim3(info.threads), &args, info.smemBytes,
+  if ((status = launch(kernel, info.fn, grid, dim3(info.threads), launchArgs, info.smemBytes,
                        p->stream)) != KILN_OK)
     return status;
   if (plan.numSplits > 1 &&
@@ -656,12 +715,15 @@ extern "C" kiln_status_t kiln_mla_decode_workspace_bytes(const kiln_mla_decode_p
   kiln_status_t status = validateMla(kernel, p, 4);
   if (status != KILN_OK)
     return status;
-  // Enough for either variant: the small-smem one may be the one launched.
+  // Enough for any variant: the small-smem one may be the one launched.
+  MlaVariant picked;
+  if ((status = pickMla(kernel, p, false, &picked)) != KILN_OK)
+    return status;
   size_t most = 0;
-  for (bool big : {false, true}) {
+  for (MlaVariant variant : {MlaVariant::small, MlaVariant::big, picked}) {
     KernelInfo info;
     SplitPlan plan;
-    if (planMla(kernel, p, big, true, &info, &plan) == KILN_OK)
+    if (planMla(kernel, p, variant, true, &info, &plan) == KILN_OK)
       most = std::max(most, plan.workspaceBytes);
   }
   *bytes = most;
@@ -673,7 +735,10 @@ extern "C" kiln_status_t kiln_mla_decode(const kiln_mla_decode_params_t *p) {
   kiln_status_t status = validateMla(kernel, p, 4);
   if (status != KILN_OK)
     return status;
-  return runMla(kernel, p, p->q_len * p->num_heads > kMlaSmallRows);
+  MlaVariant variant;
+  if ((status = pickMla(kernel, p, false, &variant)) != KILN_OK)
+    return status;
+  return runMla(kernel, p, variant);
 }
 
 extern "C" kiln_status_t kiln_mla_decode_small_smem(const kiln_mla_decode_params_t *p) {
@@ -681,7 +746,7 @@ extern "C" kiln_status_t kiln_mla_decode_small_smem(const kiln_mla_decode_params
   kiln_status_t status = validateMla(kernel, p, 1);
   if (status != KILN_OK)
     return status;
-  return runMla(kernel, p, false);
+  return runMla(kernel, p, MlaVariant::small);
 }
 
 namespace {

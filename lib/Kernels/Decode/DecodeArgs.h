@@ -2,6 +2,7 @@
 #ifndef KILN_LIB_KERNELS_DECODE_DECODEARGS_H
 #define KILN_LIB_KERNELS_DECODE_DECODEARGS_H
 
+#include <cuda.h> // CUtensorMap
 #include <stdint.h>
 
 namespace kiln::decode {
@@ -42,6 +43,14 @@ struct MlaArgs {
   int qLen, heads, maxPages;
   int numSplits, splitTiles;
   float scaleLog2;
+};
+
+// mla_decode_sm90: the same arguments plus the TMA map of the latent pool as a matrix of
+// num_pages * 64 token rows x 576 values (64 x 64 boxes, 128-byte swizzle). Passed as
+// a __grid_constant__ parameter: TMA reads the map from parameter space.
+struct MlaSm90Args {
+  MlaArgs base;
+  CUtensorMap cache;
 };
 
 struct KvAppendArgs {

@@ -28,6 +28,9 @@ KernelInfo gqaKernelInfoBf16Variant(int variant);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
+// mla_decode_sm90 (MlaDecodeSm90.cu): 64 rows x 64-key tiles, wgmma + TMA, launched with
+// MlaSm90Args; its body is empty unless built for sm_90a (KILN_MLA_SM90A_BUILT).
+KernelInfo mlaSm90KernelInfo();
 // splitCombineKernel<T>(partO, partLse, out, numSplits, dv, sinks, heads), no dynamic
 // smem; sinks may be null (MLA has none).
 const void *splitCombineKernelBf16();

@@ -162,32 +162,65 @@ std::string dimsText(const std::vector<int64_t> &dims) {
   return text;
 }
 
+// A weight's `shard=D/P`, its only field (`fieldCount`): D a dimension of its shape, P
+// in [1, 1024] (a tensor-parallel rank's block of the checkpoint tensor).
+bool parseShard(std::string_view field, size_t fieldCount, ManifestWeight &w, std::string &why) {
+  const std::string_view value = field.substr(6);
+  const size_t slash = value.find('/');
+  uint64_t dim = 0, parts = 0;
+  const char *ignored = nullptr;
+  if (slash == std::string_view::npos ||
+      !parseNumber(value.substr(0, slash), 64, dim, ignored) ||
+      !parseNumber(value.substr(slash + 1), 1 << 20, parts, ignored) || parts < 1) {
+    why = std::string(field) + " is not of the form shard=D/P (a dimension and a count >= 1)";
+    return false;
+  }
+  if (fieldCount != 1 || w.name.find('*') != std::string::npos) {
+    why = std::string(field) + ": a sharded weight takes no other field and is not stacked";
+    return false;
+  }
+  if (dim >= w.shape.size() || parts > 1024) {
+    why = std::string(field) + ": dimension " + std::to_string(dim) + " of shape " +
+          dimsText(w.shape) + " in " + std::to_string(parts) +
+          " parts (a dimension of the shape, at most 1024 parts)";
+    return false;
+  }
+  w.shardDim = static_cast<int32_t>(dim);
+  w.shardParts = static_cast<int32_t>(parts);
+  return true;
+}
+
 // A weight's optional fields after BYTES (`from=`, `transpose`, `rows=`, `mxfp4`, each at
 // most once, in any order) into `w`, checked against its shape of `elements` elements; on
 // failure `why` says what is wrong.
 bool parseWeightFields(const std::vector<std::string_view> &fields, uint64_t elements,
                        ManifestWeight &w, std::string &why) {
-  std::string_view from, rows, transpose, mxfp4;
+  std::string_view from, rows, transpose, mxfp4, shard;
   for (size_t i = 6; i < fields.size(); ++i) {
     const std::string_view field = fields[i];
-    std::string_view *slot = field.substr(0, 5) == "from="   ? &from
-                             : field.substr(0, 5) == "rows=" ? &rows
-                             : field == "transpose"          ? &transpose
-                             : field == "mxfp4"              ? &mxfp4
-                                                             : nullptr;
+    std::string_view *slot = field.substr(0, 5) == "from="    ? &from
+                             : field.substr(0, 5) == "rows="  ? &rows
+                             : field.substr(0, 6) == "shard=" ? &shard
+                             : field == "transpose"           ? &transpose
+                             : field == "mxfp4"               ? &mxfp4
+                                                              : nullptr;
     if (!slot) {
       why = "unknown field '" + std::string(field) +
-            "' (expected from=D0xD1x..., transpose, rows=G:P0,P1,... or mxfp4)";
+            "' (expected from=D0xD1x..., transpose, rows=G:P0,P1,..., mxfp4 or shard=D/P)";
       return false;
     }
     if (!slot->empty()) {
       why = "duplicate field '" +
-            std::string(slot == &from || slot == &rows ? field.substr(0, 5) : field) +
+            std::string(slot == &from || slot == &rows ? field.substr(0, 5)
+                        : slot == &shard               ? field.substr(0, 6)
+                                                       : field) +
             "' (each field is given at most once)";
       return false;
     }
     *slot = field;
   }
+  if (!shard.empty())
+    return parseShard(shard, fields.size() - 6, w, why);
   if (fields.size() > 6 && w.name.find('*') != std::string::npos) {
     why = "a stacked weight (a '*' in its name) takes no from=, transpose, rows= or mxfp4: it "
           "loads each expert's checkpoint tensor as it is";
@@ -272,7 +305,7 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   error.clear();
   Manifest m;
   size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0, batchesLine = 0,
-         ringLine = 0;
+         ringLine = 0, ranksLine = 0;
   std::vector<WeightLine> weightLines;
   std::unordered_map<std::string, size_t> weightLineOf;  // name -> line
   size_t line = 0, pos = 0;
@@ -373,9 +406,20 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       m.kvRingWindow = static_cast<int64_t>(window);
       continue;
     }
+    if (key == "tp_ranks") { // optional: a whole model leaves it out
+      uint64_t ranks = 0;
+      const char *why = nullptr;
+      if (!arity(2, "tp_ranks N") || !once(ranksLine))
+        return false;
+      if (!parseNumber(fields[1], 1024, ranks, why) || ranks < 1)
+        return fail(line, std::string("tp_ranks ") + (why ? why : "is 0") +
+                              " (the tensor-parallel ranks, 1 to 1024)");
+      m.tpRanks = static_cast<int64_t>(ranks);
+      continue;
+    }
     if (key == "weight") {
       if (fields.size() < 6 && !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [from=D0xD1x...] "
-                                         "[transpose] [rows=G:P0,P1,...] [mxfp4]"))
+                                         "[transpose] [rows=G:P0,P1,...] [mxfp4] [shard=D/P]"))
         return false;
       ManifestWeight w;
       w.name = std::string(fields[1]);

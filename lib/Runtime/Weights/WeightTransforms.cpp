@@ -308,4 +308,49 @@ bool readMxfp4(const SafetensorsIndex &index, const kiln::runtime::ManifestWeigh
   return true;
 }
 
+bool readShard(const SafetensorsIndex &index, const kiln::runtime::ManifestWeight &w,
+               int32_t rank, int32_t ranks, const std::string &checkpoint, unsigned char *out,
+               std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = "weight '" + w.name + "' (rank " + std::to_string(rank) + " of " +
+            std::to_string(ranks) + "): " + what;
+    return false;
+  };
+  const int64_t parts = w.shardParts;
+  if (w.shardDim < 0 || static_cast<size_t>(w.shardDim) >= w.shape.size() || parts < 1)
+    return fail("not a sharded weight (parseManifest never returns such a weight)");
+  if (ranks < 1 || rank < 0 || rank >= ranks || parts > ranks || ranks % parts != 0)
+    return fail("shard=" + std::to_string(w.shardDim) + "/" + std::to_string(parts) +
+                ": its parts do not divide the ranks");
+  const size_t dim = static_cast<size_t>(w.shardDim);
+  std::vector<int64_t> whole = w.shape;
+  if (__builtin_mul_overflow(whole[dim], parts, &whole[dim]))
+    return fail("the checkpoint shape overflows");
+  const TensorInfo *info = index.find(w.name);
+  if (!info)
+    return fail("'" + w.name + "' (" + w.dtype + " " + dimsText(whole) +
+                ") is not in the checkpoint " + checkpoint);
+  if (w.dtype != dtypeName(info->dtype))
+    return fail("'" + w.name + "' in " + info->file + " is " + dtypeName(info->dtype) +
+                ", the model needs " + w.dtype);
+  if (info->shape != whole)
+    return fail("'" + w.name + "' in " + info->file + " has shape " + dimsText(info->shape) +
+                ", the model needs " + dimsText(whole) + " (" + std::to_string(parts) +
+                " blocks of " + dimsText(w.shape) + " along dimension " + std::to_string(dim) +
+                ")");
+  uint64_t outer = 0;
+  if (!product(w.shape, dim, outer) || outer == 0 || w.bytes % outer != 0)
+    return fail("shape " + dimsText(w.shape) + " holds no whole runs of its " +
+                std::to_string(w.bytes) + " bytes");
+  // Run o of this rank's block starts at run (o x parts + block) of the whole tensor.
+  const uint64_t run = w.bytes / outer;
+  const uint64_t block =
+      static_cast<uint64_t>(rank) * static_cast<uint64_t>(parts) / static_cast<uint64_t>(ranks);
+  for (uint64_t o = 0; o < outer; ++o)
+    if (!index.readRange(*info, (o * static_cast<uint64_t>(parts) + block) * run, run,
+                         out + o * run, error))
+      return fail(error);
+  return true;
+}
+
 } // namespace kiln::weights

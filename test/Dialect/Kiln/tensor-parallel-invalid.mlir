@@ -1,4 +1,4 @@
-// Every verifier diagnostic of kiln.all_reduce.
+// Every verifier diagnostic of kiln.all_reduce and of a weight's #kiln.shard.
 // RUN: kiln-opt %s -split-input-file -verify-diagnostics
 
 func.func @f(%x: tensor<?x64xbf16>, %o: tensor<?x32xbf16>) {
@@ -20,3 +20,15 @@ func.func @f(%x: memref<8x64xbf16>, %o: memref<8x64xbf16>) {
   %0 = kiln.all_reduce ins(%x : memref<8x64xbf16>) outs(%o : memref<8x64xbf16>) -> tensor<8x64xbf16>
   return
 }
+
+// -----
+// expected-error @below {{'shard' dimension 2 is not a dimension of 'tensor<64x32xbf16>'}}
+kiln.weight @w {shard = #kiln.shard<dim = 2, parts = 2>} : tensor<64x32xbf16>
+
+// -----
+// expected-error @below {{a sharded weight is read as a block of the checkpoint tensor}}
+kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2>, transpose_checkpoint} : tensor<64x32xbf16>
+
+// -----
+// expected-error @below {{#kiln.shard: parts = 0 must be in [1, 1024]}}
+kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 0>} : tensor<64x32xbf16>

@@ -19,3 +19,11 @@ func.func @in_place_on_buffers(%x: memref<8x64xbf16>) {
   kiln.all_reduce ins(%x : memref<8x64xbf16>) outs(%x : memref<8x64xbf16>)
   return
 }
+
+// -----
+// A tensor-parallel rank's block of a checkpoint tensor, and the model's ranks.
+// CHECK: kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>
+// CHECK: kiln.weight @q {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<32x64xbf16>
+module attributes {kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>} {
+  kiln.weight @q {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<32x64xbf16>
+}

@@ -135,7 +135,7 @@ struct CtaEmulator::Fiber {
   struct GroupArgs {
     int n = 0;
     uint64_t a = 0, b = 0;
-    bool accumulate = false;
+    bool accumulate = false, bMnMajor = false;
     float *d = nullptr;
     int pending = 0;
     int registers = 0;
@@ -157,7 +157,7 @@ struct CtaEmulator::Fiber {
 struct CtaEmulator::Wgmma {
   int n;
   uint64_t a, b;
-  bool accumulate;
+  bool accumulate, bMnMajor;
   std::array<float *, kWarpgroupThreads> d;
   std::vector<float> issued; // thread t's n / 2 values from t * n / 2
 };
@@ -171,7 +171,7 @@ CtaEmulator::CtaEmulator(int threads, size_t sharedBytes, uint64_t seed)
     : threads_(threads), sharedBytes_(sharedBytes), rng_(seed),
       sharedAlloc_(new char[sharedBytes + kGuardBytes + kSharedAlign]),
       stacks_(new char[threads * kStackBytes]), fibers_(threads),
-      scopes_(threads / kWarpSize + 1 + threads / kWarpgroupThreads),
+      scopes_(threads / kWarpSize + 1 + threads / kWarpgroupThreads + 16),
       warpgroups_(threads / kWarpgroupThreads), exchange_(threads / kWarpSize) {
   if (threads % kWarpSize != 0) {
     std::fprintf(stderr, "CtaEmulator: %d threads is not whole warps\n", threads);
@@ -348,12 +348,15 @@ std::string CtaEmulator::deadlock(int done) const {
 
 void CtaEmulator::arrive(int scope, WarpOp op, int groupOp) {
   Scope &s = scopes_[scope];
-  const bool block = scope == blockScope(), group = scope > blockScope();
+  const bool named = scope > namedScope(0);
+  const bool block = scope == blockScope(), group = !named && scope > blockScope();
   if (s.arrived == 0) {
     s.op = op;
     s.groupOp = groupOp;
   } else if (s.op != op || s.groupOp != groupOp) {
-    fail(block   ? "__syncthreads reached by a thread whose warp was in another collective"
+    fail(named ? "bar.sync " + std::to_string(scope - namedScope(0)) +
+                     " reached by a thread whose warp was in another collective"
+         : block ? "__syncthreads reached by a thread whose warp was in another collective"
          : group ? "the threads of warpgroup " + std::to_string(scope - blockScope() - 1) +
                        " are in different warpgroup collectives (divergence)"
                  : "the threads of warp " + std::to_string(scope) +
@@ -361,10 +364,13 @@ void CtaEmulator::arrive(int scope, WarpOp op, int groupOp) {
   }
   running_->waitScope = scope;
   running_->waitGeneration = s.generation;
-  if (++s.arrived == (block ? threads_ : group ? kWarpgroupThreads : kWarpSize)) {
+  if (++s.arrived == (named   ? s.expected
+                      : block ? threads_
+                      : group ? kWarpgroupThreads
+                              : kWarpSize)) {
     if (group)
       performGroupOp(scope - blockScope() - 1, static_cast<GroupOp>(groupOp));
-    else if (!block)
+    else if (!block && !named)
       op(exchange_[scope]);
     s.arrived = 0;
     ++s.generation;
@@ -377,6 +383,19 @@ void CtaEmulator::warpCollective(WarpOp op) {
 }
 
 void CtaEmulator::barrier() { arrive(blockScope(), nullptr, kNoGroupOp); }
+
+void CtaEmulator::namedBarrier(int id, int threads) {
+  if (id < 1 || id > 15)
+    fail("bar.sync: barrier id " + std::to_string(id) + " (1..15 here; 0 is __syncthreads')");
+  if (threads <= 0 || threads % kWarpSize != 0 || threads > threads_)
+    fail("bar.sync: " + std::to_string(threads) + " threads (whole warps of the block)");
+  Scope &s = scopes_[namedScope(id)];
+  if (s.arrived == 0)
+    s.expected = threads;
+  else if (s.expected != threads)
+    fail("bar.sync " + std::to_string(id) + ": threads arrive with different thread counts");
+  arrive(namedScope(id), nullptr, kNoGroupOp);
+}
 
 void CtaEmulator::abandon(const std::string &what) {
   if (!error_.empty())
@@ -622,12 +641,13 @@ uint32_t CtaEmulator::sharedAddress(const void *p) {
   return static_cast<uint32_t>(c - shared_);
 }
 
-void CtaEmulator::wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate) {
+void CtaEmulator::wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate, bool bMnMajor) {
   Fiber::GroupArgs &args = running_->group;
   args.n = n;
   args.a = a;
   args.b = b;
   args.accumulate = accumulate;
+  args.bMnMajor = bMnMajor;
   args.d = d;
   warpgroupCollective(kGroupIssue);
 }
@@ -675,9 +695,13 @@ void CtaEmulator::performGroupOp(int group, GroupOp op) {
         fail("wgmma: thread " + std::to_string(members[t].index.x) + " issues another N, " +
              "descriptor or accumulate flag than thread " + std::to_string(members[0].index.x) +
              " of its warpgroup");
+      if (other.bMnMajor != first.bMnMajor)
+        fail("wgmma: thread " + std::to_string(members[t].index.x) +
+             " issues another B transpose flag than thread " +
+             std::to_string(members[0].index.x) + " of its warpgroup");
     }
     const int regs = first.n / 2;
-    Wgmma w{first.n, first.a, first.b, first.accumulate, {}, {}};
+    Wgmma w{first.n, first.a, first.b, first.accumulate, first.bMnMajor, {}, {}};
     w.issued.resize(static_cast<size_t>(kWarpgroupThreads) * regs);
     for (int t = 0; t < kWarpgroupThreads; ++t) {
       w.d[t] = members[t].group.d;
@@ -726,7 +750,10 @@ void CtaEmulator::runWgmma(int group, const Wgmma &w) {
     if (std::memcmp(w.d[t], &w.issued[static_cast<size_t>(t) * regs], regs * sizeof(float)) != 0)
       fail("accumulators touched while a wgmma is in flight (those of thread " +
            std::to_string(group * kWarpgroupThreads + t) + ")");
-  auto load = [&](uint64_t desc, int rows, const char *which, std::vector<double> &to) {
+  // K-major: element (row, k) as above. MN-major (B only): element (row = n, k) at
+  // canonical start + (n / 64) * leading + (k / 8) * stride + (k % 8) * 128 + 2 (n % 64).
+  auto load = [&](uint64_t desc, int rows, const char *which, std::vector<double> &to,
+                  bool mnMajor) {
     const std::string operand = std::string("wgmma operand ") + which;
     const unsigned layout = static_cast<unsigned>(desc >> 62);
     if (layout != 1)
@@ -737,10 +764,13 @@ void CtaEmulator::runWgmma(int group, const Wgmma &w) {
       fail(operand + ": descriptor base offset " + std::to_string(baseOffset) +
            " (the emulation has 0 only)");
     const uint64_t start = (desc & 0x3FFF) << 4, stride = ((desc >> 32) & 0x3FFF) << 4;
+    const uint64_t leading = ((desc >> 16) & 0x3FFF) << 4;
     to.resize(static_cast<size_t>(rows) * kWgmmaK);
     for (int r = 0; r < rows; ++r)
       for (int k = 0; k < kWgmmaK; ++k) {
-        const uint64_t canonical = start + (r / 8) * stride + (r % 8) * 128 + k * 2;
+        const uint64_t canonical =
+            mnMajor ? start + (r / 64) * leading + (k / 8) * stride + (k % 8) * 128 + (r % 64) * 2
+                    : start + (r / 8) * stride + (r % 8) * 128 + k * 2;
         const uint64_t physical = canonical ^ (((canonical >> 7) & 7) << 4);
         if (physical + 2 > sharedBytes_)
           fail(operand + " outside the shared memory");
@@ -750,8 +780,8 @@ void CtaEmulator::runWgmma(int group, const Wgmma &w) {
       }
   };
   std::vector<double> a, b;
-  load(w.a, 64, "A", a);
-  load(w.b, w.n, "B", b);
+  load(w.a, 64, "A", a, false);
+  load(w.b, w.n, "B", b, w.bMnMajor);
   for (int t = 0; t < kWarpgroupThreads; ++t) {
     const int warp = t / kWarpSize, lane = t % kWarpSize;
     float *d = w.d[t];

@@ -112,6 +112,9 @@ public:
   // runs it.
   void warpCollective(WarpOp op);
   void barrier(); // __syncthreads
+  // bar.sync id, threads: a barrier of `threads` (whole warps) of the block, named by `id`
+  // (1..15; 0 is __syncthreads'), for code whose other threads have left or work apart.
+  void namedBarrier(int id, int threads);
   // Records the failure (the first one counts) and abandons the block: does not return.
   [[noreturn]] void fail(const std::string &what);
   // Fails unless [p, p + bytes) is inside the shared memory at a 16-byte boundary.
@@ -128,8 +131,10 @@ public:
   // fence, commit_group and wait_group: collectives of the calling thread's warpgroup.
   // The issue queues the instruction in the warpgroup's open group; commit closes that
   // group (empty or not); wait runs, in issue order, the wgmmas of every committed group
-  // but the newest `pendingGroups`.
-  void wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate);
+  // but the newest `pendingGroups`. `bMnMajor`: B is MN-major instead (the transpose
+  // flag: element (n, k) of B at n % 64 of 128-byte row k % 8 of the 8-row atom, atoms
+  // the descriptor's stride apart along K and its leading offset apart per 64 of N).
+  void wgmma(int n, float *d, uint64_t a, uint64_t b, bool accumulate, bool bMnMajor = false);
   void wgmmaFence();
   void wgmmaCommit();
   void wgmmaWait(int pendingGroups);
@@ -198,10 +203,12 @@ private:
     uint64_t generation = 0;
     WarpOp op = nullptr;
     int groupOp = kNoGroupOp;
+    int expected = 0; // a named barrier's threads
   };
   static void fiberEntry();
   // Scopes: one a warp, then the block, then one a warpgroup.
   int blockScope() const { return threads_ / kWarpSize; }
+  int namedScope(int id) const { return blockScope() + 1 + threads_ / kWarpgroupThreads + id; }
   void arrive(int scope, WarpOp op, int groupOp);
   void warpgroupCollective(GroupOp op);
   void performGroupOp(int group, GroupOp op);

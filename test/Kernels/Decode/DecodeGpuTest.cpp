@@ -1098,13 +1098,19 @@ struct MlaCase {
   int batch, qLen, heads, maxLen;
   bool small;
   int numSplits = 0;
+  // Per-token mode (q_len 1): entry b is the last token of sequence b, given by
+  // token_rows / token_pos instead of seq_lens (the same attention).
+  bool perToken = false;
 };
 
 void runMlaCase(const MlaCase &c) {
-  std::string what = std::string(c.small ? "mla_decode_small_smem" : "mla_decode") +
-                     " batch=" + std::to_string(c.batch) + " q_len=" + std::to_string(c.qLen) +
-                     " heads=" + std::to_string(c.heads) + " len<=" + std::to_string(c.maxLen) +
-                     " splits=" + std::to_string(c.numSplits);
+  const bool sm90 = std::getenv("KILN_MLA_SM90") != nullptr;
+  std::string what = std::string(c.small ? "mla_decode_small_smem"
+                                 : sm90  ? "mla_decode(sm90)"
+                                         : "mla_decode") +
+                     (c.perToken ? " per-token" : "") + " batch=" + std::to_string(c.batch) +
+                     " q_len=" + std::to_string(c.qLen) + " heads=" + std::to_string(c.heads) +
+                     " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
   SCOPED_TRACE(what);
   constexpr int Dqk = 576, Dv = 512, Page = 64;
   const kiln_dtype_t dtype = KILN_DTYPE_BF16;
@@ -1132,12 +1138,20 @@ void runMlaCase(const MlaCase &c) {
   const size_t outElems = static_cast<size_t>(c.batch) * c.qLen * c.heads * Dv;
   DeviceBuffer<uint16_t> dQ(qBits), dPool(poolBits), dOut(outElems);
   DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  std::vector<int32_t> tokenRows(c.batch), tokenPos(c.batch);
+  for (int b = 0; b < c.batch; ++b) {
+    tokenRows[b] = b;
+    tokenPos[b] = layout.seqLens[b] - 1;
+  }
+  DeviceBuffer<int32_t> dTokenRows(tokenRows), dTokenPos(tokenPos);
   dOut.upload(std::vector<uint16_t>(outElems, kNanBits));
   kiln_mla_decode_params_t p{};
   p.q = dQ.ptr;
   p.latent_cache = dPool.ptr;
   p.block_table = dTable.ptr;
-  p.seq_lens = dLens.ptr;
+  p.seq_lens = c.perToken ? nullptr : dLens.ptr;
+  p.token_rows = c.perToken ? dTokenRows.ptr : nullptr;
+  p.token_pos = c.perToken ? dTokenPos.ptr : nullptr;
   p.out = dOut.ptr;
   p.batch = c.batch;
   p.q_len = c.qLen;
@@ -1177,6 +1191,42 @@ TEST(MlaDecodeGpu, SmallSmemVariant) {
     runMlaCase({2, 1, heads, 500, true});
   runMlaCase({1, 1, 16, 3000, true});
   runMlaCase({3, 1, 128, 600, true, 3});
+}
+
+// Sets an environment variable (an experiment knob) for one scope.
+struct ScopedEnv {
+  const char *name;
+  explicit ScopedEnv(const char *n) : name(n) { setenv(name, "1", 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+bool deviceIsSm90() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major == 9;
+}
+
+// mla_decode_sm90 (wgmma + TMA), the KILN_MLA_SM90 knob of kiln_mla_decode: every row
+// count runs its 64-row blocks, so small heads x q_len are covered too.
+TEST(MlaDecodeGpu, Sm90Variant) {
+  KILN_REQUIRE_GPU();
+  if (!deviceIsSm90())
+    GTEST_SKIP() << "mla_decode_sm90 needs an sm_90 device";
+  ScopedEnv knob("KILN_MLA_SM90");
+  for (int heads : {16, 32, 64, 128})
+    for (int qLen : {1, 2, 3, 4})
+      runMlaCase({2, qLen, heads, 400, false}); // ragged, last pages partial
+  for (int heads : {1, 40})                     // one row; rows across 64-row blocks
+    runMlaCase({3, 3, heads, 333, false});
+  runMlaCase({2, 4, 128, 640, false});          // sequence 0 ends on a page boundary
+  runMlaCase({3, 1, 16, 64, false});            // one page each at most
+  runMlaCase({1, 1, 128, 3000, false});         // automatic splits, 2 row blocks
+  runMlaCase({1, 2, 16, 5000, false});          // automatic splits, 1 row block
+  runMlaCase({3, 2, 16, 700, false, 5});        // forced splits
+  runMlaCase({2, 3, 64, 300, false, 64});       // more splits than tiles
+  runMlaCase({4, 1, 16, 900, false, 0, true});  // per-token mode
+  runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
 }
 
 // The parameters both kv_append tests set alike: buffers, token tables and shapes.

@@ -64,6 +64,12 @@ StepLimits getStepLimits(const ModuleConfig &config);
 /// Bytes of one element of `type` (bf16: 2, f32: 4, i32: 4, ...).
 uint64_t getElementBytes(mlir::Type type);
 
+/// What the plan still divides heads, cache units and weights by: the runtime's tp over
+/// the ranks the graph was imported for (`#kiln.model`'s tp_ranks; a per-rank graph is
+/// already divided). 1 without a runtime. `inModule`: any op of the module.
+unsigned planShardDivisor(const ModuleConfig &config);
+unsigned planShardDivisor(mlir::Operation *inModule, RuntimeAttr runtime);
+
 /// Unit shape of a resource on one TP rank: the shard dimension divided by tp
 /// (kept at 1 when smaller than tp: KV heads are replicated, not split).
 llvm::SmallVector<int64_t> shardUnitShape(llvm::ArrayRef<int64_t> unit,

@@ -142,16 +142,36 @@ def Kiln_ModelAttr : Kiln_Attr<"Model", "model"> {
     #kiln.model<name = "NVIDIA-Nemotron-Nano-9B-v2", model_type = "nemotron_h",
                 num_layers = 56, dtype = bf16, weight_bytes = 17800000000>
     ```
-    `weight_bytes` (0: unknown) is subtracted from the memory budget.
+    `weight_bytes` (0: unknown) is subtracted from the memory budget. `tp_ranks` > 1:
+    the graph is one rank's of that many tensor-parallel ranks (heads, projections and
+    caches already divided, docs/tensor-parallel.md), so the plan divides nothing more
+    and `weight_bytes` is one rank's.
   }];
   let parameters = (ins
     StringRefParameter<"model name">:$name,
     StringRefParameter<"Hugging Face model_type">:$model_type,
     "unsigned":$num_layers,
     "::mlir::Type":$dtype,
-    DefaultValuedParameter<"uint64_t", "0">:$weight_bytes
+    DefaultValuedParameter<"uint64_t", "0">:$weight_bytes,
+    DefaultValuedParameter<"unsigned", "1">:$tp_ranks
   );
   let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Kiln_ShardAttr : Kiln_Attr<"Shard", "shard"> {
+  let summary = "which slice of a checkpoint tensor a tensor-parallel rank holds";
+  let description = [{
+    ```mlir
+    #kiln.shard<dim = 0, parts = 4>
+    ```
+    The checkpoint tensor is `parts` equal blocks along dimension `dim`, each of the
+    declared weight's size there; rank `r` of `N` holds block `r * parts / N` (block `r`
+    when `parts == N`; with fewer parts than ranks, as KV heads fewer than the ranks,
+    consecutive ranks share a block).
+  }];
+  let parameters = (ins "unsigned":$dim, "unsigned":$parts);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def Kiln_PoolAttr : Kiln_Attr<"Pool", "pool"> {

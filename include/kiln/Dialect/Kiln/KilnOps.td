@@ -808,12 +808,16 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
       gate of each head); regrouped, each output is a contiguous column range of the
       projection. gpt-oss interleaves gate and up outputs one by one
       (`G = experts x inter`, parts `1, 1`).
+
+    `shard = #kiln.shard<dim = d, parts = p>` (a tensor-parallel graph's weight): the
+    type is one rank's block; the checkpoint tensor holds `p` of them along `d`.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeTensor>:$type,
                        OptionalAttr<I64Attr>:$offset,
                        OptionalAttr<DenseI64ArrayAttr>:$row_groups,
                        OptionalAttr<DenseI64ArrayAttr>:$checkpoint_shape,
-                       UnitAttr:$transpose_checkpoint, UnitAttr:$mxfp4_checkpoint);
+                       UnitAttr:$transpose_checkpoint, UnitAttr:$mxfp4_checkpoint,
+                       OptionalAttr<Kiln_ShardAttr>:$shard);
   let assemblyFormat = "$sym_name attr-dict `:` $type";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -826,6 +830,8 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     ::mlir::LogicalResult verifyRowGroups();
     /// `checkpoint_shape` and `transpose_checkpoint` describe a tensor of this one's size.
     ::mlir::LogicalResult verifyCheckpointLayout();
+    /// `shard` names a dimension and no other checkpoint layout.
+    ::mlir::LogicalResult verifyShard();
   }];
 }
 
