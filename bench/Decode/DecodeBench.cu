@@ -191,8 +191,8 @@ void variantGrid(cudaStream_t stream, bool quick) {
     const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
     for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant)
       for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
-        if (shape.probe && variant != 0 && variant != 7 && variant != 9)
-          continue; // the default, L2 prefetch, + page hoisting
+        if (shape.probe && variant != 0 && variant != 7 && variant != 9 && variant != 13)
+          continue; // the default, L2 prefetch 256, + page hoisting, no prefetch
         setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
         prm.num_splits = 0;
         prm.block_table = p.tables[0];
@@ -223,7 +223,7 @@ void variantGrid(cudaStream_t stream, bool quick) {
                     "\"tile\":%d,\"stages\":%d,\"l2_prefetch\":%d,\"hoist_page\":%d,"
                     "\"min_blocks\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
                     shape.probe ? "gqa_layout_probe" : "gqa_variant", B, L, qLen, Hq, Hkv, variant,
-                    v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, v.l2Prefetch,
+                    v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, kiln::decode::gqaL2Prefetch(v),
                     v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6, kvBytes / t / 1e12, splits);
         std::fflush(stdout);
         unsetenv("KILN_GQA_VARIANT");

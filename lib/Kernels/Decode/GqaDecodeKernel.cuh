@@ -63,12 +63,17 @@
 namespace kiln::decode {
 
 // Tuning variants of the bf16 d = 128 kernel for the benchmark (KILN_GQA_VARIANT; only
-// variant 0 runs otherwise). Zero fields keep the default.
+// variant 0 runs otherwise). Zero fields keep the default (variant 0's, which every other
+// instance of the kernel uses too).
 //  - tileN 32 halves the key split between warps (WARPS_N 2, blocks of 2 warps): another
 //    summation order, so other bits than variant 0 (see gqaDefaultVariant before making
-//    one a default). The other fields change no bit.
-//  - l2Prefetch: cp.async's L2 prefetch hint in bytes (a key's 256-byte row slice of a
-//    head in one request).
+//    one a default). The other fields change no arithmetic: at the same split plan
+//    (num_splits, split_keys) they give variant 0's bits. But stages and minBlocks change
+//    the resident blocks an SM, which the automatic split count (num_splits 0: fill one
+//    wave) follows: 1 and 3 (1 block/SM) pick half of variant 0's splits at B=1, so
+//    other chunks and other bits there; 2 and 10 (3 blocks/SM) may pick more.
+//  - l2Prefetch: cp.async's L2 prefetch hint in bytes (256: a key's 256-byte row slice
+//    of a head in one request); -1: none. The default is kGqaDefaultL2Prefetch.
 //  - hoistPage: with pages of >= tileN keys a tile lies in one page, so one block-table
 //    read a tile instead of one a 16-byte chunk.
 //  - minBlocks: __launch_bounds__'s resident blocks an SM (0: no bound, the default
@@ -79,8 +84,17 @@ struct GqaTuning {
   bool hoistPage;
   int minBlocks;
 };
+// Every instance (all head dims, dtypes, pools, row tiles) issues its K/V cp.asyncs with
+// a 128-byte L2 prefetch: as variant 12 it measured +3..8% over no hint at every
+// benchmarked shape (H100, 2026-12-06, bench/Decode/NOTES.md), and a hint changes no
+// arithmetic, so no bit. Variants 1-11 were measured when the default had no hint; their
+// zero field now gives them this one (variant 13 is the old default).
+inline constexpr int kGqaDefaultL2Prefetch = 128;
+constexpr int gqaL2Prefetch(const GqaTuning &t) {
+  return t.l2Prefetch < 0 ? 0 : t.l2Prefetch > 0 ? t.l2Prefetch : kGqaDefaultL2Prefetch;
+}
 inline constexpr GqaTuning kGqaVariants[] = {
-    {0, 0, 0, false, 0},   // 0: default (64 keys, 3 stages: 96 KiB, 2 blocks/SM)
+    {0, 0, 0, false, 0},   // 0: default (64 keys, 3 stages: 96 KiB, 2 blocks/SM, 128 B)
     {64, 4, 0, false, 0},  // 1: 4 stages (128 KiB, 1 block/SM)
     {64, 2, 0, false, 3},  // 2: 2 stages (64 KiB, 3 blocks/SM)
     {64, 6, 0, false, 0},  // 3: 6 stages (192 KiB, 1 block/SM)
@@ -92,7 +106,8 @@ inline constexpr GqaTuning kGqaVariants[] = {
     {0, 0, 256, true, 0},  // 9: 7 + 8
     {64, 2, 256, true, 3}, // 10: 2 + 9 (3 blocks/SM)
     {32, 4, 256, true, 3}, // 11: 5 + 9 - other bits
-    {0, 0, 128, false, 0}, // 12: L2 prefetch 128 B
+    {0, 0, 128, false, 0}, // 12: L2 prefetch 128 B (now the default's; kept: the tables)
+    {0, 0, -1, false, 0},  // 13: no L2 prefetch (the default before 2026-12-06)
 };
 inline constexpr int kGqaNumVariants = sizeof(kGqaVariants) / sizeof(kGqaVariants[0]);
 
@@ -110,7 +125,7 @@ template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
                                 : D == 64   ? (F8 ? 8 : 4)
                                 : D == 128  ? (F8 ? 5 : 3)
                                             : (F8 ? 4 : 2);
-  static constexpr int L2_PREFETCH = TUNE.l2Prefetch;
+  static constexpr int L2_PREFETCH = gqaL2Prefetch(TUNE);
   static constexpr int MIN_BLOCKS = TUNE.minBlocks; // 0: no bound (as before variants)
   static constexpr bool HOIST_PAGE = TUNE.hoistPage;
   // d <= 128: each warp keeps its Q fragments in registers (staged through the last
