@@ -387,7 +387,9 @@ size_t gqaWorkspaceCounterBytes(const kiln_gqa_decode_params_t *p) {
 // The tuning variant (GqaDecodeKernel.cuh, kGqaVariants) a launch of these params runs by
 // default: 0 everywhere. Variants exist for bf16 q/out over a bf16 pool at head_dim 128
 // with one row tile (q_len * group <= 16). A rule may use the shape and the device for
-// the bit-identical variants (stages, prefetch, page hoisting, blocks/SM). The 32-key
+// the variants of variant 0's arithmetic (stages, prefetch, page hoisting, blocks/SM);
+// those that change the blocks an SM change the automatic split count, so they keep the
+// bits only where the split plan is fixed (split_keys, as the runtime runs). The 32-key
 // variants change the bits: not as a default while only one row tile has them (a verify
 // step of q_len * group > 16 would run the 64-key kernel, other bits than its decode
 // steps: speculation would stop being lossless), and never chosen by batch or q_len.
