@@ -3,9 +3,14 @@
 // JSON object per line (stdout); bench/Decode/peers.py adds PyTorch peers and merges.
 // Timing: CUDA graphs of K launches (K chosen for >= ~2 ms per graph), 3 warm-up graph
 // runs, median of 15; page tables rotate over >= 2 GiB of pages so no case runs from L2.
+// --variants: the ceiling, then gqa_decode's tuning variants (KILN_GQA_VARIANT,
+// kGqaVariants in GqaDecodeKernel.cuh) side by side with the default on the issue's
+// small-batch shapes ("gqa_variant" lines; peers.py tabulates them against cuDNN/flash).
 #include "BenchCheck.h"
 #include "EventTimer.h"
+#include "GqaDecodeKernel.cuh" // kGqaVariants (the table only; nothing instantiated)
 #include "kiln/Kernels/Decode.h"
+#include "kiln/Runtime/Layout.h" // kiln_rt_decode_split_keys: the runtime's chunks
 
 #include <cuda_runtime.h>
 
@@ -138,14 +143,145 @@ void freePaged(Paged &p) {
   cudaFree(p.seqLens);
 }
 
+// gqa_decode q_len 1 (32 q / 8 kv heads, d 128, page 64, bf16) on the shapes of issue 15
+// item 3, every tuning variant with its automatic split count; at batch 1 also with twice
+// the automatic splits (two waves of blocks), for the default and each variant.
+// Then a layout probe ("gqa_layout_probe"): the bytes and block work of B=128 L=8k, but
+// 1 kv head (4 q heads) and 8x the sequences, so a block's keys are contiguous 256-byte
+// rows (16 KiB a page) instead of 256 bytes every 2 KiB: if it streams near the ceiling
+// where the 8-head pool does not, the pool's stride (not the pipeline) is what separates
+// the kernel from cuDNN's contiguous [B, H, L, D] peer.
+void variantGrid(cudaStream_t stream, bool quick) {
+  const int D = 128, page = 64;
+  struct Shape {
+    int B, L, Hq = 32, Hkv = 8;
+    bool probe = false;
+  };
+  std::vector<Shape> shapes = {{128, 8192}, {64, 8192}, {1, 1024}, {1, 4096},
+                               {1, 8192},   {1, 32768}, {16, 1024}};
+  if (quick)
+    shapes = {{128, 8192}, {1, 8192}};
+  shapes.push_back({1024, 8192, 4, 1, true});
+  for (const Shape &shape : shapes) {
+    const int B = shape.B, L = shape.L, qLen = 1, Hq = shape.Hq, Hkv = shape.Hkv;
+    const double kvBytes = 2.0 * B * L * Hkv * D * 2;
+    Paged p = makePaged(B, L, page, 2ull * page * Hkv * D * 2);
+    uint16_t *q, *out;
+    CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
+    CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
+    fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
+    kiln_gqa_decode_params_t prm{};
+    prm.q = q;
+    prm.kv_cache = p.pool;
+    prm.seq_lens = p.seqLens;
+    prm.out = out;
+    prm.batch = B;
+    prm.q_len = qLen;
+    prm.q_heads = Hq;
+    prm.kv_heads = Hkv;
+    prm.head_dim = D;
+    prm.page_size = page;
+    prm.num_pages = p.numPages;
+    prm.max_pages_per_seq = L / page;
+    prm.max_seq_len = L;
+    prm.softmax_scale = 0.0883883f;
+    prm.dtype = KILN_DTYPE_BF16;
+    prm.kv_dtype = KILN_DTYPE_BF16;
+    prm.stream = stream;
+    const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
+    for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant)
+      for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
+        if (shape.probe && variant != 0 && variant != 7 && variant != 9 && variant != 13)
+          continue; // the default, L2 prefetch 256, + page hoisting, no prefetch
+        setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+        prm.num_splits = 0;
+        prm.block_table = p.tables[0];
+        size_t ws = 0;
+        KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+        int autoSplits = ws ? static_cast<int>(ws / splitBytes) : 1;
+        if (waves == 2) {
+          prm.num_splits = std::min(KILN_DECODE_MAX_SPLITS, 2 * autoSplits);
+          KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+        }
+        void *wsPtr = nullptr;
+        if (ws) {
+          CHECK(cudaMalloc(&wsPtr, ws));
+          CHECK(cudaMemset(wsPtr, 0, ws)); // the fused combine's counters start at 0
+        }
+        prm.workspace = wsPtr;
+        prm.workspace_bytes = ws;
+        const double t = timeGraph(
+            [&](int i) {
+              prm.block_table = p.tables[i % p.tables.size()];
+              KCHECK(kiln_gqa_decode(&prm));
+            },
+            stream);
+        const int splits = ws ? static_cast<int>(ws / splitBytes) : 1;
+        const kiln::decode::GqaTuning &v = kiln::decode::kGqaVariants[variant];
+        std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"q_heads\":%d,"
+                    "\"kv_heads\":%d,\"variant\":%d,"
+                    "\"tile\":%d,\"stages\":%d,\"l2_prefetch\":%d,\"hoist_page\":%d,"
+                    "\"min_blocks\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    shape.probe ? "gqa_layout_probe" : "gqa_variant", B, L, qLen, Hq, Hkv, variant,
+                    v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, kiln::decode::gqaL2Prefetch(v),
+                    v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6, kvBytes / t / 1e12, splits);
+        std::fflush(stdout);
+        unsetenv("KILN_GQA_VARIANT");
+        cudaFree(wsPtr);
+      }
+    // The runtime's mode (split_keys chunks of kiln_rt_decode_split_keys for a model of
+    // max_seq_len L: 16 chunks), combined by the kernel (split_counters, as the runtime
+    // now runs it) and by the separate combine kernel (before), same pages.
+    if (!shape.probe && (B == 1 || B == 16 || B == 128)) {
+      prm.num_splits = 0;
+      prm.split_keys = static_cast<int>(kiln_rt_decode_split_keys(L));
+      prm.block_table = p.tables[0];
+      size_t ws = 0;
+      KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+      const size_t counterBytes = static_cast<size_t>(B) * Hkv * 4; // one row block a head
+      void *wsPtr = nullptr, *counters = nullptr;
+      CHECK(cudaMalloc(&wsPtr, std::max<size_t>(ws, 16)));
+      CHECK(cudaMalloc(&counters, counterBytes));
+      CHECK(cudaMemset(counters, 0, counterBytes));
+      prm.workspace = wsPtr;
+      prm.workspace_bytes = ws;
+      for (int fused = 1; fused >= 0; --fused) {
+        prm.split_counters = fused ? counters : nullptr;
+        prm.split_counter_bytes = fused ? counterBytes : 0;
+        const double t = timeGraph(
+            [&](int i) {
+              prm.block_table = p.tables[i % p.tables.size()];
+              KCHECK(kiln_gqa_decode(&prm));
+            },
+            stream);
+        std::printf("{\"kind\":\"gqa_split_keys\",\"B\":%d,\"L\":%d,\"q_len\":%d,"
+                    "\"split_keys\":%d,\"fused\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    B, L, qLen, prm.split_keys, fused, t * 1e6, kvBytes / t / 1e12,
+                    ws ? static_cast<int>(ws / splitBytes) : 1);
+        std::fflush(stdout);
+      }
+      prm.split_keys = 0;
+      prm.split_counters = nullptr;
+      prm.split_counter_bytes = 0;
+      cudaFree(wsPtr);
+      cudaFree(counters);
+    }
+    cudaFree(q);
+    cudaFree(out);
+    freePaged(p);
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  // --quick: fewer shapes; --mla: the ceiling and the mla rows only (kernel work).
-  bool quick = false, mlaOnly = false;
+  // --quick: fewer shapes; --mla: the ceiling and the mla rows only (kernel work);
+  // --variants: the ceiling and the gqa_decode tuning variants side by side.
+  bool quick = false, mlaOnly = false, variants = false;
   for (int i = 1; i < argc; ++i) {
     quick |= std::string(argv[i]) == "--quick";
     mlaOnly |= std::string(argv[i]) == "--mla";
+    variants |= std::string(argv[i]) == "--variants";
   }
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
@@ -171,6 +307,11 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
     cudaFree(data);
     cudaFree(sink);
+  }
+  if (variants) {
+    variantGrid(stream, quick);
+    CHECK(cudaGetLastError());
+    return 0;
   }
 
   // gqa_decode: 32 q / 8 kv heads, d=128, page 64, bf16 q/out over a bf16 pool, then an

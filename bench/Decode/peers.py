@@ -1,6 +1,8 @@
 """PyTorch peers on the shapes kiln_decode_bench measured, merged into one table.
 
 usage: python3 peers.py kiln.jsonl [out_dir]
+(kiln.jsonl from kiln_decode_bench [--quick] [--variants]; --variants lines get a table of
+their own: every tuning variant next to the default, the ceiling and the peers.)
 Peers: F.scaled_dot_product_attention with the cuDNN and flash backends on the same KV
 made contiguous ([B, Hkv, L, D], enable_gqa=True; q_len=4 runs without a mask, which
 only helps the peer), eager PyTorch absorbed MLA ([B, L, 576] latents); for Kiln's FP8
@@ -153,6 +155,56 @@ def main():
         lines.append(f"| B={r['B']} L={r['L']} q_len={r['q_len']} | {path} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | {r['splits']} | "
                      f"{fmt(p.get('cudnn'), '.3f')} | {fmt(p.get('flash'), '.3f')} | {fmt(ratio('cudnn'))} | {fmt(ratio('flash'))} |")
         print(lines[-1], flush=True)
+    # Tuning variants (kiln_decode_bench --variants): side by side per shape, against the
+    # default (variant 0, automatic splits) of the same run.
+    var_rows = [r for r in rows if r["kind"] == "gqa_variant"]
+    if var_rows:
+        lines += ["", "| gqa variants (q_len 1) | variant | tile | stages | L2 pf | hoist | min blk | waves | splits | "
+                  "Kiln TB/s | % ceiling | vs default | cuDNN TB/s | flash TB/s | Kiln/cuDNN |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        base = {(r["B"], r["L"]): r["TBps"] for r in var_rows if r["variant"] == 0 and r["waves"] == 1}
+        for r in var_rows:
+            key = (r["B"], r["L"], r["q_len"])
+            if key not in peer_cache:
+                peer_cache[key] = gqa_peers(*key)
+            p = peer_cache[key]
+            merged.append(dict(r, **p))
+            b = base.get((r["B"], r["L"]))
+            lines.append(f"| B={r['B']} L={r['L']} | {r['variant']} | {r['tile']} | {r['stages']} | {r['l2_prefetch']} | "
+                         f"{r['hoist_page']} | {r['min_blocks']} | {r['waves']} | {r['splits']} | {r['TBps']:.3f} | "
+                         f"{100 * r['TBps'] / ceiling:.1f} | {fmt(None if not b else r['TBps'] / b)} | "
+                         f"{fmt(p.get('cudnn'), '.3f')} | {fmt(p.get('flash'), '.3f')} | "
+                         f"{fmt(None if not p.get('cudnn') else r['TBps'] / p['cudnn'])} |")
+            print(lines[-1], flush=True)
+        # The layout probe: B=128 L=8k's bytes with 1 kv head (contiguous rows); compare
+        # with the 8-head rows of the same variant at B=128 L=8k above.
+        for r in (r for r in rows if r["kind"] == "gqa_layout_probe"):
+            merged.append(r)
+            b = next((x["TBps"] for x in var_rows if (x["B"], x["L"], x["variant"], x["waves"]) ==
+                      (128, r["L"], r["variant"], 1)), None)
+            lines.append(f"| probe B={r['B']} L={r['L']} {r['q_heads']}q/{r['kv_heads']}kv | {r['variant']} | {r['tile']} | "
+                         f"{r['stages']} | {r['l2_prefetch']} | {r['hoist_page']} | {r['min_blocks']} | 1 | {r['splits']} | "
+                         f"{r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | {fmt(None if not b else r['TBps'] / b)} (vs 8 kv heads) | "
+                         f"n/a | n/a | n/a |")
+            print(lines[-1], flush=True)
+        # The runtime's split_keys mode: fused (split_counters) vs the combine kernel.
+        for r in (r for r in rows if r["kind"] == "gqa_split_keys"):
+            merged.append(r)
+            sep = next((x["TBps"] for x in rows if x["kind"] == "gqa_split_keys" and x["fused"] == 0
+                        and (x["B"], x["L"]) == (r["B"], r["L"])), None)
+            p = peer_cache.get((r["B"], r["L"], r["q_len"]), {})
+            lines.append(f"| split_keys {r['split_keys']} B={r['B']} L={r['L']} | {'fused' if r['fused'] else 'separate'} | | | | | | 1 | "
+                         f"{r['splits']} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | "
+                         f"{fmt(None if not sep else r['TBps'] / sep)} (vs separate) | {fmt(p.get('cudnn'), '.3f')} | "
+                         f"{fmt(p.get('flash'), '.3f')} | {fmt(None if not p.get('cudnn') else r['TBps'] / p['cudnn'])} |")
+            print(lines[-1], flush=True)
+        # The best per shape, for the decision.
+        lines += ["", "| shape | best variant (waves) | TB/s | vs default |", "|---|---|---|---|"]
+        for key in sorted({(r["B"], r["L"]) for r in var_rows}):
+            best = max((r for r in var_rows if (r["B"], r["L"]) == key), key=lambda r: r["TBps"])
+            b = base.get(key)
+            lines.append(f"| B={key[0]} L={key[1]} | {best['variant']} ({best['waves']}) | {best['TBps']:.3f} | "
+                         f"{fmt(None if not b else best['TBps'] / b)} |")
     bf16 = {(r["B"], r["L"], r["q_len"]): r for r in rows if r["kind"] == "gqa"}
     lines += ["", "| gqa decode, FP8 e4m3 pool (bf16 q/out) | Kiln TB/s (FP8 bytes) | % ceiling | "
               "tokens/s vs Kiln bf16 | dequant+cuDNN TB/s | Kiln/peer |", "|---|---|---|---|---|---|"]

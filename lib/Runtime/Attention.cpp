@@ -27,6 +27,19 @@ namespace {
 
 bool supportedPage(int32_t p) { return p == 16 || p == 32 || p == 64 || p == 128; }
 
+// Whether gqa_decode combines a step's split_keys chunks itself (split_counters) or leaves
+// them to its combine kernel. Both give the same bits, so the rule may use any shape; it
+// uses the step's chunk count (key bound / split_keys) and the chunk size only. Measured
+// on H100 (2026-12-06, bench/Decode/NOTES.md, fused vs separate TB/s): 16 chunks of 256
+// or 512 keys gain from the fused combine (B=1 L=4k 1.246 vs 1.039, L=8k 1.684 vs 1.491;
+// B=128 L=8k 2.673 vs 2.665), 4 chunks lose (B=1 L=1k 0.337 vs 0.345, B=16 L=1k 1.659
+// vs 1.788), and so do long chunks (B=1 L=32k, 2048 keys: 1.869 vs 2.124; not profiled).
+// The rule picks the faster of the two at all six measured shapes.
+bool fusedSplitCombine(int64_t keyBound, int64_t splitKeys) {
+  const int64_t chunks = (keyBound + splitKeys - 1) / splitKeys;
+  return chunks >= 8 && splitKeys <= 512;
+}
+
 kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint64_t kv_offset,
                         const void *q, const void *k, const void *v, const float *sinks, void *out,
                         int64_t tokens, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
@@ -181,6 +194,16 @@ kiln_status_t attention(const Call &c, kiln_rt_context *ctx, int32_t layer, uint
     // Fixed key chunks (Layout.h): a query's bits do not depend on the step's batch or
     // q_len, so a verify step reproduces plain decode exactly.
     gp.split_keys = static_cast<int>(kiln_rt_decode_split_keys(cfg.max_seq_len));
+    // The fused combine where it measured faster (fusedSplitCombine; same bits as the
+    // combine kernel). Its counters sit where no partial goes, so a launch of any shape
+    // finds them at 0: the last block of a group resets its counter. Only a kernel cut
+    // short leaves one non-zero, and that is a device fault, which retires the context
+    // (Faults.cpp) with the process's CUDA context; a failed launch runs no block; a
+    // graph capture runs nothing.
+    if (ctx->counterBytes && fusedSplitCombine(ctx->keyBound, gp.split_keys)) {
+      gp.split_counters = ctx->base[kWorkspace] + ctx->counterOffset;
+      gp.split_counter_bytes = ctx->counterBytes;
+    }
     gp.window = window;
     gp.sinks = sinks;
     gp.kv_dtype = poolDtype;

@@ -343,8 +343,13 @@ void initCommon(kiln_rt_context *ctx, const kiln_rt_config_t &config) {
   ctx->size[kActivations] = config.activation_bytes;
   ctx->size[kWorkspace] = config.workspace_bytes;
   ctx->size[kIo] = config.io_bytes;
+  // The split-KV region: partials, then the fused combine's counters at its end, where
+  // no partial of any step (whatever its batch, q_len or key bound) is ever written.
+  const uint64_t region = config.workspace_bytes - KILN_GEMM_WORKSPACE_BYTES;
+  ctx->counterBytes = kiln_rt_split_counter_bytes(region);
   ctx->splitOffset = KILN_GEMM_WORKSPACE_BYTES;
-  ctx->splitBytes = config.workspace_bytes - KILN_GEMM_WORKSPACE_BYTES;
+  ctx->splitBytes = (region - ctx->counterBytes) / 16 * 16; // the counters 16-byte aligned
+  ctx->counterOffset = ctx->splitOffset + ctx->splitBytes;
   ctx->allocationBytes = 0;
   for (int r = 0; r < kNumRegions; ++r)
     ctx->allocationBytes += kiln_rt_align(ctx->size[r]);
@@ -505,6 +510,8 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
     ctx->base[r] = at;
     at += kiln_rt_align(ctx->size[r]);
   }
+  // Zero-filled: among others the fused combine's counters start at 0 here, once (a dry
+  // context has none to zero); every launch leaves them at 0.
   if ((e = cudaMemsetAsync(ctx->allocation, 0, ctx->allocationBytes, ctx->stream)) !=
       cudaSuccess)
     return cleanup(KILN_ERROR_CUDA, "cudaMemsetAsync of the allocation", e);

@@ -126,6 +126,11 @@ struct kiln_rt_context {
   kiln_rt_io_layout_t io{};
   uint64_t splitOffset = 0; // split-KV partials inside the workspace
   uint64_t splitBytes = 0;
+  // gqa_decode's fused-combine arrival counters: the split-KV region's last bytes
+  // (Layout.h, kiln_rt_split_counter_bytes), zeroed with the allocation and left at 0 by
+  // every launch. 0 bytes: the separate combine kernel runs.
+  uint64_t counterOffset = 0;
+  uint64_t counterBytes = 0;
 
   void *allocation = nullptr; // the one device allocation
   uint64_t allocationBytes = 0;

@@ -176,11 +176,30 @@ TEST(RuntimeCpu, LayoutFormulas) {
   EXPECT_EQ(kiln_rt_ring_pages(480, 64, 256, 512), 8); // capped
   EXPECT_EQ(kiln_rt_ring_pages(0, 64, 256, 512), 0);   // no window, no ring
   EXPECT_EQ(kiln_rt_max_pages_per_seq(257, 16), 17);
-  // Split partials: 16 splits x every decode row (tokens x heads) x (d + 1) x 4.
-  EXPECT_EQ(kiln_rt_workspace_bytes(8, 4, 64),
-            KILN_GEMM_WORKSPACE_BYTES + kiln_rt_align(16ull * 8 * 4 * 65 * 4));
-  EXPECT_EQ(kiln_rt_workspace_bytes(1000, 4, 64),
-            KILN_GEMM_WORKSPACE_BYTES + kiln_rt_align(16ull * 1000 * 4 * 65 * 4));
+  // The split-KV region: 16 splits x every decode row (tokens x heads) x (d + 1) x 4 of
+  // partials P, then the fused combine's counters: align256(P + P / 1023 + 32).
+  // P = 133120: 133120 + 130 + 32 -> 133376.
+  EXPECT_EQ(kiln_rt_workspace_bytes(8, 4, 64), KILN_GEMM_WORKSPACE_BYTES + 133376u);
+  // P = 16640000: + 16265 + 32 -> 16656384.
+  EXPECT_EQ(kiln_rt_workspace_bytes(1000, 4, 64), KILN_GEMM_WORKSPACE_BYTES + 16656384u);
+  // Counters: floor(region / 1024) rounded up to 16 bytes, none in a region under 1 KiB.
+  EXPECT_EQ(kiln_rt_split_counter_bytes(133376), 144u);
+  EXPECT_EQ(kiln_rt_split_counter_bytes(16656384), 16272u);
+  EXPECT_EQ(kiln_rt_split_counter_bytes(768), 0u);
+  EXPECT_EQ(kiln_rt_split_counter_bytes(0), 0u);
+  // Whatever the shape (or a padded, larger region): one counter a query row of the
+  // largest step, and every launch's partials before them, 16-byte aligned.
+  for (int64_t tokens : {1, 3, 8, 17, 64, 1000, 65536})
+    for (int64_t heads : {1, 3, 8, 32, 128})
+      for (int64_t dim : {64, 128, 256})
+        for (uint64_t padding : {0u, 256u, 4096u, 1u << 20}) {
+          const uint64_t region = kiln_rt_split_workspace_bytes(tokens, heads, dim) + padding;
+          const uint64_t counters = kiln_rt_split_counter_bytes(region);
+          const uint64_t partials = 16ull * tokens * heads * (dim + 1) * 4;
+          EXPECT_GE(counters, 4ull * tokens * heads) << tokens << " " << heads << " " << dim;
+          EXPECT_GE((region - counters) / 16 * 16, partials)
+              << tokens << " " << heads << " " << dim;
+        }
   // Split chunks: multiples of 64, at least 256 keys, at most 16 per max_seq_len.
   EXPECT_EQ(kiln_rt_decode_split_keys(1), 256);
   EXPECT_EQ(kiln_rt_decode_split_keys(4096), 256);

@@ -9,9 +9,10 @@
 // = 256, max_logit_rows = 4. A [?, 128] bf16 buffer of tokens takes 256 x 128 x 2 =
 // 65536 bytes, one of logit rows 4 x 128 x 2 = 1024.
 // weights: the last weight ends at 131072 + 256. caches: kiln.plan's total. io: 3 x 1024
-// (token arrays) + 7 x 256. workspace: 32 MiB + align256(16 x 4 x 1 x (1 + 1) x 4) =
-// 33554944, plus the padding that makes the total a whole number of 2 MiB pages
-// (cudaMalloc's granule): 17 x 2 MiB = 35651584 in all.
+// (token arrays) + 7 x 256. workspace: 32 MiB + the split-KV region align256(P + P / 1023
+// + 32) with P = 16 x 4 x 1 x (1 + 1) x 4 = 512: 33555200, plus the padding that makes
+// the total a whole number of 2 MiB pages (cudaMalloc's granule): 17 x 2 MiB = 35651584
+// in all.
 // CHECK-LABEL: module attributes
 // CHECK-SAME: kiln.device_memory = #kiln.device_memory<weights = 131328, caches = 262144, activations = 131072, workspace = 35122432, io = 4608, max_step_tokens = 256, max_logit_rows = 4, activation_buffers = 4, cuda_graphs = 8388608>
 // CHECK-LABEL: func.func @kiln_model_forward

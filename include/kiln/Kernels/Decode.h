@@ -48,13 +48,17 @@ extern "C" {
  * kernel's arithmetic, output rounded to bf16); sm_80 or newer.
  * Split-KV: the launcher splits each sequence's keys into num_splits chunks (0 = choose
  * from batch, kv heads, max_seq_len and the SM count) and combines the partial results:
- * in num_splits mode inside the kernel (the last split block of a group combines), with
- * split_keys in a second kernel. Partials live in the caller's workspace: query its size
- * with kiln_gqa_decode_workspace_bytes(); with a smaller workspace the launcher uses
- * fewer splits (workspace NULL/0 = no split-KV). Zero the workspace once after
- * allocating it: in num_splits mode its last bytes are arrival counters that must start
- * at 0; every launch leaves them at 0 (so CUDA-graph replays need no memset) and treats
- * the rest as scratch. Do not share those bytes with other writers between launches. */
+ * inside the kernel (the last split block of a group combines) in num_splits mode, and
+ * with split_keys when split_counters is given; otherwise (split_keys without it) in a
+ * second kernel. Both give the same bits. Partials live in the caller's workspace: query
+ * its size with kiln_gqa_decode_workspace_bytes(); with a smaller workspace the launcher
+ * uses fewer splits (workspace NULL/0 = no split-KV). Zero the workspace once after
+ * allocating it: in num_splits mode without split_counters its last bytes are arrival
+ * counters that must start at 0; every launch leaves them at 0 (so CUDA-graph replays
+ * need no memset) and treats the rest as scratch. Do not share those bytes with other
+ * writers between launches. Those counters sit right after the partials of the launch's
+ * shape, so a workspace reused for another shape may hold old partials there: zero it
+ * again, or pass split_counters (a place no partial ever overlaps). */
 typedef struct kiln_gqa_decode_params {
   const void *q;              /* [batch, q_len, q_heads, head_dim] */
   const void *kv_cache;       /* [num_pages, 2, page_size, kv_heads, head_dim] */
@@ -97,6 +101,15 @@ typedef struct kiln_gqa_decode_params {
   kiln_dtype_t kv_dtype;
   const float *k_scale;
   const float *v_scale;
+  /* NULL, or device memory (4-byte aligned, zeroed once by the caller, disjoint from the
+   * workspace) of split_counter_bytes >= 4 * batch * kv_heads * ceil(q_len * group /
+   * (q_len * group > 16 ? 32 : 16)) bytes: the fused combine's arrival counters, one a
+   * (sequence, kv head, block of query rows). Every launch leaves them at 0. With it,
+   * split_keys mode combines in the kernel as num_splits mode does (the same bits as
+   * the separate combine kernel), and num_splits mode keeps its counters here instead of
+   * after the partials. A smaller split_counter_bytes is an INVALID_ARGUMENT. */
+  void *split_counters;
+  size_t split_counter_bytes;
 } kiln_gqa_decode_params_t;
 
 /* Workspace bytes kiln_gqa_decode needs for these params on the current device (0 when

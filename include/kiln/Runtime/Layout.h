@@ -19,15 +19,23 @@
  * used part of block_table, which is last for that reason); the greedy tokens of the
  * logit rows go straight to mapped pinned host memory, not through this buffer.
  *
- * workspace_bytes = KILN_GEMM_WORKSPACE_BYTES (cuBLASLt) + split-KV partials:
- *   align256(KILN_RT_DECODE_SPLITS * max_decode_tokens * max_q_heads
- *            * (max_head_dim + 1) * 4)
+ * workspace_bytes = KILN_GEMM_WORKSPACE_BYTES (cuBLASLt) + the split-KV region:
+ *   P = KILN_RT_DECODE_SPLITS * max_decode_tokens * max_q_heads * (max_head_dim + 1) * 4
+ *   align256(P + P / 1023 + 32)
  * i.e. room for KILN_RT_DECODE_SPLITS splits of every query row of the largest decode
- * step. Attention decode splits each sequence's keys into fixed chunks of
- * kiln_rt_decode_split_keys(max_seq_len) keys anchored at key 0, whatever the batch:
- * a query's split boundaries, and so its bits, are the same in a plain decode step and
- * in a speculative verify step (greedy speculation is lossless only then). At most
- * KILN_RT_DECODE_SPLITS chunks cover max_seq_len. max_decode_tokens is
+ * step (the partials), and at the region's end the fused combine's arrival counters:
+ * kiln_rt_split_counter_bytes(region), about 1/1024 of it, whatever the heads (the
+ * runtime knows the region's size, not the model's heads). That is at least one 4-byte
+ * counter a query row of the largest step (a row's partials are 16 * 65 * 4 bytes or
+ * more), and the partials still fit before it (kiln_rt_split_counter_bytes). The
+ * counters never move and no partial is ever written over them, so zeroing them once
+ * (the context's allocation is zero-filled) is enough: every decode launch leaves them
+ * at 0. Any padding of the workspace widens the region. Attention decode splits each
+ * sequence's keys into fixed chunks of kiln_rt_decode_split_keys(max_seq_len) keys
+ * anchored at key 0, whatever the batch: a query's split boundaries, and so its bits,
+ * are the same in a plain decode step and in a speculative verify step (greedy
+ * speculation is lossless only then). At most KILN_RT_DECODE_SPLITS chunks cover
+ * max_seq_len. max_decode_tokens is
  * max_batch * (1 + max_draft_len), max_q_heads / max_head_dim the largest attention
  * layer's. */
 #ifndef KILN_RUNTIME_LAYOUT_H
@@ -152,12 +160,25 @@ static inline int64_t kiln_rt_decode_key_chunks(int64_t max_seq_len) {
   return max_seq_len > 0 ? (max_seq_len + keys - 1) / keys : 1;
 }
 
-/* Split-KV partials part of the workspace (see above). */
+/* The split-KV region of the workspace (see above): partials, then counters. */
 static inline uint64_t kiln_rt_split_workspace_bytes(int64_t max_decode_tokens,
                                                      int64_t max_q_heads,
                                                      int64_t max_head_dim) {
-  return kiln_rt_align((uint64_t)KILN_RT_DECODE_SPLITS * kiln_rt_nonneg(max_decode_tokens) *
-                       kiln_rt_nonneg(max_q_heads) * (kiln_rt_nonneg(max_head_dim) + 1u) * 4u);
+  const uint64_t partials = (uint64_t)KILN_RT_DECODE_SPLITS * kiln_rt_nonneg(max_decode_tokens) *
+                            kiln_rt_nonneg(max_q_heads) * (kiln_rt_nonneg(max_head_dim) + 1u) * 4u;
+  return kiln_rt_align(partials + partials / 1023u + 32u);
+}
+
+/* Bytes at the end of a split-KV region of `region_bytes` that hold the arrival counters:
+ * floor(region / 1024) rounded up to 16 (0 for an empty region). With the region of
+ * kiln_rt_split_workspace_bytes (or larger): counters >= floor(P / 1023) >= one a query
+ * row (each row has >= 1040 * 4 bytes of partials, and a launch counts at most one a row),
+ * and region - counters >= region * 1023 / 1024 - 16 >= P (region >= P + P / 1023 + 31). */
+static inline uint64_t kiln_rt_split_counter_bytes(uint64_t region_bytes) {
+  if (region_bytes < 1024u)
+    return 0;
+  const uint64_t bytes = (region_bytes / 1024u + 15u) / 16u * 16u;
+  return bytes < region_bytes ? bytes : 0;
 }
 
 /* cudaMalloc hands out device memory in 2 MiB pages: a plan whose total

@@ -190,11 +190,12 @@ int effectiveSplits(int maxTiles, int splits) {
 }
 
 // `requested` 0 = automatic; a workspace of `workspaceBytes` (when planning the launch)
-// caps the split count; for the workspace query pass SIZE_MAX. `counterBytes` > 0: the
-// fused combine's counters follow the partials (and the fill-one-wave rule applies).
+// caps the split count; for the workspace query pass SIZE_MAX. `fused`: the kernel
+// combines its own partials (the fill-one-wave rule applies); `counterBytes` > 0: its
+// counters follow the partials in the workspace (0: they live elsewhere).
 kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks, int slots,
                          int maxSeqLen, int tileN, long long outRows, int dv, size_t workspaceBytes,
-                         const void *workspace, bool forQuery, SplitPlan *plan,
+                         const void *workspace, bool forQuery, SplitPlan *plan, bool fused = false,
                          size_t counterBytes = 0) {
   const int maxTiles = std::max(1, (maxSeqLen + tileN - 1) / tileN);
   // The splits that run: whole key tiles per split, so `splits` can round down (10
@@ -202,10 +203,10 @@ kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks
   // partials by this count, so the queried workspace is always enough.
   auto effective = [&](int splits) { return effectiveSplits(maxTiles, splits); };
   const int autoLimit = std::min(maxTiles, KILN_DECODE_MAX_SPLITS);
-  int splits = effective(
-      requested > 0      ? std::min(requested, maxTiles)
-      : counterBytes > 0 ? autoSplitsFused(baseBlocks, slots, maxTiles, effectiveSplits, autoLimit)
-                         : autoSplits(baseBlocks, slots, maxTiles));
+  int splits =
+      effective(requested > 0 ? std::min(requested, maxTiles)
+                : fused ? autoSplitsFused(baseBlocks, slots, maxTiles, effectiveSplits, autoLimit)
+                        : autoSplits(baseBlocks, slots, maxTiles));
   auto need = [&](int n) { return splitWorkspace(outRows, n, dv, counterBytes); };
   if (!forQuery && splits > 1) {
     size_t have = workspace ? workspaceBytes : 0;
@@ -281,6 +282,8 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
 
 constexpr const char *kGqa = "gqa_decode";
 
+size_t gqaCounterBytes(const kiln_gqa_decode_params_t *p);
+
 kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
   KILN_REQUIRE(p, KILN_ERROR_INVALID_ARGUMENT, "%s: params is null", kGqa);
   KILN_REQUIRE(p->q, KILN_ERROR_INVALID_ARGUMENT, "%s: q is null", kGqa);
@@ -338,6 +341,13 @@ kiln_status_t validateGqa(const kiln_gqa_decode_params_t *p) {
                    aligned16(p->workspace),
                KILN_ERROR_INVALID_ARGUMENT,
                "%s: q, kv_cache, out and workspace must be 16-byte aligned", kGqa);
+  KILN_REQUIRE((reinterpret_cast<uintptr_t>(p->split_counters) & 3) == 0,
+               KILN_ERROR_INVALID_ARGUMENT, "%s: split_counters must be 4-byte aligned", kGqa);
+  KILN_REQUIRE(!p->split_counters || p->split_counter_bytes >= gqaCounterBytes(p),
+               KILN_ERROR_INVALID_ARGUMENT,
+               "%s: split_counter_bytes %zu too small (needs %zu: batch x kv_heads x row blocks "
+               "x 4)",
+               kGqa, p->split_counter_bytes, gqaCounterBytes(p));
   return KILN_OK;
 }
 
@@ -355,14 +365,50 @@ int gqaRowBlocks(const kiln_gqa_decode_params_t *p) {
 // programmatic dependent launch), so one benchmark run can show both.
 bool gqaLegacy() { return std::getenv("KILN_GQA_SEPARATE_COMBINE") != nullptr; }
 
-// The kernel combines its own partials (args.counters) in num_splits mode. split_keys
-// mode (the runtime's, sized by Layout.h's kiln_rt_split_workspace_bytes) keeps the
-// combine kernel: its workspace formula has no counters.
-bool gqaFused(const kiln_gqa_decode_params_t *p) { return p->split_keys == 0 && !gqaLegacy(); }
+// The kernel combines its own partials (args.counters) in num_splits mode, and in
+// split_keys mode when the caller gives the counters a place of their own
+// (split_counters; the runtime's, in its split-KV region, Layout.h). split_keys mode
+// without one keeps the combine kernel: counters after the partials would move with the
+// split count (the step's key bound), onto bytes that held partials.
+bool gqaFused(const kiln_gqa_decode_params_t *p) {
+  return (p->split_keys == 0 || p->split_counters) && !gqaLegacy();
+}
 
 // One arrival counter a (sequence, kv head x row block) group: the fused kernel's grid.y x z.
 size_t gqaCounterBytes(const kiln_gqa_decode_params_t *p) {
   return static_cast<size_t>(p->batch) * p->kv_heads * gqaRowBlocks(p) * sizeof(unsigned);
+}
+
+// Counter bytes the workspace holds after the partials: none where split_counters holds them.
+size_t gqaWorkspaceCounterBytes(const kiln_gqa_decode_params_t *p) {
+  return gqaFused(p) && !p->split_counters ? gqaCounterBytes(p) : 0;
+}
+
+// The tuning variant (GqaDecodeKernel.cuh, kGqaVariants) a launch of these params runs by
+// default: 0 everywhere. Variants exist for bf16 q/out over a bf16 pool at head_dim 128
+// with one row tile (q_len * group <= 16). A rule may use the shape and the device for
+// the variants of variant 0's arithmetic (stages, prefetch, page hoisting, blocks/SM);
+// those that change the blocks an SM change the automatic split count, so they keep the
+// bits only where the split plan is fixed (split_keys, as the runtime runs). The 32-key
+// variants change the bits: not as a default while only one row tile has them (a verify
+// step of q_len * group > 16 would run the 64-key kernel, other bits than its decode
+// steps: speculation would stop being lossless), and never chosen by batch or q_len.
+int gqaDefaultVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props) {
+  (void)p;
+  (void)props;
+  return 0; // the one line to change once the benchmark picks a variant
+}
+
+// KILN_GQA_VARIANT=n (experiment knob, read per call): run variant n where it exists,
+// so one benchmark run can print every variant side by side.
+int gqaVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props, int mTiles) {
+  // planGqa's bf16 kernel: bf16 q/out, a pool of neither FP8 nor f16.
+  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3 ||
+      p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 || mTiles != 1)
+    return 0;
+  if (const char *env = std::getenv("KILN_GQA_VARIANT"))
+    return std::atoi(env);
+  return gqaDefaultVariant(p, props);
 }
 
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
@@ -381,6 +427,11 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   DeviceProps props;
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
+  if (const int variant = gqaVariant(p, props, mTiles); variant != 0) {
+    *info = gqaKernelInfoBf16Variant(variant);
+    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d)", kGqa,
+                 variant, gqaNumVariants() - 1);
+  }
   KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
                "%s: head_dim %d with q_len*group %d needs %d bytes of shared memory per "
                "block, the device allows %d",
@@ -396,7 +447,7 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   return planSplits(
       kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
       props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
-      p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p) ? gqaCounterBytes(p) : 0);
+      p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p), gqaWorkspaceCounterBytes(p));
 }
 
 // ---- mla_decode ------------------------------------------------------------------------
@@ -639,9 +690,12 @@ extern "C" kiln_status_t kiln_gqa_decode(const kiln_gqa_decode_params_t *p) {
   args.vScale = p->v_scale;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   const bool fused = gqaFused(p) && plan.numSplits > 1;
-  // The counters follow the partials (planSplits sized the workspace for them).
-  args.counters =
-      fused ? reinterpret_cast<unsigned *>(args.partLse + outRows * plan.numSplits) : nullptr;
+  // The caller's counters, or right after the partials (planSplits sized the workspace
+  // for them).
+  args.counters = !fused ? nullptr
+                  : p->split_counters
+                      ? static_cast<unsigned *>(p->split_counters)
+                      : reinterpret_cast<unsigned *>(args.partLse + outRows * plan.numSplits);
   DeviceProps props;
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;

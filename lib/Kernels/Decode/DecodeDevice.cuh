@@ -22,6 +22,26 @@ __device__ __forceinline__ void cpAsync16(void *smem, const void *gmem, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)),
                "l"(gmem), "r"(srcBytes));
 }
+// cpAsync16 with an L2 prefetch hint of PF bytes (0: none, 64, 128, 256): the L2 fetches
+// the whole aligned PF-byte sector group of the source at once.
+template <int PF>
+__device__ __forceinline__ void cpAsync16Pf(void *smem, const void *gmem, bool valid) {
+  if constexpr (PF == 0) {
+    cpAsync16(smem, gmem, valid);
+  } else {
+    static_assert(PF == 64 || PF == 128 || PF == 256, "cp.async prefetches 64/128/256 bytes");
+    const int srcBytes = valid ? 16 : 0;
+    if constexpr (PF == 64)
+      asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)),
+                   "l"(gmem), "r"(srcBytes));
+    else if constexpr (PF == 128)
+      asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)),
+                   "l"(gmem), "r"(srcBytes));
+    else
+      asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)),
+                   "l"(gmem), "r"(srcBytes));
+  }
+}
 __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));

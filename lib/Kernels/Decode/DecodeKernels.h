@@ -21,6 +21,10 @@ KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
 // bf16 q/out over an FP8 e4m3 pool, and over an f16 pool.
 KernelInfo gqaKernelInfoBf16Fp8(int headDim, int mTiles);
 KernelInfo gqaKernelInfoBf16F16(int headDim, int mTiles);
+// Tuning variants 1 .. gqaNumVariants() - 1 of the bf16 kernel at head_dim 128, one row
+// tile (GqaDecodeKernel.cuh, kGqaVariants); an empty KernelInfo for any other number.
+int gqaNumVariants();
+KernelInfo gqaKernelInfoBf16Variant(int variant);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);

@@ -62,15 +62,72 @@
 
 namespace kiln::decode {
 
-template <int D, int MT, bool F8 = false> struct GqaConfig {
-  static constexpr int TILE_N = D == 256 ? 32 : 64;
+// Tuning variants of the bf16 d = 128 kernel for the benchmark (KILN_GQA_VARIANT; only
+// variant 0 runs otherwise). Zero fields keep the default (variant 0's, which every other
+// instance of the kernel uses too).
+//  - tileN 32 halves the key split between warps (WARPS_N 2, blocks of 2 warps): another
+//    summation order, so other bits than variant 0 (see gqaDefaultVariant before making
+//    one a default). The other fields change no arithmetic: at the same split plan
+//    (num_splits, split_keys) they give variant 0's bits. But stages and minBlocks change
+//    the resident blocks an SM, which the automatic split count (num_splits 0: fill one
+//    wave) follows: 1 and 3 (1 block/SM) pick half of variant 0's splits at B=1, so
+//    other chunks and other bits there; 2 and 10 (3 blocks/SM) may pick more.
+//  - l2Prefetch: cp.async's L2 prefetch hint in bytes (256: a key's 256-byte row slice
+//    of a head in one request); -1: none. The default is kGqaDefaultL2Prefetch.
+//  - hoistPage: with pages of >= tileN keys a tile lies in one page, so one block-table
+//    read a tile instead of one a 16-byte chunk.
+//  - minBlocks: __launch_bounds__'s resident blocks an SM (0: no bound, the default
+//    kernel's codegen), so that registers do not cost the blocks/SM the smem allows
+//    (page hoisting took 204 a thread without it; 3 blocks of 128 threads allow 170).
+struct GqaTuning {
+  int tileN, stages, l2Prefetch;
+  bool hoistPage;
+  int minBlocks;
+};
+// Every instance (all head dims, dtypes, pools, row tiles) issues its K/V cp.asyncs with
+// a 128-byte L2 prefetch: as variant 12 it measured +3..8% over no hint at every
+// benchmarked shape (H100, 2026-12-06, bench/Decode/NOTES.md), and a hint changes no
+// arithmetic, so no bit. Variants 1-11 were measured when the default had no hint; their
+// zero field now gives them this one (variant 13 is the old default).
+inline constexpr int kGqaDefaultL2Prefetch = 128;
+constexpr int gqaL2Prefetch(const GqaTuning &t) {
+  return t.l2Prefetch < 0 ? 0 : t.l2Prefetch > 0 ? t.l2Prefetch : kGqaDefaultL2Prefetch;
+}
+inline constexpr GqaTuning kGqaVariants[] = {
+    {0, 0, 0, false, 0},   // 0: default (64 keys, 3 stages: 96 KiB, 2 blocks/SM, 128 B)
+    {64, 4, 0, false, 0},  // 1: 4 stages (128 KiB, 1 block/SM)
+    {64, 2, 0, false, 3},  // 2: 2 stages (64 KiB, 3 blocks/SM)
+    {64, 6, 0, false, 0},  // 3: 6 stages (192 KiB, 1 block/SM)
+    {32, 6, 0, false, 0},  // 4: 32 keys, 6 stages (96 KiB, 2 blocks/SM) - other bits
+    {32, 4, 0, false, 3},  // 5: 32 keys, 4 stages (64 KiB, 3 blocks/SM) - other bits
+    {32, 3, 0, false, 4},  // 6: 32 keys, 3 stages (48 KiB, 4 blocks/SM) - other bits
+    {0, 0, 256, false, 0}, // 7: L2 prefetch 256 B
+    {0, 0, 0, true, 0},    // 8: one block-table read a tile
+    {0, 0, 256, true, 0},  // 9: 7 + 8
+    {64, 2, 256, true, 3}, // 10: 2 + 9 (3 blocks/SM)
+    {32, 4, 256, true, 3}, // 11: 5 + 9 - other bits
+    {0, 0, 128, false, 0}, // 12: L2 prefetch 128 B (now the default's; kept: the tables)
+    {0, 0, -1, false, 0},  // 13: no L2 prefetch (the default before 2026-12-06)
+};
+inline constexpr int kGqaNumVariants = sizeof(kGqaVariants) / sizeof(kGqaVariants[0]);
+
+template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
+  static constexpr GqaTuning TUNE = kGqaVariants[V];
+  static_assert(V == 0 || (D == 128 && !F8), "variants exist for 16-bit d = 128 only");
+  static constexpr int TILE_N = TUNE.tileN ? TUNE.tileN : D == 256 ? 32 : 64;
   static constexpr int WARPS_N = TILE_N / 16 < 4 ? TILE_N / 16 : 4; // independent of MT
   static constexpr int WARPS = MT * WARPS_N;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
   // FP8 tiles are half the bytes: more stages keep as many bytes in flight per SM as
   // the 16-bit kernel (what bounds a streaming kernel), within 96 KiB a block.
-  static constexpr int STAGES = D == 64 ? (F8 ? 8 : 4) : D == 128 ? (F8 ? 5 : 3) : (F8 ? 4 : 2);
+  static constexpr int STAGES = TUNE.stages ? TUNE.stages
+                                : D == 64   ? (F8 ? 8 : 4)
+                                : D == 128  ? (F8 ? 5 : 3)
+                                            : (F8 ? 4 : 2);
+  static constexpr int L2_PREFETCH = gqaL2Prefetch(TUNE);
+  static constexpr int MIN_BLOCKS = TUNE.minBlocks; // 0: no bound (as before variants)
+  static constexpr bool HOIST_PAGE = TUNE.hoistPage;
   // d <= 128: each warp keeps its Q fragments in registers (staged through the last
   // K/V slot), so the block fits 99 KiB parts; d = 256 keeps Q in smem.
   static constexpr bool Q_IN_REGS = D <= 128;
@@ -94,15 +151,16 @@ template <int D, int MT, bool F8 = false> struct GqaConfig {
 
 // T: q and out; KT: a cached element: T, e4m3 bytes (uint8_t, bf16 T) or __half (bf16
 // T: an f16 pool). CT, the mma operand type, is fp16 over FP8 and f16 pools.
-template <typename T, int D, int MT, typename KT>
-__global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
+template <typename T, int D, int MT, typename KT, int V = 0>
+__global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
+                                  GqaConfig<D, MT, sizeof(KT) == 1, V>::MIN_BLOCKS)
     gqaDecodeKernel(const GqaArgs args) {
   constexpr bool F8 = sizeof(KT) == 1;
   static_assert(std::is_same_v<KT, T> ||
                     (std::is_same_v<T, __nv_bfloat16> &&
                      (std::is_same_v<KT, uint8_t> || std::is_same_v<KT, __half>)),
                 "a pool holds T, or FP8 e4m3 / f16 next to bf16");
-  using C = GqaConfig<D, MT, F8>;
+  using C = GqaConfig<D, MT, F8, V>;
   using CT = std::conditional_t<F8, __half, KT>;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
@@ -160,6 +218,27 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
   auto loadTile = [&](int tile) {
     KT *dst = sKV + (tile % C::STAGES) * C::STAGE_ELEMS;
     const int base = start + tile * C::TILE_N;
+    if constexpr (C::HOIST_PAGE) {
+      // Tiles start at multiples of TILE_N, so with pages of >= TILE_N keys the tile's
+      // keys share one page: one table read (base < end: an entry of the sequence).
+      if (args.pageSize >= C::TILE_N) {
+        const size_t page = static_cast<size_t>(table[base >> args.pageShift]);
+        const KT *pageK = kv +
+                          (page * 2 * args.pageSize + (base & (args.pageSize - 1))) * tokenStride +
+                          static_cast<size_t>(kvh) * D;
+#pragma unroll
+        for (int c = tid; c < C::TILE_N * KV_CH; c += C::THREADS) {
+          const int key = c / KV_CH, ch = c % KV_CH;
+          const int pos = base + key;
+          const bool valid = pos < end && pos >= keyFloor;
+          const KT *src = valid ? pageK + key * tokenStride + ch * PER_CHUNK : kv;
+          const int at = swz(key, ch, C::CH);
+          cpAsync16Pf<C::L2_PREFETCH>(dst + at, src, valid);
+          cpAsync16Pf<C::L2_PREFETCH>(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
+        }
+        return;
+      }
+    }
 #pragma unroll
     for (int c = tid; c < C::TILE_N * KV_CH; c += C::THREADS) {
       int key = c / KV_CH, ch = c % KV_CH;
@@ -173,8 +252,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1>::THREADS)
               ch * PER_CHUNK;
       }
       int at = F8 ? rawAt(key, ch) : swz(key, ch, C::CH);
-      cpAsync16(dst + at, src, valid);
-      cpAsync16(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
+      cpAsync16Pf<C::L2_PREFETCH>(dst + at, src, valid);
+      cpAsync16Pf<C::L2_PREFETCH>(dst + C::TILE_N * D + at, valid ? src + vOffset : kv, valid);
     }
   };
   for (int s = 0; s < C::STAGES - 1; ++s) {

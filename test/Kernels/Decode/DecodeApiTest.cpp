@@ -131,6 +131,15 @@ TEST(GqaDecodeApi, InvalidSizes) {
   p = validGqa();
   p.q = fakePtr(2);
   expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "aligned");
+  // The fused combine's counters: one a (sequence, kv head, row block), 4-byte aligned.
+  p = validGqa();
+  p.split_counters = fakePtr(4);
+  p.split_counter_bytes = 4ull * p.batch * p.kv_heads - 1;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode",
+              "split_counter_bytes");
+  p.split_counters = fakePtr(2);
+  p.split_counter_bytes = 4ull * p.batch * p.kv_heads;
+  expectError(kiln_gqa_decode(&p), KILN_ERROR_INVALID_ARGUMENT, "gqa_decode", "split_counters");
 }
 
 kiln_kv_append_params_t validAppend() {

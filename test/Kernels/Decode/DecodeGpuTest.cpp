@@ -15,7 +15,9 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -178,8 +180,11 @@ struct GqaCase {
   bool f16Pool = false;  // an f16 pool (bf16 q/out) of values with fp16's full precision
   // Also: capture the launch in a CUDA graph and replay it twice (the fused combine's
   // counters must be back at 0 after every launch), and with an explicit split count
-  // compare the bits with the separate combine kernel's.
+  // (or split_keys with counters) compare the bits with the separate combine kernel's.
   bool replays = false;
+  // Pass split_counters (a buffer of their own, as the runtime does): split_keys mode
+  // then combines in the kernel too.
+  bool counters = false;
 };
 
 // The workspace contract: zeroed once after allocating (the fused combine's arrival
@@ -357,6 +362,15 @@ void runGqaCase(const GqaCase &c) {
   zeroWorkspace(dWs.ptr, wsBytes);
   p.workspace = dWs.ptr;
   p.workspace_bytes = wsBytes;
+  // The caller's counters: exactly the documented size, zeroed once.
+  const size_t ownCounterBytes =
+      c.counters ? gqaCounterBytes(c.batch, c.kvHeads, c.qLen, c.group) : 0;
+  DeviceBuffer<uint32_t> dCounters(std::max<size_t>(1, ownCounterBytes / 4));
+  zeroWorkspace(dCounters.ptr, ownCounterBytes);
+  if (c.counters) {
+    p.split_counters = dCounters.ptr;
+    p.split_counter_bytes = ownCounterBytes;
+  }
   ASSERT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint16_t> first = dOut.download();
@@ -365,18 +379,22 @@ void runGqaCase(const GqaCase &c) {
   if (!c.replays)
     return;
 
-  // The fused combine's counters (num_splits mode with split-KV) sit at the workspace's
-  // end; the partials before them are scratch, so they are poisoned before each replay.
-  const size_t counterBytes =
-      c.splitKeys == 0 && wsBytes ? gqaCounterBytes(c.batch, c.kvHeads, c.qLen, c.group) : 0;
+  // The fused combine's counters: the caller's (split_counters), or in num_splits mode
+  // with split-KV at the workspace's end; the partials are scratch, so they are poisoned
+  // before each replay.
+  const size_t counterBytes = c.splitKeys == 0 && !c.counters && wsBytes
+                                  ? gqaCounterBytes(c.batch, c.kvHeads, c.qLen, c.group)
+                                  : 0;
   ASSERT_LE(counterBytes, wsBytes);
   auto countersAreZero = [&](const char *when) {
-    if (counterBytes == 0)
-      return;
-    std::vector<float> ws = dWs.download();
     std::vector<uint32_t> counters(counterBytes / 4);
-    std::memcpy(counters.data(), reinterpret_cast<const char *>(ws.data()) + wsBytes - counterBytes,
-                counterBytes);
+    if (counterBytes) {
+      std::vector<float> ws = dWs.download();
+      std::memcpy(counters.data(),
+                  reinterpret_cast<const char *>(ws.data()) + wsBytes - counterBytes, counterBytes);
+    } else if (c.counters) {
+      counters = dCounters.download();
+    }
     for (size_t i = 0; i < counters.size(); ++i)
       EXPECT_EQ(counters[i], 0u) << "counter " << i << " " << when;
   };
@@ -407,11 +425,14 @@ void runGqaCase(const GqaCase &c) {
   cudaStreamDestroy(stream);
   p.stream = nullptr;
 
-  // The same splits through the separate combine kernel (the knob's old launch): the
-  // fused combine runs its arithmetic, so the bits agree.
-  if (c.numSplits > 0 && c.splitKeys == 0) {
+  // The same splits through the separate combine kernel (the knob's old launch; with
+  // split_keys: no split_counters): the fused combine runs its arithmetic, so the bits
+  // agree.
+  if ((c.numSplits > 0 && c.splitKeys == 0) || (c.splitKeys > 0 && c.counters)) {
     dOut.upload(std::vector<uint16_t>(qBits.size(), kNanBits));
     setenv("KILN_GQA_SEPARATE_COMBINE", "1", 1);
+    p.split_counters = nullptr;
+    p.split_counter_bytes = 0;
     const kiln_status_t status = kiln_gqa_decode(&p);
     unsetenv("KILN_GQA_SEPARATE_COMBINE");
     ASSERT_EQ(status, KILN_OK) << kiln_last_error();
@@ -558,6 +579,46 @@ TEST(GqaDecodeGpu, FusedCombineReplaysAndMatchesSeparateCombine) {
     c.numSplits = 17;
     c.sinks = true;
     c.replays = true;
+    runGqaCase(c);
+  }
+}
+
+// The runtime's mode: fixed split_keys chunks with the caller's counters (split_counters)
+// combine in the kernel, replay from a CUDA graph with the counters back at 0, and give
+// the separate combine kernel's bits; empty chunks past a row's keys, windows and sinks
+// included.
+TEST(GqaDecodeGpu, SplitKeysFusedCombineReplaysAndMatchesSeparateCombine) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  for (int pool = 0; pool < 4; ++pool) // bf16, fp16, f16 pool (bf16 q/out), FP8 pool
+    for (int batch : {1, 16})
+      for (int len : {700, 4100}) {
+        GqaCase c{pool == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, n % 5 == 4 ? 64 : 128, 64, 4,
+                  n % 3 == 2 ? 4 : 1};
+        c.f16Pool = pool == 2;
+        c.fp8 = pool == 3;
+        c.batch = batch;
+        c.kvHeads = batch == 1 ? 8 : 2;
+        c.minLen = len / 3;
+        c.maxLen = len;
+        c.splitKeys = n % 2 ? 256 : 512;
+        c.sinks = n % 3 == 1;
+        c.window = n % 7 == 5 ? 300 : 0;
+        c.replays = true;
+        c.counters = true;
+        ++n;
+        runGqaCase(c);
+      }
+  // d = 256, two row tiles (q_len 8 x group 4 = 32 rows), group 5 (3 row blocks).
+  for (int headDim : {256, 128}) {
+    GqaCase c{KILN_DTYPE_BF16, headDim, 32, headDim == 256 ? 4 : 5, 8};
+    c.batch = 2;
+    c.kvHeads = 3;
+    c.maxLen = 2000;
+    c.splitKeys = 256;
+    c.sinks = true;
+    c.replays = true;
+    c.counters = true;
     runGqaCase(c);
   }
 }
@@ -719,7 +780,23 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   p.workspace_bytes = wsBytes;
   EXPECT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return dOut.download();
+  const std::vector<uint16_t> separate = dOut.download();
+  if (run.splitKeys == 0)
+    return separate;
+  // The runtime's launch: the same chunks combined in the kernel (split_counters) must
+  // give the same bits, so batch invariance holds for it as well.
+  const size_t counterBytes = gqaCounterBytes(batch, run.kvHeads, qLen, run.qHeads / run.kvHeads);
+  DeviceBuffer<uint32_t> dCounters(std::vector<uint32_t>(counterBytes / 4, 0u));
+  p.split_counters = dCounters.ptr;
+  p.split_counter_bytes = counterBytes;
+  dOut.upload(std::vector<uint16_t>(q.size(), kNanBits));
+  EXPECT_EQ(kiln_gqa_decode(&p), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> fused = dOut.download();
+  EXPECT_TRUE(fused == separate) << "split_keys: fused combine != separate combine kernel";
+  for (uint32_t counter : dCounters.download())
+    EXPECT_EQ(counter, 0u);
+  return fused;
 }
 
 // An f16 pool (bf16 q/out) must keep the property: speculation over it is lossless too.
@@ -772,6 +849,113 @@ TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
                 << "token " << t << ": a batch of one != the batch of " << batch;
           }
         }
+}
+
+// The split count gqa_decode plans for `run` (its workspace: partials of (d + 1) floats a
+// row and split, the few counter bytes after them round away); the launch is not made.
+int plannedSplits(const InvariantRun &run, int batch) {
+  void *fake = reinterpret_cast<void *>(256); // never dereferenced by the query
+  const int32_t *fakeInts = static_cast<const int32_t *>(fake);
+  kiln_gqa_decode_params_t p =
+      gqaParams({fake, fake, fakeInts, fakeInts, fake}, batch, 1, run.qHeads, run.kvHeads,
+                run.headDim, run.pageSize, run.layout, run.layout.maxSeqLen);
+  p.softmax_scale = 0.1f;
+  p.dtype = run.dtype;
+  p.kv_dtype = run.kvDtype;
+  p.split_keys = run.splitKeys;
+  p.num_splits = run.numSplits;
+  size_t bytes = 0;
+  EXPECT_EQ(kiln_gqa_decode_workspace_bytes(&p, &bytes), KILN_OK) << kiln_last_error();
+  const size_t perSplit = static_cast<size_t>(batch) * run.qHeads * (run.headDim + 1) * 4;
+  return bytes ? static_cast<int>(bytes / perSplit) : 1;
+}
+
+// The benchmark's tuning variants (KILN_GQA_VARIANT; kGqaVariants in
+// GqaDecodeKernel.cuh: bf16 d = 128, one row tile) must be correct before one may become
+// a default: each against the reference (windows, sinks, pages smaller than a tile, where
+// page hoisting falls back, split_keys with fused counters), and those that keep the
+// 64-key tile bitwise equal to variant 0 at the same split plan (they change the
+// pipeline, not the arithmetic). The plan is not always the same: the automatic split
+// count fills one wave of resident blocks, and the stage count and blocks/SM move that
+// (variants 1 and 3, one block an SM: 16 splits here where variant 0 runs 32, so other
+// key chunks, other bits; measured on H100 2026-12-06). So automatic splits are compared
+// against variant 0 run at the variant's own split count.
+TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
+  KILN_REQUIRE_GPU();
+  const std::set<int> otherBits = {4, 5, 6, 11}; // 32-key tiles: another key split
+  for (int variant = 1;; ++variant) {
+    setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+    // The launcher refuses a variant that does not exist: the end of the table.
+    {
+      // Never dereferenced: the query validates and plans only.
+      void *fake = reinterpret_cast<void *>(256);
+      const int32_t *fakeInts = static_cast<const int32_t *>(fake);
+      PagedLayout layout = makeLayout(1, 1, 64, 64);
+      kiln_gqa_decode_params_t p =
+          gqaParams({fake, fake, fakeInts, fakeInts, fake}, 1, 1, 8, 2, 128, 64, layout, 64);
+      p.softmax_scale = 0.1f;
+      p.dtype = KILN_DTYPE_BF16;
+      p.kv_dtype = KILN_DTYPE_BF16;
+      size_t bytes = 0;
+      if (kiln_gqa_decode_workspace_bytes(&p, &bytes) != KILN_OK) {
+        EXPECT_GT(variant, 13) << kiln_last_error();
+        EXPECT_NE(std::string(kiln_last_error()).find("variant"), std::string::npos);
+        break;
+      }
+    }
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    int n = 0;
+    for (int pageSize : {64, 16})
+      for (int qLen : {1, 4}) {
+        GqaCase c{KILN_DTYPE_BF16, 128, pageSize, 4, qLen};
+        c.batch = 3;
+        c.kvHeads = 2;
+        c.minLen = 200;
+        c.maxLen = 1500;
+        c.numSplits = n % 2 ? 5 : 0;
+        c.window = n == 2 ? 300 : 0;
+        c.sinks = n == 1;
+        c.replays = n == 3;
+        ++n;
+        runGqaCase(c);
+      }
+    GqaCase fixed{KILN_DTYPE_BF16, 128, 64, 4, 1};
+    fixed.maxLen = 1500;
+    fixed.splitKeys = 256;
+    fixed.counters = true;
+    fixed.replays = true;
+    runGqaCase(fixed);
+    if (otherBits.count(variant))
+      continue;
+    // Bitwise against variant 0 at the same split plan (windowed): automatic splits,
+    // num_splits 1 and 5, split_keys 256.
+    const int kvHeads = 2, group = 4, qHeads = kvHeads * group, headDim = 128, pageSize = 64;
+    const int batch = 3;
+    PagedLayout layout = makeLayout(batch, 100, 2000, pageSize);
+    std::vector<uint16_t> kvBits, qBits;
+    std::vector<float> unused;
+    randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, KILN_DTYPE_BF16, kvBits,
+                 unused);
+    randomValues(static_cast<size_t>(batch) * qHeads * headDim, KILN_DTYPE_BF16, qBits, unused);
+    for (const auto &[splitKeys, numSplits] :
+         std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 5}, {256, 0}}) {
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, splitKeys, 77};
+      run.numSplits = numSplits;
+      const std::vector<uint16_t> got =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      // Variant 0 at the variant's plan: its automatic count made explicit.
+      const int splits = plannedSplits(run, batch);
+      if (splitKeys == 0)
+        run.numSplits = splits;
+      unsetenv("KILN_GQA_VARIANT");
+      const std::vector<uint16_t> base =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+      EXPECT_TRUE(got == base) << "split_keys " << splitKeys << ", num_splits " << numSplits << " ("
+                               << splits << " splits): bits differ from variant 0";
+    }
+  }
+  unsetenv("KILN_GQA_VARIANT");
 }
 
 // The spacing of bf16 / fp16 numbers at |v| (fp16's subnormals below 2^-14).
