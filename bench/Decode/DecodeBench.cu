@@ -143,6 +143,33 @@ void freePaged(Paged &p) {
   cudaFree(p.seqLens);
 }
 
+// gqa_decode's parameters over `p`'s pages: B sequences of L keys, q_len rows each,
+// Hq/Hkv heads of D, bf16 q and out, a `pool` KV cache, the first block table.
+kiln_gqa_decode_params_t gqaParams(const Paged &p, const void *q, void *out, int B, int L,
+                                   int qLen, int Hq, int Hkv, int D, int page, kiln_dtype_t pool,
+                                   cudaStream_t stream) {
+  kiln_gqa_decode_params_t prm{};
+  prm.q = q;
+  prm.kv_cache = p.pool;
+  prm.seq_lens = p.seqLens;
+  prm.out = out;
+  prm.batch = B;
+  prm.q_len = qLen;
+  prm.q_heads = Hq;
+  prm.kv_heads = Hkv;
+  prm.head_dim = D;
+  prm.page_size = page;
+  prm.num_pages = p.numPages;
+  prm.max_pages_per_seq = L / page;
+  prm.max_seq_len = L;
+  prm.softmax_scale = 0.0883883f;
+  prm.dtype = KILN_DTYPE_BF16;
+  prm.kv_dtype = pool;
+  prm.stream = stream;
+  prm.block_table = p.tables[0];
+  return prm;
+}
+
 // gqa_decode q_len 1 (32 q / 8 kv heads, d 128, page 64, bf16) on the shapes of issue 15
 // item 3, every tuning variant with its automatic split count; at batch 1 also with twice
 // the automatic splits (two waves of blocks), for the default and each variant.
@@ -170,24 +197,8 @@ void variantGrid(cudaStream_t stream, bool quick) {
     CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
     CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
     fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
-    kiln_gqa_decode_params_t prm{};
-    prm.q = q;
-    prm.kv_cache = p.pool;
-    prm.seq_lens = p.seqLens;
-    prm.out = out;
-    prm.batch = B;
-    prm.q_len = qLen;
-    prm.q_heads = Hq;
-    prm.kv_heads = Hkv;
-    prm.head_dim = D;
-    prm.page_size = page;
-    prm.num_pages = p.numPages;
-    prm.max_pages_per_seq = L / page;
-    prm.max_seq_len = L;
-    prm.softmax_scale = 0.0883883f;
-    prm.dtype = KILN_DTYPE_BF16;
-    prm.kv_dtype = KILN_DTYPE_BF16;
-    prm.stream = stream;
+    kiln_gqa_decode_params_t prm =
+        gqaParams(p, q, out, B, L, qLen, Hq, Hkv, D, page, KILN_DTYPE_BF16, stream);
     const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
     for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant)
       for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
@@ -340,25 +351,8 @@ int main(int argc, char **argv) {
           CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
           CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
           fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
-          kiln_gqa_decode_params_t prm{};
-          prm.q = q;
-          prm.kv_cache = p.pool;
-          prm.seq_lens = p.seqLens;
-          prm.out = out;
-          prm.batch = B;
-          prm.q_len = qLen;
-          prm.q_heads = Hq;
-          prm.kv_heads = Hkv;
-          prm.head_dim = D;
-          prm.page_size = page;
-          prm.num_pages = p.numPages;
-          prm.max_pages_per_seq = L / page;
-          prm.max_seq_len = L;
-          prm.softmax_scale = 0.0883883f;
-          prm.dtype = KILN_DTYPE_BF16;
-          prm.kv_dtype = pool;
-          prm.stream = stream;
-          prm.block_table = p.tables[0];
+          kiln_gqa_decode_params_t prm =
+              gqaParams(p, q, out, B, L, qLen, Hq, Hkv, D, page, pool, stream);
           // The default launch (fused combine, fill-one-wave splits, programmatic
           // dependent launch), then for bf16 pools the launch before it
           // (KILN_GQA_SEPARATE_COMBINE: a second combine kernel) as "gqa_separate", on
