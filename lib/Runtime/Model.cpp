@@ -651,20 +651,20 @@ kiln_status_t loadModel(const char *fn, const char *so_path, const char *weights
     kiln_rt_config_t config;
     if (kiln_status_t s = openModel(fn, so_path, m, &config); s != KILN_OK)
       return failed(s);
+    if (m->manifest.tpRanks != ranks)
+      return failed(fail(KILN_ERROR_INVALID_ARGUMENT,
+                         "%s: %s was compiled for %lld tensor-parallel rank(s) (its "
+                         "manifest's tp_ranks) but is loaded as one of %d; %s",
+                         fn, so_path, static_cast<long long>(m->manifest.tpRanks), ranks,
+                         m->manifest.tpRanks > 1
+                             ? "load it with kiln_model_load_rank on that many ranks"
+                             : "a whole model loads with kiln_model_load"));
     if (kiln_status_t s = kiln_rt_create(device, &config, &m->ctx); s != KILN_OK) {
       std::string message = kiln_last_error();
       fail(s, "%s: %s: %s", fn, so_path, message.c_str());
       return failed(s);
     }
     m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
-    if (m->manifest.tpRanks != ranks)
-      return failed(fail(KILN_ERROR_INVALID_ARGUMENT,
-                         "%s: %s is one rank's graph of %lld tensor-parallel ranks (its "
-                         "manifest's tp_ranks), loaded as one of %d; %s",
-                         fn, so_path, static_cast<long long>(m->manifest.tpRanks), ranks,
-                         m->manifest.tpRanks > 1
-                             ? "load it with kiln_model_load_rank on that many ranks"
-                             : "a whole model loads with kiln_model_load"));
     if (id)
       if (kiln_status_t s = kiln_rt_set_tensor_parallel(m->ctx, rank, ranks, id); s != KILN_OK)
         return failed(s);
