@@ -115,7 +115,8 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
        .priority = 10,
-       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles"});
+       .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles (on "
+               "sm_90: wgmma + TMA, mla_decode_sm90)"});
   add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 93952, .headDims = {576},
        .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
