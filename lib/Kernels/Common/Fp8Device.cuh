@@ -29,20 +29,26 @@ __device__ __forceinline__ uint32_t e4m3x2ToHalf2(uint32_t pair) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range (exact inside it for
-// values in fp16's normal range).
-__device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {
+// 8 bf16 values -> 8 fp16 values, each pair of fp32 values passed through `limit` first,
+// then rounded to nearest even.
+template <typename Limit>
+__device__ __forceinline__ uint4 bf16x8ToFp16Limited(const uint4 &in, Limit limit) {
   const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
   uint4 out;
   uint32_t *words = reinterpret_cast<uint32_t *>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 f = __bfloat1622float2(pairs[i]);
-    __half2 h = __floats2half2_rn(fminf(fmaxf(f.x, -65504.f), 65504.f),
-                                  fminf(fmaxf(f.y, -65504.f), 65504.f));
+    __half2 h = __floats2half2_rn(limit(f.x), limit(f.y));
     words[i] = *reinterpret_cast<uint32_t *>(&h);
   }
   return out;
+}
+
+// 8 bf16 values -> 8 fp16 values, clamped to fp16's finite range (exact inside it for
+// values in fp16's normal range).
+__device__ __forceinline__ uint4 bf16x8ToFp16(const uint4 &in) {
+  return bf16x8ToFp16Limited(in, [](float f) { return fminf(fmaxf(f, -65504.f), 65504.f); });
 }
 
 // fp16's saturation of a bf16 value (exact in fp32): finite values beyond +-65504 and
@@ -56,16 +62,7 @@ __device__ __forceinline__ float saturateToFp16Range(float f) {
 // saturateToFp16Range does, NaN kept: how kv_append fills an f16 pool, and the queries
 // of the kernels that read one.
 __device__ __forceinline__ uint4 bf16x8ToFp16Sat(const uint4 &in) {
-  const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&in);
-  uint4 out;
-  uint32_t *words = reinterpret_cast<uint32_t *>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    __half2 h = __floats2half2_rn(saturateToFp16Range(f.x), saturateToFp16Range(f.y));
-    words[i] = *reinterpret_cast<uint32_t *>(&h);
-  }
-  return out;
+  return bf16x8ToFp16Limited(in, [](float f) { return saturateToFp16Range(f); });
 }
 
 } // namespace kiln::kernels

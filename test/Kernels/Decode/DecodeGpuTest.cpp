@@ -4,6 +4,7 @@
 //   |out - ref| <= atol + rtol * |ref|; bf16: 2e-2 + 2e-2|ref|, fp16: 4e-3 + 4e-3|ref|;
 //   bf16 q/out over an f16 pool (fp16 arithmetic, bf16 output): 5e-3 + 8e-3|ref|.
 #include "DecodeReference.h"
+#include "F16PoolBound.h"
 #include "GpuTest.h"
 #include "kiln/Kernels/Decode.h"
 #include "kiln/Kernels/HostNumeric.h"
@@ -542,6 +543,18 @@ TEST(GqaDecodeGpu, SplitKv) {
   runGqaCase(e);
 }
 
+// Case `n` of the fused-combine grids: pool 0-3 (bf16, fp16, an f16 pool under bf16
+// q/out, FP8), batch 1 (8 kv heads) or 16 (2), head dim 64 or 128, q_len 1 or 4.
+GqaCase fusedCombineCase(int pool, int batch, int n) {
+  GqaCase c{pool == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, n % 5 == 4 ? 64 : 128, 64, 4,
+            n % 3 == 2 ? 4 : 1};
+  c.f16Pool = pool == 2;
+  c.fp8 = pool == 3;
+  c.batch = batch;
+  c.kvHeads = batch == 1 ? 8 : 2;
+  return c;
+}
+
 // The fused combine (the last split block of a group combines the partials) at the
 // small-batch shapes it is for: batch 1 and 16, short to long sequences, automatic and
 // explicit split counts (many splits and a few), every pool and q/out dtype, multi-token
@@ -555,12 +568,7 @@ TEST(GqaDecodeGpu, FusedCombineReplaysAndMatchesSeparateCombine) {
       for (int len : {1000, 4100, 9000}) {
         if (batch == 16 && len == 9000)
           continue; // the fp64 reference's time
-        GqaCase c{pool == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, n % 5 == 4 ? 64 : 128, 64, 4,
-                  n % 3 == 2 ? 4 : 1};
-        c.f16Pool = pool == 2;
-        c.fp8 = pool == 3;
-        c.batch = batch;
-        c.kvHeads = batch == 1 ? 8 : 2;
+        GqaCase c = fusedCombineCase(pool, batch, n);
         c.minLen = len / 2;
         c.maxLen = len;
         c.numSplits = n % 2 ? (n % 4 == 1 ? 3 : 40) : 0;
@@ -593,12 +601,7 @@ TEST(GqaDecodeGpu, SplitKeysFusedCombineReplaysAndMatchesSeparateCombine) {
   for (int pool = 0; pool < 4; ++pool) // bf16, fp16, f16 pool (bf16 q/out), FP8 pool
     for (int batch : {1, 16})
       for (int len : {700, 4100}) {
-        GqaCase c{pool == 1 ? KILN_DTYPE_F16 : KILN_DTYPE_BF16, n % 5 == 4 ? 64 : 128, 64, 4,
-                  n % 3 == 2 ? 4 : 1};
-        c.f16Pool = pool == 2;
-        c.fp8 = pool == 3;
-        c.batch = batch;
-        c.kvHeads = batch == 1 ? 8 : 2;
+        GqaCase c = fusedCombineCase(pool, batch, n);
         c.minLen = len / 3;
         c.maxLen = len;
         c.splitKeys = n % 2 ? 256 : 512;
@@ -1109,20 +1112,8 @@ TEST(GqaDecodeGpu, F16PoolOfBf16ValuesMatchesBf16Pool) {
         const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
         const std::vector<double> meanAbsV = kiln::reference::gqaDecode(
             shape, qVals, absV, layout.blockTable, layout.seqLens, scale, window, sinkValues);
-        size_t bad = 0;
-        double worst = 0;
-        for (size_t i = 0; i < fromF16.size(); ++i) {
-          const double vb = kiln_bf16_to_float(fromBf16[i]), vh = kiln_bf16_to_float(fromF16[i]);
-          const double bound = 1.01 * ((std::ldexp(1.0, -8) + std::ldexp(1.0, -11)) * meanAbsV[i] +
-                                       std::ldexp(1.0, -8) * (std::fabs(vb) + std::fabs(vh))) +
-                               1e-5;
-          const double diff = std::fabs(vb - vh);
-          worst = std::max(worst, diff / bound);
-          if (!(diff <= bound) && bad++ < 5)
-            ADD_FAILURE() << "element " << i << ": bf16 pool " << vb << ", f16 pool " << vh
-                          << ", bound " << bound;
-        }
-        EXPECT_EQ(bad, 0u) << bad << " of " << fromF16.size() << " beyond the bound";
+        const double worst =
+            kiln::test::expectF16PoolWithinBound(fromBf16, fromF16, meanAbsV, "pool");
         std::printf("  [D=%d group=%d q_len=%d] f16 vs bf16 pool: worst %.3f of the bound\n",
                     headDim, group, qLen, worst);
       }

@@ -8,6 +8,7 @@
 //   |out - ref| <= atol + rtol * |ref|, bf16: atol 1e-2, rtol 1e-2; fp16: atol 2e-3, rtol 2e-3;
 //   bf16 q/out over an f16 cache (fp16 arithmetic, output rounded to bf16, 2^-8 of it):
 //   atol 3e-3, rtol 6e-3.
+#include "F16PoolBound.h"
 #include "GpuTest.h"
 #include "PrefillReference.h"
 #include "kiln/Kernels/HostNumeric.h"
@@ -486,23 +487,30 @@ TEST(PrefillFmhaGpu, AttentionSinks) {
     }
 }
 
+// The paged-cache grid the FP8 and f16 cache tests share: chunks of 1-130 tokens over
+// 3-900 cached keys, every head dim, page sizes 16 and 7, GQA 1/4/8, windows and sinks
+// alternating; `mark` makes each case's cache FP8 or f16.
+template <typename Mark> void runPagedCacheGrid(uint64_t &seed, Mark mark) {
+  const std::vector<int> qLens = {1, 7, 130, 3};
+  const std::vector<int> kLens = {513, 900, 200, 3};
+  for (int d : kHeadDims)
+    for (int ps : {16, 7})
+      for (auto [qHeads, kvHeads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
+        Case c{qLens, kLens, qHeads, kvHeads, d, KILN_DTYPE_BF16, true, ps};
+        mark(c);
+        c.window = seed % 3 == 0 ? 100 : 0;
+        c.sinks = seed % 2 == 0;
+        runCase(c, seed++);
+      }
+}
+
 // An FP8 e4m3 paged cache (extend context, chunked prefill) against the reference on
 // the dequantized values: head dims 64/128/256, GQA 1/4/8, page sizes 16 and 7, windows and
 // sinks; the mma.sync variant runs it, the wgmma one refuses it (expectSm90Unavailable).
 TEST(PrefillFmhaGpu, PagedFp8Cache) {
   KILN_REQUIRE_GPU();
-  const std::vector<int> qLens = {1, 7, 130, 3};
-  const std::vector<int> kLens = {513, 900, 200, 3};
   uint64_t seed = 900;
-  for (int d : kHeadDims)
-    for (int ps : {16, 7})
-      for (auto [qHeads, kvHeads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
-        Case c{qLens, kLens, qHeads, kvHeads, d, KILN_DTYPE_BF16, true, ps};
-        c.fp8 = true;
-        c.window = seed % 3 == 0 ? 100 : 0;
-        c.sinks = seed % 2 == 0;
-        runCase(c, seed++);
-      }
+  runPagedCacheGrid(seed, [](Case &c) { c.fp8 = true; });
 }
 
 // An f16 paged cache next to bf16 q/out (values with fp16's full precision) against the
@@ -510,18 +518,8 @@ TEST(PrefillFmhaGpu, PagedFp8Cache) {
 // short and long chunks; the mma.sync variant runs it, the wgmma one refuses it.
 TEST(PrefillFmhaGpu, PagedF16Cache) {
   KILN_REQUIRE_GPU();
-  const std::vector<int> qLens = {1, 7, 130, 3};
-  const std::vector<int> kLens = {513, 900, 200, 3};
   uint64_t seed = 1100;
-  for (int d : kHeadDims)
-    for (int ps : {16, 7})
-      for (auto [qHeads, kvHeads] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{8, 1}}) {
-        Case c{qLens, kLens, qHeads, kvHeads, d, KILN_DTYPE_BF16, true, ps};
-        c.f16Pool = true;
-        c.window = seed % 3 == 0 ? 100 : 0;
-        c.sinks = seed % 2 == 0;
-        runCase(c, seed++);
-      }
+  runPagedCacheGrid(seed, [](Case &c) { c.f16Pool = true; });
   // A whole prompt through the cache (q_len == k_len), and a non-causal extend.
   Case self{{300, 129}, {300, 129}, 16, 2, 128, KILN_DTYPE_BF16, true, 16};
   self.f16Pool = true;
@@ -768,20 +766,8 @@ TEST(PrefillFmhaGpu, PagedF16CacheOfBf16ValuesMatchesBf16Cache) {
           static_cast<int>(s.qLens.size()), s.qHeads, s.kvHeads, d,
           1.0 / std::sqrt(static_cast<double>(d)), true, s.window,
           s.sinks ? sinks.data() : nullptr);
-      size_t bad = 0;
-      double worst = 0;
-      for (size_t i = 0; i < fromF16.size(); ++i) {
-        const double vb = kiln_bf16_to_float(fromBf16[i]), vh = kiln_bf16_to_float(fromF16[i]);
-        const double bound = 1.01 * ((std::ldexp(1.0, -8) + std::ldexp(1.0, -11)) * meanAbsV[i] +
-                                     std::ldexp(1.0, -8) * (std::fabs(vb) + std::fabs(vh))) +
-                             1e-5;
-        const double diff = std::fabs(vb - vh);
-        worst = std::max(worst, diff / bound);
-        if (!(diff <= bound) && bad++ < 5)
-          ADD_FAILURE() << "element " << i << ": bf16 cache " << vb << ", f16 cache " << vh
-                        << ", bound " << bound;
-      }
-      EXPECT_EQ(bad, 0u) << bad << " of " << fromF16.size() << " beyond the bound";
+      const double worst =
+          kiln::test::expectF16PoolWithinBound(fromBf16, fromF16, meanAbsV, "cache");
       std::printf("  [d=%d mode=%d] f16 vs bf16 cache: worst %.3f of the bound\n", d, mode, worst);
     }
 }
