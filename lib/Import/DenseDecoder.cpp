@@ -77,8 +77,9 @@ public:
 
   /// Bytes of all declared weights (saturating).
   uint64_t weightBytes();
-  /// The tensor-parallel ranks the built graph is one of (1: the whole model).
-  unsigned graphRanks() const { return ranks(); }
+  /// Tensor parallelism (docs/tensor-parallel.md). Ranks of the graph being built: the
+  /// options' tp when this family gets a per-rank graph, else 1 (the whole model).
+  unsigned ranks() const { return perRank ? options.tp : 1; }
 
 private:
   Location loc(const Twine &path) {
@@ -120,9 +121,6 @@ private:
   Value linear(Value x, const Twine &module, int64_t out, int64_t in, bool bias, Value count,
                ArrayRef<int64_t> rowGroups = {}, ShardAttr shard = {});
 
-  /// Tensor parallelism (docs/tensor-parallel.md). Ranks of the graph being built: the
-  /// options' tp when this family gets a per-rank graph, else 1 (the whole model).
-  unsigned ranks() const { return perRank ? options.tp : 1; }
   /// Whether this model gets one rank's graph at tp > 1: the dense decoder families,
   /// whose every block is attention or a SwiGLU MLP, with no bias on a row-parallel
   /// projection (each rank would add it).
@@ -1073,7 +1071,7 @@ OwningOpRef<ModuleOp> kiln::import_detail::buildDenseDecoder(const ModelSpec &m,
   DenseDecoderBuilder builder(m, file, ctx, *module, options);
   if (failed(builder.build()))
     return nullptr;
-  setModuleConfig(*module, m, options, builder.weightBytes(), builder.graphRanks());
+  setModuleConfig(*module, m, options, builder.weightBytes(), builder.ranks());
   if (failed(mlir::verify(*module)))
     return nullptr;
   return module;
