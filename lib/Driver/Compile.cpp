@@ -99,10 +99,10 @@ LogicalResult runDeploy(ModuleOp module, const DeployOptions &options,
 }
 
 /// --fill-kv gives the KV pools what the budget leaves, but the activations, workspace,
-/// per-step buffers and CUDA graphs' reserve are only known after the activation plan: they are planned on
-/// a copy deployed without fill-kv (none of them depends on the KV page count), and
-/// their bytes are reserved. nullopt when the copy cannot be planned (the final device
-/// check still guards the result).
+/// per-step buffers and the CUDA graphs' and communicator's reserves are only known after the
+/// activation plan: they are planned on a copy deployed without fill-kv (none of them depends on
+/// the KV page count), and their bytes are reserved. nullopt when the copy cannot be planned (the
+/// final device check still guards the result).
 std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, DeployOptions options,
                                             const CompileOptions &o) {
   if (!hasEntry(module))
@@ -121,7 +121,7 @@ std::optional<uint64_t> nonCacheDeviceBytes(ModuleOp module, DeployOptions optio
     return std::nullopt;
   uint64_t bytes = 0;
   for (uint64_t part : {memory.getActivations(), memory.getWorkspace(), memory.getIo(),
-                        memory.getCudaGraphs()})
+                        memory.getCudaGraphs(), memory.getCollectives()})
     if (__builtin_add_overflow(bytes, part, &bytes))
       return std::nullopt;
   return bytes;

@@ -47,7 +47,9 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
   GreedyRewriteConfig folding;
   folding.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
   pm.addPass(createCanonicalizerPass(folding));
-  pm.addPass(createKilnPlanActivations());
+  KilnPlanActivationsOptions activations;
+  activations.collectiveBytes = options.collectiveBytes;
+  pm.addPass(createKilnPlanActivations(activations));
 }
 
 void kiln::buildBufferLoweringPipeline(OpPassManager &pm, const LoweringOptions &options) {

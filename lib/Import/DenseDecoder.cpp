@@ -139,6 +139,14 @@ private:
   /// The sum over the ranks of a row-parallel projection's partial sums (x itself in a
   /// whole graph).
   Value allReduce(Value partial, Location at);
+  /// Vocabulary rows a rank holds of the embedding and the lm_head (all with one rank).
+  int64_t rankVocab() const { return m.vocab / ranks(); }
+  /// The token embedding of `ids` from weight `name` ([vocab, hidden]); in the per-rank
+  /// graph vocabulary-parallel: the rank's rows, zeros for other ranks' ids, then the sum.
+  Value embedding(const std::string &name, Value ids, Value tokens, Location at);
+  /// The logits [rows, vocab] of `x` from weight `name` ([vocab, hidden]); in the
+  /// per-rank graph the rank's vocabulary columns, then the ranks' columns gathered.
+  Value lmHead(Value x, const std::string &name, Value rows, Location at);
   /// [count, heads * d] -> [count, heads, d].
   Value splitHeads(Value x, int64_t heads, Value count, Location at);
   Value rope(Value x, Value positions, Value count, Location at);
@@ -379,6 +387,32 @@ Value DenseDecoderBuilder::allReduce(Value partial, Location at) {
   return AllReduceOp::create(b, at, partial.getType(), partial, partial).getResult();
 }
 
+Value DenseDecoderBuilder::embedding(const std::string &name, Value ids, Value tokens,
+                                     Location at) {
+  Value table = weight(name, {rankVocab(), m.hidden}, at, Type(), {}, shardOf(0, ranks()));
+  Value h = EmbeddingOp::create(b, at, activation({m.hidden}), ids, table,
+                                empty({m.hidden}, tokens, at), /*vocab_parallel=*/perRank)
+                .getResult();
+  return allReduce(h, at);
+}
+
+Value DenseDecoderBuilder::lmHead(Value x, const std::string &name, Value rows, Location at) {
+  // Tied embeddings read the embedding's weight: the same rows of it on a rank.
+  Value w = weight(name, {rankVocab(), m.hidden}, at, Type(), {}, shardOf(0, ranks()));
+  Value logits = LinearOp::create(b, at, activation({rankVocab()}), x, w, Value(),
+                                  empty({rankVocab()}, rows, at))
+                     .getResult();
+  if (!perRank)
+    return logits;
+  // NCCL gathers [ranks, rows, rankVocab] blocks; kiln.all_gather places them as columns.
+  auto blocks = RankedTensorType::get(
+      {static_cast<int64_t>(ranks()), ShapedType::kDynamic, rankVocab()}, m.dtype);
+  Value scratch = tensor::EmptyOp::create(b, at, blocks, ValueRange{rows});
+  return AllGatherOp::create(b, at, TypeRange{activation({m.vocab}), blocks}, logits,
+                             empty({m.vocab}, rows, at), scratch)
+      .getResult(0);
+}
+
 bool DenseDecoderBuilder::supportsPerRankGraph() const {
   if (m.isNemotronH() || m.isDeepSeek() || m.isQwen3Next() || m.isGptOss() ||
       options.eagle3Head || m.oBias || m.mlpBias)
@@ -405,6 +439,9 @@ LogicalResult DenseDecoderBuilder::checkPerRankShapes() {
                                  "replicated when fewer than the ranks)";
   if (m.intermediate % n != 0)
     return refuse("intermediate_size", m.intermediate);
+  // The embedding and the lm_head are divided by vocabulary rows.
+  if (m.vocab % n != 0)
+    return refuse("vocab_size", m.vocab);
   return success();
 }
 
@@ -928,11 +965,7 @@ LogicalResult DenseDecoderBuilder::build() {
   const bool nemotron = m.isNemotronH();
   const std::string root = nemotron ? "backbone" : "model";
   const std::string embedName = nemotron ? "backbone.embeddings" : "model.embed_tokens";
-  Location embedLoc = loc(embedName);
-  Value table = weight(embedName + ".weight", {m.vocab, m.hidden}, embedLoc);
-  Value h = EmbeddingOp::create(b, embedLoc, activation({m.hidden}), tokenIds, table,
-                                empty({m.hidden}, tokens, embedLoc))
-                .getResult();
+  Value h = embedding(embedName + ".weight", tokenIds, tokens, loc(embedName));
   SmallVector<const LayerSpec *> draftLayers;
   for (auto [i, layer] : llvm::enumerate(m.layers)) {
     if (nemotron) {
@@ -974,15 +1007,8 @@ LogicalResult DenseDecoderBuilder::build() {
                                     empty({m.hidden}, rowCount, gatherLoc))
                    .getResult();
   Value normed = mtp ? last : rmsNorm(last, finalNorm + ".weight", rowCount, loc(finalNorm));
-  Value out;
-  if (m.tied) {
-    Location at = loc("lm_head");
-    Value w = weight(embedName + ".weight", {m.vocab, m.hidden}, at);
-    out = LinearOp::create(b, at, logits, normed, w, Value(), empty({m.vocab}, rowCount, at))
-              .getResult();
-  } else {
-    out = linear(normed, "lm_head", m.vocab, m.hidden, false, rowCount);
-  }
+  Value out =
+      lmHead(normed, m.tied ? embedName + ".weight" : "lm_head.weight", rowCount, loc("lm_head"));
   if (!mtp) {
     func::ReturnOp::create(b, fileLoc, out);
   } else {

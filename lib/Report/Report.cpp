@@ -64,6 +64,7 @@ ReportData kiln::collectReport(ModuleOp module) {
     device.io = memory.getIo();
     device.allocation = memory.getTotal().value_or(UINT64_MAX);
     device.cudaGraphs = memory.getCudaGraphs();
+    device.collectives = memory.getCollectives();
     device.total = memory.getDeviceTotal().value_or(UINT64_MAX);
     if (RuntimeAttr runtime = config.runtime)
       countDecodeShapes(runtime, d.maxDraftLen, device);
@@ -265,6 +266,8 @@ static void printText(const ReportData &d, llvm::raw_ostream &os) {
     row("io", m.io);
     row("allocation", m.allocation);
     row("cuda graphs", m.cudaGraphs);
+    if (m.collectives) // a tensor-parallel rank's communicator (NCCL's buffers)
+      row("nccl communicator", m.collectives);
     row("device total", m.total);
     os << "  activations: " << m.activationBuffers << " buffers, step of up to "
        << m.maxStepTokens << " tokens and " << m.maxLogitRows << " logit rows\n";
@@ -381,6 +384,8 @@ static void printJson(const ReportData &d, llvm::raw_ostream &os) {
         j.attribute("allocation_bytes", d.device->allocation);
         j.attribute("cuda_graph_bytes", d.device->cudaGraphs);
         j.attribute("cuda_graph_shapes", d.device->graphShapes);
+        if (d.device->collectives)
+          j.attribute("collective_bytes", d.device->collectives);
         j.attribute("decode_step_shapes", d.device->decodeShapes);
         j.attribute("total_bytes", d.device->total);
         j.attribute("max_step_tokens", d.device->maxStepTokens);

@@ -1,5 +1,6 @@
 // Tensor parallelism's collectives (Runtime.h "tensor parallelism", docs/tensor-parallel.md):
-// the communicator of a context and kiln_rt_all_reduce, on NCCL loaded at run time.
+// the communicator of a context, kiln_rt_all_reduce and kiln_rt_all_gather, on NCCL loaded
+// at run time.
 //
 // NCCL is opened with dlopen rather than linked so that a build machine without it
 // builds, and a one-rank model runs where it is absent. Only the handful of entry points
@@ -7,6 +8,8 @@
 // issues every collective through them and implements none of its own.
 #include "Context.h"
 #include "GraphOpCommon.h"
+
+#include "kiln/Kernels/Graph.h"
 
 #include <dlfcn.h>
 
@@ -35,6 +38,7 @@ struct Nccl {
   NcclResult (*commInitRank)(NcclComm *, int, NcclUniqueId, int) = nullptr;
   NcclResult (*commDestroy)(NcclComm) = nullptr;
   NcclResult (*allReduce)(const void *, void *, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
+  NcclResult (*allGather)(const void *, void *, size_t, int, NcclComm, cudaStream_t) = nullptr;
   const char *(*errorString)(NcclResult) = nullptr;
 };
 
@@ -63,6 +67,7 @@ Nccl openNccl() {
              resolve(nccl, nccl.commInitRank, "ncclCommInitRank", path) &&
              resolve(nccl, nccl.commDestroy, "ncclCommDestroy", path) &&
              resolve(nccl, nccl.allReduce, "ncclAllReduce", path) &&
+             resolve(nccl, nccl.allGather, "ncclAllGather", path) &&
              resolve(nccl, nccl.errorString, "ncclGetErrorString", path);
   int version = 0;
   if (all && nccl.getVersion(&version) == 0 && version < kMinNcclVersion) {
@@ -198,6 +203,65 @@ extern "C" int32_t kiln_rt_all_reduce(kiln_rt_context_t *ctx, const void *x, voi
     if (kiln_status_t s = checkLaunch(c, ctx); s != KILN_OK)
       return s;
     return traceOutput(c, ctx, out, 1, n);
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_all_gather(kiln_rt_context_t *ctx, const void *x, void *blocks,
+                                      void *out, int64_t rows, int64_t cols, int64_t ranks) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_all_gather")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"rows", rows}, {"cols", cols}, {"ranks", ranks}});
+        s != KILN_OK)
+      return s;
+    if (ranks != ctx->tpRanks)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "the graph gathers over %lld tensor-parallel rank(s), the context is rank "
+                     "%d of %d (kiln_rt_set_tensor_parallel)",
+                     static_cast<long long>(ranks), ctx->tpRank, ctx->tpRanks);
+    uint64_t whole = 0;
+    if (!product(&whole, {ranks, cols}))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "ranks %lld times cols %lld overflow",
+                     static_cast<long long>(ranks), static_cast<long long>(cols));
+    const auto wide = static_cast<int64_t>(whole);
+    if (kiln_status_t s =
+            checkRanges(c, ctx,
+                        {bf16("x", x, rows, cols), bf16("blocks", blocks, ranks * rows, cols, true),
+                         bf16("out", out, rows, wide, true)});
+        s != KILN_OK)
+      return s;
+    if (ctx->dry)
+      return KILN_OK;
+    if (kiln_status_t s = selectDevice(c, ctx); s != KILN_OK)
+      return s;
+    if (!ctx->nccl) { // one rank: x is every column
+      ++ctx->launches;
+      if (cudaError_t e = cudaMemcpyAsync(out, x, static_cast<size_t>(rows * cols) * 2,
+                                          cudaMemcpyDeviceToDevice, ctx->stream);
+          e != cudaSuccess)
+        return c.cuda(e, "cudaMemcpyAsync");
+      if (kiln_status_t s = checkLaunch(c, ctx); s != KILN_OK)
+        return s;
+      return traceOutput(c, ctx, out, rows, wide);
+    }
+    // NCCL gathers each rank's buffer as one contiguous block: [ranks, rows, cols].
+    ++ctx->launches;
+    if (NcclResult r = nccl().allGather(x, blocks, static_cast<size_t>(rows * cols), kNcclBfloat16,
+                                        static_cast<NcclComm>(ctx->nccl), ctx->stream);
+        r != 0)
+      return c.error(KILN_ERROR_CUDA,
+                     "ncclAllGather of %lld elements a rank failed: %s (ncclResult_t %d)",
+                     static_cast<long long>(rows * cols), nccl().errorString(r), r);
+    if (kiln_status_t s = checkLaunch(c, ctx); s != KILN_OK)
+      return s;
+    // Block k is rank k's [rows, cols]: its columns of out.
+    ctx->launches += static_cast<uint64_t>(ranks);
+    if (kiln_status_t s = kiln_blocks_to_columns_bf16(blocks, out, ranks, rows, cols, ctx->stream);
+        s != KILN_OK)
+      return c.launcher(s, "kiln_blocks_to_columns_bf16");
+    if (kiln_status_t s = checkLaunch(c, ctx); s != KILN_OK)
+      return s;
+    return traceOutput(c, ctx, out, rows, wide);
   };
   return record(ctx, run());
 }

@@ -37,6 +37,37 @@ extern "C" int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, co
   return record(ctx, run());
 }
 
+extern "C" int32_t kiln_rt_embedding_rank(kiln_rt_context_t *ctx, const void *ids,
+                                          const void *table, void *out, int64_t tokens,
+                                          int64_t rows, int64_t hidden) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_embedding_rank")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"tokens", tokens}, {"rows", rows}, {"hidden", hidden}});
+        s != KILN_OK)
+      return s;
+    // The graph's block of the vocabulary must be the context's rank's share of it.
+    const int64_t ranks = ctx->tpRanks, first = static_cast<int64_t>(ctx->tpRank) * rows;
+    if (ctx->config.vocab_size > 0 && rows * ranks != ctx->config.vocab_size)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "a vocabulary block of %lld rows on %lld tensor-parallel rank(s) is not the "
+                     "model's vocab_size %lld (the graph is one rank's of vocab_size / rows "
+                     "ranks)",
+                     static_cast<long long>(rows), static_cast<long long>(ranks),
+                     static_cast<long long>(ctx->config.vocab_size));
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {{"ids", ids, bytesOf({tokens, 4}), 4, false},
+                                       bf16("table", table, rows, hidden),
+                                       bf16("out", out, tokens, hidden, true)});
+        s != KILN_OK)
+      return s;
+    return launchValidated(c, ctx, "kiln_embedding_rows_bf16", out, tokens, hidden, [&] {
+      return kiln_embedding_rows_bf16(static_cast<const int32_t *>(ids), table, out, tokens, first,
+                                      rows, hidden, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 namespace {
 kiln_status_t checkNormEpsilon(const Call &c, float eps) {
   if (!(eps >= 0) || std::isinf(eps))

@@ -665,9 +665,21 @@ kiln_status_t loadModel(const char *fn, const char *so_path, const char *weights
       return failed(s);
     }
     m->ctx->argmaxWithStep = true; // every step reads its argmax (runStep)
-    if (id)
+    if (id) {
       if (kiln_status_t s = kiln_rt_set_tensor_parallel(m->ctx, rank, ranks, id); s != KILN_OK)
         return failed(s);
+      // The communicator's memory is part of the plan: its reserve must hold it.
+      const uint64_t taken = kiln_rt_collective_bytes(m->ctx);
+      if (taken > m->manifest.collectiveBytes)
+        return failed(fail(KILN_ERROR_OUT_OF_MEMORY,
+                           "%s: the NCCL communicator of rank %d of %d took %llu bytes of "
+                           "device memory, more than the %llu its plan reserves (the "
+                           "manifest's collective_bytes); compile with kiln-compile "
+                           "--collective-workspace-mib %llu or more",
+                           fn, rank, ranks, static_cast<unsigned long long>(taken),
+                           static_cast<unsigned long long>(m->manifest.collectiveBytes),
+                           static_cast<unsigned long long>((taken + (1u << 20) - 1) >> 20)));
+    }
     m->tpRank = rank;
     m->tpRanks = ranks;
     if (kiln_status_t s = applyGraphChoices(m); s != KILN_OK)
@@ -721,6 +733,13 @@ extern "C" kiln_status_t kiln_model_load_dry(const char *so_path, kiln_model_t *
       fail(s, "%s: %s: %s", fn, so_path, message.c_str());
       return failed(s);
     }
+    // One rank's graph validates as rank 0 of its ranks (a dry context records them).
+    if (m->manifest.tpRanks > 1)
+      if (kiln_status_t s = kiln_rt_set_tensor_parallel(
+              m->ctx, 0, static_cast<int32_t>(m->manifest.tpRanks), nullptr);
+          s != KILN_OK)
+        return failed(s);
+    m->tpRanks = static_cast<int32_t>(m->manifest.tpRanks);
     if (kiln_status_t s = applyGraphChoices(m); s != KILN_OK)
       return failed(s);
     initSequences(m);
@@ -766,6 +785,10 @@ extern "C" const char *kiln_model_name(const kiln_model_t *model) {
 
 extern "C" uint64_t kiln_model_planned_bytes(const kiln_model_t *model) {
   return model ? kiln_rt_planned_bytes(model->ctx) : 0;
+}
+
+extern "C" uint64_t kiln_model_planned_collective_bytes(const kiln_model_t *model) {
+  return model ? model->manifest.collectiveBytes : 0;
 }
 
 extern "C" uint64_t kiln_model_device_bytes_used(const kiln_model_t *model) {

@@ -195,6 +195,8 @@ uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
 
 struct PlanActivationsPass
     : public kiln::impl::KilnPlanActivationsBase<PlanActivationsPass> {
+  using KilnPlanActivationsBase::KilnPlanActivationsBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     ModuleConfig config = getModuleConfig(module);
@@ -233,8 +235,9 @@ struct PlanActivationsPass
       return success();
     uint64_t weights = memory.getWeights() / std::max(1u, divisor);
     std::optional<uint64_t> total = 0;
-    for (uint64_t part : {weights, memory.getCaches(), memory.getActivations(),
-                          memory.getWorkspace(), memory.getIo(), memory.getCudaGraphs()})
+    for (uint64_t part :
+         {weights, memory.getCaches(), memory.getActivations(), memory.getWorkspace(),
+          memory.getIo(), memory.getCudaGraphs(), memory.getCollectives()})
       if (total && __builtin_add_overflow(*total, part, &*total))
         total = std::nullopt;
     if (total && *total <= target.getMemoryBytes())
@@ -252,6 +255,9 @@ struct PlanActivationsPass
         {"workspace", memory.getWorkspace(), "lower max_batch or the draft length"},
         {"io", memory.getIo(), "lower max_step_tokens or max_batch"},
         {"cuda graphs", memory.getCudaGraphs(), "lower --cuda-graphs"}};
+    if (memory.getCollectives()) // only a model with collectives reserves it
+      categories.push_back({"NCCL communicator", memory.getCollectives(),
+                            "lower --collective-workspace-mib if NCCL takes less"});
     llvm::stable_sort(categories,
                       [](const Category &a, const Category &b) { return a.bytes > b.bytes; });
     InFlightDiagnostic diag = module.emitError()
@@ -419,9 +425,19 @@ struct PlanActivationsPass
     // Shapes beyond those decode steps can have are never captured: no reserve for them.
     const uint64_t graphs =
         kiln_rt_graph_reserve_bytes(runtime.getCapturableShapes(limits.maxDraftLen), launches);
+    // A rank's NCCL communicator: NCCL's own buffers, made when the context joins it
+    // (docs/tensor-parallel.md); loading refuses one that took more than this.
+    bool collectives = runtime.getTp() > 1;
+    module.walk([&](Operation *op) {
+      if (isa<AllReduceOp, AllGatherOp>(op)) {
+        collectives = true;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
     return DeviceMemoryAttr::get(module.getContext(), weights, caches, arena, workspace, io,
                                  limits.maxStepTokens, limits.maxLogitRows, numBuffersPlanned,
-                                 graphs);
+                                 graphs, collectives ? uint64_t(collectiveBytes) : 0);
   }
 };
 } // namespace

@@ -149,4 +149,61 @@ TEST(CollectivesGpu, OneRankAllReduceReplaysFromACudaGraph) {
   cudaGraphDestroy(graph);
 }
 
+// kiln.all_gather over one rank (the lm_head's logits in a one-rank per-rank graph): the
+// logits come back bit for bit, without a communicator (a copy) and through NCCL (an
+// all-gather into the blocks, then the blocks' interleave), eagerly and from a graph.
+constexpr int64_t kRows = 7, kCols = 4099; // odd: no width a copy would round
+constexpr uint64_t kBlocksOffset = 2 << 20;
+
+TEST(CollectivesGpu, OneRankAllGatherIsBitwiseTheIdentity) {
+  KILN_REQUIRE_GPU();
+  for (bool withNccl : {false, true}) {
+    SCOPED_TRACE(withNccl ? "one-rank NCCL communicator" : "no communicator");
+    Context c;
+    std::string why;
+    if (withNccl && !joinOneRank(c, &why))
+      GTEST_SKIP() << "skipped: " << why;
+    c.setStep();
+    c.fill(kRows * kCols);
+    ASSERT_EQ(
+        kiln_rt_all_gather(c.ctx, c.a(), c.a(kBlocksOffset), c.a(kOutOffset), kRows, kCols, 1),
+        KILN_OK)
+        << lastError();
+    EXPECT_EQ(c.read(kOutOffset, kRows * kCols), c.values);
+    // The graph gathers over 2 ranks, the context is one: refused by name.
+    EXPECT_EQ(
+        kiln_rt_all_gather(c.ctx, c.a(), c.a(kBlocksOffset), c.a(kOutOffset), kRows, kCols / 2, 2),
+        KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(lastError().find("the graph gathers over 2 tensor-parallel rank(s)"),
+              std::string::npos)
+        << lastError();
+  }
+}
+
+TEST(CollectivesGpu, OneRankAllGatherReplaysFromACudaGraph) {
+  KILN_REQUIRE_GPU();
+  Context c;
+  std::string why;
+  if (!joinOneRank(c, &why))
+    GTEST_SKIP() << "skipped: " << why;
+  c.setStep();
+  c.fill(kRows * kCols);
+  auto stream = static_cast<cudaStream_t>(kiln_rt_stream(c.ctx));
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int32_t status =
+      kiln_rt_all_gather(c.ctx, c.a(), c.a(kBlocksOffset), c.a(kOutOffset), kRows, kCols, 1);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(status, KILN_OK) << lastError();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    ASSERT_EQ(cudaMemset(c.a(kOutOffset), 0xff, kRows * kCols * 2), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_EQ(c.read(kOutOffset, kRows * kCols), c.values) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 } // namespace

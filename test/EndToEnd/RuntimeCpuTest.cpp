@@ -1686,6 +1686,48 @@ TEST(RuntimeCpu, TensorParallelOnADryContext) {
   EXPECT_EQ(kiln_rt_all_reduce(d.ctx, d.a(), d.a(1), 256), KILN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(lastError().find("kiln_rt_all_reduce"), std::string::npos) << lastError();
   EXPECT_NE(lastError().find("out"), std::string::npos) << lastError();
+
+  kiln_rt_clear_status(d.ctx); // errors are sticky
+
+  // The vocabulary-parallel embedding: a rank holds 256 rows of the 512-token vocabulary.
+  EXPECT_EQ(kiln_rt_embedding_rank(d.ctx, d.a(), d.w(), d.a(4096), 2, 256, 64), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_embedding_rank(d.ctx, d.a(), d.w(), d.a(4096), 2, 512, 64),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("a vocabulary block of 512 rows on 2 tensor-parallel rank(s) is "
+                             "not the model's vocab_size 512"),
+            std::string::npos)
+      << lastError();
+  kiln_rt_clear_status(d.ctx);
+  // The lm_head's gather: 2 rows of 256 columns a rank into [2, 512], through [2, 2, 256].
+  EXPECT_EQ(kiln_rt_all_gather(d.ctx, d.a(), d.a(8192), d.a(16384), 2, 256, 2), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_all_gather(d.ctx, d.a(), d.a(8192), d.a(16384), 2, 128, 4),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("the graph gathers over 4 tensor-parallel rank(s), the context is "
+                             "rank 1 of 2"),
+            std::string::npos)
+      << lastError();
+  kiln_rt_clear_status(d.ctx);
+  EXPECT_EQ(kiln_rt_all_gather(d.ctx, d.a(), d.a(8192), d.a((4 << 20) - 1024), 2, 256, 2),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_all_gather"), std::string::npos) << lastError();
+  EXPECT_NE(lastError().find("out"), std::string::npos) << lastError();
+}
+
+// Without kiln_rt_set_tensor_parallel a context is one rank: the rank form of the
+// embedding holds the whole vocabulary, the gather is over one rank.
+TEST(RuntimeCpu, OneRankVocabularyParallelOnADryContext) {
+  Dry d;
+  Step decode(KILN_RT_PHASE_DECODE, {1, 1}, {5, 9});
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &decode.b), KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_embedding_rank(d.ctx, d.a(), d.w(), d.a(4096), 2, 512, 64), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_all_gather(d.ctx, d.a(), d.a(8192), d.a(16384), 2, 512, 1), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_all_gather(d.ctx, d.a(), d.a(8192), d.a(16384), 2, 256, 2),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("the context is rank 0 of 1"), std::string::npos) << lastError();
 }
 
 // Where NCCL cannot be loaded, the collectives say so and name the library they tried

@@ -885,6 +885,18 @@ def check_bitwise_as_nospec(tokens, nospec_tokens, work):
                                                "same_logits": same_logits}
 
 
+def check_communicator(result):
+    """The communicator's memory is part of the plan (issue 18): a reserve is planned and
+    NCCL took no more of it (kiln_model_load_rank refuses otherwise)."""
+    planned, taken = result.get("planned_collective_bytes"), result.get("collective_bytes")
+    if planned is None or taken is None:
+        return False, "no collective bytes in kiln-run's JSON", {}
+    ok = 0 < taken <= planned
+    return ok, (f"communicator {taken} of its planned {planned} bytes"
+                f"{'' if ok else ' (NOT within the reserve)'}"), \
+        {"planned_collective": planned, "collective": taken}
+
+
 def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
     """All checks of one successful kiln-run; (ok, text, details). `nospec` is the
     baseline of the mode's cache dtype (fp8's run for fp8ngram, f16's for f16ngram)."""
@@ -913,6 +925,7 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
                                                   count)))
         elif mode == "nccl":
             checks.append(("nccl", check_bitwise_as_nospec(tokens, nospec_tokens, work)))
+            checks.append(("communicator", check_communicator(result)))
         elif nospec_tokens is not None:
             checks.append(("lossless", check_lossless(tokens, nospec_tokens, count)))
         else:

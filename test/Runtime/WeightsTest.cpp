@@ -1654,6 +1654,23 @@ TEST(Manifest, TensorParallelShards) {
   expectManifestError(with(21, "tp_ranks 4096"), 21, "tp_ranks is too large");
 }
 
+// The plan's reserve for a rank's NCCL communicator: the optional collective_bytes key.
+TEST(Manifest, CollectiveBytes) {
+  std::vector<std::string> lines = validLines();
+  lines.insert(lines.begin() + 21, "collective_bytes 612368384");
+  Manifest m;
+  std::string error;
+  ASSERT_TRUE(parseManifest(join(lines), m, error)) << error;
+  EXPECT_EQ(m.collectiveBytes, 612368384u);
+  ASSERT_TRUE(parseManifest(join(validLines()), m, error)) << error;
+  EXPECT_EQ(m.collectiveBytes, 0u); // a model without collectives leaves the key out
+  expectManifestError(with(21, "collective_bytes -1"), 21, "collective_bytes");
+  expectManifestError(with(21, "collective_bytes"), 21, "collective_bytes BYTES");
+  lines.insert(lines.begin() + 22, "collective_bytes 1");
+  EXPECT_FALSE(parseManifest(join(lines), m, error));
+  EXPECT_NE(error.find("collective_bytes"), std::string::npos) << error;
+}
+
 // A tensor-parallel rank's weight: block rank * P / ranks of the checkpoint tensor along
 // the shard dimension, read as runs from the whole tensor's bytes.
 TEST(Shard, RanksReadTheirBlocks) {

@@ -83,6 +83,12 @@ cl::opt<bool> collectivesAtOneRank(
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
              "for checking a one-rank NCCL run against a plain one)"),
     cl::init(false), cl::Hidden, cl::cat(importCategory));
+cl::opt<unsigned> collectiveWorkspaceMib(
+    "collective-workspace-mib",
+    cl::desc("device memory (MiB) a tensor-parallel rank's plan reserves for its NCCL "
+             "communicator (default 584: a one-rank communicator of PyTorch 2.11's NCCL on "
+             "an H100); loading refuses a communicator that takes more"),
+    cl::init(584), cl::cat(importCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -156,6 +162,7 @@ int compile(int argc, char **argv) {
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
+  options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
   options.emit = emitKind;
   options.reportFormat = reportFormat;
   options.outputPath = outputFile;

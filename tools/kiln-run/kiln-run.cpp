@@ -694,6 +694,11 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        ",\n";
   s += "  \"used_device_bytes_after_run\": " +
        std::to_string(kiln_model_device_bytes_now(target.model)) + ",\n";
+  // A tensor-parallel rank's communicator: its plan's reserve, and what NCCL took.
+  s += "  \"planned_collective_bytes\": " +
+       std::to_string(kiln_model_planned_collective_bytes(target.model)) + ",\n";
+  s += "  \"collective_bytes\": " +
+       std::to_string(kiln_rt_collective_bytes(kiln_model_context(target.model))) + ",\n";
   s += "  \"dry\": " + std::string(o.dry ? "true" : "false") + "\n}\n";
   std::FILE *f = std::fopen(o.json.c_str(), "w");
   if (!f || std::fputs(s.c_str(), f) < 0) {

@@ -26,6 +26,10 @@ struct LoweringOptions {
   /// Fuse each residual add with the norm of its sum (kiln-fuse-residual-norm): the
   /// same bits in one kernel instead of two.
   bool fuseResidualNorm = true;
+  /// Device bytes a tensor-parallel rank's plan reserves for its NCCL communicator
+  /// (kiln-plan-activations' collective-bytes; 584 MiB, a one-rank communicator of
+  /// PyTorch 2.11's NCCL on an H100). Only models with collectives reserve it.
+  uint64_t collectiveBytes = 584ull << 20;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

@@ -51,6 +51,20 @@ kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *table, void *o
                                   int64_t tokens, int64_t vocab, int64_t hidden,
                                   void *stream);
 
+/* A vocabulary-parallel rank's embedding (docs/tensor-parallel.md): table holds the
+ * vocabulary's rows [first, first + rows); out[t, :] = table[ids[t] - first, :] for an id
+ * in that range and a zero row for any other, so the sum over the ranks is the whole
+ * table's lookup. */
+kiln_status_t kiln_embedding_rows_bf16(const int32_t *ids, const void *table, void *out,
+                                       int64_t tokens, int64_t first, int64_t rows, int64_t hidden,
+                                       void *stream);
+
+/* The column interleave after an all-gather of column blocks: blocks [parts, rows, cols]
+ * (NCCL's all-gather output, one contiguous block a rank), out [rows, parts * cols] with
+ * out[r, p * cols + j] = blocks[p, r, j]. Must not alias. */
+kiln_status_t kiln_blocks_to_columns_bf16(const void *blocks, void *out, int64_t parts,
+                                          int64_t rows, int64_t cols, void *stream);
+
 /* Per row of `dim`: out = bf16(weight * bf16(x * rsqrt(mean(x^2) + eps))), statistics
  * in fp32. x, out [rows, dim]; weight [dim]. rows may count tokens x heads (per-head
  * q/k norms). */

@@ -67,7 +67,7 @@ struct ReportData {
   /// driver memory its CUDA graphs may take; `total` is their sum.
   struct DeviceMemory {
     uint64_t weights = 0, caches = 0, activations = 0, workspace = 0, io = 0;
-    uint64_t allocation = 0, cudaGraphs = 0, total = 0;
+    uint64_t allocation = 0, cudaGraphs = 0, collectives = 0, total = 0;
     /// Decode step shapes the runtime may capture, and how many distinct shapes decode
     /// steps can have: captured batches x q_lens (1 + drafts) x split-KV key chunks.
     uint64_t graphShapes = 0, decodeShapes = 0, graphBatches = 0, qLens = 0, keyChunks = 0;

@@ -54,6 +54,9 @@ struct Manifest {
   // The tensor-parallel ranks the graph is one of (optional key `tp_ranks`; 1: the whole
   // model). A model of tp_ranks > 1 loads with kiln_model_load_rank.
   int64_t tpRanks = 1;
+  // Device bytes the plan reserves for the rank's NCCL communicator (optional key
+  // `collective_bytes`; 0: none). Loading refuses a communicator that took more.
+  uint64_t collectiveBytes = 0;
   uint64_t cudaGraphBytes = 0;
   std::vector<int32_t> cudaGraphBatches;
   std::vector<ManifestWeight> weights;   // in manifest order

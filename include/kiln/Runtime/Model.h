@@ -66,6 +66,10 @@ const char *kiln_model_manifest_text(const kiln_model_t *model);
 const char *kiln_model_name(const kiln_model_t *model);
 /* The plan: weight + cache + activation + workspace + io bytes (each rounded to 256). */
 uint64_t kiln_model_planned_bytes(const kiln_model_t *model);
+/* The plan's reserve for a tensor-parallel rank's NCCL communicator (the manifest's
+ * collective_bytes; 0 without collectives), beside the allocation above: loading refused
+ * a communicator that took more (kiln_rt_collective_bytes is what it took). */
+uint64_t kiln_model_planned_collective_bytes(const kiln_model_t *model);
 /* Measured: cudaMemGetInfo's free-memory drop from just before the model's allocation
  * (context, stream, cuBLASLt handle already created) to the end of kiln_model_load.
  * CUDA loads kernel modules lazily by default, which allocates device memory at a

@@ -157,6 +157,13 @@ uint64_t kiln_rt_collective_bytes(const kiln_rt_context_t *ctx);
  * ncclAllReduce on the context's stream (CUDA-graph capturable). Without a
  * communicator it is the identity (a one-rank model). */
 int32_t kiln_rt_all_reduce(kiln_rt_context_t *ctx, const void *x, void *out, int64_t n);
+/* kiln.all_gather: out [rows, ranks * cols] = the ranks' x [rows, cols] side by side
+ * (rank k's at columns [k * cols, (k + 1) * cols)). ncclAllGather fills blocks [ranks,
+ * rows, cols] (one contiguous block a rank), then each block is copied into its columns
+ * of out, all on the context's stream. `ranks` (the compiled graph's) must be the
+ * context's; without a communicator (one rank) out = x. */
+int32_t kiln_rt_all_gather(kiln_rt_context_t *ctx, const void *x, void *blocks, void *out,
+                           int64_t rows, int64_t cols, int64_t ranks);
 
 /* ---- the step ---------------------------------------------------------------------- */
 /* Host arrays describing one step; kiln_rt_set_batch copies them (the caller may reuse
@@ -301,6 +308,11 @@ void *kiln_rt_activations(kiln_rt_context_t *ctx);
 
 int32_t kiln_rt_embedding(kiln_rt_context_t *ctx, const void *ids, const void *table, void *out,
                           int64_t tokens, int64_t vocab, int64_t hidden);
+/* A vocabulary-parallel rank's embedding: table holds `rows` = vocab_size / ranks rows,
+ * the vocabulary's [rank * rows, (rank + 1) * rows) for the context's rank
+ * (kiln_rt_tp_rank); an id outside them gives a zero row (a kiln_rt_all_reduce follows). */
+int32_t kiln_rt_embedding_rank(kiln_rt_context_t *ctx, const void *ids, const void *table,
+                               void *out, int64_t tokens, int64_t rows, int64_t hidden);
 int32_t kiln_rt_rms_norm(kiln_rt_context_t *ctx, const void *x, const void *weight, void *out,
                          int64_t rows, int64_t dim, float eps);
 /* kiln_rt_rms_norm of rows x_stride elements apart (a column slice: MLA's compressed KV). */

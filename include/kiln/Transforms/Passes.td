@@ -194,8 +194,15 @@ def KilnPlanActivations : Pass<"kiln-plan-activations", "mlir::ModuleOp"> {
     `kiln.device_memory`: weights, caches, activations, workspace and the runtime's
     per-step buffers (`io`), the numbers the runtime allocates. A total larger than the
     target's memory is an error listing every category, largest first, and the limit
-    that shrinks the largest.
+    that shrinks the largest. A module with collectives (`kiln.all_reduce`,
+    `kiln.all_gather`) or planned for tp > 1 also reserves `collective-bytes` for its
+    rank's NCCL communicator (`collectives`; default 584 MiB, what a one-rank
+    communicator of NCCL from PyTorch 2.11's nvidia-nccl wheel took on an H100).
   }];
+  let options = [
+    Option<"collectiveBytes", "collective-bytes", "uint64_t", "612368384",
+           "Device bytes a tensor-parallel rank reserves for its NCCL communicator">
+  ];
   let statistics = [
     Statistic<"numBuffers", "buffers", "Intermediate buffers planned">,
     Statistic<"arenaBytes", "arena-bytes", "Bytes of the activation arena">

@@ -92,6 +92,8 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
     os << "kv_ring_window " << ring << "\n";
   if (config.model && config.model.getTpRanks() > 1)
     os << "tp_ranks " << config.model.getTpRanks() << "\n";
+  if (uint64_t collectives = memory.getCollectives())
+    os << "collective_bytes " << collectives << "\n";
   for (WeightOp weight : module.getOps<WeightOp>()) {
     StringRef weightName = weight.getSymName();
     if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))

@@ -307,7 +307,8 @@ std::optional<uint64_t> DeviceMemoryAttr::getTotal() const {
 
 std::optional<uint64_t> DeviceMemoryAttr::getDeviceTotal() const {
   std::optional<uint64_t> total = getTotal();
-  if (!total || __builtin_add_overflow(*total, getCudaGraphs(), &*total))
+  if (!total || __builtin_add_overflow(*total, getCudaGraphs(), &*total) ||
+      __builtin_add_overflow(*total, getCollectives(), &*total))
     return std::nullopt;
   return total;
 }

@@ -58,11 +58,11 @@ void attachDestinationStyleModels(MLIRContext *context) {
 
 void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, KilnDialect *) {
-    attachDestinationStyleModels<EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp, AddOp,
-                                 AllReduceOp, SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, SigmoidMulOp,
-                                 GatedRmsNormOp, ActivationOp, ArgmaxOp, NextTokensOp, ConcatOp,
-                                 CachedAttentionOp, CachedMlaAttentionOp, CachedSsmOp,
-                                 CachedCausalConvOp, CachedGatedDeltaNetOp>(context);
+    attachDestinationStyleModels<
+        EmbeddingOp, RmsNormOp, AddRmsNormOp, LinearOp, RopeOp, AddOp, AllReduceOp, AllGatherOp,
+        SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, SigmoidMulOp, GatedRmsNormOp, ActivationOp,
+        ArgmaxOp, NextTokensOp, ConcatOp, CachedAttentionOp, CachedMlaAttentionOp, CachedSsmOp,
+        CachedCausalConvOp, CachedGatedDeltaNetOp>(context);
     WeightRefOp::attachInterface<WeightRefModel>(*context);
   });
 }

@@ -1249,6 +1249,7 @@ KILN_COMPUTE_EFFECTS(LinearOp)
 KILN_COMPUTE_EFFECTS(RopeOp)
 KILN_COMPUTE_EFFECTS(AddOp)
 KILN_COMPUTE_EFFECTS(AllReduceOp)
+KILN_COMPUTE_EFFECTS(AllGatherOp)
 KILN_COMPUTE_EFFECTS(SwigluOp)
 KILN_COMPUTE_EFFECTS(GatherRowsOp)
 KILN_COMPUTE_EFFECTS(MoeOp)
@@ -1276,7 +1277,9 @@ LogicalResult EmbeddingOp::verify() {
 FailureOr<RuntimeCall> EmbeddingOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  return RuntimeCall{"kiln_rt_embedding",
+  // The vocabulary-parallel form takes the same arguments; the runtime finds the rank's
+  // first row from the context's rank.
+  return RuntimeCall{getVocabParallel() ? "kiln_rt_embedding_rank" : "kiln_rt_embedding",
                      {RuntimeArg::pointer(getIds()), RuntimeArg::pointer(getTable()),
                       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getIds(), 0),
                       RuntimeArg::dim(getTable(), 0), RuntimeArg::dim(getTable(), 1)}};
@@ -1692,6 +1695,43 @@ FailureOr<RuntimeCall> AllReduceOp::getRuntimeCall() {
   return RuntimeCall{"kiln_rt_all_reduce",
                      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getInit()),
                       RuntimeArg::elements(getInput())}};
+}
+LogicalResult AllGatherOp::verify() {
+  Operation *op = *this;
+  if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 2)) ||
+      failed(checkRank(op, "init", getInit(), 2)) ||
+      failed(checkRank(op, "blocks", getBlocks(), 3)) ||
+      failed(checkElementType(op, "input", getInput(), bf16Type(op))) ||
+      failed(checkElementType(op, "init", getInit(), bf16Type(op))) ||
+      failed(checkElementType(op, "blocks", getBlocks(), bf16Type(op))))
+    return failure();
+  int64_t ranks = sizeOf(getBlocks(), 0), rows = sizeOf(getInput(), 0),
+          cols = sizeOf(getInput(), 1);
+  if (ShapedType::isDynamic(ranks) || ranks < 1)
+    return emitOpError() << "'blocks' must have a static rank count (dimension 0) of at "
+                            "least 1, got "
+                         << getBlocks().getType();
+  if (ShapedType::isDynamic(cols))
+    return emitOpError() << "'input' must have static columns, got " << getInput().getType();
+  if (failed(checkDimEquals(op, "init", getInit(), 0, rows, "the row count")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, ranks * cols,
+                            "the ranks times the input's columns")) ||
+      failed(checkDimEquals(op, "blocks", getBlocks(), 1, rows, "the row count")) ||
+      failed(checkDimEquals(op, "blocks", getBlocks(), 2, cols, "the input's columns")))
+    return failure();
+  return success();
+}
+uint64_t AllGatherOp::getMaxDecodeLaunches() {
+  // The all-gather, then a copy a rank.
+  return 1 + static_cast<uint64_t>(std::max<int64_t>(1, sizeOf(getBlocks(), 0)));
+}
+FailureOr<RuntimeCall> AllGatherOp::getRuntimeCall() {
+  if (failed(requireBuffers(*this)))
+    return failure();
+  return RuntimeCall{"kiln_rt_all_gather",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getBlocks()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getBlocks(), 0)}};
 }
 LogicalResult SwigluOp::verify() { return verifyElementwise(*this, "gate", getGate(), "up", getUp()); }
 FailureOr<RuntimeCall> SwigluOp::getRuntimeCall() {

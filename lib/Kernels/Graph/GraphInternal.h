@@ -20,9 +20,11 @@ struct RopeTable {
   float invFreq[KILN_ROPE_MAX_HEAD_DIM / 2];
 };
 
-// out[r, :] = src[index[r], :], or zeros where index[r] is outside [0, numSource).
+// out[r, :] = src[index[r] - first, :], or zeros where index[r] is outside
+// [first, first + numSource).
 cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
-                             int64_t dim, int64_t numSource, cudaStream_t stream);
+                             int64_t dim, int64_t numSource, cudaStream_t stream,
+                             int64_t first = 0);
 // rms_norm of rows `stride` elements apart; only where rmsNormStridedFits (the 16-byte
 // paths).
 bool rmsNormStridedFits(const void *x, int64_t stride, const void *weight, const void *out,

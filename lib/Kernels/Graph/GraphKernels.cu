@@ -253,11 +253,11 @@ __global__ void activationKernel(const uint16_t *x, uint16_t *out, int64_t n, in
 
 // ---- gather rows (embedding, gather_rows) ---------------------------------------------
 template <bool Vec>
-__global__ void gatherRowsKernel(const uint16_t *__restrict__ src, const int32_t *__restrict__ index,
-                                 uint16_t *__restrict__ out, int64_t rows, int64_t dim,
-                                 int64_t numSource) {
+__global__ void gatherRowsKernel(const uint16_t *__restrict__ src,
+                                 const int32_t *__restrict__ index, uint16_t *__restrict__ out,
+                                 int64_t rows, int64_t dim, int64_t numSource, int64_t first) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t s = index[r];
+    const int64_t s = static_cast<int64_t>(index[r]) - first;
     const bool valid = s >= 0 && s < numSource;
     if (Vec) {
       const int64_t vectors = dim / kVecElems;
@@ -1083,15 +1083,17 @@ __global__ void moeCombineKernel(MoeLayout layout, const uint16_t *__restrict__ 
 } // namespace
 
 cudaError_t launchGatherRows(const void *src, const int32_t *index, void *out, int64_t rows,
-                             int64_t dim, int64_t numSource, cudaStream_t stream) {
+                             int64_t dim, int64_t numSource, cudaStream_t stream, int64_t first) {
   const auto *s = static_cast<const uint16_t *>(src);
   auto *o = static_cast<uint16_t *>(out);
   if (dim % kVecElems == 0 && aligned16(src) && aligned16(out)) {
     const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(dim / kVecElems)));
-    gatherRowsKernel<true><<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource);
+    gatherRowsKernel<true>
+        <<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource, first);
   } else {
     const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(dim)));
-    gatherRowsKernel<false><<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource);
+    gatherRowsKernel<false>
+        <<<rowGrid(rows), threads, 0, stream>>>(s, index, o, rows, dim, numSource, first);
   }
   return cudaGetLastError();
 }

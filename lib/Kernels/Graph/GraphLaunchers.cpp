@@ -111,6 +111,48 @@ extern "C" kiln_status_t kiln_embedding_bf16(const int32_t *ids, const void *tab
                   launchGatherRows(table, ids, out, tokens, hidden, vocab, asStream(stream)));
 }
 
+extern "C" kiln_status_t kiln_embedding_rows_bf16(const int32_t *ids, const void *table, void *out,
+                                                  int64_t tokens, int64_t first, int64_t rows,
+                                                  int64_t hidden, void *stream) {
+  Checker c{"kiln_embedding_rows_bf16"};
+  if (!c.notNull(ids, "ids") || !c.notNull(table, "table") || !c.notNull(out, "out") ||
+      !c.elementAligned(ids, 4, "ids") || !c.elementAligned(table, 2, "table") ||
+      !c.elementAligned(out, 2, "out") || !c.nonNegative(tokens, "tokens") ||
+      !c.nonNegative(first, "first") || !c.atMost(first, INT32_MAX, "first") ||
+      !c.positive(rows, "rows") || !c.positive(hidden, "hidden") ||
+      !c.sizeFits(rows, hidden, "table") || !c.sizeFits(tokens, hidden, "out"))
+    return c.status;
+  if (tokens == 0)
+    return ok();
+  return launched(c.kernel,
+                  launchGatherRows(table, ids, out, tokens, hidden, rows, asStream(stream), first));
+}
+
+extern "C" kiln_status_t kiln_blocks_to_columns_bf16(const void *blocks, void *out, int64_t parts,
+                                                     int64_t rows, int64_t cols, void *stream) {
+  Checker c{"kiln_blocks_to_columns_bf16"};
+  if (!c.notNull(blocks, "blocks") || !c.notNull(out, "out") ||
+      !c.elementAligned(blocks, 2, "blocks") || !c.elementAligned(out, 2, "out") ||
+      !c.positive(parts, "parts") || !c.nonNegative(rows, "rows") || !c.positive(cols, "cols") ||
+      !c.sizeFits(parts, cols, "a row of out") || !c.sizeFits(rows, parts * cols, "out"))
+    return c.status;
+  if (rows == 0)
+    return ok();
+  // Part p is a [rows, cols] matrix at blocks + p * rows * cols; it lands in out's columns
+  // [p * cols, (p + 1) * cols): one strided 2D copy a part, captured by CUDA graphs as a
+  // memcpy node.
+  const size_t width = static_cast<size_t>(cols) * 2, pitch = width * static_cast<size_t>(parts);
+  for (int64_t p = 0; p < parts; ++p) {
+    const auto *from = static_cast<const char *>(blocks) + static_cast<size_t>(p * rows) * width;
+    char *to = static_cast<char *>(out) + static_cast<size_t>(p) * width;
+    if (cudaError_t e = cudaMemcpy2DAsync(to, pitch, from, width, width, static_cast<size_t>(rows),
+                                          cudaMemcpyDeviceToDevice, asStream(stream));
+        e != cudaSuccess)
+      return launched(c.kernel, e);
+  }
+  return ok();
+}
+
 extern "C" kiln_status_t kiln_gather_rows_bf16(const void *x, const int32_t *rows, void *out,
                                                int64_t num_rows, int64_t dim,
                                                int64_t num_source_rows, void *stream) {

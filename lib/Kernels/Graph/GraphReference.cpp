@@ -63,6 +63,23 @@ void gatherRowsReference(const uint16_t *x, const int32_t *rows, uint16_t *out,
   copyRowsOrZero(x, rows, out, numRows, dim, numSourceRows);
 }
 
+void embeddingRowsReference(const int32_t *ids, const uint16_t *table, uint16_t *out,
+                            int64_t tokens, int64_t first, int64_t rows, int64_t hidden) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t s = static_cast<int64_t>(ids[t]) - first;
+    for (int64_t j = 0; j < hidden; ++j)
+      out[t * hidden + j] = (s >= 0 && s < rows) ? table[s * hidden + j] : 0;
+  }
+}
+
+void blocksToColumnsReference(const uint16_t *blocks, uint16_t *out, int64_t parts, int64_t rows,
+                              int64_t cols) {
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        out[r * parts * cols + p * cols + j] = blocks[(p * rows + r) * cols + j];
+}
+
 void rmsNormReference(const uint16_t *x, const uint16_t *weight, uint16_t *out, int64_t rows,
                       int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -23,6 +23,12 @@ void embeddingReference(const int32_t *ids, const uint16_t *table, uint16_t *out
                         int64_t tokens, int64_t vocab, int64_t hidden);
 void gatherRowsReference(const uint16_t *x, const int32_t *rows, uint16_t *out,
                          int64_t numRows, int64_t dim, int64_t numSourceRows);
+// kiln_embedding_rows_bf16: the vocabulary rows [first, first + rows) of a table.
+void embeddingRowsReference(const int32_t *ids, const uint16_t *table, uint16_t *out,
+                            int64_t tokens, int64_t first, int64_t rows, int64_t hidden);
+// kiln_blocks_to_columns_bf16: [parts, rows, cols] -> [rows, parts * cols].
+void blocksToColumnsReference(const uint16_t *blocks, uint16_t *out, int64_t parts, int64_t rows,
+                              int64_t cols);
 void rmsNormReference(const uint16_t *x, const uint16_t *weight, uint16_t *out, int64_t rows,
                       int64_t dim, float eps);
 // Returns false for an unknown rope type. inv_freq as in RopeFrequencies.h.

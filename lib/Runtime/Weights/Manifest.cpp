@@ -305,7 +305,7 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
   error.clear();
   Manifest m;
   size_t intLine[kNumInt] = {}, byteLine[kNumByte] = {}, nameLine = 0, endLine = 0, batchesLine = 0,
-         ringLine = 0, ranksLine = 0;
+         ringLine = 0, ranksLine = 0, collectiveLine = 0;
   std::vector<WeightLine> weightLines;
   std::unordered_map<std::string, size_t> weightLineOf;  // name -> line
   size_t line = 0, pos = 0;
@@ -415,6 +415,16 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
         return fail(line, std::string("tp_ranks ") + (why ? why : "is 0") +
                               " (the tensor-parallel ranks, 1 to 1024)");
       m.tpRanks = static_cast<int64_t>(ranks);
+      continue;
+    }
+    if (key == "collective_bytes") { // optional: a model without collectives leaves it out
+      uint64_t bytes = 0;
+      const char *why = nullptr;
+      if (!arity(2, "collective_bytes BYTES") || !once(collectiveLine))
+        return false;
+      if (!parseNumber(fields[1], std::numeric_limits<int64_t>::max(), bytes, why))
+        return fail(line, std::string("collective_bytes ") + why);
+      m.collectiveBytes = bytes;
       continue;
     }
     if (key == "weight") {

@@ -32,3 +32,46 @@ kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2>, transpose_checkpoint} :
 // -----
 // expected-error @below {{#kiln.shard: parts = 0 must be in [1, 1024]}}
 kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 0>} : tensor<64x32xbf16>
+
+// -----
+// kiln.all_gather: [rows, cols] -> [rows, ranks * cols] through [ranks, rows, cols] blocks.
+func.func @f(%x: tensor<?x64xbf16>, %o: tensor<?x96xbf16>, %b: tensor<2x?x64xbf16>) {
+  // expected-error @below {{dimension 1 of 'init' (96) must equal the ranks times the input's columns (128)}}
+  %0:2 = kiln.all_gather ins(%x : tensor<?x64xbf16>) outs(%o, %b : tensor<?x96xbf16>, tensor<2x?x64xbf16>) -> tensor<?x96xbf16>, tensor<2x?x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<?x64xbf16>, %o: tensor<?x128xbf16>, %b: tensor<?x?x64xbf16>) {
+  // expected-error @below {{'blocks' must have a static rank count (dimension 0) of at least 1, got 'tensor<?x?x64xbf16>'}}
+  %0:2 = kiln.all_gather ins(%x : tensor<?x64xbf16>) outs(%o, %b : tensor<?x128xbf16>, tensor<?x?x64xbf16>) -> tensor<?x128xbf16>, tensor<?x?x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x64xbf16>, %o: tensor<4x128xbf16>, %b: tensor<2x3x64xbf16>) {
+  // expected-error @below {{dimension 1 of 'blocks' (3) must equal the row count (4)}}
+  %0:2 = kiln.all_gather ins(%x : tensor<4x64xbf16>) outs(%o, %b : tensor<4x128xbf16>, tensor<2x3x64xbf16>) -> tensor<4x128xbf16>, tensor<2x3x64xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x64xbf16>, %o: tensor<4x128xbf16>, %b: tensor<2x4x32xbf16>) {
+  // expected-error @below {{dimension 2 of 'blocks' (32) must equal the input's columns (64)}}
+  %0:2 = kiln.all_gather ins(%x : tensor<4x64xbf16>) outs(%o, %b : tensor<4x128xbf16>, tensor<2x4x32xbf16>) -> tensor<4x128xbf16>, tensor<2x4x32xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x64xf32>, %o: tensor<4x128xf32>, %b: tensor<2x4x64xf32>) {
+  // expected-error @below {{'input' must have element type 'bf16', got 'f32'}}
+  %0:2 = kiln.all_gather ins(%x : tensor<4x64xf32>) outs(%o, %b : tensor<4x128xf32>, tensor<2x4x64xf32>) -> tensor<4x128xf32>, tensor<2x4x64xf32>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<4x64xbf16>, %o: tensor<4x128xbf16>, %b: tensor<8x64xbf16>) {
+  // expected-error @below {{'blocks' must have rank 3, got 'tensor<8x64xbf16>'}}
+  %0:2 = kiln.all_gather ins(%x : tensor<4x64xbf16>) outs(%o, %b : tensor<4x128xbf16>, tensor<8x64xbf16>) -> tensor<4x128xbf16>, tensor<8x64xbf16>
+  return
+}

@@ -27,3 +27,28 @@ func.func @in_place_on_buffers(%x: memref<8x64xbf16>) {
 module attributes {kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>} {
   kiln.weight @q {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<32x64xbf16>
 }
+
+// -----
+// The vocabulary-parallel embedding (a rank's rows, then the sum) and the lm_head's
+// gather of the ranks' logit columns through NCCL's blocks.
+// CHECK-LABEL: func.func @vocab_parallel
+// CHECK: %[[E:.*]] = kiln.embedding ins(%{{.*}}, %{{.*}} : tensor<?xi32>, tensor<128x64xbf16>) outs(%{{.*}} : tensor<?x64xbf16>) {vocab_parallel} -> tensor<?x64xbf16>
+// CHECK: kiln.all_reduce ins(%[[E]] : tensor<?x64xbf16>)
+// CHECK: %[[G:.*]]:2 = kiln.all_gather ins(%{{.*}} : tensor<?x128xbf16>) outs(%{{.*}}, %{{.*}} : tensor<?x256xbf16>, tensor<2x?x128xbf16>) -> tensor<?x256xbf16>, tensor<2x?x128xbf16>
+// CHECK: return %[[G]]#0
+func.func @vocab_parallel(%ids: tensor<?xi32>, %table: tensor<128x64xbf16>, %e: tensor<?x64xbf16>,
+                          %l: tensor<?x128xbf16>, %o: tensor<?x256xbf16>, %blk: tensor<2x?x128xbf16>) -> tensor<?x256xbf16> {
+  %h = kiln.embedding ins(%ids, %table : tensor<?xi32>, tensor<128x64xbf16>) outs(%e : tensor<?x64xbf16>) {vocab_parallel} -> tensor<?x64xbf16>
+  %s = kiln.all_reduce ins(%h : tensor<?x64xbf16>) outs(%h : tensor<?x64xbf16>) -> tensor<?x64xbf16>
+  %g:2 = kiln.all_gather ins(%l : tensor<?x128xbf16>) outs(%o, %blk : tensor<?x256xbf16>, tensor<2x?x128xbf16>) -> tensor<?x256xbf16>, tensor<2x?x128xbf16>
+  return %g#0 : tensor<?x256xbf16>
+}
+
+// -----
+// CHECK-LABEL: func.func @gather_on_buffers
+// CHECK: kiln.all_gather ins(%{{.*}} : memref<4x128xbf16>) outs(%{{.*}}, %{{.*}} : memref<4x512xbf16>, memref<4x4x128xbf16>)
+// CHECK-NOT: ->
+func.func @gather_on_buffers(%x: memref<4x128xbf16>, %o: memref<4x512xbf16>, %blk: memref<4x4x128xbf16>) {
+  kiln.all_gather ins(%x : memref<4x128xbf16>) outs(%o, %blk : memref<4x512xbf16>, memref<4x4x128xbf16>)
+  return
+}

@@ -205,6 +205,30 @@ TEST(GraphReference, EmbeddingAndGather) {
     EXPECT_EQ(out[i], want[i]) << i;
 }
 
+// A vocabulary-parallel rank's lookup: its rows [first, first + rows) only; the ranks'
+// lookups sum to the whole table's. And the interleave of gathered column blocks.
+TEST(GraphReference, EmbeddingRowsAndBlocksToColumns) {
+  const uint16_t table[8] = {1, 2, 3, 4, 5, 6, 7, 8}; // 4 rows of 2
+  const int32_t ids[5] = {3, -1, 0, 2, 4};
+  uint16_t whole[10], low[10], high[10];
+  embeddingReference(ids, table, whole, 5, 4, 2);
+  embeddingRowsReference(ids, table, low, 5, 0, 2, 2);
+  embeddingRowsReference(ids, table + 4, high, 5, 2, 2, 2);
+  const uint16_t wantHigh[10] = {7, 8, 0, 0, 0, 0, 5, 6, 0, 0};
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(high[i], wantHigh[i]) << i;
+    EXPECT_EQ(low[i] + high[i], whole[i]) << i;
+    EXPECT_TRUE(low[i] == 0 || high[i] == 0) << i;
+  }
+  // 3 parts of [2 rows, 2 cols]: part p's row r lands at columns [2p, 2p + 2) of row r.
+  const uint16_t blocks[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  uint16_t out[12];
+  blocksToColumnsReference(blocks, out, 3, 2, 2);
+  const uint16_t want[12] = {1, 2, 5, 6, 9, 10, 3, 4, 7, 8, 11, 12};
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(out[i], want[i]) << i;
+}
+
 TEST(GraphReference, ArgmaxTiesNanZeros) {
   const uint16_t nan = 0x7FC0, inf = 0x7F80, ninf = 0xFF80, nzero = 0x8000;
   const uint16_t logits[6 * 4] = {
@@ -252,6 +276,29 @@ void expectError(kiln_status_t got, kiln_status_t want, const char *kernel, cons
 
 constexpr kiln_status_t kInvalid = KILN_ERROR_INVALID_ARGUMENT;
 constexpr kiln_status_t kUnsupported = KILN_ERROR_UNSUPPORTED;
+
+TEST(GraphValidation, EmbeddingRowsAndBlocksToColumns) {
+  const char *k = "kiln_embedding_rows_bf16";
+  void *t = fake(0x10000), *o = fake(0x20000);
+  const int32_t *ids = fakeIndex(0x30000);
+  expectError(kiln_embedding_rows_bf16(nullptr, t, o, 4, 0, 10, 8, nullptr), kInvalid, k, "ids");
+  expectError(kiln_embedding_rows_bf16(ids, t, o, 4, -1, 10, 8, nullptr), kInvalid, k, "first");
+  expectError(kiln_embedding_rows_bf16(ids, t, o, 4, int64_t(1) << 32, 10, 8, nullptr),
+              kUnsupported, k, "first");
+  expectError(kiln_embedding_rows_bf16(ids, t, o, 4, 10, 0, 8, nullptr), kInvalid, k, "rows");
+  expectError(kiln_embedding_rows_bf16(ids, t, o, 4, 10, 10, 0, nullptr), kInvalid, k, "hidden");
+  EXPECT_EQ(kiln_embedding_rows_bf16(ids, t, o, 0, 10, 10, 8, nullptr), KILN_OK);
+  const char *g = "kiln_blocks_to_columns_bf16";
+  expectError(kiln_blocks_to_columns_bf16(nullptr, o, 2, 4, 8, nullptr), kInvalid, g, "blocks");
+  expectError(kiln_blocks_to_columns_bf16(t, nullptr, 2, 4, 8, nullptr), kInvalid, g, "out");
+  expectError(kiln_blocks_to_columns_bf16(fake(0x10001), o, 2, 4, 8, nullptr), kInvalid, g,
+              "blocks");
+  expectError(kiln_blocks_to_columns_bf16(t, o, 0, 4, 8, nullptr), kInvalid, g, "parts");
+  expectError(kiln_blocks_to_columns_bf16(t, o, 2, -1, 8, nullptr), kInvalid, g, "rows");
+  expectError(kiln_blocks_to_columns_bf16(t, o, 2, 4, 0, nullptr), kInvalid, g, "cols");
+  EXPECT_EQ(kiln_blocks_to_columns_bf16(t, o, 2, 0, 8, nullptr), KILN_OK); // no rows, no CUDA
+  EXPECT_STREQ(kiln_last_error(), "");
+}
 
 TEST(GraphValidation, Embedding) {
   const char *k = "kiln_embedding_bf16";

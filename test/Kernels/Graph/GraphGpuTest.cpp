@@ -916,6 +916,67 @@ TEST(GraphGpu, EmbeddingAndGather) {
   }
 }
 
+// A vocabulary-parallel rank's lookup equals the reference of its rows, and the ranks'
+// lookups are the whole table's rows where the id is theirs, zeros elsewhere.
+TEST(GraphGpu, EmbeddingRows) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  for (int64_t hidden : {int64_t(4096), int64_t(100)}) {
+    SCOPED_TRACE("hidden " + std::to_string(hidden));
+    const int64_t vocab = 1000, ranks = 4, rows = vocab / ranks, tokens = 41;
+    const auto table = randomBf16(vocab * hidden, rng, 1.0f);
+    std::vector<int32_t> ids(tokens);
+    std::uniform_int_distribution<int32_t> id(-3, static_cast<int32_t>(vocab) + 2);
+    for (auto &v : ids)
+      v = id(rng);
+    ids[0] = static_cast<int32_t>(rows) - 1;
+    ids[1] = static_cast<int32_t>(rows);
+    ids[2] = static_cast<int32_t>(vocab) - 1;
+    auto dids = upload(ids);
+    std::vector<uint16_t> whole(tokens * hidden);
+    embeddingReference(ids.data(), table.data(), whole.data(), tokens, vocab, hidden);
+    for (int64_t r = 0; r < ranks; ++r) {
+      std::vector<uint16_t> block(table.begin() + r * rows * hidden,
+                                  table.begin() + (r + 1) * rows * hidden);
+      auto dtable = upload(block);
+      auto dout = poisoned(tokens * hidden * 2);
+      KILN_OK_(kiln_embedding_rows_bf16(dids->at<int32_t>(), dtable->at<uint16_t>(),
+                                        dout->at<uint16_t>(), tokens, r * rows, rows, hidden,
+                                        nullptr));
+      std::vector<uint16_t> want(tokens * hidden);
+      embeddingRowsReference(ids.data(), block.data(), want.data(), tokens, r * rows, rows, hidden);
+      const auto got = download(dout->at<uint16_t>(), tokens * hidden);
+      EXPECT_EQ(got, want) << "rank " << r;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const bool mine = ids[t] >= r * rows && ids[t] < (r + 1) * rows;
+        for (int64_t j = 0; j < hidden; ++j)
+          ASSERT_EQ(got[t * hidden + j], mine ? whole[t * hidden + j] : 0)
+              << "rank " << r << " token " << t << " j " << j;
+      }
+    }
+  }
+}
+
+// The interleave after an all-gather of logit columns, at odd widths and offsets.
+TEST(GraphGpu, BlocksToColumns) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  for (int64_t parts : {int64_t(1), int64_t(2), int64_t(3), int64_t(8)})
+    for (int64_t rows : {int64_t(1), int64_t(5), int64_t(64)})
+      for (int64_t cols : {int64_t(1), int64_t(37), int64_t(16032)}) {
+        SCOPED_TRACE("parts " + std::to_string(parts) + " rows " + std::to_string(rows) + " cols " +
+                     std::to_string(cols));
+        const auto blocks = randomBf16(parts * rows * cols, rng, 1.0f);
+        auto dblocks = upload(blocks);
+        auto dout = poisoned(parts * rows * cols * 2);
+        KILN_OK_(kiln_blocks_to_columns_bf16(dblocks->at<uint16_t>(), dout->at<uint16_t>(), parts,
+                                             rows, cols, nullptr));
+        std::vector<uint16_t> want(parts * rows * cols);
+        blocksToColumnsReference(blocks.data(), want.data(), parts, rows, cols);
+        EXPECT_EQ(download(dout->at<uint16_t>(), parts * rows * cols), want);
+      }
+}
+
 // ---- argmax ----------------------------------------------------------------------------
 TEST(GraphGpu, Argmax) {
   KILN_REQUIRE_GPU();

@@ -257,7 +257,11 @@ def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
     kernels' workspace and the runtime's per-step buffers (`io`). The runtime allocates
     exactly `total` bytes. `cuda_graphs` is the driver memory the decode steps' CUDA
     graphs may take on top (`#kiln.runtime`'s `cuda_graphs` shapes, each reserved by its
-    launch count); the runtime stops capturing before it exceeds it.
+    launch count); the runtime stops capturing before it exceeds it. `collectives` is
+    the device memory a tensor-parallel rank reserves for its NCCL communicator
+    (NCCL's own buffers, made when the context joins; `kiln-plan-activations`'
+    `collective-bytes`, 0 for a model without collectives); loading refuses a
+    communicator that took more.
 
     ```mlir
     #kiln.device_memory<weights = 1048576, caches = 2097152, activations = 524288,
@@ -274,7 +278,8 @@ def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
     "uint64_t":$max_step_tokens,
     "uint64_t":$max_logit_rows,
     "uint64_t":$activation_buffers,
-    DefaultValuedParameter<"uint64_t", "0">:$cuda_graphs
+    DefaultValuedParameter<"uint64_t", "0">:$cuda_graphs,
+    DefaultValuedParameter<"uint64_t", "0">:$collectives
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let extraClassDeclaration = [{
@@ -282,7 +287,7 @@ def Kiln_DeviceMemoryAttr : Kiln_Attr<"DeviceMemory", "device_memory"> {
     /// overflow.
     std::optional<uint64_t> getTotal() const;
     /// Everything the model takes of the device: the allocation plus the CUDA graphs'
-    /// reserve; nullopt on overflow.
+    /// and the communicator's reserves; nullopt on overflow.
     std::optional<uint64_t> getDeviceTotal() const;
   }];
 }

@@ -460,9 +460,17 @@ def Kiln_EmbeddingOp : Kiln_BinaryComputeOp<"embedding", "ids", "table"> {
   let summary = "token embedding lookup";
   let description = [{
     `out[t, :] = table[ids[t], :]`; `ids: [tokens] i32`, `table: [vocab, hidden]`,
-    `out: [tokens, hidden]`.
+    `out: [tokens, hidden]`. An id outside the table gives a zero row.
+
+    With `vocab_parallel` the table is one tensor-parallel rank's block of the
+    vocabulary (docs/tensor-parallel.md): `rows = vocab / ranks` rows, the vocabulary's
+    `[rank * rows, (rank + 1) * rows)`, where the rank is the context's at run time (one
+    compiled model serves every rank). An id outside the block gives a zero row, so a
+    `kiln.all_reduce` after it sums the ranks' rows to the whole table's lookup. Lowers
+    to `kiln_rt_embedding_rank`, otherwise to `kiln_rt_embedding`.
   }];
-  let arguments = (ins AnyShaped:$ids, AnyShaped:$table, AnyShaped:$init);
+  let arguments = (ins AnyShaped:$ids, AnyShaped:$table, AnyShaped:$init,
+                       UnitAttr:$vocab_parallel);
 }
 
 def Kiln_RmsNormOp : Kiln_BinaryComputeOp<"rms_norm", "input", "weight"> {
@@ -651,6 +659,40 @@ def Kiln_AllReduceOp : Kiln_ComputeOp<"all_reduce",
   let assemblyFormat = [{
     `ins` `(` $input `:` type($input) `)` `outs` `(` $init `:` type($init) `)` attr-dict
     (`->` type($result)^)?
+  }];
+}
+
+def Kiln_AllGatherOp : Kiln_Op<"all_gather", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>]> {
+  let summary = "the tensor-parallel ranks' column blocks side by side";
+  let description = [{
+    `out[r, k * cols + j] = input_k[r, j]` over the ranks `k` of the communicator:
+    `input: [rows, cols]`, `init: [rows, ranks * cols]`, bf16. A vocabulary-parallel
+    lm_head's rank computes its `vocab / ranks` logit columns; this returns the whole
+    logits to every rank.
+
+    NCCL's all-gather places each rank's buffer as one contiguous block, so it fills
+    `blocks: [ranks, rows, cols]` (the block of rank `k` is its `[rows, cols]`
+    matrix), and each block is then copied into its columns of `init` (a strided copy a
+    rank). `blocks` is an output only as scratch: its contents after the op are
+    unspecified. Lowers to `kiln_rt_all_gather`, an `ncclAllGather` on the context's
+    stream (CUDA-graph capturable); with one rank and no communicator it is a copy.
+  }];
+  let arguments = (ins AnyShaped:$input, AnyShaped:$init, AnyShaped:$blocks);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let hasVerifier = 1;
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)`
+    `outs` `(` $init `,` $blocks `:` type($init) `,` type($blocks) `)`
+    attr-dict (`->` type($results)^)?
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      // init and blocks are the last two operands.
+      return ::mlir::MutableOperandRange(getOperation(), 1, 2);
+    }
   }];
 }
 
