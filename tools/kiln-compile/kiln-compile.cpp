@@ -83,6 +83,11 @@ cl::opt<bool> collectivesAtOneRank(
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
              "for checking a one-rank NCCL run against a plain one)"),
     cl::init(false), cl::Hidden, cl::cat(importCategory));
+cl::opt<bool>
+    noRollImport("no-roll-import",
+                 cl::desc("import every layer unrolled instead of one layer loop (for tests and "
+                          "comparisons: the deployed module and the calls are the same)"),
+                 cl::init(false), cl::Hidden, cl::cat(importCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -153,6 +158,7 @@ int compile(int argc, char **argv) {
   options.draftModelPath = draftModelPath;
   options.importOnly = importOnly;
   options.collectivesAtOneRank = collectivesAtOneRank;
+  options.rollImport = !noRollImport;
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
