@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 namespace kiln {
 #define GEN_PASS_DEF_KILNEXPANDLAYERS
@@ -83,11 +84,17 @@ Block::iterator endOfResources(Block &entry) {
 struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // Layer loops sit at the top of a function (the importer puts them there): looking
+    // only there keeps an unrolled module's no-op run from walking every op.
     SmallVector<scf::ForOp> loops;
-    module.walk([&](scf::ForOp loop) {
-      if (loop->hasAttr(KilnDialect::kLayersAttrName))
-        loops.push_back(loop);
-    });
+    for (auto fn : module.getOps<FunctionOpInterface>()) {
+      if (fn.isExternal())
+        continue;
+      for (Operation &op : fn.getFunctionBody().front())
+        if (auto loop = dyn_cast<scf::ForOp>(op);
+            loop && loop->hasAttr(KilnDialect::kLayersAttrName))
+          loops.push_back(loop);
+    }
     for (scf::ForOp loop : loops)
       if (failed(expandLoop(loop)))
         return signalPassFailure();

@@ -66,7 +66,8 @@ def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
     `kiln.weight_ref`s of the layer's members, each layer op moved to its layer
     (`setLayerIndex`), module paths `model.layers.{}` named by the layer, and the
     body's cache resources declared with the function's (at `offset + i * stride`).
-    A module without layer loops is left as it is.
+    Layer loops are looked for at the top of functions; a module without them is left
+    as it is.
   }];
   let statistics = [
     Statistic<"numLoops", "loops", "Layer loops expanded">,
