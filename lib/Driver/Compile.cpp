@@ -9,6 +9,7 @@
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Import/HFConfig.h"
 #include "kiln/Target/AOT.h"
+#include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -86,6 +87,25 @@ LogicalResult planDeviceMemory(ModuleOp module, const CompileOptions &o) {
   if (Attribute memory = (*copy)->getAttr(KilnDialect::kDeviceMemoryAttrName))
     module->setAttr(KilnDialect::kDeviceMemoryAttrName, memory);
   return success();
+}
+
+/// kiln-expand-layers with the tool's pass-manager options (a stage of its own in
+/// --mlir-timing); a module without layer loops is left as it is.
+LogicalResult expandLayers(ModuleOp module, const CompileOptions &o) {
+  // Layer loops sit at the top of a function: an unrolled module skips the stage and
+  // its verification of every op.
+  bool rolled = llvm::any_of(module.getOps<func::FuncOp>(), [](func::FuncOp fn) {
+    return !fn.isExternal() && llvm::any_of(fn.front(), [](Operation &op) {
+      return op.hasAttr(KilnDialect::kLayersAttrName);
+    });
+  });
+  if (!rolled)
+    return success();
+  PassManager pm(module.getContext(), ModuleOp::getOperationName());
+  if (failed(configure(pm, o)))
+    return failure();
+  pm.addPass(createKilnExpandLayers());
+  return runStage(pm, module, o);
 }
 
 /// The deploy pipeline with the tool's pass-manager options; the pass result.
@@ -233,6 +253,10 @@ bool validSpec(llvm::StringRef spec, std::string &mode) {
 std::string describeLocation(Location loc, std::string &layerName) {
   if (auto name = dyn_cast<NameLoc>(loc)) {
     layerName = name.getName().getValue().str();
+    // A layer loop's body (model.layers.{}) speaks for its first layer, as its ops'
+    // layer attributes do; the importer's loops start at layer 0.
+    if (size_t hole = layerName.find("{}"); hole != std::string::npos)
+      layerName.replace(hole, 2, "0");
     loc = name.getChildLoc();
   }
   std::string out;
@@ -309,6 +333,8 @@ int compile(MLIRContext &context, const CompileOptions &o) {
       if (draftModelPath.empty())
         importOptions.tp = static_cast<unsigned>(flags.tp.value_or(1));
       importOptions.collectivesAtOneRank = o.collectivesAtOneRank;
+      // A draft model's merge renames and renumbers the target's layers one by one.
+      importOptions.rollLayers = o.rollImport && draftModelPath.empty();
       if (specMode == "mtp")
         llvm::StringRef(specName).substr(specName.find(':') + 1)
             .getAsInteger(10, importOptions.mtpDrafts);
@@ -327,8 +353,10 @@ int compile(MLIRContext &context, const CompileOptions &o) {
                   draftBuffer.getError().message());
     unsigned draftId = sourceMgr.AddNewSourceBuffer(std::move(*draftBuffer), llvm::SMLoc());
     SourceMgrDiagnosticHandler draftHandler(sourceMgr, &context, llvm::errs());
-    OwningOpRef<ModuleOp> draft = importHFConfig(
-        sourceMgr.getMemoryBuffer(draftId)->getBuffer(), draftModelPath, &context);
+    ImportOptions draftOptions;
+    draftOptions.rollLayers = false;
+    OwningOpRef<ModuleOp> draft = importHFConfig(sourceMgr.getMemoryBuffer(draftId)->getBuffer(),
+                                                 draftModelPath, &context, draftOptions);
     if (!draft || failed(attachDraftModel(*module, std::move(draft))))
       return 1;
   }
@@ -378,6 +406,9 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     auto plan = (*module)->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName);
     bool doesNotFit = plan && !plan.getFits();
     if (failed(result) && !doesNotFit)
+      return 1;
+    // What follows (the report, the manifest, the lowering) sees every layer.
+    if (failed(expandLayers(*module, o)))
       return 1;
     ranPipeline = true;
     // The lowering plans the activations of the module itself; only a report needs them

@@ -26,6 +26,9 @@
 using namespace mlir;
 
 void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOptions &options) {
+  // Layer loops of a rolled import, copied once a layer (kiln-compile expands them
+  // after the deploy passes; for kiln-opt pipelines on such a module, here).
+  pm.addPass(createKilnExpandLayers());
   if (options.fuseResidualNorm)
     pm.addPass(createKilnFuseResidualNorm());
   bufferization::OneShotBufferizePassOptions bufferize;

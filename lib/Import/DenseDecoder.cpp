@@ -54,6 +54,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
@@ -152,6 +153,17 @@ private:
   Value rope(Value x, Value positions, Value count, Location at);
 
   void buildLayer(const LayerSpec &layer, Value &h, Value positions, Value tokens);
+  /// Whether every layer of the model is a `buildLayer` layer like the first (the same
+  /// kind, window and MLP), so that one body stands for all of them.
+  bool layersRoll() const;
+  /// Every layer as one `scf.for %layer` marked `kiln.layers` over a body built by
+  /// `buildLayer` (the residual stream carried), its weights as families.
+  void buildRolledLayers(Value &h, Value zero, Value positions, Value tokens);
+  /// Module path of layer `layer` ("model.layers.3"), or of the layer loop's body
+  /// ("model.layers.{}"), whose weights are then families.
+  std::string layerPrefix(const LayerSpec &layer) const {
+    return "model.layers." + (layerIndex ? std::string("{}") : std::to_string(layer.index));
+  }
   /// Self-attention of `module` (q/k/v/o_proj) on x; RoPE on q and k unless `noRope`.
   Value attention(Value x, const std::string &module, const LayerSpec &layer, Value positions,
                   Value tokens, bool bias, bool noRope, Value sinks = {});
@@ -227,12 +239,32 @@ private:
   bool perRank = false;
   llvm::StringMap<RankedTensorType> declared;
   SmallVector<WeightOp> weights;
+  /// The induction variable of the layer loop whose body is being built (null outside).
+  Value layerIndex;
+  SmallVector<WeightFamilyOp> families;
 };
 
 Value DenseDecoderBuilder::weight(const Twine &name, ArrayRef<int64_t> shape, Location at,
                                   Type element, ArrayRef<int64_t> rowGroups, ShardAttr shard) {
   std::string key = name.str();
   auto type = RankedTensorType::get(shape, element ? element : m.dtype);
+  // In a layer loop's body a layer's weight is its family's member at the loop index.
+  if (layerIndex && StringRef(key).contains("{}")) {
+    if (!declared.count(key)) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(firstFunction);
+      auto count =
+          cast<arith::ConstantIndexOp>(cast<scf::ForOp>(layerIndex.getParentBlock()->getParentOp())
+                                           .getUpperBound()
+                                           .getDefiningOp());
+      families.push_back(WeightFamilyOp::create(
+          b, loc(key), key, count.value(), type, IntegerAttr(), IntegerAttr(),
+          rowGroups.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(rowGroups),
+          DenseI64ArrayAttr(), /*transpose_checkpoint=*/false, /*mxfp4_checkpoint=*/false, shard));
+      declared[key] = type;
+    }
+    return WeightMemberOp::create(b, at, type, key, layerIndex);
+  }
   if (!declared.count(key)) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(firstFunction);
@@ -320,7 +352,7 @@ Value DenseDecoderBuilder::rope(Value x, Value positions, Value count, Location 
 
 void DenseDecoderBuilder::buildLayer(const LayerSpec &layer, Value &h, Value positions,
                                      Value tokens) {
-  std::string prefix = "model.layers." + std::to_string(layer.index);
+  std::string prefix = layerPrefix(layer);
   std::string attn = prefix + ".self_attn", mlp = prefix + ".mlp";
 
   Value x = rmsNorm(h, prefix + ".input_layernorm.weight", tokens,
@@ -967,7 +999,15 @@ LogicalResult DenseDecoderBuilder::build() {
   const std::string embedName = nemotron ? "backbone.embeddings" : "model.embed_tokens";
   Value h = embedding(embedName + ".weight", tokenIds, tokens, loc(embedName));
   SmallVector<const LayerSpec *> draftLayers;
+  const bool rolled = options.rollLayers && layersRoll();
+  if (rolled)
+    buildRolledLayers(h, zero, positions, tokens);
   for (auto [i, layer] : llvm::enumerate(m.layers)) {
+    if (rolled) {
+      if (layer.draft)
+        draftLayers.push_back(&layer);
+      continue;
+    }
     if (nemotron) {
       buildNemotronBlock(layer, h, positions, tokens);
       continue;
@@ -1034,6 +1074,47 @@ LogicalResult DenseDecoderBuilder::build() {
   return success();
 }
 
+bool DenseDecoderBuilder::layersRoll() const {
+  if (!m.isDense() || m.isGptOss() || m.experts > 0)
+    return false;
+  const LayerSpec *first = nullptr;
+  int64_t count = 0;
+  for (const LayerSpec &layer : m.layers) {
+    // A dense layer's MLP entry goes with its attention (buildLayer builds both).
+    if (layer.draft || layer.kind == LayerKind::mlp)
+      continue;
+    if (layer.kind != LayerKind::attention || layer.index != count)
+      return false;
+    if (!first)
+      first = &layer;
+    else if (layer.window != first->window)
+      return false;
+    ++count;
+  }
+  return count >= 2;
+}
+
+void DenseDecoderBuilder::buildRolledLayers(Value &h, Value zero, Value positions, Value tokens) {
+  auto isBody = [](const LayerSpec &layer) {
+    return !layer.draft && layer.kind == LayerKind::attention;
+  };
+  const LayerSpec *first = llvm::find_if(m.layers, isBody);
+  int64_t count = llvm::count_if(m.layers, isBody);
+  Value upper = arith::ConstantIndexOp::create(b, fileLoc, count);
+  Value step = arith::ConstantIndexOp::create(b, fileLoc, 1);
+  auto loop = scf::ForOp::create(b, fileLoc, zero, upper, step, ValueRange{h});
+  loop->setAttr(KilnDialect::kLayersAttrName, b.getUnitAttr());
+  OpBuilder::InsertionGuard guard(b);
+  Block *body = loop.getBody();
+  b.setInsertionPointToEnd(body);
+  layerIndex = loop.getInductionVar();
+  Value carried = loop.getRegionIterArgs().front();
+  buildLayer(*first, carried, positions, tokens);
+  layerIndex = Value();
+  scf::YieldOp::create(b, fileLoc, carried);
+  h = loop.getResult(0);
+}
+
 const LayerSpec *DenseDecoderBuilder::mtpLayer() const {
   if (!options.mtpDrafts || !m.isDeepSeek())
     return nullptr;
@@ -1083,6 +1164,13 @@ uint64_t DenseDecoderBuilder::weightBytes() {
   for (WeightOp w : weights) {
     std::optional<uint64_t> bytes = w.getBytes();
     if (!bytes || __builtin_add_overflow(total, *bytes, &total))
+      return UINT64_MAX;
+  }
+  for (WeightFamilyOp family : families) {
+    std::optional<uint64_t> bytes = family.getMemberBytes();
+    uint64_t all = 0;
+    if (!bytes || __builtin_mul_overflow(*bytes, static_cast<uint64_t>(family.getCount()), &all) ||
+        __builtin_add_overflow(total, all, &total))
       return UINT64_MAX;
   }
   return total;

@@ -53,11 +53,12 @@ struct InsertCachesPass : public kiln::impl::KilnInsertCachesBase<InsertCachesPa
          op.getResourceRequests(config.spec, config.runtime)) {
       bool speculative = isSpeculativeOnlyKind(request.kind);
       auto resource = CacheResourceOp::create(
-          builder, op.getLoc(), CacheType::get(op->getContext(), request.kind),
-          op.getLayerIndex(), request.unit, request.elementType,
+          builder, op.getLoc(), CacheType::get(op->getContext(), request.kind), op.getLayerIndex(),
+          request.unit, request.elementType,
           request.window ? builder.getI64IntegerAttr(*request.window) : IntegerAttr(),
-          request.shard ? builder.getI64IntegerAttr(*request.shard) : IntegerAttr(),
-          speculative, /*unmanaged=*/false, StringAttr(), IntegerAttr(), IntegerAttr());
+          request.shard ? builder.getI64IntegerAttr(*request.shard) : IntegerAttr(), speculative,
+          /*unmanaged=*/false, StringAttr(), IntegerAttr(), IntegerAttr(),
+          /*stride=*/IntegerAttr());
       resources.push_back(resource);
       lastResource[&entry] = resource;
       ++numResources;

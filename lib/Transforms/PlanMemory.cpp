@@ -2,6 +2,8 @@
 #include "PassDetail.h"
 #include "kiln/Transforms/Passes.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
@@ -34,9 +36,26 @@ struct PlannedResource {
   PoolCategory category;
   std::string pool;
   uint64_t unitBytes = 0; // bytes per token (KV) or per slot (state)
-  uint64_t bytes = 0;
-  uint64_t offset = 0;
+  uint64_t bytes = 0;     // of one copy
+  uint64_t offset = 0;    // of the first copy
+  /// Copies: the layers of the layer loop whose body declares it (1 outside one).
+  uint64_t copies = 1;
+  /// That layer loop (null outside one).
+  Operation *loop = nullptr;
 };
+
+/// The layer loop (`scf.for` marked `kiln.layers`) directly around `op`, and its trip
+/// count; {nullptr, 1} when there is none.
+std::pair<Operation *, uint64_t> enclosingLayerLoop(Operation *op) {
+  auto loop = dyn_cast_or_null<scf::ForOp>(op->getParentOp());
+  if (!loop || !loop->hasAttr(KilnDialect::kLayersAttrName))
+    return {nullptr, 1};
+  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
+  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
+  if (!lower || !upper || *upper <= *lower)
+    return {nullptr, 1};
+  return {loop, static_cast<uint64_t>(*upper - *lower)};
+}
 
 /// "kv.w4096.d128.bf16" / "kv.full.d576.bf16": KV pools are keyed by window, the
 /// innermost dimension (head dim or latent width) and the element type.
@@ -104,6 +123,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         return WalkResult::interrupt();
       }
       planned.unitBytes = *unit;
+      std::tie(planned.loop, planned.copies) = enclosingLayerLoop(op);
       resources.push_back(planned);
       return WalkResult::advance();
     });
@@ -192,11 +212,24 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
   uint64_t exactWeightBytes = 0;
 
   /// Lays the module's `kiln.weight`s out in one allocation (256-byte aligned, in
-  /// declaration order) and returns its size; nullopt on overflow (diagnosed).
+  /// declaration order) and returns its size; nullopt on overflow (diagnosed). A run of
+  /// consecutive weight families of one count is laid out member-major, as the
+  /// unrolled layers' weights would be: each family at the offset of its member 0 and
+  /// the run's stride.
   std::optional<uint64_t> planWeights(ModuleOp module) {
     uint64_t offset = 0;
     Builder builder(module.getContext());
-    for (WeightOp weight : module.getOps<WeightOp>()) {
+    for (Operation &op : module.getBody()->getOperations()) {
+      if (auto family = dyn_cast<WeightFamilyOp>(op)) {
+        if (!isa_and_nonnull<WeightFamilyOp>(family->getPrevNode()) ||
+            cast<WeightFamilyOp>(family->getPrevNode()).getCount() != family.getCount())
+          if (!planFamilyRun(family, offset))
+            return std::nullopt;
+        continue;
+      }
+      auto weight = dyn_cast<WeightOp>(op);
+      if (!weight)
+        continue;
       std::optional<uint64_t> bytes = weight.getBytes();
       uint64_t aligned = 0;
       if (!bytes || __builtin_add_overflow(offset, *bytes, &aligned) ||
@@ -209,6 +242,48 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       offset = llvm::alignTo(aligned, kAlignment);
     }
     return offset;
+  }
+
+  /// Lays out the run of families starting at `first` from `offset` (advanced past the
+  /// run); false on overflow (diagnosed).
+  bool planFamilyRun(WeightFamilyOp first, uint64_t &offset) {
+    SmallVector<WeightFamilyOp> run;
+    for (Operation *op = first; op; op = op->getNextNode()) {
+      auto family = dyn_cast<WeightFamilyOp>(op);
+      if (!family || family.getCount() != first.getCount())
+        break;
+      run.push_back(family);
+    }
+    // One layer's members, as the unrolled layout would place them after `offset`.
+    uint64_t stride = 0;
+    SmallVector<uint64_t> within;
+    for (WeightFamilyOp family : run) {
+      std::optional<uint64_t> bytes = family.getMemberBytes();
+      uint64_t end = 0;
+      if (!bytes || __builtin_add_overflow(stride, *bytes, &end) ||
+          end > static_cast<uint64_t>(INT64_MAX) - kAlignment)
+        return emitFamilyOverflow(family);
+      within.push_back(stride);
+      stride = llvm::alignTo(end, kAlignment);
+    }
+    uint64_t all = 0, endOfRun = 0;
+    if (__builtin_mul_overflow(stride, static_cast<uint64_t>(first.getCount()), &all) ||
+        __builtin_add_overflow(offset, all, &endOfRun) ||
+        endOfRun > static_cast<uint64_t>(INT64_MAX) - kAlignment)
+      return emitFamilyOverflow(run.back());
+    Builder builder(first.getContext());
+    for (auto [family, start] : llvm::zip_equal(run, within)) {
+      family.setOffsetAttr(builder.getI64IntegerAttr(static_cast<int64_t>(offset + start)));
+      family.setStrideAttr(builder.getI64IntegerAttr(static_cast<int64_t>(stride)));
+    }
+    offset = endOfRun;
+    return true;
+  }
+
+  bool emitFamilyOverflow(WeightFamilyOp family) {
+    family.emitError() << "the weights' total size overflows 64 bits at '" << family.getSymName()
+                       << "'";
+    return false;
   }
 
   /// Pages per KV resource so that KV fills what the budget leaves after states.
@@ -227,16 +302,21 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       // A ring pool's size is fixed by the window, not by the pages left.
       if (ringPagesPerSlot(planned.op, runtime) > 0)
         fixed = llvm::SaturatingAdd(
-            fixed, alignSaturating(computeResourceBytes(planned.op, runtime)
-                                       .value_or(std::numeric_limits<uint64_t>::max())));
+            fixed, llvm::SaturatingMultiply(
+                       alignSaturating(computeResourceBytes(planned.op, runtime)
+                                           .value_or(std::numeric_limits<uint64_t>::max())),
+                       planned.copies));
       else if (planned.op.getAllocationUnit() == AllocationUnit::perToken)
         bytesPerPage = llvm::SaturatingAdd(
-            bytesPerPage, llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,
-                                                             runtime.getPageSize()));
+            bytesPerPage,
+            llvm::SaturatingMultiply<uint64_t>(
+                llvm::SaturatingMultiply<uint64_t>(planned.unitBytes, runtime.getPageSize()),
+                planned.copies));
       else
         fixed = llvm::SaturatingAdd(
-            fixed, alignSaturating(llvm::SaturatingMultiply<uint64_t>(planned.unitBytes,
-                                                                     runtime.getMaxBatch())));
+            fixed, llvm::SaturatingMultiply(alignSaturating(llvm::SaturatingMultiply<uint64_t>(
+                                                planned.unitBytes, runtime.getMaxBatch())),
+                                            planned.copies));
     }
     if (bytesPerPage == 0)
       return 0;
@@ -262,9 +342,12 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t total = 0;
     for (PlannedResource &planned : resources) {
       std::optional<uint64_t> bytes = computeResourceBytes(planned.op, runtime, kvPages);
+      std::optional<uint64_t> copies = bytes && *bytes <= kMaxPlanBytes
+                                           ? llvm::checkedMulUnsigned<uint64_t>(
+                                                 llvm::alignTo(*bytes, kAlignment), planned.copies)
+                                           : std::nullopt;
       std::optional<uint64_t> aligned =
-          bytes ? llvm::checkedAddUnsigned<uint64_t>(total, llvm::alignTo(*bytes, kAlignment))
-                : std::nullopt;
+          copies ? llvm::checkedAddUnsigned<uint64_t>(total, *copies) : std::nullopt;
       if (!aligned || *aligned > kMaxPlanBytes)
         return planned.op.emitError()
                << (bytes ? "the cache plan's total overflows 63 bits at "
@@ -302,31 +385,31 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     SmallVector<Attribute> poolAttrs;
     uint64_t offset = 0, kv = 0, state = 0, speculative = 0, unmanaged = 0;
     for (auto &[name, members] : pools) {
-      uint64_t poolOffset = offset;
+      uint64_t poolOffset = offset, poolMembers = 0;
       PoolCategory category = members.front()->category;
-      for (PlannedResource *planned : members) {
-        planned->offset = offset;
-        offset += llvm::alignTo(planned->bytes, kAlignment);
+      for (auto [i, planned] : llvm::enumerate(members)) {
+        placeInPool(members, i, offset);
+        poolMembers += planned->copies;
+        uint64_t bytes = planned->bytes * planned->copies;
         CacheResourceOp op = planned->op;
         op.setPoolAttr(builder.getStringAttr(name));
         op.setOffsetAttr(builder.getI64IntegerAttr(planned->offset));
         op.setBytesAttr(builder.getI64IntegerAttr(planned->bytes));
         if (op.isSpeculativeOnly())
-          speculative += planned->bytes;
+          speculative += bytes;
         if (category == PoolCategory::kv)
-          kv += planned->bytes;
+          kv += bytes;
         else if (category == PoolCategory::state)
-          state += planned->bytes;
+          state += bytes;
         else {
-          unmanaged += planned->bytes;
+          unmanaged += bytes;
           op.emitWarning() << describeResource(op) << " (" << formatBytes(planned->bytes)
                            << ") is unmanaged: it is allocated outside Kiln's pools, "
                               "per layer, and no cache manager accounts for it";
         }
       }
-      poolAttrs.push_back(PoolAttr::get(module.getContext(), name,
-                                        category, poolOffset,
-                                        offset - poolOffset, members.size()));
+      poolAttrs.push_back(PoolAttr::get(module.getContext(), name, category, poolOffset,
+                                        offset - poolOffset, poolMembers));
     }
     uint64_t total = offset;
     uint64_t pages = kvPages ? *kvPages : pagesPlanned(config.runtime, resources);
@@ -346,6 +429,32 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
       reportOverBudget(module, resources, config, total, budget);
       signalPassFailure();
     }
+  }
+
+  /// Places `members[i]` of a pool at `offset` and advances it. The members a layer
+  /// loop's body declares are consecutive in the pool (stable order); as unrolled
+  /// layers they would interleave layer by layer, so each gets the offset of its first
+  /// layer's copy and the stride of one layer's members (`stride` on the op).
+  void placeInPool(ArrayRef<PlannedResource *> members, size_t i, uint64_t &offset) {
+    PlannedResource *planned = members[i];
+    if (!planned->loop) {
+      planned->offset = offset;
+      offset += llvm::alignTo(planned->bytes, kAlignment);
+      return;
+    }
+    // The first of a loop's members in this pool lays out all of them.
+    if (i > 0 && members[i - 1]->loop == planned->loop)
+      return;
+    size_t end = i;
+    uint64_t stride = 0;
+    for (; end < members.size() && members[end]->loop == planned->loop; ++end) {
+      members[end]->offset = offset + stride;
+      stride += llvm::alignTo(members[end]->bytes, kAlignment);
+    }
+    Builder builder(planned->op.getContext());
+    for (size_t j = i; j < end; ++j)
+      members[j]->op.setStrideAttr(builder.getI64IntegerAttr(static_cast<int64_t>(stride)));
+    offset += stride * planned->copies;
   }
 
   std::string fractionText() const {
@@ -386,8 +495,9 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         groups.push_back({kind, speculative});
         group = &groups.back();
       }
-      ++group->count;
-      group->bytes = llvm::SaturatingAdd(group->bytes, planned.bytes);
+      group->count += planned.copies;
+      group->bytes = llvm::SaturatingAdd(group->bytes,
+                                         llvm::SaturatingMultiply(planned.bytes, planned.copies));
     }
     std::stable_sort(groups.begin(), groups.end(),
                      [](const ConsumerGroup &a, const ConsumerGroup &b) { return a.bytes > b.bytes; });
@@ -432,6 +542,7 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
         SpecAttr::get(module.getContext(), spec.getMode(), spec.getMaxDraftLen(), other);
     uint64_t otherBytes = 0;
     module.walk([&](CachedOpInterface op) {
+      uint64_t copies = enclosingLayerLoop(op).second;
       for (const ResourceRequest &request : op.getResourceRequestsUnder(otherSpec, runtime)) {
         if (!isSpeculativeOnlyKind(request.kind) || isPerTokenKind(request.kind))
           continue;
@@ -440,14 +551,16 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
             request.elementType);
         uint64_t bytes = llvm::SaturatingMultiply<uint64_t>(unit.value_or(UINT64_MAX),
                                                             runtime.getMaxBatch());
-        otherBytes = llvm::SaturatingAdd(otherBytes, alignSaturating(bytes));
+        otherBytes = llvm::SaturatingAdd(otherBytes,
+                                         llvm::SaturatingMultiply(alignSaturating(bytes), copies));
       }
     });
     uint64_t currentBytes = 0;
     for (const PlannedResource &planned : resources)
       if (planned.op.isSpeculativeOnly() &&
           planned.op.getAllocationUnit() == AllocationUnit::perSlot)
-        currentBytes = llvm::SaturatingAdd(currentBytes, planned.bytes);
+        currentBytes = llvm::SaturatingAdd(currentBytes,
+                                           llvm::SaturatingMultiply(planned.bytes, planned.copies));
     if (otherBytes == 0 || otherBytes >= currentBytes)
       return;
     const uint64_t withOther = total - currentBytes + otherBytes;
@@ -466,20 +579,23 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
   void suggestWhatFits(InFlightDiagnostic &diag, ArrayRef<PlannedResource> resources,
                        const ModuleConfig &config, uint64_t budget) {
     RuntimeAttr runtime = config.runtime;
-    uint64_t slack = resources.size() * kAlignment;
+    uint64_t slack = 0;
+    for (const PlannedResource &planned : resources)
+      slack = llvm::SaturatingAdd(slack, llvm::SaturatingMultiply(planned.copies, kAlignment));
     if (budget <= slack)
       return;
     uint64_t usable = budget - slack;
     uint64_t perSequence = 0, statePerSequence = 0, kvPerToken = 0;
     for (const PlannedResource &planned : resources) {
+      uint64_t unit = llvm::SaturatingMultiply(planned.unitBytes, planned.copies);
       if (planned.op.getAllocationUnit() == AllocationUnit::perSlot) {
-        perSequence = llvm::SaturatingAdd(perSequence, planned.unitBytes);
-        statePerSequence = llvm::SaturatingAdd(statePerSequence, planned.unitBytes);
+        perSequence = llvm::SaturatingAdd(perSequence, unit);
+        statePerSequence = llvm::SaturatingAdd(statePerSequence, unit);
         continue;
       }
-      perSequence = llvm::SaturatingAdd(
-          perSequence, llvm::SaturatingMultiply(planned.unitBytes, tokensPerSequence(runtime)));
-      kvPerToken = llvm::SaturatingAdd(kvPerToken, planned.unitBytes);
+      perSequence = llvm::SaturatingAdd(perSequence,
+                                        llvm::SaturatingMultiply(unit, tokensPerSequence(runtime)));
+      kvPerToken = llvm::SaturatingAdd(kvPerToken, unit);
     }
     if (perSequence == 0)
       return;
@@ -511,10 +627,11 @@ struct PlanMemoryPass : public kiln::impl::KilnPlanMemoryBase<PlanMemoryPass> {
     uint64_t steps = config.spec.getTokensPerStep(), perStep = 0, rest = 0;
     for (const PlannedResource &planned : resources) {
       ResourceKind kind = planned.op.getKind();
+      // Per copy, then times the copies: the same rounding as one resource a layer.
       if (isPerDraftStepKind(kind))
-        perStep += planned.bytes / steps;
+        perStep += planned.bytes / steps * planned.copies;
       else
-        rest += planned.bytes;
+        rest += llvm::SaturatingMultiply(planned.bytes, planned.copies);
     }
     if (perStep == 0)
       return;

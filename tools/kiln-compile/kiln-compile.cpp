@@ -89,6 +89,11 @@ cl::opt<unsigned> collectiveWorkspaceMib(
              "communicator (default 584: a one-rank communicator of PyTorch 2.11's NCCL on "
              "an H100); loading refuses a communicator that takes more"),
     cl::init(584), cl::cat(importCategory));
+cl::opt<bool>
+    noRollImport("no-roll-import",
+                 cl::desc("import every layer unrolled instead of one layer loop (for tests and "
+                          "comparisons: the deployed module and the calls are the same)"),
+                 cl::init(false), cl::Hidden, cl::cat(importCategory));
 cl::opt<bool> importOnly("import-only",
                          cl::desc("skip the deploy pipeline (emit/report the imported module)"),
                          cl::init(false), cl::cat(importCategory));
@@ -159,6 +164,7 @@ int compile(int argc, char **argv) {
   options.draftModelPath = draftModelPath;
   options.importOnly = importOnly;
   options.collectivesAtOneRank = collectivesAtOneRank;
+  options.rollImport = !noRollImport;
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;

@@ -36,6 +36,10 @@ struct CompileOptions {
   /// A dense model's per-rank form at --tp 1: the all-reduces in place (one-rank NCCL
   /// runs against plain ones; ImportOptions::collectivesAtOneRank).
   bool collectivesAtOneRank = false;
+  /// Import a model's alike layers as one layer loop (ImportOptions::rollLayers); off:
+  /// every layer unrolled from the start (for comparisons: the same module after
+  /// kiln-expand-layers).
+  bool rollImport = true;
   DeployOptions deploy;       // the deploy options (DeployOptions.def); unset target:
                               // h200 for a config; unset spec: none for a config
   LoweringOptions lowering;

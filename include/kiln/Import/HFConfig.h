@@ -62,6 +62,11 @@ struct ImportOptions {
   /// Build the per-rank form even at tp = 1: the all-reduces in place, every weight
   /// whole. For checking that a one-rank NCCL run equals the plain one bit for bit.
   bool collectivesAtOneRank = false;
+  /// Build a run of alike decoder layers (every layer of llama, mistral, qwen2 and qwen3
+  /// models whose layers share one window) as one `scf.for` marked `kiln.layers`, its
+  /// weights as `kiln.weight_family`s: import and deploy then see one layer whatever the
+  /// layer count, and kiln-expand-layers makes the same module as an unrolled import.
+  bool rollLayers = true;
   /// Name recorded in `#kiln.model`; empty: the file name without `.json`
   /// (and without a trailing `.config`).
   std::string modelName;

@@ -53,6 +53,28 @@ def KilnInsertCaches : Pass<"kiln-insert-caches", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect", "::mlir::arith::ArithDialect"];
+  let summary = "Copy each layer loop's body once a layer: the module an unrolled import makes";
+  let description = [{
+    The importer builds a run of alike decoder layers as one `scf.for %layer` marked
+    `kiln.layers` whose weights are `kiln.weight_family` members, and the deploy passes
+    work on that one body. This pass makes the module an unrolled import and the same
+    deploy passes would have made, op for op: each run of families becomes its members
+    as `kiln.weight`s, member-major (at `offset + i * stride` when planned), and the
+    body is copied once a layer in place of the loop, with `kiln.weight_member`s as
+    `kiln.weight_ref`s of the layer's members, each layer op moved to its layer
+    (`setLayerIndex`), module paths `model.layers.{}` named by the layer, and the
+    body's cache resources declared with the function's (at `offset + i * stride`).
+    Layer loops are looked for at the top of functions; a module without them is left
+    as it is.
+  }];
+  let statistics = [
+    Statistic<"numLoops", "loops", "Layer loops expanded">,
+    Statistic<"numLayers", "layers", "Layers copied from loop bodies">
+  ];
+}
+
 def KilnDropSpeculativeResources
     : Pass<"kiln-drop-speculative-resources", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect"];

@@ -3,6 +3,7 @@
 #include "kiln/Runtime/Layout.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 
 #include <algorithm>
 #include <iterator>
@@ -76,10 +77,20 @@ LogicalResult KilnDialect::verifyOperationAttribute(Operation *op, NamedAttribut
                              << "' is the non-negative i64 decoder layer of a runtime call";
     return success();
   }
+  if (name == kLayersAttrName) {
+    // The passes read the layer from the induction variable and the count from the
+    // constant bounds (kiln-plan-memory, kiln-expand-layers).
+    auto loop = dyn_cast<LoopLikeOpInterface>(op);
+    if (!isa<UnitAttr>(value) || !loop || !loop.getSingleInductionVar())
+      return op->emitError() << "'" << name
+                             << "' is a unit attribute of a loop over the decoder layers "
+                                "(one induction variable, the layer index)";
+    return success();
+  }
   return op->emitError() << "unknown kiln attribute '" << name
                          << "'; expected one of kiln.target, kiln.spec, kiln.runtime, "
                             "kiln.model, kiln.plan, kiln.device_memory, kiln.entry, "
-                            "kiln.layer";
+                            "kiln.layer, kiln.layers";
 }
 
 LogicalResult KilnDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned argIndex,

@@ -2059,6 +2059,60 @@ LogicalResult WeightRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) 
   return success();
 }
 
+/// The `{}` a family's name substitutes its member index for.
+static constexpr llvm::StringLiteral kMemberIndexHole = "{}";
+
+std::optional<uint64_t> WeightFamilyOp::getMemberBytes() {
+  RankedTensorType type = getTensorType();
+  uint64_t bytes = getElementBytes(type.getElementType());
+  for (int64_t dim : type.getShape())
+    if (dim < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes))
+      return std::nullopt;
+  return bytes;
+}
+
+std::string WeightFamilyOp::getMemberName(int64_t index) {
+  StringRef pattern = getSymName();
+  size_t hole = pattern.find(kMemberIndexHole);
+  return (pattern.take_front(hole) + Twine(index) +
+          pattern.drop_front(hole + kMemberIndexHole.size()))
+      .str();
+}
+
+LogicalResult WeightFamilyOp::verify() {
+  StringRef name = getSymName();
+  if (name.count(kMemberIndexHole) != 1)
+    return emitOpError() << "weight family '" << name
+                         << "' needs exactly one '{}' for the member index";
+  std::optional<uint64_t> bytes = getMemberBytes();
+  uint64_t total = 0;
+  if (!bytes || __builtin_mul_overflow(*bytes, static_cast<uint64_t>(getCount()), &total))
+    return emitOpError() << "weight family '" << name << "' of " << getCount() << " x " << getType()
+                         << " has a byte size that overflows 64 bits";
+  for (std::optional<uint64_t> value : {getOffset(), getStride()})
+    if (value && static_cast<int64_t>(*value) < 0)
+      return emitOpError() << "'offset' and 'stride' must be >= 0";
+  if (getStride() && *getStride() < *bytes)
+    return emitOpError() << "'stride' (" << *getStride() << ") is less than a member's " << *bytes
+                         << " bytes";
+  if (getShard() &&
+      (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups()))
+    return emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
+                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint' "
+                            "and 'row_groups' do not combine with 'shard' yet";
+  return success();
+}
+
+LogicalResult WeightMemberOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto family = symbolTable.lookupNearestSymbolFrom<WeightFamilyOp>(*this, getFamilyAttr());
+  if (!family)
+    return emitOpError() << "'" << getFamily() << "' does not name a kiln.weight_family";
+  if (getResult().getType() != family.getType())
+    return emitOpError() << "type " << getResult().getType() << " does not match weight family '"
+                         << getFamily() << "' of type " << family.getType();
+  return success();
+}
+
 namespace {
 LogicalResult checkDynamicSizes(Operation *op, Type type, size_t numSizes) {
   auto memref = cast<MemRefType>(type);

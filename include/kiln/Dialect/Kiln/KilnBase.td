@@ -46,6 +46,9 @@ def Kiln_Dialect : Dialect {
     /// The decoder layer of a runtime call lowered from a cached op (on func.call):
     /// the anchor `kiln-roll-layers` splits the step's layers at.
     static constexpr ::llvm::StringLiteral kLayerAttrName = "kiln.layer";
+    /// A layer loop (on scf.for): its induction variable is the layer index, its body one
+    /// decoder layer whose weights are `kiln.weight_family` members (kiln-expand-layers).
+    static constexpr ::llvm::StringLiteral kLayersAttrName = "kiln.layers";
 
   private:
     void registerAttributes();

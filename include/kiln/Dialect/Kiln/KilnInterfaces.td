@@ -15,6 +15,11 @@ def Kiln_CacheResourceInterface : OpInterface<"CacheResourceInterface"> {
   let methods = [
     InterfaceMethod<"Kind of the resource.", "::kiln::ResourceKind", "getResourceKind">,
     InterfaceMethod<"Decoder layer the resource belongs to.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<[{Moves the op to decoder layer `layer` (kiln-expand-layers, which
+      copies a layer loop's body once a layer; default: the `layer` attribute).}],
+      "void", "setLayerIndex", (ins "int64_t":$layer), [{}], [{
+        $_op->setAttr("layer", ::mlir::Builder($_op->getContext()).getI64IntegerAttr(layer));
+      }]>,
     InterfaceMethod<"True when the resource exists only for speculative decoding.",
       "bool", "isSpeculativeOnly">,
     InterfaceMethod<"Element type of the resource.", "::mlir::Type", "getResourceElementType">,
@@ -38,6 +43,11 @@ def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
   }];
   let methods = [
     InterfaceMethod<"Decoder layer.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<[{Moves the op to decoder layer `layer` (kiln-expand-layers, which
+      copies a layer loop's body once a layer; default: the `layer` attribute).}],
+      "void", "setLayerIndex", (ins "int64_t":$layer), [{}], [{
+        $_op->setAttr("layer", ::mlir::Builder($_op->getContext()).getI64IntegerAttr(layer));
+      }]>,
     InterfaceMethod<"Which kernel family serves the op.", "::kiln::OpFamily", "getOpFamily">,
     InterfaceMethod<"The slots with their expected kind and current value (maybe null).",
       "::llvm::SmallVector<::kiln::CacheSlot>", "getCacheSlots">,
@@ -82,6 +92,11 @@ def Kiln_ModelOpInterface : OpInterface<"ModelOpInterface"> {
   }];
   let methods = [
     InterfaceMethod<"Decoder layer.", "int64_t", "getLayerIndex">,
+    InterfaceMethod<[{Moves the op to decoder layer `layer` (kiln-expand-layers, which
+      copies a layer loop's body once a layer; default: the `layer` attribute).}],
+      "void", "setLayerIndex", (ins "int64_t":$layer), [{}], [{
+        $_op->setAttr("layer", ::mlir::Builder($_op->getContext()).getI64IntegerAttr(layer));
+      }]>,
     InterfaceMethod<[{Resources the op needs; speculative-only ones only when `spec`
       is set.}], "::llvm::SmallVector<::kiln::ResourceRequest>", "getResourceRequests",
       (ins "::kiln::SpecAttr":$spec, "::kiln::RuntimeAttr":$runtime)>,

@@ -32,6 +32,11 @@ def Kiln_CacheResourceOp : Kiln_Op<"cache_resource", [
     `unmanaged` marks a resource its producer allocates outside Kiln's pools; the
     planner reports it loudly. `kiln-plan-memory` adds `pool`, `offset` and `bytes`.
 
+    Inside the body of a layer loop (`scf.for` marked `kiln.layers`) the op declares
+    one resource per iteration: `layer` is the loop's first layer, and the plan adds
+    `stride`, the bytes between consecutive layers' resources (layer `first + i` at
+    `offset + i * stride`).
+
     ```mlir
     %kv = kiln.cache_resource layer 3 unit [2, 8, 128] of bf16 shard 1 : !kiln.cache<kv>
     %i = kiln.cache_resource layer 0 unit [4, 128, 80, 128] of f32 shard 1 speculative_only
@@ -48,7 +53,8 @@ def Kiln_CacheResourceOp : Kiln_Op<"cache_resource", [
     UnitAttr:$unmanaged,
     OptionalAttr<StrAttr>:$pool,
     OptionalAttr<I64Attr>:$offset,
-    OptionalAttr<I64Attr>:$bytes
+    OptionalAttr<I64Attr>:$bytes,
+    OptionalAttr<I64Attr>:$stride
   );
   let results = (outs Kiln_CacheType:$resource);
   let assemblyFormat = [{
@@ -892,6 +898,56 @@ def Kiln_WeightRefOp : Kiln_Op<"weight_ref", [Pure,
 //===----------------------------------------------------------------------===//
 // Buffers of a compiled step (after bufferization)
 //===----------------------------------------------------------------------===//
+
+def Kiln_WeightFamilyOp : Kiln_Op<"weight_family", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "one weight of each layer of a layer loop, named by the layer index";
+  let description = [{
+    Declares `count` tensors of one type, member `i` named by substituting `i` for the
+    one `{}` of the symbol name:
+    `kiln.weight_family @"model.layers.{}.mlp.up_proj.weight" count 32 : tensor<...>`
+    stands for `kiln.weight @"model.layers.0.mlp.up_proj.weight"` to `...31...`. The
+    importer declares one per weight of a layer loop's body (`scf.for` marked
+    `kiln.layers`), which reads member `%layer` with `kiln.weight_member`.
+
+    Layout: a run of consecutive families of one `count` is laid out member-major, as
+    the unrolled layers declare their weights (layer 0's weights in the order of first
+    use, then layer 1's, ...). `kiln-plan-memory` adds `offset` (member 0) and `stride`
+    (bytes between consecutive members, the same for every family of the run), so
+    member `i` sits at `offset + i * stride`. The checkpoint-layout attributes apply to
+    every member as they do to a `kiln.weight`.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, ConfinedAttr<I64Attr, [IntPositive]>:$count,
+                       TypeAttrOf<AnyStaticShapeTensor>:$type,
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<I64Attr>:$stride,
+                       OptionalAttr<DenseI64ArrayAttr>:$row_groups,
+                       OptionalAttr<DenseI64ArrayAttr>:$checkpoint_shape,
+                       UnitAttr:$transpose_checkpoint, UnitAttr:$mxfp4_checkpoint,
+                       OptionalAttr<Kiln_ShardAttr>:$shard);
+  let assemblyFormat = "$sym_name `count` $count attr-dict `:` $type";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::mlir::cast<::mlir::RankedTensorType>(getType());
+    }
+    /// Bytes of one member; nullopt on overflow.
+    std::optional<uint64_t> getMemberBytes();
+    /// The name of member `index`.
+    std::string getMemberName(int64_t index);
+  }];
+}
+
+def Kiln_WeightMemberOp : Kiln_Op<"weight_member", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "reads the member of a weight family at a layer index";
+  let description = [{
+    `kiln.weight_member @family[%layer] : tensor<...>` is the value of the family's
+    member `%layer` (an index in `[0, count)`), of the family's type.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$family, Index:$index);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$family `[` $index `]` attr-dict `:` type($result)";
+}
 
 def Kiln_InputOp : Kiln_Op<"input", [Pure]> {
   let summary = "a per-step input the runtime provides (token ids, positions, rows)";
