@@ -40,9 +40,10 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
     tiny "$config" none "$family-ringnospec" "${ring[@]}"
     tiny "$config" ngram:4 "$family-ringngram" "${ring[@]}"
   fi
-  # The dense decoder families' per-rank form at one rank (kiln.all_reduce after o_proj
-  # and down_proj; parity.py's nccl mode runs it as a one-rank NCCL communicator).
-  if ! grep -q '"num_local_experts"\|"num_experts"\|"hybrid_override_pattern"\|"kv_lora_rank"\|"linear_attention"\|"gpt_oss"' "$config"; then
+  # The per-rank form at one rank (kiln.all_reduce after each row-parallel projection
+  # and MoE block; parity.py's nccl mode runs it as a one-rank NCCL communicator): every
+  # family with a per-rank graph (docs/tensor-parallel.md), not Qwen3-Next or gpt-oss.
+  if ! grep -q '"linear_attention"\|"gpt_oss"' "$config"; then
     tiny "$config" none "$family-collectives" --tp-collectives
   fi
   # The MLA families have no FP8 or f16 latent cache (parity.py skips their fp8 and f16

@@ -433,8 +433,10 @@ int compile(MLIRContext &context, const CompileOptions &o) {
         config.runtime.getTp() > 1 && !(config.model && config.model.getTpRanks() > 1))
       return fail("--emit=so|llvm|lowered runs the model on one GPU: --tp " +
                   std::to_string(config.runtime.getTp()) +
-                  " plans and reports tensor parallelism of this family, but only the dense "
-                  "decoder families build one rank's graph yet; lower with --tp 1");
+                  " plans and reports tensor parallelism of this model, but it has no "
+                  "per-rank graph yet (gpt-oss, Qwen3-Next, an Eagle3 head, DeepSeek's MTP "
+                  "module, or a bias on a row-parallel projection: o_proj, down_proj, "
+                  "out_proj); lower with --tp 1");
     if (SmallVector<func::FuncOp> side = sideFunctions(*module); !side.empty())
       return fail("--emit=so|llvm|lowered compiles the model function only, but '@" +
                   side.front().getSymName() +

@@ -219,10 +219,19 @@ private:
   /// The MLA draft layers (MTP modules, an Eagle3 head) as a cache-planning skeleton
   /// (`@mla_drafts`): their graph is not built yet, their caches are planned.
   void buildMlaDraftSkeleton(ArrayRef<const LayerSpec *> layers);
-  /// `module`'s up_proj/down_proj MLP of `inter` on x (Nemotron-H's relu2 or silu).
-  Value plainMlp(Value x, const std::string &module, int64_t inter, Value tokens);
-  /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x.
-  Value swigluMlp(Value x, const std::string &module, int64_t inter, Value tokens);
+  /// `module`'s up_proj/down_proj MLP of `inter` on x (Nemotron-H's relu2 or silu). In
+  /// the per-rank graph the rank's inter / N features, summed over the ranks unless
+  /// `!reduce` (a shared expert, summed with the routed experts' partial sum).
+  Value plainMlp(Value x, const std::string &module, int64_t inter, Value tokens,
+                 bool reduce = true);
+  /// `module`'s gate_proj/up_proj/down_proj SwiGLU MLP of `inter` on x (per rank as
+  /// plainMlp).
+  Value swigluMlp(Value x, const std::string &module, int64_t inter, Value tokens,
+                  bool reduce = true);
+  /// The experts' intermediate features a rank holds (each expert's inter / N), and the
+  /// shards of the stacked gate/up ([E, inter, hidden]: rows) and down ([E, hidden,
+  /// inter]: columns) weights.
+  int64_t rankMoeInter() const { return m.moeIntermediate / ranks(); }
   void buildEagle3Head(const LayerSpec &layer);
   /// The MTP module to run after the target (`--spec mtp:N` on DeepSeek), or null.
   const LayerSpec *mtpLayer() const;
@@ -446,14 +455,28 @@ Value DenseDecoderBuilder::lmHead(Value x, const std::string &name, Value rows, 
 }
 
 bool DenseDecoderBuilder::supportsPerRankGraph() const {
-  if (m.isNemotronH() || m.isDeepSeek() || m.isQwen3Next() || m.isGptOss() ||
-      options.eagle3Head || m.oBias || m.mlpBias)
+  // Each rank would add a bias of a row-parallel projection (o_proj, down_proj, Mamba2's
+  // out_proj; Nemotron-H's and DeepSeek's attention_bias covers o_proj).
+  if (m.isQwen3Next() || m.isGptOss() || options.eagle3Head || m.oBias || m.mlpBias)
     return false;
-  // A decoder layer is an attention entry and an MLP entry (HFConfig's layer list).
-  for (const LayerSpec &layer : m.layers)
-    if ((layer.kind != LayerKind::attention && layer.kind != LayerKind::mlp) || layer.draft ||
-        m.isMoeLayer(layer.index))
+  if ((m.isNemotronH() || m.isDeepSeek()) && m.attentionBias)
+    return false;
+  if (m.isNemotronH() && m.projBias)
+    return false;
+  // DeepSeek's MTP module (--spec mtp:1) has no per-rank graph yet; unused draft layers
+  // are only planned (@mla_drafts).
+  if (mtpLayer())
+    return false;
+  for (const LayerSpec &layer : m.layers) {
+    if (m.isDeepSeek() || m.isNemotronH())
+      continue;
+    // A decoder layer is an attention entry and an MLP or MoE entry (HFConfig's layer
+    // list); an Eagle3 draft layer has no per-rank graph.
+    if ((layer.kind != LayerKind::attention && layer.kind != LayerKind::mlp &&
+         layer.kind != LayerKind::moe) ||
+        layer.draft)
       return false;
+  }
   return true;
 }
 
@@ -471,6 +494,26 @@ LogicalResult DenseDecoderBuilder::checkPerRankShapes() {
                                  "replicated when fewer than the ranks)";
   if (m.intermediate % n != 0)
     return refuse("intermediate_size", m.intermediate);
+  // MoE experts: each expert's intermediate features divided; kiln_moe's GEMM rows are
+  // 16 bytes, so a rank's features are a multiple of 8.
+  if (m.experts > 0) {
+    if (m.moeIntermediate % n != 0 || (m.moeIntermediate / n) % 8 != 0)
+      return emitError(fileLoc) << "--tp " << n << " must divide moe_intermediate_size ("
+                                << m.moeIntermediate
+                                << ") into a multiple of 8 a rank (each expert's intermediate "
+                                   "features are divided; kiln_moe's rows are 16 bytes)";
+    if (m.sharedIntermediate % n != 0)
+      return refuse(m.isNemotronH() ? "moe_shared_expert_intermediate_size"
+                                    : "shared_expert_intermediate_size",
+                    m.sharedIntermediate);
+  }
+  // Mamba2 mixers are divided by heads and groups (in_proj's z, x, B, C and dt blocks).
+  if (m.isNemotronH()) {
+    if (m.mHeads % n != 0)
+      return refuse("mamba_num_heads", m.mHeads);
+    if (m.nGroups % n != 0)
+      return refuse("n_groups", m.nGroups);
+  }
   // The embedding and the lm_head are divided by vocabulary rows.
   if (m.vocab % n != 0)
     return refuse("vocab_size", m.vocab);
@@ -495,8 +538,16 @@ Value DenseDecoderBuilder::moeScratch(int64_t inter, Value count, Location at) {
 
 Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_t layer,
                                        Value tokens) {
-  const int64_t H = m.mHeads, P = m.mHeadDim, N = m.stateSize, G = m.nGroups;
-  const int64_t HP = H * P, GN = G * N, C = m.convDim();
+  // One rank's heads and groups: in_proj's z, x, B, C and dt blocks (segments of one
+  // shard), conv1d's x, B and C channels, A_log/D/dt_bias/norm by heads, out_proj
+  // row-parallel, then the sum.
+  const int64_t H = m.mHeads / ranks(), P = m.mHeadDim, N = m.stateSize, G = m.nGroups / ranks();
+  const int64_t HP = H * P, GN = G * N, C = HP + 2 * GN;
+  auto segmented = [&](unsigned dim, ArrayRef<int64_t> sizes) {
+    return ranks() > 1 ? ShardAttr::get(ctx, dim, ranks(), b.getDenseI64ArrayAttr(sizes))
+                       : ShardAttr();
+  };
+  ShardAttr byHeads = shardOf(0, ranks()), channels = segmented(0, {HP, GN, GN});
   Location at = loc(mixer);
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
   auto expand = [&](Value v, int64_t outer, int64_t inner) -> Value {
@@ -506,16 +557,19 @@ Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_
         .getResult();
   };
   // in_proj yields [z | xBC | dt]; the mixer reads them as column views.
-  Value proj = linear(x, mixer + ".in_proj", HP + C + H, m.hidden, m.projBias, tokens);
+  Value proj = linear(x, mixer + ".in_proj", HP + C + H, m.hidden, m.projBias, tokens, {},
+                      segmented(0, {HP, HP, GN, GN, H}));
   Value z = columns(proj, 0, HP, tokens, at);
   Value xbc = columns(proj, HP, C, tokens, at);
   Value dt = columns(proj, HP + C, H, tokens, at);
 
   Location convLoc = loc(mixer + ".conv1d");
-  Value convWeight = weight(mixer + ".conv1d.weight", {C, 1, m.convKernel}, convLoc);
+  Value convWeight =
+      weight(mixer + ".conv1d.weight", {C, 1, m.convKernel}, convLoc, Type(), {}, channels);
   SmallVector<ReassociationIndices> dropMiddle = {{0}, {1, 2}};
   convWeight = tensor::CollapseShapeOp::create(b, convLoc, convWeight, dropMiddle).getResult();
-  Value convBias = m.convBias ? weight(mixer + ".conv1d.bias", {C}, convLoc) : Value();
+  Value convBias =
+      m.convBias ? weight(mixer + ".conv1d.bias", {C}, convLoc, Type(), {}, channels) : Value();
   Value conv = CausalConvOp::create(b, convLoc, activation({C}), xbc, convWeight, convBias,
                                     i64(layer), i64(C), i64(m.convKernel), b.getUnitAttr(),
                                     DraftKindAttr())
@@ -524,9 +578,9 @@ Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_
   Value B = expand(columns(conv, HP, GN, tokens, at), G, N);
   Value Cm = expand(columns(conv, HP + GN, GN, tokens, at), G, N);
   Type f32 = b.getF32Type();
-  Value aLog = weight(mixer + ".A_log", {H}, at, f32);
-  Value D = weight(mixer + ".D", {H}, at, f32);
-  Value dtBias = weight(mixer + ".dt_bias", {H}, at, f32);
+  Value aLog = weight(mixer + ".A_log", {H}, at, f32, {}, byHeads);
+  Value D = weight(mixer + ".D", {H}, at, f32, {}, byHeads);
+  Value dtBias = weight(mixer + ".dt_bias", {H}, at, f32, {}, byHeads);
   FloatAttr dtMin = m.dtMin > 0 ? b.getF32FloatAttr(static_cast<float>(m.dtMin)) : FloatAttr();
   Value y = SsmOp::create(b, at, activation({H, P}), xs, dt, B, Cm, /*z=*/Value(), aLog, D,
                           dtBias, i64(layer), i64(H), i64(P), i64(N), i64(G), DraftKindAttr(),
@@ -534,12 +588,15 @@ Value DenseDecoderBuilder::mamba2Mixer(Value x, const std::string &mixer, int64_
                 .getOut();
   Value flat = tensor::CollapseShapeOp::create(b, at, y, dropMiddle).getResult();
   Location normLoc = loc(mixer + ".norm");
-  Value normWeight = weight(mixer + ".norm.weight", {HP}, normLoc);
+  // The norm's groups (H * P / n_groups features each) lie within a rank's heads.
+  Value normWeight = weight(mixer + ".norm.weight", {HP}, normLoc, Type(), {}, byHeads);
   Value normed = GatedRmsNormOp::create(b, normLoc, activation({HP}), flat, z, normWeight,
                                         empty({HP}, tokens, normLoc), i64(HP / G),
                                         b.getF32FloatAttr(static_cast<float>(m.rmsNormEps)))
                      .getResult();
-  return linear(normed, mixer + ".out_proj", m.hidden, HP, m.projBias, tokens);
+  return allReduce(linear(normed, mixer + ".out_proj", m.hidden, HP, m.projBias, tokens, {},
+                          shardOf(1, ranks())),
+                   at);
 }
 
 void DenseDecoderBuilder::buildNemotronBlock(const LayerSpec &layer, Value &h, Value positions,
@@ -684,11 +741,16 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
   const char *upName = mixtral ? "w3" : "up_proj";
   const char *downName = mixtral ? "w2" : "down_proj";
   Location at = loc(block);
+  // The router is replicated: every rank routes every token over all the experts, then
+  // runs its share of each chosen expert's intermediate features.
   Value logits = linear(x, block + ".gate", m.experts, m.hidden, false, tokens);
-  const int64_t inter = m.moeIntermediate;
-  Value gate = weight(experts + gateName + ".weight", {m.experts, inter, m.hidden}, at);
-  Value up = weight(experts + upName + ".weight", {m.experts, inter, m.hidden}, at);
-  Value down = weight(experts + downName + ".weight", {m.experts, m.hidden, inter}, at);
+  const int64_t inter = rankMoeInter();
+  Value gate = weight(experts + gateName + ".weight", {m.experts, inter, m.hidden}, at, Type(), {},
+                      shardOf(1, ranks()));
+  Value up = weight(experts + upName + ".weight", {m.experts, inter, m.hidden}, at, Type(), {},
+                    shardOf(1, ranks()));
+  Value down = weight(experts + downName + ".weight", {m.experts, m.hidden, inter}, at, Type(), {},
+                      shardOf(2, ranks()));
   Value scratch = moeScratch(inter, tokens, at);
   auto moe = MoeOp::create(
       b, at, TypeRange{activation({m.hidden}), scratch.getType()}, x, logits, gate, up, down,
@@ -702,10 +764,12 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
       /*group_max=*/UnitAttr(), /*swiglu_limit=*/FloatAttr(), /*swiglu_alpha=*/FloatAttr());
   Value routed = moe.getResult(0);
   if (!m.sharedIntermediate)
-    return routed;
+    return allReduce(routed, at);
   // Qwen2-MoE's shared expert, scaled by the sigmoid of its one-output gate, joins the
-  // routed experts' sum.
-  Value shared = swigluMlp(x, block + ".shared_expert", m.sharedIntermediate, tokens);
+  // routed experts' sum: per rank both are partial sums (the gate, a scale of each row,
+  // is the whole one on every rank), added before the one all-reduce.
+  Value shared =
+      swigluMlp(x, block + ".shared_expert", m.sharedIntermediate, tokens, /*reduce=*/false);
   if (m.gatedSharedExpert) {
     const std::string gateName = block + ".shared_expert_gate";
     Location gateLoc = loc(gateName);
@@ -714,20 +778,26 @@ Value DenseDecoderBuilder::sparseMoe(Value x, const std::string &prefix, Value t
                                    empty({m.hidden}, tokens, gateLoc))
                  .getResult();
   }
-  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
-      .getResult();
+  return allReduce(
+      AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+          .getResult(),
+      at);
 }
 
 Value DenseDecoderBuilder::nemotronMoe(Value x, const std::string &mixer, Value tokens) {
   Value routed = fp32RoutedExperts(x, mixer, tokens, /*gated=*/false,
                                    m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu,
                                    /*accumulateF32=*/true);
-  if (!m.sharedIntermediate)
-    return routed;
   Location at = loc(mixer);
-  Value shared = plainMlp(x, mixer + ".shared_experts", m.sharedIntermediate, tokens);
-  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
-      .getResult();
+  if (!m.sharedIntermediate)
+    return allReduce(routed, at);
+  // Routed and shared partial sums, added before the one all-reduce.
+  Value shared =
+      plainMlp(x, mixer + ".shared_experts", m.sharedIntermediate, tokens, /*reduce=*/false);
+  return allReduce(
+      AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+          .getResult(),
+      at);
 }
 
 Value DenseDecoderBuilder::fp32RoutedExperts(Value x, const std::string &prefix, Value tokens,
@@ -746,11 +816,15 @@ Value DenseDecoderBuilder::fp32RoutedExperts(Value x, const std::string &prefix,
                                              {m.experts}, routerLoc, f32)
                                     : Value();
   const std::string experts = prefix + ".experts.*.";
-  const int64_t inter = m.moeIntermediate;
-  Value gate =
-      gated ? weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at) : Value();
-  Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at);
-  Value down = weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at);
+  // The router (and its correction bias) replicated; each expert's features divided.
+  const int64_t inter = rankMoeInter();
+  ShardAttr rows = shardOf(1, ranks()), cols = shardOf(2, ranks());
+  Value gate = gated ? weight(experts + "gate_proj.weight", {m.experts, inter, m.hidden}, at,
+                              Type(), {}, rows)
+                     : Value();
+  Value up = weight(experts + "up_proj.weight", {m.experts, inter, m.hidden}, at, Type(), {}, rows);
+  Value down =
+      weight(experts + "down_proj.weight", {m.experts, m.hidden, inter}, at, Type(), {}, cols);
   Value scratch = moeScratch(inter, tokens, at);
   auto unit = [&](bool set) { return set ? b.getUnitAttr() : UnitAttr(); };
   auto moe = MoeOp::create(
@@ -811,19 +885,24 @@ Value DenseDecoderBuilder::gptOssMoe(Value x, const std::string &mlp, Value toke
   return moe.getResult(0);
 }
 
-Value DenseDecoderBuilder::plainMlp(Value x, const std::string &module, int64_t inter,
-                                    Value tokens) {
+Value DenseDecoderBuilder::plainMlp(Value x, const std::string &module, int64_t inter, Value tokens,
+                                    bool reduce) {
+  // One rank's intermediate features: column-parallel up, row-parallel down.
   Location at = loc(module);
-  Value up = linear(x, module + ".up_proj", inter, m.hidden, m.mlpBias, tokens);
+  const int64_t rankInter = inter / ranks();
+  Value up = linear(x, module + ".up_proj", rankInter, m.hidden, m.mlpBias, tokens, {},
+                    shardOf(0, ranks()));
   ActivationKind kind = m.relu2Mlp ? ActivationKind::relu2 : ActivationKind::silu;
-  Value act = ActivationOp::create(b, at, up.getType(), up, empty({inter}, tokens, at),
+  Value act = ActivationOp::create(b, at, up.getType(), up, empty({rankInter}, tokens, at),
                                    ActivationKindAttr::get(ctx, kind))
                   .getResult();
-  return linear(act, module + ".down_proj", m.hidden, inter, m.mlpBias, tokens);
+  Value down = linear(act, module + ".down_proj", m.hidden, rankInter, m.mlpBias, tokens, {},
+                      shardOf(1, ranks()));
+  return reduce ? allReduce(down, at) : down;
 }
 
 Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t inter,
-                                     Value tokens) {
+                                     Value tokens, bool reduce) {
   // One rank's intermediate features: column-parallel gate/up, row-parallel down.
   int64_t rankInter = inter / ranks();
   ShardAttr columns = shardOf(0, ranks());
@@ -834,7 +913,7 @@ Value DenseDecoderBuilder::swigluMlp(Value x, const std::string &module, int64_t
                   .getResult();
   Value down = linear(act, module + ".down_proj", m.hidden, rankInter, false, tokens, {},
                       shardOf(1, ranks()));
-  return allReduce(down, at);
+  return reduce ? allReduce(down, at) : down;
 }
 
 void DenseDecoderBuilder::buildDeepSeekLayer(const LayerSpec &layer, bool moe, Value &h,
@@ -861,17 +940,21 @@ constexpr double kMlaLatentNormEps = 1e-6;
 Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_t layer,
                                         Value positions, Value tokens,
                                         std::optional<DraftKind> draft) {
-  const int64_t heads = m.heads, nope = m.qkNope, rope = m.qkRope, rank = m.kvLoraRank,
+  // One rank's heads: q_proj / q_b_proj and kv_b_proj column-parallel by heads, o_proj
+  // row-parallel, then the sum. The latent path (q_a_proj, q_a_layernorm,
+  // kv_a_proj_with_mqa, kv_a_layernorm) is replicated, and so is the latent cache.
+  const int64_t heads = m.heads / ranks(), nope = m.qkNope, rope = m.qkRope, rank = m.kvLoraRank,
                 v = m.vHeadDim, qWidth = heads * (nope + rope);
+  ShardAttr byHeads = shardOf(0, ranks());
   Location at = loc(attn);
   Value q;
   if (m.qLoraRank > 0) {
     Value qa = linear(x, attn + ".q_a_proj", m.qLoraRank, m.hidden, m.attentionBias, tokens);
     qa = rmsNorm(qa, attn + ".q_a_layernorm.weight", tokens, loc(attn + ".q_a_layernorm"),
                  kMlaLatentNormEps);
-    q = linear(qa, attn + ".q_b_proj", qWidth, m.qLoraRank, false, tokens);
+    q = linear(qa, attn + ".q_b_proj", qWidth, m.qLoraRank, false, tokens, {}, byHeads);
   } else {
-    q = linear(x, attn + ".q_proj", qWidth, m.hidden, false, tokens);
+    q = linear(x, attn + ".q_proj", qWidth, m.hidden, false, tokens, {}, byHeads);
   }
   SmallVector<ReassociationIndices> groups = {{0}, {1, 2}};
   SmallVector<OpFoldResult> qShape = {tokens, b.getIndexAttr(heads), b.getIndexAttr(nope + rope)};
@@ -885,7 +968,8 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
               loc(attn + ".kv_a_layernorm"), kMlaLatentNormEps);
   Value kPe = columns(compressed, rank, rope, tokens, at);
   Location kvbLoc = loc(attn + ".kv_b_proj");
-  Value kvB = weight(attn + ".kv_b_proj.weight", {heads * (nope + v), rank}, kvbLoc);
+  Value kvB =
+      weight(attn + ".kv_b_proj.weight", {heads * (nope + v), rank}, kvbLoc, Type(), {}, byHeads);
   auto scratchType = RankedTensorType::get(
       {ShapedType::kDynamic, kiln_rt_mla_scratch_bytes_per_token(heads, rank, rope, nope, v)},
       b.getIntegerType(8));
@@ -900,7 +984,9 @@ Value DenseDecoderBuilder::mlaAttention(Value x, const std::string &attn, int64_
                              b.getF32FloatAttr(static_cast<float>(m.mlaSoftmaxScale)))
           .getOut();
   Value merged = tensor::CollapseShapeOp::create(b, at, out, groups).getResult();
-  return linear(merged, attn + ".o_proj", m.hidden, heads * v, m.attentionBias, tokens);
+  return allReduce(linear(merged, attn + ".o_proj", m.hidden, heads * v, m.attentionBias, tokens,
+                          {}, shardOf(1, ranks())),
+                   at);
 }
 
 Value DenseDecoderBuilder::deepSeekMoe(Value x, const std::string &mlp, Value tokens) {
@@ -908,20 +994,23 @@ Value DenseDecoderBuilder::deepSeekMoe(Value x, const std::string &mlp, Value to
   // rounded to bf16, into a bf16 tensor (Nemotron-H's into an fp32 one).
   Value routed = fp32RoutedExperts(x, mlp, tokens, /*gated=*/true, ActivationKind::silu,
                                    /*accumulateF32=*/false);
-  if (m.sharedExperts == 0)
-    return routed;
   Location at = loc(mlp);
-  Value shared =
-      swigluMlp(x, mlp + ".shared_experts", m.moeIntermediate * m.sharedExperts, tokens);
-  return AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
-      .getResult();
+  if (m.sharedExperts == 0)
+    return allReduce(routed, at);
+  // Routed and shared partial sums, added before the one all-reduce.
+  Value shared = swigluMlp(x, mlp + ".shared_experts", m.moeIntermediate * m.sharedExperts, tokens,
+                           /*reduce=*/false);
+  return allReduce(
+      AddOp::create(b, at, routed.getType(), routed, shared, empty({m.hidden}, tokens, at))
+          .getResult(),
+      at);
 }
 
 void DenseDecoderBuilder::buildMlaDraftSkeleton(ArrayRef<const LayerSpec *> layers) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(module.getBody());
-  const int64_t width = m.kvLoraRank + m.qkRope;
-  Type q = activation({m.heads, width}), latent = activation({width});
+  const int64_t width = m.kvLoraRank + m.qkRope, heads = m.heads / ranks();
+  Type q = activation({heads, width}), latent = activation({width});
   Location at = loc("model.drafts");
   auto fn = func::FuncOp::create(b, at, "mla_drafts", b.getFunctionType({q, latent}, {}));
   Block *entry = fn.addEntryBlock();
@@ -929,11 +1018,11 @@ void DenseDecoderBuilder::buildMlaDraftSkeleton(ArrayRef<const LayerSpec *> laye
   auto i64 = [&](int64_t value) { return b.getI64IntegerAttr(value); };
   for (const LayerSpec *layer : layers)
     MlaAttentionOp::create(b, loc("model.layers." + std::to_string(layer->index)),
-                           activation({m.heads, m.kvLoraRank}), entry->getArgument(0),
+                           activation({heads, m.kvLoraRank}), entry->getArgument(0),
                            entry->getArgument(1), Value(), Value(), Value(), Value(),
-                           i64(layer->index), i64(m.heads), i64(m.kvLoraRank), i64(m.qkRope),
-                           DraftKindAttr::get(ctx, *layer->draft), IntegerAttr(),
-                           IntegerAttr(), RopeAttr(), RopeStyleAttr(), FloatAttr());
+                           i64(layer->index), i64(heads), i64(m.kvLoraRank), i64(m.qkRope),
+                           DraftKindAttr::get(ctx, *layer->draft), IntegerAttr(), IntegerAttr(),
+                           RopeAttr(), RopeStyleAttr(), FloatAttr());
   func::ReturnOp::create(b, at, ValueRange{});
 }
 

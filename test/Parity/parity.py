@@ -980,7 +980,7 @@ def run_family(family, args, out, env):
                       "families whose config has a sliding_window)")
         if mode == "nccl" and not (args.so_dir / f"{family}-collectives.so").exists():
             reason = ("no per-rank form (gpu-prepare.sh compiles one with --tp-collectives "
-                      "for the dense decoder families)")
+                      "for every family with a per-rank graph: not qwen3-next or gpt-oss)")
         if mode == "nccl" and not os.environ.get("KILN_NCCL_LIBRARY"):
             reason = "KILN_NCCL_LIBRARY is not set (libnccl.so.2's path)"
         if mode == "mtp" and not (args.models / f"{family}-mtp").exists():

@@ -866,7 +866,7 @@ TEST(Manifest, Errors) {
   // Unknown, repeated and misplaced fields.
   expectManifestError(qWith("cols=4:32,32"), 23,
                       "unknown field 'cols=4:32,32' (expected from=D0xD1x..., transpose, "
-                      "rows=G:P0,P1,..., mxfp4 or shard=D/P)");
+                      "rows=G:P0,P1,..., mxfp4 or shard=D/P[:S0,...])");
   expectManifestError(qWith("rows=4:32,32 x"), 23, "unknown field 'x'");
   expectManifestError(qWith("Transpose"), 23, "unknown field 'Transpose'");
   expectManifestError(qWith("from"), 23, "unknown field 'from'");
@@ -1650,6 +1650,22 @@ TEST(Manifest, TensorParallelShards) {
   expectManifestError(qWith("shard=0/0"), 23, "shard=0/0 is not of the form shard=D/P");
   expectManifestError(qWith("shard=0/2 transpose"), 23, "a sharded weight takes no other field");
   expectManifestError(qWith("shard=0/2 shard=1/2"), 23, "duplicate field 'shard='");
+  // Segments (one rank's sizes, summing to the shape's dimension) and stacks (never
+  // along dimension 0, which indexes the stacked tensors).
+  Manifest seg;
+  ASSERT_TRUE(parseManifest(join(qWith("shard=0/2:128,64,64")), seg, error)) << error;
+  EXPECT_EQ(seg.weights[1].shardSegments, (std::vector<int64_t>{128, 64, 64}));
+  expectManifestError(qWith("shard=0/2:128,64"), 23,
+                      "segments must be sizes >= 1 that sum to dimension 0 of shape 256x256");
+  expectManifestError(qWith("shard=0/2:256,0"), 23, "segments must be sizes >= 1");
+  expectManifestError(qWith("shard=0/2:"), 23, "segments must be sizes >= 1");
+  Manifest stack;
+  ASSERT_TRUE(parseManifest(join(with(23, "weight e.*.w bf16 2x256x128 524288 131072 shard=1/2")),
+                            stack, error))
+      << error;
+  EXPECT_EQ(stack.weights[1].shardDim, 1);
+  expectManifestError(with(23, "weight e.*.w bf16 2x256x128 524288 131072 shard=0/2"), 23,
+                      "a stacked weight is sharded along a dimension of each stacked tensor");
   expectManifestError(with(21, "tp_ranks 0"), 21, "tp_ranks is 0 (the tensor-parallel ranks");
   expectManifestError(with(21, "tp_ranks 4096"), 21, "tp_ranks is too large");
 }
@@ -1721,4 +1737,74 @@ TEST(Shard, RanksReadTheirBlocks) {
           "weight 'missing' (rank 1 of 2): 'missing' (bf16 4x6) is not in the checkpoint " + file);
   refused("weight w bf16 2x6 0 24 shard=0/2", 0, 3, "shard=0/2: its parts do not divide the ranks");
   refused("weight w bf16 4x6 0 48", 0, 1, "not a sharded weight");
+}
+
+// A fused projection's segments (Mamba2's in_proj [z | x | B | C | dt]): a rank reads its
+// block of each segment, in order; and a stack of experts, each expert's block.
+TEST(Shard, SegmentsAndStacks) {
+  TempDir dir;
+  // bf16 [6, 2] whose element (r, c) is r * 2 + c: rows are segments of 4 and 2 rows.
+  std::string fused, e0, e1;
+  for (uint16_t v = 0; v < 12; ++v)
+    fused += std::string(reinterpret_cast<const char *>(&v), 2);
+  // Two experts [2, 4], expert e's element (r, c) is 100 e + r * 4 + c.
+  for (uint16_t v = 0; v < 8; ++v) {
+    const uint16_t w = v + 100;
+    e0 += std::string(reinterpret_cast<const char *>(&v), 2);
+    e1 += std::string(reinterpret_cast<const char *>(&w), 2);
+  }
+  const std::string file = dir / "model.safetensors";
+  // Mamba2's A_log saved in bf16 (1, 2, -3, 0.5) for an f32 weight: widened.
+  std::string aLog;
+  for (uint16_t v : {0x3f80, 0x4000, 0xc040, 0x3f00})
+    aLog += std::string(reinterpret_cast<const char *>(&v), 2);
+  ASSERT_TRUE(writeFile(file, safetensorsOf({{"fused", "BF16", {6, 2}, fused},
+                                             {"experts.0.w", "BF16", {2, 4}, e0},
+                                             {"experts.1.w", "BF16", {2, 4}, e1},
+                                             {"a_log", "BF16", {4}, aLog}})));
+  SafetensorsIndex index;
+  std::string error;
+  ASSERT_TRUE(index.open(file, error)) << error;
+  auto read = [&](const std::string &line, int rank, int ranks) {
+    const kiln::runtime::ManifestWeight w = weightOf(line);
+    std::vector<uint16_t> got(w.bytes / 2, 0xffff);
+    EXPECT_TRUE(kiln::weights::readShard(index, w, rank, ranks, file,
+                                         reinterpret_cast<unsigned char *>(got.data()), error))
+        << error;
+    return got;
+  };
+  // Segments of 4 and 2 rows, each halved: rank 0 holds rows 0-1 and 4, rank 1 rows 2-3
+  // and 5.
+  EXPECT_EQ(read("weight fused bf16 3x2 0 12 shard=0/2:2,1", 0, 2),
+            (std::vector<uint16_t>{0, 1, 2, 3, 8, 9}));
+  EXPECT_EQ(read("weight fused bf16 3x2 0 12 shard=0/2:2,1", 1, 2),
+            (std::vector<uint16_t>{4, 5, 6, 7, 10, 11}));
+  // Segments along columns: every row's block of each (here one segment of 1 column).
+  EXPECT_EQ(read("weight fused bf16 6x1 0 12 shard=1/2:1", 1, 2),
+            (std::vector<uint16_t>{1, 3, 5, 7, 9, 11}));
+  // Experts' gate/up: rows (their intermediate features) of every expert; down: columns.
+  EXPECT_EQ(read("weight experts.*.w bf16 2x1x4 0 16 shard=1/2", 1, 2),
+            (std::vector<uint16_t>{4, 5, 6, 7, 104, 105, 106, 107}));
+  EXPECT_EQ(read("weight experts.*.w bf16 2x2x2 0 16 shard=2/2", 0, 2),
+            (std::vector<uint16_t>{0, 1, 4, 5, 100, 101, 104, 105}));
+  {
+    const kiln::runtime::ManifestWeight w = weightOf("weight a_log f32 2 0 8 shard=0/2");
+    std::vector<float> got(2, 0.0f);
+    ASSERT_TRUE(kiln::weights::readShard(index, w, 1, 2, file,
+                                         reinterpret_cast<unsigned char *>(got.data()), error))
+        << error;
+    EXPECT_EQ(got, (std::vector<float>{-3.0f, 0.5f}));
+  }
+
+  auto refused = [&](const std::string &line, int rank, int ranks, const std::string &part) {
+    const kiln::runtime::ManifestWeight w = weightOf(line);
+    std::vector<unsigned char> out(w.bytes);
+    EXPECT_FALSE(kiln::weights::readShard(index, w, rank, ranks, file, out.data(), error)) << line;
+    expectError(error, part);
+  };
+  refused("weight experts.*.w bf16 2x2x4 0 32 shard=1/2", 0, 2,
+          "'experts.0.w' in " + file + " has shape 2x4, the model needs 4x4");
+  refused("weight fused bf16 4x2 0 16 shard=0/2:3,1", 0, 2,
+          "has shape 6x2, the model needs 8x2 (2 blocks of 4x2 along dimension 0, in each of "
+          "its segments)");
 }

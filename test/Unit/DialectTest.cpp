@@ -222,12 +222,13 @@ TEST_F(DialectTest, StepLimits) {
 }
 
 TEST_F(DialectTest, DeviceMemoryTotal) {
-  auto memory = DeviceMemoryAttr::get(&context, 1, 2, 4, 8, 16, 0, 0, 0, 32);
-  EXPECT_EQ(memory.getTotal(), 31u); // the allocation: the graphs' reserve is the driver's
-  EXPECT_EQ(memory.getDeviceTotal(), 63u);
-  auto overflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 1, 0, 0, 0, 0, 0, 0, 0);
+  // The allocation: the graphs' reserve is the driver's, the communicator's NCCL's.
+  auto memory = DeviceMemoryAttr::get(&context, 1, 2, 4, 8, 16, 0, 0, 0, 32, 64);
+  EXPECT_EQ(memory.getTotal(), 31u);
+  EXPECT_EQ(memory.getDeviceTotal(), 127u);
+  auto overflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   EXPECT_FALSE(overflow.getTotal());
-  auto graphsOverflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 0, 0, 0, 0, 0, 0, 0, 1);
+  auto graphsOverflow = DeviceMemoryAttr::get(&context, UINT64_MAX, 0, 0, 0, 0, 0, 0, 0, 1, 0);
   EXPECT_EQ(graphsOverflow.getTotal(), UINT64_MAX);
   EXPECT_FALSE(graphsOverflow.getDeviceTotal());
 }

@@ -36,9 +36,13 @@ struct ManifestWeight {
   // `shard=D/P` (one tensor-parallel rank's weight): the checkpoint tensor is `shardParts`
   // blocks of `shape` along dimension `shardDim` (its shape is `shape` with that dimension
   // times P); rank r of the manifest's tp_ranks N loads block r * P / N. -1 / 0: whole.
-  // Never with another field.
+  // Never with another field. `shard=D/P:S0,S1,...`: along D the checkpoint tensor is
+  // segments of P x S0, P x S1, ... (a fused projection), and the rank's weight is its
+  // block of each, in order (the S are one rank's sizes; they sum to shape[D]). On a
+  // stacked weight (`*`), D >= 1 and each stacked tensor is sharded.
   int32_t shardDim = -1;
   int32_t shardParts = 0;
+  std::vector<int64_t> shardSegments;
 };
 
 struct Manifest {

@@ -70,9 +70,11 @@ bool readMxfp4(const SafetensorsIndex &index, const kiln::runtime::ManifestWeigh
 // Manifest weight `w` (with `shard=D/P`) as tensor-parallel rank `rank` of `ranks`: block
 // rank * P / ranks along dimension D of the checkpoint tensor (`w.shape` with D times P),
 // read from `index` (opened from `checkpoint`, named in errors) into `out` (`w.bytes`
-// bytes), one contiguous run for each index of the dimensions before D. Checks the
-// tensor's presence, dtype (exactly `w.dtype`) and shape, and that P divides `ranks`;
-// errors name the weight and the rank.
+// bytes), one contiguous run for each index of the dimensions before D. With segments
+// (`shard=D/P:S0,...`), the block of each segment, in order (runs of S0, S1, ... a
+// rank). A stacked weight (`*`) reads every stacked tensor so, along its dimension
+// D - 1. Checks each tensor's presence, dtype (exactly `w.dtype`) and shape, and that P
+// divides `ranks`; errors name the weight and the rank.
 bool readShard(const SafetensorsIndex &index, const kiln::runtime::ManifestWeight &w,
                int32_t rank, int32_t ranks, const std::string &checkpoint, unsigned char *out,
                std::string &error);

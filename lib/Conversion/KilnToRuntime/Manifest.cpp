@@ -123,8 +123,13 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
       os << " rows=" << groups->front() << ":";
       llvm::interleave(groups->drop_front(), os, ",");
     }
-    if (ShardAttr shard = weight.getShardAttr())
+    if (ShardAttr shard = weight.getShardAttr()) {
       os << " shard=" << shard.getDim() << "/" << shard.getParts();
+      if (DenseI64ArrayAttr segments = shard.getSegments()) {
+        os << ":";
+        llvm::interleave(segments.asArrayRef(), os, ",");
+      }
+    }
     os << "\n";
   }
   os << "end\n";

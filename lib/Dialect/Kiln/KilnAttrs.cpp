@@ -320,9 +320,16 @@ Type RuntimeAttr::getSsmStateType() const {
 }
 
 LogicalResult ShardAttr::verify(function_ref<InFlightDiagnostic()> emitError, unsigned,
-                                unsigned parts) {
+                                unsigned parts, DenseI64ArrayAttr segments) {
   if (parts < 1 || parts > 1024)
     return emitError() << "#kiln.shard: parts = " << parts << " must be in [1, 1024]";
+  if (segments) {
+    if (segments.empty())
+      return emitError() << "#kiln.shard: 'segments' lists at least one size";
+    for (int64_t size : segments.asArrayRef())
+      if (size < 1)
+        return emitError() << "#kiln.shard: segment size " << size << " must be >= 1";
+  }
   return success();
 }
 

@@ -1975,11 +1975,24 @@ LogicalResult WeightOp::verifyShard() {
   if (shard.getDim() >= getTensorType().getRank())
     return emitOpError() << "'shard' dimension " << shard.getDim() << " is not a dimension of "
                          << getType();
-  if (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() ||
-      getRowGroups() || getSymName().contains('*'))
+  if (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups())
     return emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
-                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint', "
-                            "'row_groups' and stacking do not combine with 'shard' yet";
+                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint' "
+                            "and 'row_groups' do not combine with 'shard' yet";
+  // A stack's dimension 0 indexes the checkpoint's tensors: each of them is sharded.
+  if (getSymName().contains('*') && shard.getDim() == 0)
+    return emitOpError() << "stacked weight '" << getSymName()
+                         << "' is sharded along a dimension of each stacked tensor ('shard' "
+                            "dimension >= 1; dimension 0 indexes '*')";
+  if (DenseI64ArrayAttr segments = shard.getSegments()) {
+    int64_t sum = 0;
+    for (int64_t size : segments.asArrayRef())
+      sum += size;
+    int64_t declared = getTensorType().getDimSize(shard.getDim());
+    if (sum != declared)
+      return emitOpError() << "'shard' segments sum to " << sum << ", but dimension "
+                           << shard.getDim() << " of " << getType() << " is " << declared;
+  }
   return success();
 }
 

@@ -162,21 +162,28 @@ std::string dimsText(const std::vector<int64_t> &dims) {
   return text;
 }
 
-// A weight's `shard=D/P`, its only field (`fieldCount`): D a dimension of its shape, P
-// in [1, 1024] (a tensor-parallel rank's block of the checkpoint tensor).
+// A weight's `shard=D/P[:S0,S1,...]`, its only field (`fieldCount`): D a dimension of
+// its shape (>= 1 on a stack), P in [1, 1024] (a tensor-parallel rank's block of the
+// checkpoint tensor), the segments positive and summing to the shape's D.
 bool parseShard(std::string_view field, size_t fieldCount, ManifestWeight &w, std::string &why) {
-  const std::string_view value = field.substr(6);
+  std::string_view value = field.substr(6), segments;
+  if (const size_t colon = value.find(':'); colon != std::string_view::npos) {
+    segments = value.substr(colon + 1);
+    value = value.substr(0, colon);
+  }
   const size_t slash = value.find('/');
   uint64_t dim = 0, parts = 0;
   const char *ignored = nullptr;
   if (slash == std::string_view::npos ||
       !parseNumber(value.substr(0, slash), 64, dim, ignored) ||
       !parseNumber(value.substr(slash + 1), 1 << 20, parts, ignored) || parts < 1) {
-    why = std::string(field) + " is not of the form shard=D/P (a dimension and a count >= 1)";
+    why = std::string(field) +
+          " is not of the form shard=D/P[:S0,S1,...] (a dimension, a count >= 1, segments)";
     return false;
   }
-  if (fieldCount != 1 || w.name.find('*') != std::string::npos) {
-    why = std::string(field) + ": a sharded weight takes no other field and is not stacked";
+  const bool stacked = w.name.find('*') != std::string::npos;
+  if (fieldCount != 1) {
+    why = std::string(field) + ": a sharded weight takes no other field";
     return false;
   }
   if (dim >= w.shape.size() || parts > 1024) {
@@ -185,8 +192,34 @@ bool parseShard(std::string_view field, size_t fieldCount, ManifestWeight &w, st
           " parts (a dimension of the shape, at most 1024 parts)";
     return false;
   }
+  if (stacked && dim == 0) {
+    why = std::string(field) + ": a stacked weight is sharded along a dimension of each "
+                               "stacked tensor (D >= 1; dimension 0 indexes '*')";
+    return false;
+  }
+  std::vector<int64_t> sizes;
+  if (field.find(':') != std::string_view::npos) {
+    uint64_t sum = 0;
+    bool ok = !segments.empty();
+    while (ok) {
+      const size_t comma = segments.find(',');
+      uint64_t size = 0;
+      ok = parseNumber(segments.substr(0, comma), uint64_t(1) << 40, size, ignored) && size > 0;
+      sum += size;
+      sizes.push_back(static_cast<int64_t>(size));
+      if (comma == std::string_view::npos)
+        break;
+      segments = segments.substr(comma + 1);
+    }
+    if (!ok || sum != static_cast<uint64_t>(w.shape[dim])) {
+      why = std::string(field) + ": segments must be sizes >= 1 that sum to dimension " +
+            std::to_string(dim) + " of shape " + dimsText(w.shape);
+      return false;
+    }
+  }
   w.shardDim = static_cast<int32_t>(dim);
   w.shardParts = static_cast<int32_t>(parts);
+  w.shardSegments = std::move(sizes);
   return true;
 }
 
@@ -206,7 +239,7 @@ bool parseWeightFields(const std::vector<std::string_view> &fields, uint64_t ele
                                                               : nullptr;
     if (!slot) {
       why = "unknown field '" + std::string(field) +
-            "' (expected from=D0xD1x..., transpose, rows=G:P0,P1,..., mxfp4 or shard=D/P)";
+            "' (expected from=D0xD1x..., transpose, rows=G:P0,P1,..., mxfp4 or shard=D/P[:S0,...])";
       return false;
     }
     if (!slot->empty()) {
@@ -428,8 +461,9 @@ bool parseManifest(std::string_view text, Manifest &out, std::string &error) {
       continue;
     }
     if (key == "weight") {
-      if (fields.size() < 6 && !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [from=D0xD1x...] "
-                                         "[transpose] [rows=G:P0,P1,...] [mxfp4] [shard=D/P]"))
+      if (fields.size() < 6 &&
+          !arity(6, "weight NAME DTYPE SHAPE OFFSET BYTES [from=D0xD1x...] "
+                    "[transpose] [rows=G:P0,P1,...] [mxfp4] [shard=D/P[:S0,S1,...]]"))
         return false;
       ManifestWeight w;
       w.name = std::string(fields[1]);

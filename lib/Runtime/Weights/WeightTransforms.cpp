@@ -3,6 +3,7 @@
 #include "kiln/Runtime/WeightTransforms.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -308,6 +309,33 @@ bool readMxfp4(const SafetensorsIndex &index, const kiln::runtime::ManifestWeigh
   return true;
 }
 
+namespace {
+
+// `count` 16-bit values (bf16, else IEEE f16) at the front of `data` widened in place to
+// f32 (from the last: each write lands on values already read).
+void widenInPlace(unsigned char *data, uint64_t count, bool bf16) {
+  for (uint64_t i = count; i-- > 0;) {
+    uint16_t bits;
+    std::memcpy(&bits, data + 2 * i, 2);
+    float value;
+    if (bf16) {
+      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+      std::memcpy(&value, &wide, 4);
+    } else {
+      const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+      value = exponent == 0    ? std::ldexp(static_cast<float>(mantissa), -24)
+              : exponent == 31 ? (mantissa ? std::numeric_limits<float>::quiet_NaN()
+                                           : std::numeric_limits<float>::infinity())
+                               : std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
+      if (bits & 0x8000)
+        value = -value;
+    }
+    std::memcpy(data + 4 * i, &value, 4);
+  }
+}
+
+} // namespace
+
 bool readShard(const SafetensorsIndex &index, const kiln::runtime::ManifestWeight &w,
                int32_t rank, int32_t ranks, const std::string &checkpoint, unsigned char *out,
                std::string &error) {
@@ -317,39 +345,85 @@ bool readShard(const SafetensorsIndex &index, const kiln::runtime::ManifestWeigh
     return false;
   };
   const int64_t parts = w.shardParts;
-  if (w.shardDim < 0 || static_cast<size_t>(w.shardDim) >= w.shape.size() || parts < 1)
+  const size_t star = w.name.find('*');
+  const bool stacked = star != std::string::npos;
+  if (w.shardDim < 0 || static_cast<size_t>(w.shardDim) >= w.shape.size() || parts < 1 ||
+      (stacked && w.shardDim == 0))
     return fail("not a sharded weight (parseManifest never returns such a weight)");
   if (ranks < 1 || rank < 0 || rank >= ranks || parts > ranks || ranks % parts != 0)
     return fail("shard=" + std::to_string(w.shardDim) + "/" + std::to_string(parts) +
                 ": its parts do not divide the ranks");
-  const size_t dim = static_cast<size_t>(w.shardDim);
-  std::vector<int64_t> whole = w.shape;
+  // A stack reads each of its tensors (`*` = 0, 1, ...) as a weight of the shape's rest.
+  std::vector<int64_t> shape = w.shape;
+  int64_t tensors = 1;
+  size_t dim = static_cast<size_t>(w.shardDim);
+  if (stacked) {
+    tensors = shape.front();
+    shape.erase(shape.begin());
+    --dim;
+  }
+  // Along the shard dimension: the segments (one rank's sizes), or the one whole block.
+  std::vector<int64_t> segments = w.shardSegments;
+  if (segments.empty())
+    segments.push_back(shape[dim]);
+  int64_t segmentSum = 0;
+  for (int64_t size : segments)
+    segmentSum += size;
+  if (segmentSum != shape[dim])
+    return fail("its segments do not sum to dimension " + std::to_string(w.shardDim));
+  std::vector<int64_t> whole = shape;
   if (__builtin_mul_overflow(whole[dim], parts, &whole[dim]))
     return fail("the checkpoint shape overflows");
-  const TensorInfo *info = index.find(w.name);
-  if (!info)
-    return fail("'" + w.name + "' (" + w.dtype + " " + dimsText(whole) +
-                ") is not in the checkpoint " + checkpoint);
-  if (w.dtype != dtypeName(info->dtype))
-    return fail("'" + w.name + "' in " + info->file + " is " + dtypeName(info->dtype) +
-                ", the model needs " + w.dtype);
-  if (info->shape != whole)
-    return fail("'" + w.name + "' in " + info->file + " has shape " + dimsText(info->shape) +
-                ", the model needs " + dimsText(whole) + " (" + std::to_string(parts) +
-                " blocks of " + dimsText(w.shape) + " along dimension " + std::to_string(dim) +
-                ")");
-  uint64_t outer = 0;
-  if (!product(w.shape, dim, outer) || outer == 0 || w.bytes % outer != 0)
+  uint64_t outer = 0, elements = 0;
+  if (tensors <= 0 || !product(shape, dim, outer) || outer == 0 ||
+      !product(shape, shape.size(), elements) || elements == 0 ||
+      w.bytes % static_cast<uint64_t>(tensors) != 0 ||
+      (w.bytes / static_cast<uint64_t>(tensors)) % elements != 0)
     return fail("shape " + dimsText(w.shape) + " holds no whole runs of its " +
                 std::to_string(w.bytes) + " bytes");
-  // Run o of this rank's block starts at run (o x parts + block) of the whole tensor.
-  const uint64_t run = w.bytes / outer;
+  const uint64_t tensorBytes = w.bytes / static_cast<uint64_t>(tensors);
+  // Bytes of one index of the shard dimension (times the dimensions after it).
+  const uint64_t unit = tensorBytes / outer / static_cast<uint64_t>(shape[dim]);
   const uint64_t block =
       static_cast<uint64_t>(rank) * static_cast<uint64_t>(parts) / static_cast<uint64_t>(ranks);
-  for (uint64_t o = 0; o < outer; ++o)
-    if (!index.readRange(*info, (o * static_cast<uint64_t>(parts) + block) * run, run,
-                         out + o * run, error))
-      return fail(error);
+  for (int64_t t = 0; t < tensors; ++t) {
+    const std::string name =
+        stacked ? w.name.substr(0, star) + std::to_string(t) + w.name.substr(star + 1) : w.name;
+    const TensorInfo *info = index.find(name);
+    if (!info)
+      return fail("'" + name + "' (" + w.dtype + " " + dimsText(whole) +
+                  ") is not in the checkpoint " + checkpoint);
+    // An f32 parameter (Mamba2's A_log, D, dt_bias) may be saved in a 16-bit dtype: its
+    // block is read as it is, then widened exactly.
+    const std::string found = dtypeName(info->dtype);
+    const bool widen = w.dtype == "f32" && (found == "bf16" || found == "f16");
+    if (w.dtype != found && !widen)
+      return fail("'" + name + "' in " + info->file + " is " + found + ", the model needs " +
+                  w.dtype);
+    if (info->shape != whole)
+      return fail("'" + name + "' in " + info->file + " has shape " + dimsText(info->shape) +
+                  ", the model needs " + dimsText(whole) + " (" + std::to_string(parts) +
+                  " blocks of " + dimsText(shape) + " along dimension " + std::to_string(dim) +
+                  (w.shardSegments.empty() ? "" : ", in each of its segments") + ")");
+    unsigned char *first = out + static_cast<uint64_t>(t) * tensorBytes, *dest = first;
+    const uint64_t stored = widen ? unit / 2 : unit;
+    // Index o of the dimensions before the shard dimension: for each segment, this rank's
+    // block of it, which starts past the whole earlier segments.
+    for (uint64_t o = 0; o < outer; ++o) {
+      uint64_t wholeFirst = 0;
+      for (int64_t size : segments) {
+        const uint64_t run = static_cast<uint64_t>(size) * stored;
+        const uint64_t from =
+            o * static_cast<uint64_t>(whole[dim]) * stored + wholeFirst + block * run;
+        if (!index.readRange(*info, from, run, dest, error))
+          return fail(error);
+        dest += run;
+        wholeFirst += static_cast<uint64_t>(parts) * run;
+      }
+    }
+    if (widen)
+      widenInPlace(first, tensorBytes / 4, found == "bf16");
+  }
   return true;
 }
 

@@ -34,6 +34,24 @@ kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2>, transpose_checkpoint} :
 kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 0>} : tensor<64x32xbf16>
 
 // -----
+// Segments: one rank's sizes, which sum to the weight's size along the shard dimension.
+// expected-error @below {{'shard' segments sum to 40, but dimension 0 of 'tensor<64x32xbf16>' is 64}}
+kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2, segments = [16, 16, 8]>} : tensor<64x32xbf16>
+
+// -----
+// expected-error @below {{#kiln.shard: segment size 0 must be >= 1}}
+kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2, segments = [64, 0]>} : tensor<64x32xbf16>
+
+// -----
+// expected-error @below {{#kiln.shard: 'segments' lists at least one size}}
+kiln.weight @w {shard = #kiln.shard<dim = 0, parts = 2, segments = []>} : tensor<64x32xbf16>
+
+// -----
+// A stack's dimension 0 indexes its tensors (the experts): each of them is sharded.
+// expected-error @below {{stacked weight 'e.*.w' is sharded along a dimension of each stacked tensor ('shard' dimension >= 1; dimension 0 indexes '*')}}
+kiln.weight @"e.*.w" {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<8x64x32xbf16>
+
+// -----
 // kiln.all_gather: [rows, cols] -> [rows, ranks * cols] through [ranks, rows, cols] blocks.
 func.func @f(%x: tensor<?x64xbf16>, %o: tensor<?x96xbf16>, %b: tensor<2x?x64xbf16>) {
   // expected-error @below {{dimension 1 of 'init' (96) must equal the ranks times the input's columns (128)}}

@@ -24,8 +24,14 @@ func.func @in_place_on_buffers(%x: memref<8x64xbf16>) {
 // A tensor-parallel rank's block of a checkpoint tensor, and the model's ranks.
 // CHECK: kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>
 // CHECK: kiln.weight @q {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<32x64xbf16>
+// A fused projection's segments (one rank's sizes) and a stack of experts sharded along
+// each expert's intermediate features.
+// CHECK: kiln.weight @in_proj {shard = #kiln.shard<dim = 0, parts = 2, segments = [16, 16, 8, 8, 4]>} : tensor<52x64xbf16>
+// CHECK: kiln.weight @"experts.*.up_proj.weight" {shard = #kiln.shard<dim = 1, parts = 2>} : tensor<8x32x64xbf16>
 module attributes {kiln.model = #kiln.model<name = "m", model_type = "llama", num_layers = 1, dtype = bf16, tp_ranks = 2>} {
   kiln.weight @q {shard = #kiln.shard<dim = 0, parts = 2>} : tensor<32x64xbf16>
+  kiln.weight @in_proj {shard = #kiln.shard<dim = 0, parts = 2, segments = [16, 16, 8, 8, 4]>} : tensor<52x64xbf16>
+  kiln.weight @"experts.*.up_proj.weight" {shard = #kiln.shard<dim = 1, parts = 2>} : tensor<8x32x64xbf16>
 }
 
 // -----

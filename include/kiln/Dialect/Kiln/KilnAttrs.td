@@ -168,8 +168,26 @@ def Kiln_ShardAttr : Kiln_Attr<"Shard", "shard"> {
     declared weight's size there; rank `r` of `N` holds block `r * parts / N` (block `r`
     when `parts == N`; with fewer parts than ranks, as KV heads fewer than the ranks,
     consecutive ranks share a block).
+
+    ```mlir
+    #kiln.shard<dim = 0, parts = 2, segments = [256, 256, 64, 64, 4]>
+    ```
+    With `segments`, the checkpoint tensor along `dim` is segments laid end to end (a
+    fused projection, as Mamba2's in_proj `[z | x | B | C | dt]`), each `parts` blocks of
+    its listed size; a rank holds its block of every segment, in order. The sizes are one
+    rank's (each positive; they sum to the declared weight's size along `dim`, which the
+    `kiln.weight` verifier checks).
+
+    A stacked weight (`*` in its name: experts along dimension 0) is sharded along a
+    dimension of each stacked tensor (`dim >= 1`): every expert's block.
   }];
-  let parameters = (ins "unsigned":$dim, "unsigned":$parts);
+  let parameters = (ins "unsigned":$dim, "unsigned":$parts,
+                    OptionalParameter<"::mlir::DenseI64ArrayAttr">:$segments);
+  let builders = [
+    AttrBuilder<(ins "unsigned":$dim, "unsigned":$parts), [{
+      return $_get($_ctxt, dim, parts, ::mlir::DenseI64ArrayAttr());
+    }]>
+  ];
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

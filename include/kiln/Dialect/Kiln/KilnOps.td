@@ -858,7 +858,10 @@ def Kiln_WeightOp : Kiln_Op<"weight", [Symbol, HasParent<"::mlir::ModuleOp">]> {
       (`G = experts x inter`, parts `1, 1`).
 
     `shard = #kiln.shard<dim = d, parts = p>` (a tensor-parallel graph's weight): the
-    type is one rank's block; the checkpoint tensor holds `p` of them along `d`.
+    type is one rank's block; the checkpoint tensor holds `p` of them along `d`. With
+    `segments`, the rank's block of each segment of a fused tensor, concatenated along
+    `d`. A stacked weight (`*`) is sharded along a dimension `d >= 1` of every stacked
+    tensor (MoE experts, each divided by its intermediate features).
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttrOf<AnyStaticShapeTensor>:$type,
                        OptionalAttr<I64Attr>:$offset,
