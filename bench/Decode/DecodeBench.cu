@@ -439,14 +439,14 @@ int main(int argc, char **argv) {
           // variant 0: mla_decode's mma.sync kernel (KILN_MLA_MMA_SYNC), 1:
           // mla_decode_small_smem (q_len 1), 2: the mma.sync kernel with the 16-row PV tiling
           // (KILN_MLA_PV16, only where the big config runs), 3: mla_decode_sm90 (wgmma + TMA;
-          // sm_90 only; the default there).
+          // sm_90 only; the default there), 4: its seesaw variant (KILN_MLA_SEESAW, sm_90).
           int major = 0, device = 0;
           CHECK(cudaGetDevice(&device));
           CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-          for (int variant = 0; variant < 4; ++variant) {
+          for (int variant = 0; variant < 5; ++variant) {
             bool small = variant == 1;
             if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16) ||
-                (variant == 3 && major != 9))
+                (variant >= 3 && major != 9))
               continue;
             // mla_decode_sm90 is kiln_mla_decode's default on sm_90: the mma.sync rows ask
             // for the mma.sync kernel.
@@ -454,8 +454,8 @@ int main(int argc, char **argv) {
               setenv("KILN_MLA_MMA_SYNC", "1", 1);
             if (variant == 2)
               setenv("KILN_MLA_PV16", "1", 1);
-            if (variant == 3) {
-              setenv("KILN_MLA_SM90", "1", 1);
+            if (variant >= 3) {
+              setenv(variant == 3 ? "KILN_MLA_SM90" : "KILN_MLA_SEESAW", "1", 1);
               // Its split plan may differ: the workspace of the variant that runs.
               size_t need = 0;
               KCHECK(kiln_mla_decode_workspace_bytes(&prm, &need));
@@ -478,11 +478,13 @@ int main(int argc, char **argv) {
                         variant == 0   ? "mla"
                         : variant == 1 ? "mla_small"
                         : variant == 2 ? "mla_pv16"
-                                       : "mla_sm90",
+                        : variant == 3 ? "mla_sm90"
+                                       : "mla_sm90_seesaw",
                         B, L, heads, qLen, t * 1e6, bytes / t / 1e12, flops / t / 1e12);
             std::fflush(stdout);
             unsetenv("KILN_MLA_PV16");
             unsetenv("KILN_MLA_SM90");
+            unsetenv("KILN_MLA_SEESAW");
             unsetenv("KILN_MLA_MMA_SYNC");
           }
           cudaFree(q);

@@ -502,15 +502,18 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
 constexpr int kMlaBigRows = 64, kMlaSmallRows = KILN_MLA_SMALL_TILE_ROWS;
 
 // The kernel a launch runs: small = 16 rows x 32-key tiles; big = 64 rows x 64 keys
-// (pv16: its 16-row PV warp tiling); sm90 = mla_decode_sm90 (wgmma + TMA, 64 x 64).
-enum class MlaVariant { small, big, pv16, sm90 };
+// (pv16: its 16-row PV warp tiling); sm90 = mla_decode_sm90 (wgmma + TMA, 64 x 64);
+// sm90Seesaw = its seesaw schedule (the same launch; MlaDecodeSm90Seesaw.cuh).
+enum class MlaVariant { small, big, pv16, sm90, sm90Seesaw };
 
 // mla_decode_sm90 runs every kiln_mla_decode launch (q_len x heads of any size) on an
 // sm_90 device of an sm_90a build: measured on the H100 (2026-12-06, B 128, L 4096) at
 // 2.92 TB/s for 16 heads at q_len 1 (1.21x the mma.sync kernel, 91% of the read ceiling),
 // 2.88 at q_len 2 (1.81x) and 451-461 TFLOP/s at 128 heads (2.4x). Knobs, read per call:
 // KILN_MLA_MMA_SYNC keeps the mma.sync kernels (their tests and the benchmark's
-// comparison rows); KILN_MLA_SM90 asks for the wgmma kernel and fails where it cannot run.
+// comparison rows); KILN_MLA_SM90 asks for the wgmma kernel and fails where it cannot run;
+// KILN_MLA_SEESAW asks for its seesaw variant (warpgroups ping-ponging over page pairs),
+// failing likewise; it stays opt-in until measured against the default.
 
 // Whether this build and device can run mla_decode_sm90 (sm_90a code, an sm_90 GPU).
 bool mlaSm90Runs(const DeviceProps &props) {
@@ -531,7 +534,8 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
                                             : MlaVariant::big;
   if (smallOnly)
     return KILN_OK;
-  const bool asked = std::getenv("KILN_MLA_SM90") != nullptr;
+  const bool seesaw = std::getenv("KILN_MLA_SEESAW") != nullptr;
+  const bool asked = seesaw || std::getenv("KILN_MLA_SM90") != nullptr;
   if (!asked && (std::getenv("KILN_MLA_MMA_SYNC") || *variant == MlaVariant::pv16))
     return KILN_OK;
   DeviceProps props;
@@ -539,10 +543,10 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
   if (status != KILN_OK)
     return status;
   if (mlaSm90Runs(props))
-    *variant = MlaVariant::sm90;
+    *variant = seesaw ? MlaVariant::sm90Seesaw : MlaVariant::sm90;
   else
     KILN_REQUIRE(!asked, KILN_ERROR_UNSUPPORTED,
-                 "%s: KILN_MLA_SM90 needs a build with sm_90a in KILN_CUDA_ARCHITECTURES and an "
+                 "%s: KILN_MLA_SM90 / KILN_MLA_SEESAW need a build with sm_90a in KILN_CUDA_ARCHITECTURES and an "
                  "sm_90 device",
                  kernel);
   return KILN_OK;
@@ -550,10 +554,11 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
 
 kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaVariant variant,
                       bool forQuery, KernelInfo *info, SplitPlan *plan) {
-  *info = variant == MlaVariant::sm90 ? mlaSm90KernelInfo()
-                                      : mlaKernelInfo(variant == MlaVariant::small  ? 0
-                                                      : variant == MlaVariant::pv16 ? 2
-                                                                                    : 1);
+  *info = variant == MlaVariant::sm90         ? mlaSm90KernelInfo()
+          : variant == MlaVariant::sm90Seesaw ? mlaSm90SeesawKernelInfo()
+                                              : mlaKernelInfo(variant == MlaVariant::small  ? 0
+                                                              : variant == MlaVariant::pv16 ? 2
+                                                                                            : 1);
   DeviceProps props;
   kiln_status_t status = deviceProps(kernel, &props);
   if (status != KILN_OK)
@@ -600,7 +605,7 @@ kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaV
   args.splitTiles = plan.splitTiles;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   void *launchArgs = &args;
-  if (variant == MlaVariant::sm90) {
+  if (variant == MlaVariant::sm90 || variant == MlaVariant::sm90Seesaw) {
     // The pool as a [num_pages * 64, 576] matrix: a tile is the 64 rows of one page.
     cudaError_t error = sm90::encodeBf16SwizzledMap(
         &sm90Args.cache, p->latent_cache, static_cast<uint64_t>(p->num_pages) * KILN_MLA_PAGE_SIZE,

@@ -31,6 +31,9 @@ KernelInfo mlaKernelInfo(int config);
 // mla_decode_sm90 (MlaDecodeSm90.cu): 64 rows x 64-key tiles, wgmma + TMA, launched with
 // MlaSm90Args; its body is empty unless built for sm_90a (KILN_MLA_SM90A_BUILT).
 KernelInfo mlaSm90KernelInfo();
+// Its seesaw variant (MlaDecodeSm90Seesaw.cu, KILN_MLA_SEESAW): the same launch and
+// arguments, the warpgroups ping-ponging over pairs of pages.
+KernelInfo mlaSm90SeesawKernelInfo();
 // splitCombineKernel<T>(partO, partLse, out, numSplits, dv, sinks, heads), no dynamic
 // smem; sinks may be null (MLA has none).
 const void *splitCombineKernelBf16();

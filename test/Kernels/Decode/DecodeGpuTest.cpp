@@ -1130,9 +1130,11 @@ struct MlaCase {
 
 void runMlaCase(const MlaCase &c) {
   const bool sm90 = std::getenv("KILN_MLA_SM90") != nullptr;
-  std::string what = std::string(c.small ? "mla_decode_small_smem"
-                                 : sm90  ? "mla_decode(sm90)"
-                                         : "mla_decode") +
+  const bool seesaw = std::getenv("KILN_MLA_SEESAW") != nullptr;
+  std::string what = std::string(c.small    ? "mla_decode_small_smem"
+                                 : seesaw ? "mla_decode(sm90 seesaw)"
+                                 : sm90   ? "mla_decode(sm90)"
+                                          : "mla_decode") +
                      (c.perToken ? " per-token" : "") + " batch=" + std::to_string(c.batch) +
                      " q_len=" + std::to_string(c.qLen) + " heads=" + std::to_string(c.heads) +
                      " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
@@ -1253,6 +1255,32 @@ TEST(MlaDecodeGpu, Sm90Variant) {
   runMlaCase({1, 1, 128, 3000, false});         // automatic splits, 2 row blocks
   runMlaCase({1, 2, 16, 5000, false});          // automatic splits, 1 row block
   runMlaCase({3, 2, 16, 700, false, 5});        // forced splits
+  runMlaCase({2, 3, 64, 300, false, 64});       // more splits than tiles
+  runMlaCase({4, 1, 16, 900, false, 0, true});  // per-token mode
+  runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
+}
+
+// The seesaw variant of mla_decode_sm90 (KILN_MLA_SEESAW): Sm90Variant's cases, plus the
+// shapes where its pairs of pages matter: odd and even tile counts, a pair whose second
+// page is missing or partial, one-tile splits (no second page ever), 3-tile splits.
+TEST(MlaDecodeGpu, Sm90SeesawVariant) {
+  KILN_REQUIRE_GPU();
+  if (!deviceIsSm90())
+    GTEST_SKIP() << "mla_decode_sm90 needs an sm_90 device";
+  ScopedEnv knob("KILN_MLA_SEESAW");
+  for (int heads : {16, 32, 64, 128})
+    for (int qLen : {1, 2, 3, 4})
+      runMlaCase({2, qLen, heads, 400, false}); // ragged, last pages partial
+  for (int heads : {1, 40})
+    runMlaCase({3, 3, heads, 333, false});
+  runMlaCase({2, 4, 128, 640, false});          // sequence 0 ends on a page boundary
+  runMlaCase({3, 1, 16, 64, false});            // one page each at most
+  runMlaCase({5, 1, 128, 200, false});          // 1..4 tiles: pairs with and without B
+  runMlaCase({1, 1, 128, 3000, false});         // automatic splits, 2 row blocks
+  runMlaCase({1, 2, 16, 5000, false});          // automatic splits, 1 row block
+  runMlaCase({3, 2, 16, 700, false, 5});        // forced splits
+  runMlaCase({2, 1, 128, 700, false, 11});      // 1-tile splits: never a page B
+  runMlaCase({2, 4, 128, 900, false, 5});       // 3-tile splits, draft tokens
   runMlaCase({2, 3, 64, 300, false, 64});       // more splits than tiles
   runMlaCase({4, 1, 16, 900, false, 0, true});  // per-token mode
   runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
