@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
           freePaged(p);
         }
 
-  // mla_decode: page 64, 576 = 512 + 64, bf16.
+  // mla_decode: page 64, 576 = 512 + 64, bf16 (and the FP8 latent pool, "mla_fp8").
   std::vector<int> mBs = {64, 128}, mLs = {4096, 16384};
   if (quick) {
     mBs = {128};
@@ -486,6 +486,38 @@ int main(int argc, char **argv) {
             unsetenv("KILN_MLA_SM90");
             unsetenv("KILN_MLA_SEESAW");
             unsetenv("KILN_MLA_MMA_SYNC");
+          }
+          {
+            // mla_fp8: the same shape over an FP8 latent pool (Decode.h's 656-byte tokens,
+            // random bytes: timing only), read by mla_decode's mma.sync kernels; TB/s counts
+            // the FP8 bytes.
+            Paged f = makePaged(B, L, 64, 64 * KILN_MLA_FP8_TOKEN_BYTES);
+            kiln_mla_decode_params_t fp = prm;
+            fp.latent_cache = f.pool;
+            fp.seq_lens = f.seqLens;
+            fp.num_pages = f.numPages;
+            fp.block_table = f.tables[0];
+            fp.kv_dtype = KILN_DTYPE_FP8_E4M3;
+            size_t need = 0;
+            KCHECK(kiln_mla_decode_workspace_bytes(&fp, &need));
+            void *fpWs = nullptr;
+            if (need)
+              CHECK(cudaMalloc(&fpWs, need));
+            fp.workspace = fpWs;
+            fp.workspace_bytes = need;
+            double t = timeGraph(
+                [&](int i) {
+                  fp.block_table = f.tables[i % f.tables.size()];
+                  KCHECK(kiln_mla_decode(&fp));
+                },
+                stream);
+            double fpBytes = static_cast<double>(B) * L * KILN_MLA_FP8_TOKEN_BYTES;
+            std::printf("{\"kind\":\"mla_fp8\",\"B\":%d,\"L\":%d,\"heads\":%d,\"q_len\":%d,"
+                        "\"us\":%.3f,\"TBps\":%.4f,\"TFLOPs\":%.2f}\n",
+                        B, L, heads, qLen, t * 1e6, fpBytes / t / 1e12, flops / t / 1e12);
+            std::fflush(stdout);
+            cudaFree(fpWs);
+            freePaged(f);
           }
           cudaFree(q);
           cudaFree(out);

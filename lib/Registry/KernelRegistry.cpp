@@ -44,7 +44,7 @@ constexpr uint32_t feature(TargetFeature f) { return static_cast<uint32_t>(f); }
 // for its largest supported configuration of the common shapes (docs/kernels-*.md:
 // gqa_decode 96 KiB at d<=128 (d=256 with > 64 query rows needs up to 128 KiB and
 // reports UNSUPPORTED where that does not fit), mla_decode 226.5 KiB,
-// mla_decode_small_smem 93,952 B,
+// mla_decode_small_smem 93,952 B (99,200 B over an FP8 latent pool),
 // prefill_fmha 96 KiB (d256 takes 128 KiB where a block may, else 96 KiB), the wgmma
 // prefill 161 KiB, 193 KiB at d256); SM ranges are where the kernel is compiled.
 // `dtypes` are the KV caches a variant reads next to the runtime's bf16 activations: an
@@ -110,23 +110,30 @@ std::vector<KernelVariant> builtinVariants() {
        .dtypes = kBf16,
        .priority = 20,
        .note = "Hopper wgmma prefill at head_dim 256 (dense and paged extend; bf16 caches)"});
-  // MLA, decode. Latent pool [pages, 64, 576].
+  // MLA, decode. Latent pool [pages, 64, 576] bf16, or FP8 latent tokens (656 bytes:
+  // 512 e4m3 + 4 f32 group scales + 64 bf16 rope, kiln/Kernels/Decode.h) that the mma.sync
+  // kernels widen to bf16 in shared memory (96.9 KiB at 16 rows, 176 KiB at 64: within
+  // the bf16 figures below); the sm_90 wgmma form reads bf16 pools only, so an FP8 launch
+  // of mla_decode runs the mma.sync kernel there.
   add({.name = "mla_decode", .family = OpFamily::mla, .phase = Phase::decode,
        .minSm = 80, .maxSm = 121, .smemBytes = 231936, .headDims = {576},
-       .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
+       .dtypes = kBf16 | kFp8, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 4,
        .priority = 10,
        .note = "absorbed MLA decode, latent 512 + rope 64, q_len 1..4, large tiles (on "
-               "sm_90: wgmma + TMA, mla_decode_sm90)"});
+               "sm_90: wgmma + TMA, mla_decode_sm90, for bf16 pools; FP8 latent pools on "
+               "the mma.sync kernel)"});
   add({.name = "mla_decode_small_smem", .family = OpFamily::mla, .phase = Phase::decode,
-       .minSm = 80, .maxSm = 121, .smemBytes = 93952, .headDims = {576},
-       .dtypes = kBf16, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
-       .priority = 5, .note = "single-token MLA decode for ~99 KiB shared memory"});
+       .minSm = 80, .maxSm = 121, .smemBytes = 99200, .headDims = {576},
+       .dtypes = kBf16 | kFp8, .pageSizes = {64}, .maxHeads = 128, .maxQueryLen = 1,
+       .priority = 5,
+       .note = "single-token MLA decode for ~99 KiB shared memory (bf16 93,952 B, FP8 "
+               "latent pools 99,200 B)"});
   add({.name = "mla_prefill_decode", .family = OpFamily::mla, .phase = Phase::prefill,
-       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
+       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16 | kFp8, .pageSizes = {64},
        .maxHeads = 128, .priority = 1,
        .note = "MLA prefill through the decode kernel (append, then causal extend)"});
   add({.name = "mla_prefill", .family = OpFamily::mla, .phase = Phase::prefill,
-       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16, .pageSizes = {64},
+       .minSm = 80, .maxSm = 121, .headDims = {576}, .dtypes = kBf16 | kFp8, .pageSizes = {64},
        .maxHeads = 128, .priority = 10,
        .note = "MLA prompts expanded (kv_b_proj on the latent) through prefill_fmha when "
                "qk_nope + qk_rope == v_head_dim in {64, 128} or is DeepSeek's 192 over "

@@ -11,6 +11,12 @@
 //    PREFILL phase) qk_nope + qk_rope == v_head_dim in {64, 128}, or DeepSeek's
 //                  192 (128 + 64) over v_head_dim 128
 //
+// An f8E4M3FN pool (kv_dtype) holds KILN_MLA_FP8_TOKEN_BYTES a token (kiln/Kernels/Decode.h:
+// 512 e4m3 latent values, a power-of-two scale per 128 of them, the rope key in bf16):
+// the append quantizes, every read of the cache (decode, verify, prompts a token at a
+// time) widens it in mla_decode; the expanded prompt path reads the prompt's own bf16
+// latents, not the cache.
+//
 // Decode keeps a token's bits independent of the step (lossless speculation): the GEMMs
 // run under the context's row-invariant policy and mla_decode runs one split a query.
 #include "Context.h"
@@ -35,6 +41,7 @@ struct MlaLayer {
   float softmaxScale;
   int32_t ropeStyle;
   kiln_rope_params_t ropeParams;
+  kiln_dtype_t poolDtype; // KILN_DTYPE_BF16 or KILN_DTYPE_FP8_E4M3
   int64_t qRow() const { return static_cast<int64_t>(heads) * (nope + rope); }
   int64_t kvRow() const { return static_cast<int64_t>(heads) * (nope + v); }
   int64_t absRow() const { return static_cast<int64_t>(heads) * (rank + rope); }
@@ -195,6 +202,7 @@ kiln_status_t absorbed(const Call &c, kiln_rt_context *ctx, const MlaLayer &l, c
   dp.max_seq_len = ctx->maxPagesPerSeq * KILN_MLA_PAGE_SIZE;
   dp.softmax_scale = l.softmaxScale;
   dp.dtype = KILN_DTYPE_BF16;
+  dp.kv_dtype = l.poolDtype;
   dp.num_splits = 1; // a query's bits must not depend on the step's batch
   dp.stream = ctx->stream;
   const bool perToken = ctx->phase != KILN_RT_PHASE_DECODE ||
@@ -303,8 +311,10 @@ kiln_status_t mlaAttention(const Call &c, kiln_rt_context *ctx, uint64_t cacheOf
   const int64_t perToken =
       kiln_rt_mla_scratch_bytes_per_token(l.heads, l.rank, l.rope, l.nope, l.v);
   uint64_t poolBytes = 0;
-  if (!product(&poolBytes, {static_cast<int64_t>(ctx->config.kv_pages), KILN_MLA_PAGE_SIZE,
-                            KILN_MLA_HEAD_DIM, 2}))
+  const int64_t tokenBytes =
+      l.poolDtype == KILN_DTYPE_FP8_E4M3 ? KILN_MLA_FP8_TOKEN_BYTES : KILN_MLA_HEAD_DIM * 2;
+  if (!product(&poolBytes,
+               {static_cast<int64_t>(ctx->config.kv_pages), KILN_MLA_PAGE_SIZE, tokenBytes}))
     return c.error(KILN_ERROR_INVALID_ARGUMENT, "sizes overflow");
   if (kiln_status_t s = checkRanges(
           c, ctx,
@@ -350,6 +360,7 @@ kiln_status_t mlaAttention(const Call &c, kiln_rt_context *ctx, uint64_t cacheOf
   ap.num_pages = static_cast<int>(ctx->config.kv_pages);
   ap.max_pages_per_seq = ctx->maxPagesPerSeq;
   ap.dtype = KILN_DTYPE_BF16;
+  ap.kv_dtype = l.poolDtype;
   ap.stream = ctx->stream;
   ++ctx->launches;
   if (kiln_status_t s = kiln_mla_kv_append(&ap); s != KILN_OK)
@@ -362,13 +373,13 @@ kiln_status_t mlaAttention(const Call &c, kiln_rt_context *ctx, uint64_t cacheOf
 } // namespace
 
 extern "C" int32_t kiln_rt_mla_attention(
-    kiln_rt_context_t *ctx, int32_t layer, uint64_t cache_offset, const void *q,
-    const void *latent, const void *k_pe, int64_t k_pe_stride, const void *positions,
-    const void *kv_b, void *scratch, void *out, int64_t tokens, int32_t num_heads,
-    int32_t kv_lora_rank, int32_t rope_dim, int32_t nope_dim, int32_t v_dim, int32_t page_size,
-    int32_t decode_kernel, int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
-    int32_t rope_style, int32_t rope_type, float theta, float factor, float low, float high,
-    int64_t original_max_position, float attention_factor) {
+    kiln_rt_context_t *ctx, int32_t layer, uint64_t cache_offset, const void *q, const void *latent,
+    const void *k_pe, int64_t k_pe_stride, const void *positions, const void *kv_b, void *scratch,
+    void *out, int64_t tokens, int32_t num_heads, int32_t kv_lora_rank, int32_t rope_dim,
+    int32_t nope_dim, int32_t v_dim, int32_t page_size, int32_t decode_kernel,
+    int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale, int32_t rope_style,
+    int32_t rope_type, float theta, float factor, float low, float high,
+    int64_t original_max_position, float attention_factor, int32_t kv_dtype) {
   if (!ctx)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_rt_mla_attention: layer %d: context is null",
                 layer);
@@ -383,8 +394,15 @@ extern "C" int32_t kiln_rt_mla_attention(
                                "no step set (call kiln_rt_set_batch first)"));
   if (layer < 0)
     return record(ctx, c.error(KILN_ERROR_INVALID_ARGUMENT, "negative layer index"));
-  MlaLayer l{tokens, num_heads, kv_lora_rank, rope_dim, nope_dim, v_dim, softmax_scale,
-             rope_style, kiln_rope_params_t{}};
+  if (kv_dtype != KILN_RT_DTYPE_BF16 && kv_dtype != KILN_RT_DTYPE_F8E4M3FN)
+    return record(ctx, c.error(KILN_ERROR_UNSUPPORTED,
+                               "kv_dtype %d (%s) unsupported (the MLA kernels read bf16 or "
+                               "f8E4M3FN latent pools)",
+                               kv_dtype, kiln_rt_dtype_name(kv_dtype)));
+  MlaLayer l{tokens,        num_heads,  kv_lora_rank,         rope_dim,       nope_dim, v_dim,
+             softmax_scale, rope_style, kiln_rope_params_t{}, KILN_DTYPE_BF16};
+  if (kv_dtype == KILN_RT_DTYPE_F8E4M3FN)
+    l.poolDtype = KILN_DTYPE_FP8_E4M3;
   l.ropeParams.type = rope_type;
   l.ropeParams.theta = theta;
   l.ropeParams.factor = factor;

@@ -199,13 +199,13 @@ int32_t kiln_rt_mla_attention(ctx_t *, int32_t layer, uint64_t cache_offset, con
                               int32_t spec_dec_mode, float softmax_scale, int32_t rope_style,
                               int32_t rope_type, float theta, float factor, float low,
                               float high, int64_t original_max_position,
-                              float attention_factor) {
+                              float attention_factor, int32_t kv_dtype) {
   return record("mla_attention",
                 {layer,     cache_offset,  q,          latent,   k_pe,    k_pe_stride, positions,
                  kv_b,      scratch,       out,        tokens,   num_heads, kv_lora_rank,
                  rope_dim,  nope_dim,      v_dim,      page_size, decode_kernel, prefill_kernel,
                  spec_dec_mode, softmax_scale, rope_style, rope_type, theta, factor, low, high,
-                 original_max_position, attention_factor});
+                 original_max_position, attention_factor, kv_dtype});
 }
 int32_t kiln_rt_output(ctx_t *, int32_t which, const void *data, int64_t rows, int64_t cols) {
   return record("output", {which, data, rows, cols});

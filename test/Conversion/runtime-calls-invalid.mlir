@@ -231,13 +231,14 @@ func.func @f32_data(%ctx: !llvm.ptr {kiln.context}, %x: memref<?x128xf32>, %o: m
 }
 
 // -----
-// The latent cache must be bf16: the MLA kernels read no fp8 latent.
-module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = f8E4M3FN>} {
-  func.func @fp8_latent(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x48xbf16>, %kpe: memref<?x16xbf16>,
+// The latent cache must be bf16 or FP8 (the FP8 latent token): the MLA kernels read no
+// f16 latent.
+module attributes {kiln.runtime = #kiln.runtime<max_batch = 4, max_seq_len = 256, page_size = 16, kv_dtype = f16>} {
+  func.func @f16_latent(%ctx: !llvm.ptr {kiln.context}, %q: memref<?x2x48xbf16>, %kpe: memref<?x16xbf16>,
                         %lat: memref<?x64xbf16>, %pos: memref<?xi32>, %kvb: memref<128x64xbf16>,
                         %s: memref<?x672xi8>, %o: memref<?x2x32xbf16>) {
-    %c = kiln.cache_resource layer 0 unit [80] of f8E4M3FN {offset = 0 : i64} : !kiln.cache<mla_latent>
-    // expected-error @below {{layer 0: the latent cache is 'f8E4M3FN', but the MLA kernels read bf16 caches; compile with --kv-dtype bf16}}
+    %c = kiln.cache_resource layer 0 unit [80] of f16 {offset = 0 : i64} : !kiln.cache<mla_latent>
+    // expected-error @below {{layer 0: the latent cache is 'f16', but the MLA kernels read bf16 or f8E4M3FN caches; compile with --kv-dtype bf16 or fp8}}
     // expected-error @below {{failed to legalize operation 'kiln.cached_mla_attention' that was explicitly marked illegal}}
     kiln.cached_mla_attention layer 0 %q, %lat k_pe(%kpe : memref<?x16xbf16>)
       positions(%pos : memref<?xi32>) kv_b(%kvb : memref<128x64xbf16>) scratch(%s : memref<?x672xi8>)

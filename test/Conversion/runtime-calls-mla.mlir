@@ -25,7 +25,7 @@
 // CHECK-DAG: %[[FACTOR:.*]] = arith.constant 4.000000e+00 : f32
 // CHECK-DAG: %[[ORIG:.*]] = arith.constant 64 : i64
 // CHECK: call @kiln_rt_mla_attention(%{{[^,]*}}, %[[LAYER]], %[[OFFSET]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[KSTRIDE]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[HEADS]], %[[RANK]], %[[ROPE]], %[[NOPE]], %{{[^,]*}}, %[[PAGE]], %[[DECODE]], %[[PREFILL]], %{{[^,]*}}, %[[SCALE]], %{{[^,]*}}, %[[YARN]], %{{[^,]*}}, %[[FACTOR]], %{{[^,]*}}, %{{[^,]*}}, %[[ORIG]], %{{[^)]*}}) {kiln.layer = 2 : i64}
-// CHECK-SAME: : (!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, i32, f32, i32, i32, f32, f32, f32, f32, i64, f32) -> i32
+// CHECK-SAME: : (!llvm.ptr, i32, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, i32, i32, i32, i32, i32, i32, i32, f32, i32, i32, f32, f32, f32, f32, i64, f32, i32) -> i32
 // The strided norm: x's first element, its row stride 80, weight, out, rows, dim 64, eps.
 // CHECK: %[[NSTRIDE:.*]] = arith.constant 80 : i64
 // CHECK: call @kiln_rt_rms_norm_strided(%{{[^,]*}}, %{{[^,]*}}, %[[NSTRIDE]], {{.*}}) : (!llvm.ptr, !llvm.ptr, i64, !llvm.ptr, !llvm.ptr, i64, i64, f32) -> i32

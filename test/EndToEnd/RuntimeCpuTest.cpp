@@ -1072,18 +1072,29 @@ TEST(RuntimeCpu, MlaAttentionValidation) {
             prefillKernel = KILN_RT_KERNEL_MLA_PREFILL, style = KILN_ROPE_STYLE_DEINTERLEAVE;
     uint64_t cacheOffset = 0;
     float scale = 0.1f;
+    int32_t kvDtype = KILN_RT_DTYPE_BF16;
   };
   auto mla = [&](const Args &a) {
     // q, the kv_a output (latent | k_pe columns), the normed latent, scratch, out.
     return kiln_rt_mla_attention(
         d.ctx, 0, a.cacheOffset, d.a(0), d.a(1 << 20), d.a((1 << 20) + 1024), a.kPeStride,
-        kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.w(), d.a(2 << 20), d.a(3 << 20),
-        a.tokens, a.heads, a.rank, 64, 128, 128, KILN_MLA_PAGE_SIZE, a.decodeKernel,
-        a.prefillKernel, KILN_RT_SINGLE_TOKEN, a.scale, a.style, KILN_RT_ROPE_DEFAULT, 1e4f, 1.f,
-        0.f, 0.f, 0, 1.f);
+        kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.w(), d.a(2 << 20), d.a(3 << 20), a.tokens,
+        a.heads, a.rank, 64, 128, 128, KILN_MLA_PAGE_SIZE, a.decodeKernel, a.prefillKernel,
+        KILN_RT_SINGLE_TOKEN, a.scale, a.style, KILN_RT_ROPE_DEFAULT, 1e4f, 1.f, 0.f, 0.f, 0, 1.f,
+        a.kvDtype);
   };
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &dec.b), KILN_OK) << lastError();
   EXPECT_EQ(mla(Args{}), KILN_OK) << lastError();
+  // An FP8 pool holds KILN_MLA_FP8_TOKEN_BYTES a token: it fits where the bf16 pool's
+  // 1152 bytes a token would overrun the caches.
+  Args fp8;
+  fp8.kvDtype = KILN_RT_DTYPE_F8E4M3FN;
+  fp8.cacheOffset = 8ull * KILN_MLA_PAGE_SIZE * (KILN_MLA_HEAD_DIM * 2 - KILN_MLA_FP8_TOKEN_BYTES);
+  EXPECT_EQ(mla(fp8), KILN_OK) << lastError();
+  fp8.cacheOffset += 16;
+  EXPECT_EQ(mla(fp8), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("mla_latent"), std::string::npos) << lastError();
+  ASSERT_EQ(kiln_rt_set_batch(d.ctx, &dec.b), KILN_OK) << lastError(); // clears the failure
   EXPECT_EQ(kiln_rt_rms_norm_strided(d.ctx, d.a(1 << 20), 576, d.w(), d.a((1 << 20) + 4096), 2,
                                      512, 1e-6f),
             KILN_OK)
@@ -1112,8 +1123,7 @@ TEST(RuntimeCpu, MlaAttentionValidation) {
       {"decode_kernel 1 (gqa_decode) cannot run MLA decode", &dec,
        with([](Args &a) { a.decodeKernel = KILN_RT_KERNEL_GQA_DECODE; }),
        KILN_ERROR_INVALID_ARGUMENT},
-      {"prefill_kernel 2 (prefill_fmha) cannot run MLA in prefill", &pre,
-       with([](Args &a) {
+      {"prefill_kernel 2 (prefill_fmha) cannot run MLA in prefill", &pre, with([](Args &a) {
          a.tokens = 12;
          a.prefillKernel = KILN_RT_KERNEL_PREFILL_FMHA;
        }),
@@ -1128,6 +1138,8 @@ TEST(RuntimeCpu, MlaAttentionValidation) {
        KILN_ERROR_INVALID_ARGUMENT},
       {"mla_latent", &dec, with([](Args &a) { a.cacheOffset = 4096; }),
        KILN_ERROR_INVALID_ARGUMENT},
+      {"kv_dtype 1 (f16) unsupported (the MLA kernels read bf16 or f8E4M3FN", &dec,
+       with([](Args &a) { a.kvDtype = KILN_RT_DTYPE_F16; }), KILN_ERROR_UNSUPPORTED},
   };
   for (const Case &c : cases) {
     SCOPED_TRACE(c.what);

@@ -68,7 +68,9 @@ Checks (one line per family and mode, PASS or FAIL with the numbers):
   fp8        An FP8 KV cache is lossy, so its decode tokens are not held to the reference:
              fp8 gates on the prefill logits (--logit-rtol: a prompt's own attention reads
              the step's bf16 K/V) and memory, and reports its token agreement with the
-             reference (tokens before each prompt's first difference) and fp8tf's
+             reference (tokens before each prompt's first difference), with the bf16
+             run (nospec's tokens, when nospec ran: what the FP8 cache alone costs; the
+             MLA families' FP8 latent cache too) and fp8tf's
              teacher-forced agreement; fp8ngram must be lossless against fp8 (Kiln
              against Kiln, the same quantized cache).
   f16        An f16 KV cache holds the bf16 K/V exactly wherever they are in fp16's normal
@@ -101,10 +103,8 @@ ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8
              "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
              "ringngram", "nccl"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
-_NO_FP8_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
-               "fp8 for mla_attention layers)")
-_NO_F16_MLA = ("the MLA kernels read a bf16 latent cache (kiln-compile refuses --kv-dtype "
-               "f16 for mla_attention layers)")
+_NO_F16_MLA = ("the MLA kernels read a bf16 or FP8 latent cache (kiln-compile refuses "
+               "--kv-dtype f16 for mla_attention layers)")
 UNSUPPORTED_MODES = {
     "nemotron-h": {
         "selfdraft": "the target as its own draft model is a Mamba2 model, whose recurrent "
@@ -115,10 +115,8 @@ UNSUPPORTED_MODES = {
                      "recurrent state a draft model cannot rewind (kiln_model_truncate "
                      "refuses it)",
     },
-    "deepseek-v2": {**{mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
-                    **{mode: _NO_F16_MLA for mode in ("f16", "f16ngram")}},
-    "deepseek-v3": {**{mode: _NO_FP8_MLA for mode in ("fp8", "fp8tf", "fp8ngram")},
-                    **{mode: _NO_F16_MLA for mode in ("f16", "f16ngram")}},
+    "deepseek-v2": {mode: _NO_F16_MLA for mode in ("f16", "f16ngram")},
+    "deepseek-v3": {mode: _NO_F16_MLA for mode in ("f16", "f16ngram")},
 }
 SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "f16ngram", "replayngram",
               "replaydraft", "mtp", "ringngram"}
@@ -897,7 +895,7 @@ def check_communicator(result):
         {"planned_collective": planned, "collective": taken}
 
 
-def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
+def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_run=None):
     """All checks of one successful kiln-run; (ok, text, details). `nospec` is the
     baseline of the mode's cache dtype (fp8's run for fp8ngram, f16's for f16ngram)."""
     checks = []
@@ -907,6 +905,12 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args):
     elif mode == "fp8":
         tokens = generated_tokens(result.get("outputs", []), prompts)
         checks.append(("agreement", token_agreement(tokens, ref, count)))
+        if bf16_run is not None:
+            # The same model over the bf16 cache (nospec): what the FP8 cache alone costs.
+            bf16_tokens = generated_tokens(bf16_run.get("outputs", []), prompts)
+            ok, text, details = token_agreement(tokens, {"tokens": bf16_tokens}, count)
+            checks.append(("agreement_bf16", (ok, text.replace("token agreement",
+                                                               "with the bf16 run"), details)))
         checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
                                               args.logit_rtol, args.logit_fp32_factor)))
     elif mode == "tf":
@@ -1006,7 +1010,7 @@ def run_family(family, args, out, env):
         baseline = (fp8 if mode in FP8_MODES else f16 if mode in F16_MODES
                     else ring if mode == "ringngram" else nospec)
         ok, text, details = evaluate_mode(mode, result, ref, prompts, baseline, work, vocab,
-                                          args)
+                                          args, bf16_run=nospec)
         if mode == "mtp":
             mtp_ok, mtp_text, mtp_details = check_mtp_guesses(
                 result, model_dir, args.models / f"{family}-mtp", prompts, args)

@@ -65,6 +65,37 @@ TEST_F(RegistryTest, MlaMultiTokenNeedsLargeSharedMemory) {
   EXPECT_EQ(single.front()->name, "mla_decode_small_smem");
 }
 
+// The FP8 MLA latent cache (656-byte tokens): every MLA variant reads it, with the same
+// shared-memory rule as bf16 (multi-token off on sm_120, the small-smem kernel there);
+// f16 latents have no kernel.
+TEST_F(RegistryTest, MlaReadsFp8LatentCaches) {
+  KernelRegistry registry = KernelRegistry::builtin();
+  TargetAttr h200 = TargetAttr::getPreset(&context, "h200");
+  TargetAttr rtx = TargetAttr::getPreset(&context, "rtx5090");
+  Builder builder(&context);
+  KernelQuery decode = mlaDecode(4);
+  decode.dtype = builder.getType<Float8E4M3FNType>();
+  auto fitting = registry.candidates(decode, h200);
+  ASSERT_FALSE(fitting.empty());
+  EXPECT_EQ(fitting.front()->name, "mla_decode");
+  EXPECT_TRUE(registry.candidates(decode, rtx).empty());
+  decode.queryLen = 1;
+  auto single = registry.candidates(decode, rtx);
+  ASSERT_FALSE(single.empty());
+  EXPECT_EQ(single.front()->name, "mla_decode_small_smem");
+  KernelQuery prefill = decode;
+  prefill.phase = Phase::prefill;
+  auto prompts = registry.candidates(prefill, h200);
+  ASSERT_EQ(prompts.size(), 2u);
+  EXPECT_EQ(prompts.front()->name, "mla_prefill");
+  decode.dtype = builder.getF16Type();
+  std::vector<std::pair<const KernelVariant *, std::string>> rejections;
+  EXPECT_TRUE(registry.candidates(decode, h200, &rejections).empty());
+  ASSERT_FALSE(rejections.empty());
+  EXPECT_NE(rejections.front().second.find("not in {bf16, f8E4M3FN}"), std::string::npos)
+      << rejections.front().second;
+}
+
 TEST_F(RegistryTest, HopperOnlyVariantRejectedElsewhere) {
   KernelRegistry registry = KernelRegistry::builtin();
   const KernelVariant *hopper = registry.lookup("prefill_fmha_sm90");

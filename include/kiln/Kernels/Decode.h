@@ -4,6 +4,10 @@
  * Layouts (all tensors dense, row-major, innermost dimension last):
  *   KV pool       [num_pages, 2, page_size, kv_heads, head_dim]   (K then V per page)
  *   MLA pool      [num_pages, 64, 576]  (512 latent values then 64 rope values per token)
+ *   MLA FP8 pool  [num_pages, 64, 656 bytes]: per token 512 e4m3 latent values (bytes
+ *                 0..511), 4 fp32 dequantization scales, one per 128-value group of the
+ *                 latent (bytes 512..527), then the 64 rope values in bf16 (528..655);
+ *                 every part 16-byte aligned. Value = e4m3 * scale of its group.
  *   block table   [batch, max_pages_per_seq] int32 (page ids into the pool)
  *   seq_lens      [batch] int32: tokens in the cache for each sequence, INCLUDING the
  *                 q_len new tokens of this step (their K/V must already be appended).
@@ -33,6 +37,13 @@ extern "C" {
 #define KILN_MLA_ROPE_DIM 64
 #define KILN_MLA_HEAD_DIM 576 /* KILN_MLA_KV_LORA_RANK + KILN_MLA_ROPE_DIM */
 #define KILN_MLA_PAGE_SIZE 64
+/* The FP8 latent token (kv_dtype KILN_DTYPE_FP8_E4M3): 512 + 4 * 4 + 64 * 2 bytes, 0.57x
+ * the bf16 token's 1152. kv_append writes power-of-two scales (the smallest with
+ * |value| / scale <= 448 over the group), so a widened value is exact in bf16. */
+#define KILN_MLA_FP8_GROUP 128
+#define KILN_MLA_FP8_SCALE_OFFSET 512
+#define KILN_MLA_FP8_ROPE_OFFSET 528
+#define KILN_MLA_FP8_TOKEN_BYTES 656
 /* kiln_mla_decode's tiling follows the query rows of a sequence: q_len * num_heads above
  * this runs the large-tile configuration, which rounds differently from the small one. */
 #define KILN_MLA_SMALL_TILE_ROWS 16
@@ -157,7 +168,10 @@ typedef struct kiln_kv_append_params {
 kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *params);
 
 /* MLA variant: token t's latent (512 values of kv_c) and rope key (64 values of k_pe)
- * go to latent_cache[page][slot][0:512] and [512:576]. Page size 64. */
+ * go to latent_cache[page][slot][0:512] and [512:576]. Page size 64. An FP8 pool
+ * (kv_dtype KILN_DTYPE_FP8_E4M3, the 656-byte token above): each 128-value group of the
+ * latent gets the scale 2^ceil(log2(amax / 448)) (1 for an all-zero group) and its values
+ * are divided by it and rounded to nearest e4m3, saturating at +-448; k_pe is copied. */
 typedef struct kiln_mla_kv_append_params {
   const void *kv_c; /* [num_tokens, 512] (token stride kv_c_token_stride, 0 = 512) */
   const void *k_pe; /* [num_tokens, 64] (token stride k_pe_token_stride, 0 = 64) */
@@ -173,6 +187,7 @@ typedef struct kiln_mla_kv_append_params {
   int max_pages_per_seq;
   kiln_dtype_t dtype;
   void *stream;
+  kiln_dtype_t kv_dtype; /* the pool: BF16 ([.., 576] bf16) or FP8_E4M3 (656-byte tokens) */
 } kiln_mla_kv_append_params_t;
 
 kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *params);
@@ -194,7 +209,10 @@ kiln_status_t kiln_mla_expand_keys(const kiln_mla_expand_keys_params_t *params);
 
 /* ---- mla_decode -------------------------------------------------------------------
  * Absorbed MLA (DeepSeek-V2/V3): K = the 576 cached values, V = their first 512.
- * BF16 only, page size 64, num_heads 1..128.
+ * BF16 q/out, page size 64, num_heads 1..128; the pool BF16 or FP8 (kv_dtype). FP8 pools
+ * run the mma.sync kernels on every target (16 rows: 96.9 KiB of shared memory; 64 rows:
+ * 176 KiB, 32-key tiles), widening each tile to bf16 in shared memory; the sm_90 wgmma
+ * kernel reads bf16 pools only.
  *  kiln_mla_decode:            q_len 1..4, 226.5 KiB shared memory per block when
  *                              q_len*num_heads > 16 (sm_90 / sm_100 class).
  *  kiln_mla_decode_small_smem: q_len 1 only, 91.5 KiB shared memory (sm_80..sm_120).
@@ -224,6 +242,9 @@ typedef struct kiln_mla_decode_params {
    * (seq_lens unused, may be NULL). Its keys must already be in the cache. */
   const int32_t *token_rows;
   const int32_t *token_pos;
+  /* The pool: KILN_DTYPE_BF16 (0: [num_pages, 64, 576] bf16) or KILN_DTYPE_FP8_E4M3
+   * ([num_pages, 64, KILN_MLA_FP8_TOKEN_BYTES] bytes, the layout above). */
+  kiln_dtype_t kv_dtype;
 } kiln_mla_decode_params_t;
 
 kiln_status_t kiln_mla_decode_workspace_bytes(const kiln_mla_decode_params_t *params,

@@ -22,6 +22,14 @@ uint16_t kiln_float_to_f16_sat(float value);
  * encoder saturates finite values beyond +-448 to +-448 (as kv_append does). */
 float kiln_e4m3_to_float(uint8_t bits);
 uint8_t kiln_float_to_e4m3(float value);
+/* The FP8 MLA latent token (kiln/Kernels/Decode.h, KILN_MLA_FP8_TOKEN_BYTES): the scale
+ * kiln_mla_kv_append gives a 128-value group of largest magnitude amax (the smallest
+ * power of two with amax / scale <= 448, at least 2^-126; 1 for 0 or non-finite amax),
+ * the whole token as kiln_mla_kv_append writes it from 512 bf16 latent and 64 bf16 rope
+ * values, and its 576 values widened back to bf16 as mla_decode reads them. */
+float kiln_mla_fp8_scale(float amax);
+void kiln_mla_fp8_encode_token(const uint16_t *latent, const uint16_t *rope, uint8_t *token);
+void kiln_mla_fp8_decode_token(const uint8_t *token, uint16_t *values);
 
 #ifdef __cplusplus
 }

@@ -341,17 +341,19 @@ int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void 
  * the FMHA (prefill_kernel mla_prefill, when nope + rope == v in {64, 128}, or 192 over
  * v 128) or the
  * absorbed form a token at a time. rope_style is KILN_ROPE_STYLE_*, the rope_* values
- * kiln_rt_rope's. */
+ * kiln_rt_rope's. kv_dtype is the pool's: BF16 ([kv_pages, 64, 576] bf16) or F8E4M3FN
+ * ([kv_pages, 64, KILN_MLA_FP8_TOKEN_BYTES] bytes, kiln/Kernels/Decode.h's FP8 latent
+ * token: the append quantizes, mla_decode widens). */
 int32_t kiln_rt_mla_attention(kiln_rt_context_t *ctx, int32_t layer, uint64_t cache_offset,
                               const void *q, const void *latent, const void *k_pe,
                               int64_t k_pe_stride, const void *positions, const void *kv_b,
                               void *scratch, void *out, int64_t tokens, int32_t num_heads,
                               int32_t kv_lora_rank, int32_t rope_dim, int32_t nope_dim,
                               int32_t v_dim, int32_t page_size, int32_t decode_kernel,
-                              int32_t prefill_kernel, int32_t spec_dec_mode,
-                              float softmax_scale, int32_t rope_style, int32_t rope_type,
-                              float theta, float factor, float low, float high,
-                              int64_t original_max_position, float attention_factor);
+                              int32_t prefill_kernel, int32_t spec_dec_mode, float softmax_scale,
+                              int32_t rope_style, int32_t rope_type, float theta, float factor,
+                              float low, float high, int64_t original_max_position,
+                              float attention_factor, int32_t kv_dtype);
 /* kiln.rope (kiln_rope_bf16): x, out [tokens, heads, head_dim]; rotary_dim 0 or head_dim
  * rotates whole heads, else (even, < head_dim) the first rotary_dim elements of each head
  * over frequencies of rotary_dim (partial_rotary_factor) and copies the rest. */

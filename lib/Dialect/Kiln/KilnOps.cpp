@@ -1,5 +1,6 @@
 //===- KilnOps.cpp - verifiers and interface implementations --------------===//
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Kernels/Decode.h"   // the FP8 MLA latent token
 #include "kiln/Kernels/Moe.h"      // kiln_moe flags and scratch layout
 #include "kiln/Runtime/Layout.h"  // kiln.mla_attention's scratch layout
 #include "kiln/Runtime/Runtime.h" // kiln_rt_dtype_t codes of kiln_rt_attention
@@ -372,10 +373,24 @@ SmallVector<ResourceRequest> AttentionOp::getResourceRequests(SpecAttr spec,
   return {};
 }
 
+/// The bytes of an FP8 latent token: the latent in e4m3, an f32 scale a 128 of its values,
+/// the rope key in bf16 (kiln/Kernels/Decode.h; 656 at DeepSeek's 512 + 64).
+static int64_t mlaFp8TokenBytes(int64_t rank, int64_t rope) {
+  return rank + 4 * llvm::divideCeil(rank, KILN_MLA_FP8_GROUP) + 2 * rope;
+}
+static_assert(KILN_MLA_FP8_TOKEN_BYTES == KILN_MLA_KV_LORA_RANK +
+                                              4 * KILN_MLA_KV_LORA_RANK / KILN_MLA_FP8_GROUP +
+                                              2 * KILN_MLA_ROPE_DIM,
+              "the FP8 latent token's layout");
+
 SmallVector<ResourceRequest> MlaAttentionOp::getResourceRequests(SpecAttr spec,
                                                                  RuntimeAttr runtime) {
-  // MLA caches one latent row per token, shared by all heads: never sharded.
+  // MLA caches one latent row per token, shared by all heads: never sharded. An
+  // f8E4M3FN cache keeps the FP8 latent token: its bytes, counted in e4m3-sized units
+  // (the rope key stays bf16 and the scales f32 inside them).
   SmallVector<int64_t> unit = {static_cast<int64_t>(getKvLoraRank() + getQkRopeHeadDim())};
+  if (isa<Float8E4M3FNType>(runtime.getKvDtype()))
+    unit = {mlaFp8TokenBytes(getKvLoraRank(), getQkRopeHeadDim())};
   if (!getDraft())
     return {ResourceRequest{ResourceKind::mla_latent, unit, runtime.getKvDtype(),
                             std::nullopt, std::nullopt}};
@@ -894,12 +909,17 @@ FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
   if (offset < 0)
     return emitOpError() << "layer " << getLayer()
                          << ": the latent resource has no planned offset; run kiln-plan-memory";
+  // kiln_rt_mla_attention reads a bf16 latent pool or the FP8 latent token (f8E4M3FN).
   auto resource = getCache().getDefiningOp<CacheResourceOp>();
   Type bf16 = BFloat16Type::get(getContext());
-  if (resource && resource.getElementType() != bf16)
-    return emitOpError() << "layer " << getLayer() << ": the latent cache is "
-                         << resource.getElementType()
-                         << ", but the MLA kernels read bf16 caches; compile with --kv-dtype bf16";
+  Type cacheType = resource ? resource.getElementType() : bf16;
+  int64_t kvDtype = KILN_RT_DTYPE_BF16;
+  if (isa<Float8E4M3FNType>(cacheType))
+    kvDtype = KILN_RT_DTYPE_F8E4M3FN;
+  else if (cacheType != bf16)
+    return emitOpError() << "layer " << getLayer() << ": the latent cache is " << cacheType
+                         << ", but the MLA kernels read bf16 or f8E4M3FN caches; compile with "
+                            "--kv-dtype bf16 or fp8";
   RopeAttr rope = *getRope();
   int64_t style = static_cast<int64_t>(getRopeStyle().value_or(RopeStyle::rotate_half));
   return RuntimeCall{
@@ -919,7 +939,7 @@ FailureOr<RuntimeCall> CachedMlaAttentionOp::getRuntimeCall() {
        RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
        RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
        RuntimeArg::i64(rope.getOriginalMaxPosition()),
-       RuntimeArg::f32(rope.getAttentionFactorValue())}};
+       RuntimeArg::f32(rope.getAttentionFactorValue()), RuntimeArg::i32(kvDtype)}};
 }
 
 namespace {

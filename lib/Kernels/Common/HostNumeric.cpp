@@ -1,4 +1,7 @@
 #include "kiln/Kernels/HostNumeric.h"
+#include "kiln/Kernels/Decode.h" // the FP8 MLA token layout
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstring>
@@ -94,4 +97,37 @@ extern "C" uint8_t kiln_float_to_e4m3(float value) {
   const int biased = exponent - 1 + 7;
   const uint8_t bits = static_cast<uint8_t>((biased << 3) | (static_cast<int>(scaled) & 7));
   return sign | (bits > kLargest ? kLargest : bits);
+}
+
+extern "C" float kiln_mla_fp8_scale(float amax) {
+  if (!(amax > 0.0f) || std::isinf(amax))
+    return 1.0f;
+  int exponent;
+  const float fraction = std::frexp(amax / 448.0f, &exponent);
+  return std::ldexp(1.0f, std::max(fraction == 0.5f ? exponent - 1 : exponent, -126));
+}
+
+extern "C" void kiln_mla_fp8_encode_token(const uint16_t *latent, const uint16_t *rope,
+                                          uint8_t *token) {
+  for (int g = 0; g < KILN_MLA_KV_LORA_RANK / KILN_MLA_FP8_GROUP; ++g) {
+    float amax = 0.0f;
+    for (int i = 0; i < KILN_MLA_FP8_GROUP; ++i)
+      amax = std::fmax(amax, std::fabs(kiln_bf16_to_float(latent[g * KILN_MLA_FP8_GROUP + i])));
+    const float scale = kiln_mla_fp8_scale(amax), inv = 1.0f / scale;
+    for (int i = 0; i < KILN_MLA_FP8_GROUP; ++i)
+      token[g * KILN_MLA_FP8_GROUP + i] =
+          kiln_float_to_e4m3(kiln_bf16_to_float(latent[g * KILN_MLA_FP8_GROUP + i]) * inv);
+    std::memcpy(token + KILN_MLA_FP8_SCALE_OFFSET + 4 * g, &scale, 4);
+  }
+  std::memcpy(token + KILN_MLA_FP8_ROPE_OFFSET, rope, 2 * KILN_MLA_ROPE_DIM);
+}
+
+extern "C" void kiln_mla_fp8_decode_token(const uint8_t *token, uint16_t *values) {
+  for (int i = 0; i < KILN_MLA_KV_LORA_RANK; ++i) {
+    float scale;
+    std::memcpy(&scale, token + KILN_MLA_FP8_SCALE_OFFSET + 4 * (i / KILN_MLA_FP8_GROUP), 4);
+    values[i] = kiln_float_to_bf16(kiln_e4m3_to_float(token[i]) * scale);
+  }
+  std::memcpy(values + KILN_MLA_KV_LORA_RANK, token + KILN_MLA_FP8_ROPE_OFFSET,
+              2 * KILN_MLA_ROPE_DIM);
 }

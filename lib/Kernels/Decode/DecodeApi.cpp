@@ -467,6 +467,9 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
   KILN_REQUIRE(p->out, KILN_ERROR_INVALID_ARGUMENT, "%s: out is null", kernel);
   KILN_REQUIRE(p->dtype == KILN_DTYPE_BF16, KILN_ERROR_UNSUPPORTED,
                "%s: dtype %d unsupported (BF16 only)", kernel, static_cast<int>(p->dtype));
+  KILN_REQUIRE(p->kv_dtype == KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3,
+               KILN_ERROR_UNSUPPORTED, "%s: kv_dtype %d unsupported (BF16 or FP8_E4M3 pools)",
+               kernel, static_cast<int>(p->kv_dtype));
   KILN_REQUIRE(p->batch >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: batch %d < 1", kernel, p->batch);
   KILN_REQUIRE(p->q_len >= 1, KILN_ERROR_INVALID_ARGUMENT, "%s: q_len %d < 1", kernel, p->q_len);
   KILN_REQUIRE(p->q_len <= maxQLen, KILN_ERROR_UNSUPPORTED, "%s: q_len %d unsupported (1..%d)",
@@ -536,6 +539,16 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
     return KILN_OK;
   const bool seesaw = std::getenv("KILN_MLA_SEESAW") != nullptr;
   const bool asked = seesaw || std::getenv("KILN_MLA_SM90") != nullptr;
+  if (p->kv_dtype == KILN_DTYPE_FP8_E4M3) {
+    // FP8 pools: the mma.sync kernels only (one tiling for the large tiles).
+    KILN_REQUIRE(!asked, KILN_ERROR_UNSUPPORTED,
+                 "%s: KILN_MLA_SM90 / KILN_MLA_SEESAW: the wgmma kernels read bf16 pools only "
+                 "(kv_dtype FP8_E4M3)",
+                 kernel);
+    if (*variant == MlaVariant::pv16)
+      *variant = MlaVariant::big;
+    return KILN_OK;
+  }
   if (!asked && (std::getenv("KILN_MLA_MMA_SYNC") || *variant == MlaVariant::pv16))
     return KILN_OK;
   DeviceProps props;
@@ -554,7 +567,9 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
 
 kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaVariant variant,
                       bool forQuery, KernelInfo *info, SplitPlan *plan) {
-  *info = variant == MlaVariant::sm90         ? mlaSm90KernelInfo()
+  *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3
+              ? mlaFp8KernelInfo(variant == MlaVariant::small ? 0 : 1)
+          : variant == MlaVariant::sm90       ? mlaSm90KernelInfo()
           : variant == MlaVariant::sm90Seesaw ? mlaSm90SeesawKernelInfo()
                                               : mlaKernelInfo(variant == MlaVariant::small  ? 0
                                                               : variant == MlaVariant::pv16 ? 2
@@ -855,6 +870,11 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   KILN_REQUIRE(aligned16(p->kv_c) && aligned16(p->k_pe) && aligned16(p->latent_cache),
                KILN_ERROR_INVALID_ARGUMENT,
                "%s: kv_c, k_pe and latent_cache must be 16-byte aligned", kernel);
+  KILN_REQUIRE(p->kv_dtype == KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3,
+               KILN_ERROR_UNSUPPORTED, "%s: kv_dtype %d unsupported (BF16 or FP8_E4M3 pools)",
+               kernel, static_cast<int>(p->kv_dtype));
+  KILN_REQUIRE(p->kv_dtype == KILN_DTYPE_BF16 || p->dtype == KILN_DTYPE_BF16,
+               KILN_ERROR_UNSUPPORTED, "%s: an FP8 pool takes BF16 kv_c / k_pe", kernel);
   if (p->num_tokens == 0)
     return ok();
   MlaKvAppendArgs args{};
@@ -864,8 +884,10 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   args.kPeStride = kPeStride;
   args.cache = static_cast<uint16_t *>(p->latent_cache);
   fillTokenTables(args, p);
-  long long chunks = static_cast<long long>(p->num_tokens) * (KILN_MLA_HEAD_DIM / 8);
-  if ((status = launch(kernel, mlaKvAppendKernel(),
+  const bool fp8 = p->kv_dtype == KILN_DTYPE_FP8_E4M3;
+  // bf16: a thread a 16-byte chunk; FP8: a warp a token.
+  long long chunks = static_cast<long long>(p->num_tokens) * (fp8 ? 32 : KILN_MLA_HEAD_DIM / 8);
+  if ((status = launch(kernel, fp8 ? mlaKvAppendFp8Kernel() : mlaKvAppendKernel(),
                        dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,
                        p->stream)) != KILN_OK)
     return status;

@@ -28,6 +28,8 @@ KernelInfo gqaKernelInfoBf16Variant(int variant);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
+// The same kernels over an FP8 latent pool: 0 = 16 rows x 32 keys, 1 = 64 rows x 32 keys.
+KernelInfo mlaFp8KernelInfo(int config);
 // mla_decode_sm90 (MlaDecodeSm90.cu): 64 rows x 64-key tiles, wgmma + TMA, launched with
 // MlaSm90Args; its body is empty unless built for sm_90a (KILN_MLA_SM90A_BUILT).
 KernelInfo mlaSm90KernelInfo();
@@ -43,6 +45,7 @@ const void *kvAppendKernel();
 const void *kvAppendFp8Kernel(); // bf16 K/V quantized into an FP8 e4m3 pool
 const void *kvAppendF16Kernel(); // bf16 K/V rounded into an f16 pool (saturating)
 const void *mlaKvAppendKernel();
+const void *mlaKvAppendFp8Kernel(); // one warp a token (group amax by shuffles)
 const void *mlaExpandKeysKernel();
 
 } // namespace kiln::decode

@@ -6,9 +6,18 @@
 // KW = TILE_N/WARPS_C keys with the full 576-deep reduction; the row max is exchanged
 // through smem and P goes to smem, then O += P V: a column warp owns DV/WARPS_C output
 // columns over all TILE_N keys. mma.sync m16n8k16 bf16, fp32 accumulate.
+// FP8 latent pools (FP8 = true; token layout in kiln/Kernels/Decode.h): the cp.async ring
+// holds the tokens' 656 bytes as stored; once a tile has landed, the block widens it into
+// one bf16 tile in the layout the bf16 kernel reads (latent = e4m3 * its group's scale,
+// exact in bf16 for the power-of-two scales kv_append writes; rope copied), then runs the
+// same products on it.
 #include "DecodeArgs.h"
 #include "DecodeDevice.cuh"
 #include "DecodeKernels.h"
+
+#include "kiln/Kernels/Decode.h"
+
+#include <cuda_fp8.h>
 
 namespace kiln::decode {
 
@@ -16,7 +25,10 @@ constexpr int kMlaDqk = 576, kMlaDv = 512, kMlaCh = kMlaDqk / 8, kMlaPage = 64;
 
 // PV_MT: m16 row tiles per warp in the PV product (2 halves the V fragments read from
 // smem per mma; the warps then split the 512 columns four ways instead of two).
-template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT> struct MlaConfig {
+constexpr int kFp8Token = KILN_MLA_FP8_TOKEN_BYTES, kFp8Chunks = kFp8Token / 16;
+
+template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT, bool FP8 = false>
+struct MlaConfig {
   static constexpr int RT = ROWS / 16;
   static constexpr int WARPS = RT * WARPS_C;
   static constexpr int THREADS = WARPS * 32;
@@ -28,21 +40,54 @@ template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT> struct MlaCo
   static constexpr int STAGE_ELEMS = TILE_N * kMlaDqk;
   static constexpr int P_STRIDE = TILE_N + 8;
   static constexpr int P_ELEMS = ROWS * P_STRIDE;
-  static constexpr int SMEM_BYTES =
-      (Q_ELEMS + STAGES * STAGE_ELEMS + P_ELEMS) * 2 + (2 * WARPS_C + 2) * ROWS * 4;
+  // bf16 key tiles: the ring's STAGES, or the one tile an FP8 ring is widened into.
+  static constexpr int K_TILES = FP8 ? 1 : STAGES;
+  static constexpr int RAW_STAGE_BYTES = FP8 ? TILE_N * kFp8Token : 0;
+  static constexpr int SMEM_BYTES = (Q_ELEMS + K_TILES * STAGE_ELEMS + P_ELEMS) * 2 +
+                                    STAGES * RAW_STAGE_BYTES + (2 * WARPS_C + 2) * ROWS * 4;
   static_assert(KW == 8 || KW % 16 == 0, "keys per column warp");
   static_assert(DVW % 16 == 0, "columns per warp");
 };
 
-template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT>
-__global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT>::THREADS, 1)
+// Widens the FP8 tile `raw` (TILE_N tokens of kFp8Token bytes) into the bf16 tile sKt.
+template <int TILE_N, int THREADS>
+__device__ __forceinline__ void widenFp8Tile(__nv_bfloat16 *sKt, const unsigned char *raw,
+                                             int tid) {
+  constexpr int kLatentChunks = KILN_MLA_KV_LORA_RANK / 8;
+  for (int c = tid; c < TILE_N * kMlaCh; c += THREADS) {
+    const int key = c / kMlaCh, ch = c % kMlaCh;
+    const unsigned char *token = raw + key * kFp8Token;
+    uint4 out;
+    if (ch < kLatentChunks) {
+      const float scale = reinterpret_cast<const float *>(
+          token + KILN_MLA_FP8_SCALE_OFFSET)[ch * 8 / KILN_MLA_FP8_GROUP];
+      const uint2 bytes = *reinterpret_cast<const uint2 *>(token + ch * 8);
+      const __nv_fp8x2_storage_t *pairs = reinterpret_cast<const __nv_fp8x2_storage_t *>(&bytes);
+      uint32_t *words = reinterpret_cast<uint32_t *>(&out);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+        words[i] = pack2<__nv_bfloat16>(f.x * scale, f.y * scale);
+      }
+    } else {
+      out = *reinterpret_cast<const uint4 *>(token + KILN_MLA_FP8_ROPE_OFFSET +
+                                             (ch - kLatentChunks) * 16);
+    }
+    *reinterpret_cast<uint4 *>(sKt + swz(key, ch, kMlaCh)) = out;
+  }
+}
+
+template <int ROWS, int TILE_N, int WARPS_C, int STAGES, int PV_MT, bool FP8>
+__global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT, FP8>::THREADS, 1)
     mlaDecodeKernel(const MlaArgs args) {
-  using C = MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT>;
+  using C = MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT, FP8>;
   using T = __nv_bfloat16;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   T *sQ = reinterpret_cast<T *>(smemRaw);
   T *sK = sQ + C::Q_ELEMS;
-  T *sP = sK + STAGES * C::STAGE_ELEMS;
+  unsigned char *sRaw = reinterpret_cast<unsigned char *>(sK + C::K_TILES * C::STAGE_ELEMS);
+  T *sP = reinterpret_cast<T *>(sRaw + STAGES * C::RAW_STAGE_BYTES);
   float *sRed = reinterpret_cast<float *>(sP + C::P_ELEMS); // [ROWS][WARPS_C]
   float *sRedL = sRed + ROWS * WARPS_C;
   float *sAlpha = sRedL + ROWS * WARPS_C; // [ROWS] rescale of this tile
@@ -72,18 +117,35 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT
   cpAsyncCommit();
 
   auto loadTile = [&](int tile) {
-    T *dst = sK + (tile % STAGES) * C::STAGE_ELEMS;
-    const int base = start + tile * TILE_N;
-    for (int c = tid; c < TILE_N * kMlaCh; c += C::THREADS) {
-      int key = c / kMlaCh, ch = c % kMlaCh;
-      int pos = base + key;
-      bool valid = pos < end;
-      const T *src = cache;
-      if (valid) {
-        size_t page = static_cast<size_t>(table[pos / kMlaPage]);
-        src = cache + (page * kMlaPage + (pos % kMlaPage)) * kMlaDqk + ch * 8;
+    if constexpr (FP8) {
+      const unsigned char *bytes = static_cast<const unsigned char *>(args.cache);
+      unsigned char *dst = sRaw + (tile % STAGES) * C::RAW_STAGE_BYTES;
+      const int base = start + tile * TILE_N;
+      for (int c = tid; c < TILE_N * kFp8Chunks; c += C::THREADS) {
+        int key = c / kFp8Chunks, ch = c % kFp8Chunks;
+        int pos = base + key;
+        bool valid = pos < end;
+        const unsigned char *src = bytes;
+        if (valid) {
+          size_t page = static_cast<size_t>(table[pos / kMlaPage]);
+          src = bytes + (page * kMlaPage + (pos % kMlaPage)) * kFp8Token + ch * 16;
+        }
+        cpAsync16(dst + key * kFp8Token + ch * 16, src, valid);
       }
-      cpAsync16(dst + swz(key, ch, kMlaCh), src, valid);
+    } else {
+      T *dst = sK + (tile % STAGES) * C::STAGE_ELEMS;
+      const int base = start + tile * TILE_N;
+      for (int c = tid; c < TILE_N * kMlaCh; c += C::THREADS) {
+        int key = c / kMlaCh, ch = c % kMlaCh;
+        int pos = base + key;
+        bool valid = pos < end;
+        const T *src = cache;
+        if (valid) {
+          size_t page = static_cast<size_t>(table[pos / kMlaPage]);
+          src = cache + (page * kMlaPage + (pos % kMlaPage)) * kMlaDqk + ch * 8;
+        }
+        cpAsync16(dst + swz(key, ch, kMlaCh), src, valid);
+      }
     }
   };
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -115,7 +177,13 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT
     if (tile + STAGES - 1 < numTiles)
       loadTile(tile + STAGES - 1);
     cpAsyncCommit();
-    const T *sKt = sK + (tile % STAGES) * C::STAGE_ELEMS;
+    const T *sKt = sK + (FP8 ? 0 : tile % STAGES) * C::STAGE_ELEMS;
+    if constexpr (FP8) {
+      // Keys past `end` widen to zero (their bytes are cp.async's zero fill) and are
+      // masked below as in the bf16 ring.
+      widenFp8Tile<TILE_N, C::THREADS>(sK, sRaw + (tile % STAGES) * C::RAW_STAGE_BYTES, tid);
+      __syncthreads();
+    }
     const int kBase = wc * C::KW;
 
     float s[C::KW / 8][4];
@@ -268,19 +336,27 @@ __global__ void __launch_bounds__(MlaConfig<ROWS, TILE_N, WARPS_C, STAGES, PV_MT
   }
 }
 
-#define KILN_MLA_INFO(R, N, W, S, P)                                                       \
-  KernelInfo{reinterpret_cast<const void *>(&mlaDecodeKernel<R, N, W, S, P>),              \
-             MlaConfig<R, N, W, S, P>::THREADS, MlaConfig<R, N, W, S, P>::SMEM_BYTES, N}
+#define KILN_MLA_INFO(R, N, W, S, P, F)                                                            \
+  KernelInfo {                                                                                     \
+    reinterpret_cast<const void *>(&mlaDecodeKernel<R, N, W, S, P, F>),                            \
+        MlaConfig<R, N, W, S, P, F>::THREADS, MlaConfig<R, N, W, S, P, F>::SMEM_BYTES, N           \
+  }
 
 KernelInfo mlaKernelInfo(int config) {
   switch (config) {
   case 0:
-    return KILN_MLA_INFO(16, 32, 4, 2, 1);
+    return KILN_MLA_INFO(16, 32, 4, 2, 1, false);
   case 1:
-    return KILN_MLA_INFO(64, 64, 2, 2, 2);
+    return KILN_MLA_INFO(64, 64, 2, 2, 2, false);
   default:
-    return KILN_MLA_INFO(64, 64, 2, 2, 1);
+    return KILN_MLA_INFO(64, 64, 2, 2, 1, false);
   }
+}
+
+// FP8 pools: 16 rows x 32 keys (96.9 KiB: fits the ~99 KiB parts), and 64 rows x 32 keys
+// with a 3-deep byte ring (176 KiB: one 64-key bf16 tile next to its ring would not fit).
+KernelInfo mlaFp8KernelInfo(int config) {
+  return config == 0 ? KILN_MLA_INFO(16, 32, 4, 2, 1, true) : KILN_MLA_INFO(64, 32, 2, 3, 2, true);
 }
 
 } // namespace kiln::decode

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -216,6 +218,14 @@ TEST(MlaKvAppendApi, Validation) {
   q = p;
   q.batch = 0;
   expectError(kiln_mla_kv_append(&q), KILN_ERROR_INVALID_ARGUMENT, "mla_kv_append", "batch");
+  q = p;
+  q.kv_dtype = KILN_DTYPE_F16;
+  expectError(kiln_mla_kv_append(&q), KILN_ERROR_UNSUPPORTED, "mla_kv_append", "kv_dtype 1");
+  q = p;
+  q.kv_dtype = KILN_DTYPE_FP8_E4M3;
+  q.dtype = KILN_DTYPE_F16;
+  expectError(kiln_mla_kv_append(&q), KILN_ERROR_UNSUPPORTED, "mla_kv_append",
+              "FP8 pool takes BF16");
 }
 
 kiln_mla_decode_params_t validMla() {
@@ -265,6 +275,9 @@ TEST(MlaDecodeApi, Validation) {
   p.seq_lens = nullptr;
   expectError(kiln_mla_decode_workspace_bytes(&p, &bytes), KILN_ERROR_INVALID_ARGUMENT,
               "mla_decode", "seq_lens");
+  p = validMla();
+  p.kv_dtype = KILN_DTYPE_F16;
+  expectError(kiln_mla_decode(&p), KILN_ERROR_UNSUPPORTED, "mla_decode", "kv_dtype 1");
 }
 
 // The pool holds the activations' dtype, or FP8 e4m3 or f16 next to bf16; scales belong
@@ -383,6 +396,50 @@ TEST(HostNumeric, E4m3HandValues) {
     if ((bits & 0x7f) != 0x7f)
       EXPECT_EQ(kiln_float_to_e4m3(kiln_e4m3_to_float(static_cast<uint8_t>(bits))), bits)
           << bits;
+}
+
+// The FP8 MLA latent token: power-of-two group scales (the smallest with amax / scale <=
+// 448), e4m3 values, f32 scales at byte 512, the rope key in bf16 at byte 528.
+TEST(HostNumeric, MlaFp8Token) {
+  EXPECT_EQ(kiln_mla_fp8_scale(0.f), 1.f);
+  EXPECT_EQ(kiln_mla_fp8_scale(INFINITY), 1.f);
+  EXPECT_EQ(kiln_mla_fp8_scale(NAN), 1.f);
+  EXPECT_EQ(kiln_mla_fp8_scale(448.f), 1.f); // exactly e4m3's largest
+  EXPECT_EQ(kiln_mla_fp8_scale(449.f), 2.f);
+  EXPECT_EQ(kiln_mla_fp8_scale(1.f), std::ldexp(1.f, -8));   // 1 / 2^-8 = 256 <= 448
+  EXPECT_EQ(kiln_mla_fp8_scale(1.75f), std::ldexp(1.f, -8)); // 448 exactly
+  EXPECT_EQ(kiln_mla_fp8_scale(1.8f), std::ldexp(1.f, -7));
+  EXPECT_EQ(kiln_mla_fp8_scale(1e-40f), std::ldexp(1.f, -126)); // no subnormal scale
+  static_assert(KILN_MLA_FP8_TOKEN_BYTES == 656, "512 + 16 + 128");
+  uint16_t latent[512], rope[64], back[576];
+  for (int i = 0; i < 512; ++i) // group g holds values up to 10^g: scales differ by group
+    latent[i] = kiln_float_to_bf16(std::pow(10.f, static_cast<float>(i / 128)) *
+                                   std::sin(0.37f * static_cast<float>(i)));
+  for (int i = 0; i < 64; ++i)
+    rope[i] = kiln_float_to_bf16(0.25f * static_cast<float>(i) - 3.f);
+  uint8_t token[KILN_MLA_FP8_TOKEN_BYTES];
+  kiln_mla_fp8_encode_token(latent, rope, token);
+  for (int g = 0; g < 4; ++g) {
+    float amax = 0.f, scale;
+    for (int i = 0; i < 128; ++i)
+      amax = std::fmax(amax, std::fabs(kiln_bf16_to_float(latent[g * 128 + i])));
+    std::memcpy(&scale, token + KILN_MLA_FP8_SCALE_OFFSET + 4 * g, 4);
+    EXPECT_EQ(scale, kiln_mla_fp8_scale(amax)) << g;
+    EXPECT_LE(amax / scale, 448.f);
+    EXPECT_GT(amax / scale, 224.f); // a power of two wastes at most one binade
+  }
+  EXPECT_EQ(std::memcmp(token + KILN_MLA_FP8_ROPE_OFFSET, rope, sizeof(rope)), 0);
+  kiln_mla_fp8_decode_token(token, back);
+  EXPECT_EQ(std::memcmp(back + 512, rope, sizeof(rope)), 0);
+  for (int i = 0; i < 512; ++i) {
+    float scale;
+    std::memcpy(&scale, token + KILN_MLA_FP8_SCALE_OFFSET + 4 * (i / 128), 4);
+    const float want = kiln_bf16_to_float(latent[i]), got = kiln_bf16_to_float(back[i]);
+    // e4m3 keeps 4 significant bits (relative error <= 2^-4) above its subnormals
+    // (absolute error <= 2^-10 * scale there); the widening to bf16 is exact.
+    EXPECT_EQ(got, kiln_e4m3_to_float(token[i]) * scale) << i;
+    EXPECT_LE(std::fabs(got - want), std::max(std::fabs(want) / 16.f, std::ldexp(scale, -10))) << i;
+  }
 }
 
 } // namespace

@@ -1286,6 +1286,221 @@ TEST(MlaDecodeGpu, Sm90SeesawVariant) {
   runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
 }
 
+// FP8 latent pools (Decode.h's 656-byte token): kiln_mla_kv_append quantizes every cached
+// token of a ragged batch (its bytes must equal the host encoder's), then mla_decode reads
+// the pool. Tight: against the fp64 reference on the dequantized values (the bf16
+// kernel's tolerance, since the widening is exact). Reported: the relative error (L2 and
+// worst element over the largest |ref|) against the fp64 reference on the bf16 values
+// and against the bf16 pool's kernel output, i.e. what FP8 costs.
+struct MlaFp8Case {
+  int batch, qLen, heads, maxLen;
+  bool small;
+  int numSplits = 0;
+  bool perToken = false;
+};
+
+struct RelError {
+  double l2, worst;
+};
+RelError relError(const std::vector<double> &got, const std::vector<double> &want) {
+  double num = 0, den = 0, worst = 0, peak = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+    peak = std::max(peak, std::fabs(want[i]));
+  }
+  return {std::sqrt(num / std::max(den, 1e-300)), worst / std::max(peak, 1e-300)};
+}
+
+void runMlaFp8Case(const MlaFp8Case &c) {
+  std::string what = std::string(c.small ? "mla_decode_small_smem" : "mla_decode") + " FP8" +
+                     (c.perToken ? " per-token" : "") + " batch=" + std::to_string(c.batch) +
+                     " q_len=" + std::to_string(c.qLen) + " heads=" + std::to_string(c.heads) +
+                     " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
+  SCOPED_TRACE(what);
+  constexpr int Dqk = 576, Dv = 512, Page = 64, Tok = KILN_MLA_FP8_TOKEN_BYTES;
+  const kiln_dtype_t dtype = KILN_DTYPE_BF16;
+  PagedLayout layout = makeLayout(c.batch, c.qLen, c.maxLen, Page);
+  std::vector<uint16_t> qBits, latentBits, ropeBits;
+  std::vector<float> qVals, unused;
+  randomValues(static_cast<size_t>(c.batch) * c.qLen * c.heads * Dqk, dtype, qBits, qVals);
+  // Every cached token, sequence by sequence; the latent's groups at different magnitudes.
+  std::vector<int32_t> tb, tp;
+  for (int b = 0; b < c.batch; ++b)
+    for (int i = 0; i < layout.seqLens[b]; ++i) {
+      tb.push_back(b);
+      tp.push_back(i);
+    }
+  const int numTokens = static_cast<int>(tb.size());
+  randomValues(static_cast<size_t>(numTokens) * 512, dtype, latentBits, unused);
+  randomValues(static_cast<size_t>(numTokens) * 64, dtype, ropeBits, unused);
+  for (size_t i = 0; i < latentBits.size(); ++i)
+    latentBits[i] = kiln_float_to_bf16(kiln_bf16_to_float(latentBits[i]) *
+                                       std::ldexp(1.f, static_cast<int>(i % 512 / 128) - 2));
+  // The pools: 0xff (NaN e4m3, NaN scales) and NaN bf16 wherever no token is appended.
+  std::vector<uint8_t> fp8Want(static_cast<size_t>(layout.numPages) * Page * Tok, 0xff);
+  std::vector<uint16_t> bf16Pool(static_cast<size_t>(layout.numPages) * Page * Dqk, kNanBits);
+  std::vector<float> dequant(bf16Pool.size()), exact(bf16Pool.size());
+  for (int t = 0; t < numTokens; ++t) {
+    const size_t page =
+        layout.blockTable[static_cast<size_t>(tb[t]) * layout.maxPages + tp[t] / Page];
+    const size_t slot = page * Page + tp[t] % Page;
+    uint8_t *token = fp8Want.data() + slot * Tok;
+    kiln_mla_fp8_encode_token(&latentBits[static_cast<size_t>(t) * 512],
+                              &ropeBits[static_cast<size_t>(t) * 64], token);
+    std::copy_n(&latentBits[static_cast<size_t>(t) * 512], 512, &bf16Pool[slot * Dqk]);
+    std::copy_n(&ropeBits[static_cast<size_t>(t) * 64], 64, &bf16Pool[slot * Dqk + 512]);
+    uint16_t widened[576];
+    kiln_mla_fp8_decode_token(token, widened);
+    for (int i = 0; i < Dqk; ++i) {
+      dequant[slot * Dqk + i] = kiln_bf16_to_float(widened[i]);
+      exact[slot * Dqk + i] = kiln_bf16_to_float(bf16Pool[slot * Dqk + i]);
+    }
+  }
+  DeviceBuffer<uint16_t> dLatent(latentBits), dRope(ropeBits);
+  DeviceBuffer<uint8_t> dFp8(std::vector<uint8_t>(fp8Want.size(), 0xff));
+  DeviceBuffer<uint16_t> dBf16(bf16Pool);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens), dB(tb), dP(tp);
+  kiln_mla_kv_append_params_t ap{};
+  ap.kv_c = dLatent.ptr;
+  ap.k_pe = dRope.ptr;
+  ap.latent_cache = dFp8.ptr;
+  ap.block_table = dTable.ptr;
+  ap.token_batch = dB.ptr;
+  ap.token_pos = dP.ptr;
+  ap.num_tokens = numTokens;
+  ap.batch = c.batch;
+  ap.num_pages = layout.numPages;
+  ap.max_pages_per_seq = layout.maxPages;
+  ap.dtype = dtype;
+  ap.kv_dtype = KILN_DTYPE_FP8_E4M3;
+  ASSERT_EQ(kiln_mla_kv_append(&ap), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint8_t> fp8Got = dFp8.download();
+  size_t badBytes = 0;
+  for (size_t i = 0; i < fp8Want.size(); ++i)
+    if (fp8Got[i] != fp8Want[i] && badBytes++ < 5)
+      ADD_FAILURE() << "appended byte " << i << " (token " << i / Tok << ", offset " << i % Tok
+                    << "): got " << int(fp8Got[i]) << " want " << int(fp8Want[i]);
+  ASSERT_EQ(badBytes, 0u) << "kiln_mla_kv_append's FP8 token differs from the host encoder";
+
+  const double scale = 1.0 / std::sqrt(192.0);
+  const std::vector<double> refDequant =
+      kiln::reference::mlaDecode(c.batch, c.qLen, c.heads, layout.maxPages, qVals, dequant,
+                                 layout.blockTable, layout.seqLens, scale);
+  const std::vector<double> refExact =
+      kiln::reference::mlaDecode(c.batch, c.qLen, c.heads, layout.maxPages, qVals, exact,
+                                 layout.blockTable, layout.seqLens, scale);
+  const size_t outElems = static_cast<size_t>(c.batch) * c.qLen * c.heads * Dv;
+  DeviceBuffer<uint16_t> dQ(qBits), dOut(outElems), dOutBf16(outElems);
+  std::vector<int32_t> tokenRows(c.batch), tokenPos(c.batch);
+  for (int b = 0; b < c.batch; ++b) {
+    tokenRows[b] = b;
+    tokenPos[b] = layout.seqLens[b] - 1;
+  }
+  DeviceBuffer<int32_t> dTokenRows(tokenRows), dTokenPos(tokenPos);
+  auto decode = [&](kiln_dtype_t kvDtype, void *pool, DeviceBuffer<uint16_t> &out) {
+    out.upload(std::vector<uint16_t>(outElems, kNanBits));
+    kiln_mla_decode_params_t p{};
+    p.q = dQ.ptr;
+    p.latent_cache = pool;
+    p.block_table = dTable.ptr;
+    p.seq_lens = c.perToken ? nullptr : dLens.ptr;
+    p.token_rows = c.perToken ? dTokenRows.ptr : nullptr;
+    p.token_pos = c.perToken ? dTokenPos.ptr : nullptr;
+    p.out = out.ptr;
+    p.batch = c.batch;
+    p.q_len = c.qLen;
+    p.num_heads = c.heads;
+    p.num_pages = layout.numPages;
+    p.max_pages_per_seq = layout.maxPages;
+    p.max_seq_len = layout.maxSeqLen;
+    p.softmax_scale = static_cast<float>(scale);
+    p.dtype = dtype;
+    p.kv_dtype = kvDtype;
+    p.num_splits = c.numSplits;
+    size_t wsBytes = 0;
+    ASSERT_EQ(kiln_mla_decode_workspace_bytes(&p, &wsBytes), KILN_OK) << kiln_last_error();
+    if (c.numSplits > 1)
+      wsBytes = std::max(wsBytes, outElems / Dv * c.numSplits * (Dv + 1) * sizeof(float));
+    DeviceBuffer<float> dWs((wsBytes + 3) / 4);
+    p.workspace = dWs.ptr;
+    p.workspace_bytes = wsBytes;
+    ASSERT_EQ(c.small ? kiln_mla_decode_small_smem(&p) : kiln_mla_decode(&p), KILN_OK)
+        << kiln_last_error();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  decode(KILN_DTYPE_FP8_E4M3, dFp8.ptr, dOut);
+  decode(KILN_DTYPE_BF16, dBf16.ptr, dOutBf16);
+  const std::vector<uint16_t> got = dOut.download(), gotBf16 = dOutBf16.download();
+  compare(got, refDequant, dtype, what);
+  std::vector<double> fp8Out(outElems), bf16Out(outElems);
+  for (size_t i = 0; i < outElems; ++i) {
+    fp8Out[i] = kiln_bf16_to_float(got[i]);
+    bf16Out[i] = kiln_bf16_to_float(gotBf16[i]);
+  }
+  const RelError vsExact = relError(fp8Out, refExact), vsBf16 = relError(fp8Out, bf16Out),
+                 bf16VsExact = relError(bf16Out, refExact);
+  std::printf("  [%s] FP8 vs fp64(bf16 cache): rel L2 %.4f, worst %.4f; vs the bf16 pool's "
+              "kernel: rel L2 %.4f, worst %.4f (bf16 pool vs fp64: rel L2 %.4f)\n",
+              what.c_str(), vsExact.l2, vsExact.worst, vsBf16.l2, vsBf16.worst, bf16VsExact.l2);
+  // e4m3 keeps 4 significant bits (a value's error up to 2^-4 relative, in V and in the
+  // scores): a few percent in all; a wrong scale or layout gives errors of order 1.
+  EXPECT_LT(vsExact.l2, 0.15) << what;
+  EXPECT_LT(vsBf16.l2, 0.15) << what;
+}
+
+TEST(MlaDecodeGpu, Fp8LatentPool) {
+  KILN_REQUIRE_GPU();
+  for (int heads : {16, 128})
+    for (int qLen : {1, 2, 3, 4})
+      runMlaFp8Case({3, qLen, heads, 400, false}); // ragged, last pages partial
+  runMlaFp8Case({2, 1, 40, 333, false});           // rows across 64-row blocks
+  runMlaFp8Case({1, 1, 128, 3000, false});         // automatic splits
+  runMlaFp8Case({3, 2, 16, 700, false, 5});        // forced splits
+  runMlaFp8Case({2, 3, 64, 300, false, 64});       // more splits than tiles
+  runMlaFp8Case({4, 1, 16, 900, false, 0, true});  // per-token mode (prompts)
+  runMlaFp8Case({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
+}
+
+TEST(MlaDecodeGpu, Fp8LatentPoolSmallSmem) {
+  KILN_REQUIRE_GPU();
+  for (int heads : {1, 16, 128})
+    runMlaFp8Case({3, 1, heads, 500, true});
+  runMlaFp8Case({1, 1, 16, 3000, true});
+  runMlaFp8Case({3, 1, 128, 600, true, 3});
+  runMlaFp8Case({4, 1, 16, 700, true, 0, true});
+}
+
+// The wgmma kernel reads bf16 pools only: asked for by name over an FP8 pool it refuses.
+TEST(MlaDecodeGpu, Fp8LatentPoolRefusesTheWgmmaKnob) {
+  KILN_REQUIRE_GPU();
+  ScopedEnv knob("KILN_MLA_SM90");
+  PagedLayout layout = makeLayout(1, 1, 64, 64);
+  DeviceBuffer<uint16_t> dQ(576 * 16), dOut(512 * 16);
+  DeviceBuffer<uint8_t> dPool(static_cast<size_t>(layout.numPages) * 64 * KILN_MLA_FP8_TOKEN_BYTES);
+  DeviceBuffer<int32_t> dTable(layout.blockTable), dLens(layout.seqLens);
+  kiln_mla_decode_params_t p{};
+  p.q = dQ.ptr;
+  p.latent_cache = dPool.ptr;
+  p.block_table = dTable.ptr;
+  p.seq_lens = dLens.ptr;
+  p.out = dOut.ptr;
+  p.batch = 1;
+  p.q_len = 1;
+  p.num_heads = 16;
+  p.num_pages = layout.numPages;
+  p.max_pages_per_seq = layout.maxPages;
+  p.max_seq_len = layout.maxSeqLen;
+  p.softmax_scale = 0.1f;
+  p.dtype = KILN_DTYPE_BF16;
+  p.kv_dtype = KILN_DTYPE_FP8_E4M3;
+  EXPECT_EQ(kiln_mla_decode(&p), KILN_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(kiln_last_error()).find("bf16 pools only"), std::string::npos)
+      << kiln_last_error();
+}
+
 // The parameters both kv_append tests set alike: buffers, token tables and shapes.
 struct AppendBuffers {
   const void *k, *v;
