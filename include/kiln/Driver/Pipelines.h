@@ -26,6 +26,9 @@ struct LoweringOptions {
   /// Fuse each residual add with the norm of its sum (kiln-fuse-residual-norm): the
   /// same bits in one kernel instead of two.
   bool fuseResidualNorm = true;
+  /// Copy every layer loop of a rolled import once a layer before bufferization
+  /// (kiln-expand-layers), rather than lowering the loops that the lowering can take.
+  bool expandLayers = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`
