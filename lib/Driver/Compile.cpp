@@ -407,8 +407,9 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     bool doesNotFit = plan && !plan.getFits();
     if (failed(result) && !doesNotFit)
       return 1;
-    // What follows (the report, the manifest, the lowering) sees every layer.
-    if (failed(expandLayers(*module, o)))
+    // The report and the deployed module show every layer; the lowering takes the
+    // layer loops as loops (and expands what it cannot take itself).
+    if (!lowers && failed(expandLayers(*module, o)))
       return 1;
     ranPipeline = true;
     // The lowering plans the activations of the module itself; only a report needs them

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
@@ -26,9 +27,13 @@
 using namespace mlir;
 
 void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOptions &options) {
-  // Layer loops of a rolled import, copied once a layer (kiln-compile expands them
-  // after the deploy passes; for kiln-opt pipelines on such a module, here).
-  pm.addPass(createKilnExpandLayers());
+  // Layer loops of a rolled import stay loops through bufferization, the activation
+  // plan and the lowering; those the lowering cannot take are copied once a layer
+  // here (with a remark why), and all of them with `expandLayers`.
+  KilnExpandLayersOptions expand;
+  expand.unsupportedOnly = !options.expandLayers;
+  expand.fuseResidualNorm = options.fuseResidualNorm;
+  pm.addPass(createKilnExpandLayers(expand));
   if (options.fuseResidualNorm)
     pm.addPass(createKilnFuseResidualNorm());
   bufferization::OneShotBufferizePassOptions bufferize;
@@ -77,6 +82,8 @@ void kiln::registerAllDialects(DialectRegistry &registry) {
   kiln::registerBufferizableOpInterfaceExternalModels(registry);
   tensor::registerBufferizableOpInterfaceExternalModels(registry);
   arith::registerBufferizableOpInterfaceExternalModels(registry);
+  // Layer loops (scf.for marked kiln.layers) carry the residual stream as a tensor.
+  scf::registerBufferizableOpInterfaceExternalModels(registry);
   bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(registry);
 }
 

@@ -82,6 +82,8 @@ Block::iterator endOfResources(Block &entry) {
 }
 
 struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPass> {
+  using KilnExpandLayersBase::KilnExpandLayersBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // Layer loops sit at the top of a function (the importer puts them there): looking
@@ -95,10 +97,47 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
             loop && loop->hasAttr(KilnDialect::kLayersAttrName))
           loops.push_back(loop);
     }
+    // The families are shared by the module's loops: all of them stay, or all expand.
+    if (unsupportedOnly &&
+        llvm::all_of(loops, [&](scf::ForOp loop) { return succeeded(checkRolledLowering(loop)); }))
+      return;
     for (scf::ForOp loop : loops)
       if (failed(expandLoop(loop)))
         return signalPassFailure();
     expandFamilies(module);
+  }
+
+  /// Whether the lowering can take `loop` as a loop; a remark says why not.
+  LogicalResult checkRolledLowering(scf::ForOp loop) {
+    auto refuse = [&](Operation *at, const Twine &why) {
+      at->emitRemark() << "kiln-expand-layers: the layer loop is expanded: " << why;
+      return failure();
+    };
+    if (!getConstantIntValue(loop.getLowerBound()) || !getConstantIntValue(loop.getUpperBound()) ||
+        getConstantIntValue(loop.getStep()) != 1)
+      return refuse(loop, "its bounds are not constants with step 1");
+    for (Value carried : loop.getRegionIterArgs())
+      if (!isa<RankedTensorType>(carried.getType()))
+        return refuse(loop, "it carries a value that is not a ranked tensor");
+    for (Operation &op : loop.getBody()->without_terminator()) {
+      if (op.getNumRegions() != 0)
+        return refuse(&op, "its body holds an op with regions");
+      if (auto cached = dyn_cast<CachedOpInterface>(op); cached && !cached.hasPerLayerRuntimeCall())
+        return refuse(&op, "the runtime call of this op does not take its layer and cache "
+                           "offsets per layer (hasPerLayerRuntimeCall)");
+    }
+    if (fuseResidualNorm)
+      for (auto [arg, yielded] : llvm::zip_equal(loop.getRegionIterArgs(),
+                                                 loop.getBody()->getTerminator()->getOperands())) {
+        bool endsWithAdd = yielded.getDefiningOp<AddOp>() != nullptr;
+        bool normalizedNext =
+            llvm::any_of(arg.getUsers(), [](Operation *user) { return isa<RmsNormOp>(user); });
+        if (endsWithAdd && normalizedNext)
+          return refuse(loop, "the residual add ending a layer and the next layer's norm fuse "
+                              "across iterations in the unrolled step (kiln-fuse-residual-norm); "
+                              "the loop would make other calls");
+      }
+    return success();
   }
 
   LogicalResult expandLoop(scf::ForOp loop) {

@@ -12,9 +12,10 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
-#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -32,7 +33,10 @@ using namespace kiln;
 namespace {
 constexpr uint64_t kAlignment = 256;
 
-/// One allocation with its size bound and lifetime (op positions in the block).
+/// One allocation with its size bound and lifetime (op positions in the function, in
+/// program order, a layer loop's body once). A layer loop's carried buffer (see
+/// LayerLoop) is a buffer without an allocation of its own, pinned to its initial
+/// value's place.
 struct PlannedBuffer {
   memref::AllocOp alloc;
   uint64_t bytes = 0;
@@ -43,6 +47,9 @@ struct PlannedBuffer {
   /// (OverwritesInputsOpInterface).
   SmallVector<unsigned, 2> overwritable;
   bool placed = false;
+  /// The buffer (index) whose offset this one must take: a layer loop's carried value
+  /// and the buffer yielded for it live where the loop's initial value lives.
+  std::optional<unsigned> pinnedTo;
 };
 
 /// Upper bounds of dynamic sizes, traced back to the step's inputs.
@@ -65,6 +72,12 @@ public:
       return std::nullopt;
     if (!type.isDynamicDim(dim))
       return type.getDimSize(dim);
+    // A layer loop's iteration argument has its initial value's sizes (the loop yields
+    // a buffer of the same type; planning checks that its bound is no larger).
+    if (auto arg = dyn_cast<BlockArgument>(buffer))
+      if (auto loop = dyn_cast<scf::ForOp>(arg.getOwner()->getParentOp()))
+        if (OpOperand *init = loop.getTiedLoopInit(arg))
+          return ofDim(init->get(), dim);
     Operation *def = buffer.getDefiningOp();
     if (auto input = dyn_cast_or_null<InputOp>(def))
       return input.getKind() == InputKind::logit_rows ? limits.maxLogitRows
@@ -95,13 +108,30 @@ private:
   StepLimits limits;
 };
 
-/// The position in `block` of the op holding `op` (op itself or an ancestor).
-std::optional<unsigned> positionIn(Block &block, Operation *op,
-                                   const DenseMap<Operation *, unsigned> &positions) {
-  Operation *ancestor = block.findAncestorOpInBlock(*op);
-  if (!ancestor)
-    return std::nullopt;
-  return positions.lookup(ancestor);
+/// Op positions in program order (pre-order: a layer loop, then its body once) and
+/// where each layer loop's body ends.
+struct Positions {
+  DenseMap<Operation *, unsigned> of;
+  DenseMap<Operation *, unsigned> loopEnd;
+
+  /// Where a use by `user` of a value defined at `def` (an op, or the op owning a block
+  /// argument) ends: inside a layer loop that does not hold `def`, the value is read
+  /// again next iteration, so the use lasts to the end of the body.
+  unsigned useEnd(Operation *user, Operation *def) const {
+    unsigned position = of.lookup(user);
+    for (Operation *loop = user->getParentOp(); loop; loop = loop->getParentOp()) {
+      auto it = loopEnd.find(loop);
+      if (it != loopEnd.end() && !loop->isAncestor(def))
+        position = std::max(position, it->second);
+    }
+    return position;
+  }
+};
+
+Operation *definingOpOrOwner(Value value) {
+  if (Operation *def = value.getDefiningOp())
+    return def;
+  return cast<BlockArgument>(value).getOwner()->getParentOp();
 }
 
 /// Calls `visit(user)` for every user of `root` and of the views of it.
@@ -118,26 +148,23 @@ template <typename Visit> void forEachUser(Value root, Visit visit) {
   }
 }
 
-/// Last position at which `root` or a view of it is used; the block's end when it
+/// Last position at which `root` or a view of it is used; the function's end when it
 /// leaves the function (returned or handed to the runtime as an output).
-unsigned lastUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
+unsigned lastUse(Value root, const Positions &positions) {
   unsigned last = 0;
   bool leaves = false;
+  Operation *def = definingOpOrOwner(root);
   forEachUser(root, [&](Operation *user) {
     leaves |= isa<func::ReturnOp, OutputOp>(user);
-    if (std::optional<unsigned> position = positionIn(block, user, positions))
-      last = std::max(last, *position);
+    last = std::max(last, positions.useEnd(user, def));
   });
   return leaves ? std::numeric_limits<unsigned>::max() : last;
 }
 
 /// First position at which `root` or a view of it is used.
-unsigned firstUse(Value root, Block &block, const DenseMap<Operation *, unsigned> &positions) {
+unsigned firstUse(Value root, const Positions &positions) {
   unsigned first = std::numeric_limits<unsigned>::max();
-  forEachUser(root, [&](Operation *user) {
-    if (std::optional<unsigned> position = positionIn(block, user, positions))
-      first = std::min(first, *position);
-  });
+  forEachUser(root, [&](Operation *user) { first = std::min(first, positions.of.lookup(user)); });
   return first;
 }
 
@@ -164,8 +191,9 @@ std::optional<uint64_t> overwriteOffset(const PlannedBuffer &buffer,
 /// input it may overwrite (see PlannedBuffer::overwritable) when it can, else at the
 /// lowest aligned offset that overlaps no buffer still live (the active set, small in a
 /// decoder: the residual stream and a layer's temporaries), so planning stays linear in
-/// the number of buffers. Returns the arena size.
-uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
+/// the number of buffers. A pinned buffer takes its home's offset. Returns the arena
+/// size, or nullopt when a pinned buffer cannot have its place.
+std::optional<uint64_t> assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
   SmallVector<PlannedBuffer *> order;
   for (PlannedBuffer &buffer : buffers)
     order.push_back(&buffer);
@@ -174,6 +202,24 @@ uint64_t assignOffsets(MutableArrayRef<PlannedBuffer> buffers) {
   uint64_t arena = 0;
   for (PlannedBuffer *buffer : order) {
     llvm::erase_if(active, [&](PlannedBuffer *other) { return other->end < buffer->start; });
+    if (buffer->pinnedTo) {
+      const PlannedBuffer &home = buffers[*buffer->pinnedTo];
+      if (!home.placed || home.bytes < buffer->bytes)
+        return std::nullopt;
+      // The home and what this buffer may overwrite may overlap it; nothing else.
+      const uint64_t begin = home.offset, end = home.offset + buffer->bytes;
+      for (PlannedBuffer *other : active) {
+        bool allowed =
+            other == &home || other->pinnedTo == buffer->pinnedTo ||
+            llvm::any_of(buffer->overwritable, [&](unsigned i) { return &buffers[i] == other; });
+        if (!allowed && other->offset < end && begin < other->offset + other->bytes)
+          return std::nullopt;
+      }
+      buffer->offset = begin;
+      buffer->placed = true;
+      active.push_back(buffer);
+      continue;
+    }
     std::optional<uint64_t> over = overwriteOffset(*buffer, buffers, active);
     SmallVector<std::pair<uint64_t, uint64_t>> taken; // [begin, end) in bytes
     for (PlannedBuffer *other : active)
@@ -281,18 +327,52 @@ struct PlanActivationsPass
     return false;
   }
 
+  /// Whether `op` is a layer loop: an scf.for marked kiln.layers.
+  /// Activation buffers of the planned functions, each counted once per run.
+  uint64_t plannedBufferCount = 0;
+
+  static bool isLayerLoop(Operation *op) {
+    return isa<scf::ForOp>(op) && op->hasAttr(KilnDialect::kLayersAttrName);
+  }
+
+  /// Numbers the function's ops in program order. Code is straight-line but for layer
+  /// loops at the top (each body planned once for every iteration; see
+  /// docs/overview.md "The activation plan").
+  static std::optional<Positions> numberOps(func::FuncOp fn) {
+    Positions positions;
+    WalkResult walk = fn.walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (op != fn && op->getNumRegions() != 0 && !(isLayerLoop(op) && op->getParentOp() == fn)) {
+        op->emitError() << "kiln-plan-activations needs straight-line code (one block) "
+                           "and layer loops (scf.for marked kiln.layers) at the top";
+        return WalkResult::interrupt();
+      }
+      positions.of[op] = positions.of.size();
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return std::nullopt;
+    for (Operation &op : fn.getBody().front())
+      if (isLayerLoop(&op))
+        positions.loopEnd[&op] =
+            positions.of.lookup(cast<scf::ForOp>(op).getBody()->getTerminator());
+    return positions;
+  }
+
   std::optional<uint64_t> planFunction(func::FuncOp fn, const StepLimits &limits) {
     if (!fn.getBody().hasOneBlock()) {
       fn.emitError() << "kiln-plan-activations needs straight-line code (one block)";
       return std::nullopt;
     }
-    Block &block = fn.getBody().front();
-    DenseMap<Operation *, unsigned> positions;
-    for (auto [index, op] : llvm::enumerate(block))
-      positions[&op] = index;
+    for (Operation &op : fn.getBody().front())
+      if (isLayerLoop(&op))
+        forwardInitCopies(cast<scf::ForOp>(op));
+    std::optional<Positions> positions = numberOps(fn);
+    if (!positions)
+      return std::nullopt;
 
     SizeBounds bounds(limits);
     SmallVector<PlannedBuffer> buffers;
+    DenseMap<Value, unsigned> indexOf;
     WalkResult walk = fn.walk([&](Operation *op) {
       if (isa<memref::AllocaOp>(op)) {
         op->emitError() << "stack buffers (memref.alloca) are not supported in a compiled step";
@@ -304,34 +384,134 @@ struct PlanActivationsPass
       std::optional<uint64_t> bytes = allocationBytes(alloc, bounds);
       if (!bytes)
         return WalkResult::interrupt();
-      unsigned start = positions.lookup(block.findAncestorOpInBlock(*op));
-      buffers.push_back({alloc, *bytes, start, lastUse(alloc, block, positions)});
+      indexOf[alloc.getResult()] = buffers.size();
+      buffers.push_back({alloc, *bytes, positions->of.lookup(op), lastUse(alloc, *positions)});
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
       return std::nullopt;
-    findOverwritableInputs(buffers, block, positions);
+    for (Operation &op : fn.getBody().front())
+      if (isLayerLoop(&op) &&
+          failed(addCarriedBuffers(cast<scf::ForOp>(op), *positions, buffers, indexOf)))
+        return std::nullopt;
+    findOverwritableInputs(buffers, indexOf, *positions);
 
-    uint64_t arena = assignOffsets(buffers);
-    for (PlannedBuffer &buffer : buffers)
+    std::optional<uint64_t> arena = assignOffsets(buffers);
+    if (!arena) {
+      fn.emitError() << "kiln-plan-activations: a layer loop's carried buffer cannot stay "
+                        "in one place (run kiln-expand-layers first)";
+      return std::nullopt;
+    }
+    for (PlannedBuffer &buffer : buffers) {
+      if (!buffer.alloc)
+        continue;
+      plannedBufferCount += iterationsAround(buffer.alloc);
       replaceWithArenaBuffer(buffer);
-    numBuffers += buffers.size();
+    }
+    for (Operation &op : fn.getBody().front())
+      if (isLayerLoop(&op))
+        bindCarriedBuffers(cast<scf::ForOp>(op), buffers, indexOf);
+    numBuffers += llvm::count_if(buffers, [](const PlannedBuffer &b) { return bool(b.alloc); });
     return arena;
+  }
+
+  /// Copy-before-write bufferization gives a layer loop's carried value a copy of its
+  /// initial buffer (the loop writes it). Where that buffer dies at the copy, the loop
+  /// may have it: the copy and its fresh buffer go (a copy would be a host copy of
+  /// device memory; see convert-kiln-to-runtime-calls).
+  static void forwardInitCopies(scf::ForOp loop) {
+    for (OpOperand &init : loop.getInitArgsMutable()) {
+      auto fresh = init.get().getDefiningOp<memref::AllocOp>();
+      if (!fresh || !fresh.getResult().hasNUses(2))
+        continue;
+      memref::CopyOp copy;
+      for (Operation *user : fresh->getUsers())
+        if (auto candidate = dyn_cast<memref::CopyOp>(user);
+            candidate && candidate.getTarget() == fresh.getResult())
+          copy = candidate;
+      auto source = copy ? copy.getSource().getDefiningOp<memref::AllocOp>() : memref::AllocOp();
+      if (!source || source.getType() != fresh.getType() || copy->getBlock() != loop->getBlock())
+        continue;
+      bool diesAtCopy = llvm::all_of(source->getUsers(), [&](Operation *user) {
+        return user == copy ||
+               (!isa<ViewLikeOpInterface>(user) && user->getBlock() == copy->getBlock() &&
+                user->isBeforeInBlock(copy));
+      });
+      if (!diesAtCopy)
+        continue;
+      copy.erase();
+      fresh.replaceAllUsesWith(source.getResult());
+      fresh.erase();
+    }
+  }
+
+  /// For each value a layer loop carries: a buffer for its iteration argument, pinned
+  /// to the initial buffer (live from the loop's start to its last read in the body),
+  /// and the yielded buffer pinned there too, live to the end of the loop and of the
+  /// loop result's uses. Both ends must be buffers of this plan.
+  static LogicalResult addCarriedBuffers(scf::ForOp loop, const Positions &positions,
+                                         SmallVector<PlannedBuffer> &buffers,
+                                         DenseMap<Value, unsigned> &indexOf) {
+    auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+    const unsigned loopStart = positions.of.lookup(loop), loopEnd = positions.loopEnd.lookup(loop);
+    for (auto [arg, init, yielded, result] :
+         llvm::zip_equal(loop.getRegionIterArgs(), loop.getInitArgs(), yield.getOperands(),
+                         loop.getResults())) {
+      if (!isa<MemRefType>(arg.getType()))
+        continue;
+      auto home = indexOf.find(init);
+      auto next = indexOf.find(yielded);
+      if (home == indexOf.end() || next == indexOf.end() ||
+          !loop->isAncestor(yielded.getDefiningOp()))
+        return loop.emitError() << "kiln-plan-activations: a value a layer loop carries must "
+                                   "start in a buffer allocated before the loop and be "
+                                   "yielded from a buffer allocated in its body";
+      if (lastUse(init, positions) > loopStart)
+        return loop.emitError() << "kiln-plan-activations: the initial buffer of a layer "
+                                   "loop's carried value is used after the loop starts";
+      PlannedBuffer carried{memref::AllocOp(), buffers[home->second].bytes, loopStart,
+                            std::max(loopStart, lastUse(arg, positions))};
+      carried.pinnedTo = home->second;
+      indexOf[arg] = buffers.size();
+      buffers.push_back(carried);
+      PlannedBuffer &out = buffers[next->second];
+      out.end = std::max({out.end, loopEnd, lastUse(result, positions)});
+      out.pinnedTo = home->second;
+    }
+    return success();
+  }
+
+  /// The iteration arguments and results of a planned layer loop read the carried
+  /// buffers' one place: the initial buffer, as a view of the arena made in the body.
+  static void bindCarriedBuffers(scf::ForOp loop, ArrayRef<PlannedBuffer> buffers,
+                                 const DenseMap<Value, unsigned> &indexOf) {
+    OpBuilder builder = OpBuilder::atBlockBegin(loop.getBody());
+    for (auto [arg, init, result] :
+         llvm::zip_equal(loop.getRegionIterArgs(), loop.getInitArgs(), loop.getResults())) {
+      auto home = init.getDefiningOp<ActivationBufferOp>();
+      if (!home || !indexOf.count(arg))
+        continue;
+      Value inBody =
+          ActivationBufferOp::create(builder, home.getLoc(), home.getType(), home.getOffset(),
+                                     home.getCapacity(), home.getSizes());
+      arg.replaceAllUsesWith(inBody);
+      result.replaceAllUsesWith(init);
+    }
   }
 
   /// For each buffer first used as the init of an op that may overwrite some of its
   /// inputs: those inputs that are whole buffers of this plan and die at that op.
-  static void findOverwritableInputs(MutableArrayRef<PlannedBuffer> buffers, Block &block,
-                                     const DenseMap<Operation *, unsigned> &positions) {
-    DenseMap<Value, unsigned> indexOf;
-    for (auto [index, buffer] : llvm::enumerate(buffers))
-      indexOf[buffer.alloc.getResult()] = index;
+  static void findOverwritableInputs(MutableArrayRef<PlannedBuffer> buffers,
+                                     const DenseMap<Value, unsigned> &indexOf,
+                                     const Positions &positions) {
     for (PlannedBuffer &buffer : buffers) {
+      if (!buffer.alloc)
+        continue;
       Value value = buffer.alloc.getResult();
-      const unsigned first = firstUse(value, block, positions);
+      const unsigned first = firstUse(value, positions);
       for (OpOperand &init : value.getUses()) {
         auto op = dyn_cast<OverwritesInputsOpInterface>(init.getOwner());
-        if (!op || positionIn(block, op, positions) != first)
+        if (!op || positions.of.lookup(op) != first)
           continue;
         for (OpOperand &input : op->getOpOperands()) {
           auto it = indexOf.find(input.get());
@@ -386,8 +566,20 @@ struct PlanActivationsPass
   /// argmax.
   static uint64_t estimateLaunches(func::FuncOp fn) {
     uint64_t launches = 2;
-    fn.walk([&](RuntimeCallOpInterface op) { launches += op.getMaxDecodeLaunches(); });
+    fn.walk([&](RuntimeCallOpInterface op) {
+      launches += op.getMaxDecodeLaunches() * iterationsAround(op);
+    });
     return launches;
+  }
+
+  /// How many times `op` runs in a step: the trip counts of the layer loops around it.
+  static uint64_t iterationsAround(Operation *op) {
+    uint64_t iterations = 1;
+    for (auto loop = op->getParentOfType<scf::ForOp>(); loop;
+         loop = loop->getParentOfType<scf::ForOp>())
+      if (std::optional<APInt> trips = loop.getStaticTripCount())
+        iterations *= trips->getZExtValue();
+    return iterations;
   }
 
   DeviceMemoryAttr deviceMemory(ModuleOp module, const ModuleConfig &config,
@@ -397,6 +589,14 @@ struct PlanActivationsPass
       if (std::optional<int64_t> offset = weight.getOffset())
         weights = std::max(weights, llvm::alignTo(*offset + weight.getBytes().value_or(0),
                                                   kAlignment));
+    // A family's last member ends the run it is laid out in.
+    for (WeightFamilyOp family : module.getOps<WeightFamilyOp>())
+      if (family.getOffset() && family.getStride())
+        weights =
+            std::max(weights, llvm::alignTo(*family.getOffset() +
+                                                (family.getCount() - 1) * *family.getStride() +
+                                                family.getMemberBytes().value_or(0),
+                                            kAlignment));
     auto plan = module->getAttrOfType<PlanAttr>(KilnDialect::kPlanAttrName);
     uint64_t caches = plan ? plan.getTotalBytes() : 0;
     int64_t maxHeads = 1, maxHeadDim = 1;
@@ -421,7 +621,8 @@ struct PlanActivationsPass
     uint64_t subtotal = weights + caches + arena + workspace + io;
     workspace += kiln_rt_granule_padding(subtotal);
     uint64_t numBuffersPlanned = 0;
-    module.walk([&](ActivationBufferOp) { ++numBuffersPlanned; });
+    // Counted once an iteration, as the unrolled step would have them (planFunction).
+    numBuffersPlanned = plannedBufferCount;
     // Shapes beyond those decode steps can have are never captured: no reserve for them.
     const uint64_t graphs =
         kiln_rt_graph_reserve_bytes(runtime.getCapturableShapes(limits.maxDraftLen), launches);

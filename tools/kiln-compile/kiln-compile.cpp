@@ -78,6 +78,12 @@ cl::opt<bool> noFuseResidualNorm(
     cl::desc("keep each residual add and the norm of its sum apart (kiln-fuse-residual-norm "
              "off; for comparisons: the bits are the same)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> expandLayers(
+    "expand-layers",
+    cl::desc("copy a rolled import's layer loop once a layer before the lowering "
+             "(kiln-expand-layers) rather than lowering it as a loop (for comparisons: "
+             "the calls are the same)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
@@ -169,6 +175,7 @@ int compile(int argc, char **argv) {
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
   options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
+  options.lowering.expandLayers = expandLayers;
   options.emit = emitKind;
   options.reportFormat = reportFormat;
   options.outputPath = outputFile;

@@ -30,6 +30,9 @@ struct LoweringOptions {
   /// (kiln-plan-activations' collective-bytes; 584 MiB, a one-rank communicator of
   /// PyTorch 2.11's NCCL on an H100). Only models with collectives reserve it.
   uint64_t collectiveBytes = 584ull << 20;
+  /// Copy every layer loop of a rolled import once a layer before bufferization
+  /// (kiln-expand-layers), rather than lowering the loops that the lowering can take.
+  bool expandLayers = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

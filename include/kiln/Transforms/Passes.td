@@ -68,7 +68,21 @@ def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
     body's cache resources declared with the function's (at `offset + i * stride`).
     Layer loops are looked for at the top of functions; a module without them is left
     as it is.
+
+    With `unsupported-only` (the lowering pipelines) the loops stay when the lowering
+    can take them as loops (docs/overview.md, "Rolled layers"): constant bounds and
+    step 1, no nested region, buffers carried as ranked tensors, every cached op's
+    runtime call per layer (`hasPerLayerRuntimeCall`) and, with `fuse-residual-norm`,
+    no residual add ending the body whose sum the next iteration normalizes first (the
+    unrolled step fuses that pair across layers). Otherwise every loop is expanded and
+    a remark says why.
   }];
+  let options = [
+    Option<"unsupportedOnly", "unsupported-only", "bool", /*default=*/"false",
+           "Expand only what the rolled lowering cannot take (with a remark why)">,
+    Option<"fuseResidualNorm", "fuse-residual-norm", "bool", /*default=*/"false",
+           "kiln-fuse-residual-norm runs after this pass (unsupported-only)">
+  ];
   let statistics = [
     Statistic<"numLoops", "loops", "Layer loops expanded">,
     Statistic<"numLayers", "layers", "Layers copied from loop bodies">

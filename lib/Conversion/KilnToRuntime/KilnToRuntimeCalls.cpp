@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Transforms/DialectConversion.h"
 
@@ -153,8 +154,33 @@ Value productOfDims(OpBuilder &builder, Location loc, Value buffer, int64_t firs
   return i64Of(builder, loc, dynamicProduct);
 }
 
+/// The layer loop (scf.for marked kiln.layers) around `op`, if any.
+scf::ForOp layerLoopOf(Operation *op) {
+  auto loop = op->getParentOfType<scf::ForOp>();
+  return loop && loop->hasAttr(KilnDialect::kLayersAttrName) ? loop : scf::ForOp();
+}
+
+/// `base + (iv - lower) * step` as i64: a per-layer value in the iteration of `loop`
+/// the op runs in (base: its value in the loop's first iteration).
+Value perLayerValue(OpBuilder &builder, Location loc, scf::ForOp loop, int64_t base, int64_t step) {
+  Value ordinal = arith::SubIOp::create(builder, loc, loop.getInductionVar(), loop.getLowerBound());
+  Value scaled = arith::MulIOp::create(
+      builder, loc, i64Of(builder, loc, ordinal),
+      arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(step)));
+  return arith::AddIOp::create(
+      builder, loc, scaled,
+      arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(base)));
+}
+
 FailureOr<Value> materialize(OpBuilder &builder, Operation *op, const RuntimeArg &arg) {
   Location loc = op->getLoc();
+  if (arg.perLayer != 0 && (arg.kind == RuntimeArg::Kind::i32 || arg.kind == RuntimeArg::Kind::i64))
+    if (scf::ForOp loop = layerLoopOf(op)) {
+      Value value = perLayerValue(builder, loc, loop, arg.integer, arg.perLayer);
+      if (arg.kind == RuntimeArg::Kind::i64)
+        return value;
+      return arith::TruncIOp::create(builder, loc, builder.getI32Type(), value).getResult();
+    }
   auto rank = [&] { return cast<MemRefType>(arg.buffer.getType()).getRank(); };
   switch (arg.kind) {
   case RuntimeArg::Kind::pointer:
@@ -267,6 +293,11 @@ struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInter
     FailureOr<Value> context = contextOf(op);
     if (failed(context))
       return failure();
+    scf::ForOp loop = layerLoopOf(op);
+    auto cached = dyn_cast<CachedOpInterface>(op.getOperation());
+    if (loop && cached && !cached.hasPerLayerRuntimeCall())
+      return op->emitOpError() << "is in a layer loop, but its runtime call does not take its "
+                                  "layer and cache offsets per layer; run kiln-expand-layers";
     FailureOr<RuntimeCall> call = op.getRuntimeCall();
     if (failed(call) || failed(checkArguments(op, *call)))
       return failure();
@@ -282,8 +313,9 @@ struct RuntimeCallLowering : public OpInterfaceRewritePattern<RuntimeCallOpInter
     if (failed(result))
       return failure();
     // The call of a cached op starts its layer's kernels: kiln-roll-layers anchors on
-    // this mark, so that it asks the interface rather than knowing callee names.
-    if (auto cached = dyn_cast<CachedOpInterface>(op.getOperation()))
+    // this mark, so that it asks the interface rather than knowing callee names. A
+    // layer loop's calls are rolled already: unmarked, kiln-roll-layers leaves them.
+    if (cached && !loop)
       result->getDefiningOp()->setAttr(KilnDialect::kLayerAttrName,
                                        rewriter.getI64IntegerAttr(cached.getLayerIndex()));
     rewriter.eraseOp(op);
@@ -328,7 +360,7 @@ LogicalResult materializeBuffers(ModuleOp module) {
   SmallVector<Operation *> producers;
   module.walk([&](Operation *op) {
     if (isa<InputOp, ActivationBufferOp>(op) ||
-        (isa<WeightRefOp>(op) && isa<MemRefType>(op->getResult(0).getType())))
+        (isa<WeightRefOp, WeightMemberOp>(op) && isa<MemRefType>(op->getResult(0).getType())))
       producers.push_back(op);
   });
   for (Operation *op : producers) {
@@ -356,6 +388,24 @@ LogicalResult materializeBuffers(ModuleOp module) {
         return failure();
       pointer = advance(builder, loc, *base, activation.getOffset());
       llvm::append_range(sizes, activation.getSizes());
+    } else if (auto member = dyn_cast<WeightMemberOp>(op)) {
+      auto family = symbols.lookup<WeightFamilyOp>(member.getFamily());
+      if (!family || !family.getOffset() || !family.getStride())
+        return op->emitOpError() << "weight family '" << member.getFamily()
+                                 << "' has no planned offset and stride; run kiln-plan-memory";
+      FailureOr<Value> base = bases.get(op, "kiln_rt_weights");
+      if (failed(base))
+        return failure();
+      // Member i sits at offset + i * stride (kiln-plan-memory's member-major layout).
+      Value index = i64Of(builder, loc, member.getIndex());
+      Value delta = arith::AddIOp::create(
+          builder, loc,
+          arith::MulIOp::create(builder, loc, index,
+                                arith::ConstantOp::create(
+                                    builder, loc, builder.getI64IntegerAttr(*family.getStride()))),
+          arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(*family.getOffset())));
+      pointer = LLVM::GEPOp::create(builder, loc, base->getType(), builder.getI8Type(), *base,
+                                    ValueRange{delta});
     } else {
       auto ref = cast<WeightRefOp>(op);
       auto weight = symbols.lookup<WeightOp>(ref.getWeight());
@@ -428,7 +478,7 @@ struct ConvertKilnToRuntimeCallsPass
     target.addLegalDialect<func::FuncDialect, arith::ArithDialect, memref::MemRefDialect,
                            LLVM::LLVMDialect>();
     target.addIllegalDialect<KilnDialect>();
-    target.addLegalOp<BufferFromPointerOp, CacheResourceOp, WeightOp>();
+    target.addLegalOp<BufferFromPointerOp, CacheResourceOp, WeightOp, WeightFamilyOp>();
     RewritePatternSet patterns(&getContext());
     populateKilnToRuntimeCallPatterns(patterns);
     unsigned before = countCalls(module);
@@ -438,7 +488,7 @@ struct ConvertKilnToRuntimeCallsPass
 
     SmallVector<Operation *> dead;
     module.walk([&](Operation *op) {
-      if (isa<WeightOp>(op) || (isa<CacheResourceOp>(op) && op->use_empty()))
+      if (isa<WeightOp, WeightFamilyOp>(op) || (isa<CacheResourceOp>(op) && op->use_empty()))
         dead.push_back(op);
     });
     for (Operation *op : dead)

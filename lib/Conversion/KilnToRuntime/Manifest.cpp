@@ -8,6 +8,7 @@
 #include "kiln/Dialect/Kiln/Kiln.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -27,6 +28,59 @@ StringRef dtypeName(Type type) {
   if (type.isInteger(32))
     return "i32";
   return "";
+}
+
+/// One `weight` line of the manifest: a `kiln.weight` or a member of a family.
+struct WeightLine {
+  Operation *op;
+  std::string name;
+  RankedTensorType type;
+  std::optional<uint64_t> offset;
+  uint64_t bytes;
+  bool mxfp4;
+  std::optional<ArrayRef<int64_t>> checkpointShape;
+  bool transpose;
+  std::optional<ArrayRef<int64_t>> rowGroups;
+  ShardAttr shard;
+};
+
+LogicalResult printWeight(raw_ostream &os, const WeightLine &weight) {
+  StringRef weightName = weight.name;
+  if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))
+    return weight.op->emitError() << "weight name '" << weightName
+                                  << "' contains whitespace or control characters";
+  StringRef dtype = dtypeName(weight.type.getElementType());
+  if (dtype.empty())
+    return weight.op->emitError() << "weight '" << weightName << "' has element type "
+                                  << weight.type.getElementType()
+                                  << "; the runtime loads bf16, f16, f32 and i32";
+  if (!weight.offset)
+    return weight.op->emitError() << "weight '" << weightName
+                                  << "' has no planned offset; run kiln-plan-memory";
+  os << "weight " << weightName << " " << dtype << " ";
+  llvm::interleave(weight.type.getShape(), os, "x");
+  os << " " << *weight.offset << " " << weight.bytes;
+  if (weight.mxfp4)
+    os << " mxfp4";
+  if (weight.checkpointShape) {
+    os << " from=";
+    llvm::interleave(*weight.checkpointShape, os, "x");
+  }
+  if (weight.transpose)
+    os << " transpose";
+  if (weight.rowGroups) {
+    os << " rows=" << weight.rowGroups->front() << ":";
+    llvm::interleave(weight.rowGroups->drop_front(), os, ",");
+  }
+  if (weight.shard) {
+    os << " shard=" << weight.shard.getDim() << "/" << weight.shard.getParts();
+    if (DenseI64ArrayAttr segments = weight.shard.getSegments()) {
+      os << ":";
+      llvm::interleave(segments.asArrayRef(), os, ",");
+    }
+  }
+  os << "\n";
+  return success();
 }
 
 /// Vocabulary size (the logits' columns) and hidden size (the embedding's columns).
@@ -55,7 +109,15 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
     return module.emitError() << "the manifest needs the model's logits output "
                                  "(kiln.output) and its embedding (kiln.embedding)";
   int64_t layers = 0;
-  module.walk([&](CachedOpInterface op) { layers = std::max(layers, op.getLayerIndex() + 1); });
+  module.walk([&](CachedOpInterface op) {
+    // An op of a layer loop stands for one op a layer, from its own layer on.
+    int64_t last = op.getLayerIndex();
+    if (auto loop = op->getParentOfType<scf::ForOp>();
+        loop && loop->hasAttr(KilnDialect::kLayersAttrName))
+      if (std::optional<APInt> trips = loop.getStaticTripCount(); trips && !trips->isZero())
+        last += static_cast<int64_t>(trips->getZExtValue()) - 1;
+    layers = std::max(layers, last + 1);
+  });
 
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -94,43 +156,59 @@ FailureOr<std::string> buildManifest(ModuleOp module) {
     os << "tp_ranks " << config.model.getTpRanks() << "\n";
   if (uint64_t collectives = memory.getCollectives())
     os << "collective_bytes " << collectives << "\n";
-  for (WeightOp weight : module.getOps<WeightOp>()) {
-    StringRef weightName = weight.getSymName();
-    if (llvm::any_of(weightName, [](char c) { return c <= ' '; }))
-      return weight.emitError() << "weight name '" << weightName
-                                << "' contains whitespace or control characters";
-    RankedTensorType type = weight.getTensorType();
-    StringRef dtype = dtypeName(type.getElementType());
-    if (dtype.empty())
-      return weight.emitError() << "weight '" << weightName << "' has element type "
-                                << type.getElementType()
-                                << "; the runtime loads bf16, f16, f32 and i32";
-    if (!weight.getOffset())
-      return weight.emitError() << "weight '" << weightName
-                                << "' has no planned offset; run kiln-plan-memory";
-    os << "weight " << weightName << " " << dtype << " ";
-    llvm::interleave(type.getShape(), os, "x");
-    os << " " << *weight.getOffset() << " " << weight.getBytes().value_or(0);
-    if (weight.getMxfp4Checkpoint())
-      os << " mxfp4";
-    if (std::optional<ArrayRef<int64_t>> shape = weight.getCheckpointShape()) {
-      os << " from=";
-      llvm::interleave(*shape, os, "x");
+  // A run of consecutive weight families of one count stands for its members,
+  // member-major (the layout kiln-plan-memory gave them, and the lines an unrolled
+  // import's weights make): layer 0's weights, then layer 1's, ...
+  SmallVector<Operation *> ops;
+  for (Operation &op : module.getBody()->getOperations())
+    if (isa<WeightOp, WeightFamilyOp>(op))
+      ops.push_back(&op);
+  for (size_t i = 0; i < ops.size();) {
+    if (auto weight = dyn_cast<WeightOp>(ops[i])) {
+      std::optional<uint64_t> offset;
+      if (weight.getOffset())
+        offset = *weight.getOffset();
+      WeightLine line{weight,
+                      weight.getSymName().str(),
+                      weight.getTensorType(),
+                      offset,
+                      static_cast<uint64_t>(weight.getBytes().value_or(0)),
+                      weight.getMxfp4Checkpoint(),
+                      weight.getCheckpointShape(),
+                      weight.getTransposeCheckpoint(),
+                      weight.getRowGroups(),
+                      weight.getShardAttr()};
+      if (failed(printWeight(os, line)))
+        return failure();
+      ++i;
+      continue;
     }
-    if (weight.getTransposeCheckpoint())
-      os << " transpose";
-    if (std::optional<ArrayRef<int64_t>> groups = weight.getRowGroups()) {
-      os << " rows=" << groups->front() << ":";
-      llvm::interleave(groups->drop_front(), os, ",");
-    }
-    if (ShardAttr shard = weight.getShardAttr()) {
-      os << " shard=" << shard.getDim() << "/" << shard.getParts();
-      if (DenseI64ArrayAttr segments = shard.getSegments()) {
-        os << ":";
-        llvm::interleave(segments.asArrayRef(), os, ",");
+    size_t end = i + 1;
+    auto head = cast<WeightFamilyOp>(ops[i]);
+    while (end < ops.size() && ops[end] == ops[end - 1]->getNextNode() &&
+           isa<WeightFamilyOp>(ops[end]) &&
+           cast<WeightFamilyOp>(ops[end]).getCount() == head.getCount())
+      ++end;
+    for (int64_t member = 0; member < head.getCount(); ++member)
+      for (size_t f = i; f < end; ++f) {
+        auto family = cast<WeightFamilyOp>(ops[f]);
+        std::optional<uint64_t> offset;
+        if (family.getOffset() && family.getStride())
+          offset = *family.getOffset() + static_cast<uint64_t>(member) * *family.getStride();
+        WeightLine line{family,
+                        family.getMemberName(member),
+                        family.getTensorType(),
+                        offset,
+                        family.getMemberBytes().value_or(0),
+                        family.getMxfp4Checkpoint(),
+                        family.getCheckpointShape(),
+                        family.getTransposeCheckpoint(),
+                        family.getRowGroups(),
+                        family.getShardAttr()};
+        if (failed(printWeight(os, line)))
+          return failure();
       }
-    }
-    os << "\n";
+    i = end;
   }
   os << "end\n";
   return text;

@@ -20,8 +20,11 @@ using namespace mlir::bufferization;
 
 namespace {
 
-struct WeightRefModel
-    : public BufferizableOpInterface::ExternalModel<WeightRefModel, kiln::WeightRefOp> {
+/// A weight read (`kiln.weight_ref`, `kiln.weight_member`) becomes the same op with a
+/// read-only memref result: the weights are never written by a step.
+template <typename OpTy>
+struct WeightReadModel
+    : public BufferizableOpInterface::ExternalModel<WeightReadModel<OpTy>, OpTy> {
   bool bufferizesToAllocation(Operation *, Value) const { return false; }
   bool isWritable(Operation *, Value, const AnalysisState &) const { return false; }
   bool bufferizesToMemoryRead(Operation *, OpOperand &, const AnalysisState &) const {
@@ -36,15 +39,14 @@ struct WeightRefModel
 
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter, const BufferizationOptions &,
                           BufferizationState &) const {
-    auto ref = cast<kiln::WeightRefOp>(op);
-    auto tensorType = dyn_cast<RankedTensorType>(ref.getType());
+    auto tensorType = dyn_cast<RankedTensorType>(op->getResult(0).getType());
     if (!tensorType)
       return success();
     auto memrefType = MemRefType::get(tensorType.getShape(), tensorType.getElementType());
     rewriter.setInsertionPoint(op);
-    Value buffer = kiln::WeightRefOp::create(rewriter, op->getLoc(), memrefType,
-                                             ref.getWeightAttr());
-    replaceOpWithBufferizedValues(rewriter, op, buffer);
+    Operation *buffer = rewriter.clone(*op);
+    buffer->getResult(0).setType(memrefType);
+    replaceOpWithBufferizedValues(rewriter, op, buffer->getResult(0));
     return success();
   }
 };
@@ -63,6 +65,7 @@ void kiln::registerBufferizableOpInterfaceExternalModels(DialectRegistry &regist
         SwigluOp, GatherRowsOp, MoeOp, SigmoidGateOp, SigmoidMulOp, GatedRmsNormOp, ActivationOp,
         ArgmaxOp, NextTokensOp, ConcatOp, CachedAttentionOp, CachedMlaAttentionOp, CachedSsmOp,
         CachedCausalConvOp, CachedGatedDeltaNetOp>(context);
-    WeightRefOp::attachInterface<WeightRefModel>(*context);
+    WeightRefOp::attachInterface<WeightReadModel<WeightRefOp>>(*context);
+    WeightMemberOp::attachInterface<WeightReadModel<WeightMemberOp>>(*context);
   });
 }

@@ -848,6 +848,14 @@ int64_t specDecModeValue(std::optional<SpecDecMode> mode) {
 }
 } // namespace
 
+/// The planned per-layer stride of a layer loop's resource (0 outside a loop).
+static int64_t plannedStride(Value resource) {
+  auto op = resource ? resource.getDefiningOp<CacheResourceOp>() : CacheResourceOp();
+  return op && op.getStride() ? static_cast<int64_t>(*op.getStride()) : 0;
+}
+
+bool CachedAttentionOp::hasPerLayerRuntimeCall() { return true; }
+
 FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
@@ -880,11 +888,11 @@ FailureOr<RuntimeCall> CachedAttentionOp::getRuntimeCall() {
                          << ", but the runtime's attention path takes bf16 activations only";
   return RuntimeCall{
       "kiln_rt_attention",
-      {RuntimeArg::i32(getLayer()), RuntimeArg::i64(offset), RuntimeArg::pointer(getQ()),
-       RuntimeArg::pointer(getK()), RuntimeArg::pointer(getV()), RuntimeArg::f32Pointer(getSinks()),
-       RuntimeArg::pointer(getInit()), RuntimeArg::dim(getQ(), 0), RuntimeArg::i32(getNumHeads()),
-       RuntimeArg::i32(getNumKvHeads()), RuntimeArg::i32(getHeadDim()),
-       RuntimeArg::i32(config.runtime.getPageSize()),
+      {RuntimeArg::layer(getLayer()), RuntimeArg::cacheOffset(offset, plannedStride(getKv())),
+       RuntimeArg::pointer(getQ()), RuntimeArg::pointer(getK()), RuntimeArg::pointer(getV()),
+       RuntimeArg::f32Pointer(getSinks()), RuntimeArg::pointer(getInit()),
+       RuntimeArg::dim(getQ(), 0), RuntimeArg::i32(getNumHeads()), RuntimeArg::i32(getNumKvHeads()),
+       RuntimeArg::i32(getHeadDim()), RuntimeArg::i32(config.runtime.getPageSize()),
        RuntimeArg::i32(getSlidingWindow().value_or(0)), kernelArg(getDecodeKernelAttr()),
        kernelArg(getPrefillKernelAttr()), RuntimeArg::i32(specDecModeValue(getSpecDecMode())),
        RuntimeArg::f32(0.0), RuntimeArg::i32(kvDtype)}};
@@ -2140,7 +2148,9 @@ LogicalResult WeightMemberOp::verifySymbolUses(SymbolTableCollection &symbolTabl
   auto family = symbolTable.lookupNearestSymbolFrom<WeightFamilyOp>(*this, getFamilyAttr());
   if (!family)
     return emitOpError() << "'" << getFamily() << "' does not name a kiln.weight_family";
-  if (getResult().getType() != family.getType())
+  auto shaped = cast<ShapedType>(getResult().getType());
+  if (shaped.getShape() != family.getTensorType().getShape() ||
+      shaped.getElementType() != family.getTensorType().getElementType())
     return emitOpError() << "type " << getResult().getType() << " does not match weight family '"
                          << getFamily() << "' of type " << family.getType();
   return success();

@@ -105,6 +105,10 @@ struct RuntimeArg {
   /// A pointer to f32 data (per-head parameters); other pointers carry bf16 tensors, i32
   /// indices or i8 scratch.
   bool f32Data = false;
+  /// An i32 or i64 that changes per layer: in iteration i of a layer loop (counted from
+  /// the loop's first) the value is `integer + i * perLayer`. The layer index (1) and a
+  /// cache resource's offset (the resource's planned stride).
+  int64_t perLayer = 0;
 
   static RuntimeArg pointer(mlir::Value b) { return {Kind::pointer, b}; }
   static RuntimeArg stridedPointer(mlir::Value b) {
@@ -124,6 +128,18 @@ struct RuntimeArg {
   static RuntimeArg i32(int64_t v) { return {Kind::i32, {}, v}; }
   static RuntimeArg i64(int64_t v) { return {Kind::i64, {}, v}; }
   static RuntimeArg f32(double v) { return {Kind::f32, {}, 0, v}; }
+  /// The op's layer index, as an i32.
+  static RuntimeArg layer(int64_t layer) {
+    RuntimeArg arg{Kind::i32, {}, layer};
+    arg.perLayer = 1;
+    return arg;
+  }
+  /// A planned cache offset (i64) whose resource is one a layer (`stride` apart).
+  static RuntimeArg cacheOffset(int64_t offset, int64_t stride) {
+    RuntimeArg arg{Kind::i64, {}, offset};
+    arg.perLayer = stride;
+    return arg;
+  }
 };
 
 /// A call `status = callee(ctx, args...)` of the Kiln runtime (docs/abi.md).

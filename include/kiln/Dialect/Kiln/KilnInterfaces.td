@@ -49,6 +49,12 @@ def Kiln_CachedOpInterface : OpInterface<"CachedOpInterface"> {
         $_op->setAttr("layer", ::mlir::Builder($_op->getContext()).getI64IntegerAttr(layer));
       }]>,
     InterfaceMethod<"Which kernel family serves the op.", "::kiln::OpFamily", "getOpFamily">,
+    InterfaceMethod<[{Whether the op's runtime call passes its layer index and cache
+      offsets as per-layer arguments (`RuntimeArg::layer`, `RuntimeArg::cacheOffset`),
+      so that one call in a layer loop serves every layer: convert-kiln-to-runtime-calls
+      computes them from the loop's index; kiln-expand-layers{unsupported-only} copies
+      out the loops holding an op that does not.}],
+      "bool", "hasPerLayerRuntimeCall", (ins), [{}], [{ return false; }]>,
     InterfaceMethod<"The slots with their expected kind and current value (maybe null).",
       "::llvm::SmallVector<::kiln::CacheSlot>", "getCacheSlots">,
     InterfaceMethod<"Empties the slot holding `resource` (detaches the use).",

@@ -281,12 +281,13 @@ def Kiln_GatedDeltaNetOp : Kiln_LayerOp<"gated_delta_net", [AttrSizedOperandSegm
 // Cached ops are in destination-passing style: `outs(%init)` is the buffer the
 // result is written to. On tensors they yield the result; after bufferization they
 // work on memrefs, yield nothing, and lower in place to one runtime call.
-// `runtimeMethods`: the RuntimeCallOpInterface methods with a default that the op
-// overrides.
+// `runtimeMethods` and `cachedMethods`: the RuntimeCallOpInterface and
+// CachedOpInterface methods with a default that the op overrides.
 class Kiln_CachedOp<string mnemonic, list<Trait> traits = [],
-                    list<string> runtimeMethods = []>
+                    list<string> runtimeMethods = [], list<string> cachedMethods = []>
     : Kiln_Op<mnemonic, !listconcat(traits, [
-        DeclareOpInterfaceMethods<Kiln_CachedOpInterface, ["getResourceRequestsUnder"]>,
+        DeclareOpInterfaceMethods<Kiln_CachedOpInterface,
+                                  !listconcat(["getResourceRequestsUnder"], cachedMethods)>,
         DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, runtimeMethods>,
         DestinationStyleOpInterface,
         MemoryEffects<[MemRead, MemWrite]>])> {
@@ -296,7 +297,8 @@ class Kiln_CachedOp<string mnemonic, list<Trait> traits = [],
   }];
 }
 
-def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention", [AttrSizedOperandSegments]> {
+def Kiln_CachedAttentionOp : Kiln_CachedOp<"cached_attention", [AttrSizedOperandSegments],
+                                            [], ["hasPerLayerRuntimeCall"]> {
   let summary = "attention reading and appending its paged KV cache";
   let description = [{
     Like `kiln.attention`, with the layer's KV resource in slot `kv`: a `kv` resource
@@ -945,10 +947,12 @@ def Kiln_WeightMemberOp : Kiln_Op<"weight_member", [Pure,
   let summary = "reads the member of a weight family at a layer index";
   let description = [{
     `kiln.weight_member @family[%layer] : tensor<...>` is the value of the family's
-    member `%layer` (an index in `[0, count)`), of the family's type.
+    member `%layer` (an index in `[0, count)`), of the family's type; after
+    bufferization a read-only memref of the same shape, which
+    `convert-kiln-to-runtime-calls` points at `offset + %layer * stride` of the weights.
   }];
   let arguments = (ins FlatSymbolRefAttr:$family, Index:$index);
-  let results = (outs AnyStaticShapeTensor:$result);
+  let results = (outs AnyTypeOf<[AnyStaticShapeTensor, AnyStaticShapeMemRef]>:$result);
   let assemblyFormat = "$family `[` $index `]` attr-dict `:` type($result)";
 }
 
