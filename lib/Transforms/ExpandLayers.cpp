@@ -110,7 +110,8 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
   /// Whether the lowering can take `loop` as a loop; a remark says why not.
   LogicalResult checkRolledLowering(scf::ForOp loop) {
     auto refuse = [&](Operation *at, const Twine &why) {
-      at->emitRemark() << "kiln-expand-layers: the layer loop is expanded: " << why;
+      if (emitRemarks)
+        at->emitRemark() << "kiln-expand-layers: the layer loop is expanded: " << why;
       return failure();
     };
     if (!getConstantIntValue(loop.getLowerBound()) || !getConstantIntValue(loop.getUpperBound()) ||

@@ -1,7 +1,7 @@
 // kiln-expand-layers{unsupported-only} (the lowering pipelines) keeps the layer loops
 // that the lowering takes as loops and expands the others, with a remark why.
-// RUN: kiln-opt %s -split-input-file --kiln-expand-layers=unsupported-only -verify-diagnostics | FileCheck %s --check-prefix=KEEP
-// RUN: kiln-opt %s -split-input-file --kiln-expand-layers="unsupported-only fuse-residual-norm" -verify-diagnostics=only-expected 2>&1 | FileCheck %s --check-prefix=FUSED
+// RUN: kiln-opt %s -split-input-file --kiln-expand-layers="unsupported-only remarks" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
+// RUN: kiln-opt %s -split-input-file --kiln-expand-layers="unsupported-only fuse-residual-norm remarks" -verify-diagnostics=only-expected 2>&1 | FileCheck %s --check-prefix=FUSED
 
 // A body whose residual add feeds the next iteration's first norm: kept, unless the
 // norm fusion runs after (the unrolled step fuses that pair across layers).

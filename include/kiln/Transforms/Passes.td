@@ -81,7 +81,9 @@ def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
     Option<"unsupportedOnly", "unsupported-only", "bool", /*default=*/"false",
            "Expand only what the rolled lowering cannot take (with a remark why)">,
     Option<"fuseResidualNorm", "fuse-residual-norm", "bool", /*default=*/"false",
-           "kiln-fuse-residual-norm runs after this pass (unsupported-only)">
+           "kiln-fuse-residual-norm runs after this pass (unsupported-only)">,
+    Option<"emitRemarks", "remarks", "bool", /*default=*/"false",
+           "With unsupported-only, a remark on each loop expanded, saying why">
   ];
   let statistics = [
     Statistic<"numLoops", "loops", "Layer loops expanded">,
