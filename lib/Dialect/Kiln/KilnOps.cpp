@@ -1996,32 +1996,41 @@ LogicalResult WeightOp::verify() {
   return verifyShard();
 }
 
-LogicalResult WeightOp::verifyShard() {
-  ShardAttr shard = getShardAttr();
+/// A weight's (or a weight family's members') `shard`: a dimension of `type`, no
+/// rearrangement of the checkpoint tensor (`rearranged`), a stack's own dimensions only,
+/// segments summing to the declared size.
+static LogicalResult verifyWeightShard(Operation *op, StringRef name, RankedTensorType type,
+                                       ShardAttr shard, bool rearranged) {
   if (!shard)
     return success();
-  if (shard.getDim() >= getTensorType().getRank())
-    return emitOpError() << "'shard' dimension " << shard.getDim() << " is not a dimension of "
-                         << getType();
-  if (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups())
-    return emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
-                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint' "
-                            "and 'row_groups' do not combine with 'shard' yet";
+  if (shard.getDim() >= type.getRank())
+    return op->emitOpError() << "'shard' dimension " << shard.getDim()
+                             << " is not a dimension of " << type;
+  if (rearranged)
+    return op->emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
+                                "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint' "
+                                "and 'row_groups' do not combine with 'shard' yet";
   // A stack's dimension 0 indexes the checkpoint's tensors: each of them is sharded.
-  if (getSymName().contains('*') && shard.getDim() == 0)
-    return emitOpError() << "stacked weight '" << getSymName()
-                         << "' is sharded along a dimension of each stacked tensor ('shard' "
-                            "dimension >= 1; dimension 0 indexes '*')";
+  if (name.contains('*') && shard.getDim() == 0)
+    return op->emitOpError() << "stacked weight '" << name
+                             << "' is sharded along a dimension of each stacked tensor ('shard' "
+                                "dimension >= 1; dimension 0 indexes '*')";
   if (DenseI64ArrayAttr segments = shard.getSegments()) {
     int64_t sum = 0;
     for (int64_t size : segments.asArrayRef())
       sum += size;
-    int64_t declared = getTensorType().getDimSize(shard.getDim());
+    int64_t declared = type.getDimSize(shard.getDim());
     if (sum != declared)
-      return emitOpError() << "'shard' segments sum to " << sum << ", but dimension "
-                           << shard.getDim() << " of " << getType() << " is " << declared;
+      return op->emitOpError() << "'shard' segments sum to " << sum << ", but dimension "
+                               << shard.getDim() << " of " << type << " is " << declared;
   }
   return success();
+}
+
+LogicalResult WeightOp::verifyShard() {
+  bool rearranged =
+      getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups();
+  return verifyWeightShard(*this, getSymName(), getTensorType(), getShardAttr(), rearranged);
 }
 
 /// Values a scale covers in MXFP4 (the OCP microscaling block).
@@ -2136,12 +2145,9 @@ LogicalResult WeightFamilyOp::verify() {
   if (getStride() && *getStride() < *bytes)
     return emitOpError() << "'stride' (" << *getStride() << ") is less than a member's " << *bytes
                          << " bytes";
-  if (getShard() &&
-      (getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups()))
-    return emitOpError() << "a sharded weight is read as a block of the checkpoint tensor; "
-                            "'checkpoint_shape', 'transpose_checkpoint', 'mxfp4_checkpoint' "
-                            "and 'row_groups' do not combine with 'shard' yet";
-  return success();
+  bool rearranged =
+      getCheckpointShape() || getTransposeCheckpoint() || getMxfp4Checkpoint() || getRowGroups();
+  return verifyWeightShard(*this, name, getTensorType(), getShardAttr(), rearranged);
 }
 
 LogicalResult WeightMemberOp::verifySymbolUses(SymbolTableCollection &symbolTable) {

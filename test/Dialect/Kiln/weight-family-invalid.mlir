@@ -43,3 +43,14 @@ func.func @f(%i: index) -> tensor<4xbf16> {
 func.func @f() attributes {kiln.layers} {
   return
 }
+
+// -----
+
+// A family's members are sharded as a kiln.weight is (one verifier for both).
+// expected-error @below {{'shard' dimension 2 is not a dimension of 'tensor<32x64xbf16>'}}
+kiln.weight_family @"model.layers.{}.q_proj.weight" count 2 {shard = #kiln.shard<dim = 2, parts = 2>} : tensor<32x64xbf16>
+
+// -----
+
+// expected-error @below {{'shard' segments sum to 24, but dimension 0 of 'tensor<32x64xbf16>' is 32}}
+kiln.weight_family @"model.layers.{}.in_proj.weight" count 2 {shard = #kiln.shard<dim = 0, parts = 2, segments = [16, 8]>} : tensor<32x64xbf16>
