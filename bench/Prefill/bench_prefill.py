@@ -85,6 +85,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln-bench", required=True)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--kiln-timeout", type=float, default=None,
+                    help="seconds the Kiln binary may run; its lines so far are kept")
     args = ap.parse_args()
 
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
@@ -101,12 +103,19 @@ def main():
     torch.cuda.empty_cache()
     sys.stdout.flush()
 
-    proc = subprocess.run([args.kiln_bench, str(args.iters)], capture_output=True, text=True)
-    print(proc.stdout, end="")
-    if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
+    try:
+        proc = subprocess.run([args.kiln_bench, str(args.iters)], capture_output=True, text=True,
+                              timeout=args.kiln_timeout)
+        stdout, returncode = proc.stdout, proc.returncode
+        if returncode != 0:
+            print(proc.stderr, file=sys.stderr)
+    except subprocess.TimeoutExpired as e:  # a hung kernel: keep the rows measured so far
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        returncode = 124
+        print(f"kiln bench: timed out after {args.kiln_timeout} s", file=sys.stderr)
+    print(stdout, end="")
     kiln = []
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         m = re.match(r"KILN case=(\S+) .*config=(\S+) ms=(\S+) tflops=(\S+)", line)
         if m:
             kiln.append((m.group(1), m.group(2), float(m.group(3)), float(m.group(4))))
@@ -122,7 +131,7 @@ def main():
         ratio = lambda p: "n/a" if p is None else f"{t / p:.2f}x"
         print(f"| {name} | {config} | {ms:.3f} | {t:.1f} | {100 * t / ceiling:.1f}% | "
               f"{fmt(fl)} | {ratio(fl)} | {fmt(cu)} | {ratio(cu)} |")
-    return proc.returncode
+    return returncode
 
 
 if __name__ == "__main__":

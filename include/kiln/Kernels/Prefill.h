@@ -105,7 +105,8 @@ typedef struct kiln_prefill_fmha_paged_params {
 } kiln_prefill_fmha_paged_params_t;
 
 /* Which implementation kiln_prefill_fmha picks (for benchmarks and tests). SM90 runs
- * head_dim 64, 128 and 256; SM90_OVERLAP 64 and 128 (UNSUPPORTED at 256). */
+ * head_dim 64, 128 and 256; SM90_OVERLAP 64 and 128 (UNSUPPORTED at 256); SM90_WS all
+ * that SM90 runs. */
 typedef enum kiln_prefill_variant {
   KILN_PREFILL_VARIANT_AUTO = 0,
   KILN_PREFILL_VARIANT_MMA_SM80 = 1, /* mma.sync + ldmatrix + cp.async, sm_80+ */
@@ -113,7 +114,12 @@ typedef enum kiln_prefill_variant {
   /* SM90 with the softmax of a key tile overlapping the previous tile's P V wgmma
    * (FlashAttention-3's intra-warpgroup pipelining); head_dim 64 and 128. Not AUTO's
    * choice until measured (docs/kernels-prefill.md). */
-  KILN_PREFILL_VARIANT_SM90_OVERLAP = 3
+  KILN_PREFILL_VARIANT_SM90_OVERLAP = 3,
+  /* Warp-specialized wgmma kernel (FlashAttention-3's structure): a TMA producer
+   * warpgroup, two consumer warpgroups in ping-pong. Dense K/V at head_dim 64 and 128
+   * without a sliding window; every other call runs the SM90 variant. Not AUTO's choice
+   * until measured (docs/kernels-prefill.md). */
+  KILN_PREFILL_VARIANT_SM90_WS = 4
 } kiln_prefill_variant_t;
 
 kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params);

@@ -38,6 +38,17 @@ __device__ __forceinline__ void tmaLoad2d(uint32_t dst, const void *map, int32_t
                : "memory");
 }
 
+// The box of a 3-D `map` at element coordinates (c0 innermost, c1, c2) into shared memory
+// at `dst`, as tmaLoad2d (the prefill's [tokens, heads, head_dim] tensors: one head's
+// rows, 64 columns a box).
+__device__ __forceinline__ void tmaLoad3d(uint32_t dst, const void *map, int32_t c0, int32_t c1,
+                                          int32_t c2, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+               : "memory");
+}
+
 #endif // KILN_CTA_EMULATION
 
 } // namespace kiln::kernels::sm90

@@ -211,9 +211,9 @@ namespace {
 // AUTO picks the wgmma variant where it can run (sm_90a build on an sm_90 device).
 constexpr bool kAutoPrefersSm90 = true;
 
-template <typename Params, typename Sm80, typename Sm90, typename Sm90Overlap>
+template <typename Params, typename Sm80, typename Sm90, typename Sm90Overlap, typename Sm90Ws>
 kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, const char *name,
-                            Sm80 sm80, Sm90 sm90, Sm90Overlap sm90Overlap) {
+                            Sm80 sm80, Sm90 sm90, Sm90Overlap sm90Overlap, Sm90Ws sm90Ws) {
   switch (variant) {
   case KILN_PREFILL_VARIANT_AUTO: {
     if (p.total_q == 0)
@@ -231,6 +231,8 @@ kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, con
     return p.total_q == 0 ? ok() : sm90(p, name);
   case KILN_PREFILL_VARIANT_SM90_OVERLAP:
     return p.total_q == 0 ? ok() : sm90Overlap(p, name);
+  case KILN_PREFILL_VARIANT_SM90_WS:
+    return p.total_q == 0 ? ok() : sm90Ws(p, name);
   }
   return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: variant = %d unknown", name,
               static_cast<int>(variant));
@@ -246,7 +248,7 @@ extern "C" kiln_status_t kiln_prefill_fmha_variant(const kiln_prefill_fmha_param
   if (st != KILN_OK)
     return st;
   return launchVariant(*params, variant, name, launchDenseSm80, launchDenseSm90,
-                       launchDenseSm90Overlap);
+                       launchDenseSm90Overlap, launchDenseSm90Ws);
 }
 
 extern "C" kiln_status_t kiln_prefill_fmha(const kiln_prefill_fmha_params_t *params) {
@@ -263,7 +265,7 @@ kiln_prefill_fmha_paged_variant(const kiln_prefill_fmha_paged_params_t *params,
   if (st != KILN_OK)
     return st;
   return launchVariant(*params, variant, name, launchPagedSm80, launchPagedSm90,
-                       launchPagedSm90Overlap);
+                       launchPagedSm90Overlap, launchPagedSm90Ws);
 }
 
 extern "C" kiln_status_t kiln_prefill_fmha_paged(const kiln_prefill_fmha_paged_params_t *params) {

@@ -29,6 +29,11 @@ kiln_status_t launchPagedSm90(const kiln_prefill_fmha_paged_params_t &p, const c
 // of tile j - 1; PrefillFmhaSm90Overlap.cu), head_dim 64 and 128.
 kiln_status_t launchDenseSm90Overlap(const kiln_prefill_fmha_params_t &p, const char *name);
 kiln_status_t launchPagedSm90Overlap(const kiln_prefill_fmha_paged_params_t &p, const char *name);
+// The warp-specialized kernel (TMA producer warpgroup, two consumer warpgroups in
+// ping-pong; PrefillFmhaSm90Ws.cu) where it applies (dense, head_dim 64/128, no window),
+// the SM90 kernel elsewhere.
+kiln_status_t launchDenseSm90Ws(const kiln_prefill_fmha_params_t &p, const char *name);
+kiln_status_t launchPagedSm90Ws(const kiln_prefill_fmha_paged_params_t &p, const char *name);
 
 // Packed default strides filled in where the caller passed 0.
 struct ResolvedStrides {

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <cstring>
 #include <random>
@@ -130,6 +131,8 @@ const char *variantName(kiln_prefill_variant_t v) {
     return "sm90";
   case KILN_PREFILL_VARIANT_SM90_OVERLAP:
     return "sm90_overlap";
+  case KILN_PREFILL_VARIANT_SM90_WS:
+    return "sm90_ws";
   default:
     return "sm80";
   }
@@ -317,10 +320,13 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
 }
 
 // Every case runs on every variant (the wgmma ones only where the device and build allow
-// it): the overlapped schedule is not AUTO's choice, and is tested here all the same.
+// it): the overlapped schedule and the warp-specialized kernel are not AUTO's choice, and
+// are tested here all the same (SM90_WS runs the SM90 kernel where it does not apply:
+// paged caches, windows, head_dim 256).
 void runCase(const Case &c, uint64_t seed) {
   for (kiln_prefill_variant_t v : {KILN_PREFILL_VARIANT_MMA_SM80, KILN_PREFILL_VARIANT_SM90,
-                                   KILN_PREFILL_VARIANT_SM90_OVERLAP}) {
+                                   KILN_PREFILL_VARIANT_SM90_OVERLAP,
+                                   KILN_PREFILL_VARIANT_SM90_WS}) {
     SCOPED_TRACE(std::string("variant ") + variantName(v));
     runCaseVariant(c, seed, v);
   }
@@ -429,6 +435,48 @@ TEST(PrefillFmhaGpu, LongSequence) {
   runCase({{1500}, {1500}, 4, 4, 64, KILN_DTYPE_F16, true}, 301);
   // d256: 64-key tiles, so 32+ trips around the wgmma variant's 2-stage ring.
   runCase({{2100, 65}, {2100, 65}, 8, 1, 256, KILN_DTYPE_BF16, true}, 302);
+}
+
+// The warp-specialized kernel (SM90_WS: TMA producer warpgroup, two consumer warpgroups
+// in ping-pong) on both of its schedules (with the intra-warpgroup overlap, the default,
+// and KILN_PREFILL_WS_SCHEDULE=pingpong, bf16 only) where it applies: dense K/V, head_dim
+// 64 and 128, causal and not, GQA 1/4/8, varlen batches whose lengths end inside a
+// 128-key tile (the producer's cp.async tail tiles) and on one (TMA only), q_len != k_len,
+// sinks, and sequences long enough to wrap the 2-stage (d128) and 3-stage (d64) rings
+// many times.
+void runWsCase(const Case &c, uint64_t seed) {
+  for (const char *schedule : {"", "pingpong"}) {
+    if (*schedule && c.dtype != KILN_DTYPE_BF16)
+      continue; // fp16 has the default schedule only
+    if (*schedule)
+      setenv("KILN_PREFILL_WS_SCHEDULE", schedule, 1);
+    SCOPED_TRACE(std::string("sm90_ws schedule ") + (*schedule ? schedule : "default"));
+    runCaseVariant(c, seed, KILN_PREFILL_VARIANT_SM90_WS);
+    unsetenv("KILN_PREFILL_WS_SCHEDULE");
+  }
+}
+
+TEST(PrefillFmhaGpu, WarpSpecialized) {
+  KILN_REQUIRE_GPU();
+  const std::vector<int> ragged = {1, 17, 128, 129, 300, 77, 256};
+  const std::vector<int> qLens = {5, 100, 257, 1, 50, 130};
+  const std::vector<int> kLens = {5, 300, 1000, 700, 20, 129};
+  uint64_t seed = 900;
+  for (kiln_dtype_t dt : kDtypes)
+    for (int d : {64, 128}) {
+      runWsCase({ragged, ragged, 8, 2, d, dt, true}, seed++);
+      runWsCase({ragged, ragged, 4, 4, d, dt, false}, seed++);
+      runWsCase({qLens, kLens, 8, 1, d, dt, true}, seed++);
+      runWsCase({kLens, qLens, 8, 8, d, dt, false}, seed++);
+      Case sinks{qLens, kLens, 8, 2, d, dt, true};
+      sinks.sinks = true;
+      runWsCase(sinks, seed++);
+    }
+  // Long: many trips around the ring, and the benchmark's layout (B sequences of equal,
+  // tile-multiple length, 32 q / 8 kv heads scaled down).
+  runWsCase({{1600, 33}, {1600, 33}, 8, 2, 128, KILN_DTYPE_BF16, true}, seed++);
+  runWsCase({{1280, 1280}, {1280, 1280}, 8, 2, 64, KILN_DTYPE_BF16, true}, seed++);
+  runWsCase({{1100, 257}, {1100, 257}, 4, 1, 128, KILN_DTYPE_F16, false}, seed++);
 }
 
 // Extend context through the paged cache: a few new tokens after a long cached prefix,
