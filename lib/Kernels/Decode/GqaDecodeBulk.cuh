@@ -53,8 +53,7 @@ __device__ __forceinline__ void mbarWait(uint64_t *bar, unsigned parity) {
                : "memory");
 }
 // `bytes` (a multiple of 16) global -> shared, counted on `bar`'s transaction count.
-__device__ __forceinline__ void copyRow(void *dst, const void *src, unsigned bytes,
-                                        uint64_t *bar) {
+__device__ __forceinline__ void copyRow(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                "%2, [%3];\n" ::"r"(smemAddr(dst)),
                "l"(src), "r"(bytes), "r"(smemAddr(bar))
@@ -102,7 +101,7 @@ __global__ void __launch_bounds__(GqaBulkConfig<D, MT, sizeof(KT) == 1, V>::THRE
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) {
     for (int s = 0; s < C::STAGES; ++s) {
-      bulk::mbarInit(&fullBar[s], 1);              // the producer's expect-tx arrival
+      bulk::mbarInit(&fullBar[s], 1);             // the producer's expect-tx arrival
       bulk::mbarInit(&emptyBar[s], C::CONSUMERS); // one arrival a consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -120,9 +119,9 @@ __global__ void __launch_bounds__(GqaBulkConfig<D, MT, sizeof(KT) == 1, V>::THRE
   const int end = min(seqLen, splitStart + args.splitTiles * C::TILE_N);
   const int keyFloor =
       args.window > 0 ? max(0, seqLen - args.qLen + rowBase / args.group - args.window + 1) : 0;
-  const int start =
-      keyFloor > splitStart ? splitStart + (keyFloor - splitStart) / C::TILE_N * C::TILE_N
-                            : splitStart;
+  const int start = keyFloor > splitStart
+                        ? splitStart + (keyFloor - splitStart) / C::TILE_N * C::TILE_N
+                        : splitStart;
   const int numTiles = end > start ? (end - start + C::TILE_N - 1) / C::TILE_N : 0;
   const T *q = static_cast<const T *>(args.q);
   const KT *kv = static_cast<const KT *>(args.kv);
@@ -155,7 +154,7 @@ __global__ void __launch_bounds__(GqaBulkConfig<D, MT, sizeof(KT) == 1, V>::THRE
     const size_t vOffset = static_cast<size_t>(args.pageSize) * tokenStride;
     const KT *headBase = kv + static_cast<size_t>(kvh) * D;
     // Page ids of the next tile, read a tile ahead (-1: key outside the block's range).
-    auto pagesOf = [&](int tile, int (&pg)[KEYS]) {
+    auto pagesOf = [&](int tile, int(&pg)[KEYS]) {
       const int base = start + tile * C::TILE_N;
 #pragma unroll
       for (int i = 0; i < KEYS; ++i) {
@@ -214,7 +213,8 @@ __global__ void __launch_bounds__(GqaBulkConfig<D, MT, sizeof(KT) == 1, V>::THRE
     // Q fragments straight from global memory (rows past `rows` are 0), in the order
     // gqaDecodeKernel's ldmatrix / FP8 loads put them in registers.
     auto qRow = [&](int r) {
-      const int token = (rowBase + r) / args.group, head = kvh * args.group + (rowBase + r) % args.group;
+      const int token = (rowBase + r) / args.group,
+                head = kvh * args.group + (rowBase + r) % args.group;
       return q + ((static_cast<size_t>(b) * args.qLen + token) * args.qHeads + head) * D;
     };
     const T *qr0 = qRow(row0), *qr1 = qRow(row1);
@@ -396,8 +396,8 @@ __global__ void __launch_bounds__(GqaBulkConfig<D, MT, sizeof(KT) == 1, V>::THRE
     size_t fr = flatRow(r);
     if (args.numSplits == 1 && args.sinks) {
       const float lse = rowSum > 0.f ? rowMax + log2f(rowSum) : -INFINITY;
-      const float sinkLse = args.sinks[kvh * args.group + (rowBase + r) % args.group] *
-                            1.4426950408889634f;
+      const float sinkLse =
+          args.sinks[kvh * args.group + (rowBase + r) % args.group] * 1.4426950408889634f;
       const float maxLse = fmaxf(sinkLse, lse);
       const float w = exp2f(lse - maxLse);
       const float total = w + exp2f(sinkLse - maxLse);
