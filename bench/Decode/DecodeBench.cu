@@ -19,11 +19,17 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 
 namespace {
+
+std::set<int> gOnlyVariants; // --only: the variants the grids run (empty: all)
+bool variantWanted(int variant) {
+  return gOnlyVariants.empty() || gOnlyVariants.count(variant) > 0;
+}
 
 __global__ void streamRead(const uint4 *__restrict__ data, size_t n, unsigned *sink) {
   unsigned acc = 0;
@@ -204,6 +210,11 @@ void variantGrid(cudaStream_t stream, bool quick) {
       for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
         if (shape.probe && variant != 0 && variant != 7 && variant != 9 && variant != 13)
           continue; // the default, L2 prefetch 256, + page hoisting, no prefetch
+        if (!kiln::decode::gqaVariantHasPool(kiln::decode::kGqaVariants[variant],
+                                             kiln::decode::kGqaPoolBf16))
+          continue; // FP8-only rows: fp8VariantGrid
+        if (!variantWanted(variant))
+          continue;
         setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
         prm.num_splits = 0;
         prm.block_table = p.tables[0];
@@ -232,10 +243,12 @@ void variantGrid(cudaStream_t stream, bool quick) {
         std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"q_heads\":%d,"
                     "\"kv_heads\":%d,\"variant\":%d,"
                     "\"tile\":%d,\"stages\":%d,\"l2_prefetch\":%d,\"hoist_page\":%d,"
-                    "\"min_blocks\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
+                    "\"min_blocks\":%d,\"bulk\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,"
+                    "\"splits\":%d}\n",
                     shape.probe ? "gqa_layout_probe" : "gqa_variant", B, L, qLen, Hq, Hkv, variant,
                     v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, kiln::decode::gqaL2Prefetch(v),
-                    v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6, kvBytes / t / 1e12, splits);
+                    v.hoistPage ? 1 : 0, v.minBlocks, v.bulk ? 1 : 0, waves, t * 1e6,
+                    kvBytes / t / 1e12, splits);
         std::fflush(stdout);
         unsetenv("KILN_GQA_VARIANT");
         cudaFree(wsPtr);
@@ -283,6 +296,65 @@ void variantGrid(cudaStream_t stream, bool quick) {
   }
 }
 
+// gqa_decode q_len 1 over an FP8 e4m3 pool (32 q / 8 kv heads, d 128, page 64): the
+// default and each kGqaVariants row with kGqaPoolFp8, automatic splits ("gqa_fp8_variant";
+// TB/s of FP8 bytes, one a value, against the same read ceiling). The pool holds the
+// random bf16 bits read as bytes (NaN bytes included, which costs no kernel anything).
+void fp8VariantGrid(cudaStream_t stream, bool quick) {
+  const int D = 128, page = 64, Hq = 32, Hkv = 8, qLen = 1;
+  std::vector<std::pair<int, int>> shapes = {{128, 8192}, {64, 8192}, {128, 32768},
+                                             {1, 8192},   {1, 32768}, {16, 1024}};
+  if (quick)
+    shapes = {{128, 8192}, {1, 8192}};
+  for (const auto &[B, L] : shapes) {
+    const double kvBytes = 2.0 * B * L * Hkv * D;
+    Paged p = makePaged(B, L, page, 2ull * page * Hkv * D);
+    uint16_t *q, *out;
+    CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
+    CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
+    fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
+    kiln_gqa_decode_params_t prm =
+        gqaParams(p, q, out, B, L, qLen, Hq, Hkv, D, page, KILN_DTYPE_FP8_E4M3, stream);
+    const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
+    for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant) {
+      const kiln::decode::GqaTuning &v = kiln::decode::kGqaVariants[variant];
+      if ((variant != 0 && !kiln::decode::gqaVariantHasPool(v, kiln::decode::kGqaPoolFp8)) ||
+          !variantWanted(variant))
+        continue;
+      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+      prm.num_splits = 0;
+      prm.block_table = p.tables[0];
+      size_t ws = 0;
+      KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
+      void *wsPtr = nullptr;
+      if (ws) {
+        CHECK(cudaMalloc(&wsPtr, ws));
+        CHECK(cudaMemset(wsPtr, 0, ws));
+      }
+      prm.workspace = wsPtr;
+      prm.workspace_bytes = ws;
+      const double t = timeGraph(
+          [&](int i) {
+            prm.block_table = p.tables[i % p.tables.size()];
+            KCHECK(kiln_gqa_decode(&prm));
+          },
+          stream);
+      const int stages = v.f8Stages ? v.f8Stages : 5;
+      std::printf("{\"kind\":\"gqa_fp8_variant\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"variant\":%d,"
+                  "\"stages\":%d,\"bulk\":%d,\"fast_f8\":%d,\"min_blocks\":%d,\"us\":%.3f,"
+                  "\"TBps\":%.4f,\"splits\":%d}\n",
+                  B, L, qLen, variant, stages, v.bulk ? 1 : 0, v.fastF8 ? 1 : 0, v.minBlocks,
+                  t * 1e6, kvBytes / t / 1e12, ws ? static_cast<int>(ws / splitBytes) : 1);
+      std::fflush(stdout);
+      unsetenv("KILN_GQA_VARIANT");
+      cudaFree(wsPtr);
+    }
+    cudaFree(q);
+    cudaFree(out);
+    freePaged(p);
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -293,6 +365,15 @@ int main(int argc, char **argv) {
     quick |= std::string(argv[i]) == "--quick";
     mlaOnly |= std::string(argv[i]) == "--mla";
     variants |= std::string(argv[i]) == "--variants";
+    // --only=0,14,15: the variant grids run these variants only (a device budget).
+    if (std::string(argv[i]).rfind("--only=", 0) == 0) {
+      std::string list = argv[i] + 7;
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = list.find(',', at);
+        gOnlyVariants.insert(std::atoi(list.substr(at, comma - at).c_str()));
+        at = comma == std::string::npos ? list.size() : comma + 1;
+      }
+    }
   }
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
@@ -320,6 +401,8 @@ int main(int argc, char **argv) {
     cudaFree(sink);
   }
   if (variants) {
+    // FP8 first: its grid is the shorter one, and the budget's timeout may cut the other.
+    fp8VariantGrid(stream, quick);
     variantGrid(stream, quick);
     CHECK(cudaGetLastError());
     return 0;

@@ -402,9 +402,9 @@ int gqaDefaultVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &prop
 // KILN_GQA_VARIANT=n (experiment knob, read per call): run variant n where it exists,
 // so one benchmark run can print every variant side by side.
 int gqaVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props, int mTiles) {
-  // planGqa's bf16 kernel: bf16 q/out, a pool of neither FP8 nor f16.
-  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3 ||
-      p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 || mTiles != 1)
+  // bf16 q/out over a bf16 pool (planGqa's bf16 kernel) or an FP8 pool (its own rows).
+  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 ||
+      mTiles != 1)
     return 0;
   if (const char *env = std::getenv("KILN_GQA_VARIANT"))
     return std::atoi(env);
@@ -428,9 +428,10 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
   if (const int variant = gqaVariant(p, props, mTiles); variant != 0) {
-    *info = gqaKernelInfoBf16Variant(variant);
-    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d)", kGqa,
-                 variant, gqaNumVariants() - 1);
+    *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3 ? gqaKernelInfoBf16Fp8Variant(variant)
+                                                : gqaKernelInfoBf16Variant(variant);
+    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d) for this pool",
+                 kGqa, variant, gqaNumVariants() - 1);
   }
   KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
                "%s: head_dim %d with q_len*group %d needs %d bytes of shared memory per "

@@ -25,6 +25,9 @@ KernelInfo gqaKernelInfoBf16F16(int headDim, int mTiles);
 // tile (GqaDecodeKernel.cuh, kGqaVariants); an empty KernelInfo for any other number.
 int gqaNumVariants();
 KernelInfo gqaKernelInfoBf16Variant(int variant);
+// The variants over an FP8 e4m3 pool (the rows of kGqaVariants with kGqaPoolFp8; empty for
+// the others): GqaDecodeVariantsFp8.cu.
+KernelInfo gqaKernelInfoBf16Fp8Variant(int variant);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);

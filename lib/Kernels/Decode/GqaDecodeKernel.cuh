@@ -79,11 +79,23 @@ namespace kiln::decode {
 //  - minBlocks: __launch_bounds__'s resident blocks an SM (0: no bound, the default
 //    kernel's codegen), so that registers do not cost the blocks/SM the smem allows
 //    (page hoisting took 204 a thread without it; 3 blocks of 128 threads allow 170).
+//  - bulk (sm_90): gqaDecodeBulkKernel (GqaDecodeBulk.cuh): a producer warp feeds an
+//    mbarrier ring through the bulk copy engine; f8Stages: its stage count over FP8 pools.
+//  - fastF8: FP8 bytes widened with integer ops instead of cvt (the 2^8 in the scales).
+//  - pools: which pools a variant has a kernel for (1: bf16, 2: FP8 e4m3; 0 means 1).
 struct GqaTuning {
   int tileN, stages, l2Prefetch;
   bool hoistPage;
   int minBlocks;
+  bool bulk = false;
+  int f8Stages = 0;
+  bool fastF8 = false;
+  int pools = 0;
 };
+inline constexpr int kGqaPoolBf16 = 1, kGqaPoolFp8 = 2;
+constexpr bool gqaVariantHasPool(const GqaTuning &t, int pool) {
+  return ((t.pools ? t.pools : kGqaPoolBf16) & pool) != 0;
+}
 // Every instance (all head dims, dtypes, pools, row tiles) issues its K/V cp.asyncs with
 // a 128-byte L2 prefetch: as variant 12 it measured +3..8% over no hint at every
 // benchmarked shape (H100, 2026-12-06, bench/Decode/NOTES.md), and a hint changes no
@@ -108,12 +120,22 @@ inline constexpr GqaTuning kGqaVariants[] = {
     {32, 4, 256, true, 3}, // 11: 5 + 9 - other bits
     {0, 0, 128, false, 0}, // 12: L2 prefetch 128 B (now the default's; kept: the tables)
     {0, 0, -1, false, 0},  // 13: no L2 prefetch (the default before 2026-12-06)
+    // Producer warp + bulk copies (sm_90; padded rows: bf16 34 KiB, FP8 18 KiB a stage).
+    // 14: bf16 3 stages (102 KiB) / FP8 6 (108 KiB), 2 blocks/SM.
+    {0, 3, 0, false, 2, true, 6, false, kGqaPoolBf16 | kGqaPoolFp8},
+    // 15: bf16 6 stages (204 KiB) / FP8 12 (216 KiB), 1 block/SM.
+    {0, 6, 0, false, 1, true, 12, false, kGqaPoolBf16 | kGqaPoolFp8},
+    // 16: FP8 only: 14 with the integer widening (other bits than the default: k order).
+    {0, 3, 0, false, 2, true, 6, true, kGqaPoolFp8},
+    // 17: FP8 only: the default cp.async kernel with the integer widening.
+    {0, 0, 0, false, 0, false, 0, true, kGqaPoolFp8},
 };
 inline constexpr int kGqaNumVariants = sizeof(kGqaVariants) / sizeof(kGqaVariants[0]);
 
 template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
   static constexpr GqaTuning TUNE = kGqaVariants[V];
-  static_assert(V == 0 || (D == 128 && !F8), "variants exist for 16-bit d = 128 only");
+  static_assert(V == 0 || (D == 128 && gqaVariantHasPool(TUNE, F8 ? kGqaPoolFp8 : kGqaPoolBf16)),
+                "variants exist for d = 128 over their pools only");
   static constexpr int TILE_N = TUNE.tileN ? TUNE.tileN : D == 256 ? 32 : 64;
   static constexpr int WARPS_N = TILE_N / 16 < 4 ? TILE_N / 16 : 4; // independent of MT
   static constexpr int WARPS = MT * WARPS_N;
@@ -121,7 +143,8 @@ template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
   // FP8 tiles are half the bytes: more stages keep as many bytes in flight per SM as
   // the 16-bit kernel (what bounds a streaming kernel), within 96 KiB a block.
-  static constexpr int STAGES = TUNE.stages ? TUNE.stages
+  static constexpr int STAGES = F8 && TUNE.f8Stages ? TUNE.f8Stages
+                                : !F8 && TUNE.stages ? TUNE.stages
                                 : D == 64   ? (F8 ? 8 : 4)
                                 : D == 128  ? (F8 ? 5 : 3)
                                             : (F8 ? 4 : 2);
@@ -149,6 +172,15 @@ template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
                 "the fused combine's weights must fit in the K/V stages");
 };
 
+// Bytes b0..b3 of w (e4m3) -> fp16 pairs (b0, b2) and (b1, b3), each value times 2^-8:
+// s.eeee.mmm is the fp16 s.0eeee.mmm0000000 scaled by 2^-8 (exact, subnormals too; the
+// e4m3 NaN byte becomes 480 * 2^-8, which kv_append never writes). Three integer ops a
+// pair, where cvt takes the conversion pipe (the FP8 kernel's suspected limit).
+__device__ __forceinline__ void e4m3x4ToHalf2x2Scaled(uint32_t w, uint32_t &even, uint32_t &odd) {
+  odd = (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);
+  even = ((w << 8) & 0x80008000u) | ((w << 7) & 0x3f803f80u);
+}
+
 // T: q and out; KT: a cached element: T, e4m3 bytes (uint8_t, bf16 T) or __half (bf16
 // T: an f16 pool). CT, the mma operand type, is fp16 over FP8 and f16 pools.
 template <typename T, int D, int MT, typename KT, int V = 0>
@@ -162,6 +194,8 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
                 "a pool holds T, or FP8 e4m3 / f16 next to bf16");
   using C = GqaConfig<D, MT, F8, V>;
   using CT = std::conditional_t<F8, __half, KT>;
+  // The integer widening of FP8 bytes (variants with fastF8, e4m3x4ToHalf2x2Scaled).
+  constexpr bool FAST = F8 && C::TUNE.fastF8;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
   KT *sKV = reinterpret_cast<KT *>(region); // K/V stages
@@ -273,8 +307,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
   const int lo0 = args.window > 0 && row0 < rows ? past0 - args.window : 0;
   const int lo1 = args.window > 0 && row1 < rows ? past1 - args.window : 0;
   // FP8: this KV head's dequantization scales (K's in the scores, V's in the output).
-  const float scaleLog2 = F8 && args.kScale ? args.scaleLog2 * args.kScale[kvh] : args.scaleLog2;
-  const float vScale = F8 && args.vScale ? args.vScale[kvh] : 1.f;
+  const float scaleLog2 = (F8 && args.kScale ? args.scaleLog2 * args.kScale[kvh] : args.scaleLog2) *
+                          (FAST ? 256.f : 1.f); // the fast widening's 2^-8, exactly
+  const float vScale = (F8 && args.vScale ? args.vScale[kvh] : 1.f) * (FAST ? 256.f : 1.f);
 
   float o[D / 8][4];
 #pragma unroll
@@ -288,10 +323,18 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
       const int ch = kk * 2 + (t4 >> 1), at = 4 * (t4 & 1);
       const uint2 lo = *reinterpret_cast<const uint2 *>(sQ + swz(mt * 16 + g, ch, C::CH) + at);
       const uint2 hi = *reinterpret_cast<const uint2 *>(sQ + swz(mt * 16 + g + 8, ch, C::CH) + at);
-      a[0] = lo.x;
-      a[1] = hi.x;
-      a[2] = lo.y;
-      a[3] = hi.y;
+      if constexpr (FAST) {
+        // k (2t, 2t+1) <- d (4t, 4t+2); k (2t+8, 2t+9) <- d (4t+1, 4t+3).
+        a[0] = __byte_perm(lo.x, lo.y, 0x5410);
+        a[1] = __byte_perm(hi.x, hi.y, 0x5410);
+        a[2] = __byte_perm(lo.x, lo.y, 0x7632);
+        a[3] = __byte_perm(hi.x, hi.y, 0x7632);
+      } else {
+        a[0] = lo.x;
+        a[1] = hi.x;
+        a[2] = lo.y;
+        a[3] = hi.y;
+      }
     } else {
       ldsmX4(a, sQ + swz(mt * 16 + (lane % 16), kk * 2 + lane / 16, C::CH));
     }
@@ -342,7 +385,14 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
             const int key = kBase + j * 16 + jj * 8 + g;
             const uint32_t w = *reinterpret_cast<const uint32_t *>(
                 reinterpret_cast<const uint8_t *>(sK) + rawAt(key, kk) + 4 * t4);
-            mma16816<CT>(s[2 * j + jj], a, kiln::kernels::e4m3x2ToHalf2(w), kiln::kernels::e4m3x2ToHalf2(w >> 16));
+            if constexpr (FAST) {
+              uint32_t even, odd;
+              e4m3x4ToHalf2x2Scaled(w, even, odd);
+              mma16816<CT>(s[2 * j + jj], a, even, odd);
+            } else {
+              mma16816<CT>(s[2 * j + jj], a, kiln::kernels::e4m3x2ToHalf2(w),
+                           kiln::kernels::e4m3x2ToHalf2(w >> 16));
+            }
           }
         } else {
           uint32_t bf[4];
@@ -411,6 +461,14 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int c = 2 * cp + h;
+            if constexpr (FAST) {
+              uint32_t e0, o0, e1, o1;
+              e4m3x4ToHalf2x2Scaled(v[2 * h], e0, o0);
+              e4m3x4ToHalf2x2Scaled(v[2 * h + 1], e1, o1);
+              mma16816<CT>(o[2 * c], a, e0, e1);
+              mma16816<CT>(o[2 * c + 1], a, o0, o1);
+              continue;
+            }
             mma16816<CT>(o[2 * c], a, kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h], 0, 0x20)),
                          kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h + 1], 0, 0x20)));
             mma16816<CT>(o[2 * c + 1], a, kiln::kernels::e4m3x2ToHalf2(__byte_perm(v[2 * h], 0, 0x31)),

@@ -883,6 +883,18 @@ int plannedSplits(const InvariantRun &run, int batch) {
 // (variants 1 and 3, one block an SM: 16 splits here where variant 0 runs 32, so other
 // key chunks, other bits; measured on H100 2026-12-06). So automatic splits are compared
 // against variant 0 run at the variant's own split count.
+// The producer-warp bulk-copy variants (kGqaVariants rows with bulk; sm_90 only) and
+// the FP8 rows of the table (kGqaPoolFp8), kept here by number: the table is device code.
+bool isBulkVariant(int variant) { return variant == 14 || variant == 15 || variant == 16; }
+const std::vector<int> kFp8Variants = {14, 15, 16, 17};
+const std::set<int> kFp8OtherBits = {16, 17}; // integer widening: another k order in Q K^T
+bool deviceHasBulkCopies() {
+  int dev = 0, major = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         major >= 9;
+}
+
 TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
   KILN_REQUIRE_GPU();
   const std::set<int> otherBits = {4, 5, 6, 11}; // 32-key tiles: another key split
@@ -907,6 +919,8 @@ TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
       }
     }
     SCOPED_TRACE("variant " + std::to_string(variant));
+    if (isBulkVariant(variant) && !deviceHasBulkCopies())
+      continue; // the producer-warp kernels are sm_90 code
     int n = 0;
     for (int pageSize : {64, 16})
       for (int qLen : {1, 4}) {
@@ -956,6 +970,76 @@ TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
       setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
       EXPECT_TRUE(got == base) << "split_keys " << splitKeys << ", num_splits " << numSplits << " ("
                                << splits << " splits): bits differ from variant 0";
+    }
+  }
+  unsetenv("KILN_GQA_VARIANT");
+}
+
+// The FP8-pool variants (KILN_GQA_VARIANT over an e4m3 pool: the producer-warp bulk-copy
+// kernel, the integer widening) against the reference on the dequantized values: batch 1
+// and 16, ragged lengths, pages smaller and larger than a tile (partial last pages are
+// poisoned with NaN bytes: a key row the ring does not copy must not reach P V), every
+// split mode (automatic, explicit, split_keys with the kernel's combine), windows, sinks,
+// no scales, q_len 1 and 4. Those with the default's arithmetic (14, 15) also give its
+// bits at the same split plan; 16 and 17 sum Q K^T's k step in another order.
+TEST(GqaDecodeGpu, Fp8TuningVariantsMatchReferenceAndDefault) {
+  KILN_REQUIRE_GPU();
+  for (int variant : kFp8Variants) {
+    if (isBulkVariant(variant) && !deviceHasBulkCopies())
+      continue;
+    SCOPED_TRACE("fp8 variant " + std::to_string(variant));
+    setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+    int n = 0;
+    for (int pageSize : {64, 16, 128})
+      for (int qLen : {1, 4})
+        for (int batch : {1, 16}) {
+          GqaCase c{KILN_DTYPE_BF16, 128, pageSize, qLen == 1 ? 1 + 3 * (n % 3) : 4, qLen};
+          c.fp8 = true;
+          c.batch = batch;
+          c.kvHeads = batch == 1 ? 8 : 2;
+          c.minLen = batch == 1 ? 3000 : 1;
+          c.maxLen = batch == 1 ? 4100 : 1500;
+          c.numSplits = n % 3 == 1 ? 5 : 0;
+          c.splitKeys = n % 4 == 3 ? 256 : 0;
+          c.numSplits = c.splitKeys ? 0 : c.numSplits;
+          c.counters = c.splitKeys > 0;
+          c.window = n % 5 == 2 ? 300 : 0;
+          c.sinks = n % 4 == 1;
+          c.fp8Scales = n % 6 != 4;
+          c.replays = n % 2 == 0;
+          ++n;
+          runGqaCase(c);
+        }
+    if (kFp8OtherBits.count(variant))
+      continue;
+    const int kvHeads = 2, group = 4, qHeads = kvHeads * group, headDim = 128, pageSize = 64;
+    const int batch = 3;
+    PagedLayout layout = makeLayout(batch, 100, 2000, pageSize);
+    const size_t poolBytes = 2ull * pageSize * kvHeads * headDim * layout.numPages;
+    std::vector<uint8_t> bytes(poolBytes);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (uint8_t &byte : bytes)
+      byte = kiln_float_to_e4m3(dist(rng()));
+    std::vector<uint16_t> kvBits((poolBytes + 1) / 2), qBits;
+    std::memcpy(kvBits.data(), bytes.data(), poolBytes);
+    std::vector<float> unused;
+    randomValues(static_cast<size_t>(batch) * qHeads * headDim, KILN_DTYPE_BF16, qBits, unused);
+    for (const auto &[splitKeys, numSplits] :
+         std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 5}, {256, 0}}) {
+      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, splitKeys, 77};
+      run.kvDtype = KILN_DTYPE_FP8_E4M3;
+      run.numSplits = numSplits;
+      const std::vector<uint16_t> got =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      const int splits = plannedSplits(run, batch);
+      if (splitKeys == 0)
+        run.numSplits = splits;
+      unsetenv("KILN_GQA_VARIANT");
+      const std::vector<uint16_t> base =
+          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
+      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
+      EXPECT_TRUE(got == base) << "split_keys " << splitKeys << ", num_splits " << numSplits << " ("
+                               << splits << " splits): bits differ from the default FP8 kernel";
     }
   }
   unsetenv("KILN_GQA_VARIANT");
