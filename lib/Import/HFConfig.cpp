@@ -33,6 +33,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
@@ -1456,7 +1457,8 @@ std::optional<ConfigEstimate> kiln::estimateHFConfig(StringRef text, StringRef f
 
 OwningOpRef<ModuleOp> kiln::importHFConfig(StringRef text, StringRef file,
                                           MLIRContext *ctx, const ImportOptions &options) {
-  ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect,
+  // scf: the rolled import's layer loop (a context without it would build a null op).
+  ctx->loadDialect<KilnDialect, func::FuncDialect, arith::ArithDialect, scf::SCFDialect,
                    tensor::TensorDialect>();
   ModelSpec m;
   if (failed(readModelSpec(text, file, ctx, options, m)))

@@ -397,13 +397,15 @@ LogicalResult materializeBuffers(ModuleOp module) {
       if (failed(base))
         return failure();
       // Member i sits at offset + i * stride (kiln-plan-memory's member-major layout).
+      // One statement an op: the order of function arguments' evaluation is the host
+      // compiler's, and the IR must not depend on it.
       Value index = i64Of(builder, loc, member.getIndex());
-      Value delta = arith::AddIOp::create(
-          builder, loc,
-          arith::MulIOp::create(builder, loc, index,
-                                arith::ConstantOp::create(
-                                    builder, loc, builder.getI64IntegerAttr(*family.getStride()))),
-          arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(*family.getOffset())));
+      Value stride =
+          arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(*family.getStride()));
+      Value scaled = arith::MulIOp::create(builder, loc, index, stride);
+      Value offset =
+          arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(*family.getOffset()));
+      Value delta = arith::AddIOp::create(builder, loc, scaled, offset);
       pointer = LLVM::GEPOp::create(builder, loc, base->getType(), builder.getI8Type(), *base,
                                     ValueRange{delta});
     } else {
