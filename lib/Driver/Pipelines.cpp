@@ -34,8 +34,12 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
   expand.unsupportedOnly = !options.expandLayers;
   expand.fuseResidualNorm = options.fuseResidualNorm;
   pm.addPass(createKilnExpandLayers(expand));
-  if (options.fuseResidualNorm)
+  if (options.fuseResidualNorm) {
+    // A loop's layer boundary sits on its back edge; rotated, it is inside the body,
+    // where the add and the next norm fuse as in the unrolled step.
+    pm.addPass(createKilnRotateLayers());
     pm.addPass(createKilnFuseResidualNorm());
+  }
   bufferization::OneShotBufferizePassOptions bufferize;
   // Every Kiln op writes into a destination of its own (a fresh tensor.empty, or an
   // output the entry owns), so one-shot's read-after-write analysis finds no conflict

@@ -9,6 +9,7 @@
 // locations and the planned offsets (`offset + i * stride`).
 //
 //===----------------------------------------------------------------------===//
+#include "LayerLoops.h"
 #include "PassDetail.h"
 #include "kiln/Transforms/Passes.h"
 
@@ -28,57 +29,18 @@ using namespace mlir;
 using namespace kiln;
 
 namespace {
-constexpr llvm::StringLiteral kHole = "{}";
 
-/// `text` with its first `{}` replaced by `index` (unchanged without one).
-std::string substitute(StringRef text, int64_t index) {
-  size_t hole = text.find(kHole);
-  if (hole == StringRef::npos)
-    return text.str();
-  return (text.take_front(hole) + Twine(index) + text.drop_front(hole + kHole.size())).str();
-}
-
-/// Locations of one layer's copies: a module path `model.layers.{}.x` names the layer.
-class LayerLocations {
-public:
-  explicit LayerLocations(MLIRContext *ctx) : ctx(ctx) {}
-  void startLayer(int64_t layer) {
-    index = layer;
-    cache.clear();
+/// The layer of a weight member's index once a layer's copy has mapped the loop's
+/// index to a constant: a constant, or a sum of them (a rotated loop's next norm).
+std::optional<int64_t> constantLayer(Value index) {
+  if (std::optional<int64_t> constant = getConstantIntValue(index))
+    return constant;
+  if (auto sum = index.getDefiningOp<arith::AddIOp>()) {
+    std::optional<int64_t> lhs = constantLayer(sum.getLhs()), rhs = constantLayer(sum.getRhs());
+    if (lhs && rhs)
+      return *lhs + *rhs;
   }
-  Location get(Location at) {
-    auto name = dyn_cast<NameLoc>(at);
-    if (!name || !name.getName().getValue().contains(kHole))
-      return at;
-    auto [it, fresh] = cache.try_emplace(at, at);
-    if (fresh)
-      it->second = NameLoc::get(StringAttr::get(ctx, substitute(name.getName().getValue(), index)),
-                                name.getChildLoc());
-    return it->second;
-  }
-
-private:
-  MLIRContext *ctx;
-  int64_t index = 0;
-  DenseMap<Location, Location> cache;
-};
-
-/// Sets the layer of an op that has one (asked through the interfaces).
-void moveToLayer(Operation *op, int64_t layer) {
-  if (auto model = dyn_cast<ModelOpInterface>(op))
-    model.setLayerIndex(layer);
-  else if (auto cached = dyn_cast<CachedOpInterface>(op))
-    cached.setLayerIndex(layer);
-  else if (auto resource = dyn_cast<CacheResourceInterface>(op))
-    resource.setLayerIndex(layer);
-}
-
-/// Where the function's resources end: new ones go there, in layer order.
-Block::iterator endOfResources(Block &entry) {
-  Block::iterator it = entry.begin();
-  while (it != entry.end() && isa<CacheResourceInterface>(*it))
-    ++it;
-  return it;
+  return std::nullopt;
 }
 
 struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPass> {
@@ -89,14 +51,8 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
     // Layer loops sit at the top of a function (the importer puts them there): looking
     // only there keeps an unrolled module's no-op run from walking every op.
     SmallVector<scf::ForOp> loops;
-    for (auto fn : module.getOps<FunctionOpInterface>()) {
-      if (fn.isExternal())
-        continue;
-      for (Operation &op : fn.getFunctionBody().front())
-        if (auto loop = dyn_cast<scf::ForOp>(op);
-            loop && loop->hasAttr(KilnDialect::kLayersAttrName))
-          loops.push_back(loop);
-    }
+    for (auto fn : module.getOps<FunctionOpInterface>())
+      llvm::append_range(loops, topLevelLayerLoops(fn));
     // The families are shared by the module's loops: all of them stay, or all expand.
     if (unsupportedOnly &&
         llvm::all_of(loops, [&](scf::ForOp loop) { return succeeded(checkRolledLowering(loop)); }))
@@ -104,6 +60,8 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
     for (scf::ForOp loop : loops)
       if (failed(expandLoop(loop)))
         return signalPassFailure();
+    if (failed(replaceConstantMembers(module)))
+      return signalPassFailure();
     expandFamilies(module);
   }
 
@@ -127,17 +85,11 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
         return refuse(&op, "the runtime call of this op does not take its layer and cache "
                            "offsets per layer (hasPerLayerRuntimeCall)");
     }
-    if (fuseResidualNorm)
-      for (auto [arg, yielded] : llvm::zip_equal(loop.getRegionIterArgs(),
-                                                 loop.getBody()->getTerminator()->getOperands())) {
-        bool endsWithAdd = yielded.getDefiningOp<AddOp>() != nullptr;
-        bool normalizedNext =
-            llvm::any_of(arg.getUsers(), [](Operation *user) { return isa<RmsNormOp>(user); });
-        if (endsWithAdd && normalizedNext)
-          return refuse(loop, "the residual add ending a layer and the next layer's norm fuse "
-                              "across iterations in the unrolled step (kiln-fuse-residual-norm); "
-                              "the loop would make other calls");
-      }
+    if (fuseResidualNorm && normStraddlesBackEdge(loop) && !rotatableNorm(loop))
+      return refuse(loop, "the residual add ending a layer and the next layer's norm fuse "
+                          "across iterations in the unrolled step (kiln-fuse-residual-norm), "
+                          "and kiln-rotate-layers cannot rotate the loop; the loop would "
+                          "make other calls");
     return success();
   }
 
@@ -148,28 +100,24 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
     if (!lower || !upper || step != 1)
       return loop.emitError() << "kiln-expand-layers: a layer loop needs constant bounds "
                                  "and step 1";
-    Block &entry = loop->getParentRegion()->front();
-    OpBuilder resourceBuilder(&entry, endOfResources(entry));
-    OpBuilder builder(loop);
-    LayerLocations locations(loop->getContext());
+    LayerCopier copier(loop, /*after=*/false);
     Block *body = loop.getBody();
     Value index = loop.getInductionVar();
     SmallVector<Value> carried(loop.getInitArgs());
     for (int64_t layer = *lower; layer < *upper; ++layer) {
-      locations.startLayer(layer);
+      copier.startLayer(layer - *lower, layer);
       IRMapping mapping;
       for (auto [arg, value] : llvm::zip_equal(loop.getRegionIterArgs(), carried))
         mapping.map(arg, value);
-      if (llvm::any_of(index.getUsers(),
-                       [](Operation *user) { return !isa<WeightMemberOp>(user); }))
-        mapping.map(index, arith::ConstantIndexOp::create(builder, loop.getLoc(), layer));
-      for (Operation &op : body->without_terminator()) {
-        if (failed(copyOp(op, layer - *lower, layer, index, mapping, builder, resourceBuilder,
-                          locations)))
+      Value layerValue = arith::ConstantIndexOp::create(copier.builder(), loop.getLoc(), layer);
+      mapping.map(index, layerValue);
+      for (Operation &op : body->without_terminator())
+        if (failed(copyOp(op, mapping, copier)))
           return failure();
-      }
       for (auto [i, value] : llvm::enumerate(body->getTerminator()->getOperands()))
         carried[i] = mapping.lookupOrDefault(value);
+      if (layerValue.use_empty())
+        layerValue.getDefiningOp()->erase();
       ++numLayers;
     }
     loop->replaceAllUsesWith(carried);
@@ -182,29 +130,41 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
     return success();
   }
 
-  /// Copies `op` of the body for `layer` (the `ordinal`-th of the loop).
-  LogicalResult copyOp(Operation &op, int64_t ordinal, int64_t layer, Value index,
-                       IRMapping &mapping, OpBuilder &builder, OpBuilder &resourceBuilder,
-                       LayerLocations &locations) {
-    if (auto member = dyn_cast<WeightMemberOp>(op)) {
-      if (member.getIndex() != index)
-        return member.emitError() << "kiln-expand-layers: a weight member of a layer loop "
-                                     "must be read at the loop's layer";
-      Value ref = WeightRefOp::create(builder, locations.get(member.getLoc()), member.getType(),
-                                      substitute(member.getFamily(), layer));
-      mapping.map(member.getResult(), ref);
+  /// Copies `op` of the body for the copier's layer; a weight member becomes a
+  /// `kiln.weight_ref` of the member its index names there.
+  LogicalResult copyOp(Operation &op, IRMapping &mapping, LayerCopier &copier) {
+    auto member = dyn_cast<WeightMemberOp>(op);
+    if (!member) {
+      copier.copy(op, mapping);
       return success();
     }
-    bool resource = isa<CacheResourceInterface>(op);
-    Operation *copy = (resource ? resourceBuilder : builder).clone(op, mapping);
-    copy->walk([&](Operation *nested) { nested->setLoc(locations.get(nested->getLoc())); });
-    moveToLayer(copy, layer);
-    if (auto planned = dyn_cast<CacheResourceOp>(copy)) {
-      if (std::optional<uint64_t> stride = planned.getStride()) {
-        if (std::optional<uint64_t> offset = planned.getOffset())
-          planned.setOffset(*offset + static_cast<uint64_t>(ordinal) * *stride);
-        planned.removeStrideAttr();
-      }
+    std::optional<int64_t> layer = constantLayer(mapping.lookupOrDefault(member.getIndex()));
+    if (!layer)
+      return member.emitError() << "kiln-expand-layers: a weight member of a layer loop must "
+                                   "be read at a layer the loop's index gives";
+    Value ref = WeightRefOp::create(copier.builder(), copier.locations().get(member.getLoc()),
+                                    member.getType(), substituteLayer(member.getFamily(), *layer));
+    mapping.map(member.getResult(), ref);
+    return success();
+  }
+
+  /// Members outside layer loops (a rotated loop's first norm and last layer) as
+  /// `kiln.weight_ref`s of the member their constant index names.
+  LogicalResult replaceConstantMembers(ModuleOp module) {
+    SmallVector<WeightMemberOp> members;
+    for (auto fn : module.getOps<FunctionOpInterface>())
+      if (!fn.isExternal())
+        llvm::append_range(members, fn.getFunctionBody().front().getOps<WeightMemberOp>());
+    for (WeightMemberOp member : members) {
+      std::optional<int64_t> layer = constantLayer(member.getIndex());
+      if (!layer)
+        return member.emitError() << "kiln-expand-layers: a weight member outside a layer "
+                                     "loop must be read at a constant layer";
+      OpBuilder builder(member);
+      Value ref = WeightRefOp::create(builder, member.getLoc(), member.getType(),
+                                      substituteLayer(member.getFamily(), *layer));
+      member.getResult().replaceAllUsesWith(ref);
+      member.erase();
     }
     return success();
   }

@@ -477,6 +477,9 @@ struct PlanActivationsPass
       PlannedBuffer &out = buffers[next->second];
       out.end = std::max({out.end, loopEnd, lastUse(result, positions)});
       out.pinnedTo = home->second;
+      // The loop's result is the last yielded buffer: an op after the loop may
+      // overwrite it where it dies, as it would the value of an unrolled last layer.
+      indexOf[result] = next->second;
     }
     return success();
   }

@@ -73,9 +73,14 @@ def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
     can take them as loops (docs/overview.md, "Rolled layers"): constant bounds and
     step 1, no nested region, buffers carried as ranked tensors, every cached op's
     runtime call per layer (`hasPerLayerRuntimeCall`) and, with `fuse-residual-norm`,
-    no residual add ending the body whose sum the next iteration normalizes first (the
-    unrolled step fuses that pair across layers). Otherwise every loop is expanded and
-    a remark says why.
+    no residual add ending the body whose sum the next iteration normalizes first
+    unless `kiln-rotate-layers` can rotate the loop (the unrolled step fuses that pair
+    across layers). Otherwise every loop is expanded and a remark says why.
+
+    Weight members are read at a layer the loop's index gives (the index, a constant,
+    or a sum of them, as a rotated loop's next norm reads); members left outside loops
+    at a constant layer (a rotated loop's first norm and last layer) become
+    `kiln.weight_ref`s of that member too.
   }];
   let options = [
     Option<"unsupportedOnly", "unsupported-only", "bool", /*default=*/"false",
@@ -88,6 +93,35 @@ def KilnExpandLayers : Pass<"kiln-expand-layers", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numLoops", "loops", "Layer loops expanded">,
     Statistic<"numLayers", "layers", "Layers copied from loop bodies">
+  ];
+}
+
+def KilnRotateLayers : Pass<"kiln-rotate-layers", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
+  let summary = "Rotate layer loops so that a layer's last add and the next layer's norm "
+                "are in one iteration";
+  let description = [{
+    The unrolled step fuses the residual add that ends layer `i` with the first norm
+    of layer `i + 1` (`kiln-fuse-residual-norm`); in a layer loop the two sit on either
+    side of the back edge. For a loop that ends its body with a `kiln.add` whose sum the
+    next iteration's first `kiln.rms_norm` reads (its weight and destination given by
+    the induction variable and values from outside the loop; constant bounds, step 1
+    and at least three trips, so that the rotated loop keeps two), this pass
+
+    - computes the first layer's norm before the loop,
+    - carries the norm as one more iteration argument, the body ending with the next
+      layer's norm (its weight member at `%layer + 1`) of the value it yields,
+    - runs the loop over every layer but the last, and
+    - copies the body after the loop for the last layer (cache resources declared
+      with the function's at `offset + ordinal * stride`, layer ops moved to the layer,
+      weight members at the layer).
+
+    `kiln-fuse-residual-norm` then fuses the pair inside the body, and the step makes
+    the unrolled step's calls. Other loops are left as they are.
+  }];
+  let statistics = [
+    Statistic<"numRotated", "rotated", "Layer loops rotated">
   ];
 }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """roll_diff.py KILN_COMPILE CONFIG ARGS...: the rolled import must give what the
-unrolled one (--no-roll-import) gives: the deployed module, the JSON report and the
-lowered step, byte for byte (or the same refusal, e.g. an Eagle3 head's lowering). The rolled import must also really be rolled (a layer
-loop in the imported module), or the comparison would prove nothing."""
+unrolled one (--no-roll-import) gives: the deployed module, the JSON report and, its
+layer loops expanded (--expand-layers), the lowered step, byte for byte (or the same
+refusal, e.g. an Eagle3 head's lowering). The rolled import must also really be rolled (a
+layer loop in the imported module), or the comparison would prove nothing. The step
+lowered as a loop makes the same calls as the unrolled one: test/Compiled's
+RolledCalls tests run both."""
 import subprocess
 import sys
 
@@ -21,8 +24,9 @@ def run(extra, refusal_ok=False):
 imported = run(["--import-only", "--emit=mlir"])
 if "{kiln.layers}" not in imported:
     sys.exit("the import did not roll the layers: no scf.for marked kiln.layers")
-for emit in (["--emit=mlir"], ["--report", "json"], ["--emit=lowered"]):
-    rolled = run(emit, refusal_ok=True)
+for emit, expand in ((["--emit=mlir"], []), (["--report", "json"], []),
+                     (["--emit=lowered"], ["--expand-layers"])):
+    rolled = run(emit + expand, refusal_ok=True)
     unrolled = run(emit + ["--no-roll-import"], refusal_ok=True)
     if rolled != unrolled:
         for n, (a, b) in enumerate(zip(rolled.splitlines(), unrolled.splitlines())):
