@@ -157,22 +157,15 @@ int main(int argc, char **argv) {
     report("sm90_overlap", overlapMs);
     if (overlapMs > 0)
       check("sm90_overlap");
-    // The warp-specialized kernel (variant SM90_WS, not AUTO's choice yet) on its two
-    // schedules: ping-pong with the intra-warpgroup overlap (the default) and ping-pong
-    // alone (KILN_PREFILL_WS_SCHEDULE=pingpong). d256 would run the SM90 kernel: no row.
+    // The warp-specialized kernel (variant SM90_WS, AUTO's choice on sm_90 where it
+    // applies). d256 would run the SM90 kernel: no row.
     if (s.D != 256) {
-      for (const char *schedule : {"", "pingpong"}) {
-        if (*schedule)
-          setenv("KILN_PREFILL_WS_SCHEDULE", schedule, 1);
-        const char *label = *schedule ? "sm90_ws_pingpong" : "sm90_ws";
-        CHECK_CUDA(cudaMemset(out, 0xff, n * 2));
-        const double wsMs = medianMs(
-            [&] { return kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_SM90_WS); }, iters);
-        report(label, wsMs);
-        if (wsMs > 0)
-          check(label);
-        unsetenv("KILN_PREFILL_WS_SCHEDULE");
-      }
+      CHECK_CUDA(cudaMemset(out, 0xff, n * 2));
+      const double wsMs = medianMs(
+          [&] { return kiln_prefill_fmha_variant(&p, KILN_PREFILL_VARIANT_SM90_WS); }, iters);
+      report("sm90_ws", wsMs);
+      if (wsMs > 0)
+        check("sm90_ws");
     }
     report("default", medianMs([&] { return kiln_prefill_fmha(&p); }, iters));
 #ifdef KILN_PREFILL_TUNING

@@ -89,12 +89,13 @@ std::vector<KernelVariant> builtinVariants() {
        .minSm = 90,
        .maxSm = 90,
        .requiredFeatures = feature(TargetFeature::wgmma) | feature(TargetFeature::tma),
-       .smemBytes = 161 * 1024,
+       .smemBytes = 162 * 1024,
        .headDims = {64, 128},
        .dtypes = kBf16,
        .priority = 20,
-       .note = "Hopper wgmma prefill (dense and paged extend; bf16 caches: q and K/V share "
-               "one element type)"});
+       .note = "Hopper wgmma prefill (dense prompts: warp-specialized, a TMA producer warp "
+               "and two consumer warpgroups in ping-pong; paged extend: bf16 caches, q and "
+               "K/V share one element type)"});
   // The wgmma prefill at head_dim 256 (Qwen3-Next's full attention): the same kernel and
   // launcher on its own tiles (64-key, 2 stages: a warpgroup's 64 x 256 O accumulator
   // takes 128 registers a thread and the ring 192 KiB), listed apart because it needs

@@ -208,7 +208,9 @@ kiln_status_t validatePaged(const kiln_prefill_fmha_paged_params_t &p, const cha
 using namespace kiln::kernels::prefill;
 
 namespace {
-// AUTO picks the wgmma variant where it can run (sm_90a build on an sm_90 device).
+// AUTO picks the warp-specialized wgmma variant where it can run (sm_90a build on an sm_90
+// device; it hands head_dim 256, windows and paged caches to the SM90 kernel itself):
+// 1.02-1.08x cuDNN at d128 and 1.2-1.5x the SM90 kernel on an H200 (docs/performance.md).
 constexpr bool kAutoPrefersSm90 = true;
 
 template <typename Params, typename Sm80, typename Sm90, typename Sm90Overlap, typename Sm90Ws>
@@ -219,7 +221,7 @@ kiln_status_t launchVariant(const Params &p, kiln_prefill_variant_t variant, con
     if (p.total_q == 0)
       return ok();
     if (kAutoPrefersSm90) {
-      kiln_status_t st = sm90(p, name);
+      kiln_status_t st = sm90Ws(p, name);
       if (st != KILN_ERROR_UNSUPPORTED)
         return st;
     }

@@ -8,15 +8,12 @@
 // Tiles: 128 query rows (2 consumer warpgroups x 64) x 128 keys.
 //   d128: 2 stages: Q 32 KiB + 2 x (K + V) 64 KiB = 160 KiB (+ 1 KiB alignment, barriers).
 //   d64:  3 stages: Q 16 KiB + 3 x (K + V) 32 KiB = 112 KiB.
-// The schedule: ping-pong of the two consumer warpgroups, with the intra-warpgroup
-// overlap (INTRA) by default; KILN_PREFILL_WS_SCHEDULE=pingpong (for the benchmark) runs the
-// ping-pong alone (bf16 only; fp16 keeps the default).
+// The schedule: ping-pong of the two consumer warpgroups with the intra-warpgroup overlap.
+// AUTO's choice on sm_90 where it applies (1.02-1.08x cuDNN at d128, 0.95x at d64 on an
+// H200; docs/performance.md).
 #include "PrefillArgs.cuh"
 #include "PrefillFmhaSm90Ws.cuh"
 #include "TensorMap.h"
-
-#include <cstdlib>
-#include <cstring>
 
 namespace kiln::kernels::prefill {
 namespace {
@@ -24,12 +21,6 @@ namespace {
 template <int D> struct WsConfig;
 template <> struct WsConfig<64> { static constexpr int BN = 128, STAGES = 3; };
 template <> struct WsConfig<128> { static constexpr int BN = 128, STAGES = 2; };
-
-// Read on every call (the benchmark times both schedules in one process).
-bool wsPingPongOnly() {
-  const char *v = std::getenv("KILN_PREFILL_WS_SCHEDULE");
-  return v && std::strcmp(v, "pingpong") == 0;
-}
 
 // Where the warp-specialized kernel runs: the rest goes to the SM90 kernel.
 bool wsApplies(const kiln_prefill_fmha_params_t &p) {
@@ -57,13 +48,8 @@ cudaError_t launchWs(const FmhaArgs &a, const WsMaps &maps, const kiln_prefill_f
                      cudaStream_t stream) {
   using C = WsConfig<D>;
   static_assert(C::BN == 128, "the K/V maps' boxes (encodeMaps) are 128 keys");
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    if (wsPingPongOnly())
-      return launchPrefillFmhaSm90Ws<T, D, C::BN, C::STAGES, false>(
-          a, maps, p.batch, p.max_seqlen_q, p.q_heads, stream);
-  }
-  return launchPrefillFmhaSm90Ws<T, D, C::BN, C::STAGES, true>(a, maps, p.batch, p.max_seqlen_q,
-                                                               p.q_heads, stream);
+  return launchPrefillFmhaSm90Ws<T, D, C::BN, C::STAGES>(a, maps, p.batch, p.max_seqlen_q,
+                                                         p.q_heads, stream);
 }
 
 } // namespace

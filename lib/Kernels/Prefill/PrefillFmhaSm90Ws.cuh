@@ -14,8 +14,9 @@
 //   matrix products take turns (ping-pong, named barriers 1 and 2): in its turn a
 //   warpgroup issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}, then hands the turn over, so
 //   the tensor cores run one warpgroup's products while the other computes its softmax.
-//   INTRA adds the intra-warpgroup overlap (the SM90_OVERLAP schedule): the softmax of
-//   S_j starts as soon as S_j is done, while P_{j-1} V_{j-1} still runs.
+//   Within a warpgroup the softmax of S_j starts as soon as S_j is done, while
+//   P_{j-1} V_{j-1} still runs (the SM90_OVERLAP schedule's intra-warpgroup overlap; the
+//   ping-pong without it measured 0.88-0.99x of this on an H200, docs/performance.md).
 //
 // Both warpgroups walk the block's key tiles (the causal end of the block's last row);
 // a tile that none of a warpgroup's rows sees is computed masked (it changes no row's
@@ -70,7 +71,7 @@ __device__ __forceinline__ void turnArrive(int id) {
 } // namespace ws
 #endif
 
-template <typename T, int D, int BN, int STAGES, bool INTRA>
+template <typename T, int D, int BN, int STAGES>
 __global__ void __launch_bounds__(ws::kThreads, 1)
     prefillFmhaSm90WsKernel(const __grid_constant__ FmhaArgs a,
                             const __grid_constant__ WsMaps maps) {
@@ -342,20 +343,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
         issuePV(tileV(i - 1));
         ws::turnArrive(otherTurn);
         float alpha[2];
-        if constexpr (INTRA) {
-          wgmmaWait<1>(); // S_i done; P_{i-1} V_{i-1} may still run
-          pinAccumulators(s);
-          softmaxTile(i * BN, alpha);
-          wgmmaWait<0>();
-          pinAccumulators(o);
-          pinP();
-        } else {
-          wgmmaWait<0>();
-          pinAccumulators(s);
-          pinAccumulators(o);
-          pinP();
-          softmaxTile(i * BN, alpha);
-        }
+        wgmmaWait<1>(); // S_i done; P_{i-1} V_{i-1} may still run
+        pinAccumulators(s);
+        softmaxTile(i * BN, alpha);
+        wgmmaWait<0>();
+        pinAccumulators(o);
+        pinP();
         release(kEmpty(i % STAGES));
         release(vEmpty((i - 1) % STAGES));
         // O (up to tile i - 1) to tile i's maxima, before P_i V_i is added next turn.
@@ -415,12 +408,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 
-template <typename T, int D, int BN, int STAGES, bool INTRA>
+template <typename T, int D, int BN, int STAGES>
 cudaError_t launchPrefillFmhaSm90Ws(const FmhaArgs &args, const WsMaps &maps, int batch,
                                     int maxSeqlenQ, int qHeads, cudaStream_t stream) {
   constexpr int smem = fmhaSm90WsSmemBytes<D, BN, STAGES>();
   static_assert(smem <= 227 * 1024, "a block may opt into 227 KiB of shared memory");
-  auto kernel = prefillFmhaSm90WsKernel<T, D, BN, STAGES, INTRA>;
+  auto kernel = prefillFmhaSm90WsKernel<T, D, BN, STAGES>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return err;

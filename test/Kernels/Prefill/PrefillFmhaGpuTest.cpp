@@ -320,9 +320,8 @@ void runCaseVariant(const Case &c, uint64_t seed, kiln_prefill_variant_t variant
 }
 
 // Every case runs on every variant (the wgmma ones only where the device and build allow
-// it): the overlapped schedule and the warp-specialized kernel are not AUTO's choice, and
-// are tested here all the same (SM90_WS runs the SM90 kernel where it does not apply:
-// paged caches, windows, head_dim 256).
+// it): AUTO's choice on sm_90 (SM90_WS, which runs the SM90 kernel where it does not
+// apply: paged caches, windows, head_dim 256) and the ones it does not choose.
 void runCase(const Case &c, uint64_t seed) {
   for (kiln_prefill_variant_t v : {KILN_PREFILL_VARIANT_MMA_SM80, KILN_PREFILL_VARIANT_SM90,
                                    KILN_PREFILL_VARIANT_SM90_OVERLAP,
@@ -438,22 +437,12 @@ TEST(PrefillFmhaGpu, LongSequence) {
 }
 
 // The warp-specialized kernel (SM90_WS: TMA producer warpgroup, two consumer warpgroups
-// in ping-pong) on both of its schedules (with the intra-warpgroup overlap, the default,
-// and KILN_PREFILL_WS_SCHEDULE=pingpong, bf16 only) where it applies: dense K/V, head_dim
-// 64 and 128, causal and not, GQA 1/4/8, varlen batches whose lengths end inside a
-// 128-key tile (the producer's cp.async tail tiles) and on one (TMA only), q_len != k_len,
-// sinks, and sequences long enough to wrap the 2-stage (d128) and 3-stage (d64) rings
-// many times.
+// in ping-pong) where it applies: dense K/V, head_dim 64 and 128, causal and not, GQA
+// 1/4/8, varlen batches whose lengths end inside a 128-key tile (the producer's cp.async
+// tail tiles) and on one (TMA only), q_len != k_len, sinks, and sequences long enough to
+// wrap the 2-stage (d128) and 3-stage (d64) rings many times.
 void runWsCase(const Case &c, uint64_t seed) {
-  for (const char *schedule : {"", "pingpong"}) {
-    if (*schedule && c.dtype != KILN_DTYPE_BF16)
-      continue; // fp16 has the default schedule only
-    if (*schedule)
-      setenv("KILN_PREFILL_WS_SCHEDULE", schedule, 1);
-    SCOPED_TRACE(std::string("sm90_ws schedule ") + (*schedule ? schedule : "default"));
-    runCaseVariant(c, seed, KILN_PREFILL_VARIANT_SM90_WS);
-    unsetenv("KILN_PREFILL_WS_SCHEDULE");
-  }
+  runCaseVariant(c, seed, KILN_PREFILL_VARIANT_SM90_WS);
 }
 
 TEST(PrefillFmhaGpu, WarpSpecialized) {
