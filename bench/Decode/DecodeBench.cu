@@ -26,7 +26,7 @@
 
 namespace {
 
-std::set<int> gOnlyVariants; // --only: the variants the grids run (empty: all)
+std::set<int> gOnlyVariants; // --only: the variants the grid runs (empty: all)
 bool variantWanted(int variant) {
   return gOnlyVariants.empty() || gOnlyVariants.count(variant) > 0;
 }
@@ -210,9 +210,6 @@ void variantGrid(cudaStream_t stream, bool quick) {
       for (int waves = 1; waves <= (B == 1 ? 2 : 1); ++waves) {
         if (shape.probe && variant != 0 && variant != 7 && variant != 9 && variant != 13)
           continue; // the default, L2 prefetch 256, + page hoisting, no prefetch
-        if (!kiln::decode::gqaVariantHasPool(kiln::decode::kGqaVariants[variant],
-                                             kiln::decode::kGqaPoolBf16))
-          continue; // FP8-only rows: fp8VariantGrid
         if (!variantWanted(variant))
           continue;
         setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
@@ -243,12 +240,10 @@ void variantGrid(cudaStream_t stream, bool quick) {
         std::printf("{\"kind\":\"%s\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"q_heads\":%d,"
                     "\"kv_heads\":%d,\"variant\":%d,"
                     "\"tile\":%d,\"stages\":%d,\"l2_prefetch\":%d,\"hoist_page\":%d,"
-                    "\"min_blocks\":%d,\"bulk\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,"
-                    "\"splits\":%d}\n",
+                    "\"min_blocks\":%d,\"waves\":%d,\"us\":%.3f,\"TBps\":%.4f,\"splits\":%d}\n",
                     shape.probe ? "gqa_layout_probe" : "gqa_variant", B, L, qLen, Hq, Hkv, variant,
                     v.tileN ? v.tileN : 64, v.stages ? v.stages : 3, kiln::decode::gqaL2Prefetch(v),
-                    v.hoistPage ? 1 : 0, v.minBlocks, v.bulk ? 1 : 0, waves, t * 1e6,
-                    kvBytes / t / 1e12, splits);
+                    v.hoistPage ? 1 : 0, v.minBlocks, waves, t * 1e6, kvBytes / t / 1e12, splits);
         std::fflush(stdout);
         unsetenv("KILN_GQA_VARIANT");
         cudaFree(wsPtr);
@@ -296,65 +291,6 @@ void variantGrid(cudaStream_t stream, bool quick) {
   }
 }
 
-// gqa_decode q_len 1 over an FP8 e4m3 pool (32 q / 8 kv heads, d 128, page 64): the
-// default and each kGqaVariants row with kGqaPoolFp8, automatic splits ("gqa_fp8_variant";
-// TB/s of FP8 bytes, one a value, against the same read ceiling). The pool holds the
-// random bf16 bits read as bytes (NaN bytes included, which costs no kernel anything).
-void fp8VariantGrid(cudaStream_t stream, bool quick) {
-  const int D = 128, page = 64, Hq = 32, Hkv = 8, qLen = 1;
-  std::vector<std::pair<int, int>> shapes = {{128, 8192}, {64, 8192}, {128, 32768},
-                                             {1, 8192},   {1, 32768}, {16, 1024}};
-  if (quick)
-    shapes = {{128, 8192}, {1, 8192}};
-  for (const auto &[B, L] : shapes) {
-    const double kvBytes = 2.0 * B * L * Hkv * D;
-    Paged p = makePaged(B, L, page, 2ull * page * Hkv * D);
-    uint16_t *q, *out;
-    CHECK(cudaMalloc(&q, static_cast<size_t>(B) * qLen * Hq * D * 2));
-    CHECK(cudaMalloc(&out, static_cast<size_t>(B) * qLen * Hq * D * 2));
-    fillRandom<<<256, 256>>>(q, static_cast<size_t>(B) * qLen * Hq * D, 99u);
-    kiln_gqa_decode_params_t prm =
-        gqaParams(p, q, out, B, L, qLen, Hq, Hkv, D, page, KILN_DTYPE_FP8_E4M3, stream);
-    const size_t splitBytes = static_cast<size_t>(B) * qLen * Hq * (D + 1) * 4;
-    for (int variant = 0; variant < kiln::decode::kGqaNumVariants; ++variant) {
-      const kiln::decode::GqaTuning &v = kiln::decode::kGqaVariants[variant];
-      if ((variant != 0 && !kiln::decode::gqaVariantHasPool(v, kiln::decode::kGqaPoolFp8)) ||
-          !variantWanted(variant))
-        continue;
-      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
-      prm.num_splits = 0;
-      prm.block_table = p.tables[0];
-      size_t ws = 0;
-      KCHECK(kiln_gqa_decode_workspace_bytes(&prm, &ws));
-      void *wsPtr = nullptr;
-      if (ws) {
-        CHECK(cudaMalloc(&wsPtr, ws));
-        CHECK(cudaMemset(wsPtr, 0, ws));
-      }
-      prm.workspace = wsPtr;
-      prm.workspace_bytes = ws;
-      const double t = timeGraph(
-          [&](int i) {
-            prm.block_table = p.tables[i % p.tables.size()];
-            KCHECK(kiln_gqa_decode(&prm));
-          },
-          stream);
-      const int stages = v.f8Stages ? v.f8Stages : 5;
-      std::printf("{\"kind\":\"gqa_fp8_variant\",\"B\":%d,\"L\":%d,\"q_len\":%d,\"variant\":%d,"
-                  "\"stages\":%d,\"bulk\":%d,\"fast_f8\":%d,\"min_blocks\":%d,\"us\":%.3f,"
-                  "\"TBps\":%.4f,\"splits\":%d}\n",
-                  B, L, qLen, variant, stages, v.bulk ? 1 : 0, v.fastF8 ? 1 : 0, v.minBlocks,
-                  t * 1e6, kvBytes / t / 1e12, ws ? static_cast<int>(ws / splitBytes) : 1);
-      std::fflush(stdout);
-      unsetenv("KILN_GQA_VARIANT");
-      cudaFree(wsPtr);
-    }
-    cudaFree(q);
-    cudaFree(out);
-    freePaged(p);
-  }
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -365,7 +301,7 @@ int main(int argc, char **argv) {
     quick |= std::string(argv[i]) == "--quick";
     mlaOnly |= std::string(argv[i]) == "--mla";
     variants |= std::string(argv[i]) == "--variants";
-    // --only=0,14,15: the variant grids run these variants only (a device budget).
+    // --only=0,1,12: the variant grid runs these variants only (a device budget).
     if (std::string(argv[i]).rfind("--only=", 0) == 0) {
       std::string list = argv[i] + 7;
       for (size_t at = 0; at < list.size();) {
@@ -401,8 +337,6 @@ int main(int argc, char **argv) {
     cudaFree(sink);
   }
   if (variants) {
-    // FP8 first: its grid is the shorter one, and the budget's timeout may cut the other.
-    fp8VariantGrid(stream, quick);
     variantGrid(stream, quick);
     CHECK(cudaGetLastError());
     return 0;
@@ -522,14 +456,14 @@ int main(int argc, char **argv) {
           // variant 0: mla_decode's mma.sync kernel (KILN_MLA_MMA_SYNC), 1:
           // mla_decode_small_smem (q_len 1), 2: the mma.sync kernel with the 16-row PV tiling
           // (KILN_MLA_PV16, only where the big config runs), 3: mla_decode_sm90 (wgmma + TMA;
-          // sm_90 only; the default there), 4: its seesaw variant (KILN_MLA_SEESAW, sm_90).
+          // sm_90 only; the default there).
           int major = 0, device = 0;
           CHECK(cudaGetDevice(&device));
           CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-          for (int variant = 0; variant < 5; ++variant) {
+          for (int variant = 0; variant < 4; ++variant) {
             bool small = variant == 1;
             if ((small && qLen != 1) || (variant == 2 && qLen * heads <= 16) ||
-                (variant >= 3 && major != 9))
+                (variant == 3 && major != 9))
               continue;
             // mla_decode_sm90 is kiln_mla_decode's default on sm_90: the mma.sync rows ask
             // for the mma.sync kernel.
@@ -537,8 +471,8 @@ int main(int argc, char **argv) {
               setenv("KILN_MLA_MMA_SYNC", "1", 1);
             if (variant == 2)
               setenv("KILN_MLA_PV16", "1", 1);
-            if (variant >= 3) {
-              setenv(variant == 3 ? "KILN_MLA_SM90" : "KILN_MLA_SEESAW", "1", 1);
+            if (variant == 3) {
+              setenv("KILN_MLA_SM90", "1", 1);
               // Its split plan may differ: the workspace of the variant that runs.
               size_t need = 0;
               KCHECK(kiln_mla_decode_workspace_bytes(&prm, &need));
@@ -561,13 +495,11 @@ int main(int argc, char **argv) {
                         variant == 0   ? "mla"
                         : variant == 1 ? "mla_small"
                         : variant == 2 ? "mla_pv16"
-                        : variant == 3 ? "mla_sm90"
-                                       : "mla_sm90_seesaw",
+                                       : "mla_sm90",
                         B, L, heads, qLen, t * 1e6, bytes / t / 1e12, flops / t / 1e12);
             std::fflush(stdout);
             unsetenv("KILN_MLA_PV16");
             unsetenv("KILN_MLA_SM90");
-            unsetenv("KILN_MLA_SEESAW");
             unsetenv("KILN_MLA_MMA_SYNC");
           }
           {

@@ -170,7 +170,7 @@ def main():
             p = peer_cache[key]
             merged.append(dict(r, **p))
             b = base.get((r["B"], r["L"]))
-            lines.append(f"| B={r['B']} L={r['L']} | {r['variant']}{' (bulk)' if r.get('bulk') else ''} | {r['tile']} | {r['stages']} | {r['l2_prefetch']} | "
+            lines.append(f"| B={r['B']} L={r['L']} | {r['variant']} | {r['tile']} | {r['stages']} | {r['l2_prefetch']} | "
                          f"{r['hoist_page']} | {r['min_blocks']} | {r['waves']} | {r['splits']} | {r['TBps']:.3f} | "
                          f"{100 * r['TBps'] / ceiling:.1f} | {fmt(None if not b else r['TBps'] / b)} | "
                          f"{fmt(p.get('cudnn'), '.3f')} | {fmt(p.get('flash'), '.3f')} | "
@@ -205,24 +205,6 @@ def main():
             b = base.get(key)
             lines.append(f"| B={key[0]} L={key[1]} | {best['variant']} ({best['waves']}) | {best['TBps']:.3f} | "
                          f"{fmt(None if not b else best['TBps'] / b)} |")
-    # FP8-pool variants (kiln_decode_bench --variants): TB/s of FP8 bytes against the same
-    # ceiling, next to the FP8 default and the bf16 default of the same shape (tokens/s).
-    f8_rows = [r for r in rows if r["kind"] == "gqa_fp8_variant"]
-    if f8_rows:
-        f8_base = {(r["B"], r["L"]): r for r in f8_rows if r["variant"] == 0}
-        bf_base = {(r["B"], r["L"]): r for r in rows if r["kind"] == "gqa_variant" and r["variant"] == 0
-                   and r["waves"] == 1}
-        lines += ["", "| gqa FP8 variants (q_len 1) | variant | bulk | fast cvt | stages | splits | us | "
-                  "TB/s (FP8 bytes) | % ceiling | vs FP8 default | tokens/s vs bf16 default |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in f8_rows:
-            merged.append(r)
-            b, bf = f8_base.get((r["B"], r["L"])), bf_base.get((r["B"], r["L"]))
-            lines.append(f"| B={r['B']} L={r['L']} | {r['variant']} | {r['bulk']} | {r['fast_f8']} | {r['stages']} | "
-                         f"{r['splits']} | {r['us']:.1f} | {r['TBps']:.3f} | {100 * r['TBps'] / ceiling:.1f} | "
-                         f"{fmt(None if not b else r['TBps'] / b['TBps'])} | "
-                         f"{fmt(None if not bf else bf['us'] / r['us'])} |")
-            print(lines[-1], flush=True)
     bf16 = {(r["B"], r["L"], r["q_len"]): r for r in rows if r["kind"] == "gqa"}
     lines += ["", "| gqa decode, FP8 e4m3 pool (bf16 q/out) | Kiln TB/s (FP8 bytes) | % ceiling | "
               "tokens/s vs Kiln bf16 | dequant+cuDNN TB/s | Kiln/peer |", "|---|---|---|---|---|---|"]

@@ -402,13 +402,28 @@ int gqaDefaultVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &prop
 // KILN_GQA_VARIANT=n (experiment knob, read per call): run variant n where it exists,
 // so one benchmark run can print every variant side by side.
 int gqaVariant(const kiln_gqa_decode_params_t *p, const DeviceProps &props, int mTiles) {
-  // bf16 q/out over a bf16 pool (planGqa's bf16 kernel) or an FP8 pool (its own rows).
-  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 ||
-      mTiles != 1)
+  // planGqa's bf16 kernel: bf16 q/out, a pool of neither FP8 nor f16.
+  if (p->dtype != KILN_DTYPE_BF16 || p->kv_dtype == KILN_DTYPE_FP8_E4M3 ||
+      p->kv_dtype == KILN_DTYPE_F16 || p->head_dim != 128 || mTiles != 1)
     return 0;
   if (const char *env = std::getenv("KILN_GQA_VARIANT"))
     return std::atoi(env);
   return gqaDefaultVariant(p, props);
+}
+
+// FP8 pools: the integer widening of the bytes (gqaDecodeKernel's FAST) where the split
+// plan has more than one split, cvt where it has one. Measured against cvt on an H200
+// (2026-12-06, kiln_decode_bench, automatic splits, q_len 1, 32 q / 8 kv heads, d=128):
+// 1.06x at B=1 L=8k, 1.01x at B=1 L=32k and 1.06x at B=16 L=1k (all split), but
+// 0.95-0.96x at B=64/128 L=8k/32k (one split). Its Q K^T sums the k step in another
+// order, so its bits may differ from cvt's: never in split_keys mode, where the split
+// count follows the step's key bound (max_seq_len), which must not change a query's bits
+// (a verify step and the decode steps it replays would disagree: greedy speculation over
+// FP8 pools would stop being lossless). With automatic or explicit splits the bits follow
+// the split count already. Built for head_dim 128 with one row tile (where measured).
+bool gqaFastFp8(const kiln_gqa_decode_params_t *p, int mTiles, const SplitPlan &plan) {
+  return p->kv_dtype == KILN_DTYPE_FP8_E4M3 && p->split_keys == 0 && plan.numSplits > 1 &&
+         p->head_dim == 128 && mTiles == 1;
 }
 
 kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelInfo *info,
@@ -428,10 +443,9 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if ((status = deviceProps(kGqa, &props)) != KILN_OK)
     return status;
   if (const int variant = gqaVariant(p, props, mTiles); variant != 0) {
-    *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3 ? gqaKernelInfoBf16Fp8Variant(variant)
-                                                : gqaKernelInfoBf16Variant(variant);
-    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d) for this pool",
-                 kGqa, variant, gqaNumVariants() - 1);
+    *info = gqaKernelInfoBf16Variant(variant);
+    KILN_REQUIRE(info->fn, KILN_ERROR_INVALID_ARGUMENT, "%s: no tuning variant %d (1..%d)", kGqa,
+                 variant, gqaNumVariants() - 1);
   }
   KILN_REQUIRE(info->smemBytes <= props.smemOptin, KILN_ERROR_UNSUPPORTED,
                "%s: head_dim %d with q_len*group %d needs %d bytes of shared memory per "
@@ -445,10 +459,20 @@ kiln_status_t planGqa(const kiln_gqa_decode_params_t *p, bool forQuery, KernelIn
   if (p->split_keys > 0)
     return planFixedSplits(kGqa, p->split_keys, p->max_seq_len, info->tileN, outRows,
                            p->head_dim, p->workspace_bytes, p->workspace, forQuery, plan);
-  return planSplits(
+  status = planSplits(
       kGqa, p->num_splits, static_cast<long long>(p->batch) * p->kv_heads * gqaRowBlocks(p),
       props.sms * blocksPerSm, p->max_seq_len, info->tileN, outRows, p->head_dim,
       p->workspace_bytes, p->workspace, forQuery, plan, gqaFused(p), gqaWorkspaceCounterBytes(p));
+  if (status != KILN_OK || !gqaFastFp8(p, mTiles, *plan))
+    return status;
+  // The same configuration (threads, smem, tile; smem bounds both at 2 blocks an SM), so
+  // the plan stands.
+  const KernelInfo fast = gqaKernelInfoBf16Fp8Fast(p->head_dim, mTiles);
+  int fastBlocksPerSm = 1;
+  if ((status = prepareKernel(kGqa, fast, &fastBlocksPerSm)) != KILN_OK)
+    return status;
+  *info = fast;
+  return KILN_OK;
 }
 
 // ---- mla_decode ------------------------------------------------------------------------
@@ -506,18 +530,15 @@ kiln_status_t validateMla(const char *kernel, const kiln_mla_decode_params_t *p,
 constexpr int kMlaBigRows = 64, kMlaSmallRows = KILN_MLA_SMALL_TILE_ROWS;
 
 // The kernel a launch runs: small = 16 rows x 32-key tiles; big = 64 rows x 64 keys
-// (pv16: its 16-row PV warp tiling); sm90 = mla_decode_sm90 (wgmma + TMA, 64 x 64);
-// sm90Seesaw = its seesaw schedule (the same launch; MlaDecodeSm90Seesaw.cuh).
-enum class MlaVariant { small, big, pv16, sm90, sm90Seesaw };
+// (pv16: its 16-row PV warp tiling); sm90 = mla_decode_sm90 (wgmma + TMA, 64 x 64).
+enum class MlaVariant { small, big, pv16, sm90 };
 
 // mla_decode_sm90 runs every kiln_mla_decode launch (q_len x heads of any size) on an
 // sm_90 device of an sm_90a build: measured on the H100 (2026-12-06, B 128, L 4096) at
 // 2.92 TB/s for 16 heads at q_len 1 (1.21x the mma.sync kernel, 91% of the read ceiling),
 // 2.88 at q_len 2 (1.81x) and 451-461 TFLOP/s at 128 heads (2.4x). Knobs, read per call:
 // KILN_MLA_MMA_SYNC keeps the mma.sync kernels (their tests and the benchmark's
-// comparison rows); KILN_MLA_SM90 asks for the wgmma kernel and fails where it cannot run;
-// KILN_MLA_SEESAW asks for its seesaw variant (warpgroups ping-ponging over page pairs),
-// failing likewise; it stays opt-in until measured against the default.
+// comparison rows); KILN_MLA_SM90 asks for the wgmma kernel and fails where it cannot run.
 
 // Whether this build and device can run mla_decode_sm90 (sm_90a code, an sm_90 GPU).
 bool mlaSm90Runs(const DeviceProps &props) {
@@ -538,13 +559,11 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
                                             : MlaVariant::big;
   if (smallOnly)
     return KILN_OK;
-  const bool seesaw = std::getenv("KILN_MLA_SEESAW") != nullptr;
-  const bool asked = seesaw || std::getenv("KILN_MLA_SM90") != nullptr;
+  const bool asked = std::getenv("KILN_MLA_SM90") != nullptr;
   if (p->kv_dtype == KILN_DTYPE_FP8_E4M3) {
     // FP8 pools: the mma.sync kernels only (one tiling for the large tiles).
     KILN_REQUIRE(!asked, KILN_ERROR_UNSUPPORTED,
-                 "%s: KILN_MLA_SM90 / KILN_MLA_SEESAW: the wgmma kernels read bf16 pools only "
-                 "(kv_dtype FP8_E4M3)",
+                 "%s: KILN_MLA_SM90: the wgmma kernel reads bf16 pools only (kv_dtype FP8_E4M3)",
                  kernel);
     if (*variant == MlaVariant::pv16)
       *variant = MlaVariant::big;
@@ -557,10 +576,10 @@ kiln_status_t pickMla(const char *kernel, const kiln_mla_decode_params_t *p, boo
   if (status != KILN_OK)
     return status;
   if (mlaSm90Runs(props))
-    *variant = seesaw ? MlaVariant::sm90Seesaw : MlaVariant::sm90;
+    *variant = MlaVariant::sm90;
   else
     KILN_REQUIRE(!asked, KILN_ERROR_UNSUPPORTED,
-                 "%s: KILN_MLA_SM90 / KILN_MLA_SEESAW need a build with sm_90a in KILN_CUDA_ARCHITECTURES and an "
+                 "%s: KILN_MLA_SM90 needs a build with sm_90a in KILN_CUDA_ARCHITECTURES and an "
                  "sm_90 device",
                  kernel);
   return KILN_OK;
@@ -570,11 +589,10 @@ kiln_status_t planMla(const char *kernel, const kiln_mla_decode_params_t *p, Mla
                       bool forQuery, KernelInfo *info, SplitPlan *plan) {
   *info = p->kv_dtype == KILN_DTYPE_FP8_E4M3
               ? mlaFp8KernelInfo(variant == MlaVariant::small ? 0 : 1)
-          : variant == MlaVariant::sm90       ? mlaSm90KernelInfo()
-          : variant == MlaVariant::sm90Seesaw ? mlaSm90SeesawKernelInfo()
-                                              : mlaKernelInfo(variant == MlaVariant::small  ? 0
-                                                              : variant == MlaVariant::pv16 ? 2
-                                                                                            : 1);
+          : variant == MlaVariant::sm90 ? mlaSm90KernelInfo()
+                                        : mlaKernelInfo(variant == MlaVariant::small  ? 0
+                                                        : variant == MlaVariant::pv16 ? 2
+                                                                                      : 1);
   DeviceProps props;
   kiln_status_t status = deviceProps(kernel, &props);
   if (status != KILN_OK)
@@ -621,7 +639,7 @@ kiln_status_t runMla(const char *kernel, const kiln_mla_decode_params_t *p, MlaV
   args.splitTiles = plan.splitTiles;
   args.scaleLog2 = p->softmax_scale * 1.4426950408889634f;
   void *launchArgs = &args;
-  if (variant == MlaVariant::sm90 || variant == MlaVariant::sm90Seesaw) {
+  if (variant == MlaVariant::sm90) {
     // The pool as a [num_pages * 64, 576] matrix: a tile is the 64 rows of one page.
     cudaError_t error = sm90::encodeBf16SwizzledMap(
         &sm90Args.cache, p->latent_cache, static_cast<uint64_t>(p->num_pages) * KILN_MLA_PAGE_SIZE,

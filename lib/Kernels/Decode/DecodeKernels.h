@@ -21,13 +21,13 @@ KernelInfo gqaKernelInfoF16(int headDim, int mTiles);
 // bf16 q/out over an FP8 e4m3 pool, and over an f16 pool.
 KernelInfo gqaKernelInfoBf16Fp8(int headDim, int mTiles);
 KernelInfo gqaKernelInfoBf16F16(int headDim, int mTiles);
+// The FP8 pool's kernel with the integer widening (GqaDecodeBf16Fp8Fast.cu): head_dim 128,
+// one row tile; an empty KernelInfo for anything else.
+KernelInfo gqaKernelInfoBf16Fp8Fast(int headDim, int mTiles);
 // Tuning variants 1 .. gqaNumVariants() - 1 of the bf16 kernel at head_dim 128, one row
 // tile (GqaDecodeKernel.cuh, kGqaVariants); an empty KernelInfo for any other number.
 int gqaNumVariants();
 KernelInfo gqaKernelInfoBf16Variant(int variant);
-// The variants over an FP8 e4m3 pool (the rows of kGqaVariants with kGqaPoolFp8; empty for
-// the others): GqaDecodeVariantsFp8.cu.
-KernelInfo gqaKernelInfoBf16Fp8Variant(int variant);
 // mla_decode configs: 0 = 16 rows x 32-key tiles (91.8 KiB smem); 1 = 64 rows x 64-key
 // tiles, PV on 32-row warp tiles (226.5 KiB); 2 = as 1 with 16-row PV warp tiles.
 KernelInfo mlaKernelInfo(int config);
@@ -36,9 +36,6 @@ KernelInfo mlaFp8KernelInfo(int config);
 // mla_decode_sm90 (MlaDecodeSm90.cu): 64 rows x 64-key tiles, wgmma + TMA, launched with
 // MlaSm90Args; its body is empty unless built for sm_90a (KILN_MLA_SM90A_BUILT).
 KernelInfo mlaSm90KernelInfo();
-// Its seesaw variant (MlaDecodeSm90Seesaw.cu, KILN_MLA_SEESAW): the same launch and
-// arguments, the warpgroups ping-ponging over pairs of pages.
-KernelInfo mlaSm90SeesawKernelInfo();
 // splitCombineKernel<T>(partO, partLse, out, numSplits, dv, sinks, heads), no dynamic
 // smem; sinks may be null (MLA has none).
 const void *splitCombineKernelBf16();

@@ -44,6 +44,11 @@
 // The raw tiles are XOR-swizzled by 16-byte chunk (rawAt), so both access patterns are
 // free of bank conflicts (2-way at d = 64). A block holds one KV head, so that head's
 // scales are folded into the score scale (K) and the output (V).
+// FAST widens the bytes with integer ops instead of cvt (e4m3x4ToHalf2x2Scaled: a byte
+// is an fp16 bit pattern times 2^-8, the 2^8 going into both scales). It splits a K
+// word into bytes (0, 2) and (1, 3), so Q K^T's k step reads d (4t, 4t+2 | 4t+1, 4t+3)
+// instead: another order within the mma, possibly other bits. The launcher picks it
+// (gqaFastFp8 in DecodeApi.cpp).
 //
 // f16 pools next to bf16 q/out (KT = __half, T = __nv_bfloat16): the tiles are 16-bit and
 // take the plain path; the mma runs fp16 x fp16 -> fp32 on the cached values as they are
@@ -79,23 +84,11 @@ namespace kiln::decode {
 //  - minBlocks: __launch_bounds__'s resident blocks an SM (0: no bound, the default
 //    kernel's codegen), so that registers do not cost the blocks/SM the smem allows
 //    (page hoisting took 204 a thread without it; 3 blocks of 128 threads allow 170).
-//  - bulk (sm_90): gqaDecodeBulkKernel (GqaDecodeBulk.cuh): a producer warp feeds an
-//    mbarrier ring through the bulk copy engine; f8Stages: its stage count over FP8 pools.
-//  - fastF8: FP8 bytes widened with integer ops instead of cvt (the 2^8 in the scales).
-//  - pools: which pools a variant has a kernel for (1: bf16, 2: FP8 e4m3; 0 means 1).
 struct GqaTuning {
   int tileN, stages, l2Prefetch;
   bool hoistPage;
   int minBlocks;
-  bool bulk = false;
-  int f8Stages = 0;
-  bool fastF8 = false;
-  int pools = 0;
 };
-inline constexpr int kGqaPoolBf16 = 1, kGqaPoolFp8 = 2;
-constexpr bool gqaVariantHasPool(const GqaTuning &t, int pool) {
-  return ((t.pools ? t.pools : kGqaPoolBf16) & pool) != 0;
-}
 // Every instance (all head dims, dtypes, pools, row tiles) issues its K/V cp.asyncs with
 // a 128-byte L2 prefetch: as variant 12 it measured +3..8% over no hint at every
 // benchmarked shape (H100, 2026-12-06, bench/Decode/NOTES.md), and a hint changes no
@@ -120,22 +113,12 @@ inline constexpr GqaTuning kGqaVariants[] = {
     {32, 4, 256, true, 3}, // 11: 5 + 9 - other bits
     {0, 0, 128, false, 0}, // 12: L2 prefetch 128 B (now the default's; kept: the tables)
     {0, 0, -1, false, 0},  // 13: no L2 prefetch (the default before 2026-12-06)
-    // Producer warp + bulk copies (sm_90; padded rows: bf16 34 KiB, FP8 18 KiB a stage).
-    // 14: bf16 3 stages (102 KiB) / FP8 6 (108 KiB), 2 blocks/SM.
-    {0, 3, 0, false, 2, true, 6, false, kGqaPoolBf16 | kGqaPoolFp8},
-    // 15: bf16 6 stages (204 KiB) / FP8 12 (216 KiB), 1 block/SM.
-    {0, 6, 0, false, 1, true, 12, false, kGqaPoolBf16 | kGqaPoolFp8},
-    // 16: FP8 only: 14 with the integer widening (other bits than the default: k order).
-    {0, 3, 0, false, 2, true, 6, true, kGqaPoolFp8},
-    // 17: FP8 only: the default cp.async kernel with the integer widening.
-    {0, 0, 0, false, 0, false, 0, true, kGqaPoolFp8},
 };
 inline constexpr int kGqaNumVariants = sizeof(kGqaVariants) / sizeof(kGqaVariants[0]);
 
 template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
   static constexpr GqaTuning TUNE = kGqaVariants[V];
-  static_assert(V == 0 || (D == 128 && gqaVariantHasPool(TUNE, F8 ? kGqaPoolFp8 : kGqaPoolBf16)),
-                "variants exist for d = 128 over their pools only");
+  static_assert(V == 0 || (D == 128 && !F8), "variants exist for 16-bit d = 128 only");
   static constexpr int TILE_N = TUNE.tileN ? TUNE.tileN : D == 256 ? 32 : 64;
   static constexpr int WARPS_N = TILE_N / 16 < 4 ? TILE_N / 16 : 4; // independent of MT
   static constexpr int WARPS = MT * WARPS_N;
@@ -143,8 +126,7 @@ template <int D, int MT, bool F8 = false, int V = 0> struct GqaConfig {
   static constexpr int KW = TILE_N / WARPS_N; // keys per warp per tile, multiple of 16
   // FP8 tiles are half the bytes: more stages keep as many bytes in flight per SM as
   // the 16-bit kernel (what bounds a streaming kernel), within 96 KiB a block.
-  static constexpr int STAGES = F8 && TUNE.f8Stages ? TUNE.f8Stages
-                                : !F8 && TUNE.stages ? TUNE.stages
+  static constexpr int STAGES = TUNE.stages ? TUNE.stages
                                 : D == 64   ? (F8 ? 8 : 4)
                                 : D == 128  ? (F8 ? 5 : 3)
                                             : (F8 ? 4 : 2);
@@ -182,8 +164,9 @@ __device__ __forceinline__ void e4m3x4ToHalf2x2Scaled(uint32_t w, uint32_t &even
 }
 
 // T: q and out; KT: a cached element: T, e4m3 bytes (uint8_t, bf16 T) or __half (bf16
-// T: an f16 pool). CT, the mma operand type, is fp16 over FP8 and f16 pools.
-template <typename T, int D, int MT, typename KT, int V = 0>
+// T: an f16 pool). CT, the mma operand type, is fp16 over FP8 and f16 pools. FAST (FP8
+// only): the integer widening (see the top).
+template <typename T, int D, int MT, typename KT, int V = 0, bool FAST = false>
 __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
                                   GqaConfig<D, MT, sizeof(KT) == 1, V>::MIN_BLOCKS)
     gqaDecodeKernel(const GqaArgs args) {
@@ -192,10 +175,9 @@ __global__ void __launch_bounds__(GqaConfig<D, MT, sizeof(KT) == 1, V>::THREADS,
                     (std::is_same_v<T, __nv_bfloat16> &&
                      (std::is_same_v<KT, uint8_t> || std::is_same_v<KT, __half>)),
                 "a pool holds T, or FP8 e4m3 / f16 next to bf16");
+  static_assert(!FAST || F8, "the integer widening is of FP8 bytes");
   using C = GqaConfig<D, MT, F8, V>;
   using CT = std::conditional_t<F8, __half, KT>;
-  // The integer widening of FP8 bytes (variants with fastF8, e4m3x4ToHalf2x2Scaled).
-  constexpr bool FAST = F8 && C::TUNE.fastF8;
   extern __shared__ __align__(16) unsigned char smemRaw[];
   unsigned char *region = smemRaw + C::Q_SMEM_ELEMS * 2;
   KT *sKV = reinterpret_cast<KT *>(region); // K/V stages

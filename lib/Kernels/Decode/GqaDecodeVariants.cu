@@ -1,7 +1,7 @@
 // Tuning variants of gqa_decode (bf16 q/out over a bf16 pool, head_dim 128, one row tile:
 // q_len * group <= 16) for the benchmark's side-by-side runs (KILN_GQA_VARIANT, see
 // kGqaVariants). Their own translation unit, so they build in parallel with the rest.
-#include "GqaDecodeBulk.cuh"
+#include "GqaDecodeKernel.cuh"
 
 #include "DecodeKernels.h"
 
@@ -11,20 +11,10 @@ namespace kiln::decode {
 
 namespace {
 template <int V> KernelInfo variantInfo() {
-  constexpr GqaTuning tune = kGqaVariants[V];
-  if constexpr (!gqaVariantHasPool(tune, kGqaPoolBf16)) {
-    return KernelInfo{}; // an FP8-only variant (GqaDecodeVariantsFp8.cu)
-  } else if constexpr (tune.bulk) {
-    using C = GqaBulkConfig<128, 1, false, V>;
-    return KernelInfo{reinterpret_cast<const void *>(
-                          &gqaDecodeBulkKernel<__nv_bfloat16, 128, 1, __nv_bfloat16, V>),
-                      C::THREADS, C::SMEM_BYTES, C::TILE_N};
-  } else {
-    using C = GqaConfig<128, 1, false, V>;
-    return KernelInfo{
-        reinterpret_cast<const void *>(&gqaDecodeKernel<__nv_bfloat16, 128, 1, __nv_bfloat16, V>),
-        C::THREADS, C::SMEM_BYTES, C::TILE_N};
-  }
+  using C = GqaConfig<128, 1, false, V>;
+  return KernelInfo{
+      reinterpret_cast<const void *>(&gqaDecodeKernel<__nv_bfloat16, 128, 1, __nv_bfloat16, V>),
+      C::THREADS, C::SMEM_BYTES, C::TILE_N};
 }
 
 // Variants 1 .. N-1 (Vs + 1): variant 0 is GqaDecodeBf16.cu's default kernel.

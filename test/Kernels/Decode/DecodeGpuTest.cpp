@@ -753,7 +753,7 @@ struct InvariantRun {
   int qHeads, kvHeads, headDim, pageSize, splitKeys;
   int window = 0;
   const float *sinks = nullptr; // device
-  kiln_dtype_t kvDtype = KILN_DTYPE_BF16; // the 16-bit pool's type (kv holds its bits)
+  kiln_dtype_t kvDtype = KILN_DTYPE_BF16; // the pool's type (kv holds its bits; FP8: bytes)
   kiln_dtype_t dtype = KILN_DTYPE_BF16;   // q and out
   int numSplits = 0;                      // with splitKeys 0: 0 = automatic
 };
@@ -802,25 +802,45 @@ std::vector<uint16_t> decodeBits(const InvariantRun &run, const std::vector<uint
   return fused;
 }
 
-// An f16 pool (bf16 q/out) must keep the property: speculation over it is lossless too.
+// Random e4m3 bytes (the encoder saturates: no NaN byte), two a 16-bit element: an FP8
+// pool of `bytes` bytes for an InvariantRun (whose kv holds the pool's bits).
+std::vector<uint16_t> randomFp8Pool(size_t bytes) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<uint8_t> raw(bytes);
+  for (uint8_t &byte : raw)
+    byte = kiln_float_to_e4m3(dist(rng()));
+  std::vector<uint16_t> bits((bytes + 1) / 2);
+  std::memcpy(bits.data(), raw.data(), bytes);
+  return bits;
+}
+
+// An f16 pool and an FP8 pool (bf16 q/out) must keep the property: speculation over them
+// is lossless too. (FP8 at head_dim 128: the decode steps run one row tile, the verify
+// step two, and the integer widening, which only one row tile has, must stay out of
+// split_keys mode.)
 TEST(GqaDecodeGpu, FixedSplitKeysAreBatchInvariant) {
   KILN_REQUIRE_GPU();
   const int T = 5, kvHeads = 2, pageSize = 64;
-  for (kiln_dtype_t kvDtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16})
+  for (kiln_dtype_t kvDtype : {KILN_DTYPE_BF16, KILN_DTYPE_F16, KILN_DTYPE_FP8_E4M3})
     for (int headDim : {64, 128, 256})
       for (int group : {4, 7})
         for (int window : {0, 77, 300}) {
           // Sinks with the window of 77 (the one-split and the combined path must agree).
           DeviceBuffer<float> dSinks(sinkLogits(kvHeads * group));
-          SCOPED_TRACE(std::string(kvDtype == KILN_DTYPE_F16 ? "f16 pool " : "bf16 pool ") +
+          SCOPED_TRACE(std::string(kvDtype == KILN_DTYPE_F16          ? "f16 pool "
+                                   : kvDtype == KILN_DTYPE_FP8_E4M3 ? "fp8 pool "
+                                                                    : "bf16 pool ") +
                        "D=" + std::to_string(headDim) + " group=" + std::to_string(group) +
                        " window=" + std::to_string(window));
           const int qHeads = kvHeads * group, batch = 3;
           PagedLayout layout = makeLayout(batch, T + 1, 1300, pageSize);
           std::vector<uint16_t> kvBits, qBits;
           std::vector<float> unused;
-          randomValues(2ull * pageSize * kvHeads * headDim * layout.numPages, kvDtype, kvBits,
-                       unused);
+          const size_t poolElems = 2ull * pageSize * kvHeads * headDim * layout.numPages;
+          if (kvDtype == KILN_DTYPE_FP8_E4M3)
+            kvBits = randomFp8Pool(poolElems);
+          else
+            randomValues(poolElems, kvDtype, kvBits, unused);
           const size_t row = static_cast<size_t>(qHeads) * headDim; // one token's q
           randomValues(batch * T * row, KILN_DTYPE_BF16, qBits, unused);
           InvariantRun run{kvBits,  layout,  qHeads,
@@ -883,18 +903,6 @@ int plannedSplits(const InvariantRun &run, int batch) {
 // (variants 1 and 3, one block an SM: 16 splits here where variant 0 runs 32, so other
 // key chunks, other bits; measured on H100 2026-12-06). So automatic splits are compared
 // against variant 0 run at the variant's own split count.
-// The producer-warp bulk-copy variants (kGqaVariants rows with bulk; sm_90 only) and
-// the FP8 rows of the table (kGqaPoolFp8), kept here by number: the table is device code.
-bool isBulkVariant(int variant) { return variant == 14 || variant == 15 || variant == 16; }
-const std::vector<int> kFp8Variants = {14, 15, 16, 17};
-const std::set<int> kFp8OtherBits = {16, 17}; // integer widening: another k order in Q K^T
-bool deviceHasBulkCopies() {
-  int dev = 0, major = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         major >= 9;
-}
-
 TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
   KILN_REQUIRE_GPU();
   const std::set<int> otherBits = {4, 5, 6, 11}; // 32-key tiles: another key split
@@ -919,8 +927,6 @@ TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
       }
     }
     SCOPED_TRACE("variant " + std::to_string(variant));
-    if (isBulkVariant(variant) && !deviceHasBulkCopies())
-      continue; // the producer-warp kernels are sm_90 code
     int n = 0;
     for (int pageSize : {64, 16})
       for (int qLen : {1, 4}) {
@@ -975,74 +981,39 @@ TEST(GqaDecodeGpu, TuningVariantsMatchReferenceAndDefault) {
   unsetenv("KILN_GQA_VARIANT");
 }
 
-// The FP8-pool variants (KILN_GQA_VARIANT over an e4m3 pool: the producer-warp bulk-copy
-// kernel, the integer widening) against the reference on the dequantized values: batch 1
-// and 16, ragged lengths, pages smaller and larger than a tile (partial last pages are
-// poisoned with NaN bytes: a key row the ring does not copy must not reach P V), every
-// split mode (automatic, explicit, split_keys with the kernel's combine), windows, sinks,
-// no scales, q_len 1 and 4. Those with the default's arithmetic (14, 15) also give its
-// bits at the same split plan; 16 and 17 sum Q K^T's k step in another order.
-TEST(GqaDecodeGpu, Fp8TuningVariantsMatchReferenceAndDefault) {
+// FP8 pools at head_dim 128 with one row tile run one of two widenings of the bytes
+// (gqaFastFp8 in DecodeApi.cpp): cvt with one split and in split_keys mode, the integer
+// widening with several automatic or explicit splits. Both against the reference on the
+// dequantized values: batch 1 and 16, ragged lengths, pages smaller and larger than a
+// tile, every split mode (num_splits 1, automatic, 5, split_keys with the kernel's
+// combine), windows, sinks, no scales, q_len 1 and 4. (That split_keys mode keeps a
+// query's bits whatever the step's chunk count: FixedSplitKeysAreBatchInvariant.)
+TEST(GqaDecodeGpu, Fp8WideningsMatchReference) {
   KILN_REQUIRE_GPU();
-  for (int variant : kFp8Variants) {
-    if (isBulkVariant(variant) && !deviceHasBulkCopies())
-      continue;
-    SCOPED_TRACE("fp8 variant " + std::to_string(variant));
-    setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
-    int n = 0;
-    for (int pageSize : {64, 16, 128})
-      for (int qLen : {1, 4})
-        for (int batch : {1, 16}) {
-          GqaCase c{KILN_DTYPE_BF16, 128, pageSize, qLen == 1 ? 1 + 3 * (n % 3) : 4, qLen};
-          c.fp8 = true;
-          c.batch = batch;
-          c.kvHeads = batch == 1 ? 8 : 2;
-          c.minLen = batch == 1 ? 3000 : 1;
-          c.maxLen = batch == 1 ? 4100 : 1500;
-          c.numSplits = n % 3 == 1 ? 5 : 0;
-          c.splitKeys = n % 4 == 3 ? 256 : 0;
-          c.numSplits = c.splitKeys ? 0 : c.numSplits;
-          c.counters = c.splitKeys > 0;
-          c.window = n % 5 == 2 ? 300 : 0;
-          c.sinks = n % 4 == 1;
-          c.fp8Scales = n % 6 != 4;
-          c.replays = n % 2 == 0;
-          ++n;
-          runGqaCase(c);
-        }
-    if (kFp8OtherBits.count(variant))
-      continue;
-    const int kvHeads = 2, group = 4, qHeads = kvHeads * group, headDim = 128, pageSize = 64;
-    const int batch = 3;
-    PagedLayout layout = makeLayout(batch, 100, 2000, pageSize);
-    const size_t poolBytes = 2ull * pageSize * kvHeads * headDim * layout.numPages;
-    std::vector<uint8_t> bytes(poolBytes);
-    std::normal_distribution<float> dist(0.f, 1.f);
-    for (uint8_t &byte : bytes)
-      byte = kiln_float_to_e4m3(dist(rng()));
-    std::vector<uint16_t> kvBits((poolBytes + 1) / 2), qBits;
-    std::memcpy(kvBits.data(), bytes.data(), poolBytes);
-    std::vector<float> unused;
-    randomValues(static_cast<size_t>(batch) * qHeads * headDim, KILN_DTYPE_BF16, qBits, unused);
-    for (const auto &[splitKeys, numSplits] :
-         std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 5}, {256, 0}}) {
-      InvariantRun run{kvBits, layout, qHeads, kvHeads, headDim, pageSize, splitKeys, 77};
-      run.kvDtype = KILN_DTYPE_FP8_E4M3;
-      run.numSplits = numSplits;
-      const std::vector<uint16_t> got =
-          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
-      const int splits = plannedSplits(run, batch);
-      if (splitKeys == 0)
-        run.numSplits = splits;
-      unsetenv("KILN_GQA_VARIANT");
-      const std::vector<uint16_t> base =
-          decodeBits(run, qBits, layout.blockTable, layout.seqLens, 1);
-      setenv("KILN_GQA_VARIANT", std::to_string(variant).c_str(), 1);
-      EXPECT_TRUE(got == base) << "split_keys " << splitKeys << ", num_splits " << numSplits << " ("
-                               << splits << " splits): bits differ from the default FP8 kernel";
-    }
-  }
-  unsetenv("KILN_GQA_VARIANT");
+  int n = 0;
+  for (int pageSize : {64, 16, 128})
+    for (int qLen : {1, 4})
+      for (int batch : {1, 16}) {
+        GqaCase c{KILN_DTYPE_BF16, 128, pageSize, qLen == 1 ? 1 + 3 * (n % 3) : 4, qLen};
+        c.fp8 = true;
+        c.batch = batch;
+        c.kvHeads = batch == 1 ? 8 : 2;
+        c.minLen = batch == 1 ? 3000 : 1;
+        c.maxLen = batch == 1 ? 4100 : 1500;
+        // 0: one split (cvt); 1: automatic and 2: 5 splits (the integer widening; these
+        // shapes split automatically); 3: split_keys 256 (cvt). Each (q_len, batch) pair
+        // meets three of them over the page sizes.
+        const int mode = (n + n / 4) % 4;
+        c.numSplits = mode == 0 ? 1 : mode == 2 ? 5 : 0;
+        c.splitKeys = mode == 3 ? 256 : 0;
+        c.counters = mode == 3;
+        c.window = n % 5 == 2 ? 300 : 0;
+        c.sinks = n % 3 == 1;
+        c.fp8Scales = n % 6 != 4;
+        c.replays = n % 3 == 0;
+        ++n;
+        runGqaCase(c);
+      }
 }
 
 // The spacing of bf16 / fp16 numbers at |v| (fp16's subnormals below 2^-14).
@@ -1214,11 +1185,9 @@ struct MlaCase {
 
 void runMlaCase(const MlaCase &c) {
   const bool sm90 = std::getenv("KILN_MLA_SM90") != nullptr;
-  const bool seesaw = std::getenv("KILN_MLA_SEESAW") != nullptr;
-  std::string what = std::string(c.small    ? "mla_decode_small_smem"
-                                 : seesaw ? "mla_decode(sm90 seesaw)"
-                                 : sm90   ? "mla_decode(sm90)"
-                                          : "mla_decode") +
+  std::string what = std::string(c.small ? "mla_decode_small_smem"
+                                 : sm90  ? "mla_decode(sm90)"
+                                         : "mla_decode") +
                      (c.perToken ? " per-token" : "") + " batch=" + std::to_string(c.batch) +
                      " q_len=" + std::to_string(c.qLen) + " heads=" + std::to_string(c.heads) +
                      " len<=" + std::to_string(c.maxLen) + " splits=" + std::to_string(c.numSplits);
@@ -1339,32 +1308,6 @@ TEST(MlaDecodeGpu, Sm90Variant) {
   runMlaCase({1, 1, 128, 3000, false});         // automatic splits, 2 row blocks
   runMlaCase({1, 2, 16, 5000, false});          // automatic splits, 1 row block
   runMlaCase({3, 2, 16, 700, false, 5});        // forced splits
-  runMlaCase({2, 3, 64, 300, false, 64});       // more splits than tiles
-  runMlaCase({4, 1, 16, 900, false, 0, true});  // per-token mode
-  runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits
-}
-
-// The seesaw variant of mla_decode_sm90 (KILN_MLA_SEESAW): Sm90Variant's cases, plus the
-// shapes where its pairs of pages matter: odd and even tile counts, a pair whose second
-// page is missing or partial, one-tile splits (no second page ever), 3-tile splits.
-TEST(MlaDecodeGpu, Sm90SeesawVariant) {
-  KILN_REQUIRE_GPU();
-  if (!deviceIsSm90())
-    GTEST_SKIP() << "mla_decode_sm90 needs an sm_90 device";
-  ScopedEnv knob("KILN_MLA_SEESAW");
-  for (int heads : {16, 32, 64, 128})
-    for (int qLen : {1, 2, 3, 4})
-      runMlaCase({2, qLen, heads, 400, false}); // ragged, last pages partial
-  for (int heads : {1, 40})
-    runMlaCase({3, 3, heads, 333, false});
-  runMlaCase({2, 4, 128, 640, false});          // sequence 0 ends on a page boundary
-  runMlaCase({3, 1, 16, 64, false});            // one page each at most
-  runMlaCase({5, 1, 128, 200, false});          // 1..4 tiles: pairs with and without B
-  runMlaCase({1, 1, 128, 3000, false});         // automatic splits, 2 row blocks
-  runMlaCase({1, 2, 16, 5000, false});          // automatic splits, 1 row block
-  runMlaCase({3, 2, 16, 700, false, 5});        // forced splits
-  runMlaCase({2, 1, 128, 700, false, 11});      // 1-tile splits: never a page B
-  runMlaCase({2, 4, 128, 900, false, 5});       // 3-tile splits, draft tokens
   runMlaCase({2, 3, 64, 300, false, 64});       // more splits than tiles
   runMlaCase({4, 1, 16, 900, false, 0, true});  // per-token mode
   runMlaCase({4, 1, 128, 900, false, 3, true}); // per-token mode, splits

@@ -11,7 +11,6 @@
 
 #include "DecodeReference.h"
 #include "MlaDecodeSm90.cuh"
-#include "MlaDecodeSm90Seesaw.cuh"
 #include "kiln/Kernels/HostNumeric.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +26,6 @@ namespace {
 
 using kiln::test::emu::CtaEmulator;
 namespace mla = kiln::decode::mla_sm90;
-namespace seesaw = kiln::decode::mla_sm90_seesaw;
 
 constexpr int kDqk = 576, kDv = 512, kPage = 64;
 constexpr uint16_t kNanBits = 0x7FC0;
@@ -39,10 +37,7 @@ struct Case {
   bool perToken = false;
 };
 
-// Which device code runs: mla_decode_sm90, or its seesaw variant (KILN_MLA_SEESAW).
-enum class Kernel { sm90, seesaw };
-
-std::string run(const Case &c, uint64_t seed, Kernel kernel = Kernel::sm90) {
+std::string run(const Case &c, uint64_t seed) {
   std::mt19937 rng(static_cast<unsigned>(seed) * 7919u + 13u);
   std::normal_distribution<float> dist(0.f, 1.f);
   const int batch = static_cast<int>(c.lens.size());
@@ -121,17 +116,12 @@ std::string run(const Case &c, uint64_t seed, Kernel kernel = Kernel::sm90) {
   const kiln::kernels::sm90::TensorMap map{poolBits.data(), static_cast<uint64_t>(numPages) * kPage,
                                            kDqk, 64};
 
-  const bool isSeesaw = kernel == Kernel::seesaw;
-  CtaEmulator cta(mla::kThreads, isSeesaw ? seesaw::kSmemBytes : mla::kSmemBytes, seed);
+  CtaEmulator cta(mla::kThreads, mla::kSmemBytes, seed);
   for (int b = 0; b < batch; ++b)
     for (int split = 0; split < numSplits; ++split)
       for (int rb = 0; rb < (rows + mla::kRows - 1) / mla::kRows; ++rb)
         if (!cta.run({unsigned(rb), unsigned(split), unsigned(b)}, [&] {
-              auto *smem = reinterpret_cast<unsigned char *>(cta.shared());
-              if (isSeesaw)
-                seesaw::mlaDecodeSm90SeesawCta(args, &map, smem);
-              else
-                mla::mlaDecodeSm90Cta(args, &map, smem);
+              mla::mlaDecodeSm90Cta(args, &map, reinterpret_cast<unsigned char *>(cta.shared()));
             }))
           return "block (" + std::to_string(rb) + ", " + std::to_string(split) + ", " +
                  std::to_string(b) + "): " + cta.error();
@@ -202,31 +192,5 @@ TEST(MlaDecodeSm90Emulation, RandomSchedules) {
 }
 
 TEST(MlaDecodeSm90Emulation, PerToken) { EXPECT_EQ(run({1, 16, {90, 33, 64}, 0, true}, 6), ""); }
-
-// The seesaw variant: pages go in pairs, so odd and even tile counts (a pair without its
-// second page), partial last pages in either page of a pair, draft tokens, splits of
-// odd and even tile counts, and the P / row-max hand-offs under random schedules.
-TEST(MlaDecodeSm90SeesawEmulation, OneSplit) {
-  EXPECT_EQ(run({1, 16, {200, 128}}, 1, Kernel::seesaw), "");  // 4 tiles (B partial), 2
-  EXPECT_EQ(run({1, 16, {150, 64}}, 7, Kernel::seesaw), "");   // 3 tiles (A partial), 1
-  EXPECT_EQ(run({4, 32, {150}}, 2, Kernel::seesaw), "");       // draft tokens, 2 row blocks
-  EXPECT_EQ(run({3, 40, {64, 70}}, 3, Kernel::seesaw), "");    // padding rows
-  EXPECT_EQ(run({1, 128, {130}}, 8, Kernel::seesaw), "");      // 128 heads, 3 tiles
-}
-
-TEST(MlaDecodeSm90SeesawEmulation, Splits) {
-  EXPECT_EQ(run({2, 16, {300, 129}, 2}, 4, Kernel::seesaw), "");
-  EXPECT_EQ(run({1, 64, {260}, 1}, 5, Kernel::seesaw), "");  // one tile a split: no B
-  EXPECT_EQ(run({2, 16, {450, 100}, 3}, 9, Kernel::seesaw), ""); // 3-tile splits
-}
-
-TEST(MlaDecodeSm90SeesawEmulation, RandomSchedules) {
-  for (uint64_t seed = 10; seed < 18; ++seed)
-    EXPECT_EQ(run({2, 16, {190, 250}, 0}, seed, Kernel::seesaw), "") << "seed " << seed;
-}
-
-TEST(MlaDecodeSm90SeesawEmulation, PerToken) {
-  EXPECT_EQ(run({1, 16, {90, 33, 64}, 0, true}, 6, Kernel::seesaw), "");
-}
 
 } // namespace
