@@ -48,25 +48,42 @@ struct RotateLayersPass : public kiln::impl::KilnRotateLayersBase<RotateLayersPa
   }
 
   void rotate(scf::ForOp loop, RmsNormOp norm) {
-    int64_t lower = *getConstantIntValue(loop.getLowerBound());
-    int64_t upper = *getConstantIntValue(loop.getUpperBound());
-    Location loc = loop.getLoc();
-    unsigned carried = cast<BlockArgument>(norm.getInput()).getArgNumber() - 1;
     SmallVector<Operation *> normOps = *normOperandSlice(loop, norm);
     normOps.push_back(norm);
+    Value firstNorm = copyFirstNormBefore(loop, norm, normOps);
+    SmallPtrSet<Operation *, 8> nextNormOps;
+    scf::ForOp rotated = carryNextNorm(loop, norm, normOps, firstNorm, nextNormOps);
+    copyLastLayerAfter(loop, rotated, nextNormOps);
+    Operation *oldUpper = loop.getUpperBound().getDefiningOp();
+    loop.erase();
+    if (oldUpper && oldUpper->use_empty())
+      oldUpper->erase();
+  }
 
-    // Layer `lower`'s norm, before the loop.
+  /// The first layer's norm (`normOps`, its operands' ops and the norm), before `loop`.
+  static Value copyFirstNormBefore(scf::ForOp loop, RmsNormOp norm,
+                                   ArrayRef<Operation *> normOps) {
+    int64_t lower = *getConstantIntValue(loop.getLowerBound());
+    unsigned carried = cast<BlockArgument>(norm.getInput()).getArgNumber() - 1;
     LayerCopier head(loop, /*after=*/false);
     head.startLayer(0, lower);
-    IRMapping headMapping;
-    headMapping.map(loop.getInductionVar(),
-                    arith::ConstantIndexOp::create(head.builder(), loc, lower).getResult());
-    headMapping.map(norm.getInput(), loop.getInitArgs()[carried]);
+    IRMapping mapping;
+    mapping.map(loop.getInductionVar(),
+                arith::ConstantIndexOp::create(head.builder(), loop.getLoc(), lower).getResult());
+    mapping.map(norm.getInput(), loop.getInitArgs()[carried]);
     for (Operation *op : normOps)
-      head.copy(*op, headMapping);
-    Value firstNorm = headMapping.lookup(norm.getResult());
+      head.copy(*op, mapping);
+    return mapping.lookup(norm.getResult());
+  }
 
-    // The loop over every layer but the last, carrying the next layer's norm too.
+  /// A loop over every layer of `loop` but the last, with `loop`'s body, that carries the
+  /// norm as one more value (from `firstNorm`) and ends each iteration with the next
+  /// layer's norm (its ops recorded in `nextNormOps`). `loop` is left without a body.
+  static scf::ForOp carryNextNorm(scf::ForOp loop, RmsNormOp norm, ArrayRef<Operation *> normOps,
+                                  Value firstNorm, SmallPtrSetImpl<Operation *> &nextNormOps) {
+    Location loc = loop.getLoc();
+    int64_t upper = *getConstantIntValue(loop.getUpperBound());
+    unsigned carried = cast<BlockArgument>(norm.getInput()).getArgNumber() - 1;
     OpBuilder builder(loop);
     SmallVector<Value> inits(loop.getInitArgs());
     inits.push_back(firstNorm);
@@ -78,48 +95,54 @@ struct RotateLayersPass : public kiln::impl::KilnRotateLayersBase<RotateLayersPa
     for (auto [from, to] : llvm::zip(loop.getBody()->getArguments(), body->getArguments()))
       from.replaceAllUsesWith(to);
     body->getOperations().splice(body->end(), loop.getBody()->getOperations());
-    Value carriedNorm = body->getArguments().back();
+
     auto yield = cast<scf::YieldOp>(body->getTerminator());
     builder.setInsertionPoint(yield);
     Value one = arith::ConstantIndexOp::create(builder, loc, 1);
     auto nextLayer = arith::AddIOp::create(builder, loc, rotated.getInductionVar(), one);
-    SmallPtrSet<Operation *, 8> nextNormOps = {one.getDefiningOp(), nextLayer};
-    IRMapping nextMapping;
-    nextMapping.map(rotated.getInductionVar(), nextLayer.getResult());
-    nextMapping.map(norm.getInput(), yield.getOperand(carried));
-    Value nextNorm = copyNorm(builder, normOps, nextMapping, nextNormOps);
-    yield.getResultsMutable().append(nextNorm);
-    norm.getResult().replaceAllUsesWith(carriedNorm);
+    nextNormOps.insert(one.getDefiningOp());
+    nextNormOps.insert(nextLayer);
+    IRMapping mapping;
+    mapping.map(rotated.getInductionVar(), nextLayer.getResult());
+    mapping.map(norm.getInput(), yield.getOperand(carried));
+    yield.getResultsMutable().append(copyNorm(builder, normOps, mapping, nextNormOps));
+
+    norm.getResult().replaceAllUsesWith(body->getArguments().back());
     norm.erase();
-    for (Operation *op : llvm::reverse(ArrayRef(normOps).drop_back()))
+    for (Operation *op : llvm::reverse(normOps.drop_back()))
       if (op->use_empty())
         op->erase();
+    return rotated;
+  }
 
-    // The last layer after the loop: its norm is the loop's last result.
+  /// The last layer after `rotated`: its body but the next layer's norm, reading the
+  /// loop's results (its norm the last), in place of `loop`'s results.
+  static void copyLastLayerAfter(scf::ForOp loop, scf::ForOp rotated,
+                                 const SmallPtrSetImpl<Operation *> &nextNormOps) {
+    int64_t lower = *getConstantIntValue(rotated.getLowerBound());
+    int64_t layer = *getConstantIntValue(loop.getUpperBound()) - 1;
     SmallVector<OpOperand *> resultUses;
     for (Value result : loop.getResults())
       for (OpOperand &use : result.getUses())
         resultUses.push_back(&use);
     LayerCopier tail(rotated, /*after=*/true);
-    tail.startLayer(upper - 1 - lower, upper - 1);
-    IRMapping tailMapping;
-    Value lastLayer = arith::ConstantIndexOp::create(tail.builder(), loc, upper - 1);
-    tailMapping.map(rotated.getInductionVar(), lastLayer);
+    tail.startLayer(layer - lower, layer);
+    IRMapping mapping;
+    Value layerValue = arith::ConstantIndexOp::create(tail.builder(), rotated.getLoc(), layer);
+    mapping.map(rotated.getInductionVar(), layerValue);
     for (auto [arg, result] : llvm::zip_equal(rotated.getRegionIterArgs(), rotated.getResults()))
-      tailMapping.map(arg, result);
+      mapping.map(arg, result);
+    Block *body = rotated.getBody();
     for (Operation &op : body->without_terminator())
       if (!nextNormOps.contains(&op))
-        tail.copy(op, tailMapping);
+        tail.copy(op, mapping);
+    Operation *yield = body->getTerminator();
     for (OpOperand *use : resultUses) {
       unsigned index = cast<OpResult>(use->get()).getResultNumber();
-      use->set(tailMapping.lookupOrDefault(yield.getOperand(index)));
+      use->set(mapping.lookupOrDefault(yield->getOperand(index)));
     }
-    if (lastLayer.use_empty())
-      lastLayer.getDefiningOp()->erase();
-    Operation *oldUpper = loop.getUpperBound().getDefiningOp();
-    loop.erase();
-    if (oldUpper && oldUpper->use_empty())
-      oldUpper->erase();
+    if (layerValue.use_empty())
+      layerValue.getDefiningOp()->erase();
   }
 };
 
