@@ -106,6 +106,17 @@ int32_t kiln_rt_add(ctx_t *, const void *a, const void *b, void *out, int64_t n)
 int32_t kiln_rt_swiglu(ctx_t *, const void *gate, const void *up, void *out, int64_t n) {
   return record("swiglu", {gate, up, out, n});
 }
+int32_t kiln_rt_embedding_rank(ctx_t *, const void *ids, const void *table, void *out,
+                               int64_t tokens, int64_t rows, int64_t hidden) {
+  return record("embedding_rank", {ids, table, out, tokens, rows, hidden});
+}
+int32_t kiln_rt_all_reduce(ctx_t *, const void *x, void *out, int64_t n) {
+  return record("all_reduce", {x, out, n});
+}
+int32_t kiln_rt_all_gather(ctx_t *, const void *x, void *blocks, void *out, int64_t rows,
+                           int64_t cols, int64_t ranks) {
+  return record("all_gather", {x, blocks, out, rows, cols, ranks});
+}
 int32_t kiln_rt_gather_rows(ctx_t *, const void *x, const void *rows, void *out,
                             int64_t num_rows, int64_t dim, int64_t num_source_rows) {
   return record("gather_rows", {x, rows, out, num_rows, dim, num_source_rows});
