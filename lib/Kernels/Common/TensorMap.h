@@ -13,9 +13,6 @@
 
 namespace kiln::kernels::sm90 {
 
-// The map of `rows` x `cols` bf16 at `base` (row stride `cols`; cols x 2 bytes a multiple
-// of 16, base 16-byte aligned) loading boxes of `boxRows` rows x 64 columns (128 bytes, one
-// swizzle row). cudaErrorInvalidValue for shapes the hardware refuses.
 // The driver's cuTensorMapEncodeTiled, through the runtime (null where the driver lacks it).
 inline PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
@@ -54,17 +51,12 @@ inline cudaError_t encodeSwizzledMap3d(CUtensorMap *map, bool bf16, const void *
              : cudaErrorInvalidValue;
 }
 
+// The map of `rows` x `cols` bf16 at `base` (row stride `cols`; cols x 2 bytes a multiple
+// of 16, base 16-byte aligned) loading boxes of `boxRows` rows x 64 columns (128 bytes, one
+// swizzle row). cudaErrorInvalidValue for shapes the hardware refuses.
 inline cudaError_t encodeBf16SwizzledMap(CUtensorMap *map, const void *base, uint64_t rows,
                                          uint64_t cols, uint32_t boxRows) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                            &found) == cudaSuccess &&
-                   found == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-               : nullptr;
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
   if (!encode)
     return cudaErrorNotSupported;
   const cuuint64_t dims[2] = {cols, rows};
