@@ -469,17 +469,19 @@ struct PlanActivationsPass
       if (lastUse(init, positions) > loopStart)
         return loop.emitError() << "kiln-plan-activations: the initial buffer of a layer "
                                    "loop's carried value is used after the loop starts";
-      PlannedBuffer carried{memref::AllocOp(), buffers[home->second].bytes, loopStart,
+      // Indices, not the map's iterators: the insertions below may grow the map.
+      const unsigned homeIndex = home->second, nextIndex = next->second;
+      PlannedBuffer carried{memref::AllocOp(), buffers[homeIndex].bytes, loopStart,
                             std::max(loopStart, lastUse(arg, positions))};
-      carried.pinnedTo = home->second;
+      carried.pinnedTo = homeIndex;
       indexOf[arg] = buffers.size();
       buffers.push_back(carried);
-      PlannedBuffer &out = buffers[next->second];
+      PlannedBuffer &out = buffers[nextIndex];
       out.end = std::max({out.end, loopEnd, lastUse(result, positions)});
-      out.pinnedTo = home->second;
+      out.pinnedTo = homeIndex;
       // The loop's result is the last yielded buffer: an op after the loop may
       // overwrite it where it dies, as it would the value of an unrolled last layer.
-      indexOf[result] = next->second;
+      indexOf[result] = nextIndex;
     }
     return success();
   }
