@@ -407,14 +407,15 @@ int compile(MLIRContext &context, const CompileOptions &o) {
     bool doesNotFit = plan && !plan.getFits();
     if (failed(result) && !doesNotFit)
       return 1;
-    // The report and the deployed module show every layer; the lowering takes the
-    // layer loops as loops (and expands what it cannot take itself).
-    if (!lowers && failed(expandLayers(*module, o)))
-      return 1;
     ranPipeline = true;
-    // The lowering plans the activations of the module itself; only a report needs them
-    // planned on a copy.
+    // The lowering plans the activations of the module itself; a report (or the
+    // deployed module) gets them planned on a copy, with the layer loops as the
+    // lowering takes them, so its numbers are the shared object's.
     if (succeeded(result) && !lowers && failed(planDeviceMemory(*module, o)))
+      return 1;
+    // The deployed module shows every layer. The report lists a loop's layers itself,
+    // and the lowering takes the loops as loops (expanding those it cannot take).
+    if (emitKind == EmitKind::mlir && failed(expandLayers(*module, o)))
       return 1;
   }
 

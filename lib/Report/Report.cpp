@@ -7,6 +7,9 @@
 #include "kiln/Dialect/Kiln/Kiln.h"
 #include "kiln/Registry/KernelRegistry.h"
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
@@ -33,6 +36,19 @@ static void countDecodeShapes(RuntimeAttr runtime, unsigned maxDraftLen,
   device.keyChunks = runtime.getDecodeKeyChunks();
   device.decodeShapes = runtime.getDecodeStepShapes(maxDraftLen);
   device.graphShapes = runtime.getCapturableShapes(maxDraftLen);
+}
+
+/// The layers [first, end) of a layer loop (`scf.for` marked `kiln.layers` with
+/// constant bounds and step 1); none for any other op.
+static std::optional<std::pair<int64_t, int64_t>> layerLoopBounds(Operation *op) {
+  auto loop = dyn_cast<scf::ForOp>(op);
+  if (!loop || !loop->hasAttr(KilnDialect::kLayersAttrName))
+    return std::nullopt;
+  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
+  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
+  if (!lower || !upper || getConstantIntValue(loop.getStep()) != 1)
+    return std::nullopt;
+  return std::make_pair(*lower, *upper);
 }
 
 ReportData kiln::collectReport(ModuleOp module) {
@@ -91,10 +107,12 @@ ReportData kiln::collectReport(ModuleOp module) {
     }
   }
 
-  module.walk([&](Operation *op) {
+  // `layer`: the layer a layer loop's body op stands for (its own layer attribute names
+  // the loop's first).
+  auto collectOp = [&](Operation *op, std::optional<int64_t> layer) {
     if (auto res = dyn_cast<CacheResourceOp>(op)) {
       ReportResource r;
-      r.layer = res.getLayer();
+      r.layer = layer.value_or(res.getLayer());
       r.kind = stringifyResourceKind(res.getKind()).str();
       r.name = "layer" + std::to_string(r.layer) + "." + r.kind;
       r.speculativeOnly = res.getSpeculativeOnly();
@@ -135,10 +153,23 @@ ReportData kiln::collectReport(ModuleOp module) {
       std::optional<std::string> phaseMode =
           phase == "decode" ? mode : (mode ? std::optional<std::string>("single_token") : mode);
       const KernelVariant *variant = KernelRegistry::global().lookup(kernel.getValue());
-      d.kernels.push_back({cached.getLayerIndex(), opName, phase.str(),
+      d.kernels.push_back({layer.value_or(cached.getLayerIndex()), opName, phase.str(),
                            kernel.getValue().str(), phaseMode, draft,
                            variant && !variant->implemented});
     }
+  };
+  // A layer loop (a rolled import) stands for its layers: the report lists each, in the
+  // order kiln-expand-layers would copy them, without copying the IR (a report of 100k
+  // layers stays linear and cheap).
+  module.walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (std::optional<std::pair<int64_t, int64_t>> layers = layerLoopBounds(op)) {
+      for (int64_t layer = layers->first; layer < layers->second; ++layer)
+        for (Operation &member : cast<scf::ForOp>(op).getBody()->without_terminator())
+          member.walk([&](Operation *nested) { collectOp(nested, layer); });
+      return WalkResult::skip();
+    }
+    collectOp(op, std::nullopt);
+    return WalkResult::advance();
   });
   std::stable_sort(d.resources.begin(), d.resources.end(),
                    [](const ReportResource &a, const ReportResource &b) {
