@@ -1164,19 +1164,20 @@ LogicalResult DenseDecoderBuilder::build() {
 }
 
 bool DenseDecoderBuilder::layersRoll() const {
-  if (!m.isDense() || m.isGptOss() || m.experts > 0)
+  if (!m.isDense())
     return false;
   const LayerSpec *first = nullptr;
   int64_t count = 0;
   for (const LayerSpec &layer : m.layers) {
-    // A dense layer's MLP entry goes with its attention (buildLayer builds both).
-    if (layer.draft || layer.kind == LayerKind::mlp)
+    // A layer's MLP or MoE entry goes with its attention (buildLayer builds both).
+    if (layer.draft || layer.kind == LayerKind::mlp || layer.kind == LayerKind::moe)
       continue;
     if (layer.kind != LayerKind::attention || layer.index != count)
       return false;
     if (!first)
       first = &layer;
-    else if (layer.window != first->window)
+    else if (layer.window != first->window ||
+             m.isMoeLayer(layer.index) != m.isMoeLayer(first->index))
       return false;
     ++count;
   }

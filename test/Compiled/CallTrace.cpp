@@ -1,11 +1,13 @@
 //===- CallTrace.cpp - the runtime calls of compiled forward functions ----===//
 //
-// Usage: kiln-call-trace A.so B.so
+// Usage: kiln-call-trace [--activations-may-differ] A.so B.so
 // Runs the forward function of two compiled models against a recording stand-in for
 // the runtime and checks that they make the same calls with the same arguments in the
 // same order. It exists for kiln-roll-layers, which must not change a step's calls:
 // A is a model compiled with the layers rolled into a loop, B the same model unrolled
-// (kiln-compile --no-roll-layers).
+// (kiln-compile --no-roll-layers). With --activations-may-differ, addresses in the
+// activation arena are compared as one: a rotated layer loop carries the next layer's
+// normed input in one buffer, where the unrolled plan may give each layer's another.
 //
 // The stand-in functions are defined here and exported from the executable, so the
 // dynamic linker binds the model's imports to them before libkiln_runtime.so. The
@@ -22,6 +24,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
@@ -147,6 +150,10 @@ int32_t kiln_rt_gated_rms_norm(ctx_t *, const void *x, const void *gate, const v
                                int64_t group_size, float eps) {
   return record("gated_rms_norm", {x, gate, weight, out, rows, width, gate_stride, group_size,
                                    eps});
+}
+int32_t kiln_rt_sigmoid_gate(ctx_t *, const void *x, const void *w, const void *value, void *out,
+                             int64_t rows, int64_t dim, int64_t cols) {
+  return record("sigmoid_gate", {x, w, value, out, rows, dim, cols});
 }
 int32_t kiln_rt_moe(ctx_t *, const void *x, const void *logits, const void *gate, const void *up,
                     const void *down, const void *score_bias, const void *gate_bias,
@@ -309,16 +316,39 @@ bool traceModel(const char *path, std::vector<std::string> &calls) {
   return true;
 }
 
+/// `call` with every address in the activation arena written as `act`.
+std::string maskActivations(const std::string &call) {
+  std::string out;
+  size_t start = 0;
+  while (start <= call.size()) {
+    size_t end = call.find(' ', start);
+    if (end == std::string::npos)
+      end = call.size();
+    std::string word = call.substr(start, end - start);
+    uint64_t address = word.rfind("0x", 0) == 0 ? std::strtoull(word.c_str(), nullptr, 16) : 0;
+    bool activation = address >= kActivations && address < kInputs;
+    out += (start ? " " : "") + (activation ? std::string("act") : word);
+    start = end + 1;
+  }
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: kiln-call-trace A.so B.so\n");
+  const bool anyActivation = argc == 4 && std::strcmp(argv[1], "--activations-may-differ") == 0;
+  if (argc != 3 && !anyActivation) {
+    std::fprintf(stderr, "usage: kiln-call-trace [--activations-may-differ] A.so B.so\n");
     return 2;
   }
+  argv += anyActivation;
   std::vector<std::string> a, b;
   if (!traceModel(argv[1], a) || !traceModel(argv[2], b))
     return 1;
+  if (anyActivation)
+    for (std::vector<std::string> *calls : {&a, &b})
+      for (std::string &call : *calls)
+        call = maskActivations(call);
   if (a.empty()) {
     std::fprintf(stderr, "kiln-call-trace: %s made no call\n", argv[1]);
     return 1;
@@ -327,6 +357,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < common; ++i)
     if (a[i] != b[i]) {
       std::printf("call %zu differs:\n  %s\n  %s\n", i, a[i].c_str(), b[i].c_str());
+      // The calls before it, where the buffers that differ were last written.
+      std::printf("the calls before it (%s):\n", argv[1]);
+      for (size_t j = i > 12 ? i - 12 : 0; j < i; ++j)
+        std::printf("  %zu %s\n", j, a[j].c_str());
       return 1;
     }
   if (a.size() != b.size()) {
