@@ -29,6 +29,51 @@ template <int D, int BN, int STAGES, int NWG> constexpr int fmhaSm90SmemBytes() 
   return (64 * NWG * D + 2 * STAGES * BN * D) * 2 + 1024; // + alignment slack
 }
 
+// The epilogue of one consumer warp of a wgmma prefill kernel: its 16 rows of O (the m64
+// accumulator fragment, D / 2 floats a thread) divided by the row sums (with the sinks'
+// terms), staged through the warp's own rows of the Q tile `sQ` ([BM, D] in the GMMA
+// layout; no other warp reads them any more) and stored with 16-byte writes; rows past
+// the sequence's qLen are not written.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void storeWarpRows(const float *o, const float rowSum[2],
+                                              const float rowMax[2], const FmhaArgs &a,
+                                              int head, T *sQ, int rowBase, int lane, int m0,
+                                              int qStart, int qLen) {
+  constexpr int CHUNKS = D / 8;
+  const int g = lane >> 2, t = lane & 3;
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = rowSum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += sinkTerm(a.sinks, head, rowMax[r] == -INFINITY ? 0.f : rowMax[r] * a.scale_log2);
+    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t packed =
+          MmaType<T>::pack(o[dn * 4 + 2 * r] * inv[r], o[dn * 4 + 2 * r + 1] * inv[r]);
+      *reinterpret_cast<uint32_t *>(sQ + gmmaOff<BM>(rowBase + g + 8 * r, dn * 8 + 2 * t)) =
+          packed;
+    }
+  __syncwarp();
+  T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
+             static_cast<int64_t>(head) * a.o_head;
+#pragma unroll
+  for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
+    const int i = lane + it * 32;
+    const int row = i / CHUNKS, ch = i % CHUNKS;
+    const int qrow = m0 + rowBase + row;
+    if (qrow < qLen) {
+      const uint4 val = *reinterpret_cast<const uint4 *>(sQ + gmmaOff<BM>(rowBase + row, ch * 8));
+      *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
+    }
+  }
+}
+
 // NWG warpgroups per block, 64 query rows each. LAZY_RESCALE: a warp skips rescaling its
 // O accumulators on a key tile that raises none of its 16 rows' maxima (the factor
 // would be exactly 1); D / 4 multiplies a thread a tile against a vote. A tuning
@@ -394,38 +439,8 @@ __global__ void __launch_bounds__(128 * NWG, MIN_BLOCKS) prefillFmhaSm90Kernel(c
 
   cpAsyncWait<0>();
   __syncthreads();
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = rowSum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    sum += sinkTerm(a.sinks, head, rowMax[r] == NEG_INF ? 0.f : rowMax[r] * a.scale_log2);
-    inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-  const int rowBase = warp * 16; // this warp's rows within the block
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t packed =
-          MmaType<T>::pack(o[dn * 4 + 2 * r] * inv[r], o[dn * 4 + 2 * r + 1] * inv[r]);
-      *reinterpret_cast<uint32_t *>(sQ + gmmaOff<BM>(rowBase + g + 8 * r, dn * 8 + 2 * t)) =
-          packed;
-    }
-  __syncwarp();
-  T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
-             static_cast<int64_t>(head) * a.o_head;
-#pragma unroll
-  for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
-    const int i = lane + it * 32;
-    const int row = i / CHUNKS, ch = i % CHUNKS;
-    const int qrow = m0 + rowBase + row;
-    if (qrow < qLen) {
-      const uint4 val = *reinterpret_cast<const uint4 *>(sQ + gmmaOff<BM>(rowBase + row, ch * 8));
-      *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
-    }
-  }
+  // rowBase: this warp's rows within the block.
+  storeWarpRows<T, D, BM>(o, rowSum, rowMax, a, head, sQ, warp * 16, lane, m0, qStart, qLen);
 #endif // KILN_PREFILL_HAS_WGMMA
 }
 

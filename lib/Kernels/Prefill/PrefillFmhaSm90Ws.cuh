@@ -372,38 +372,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
 
     // Epilogue: each warp stages its 16 rows through its own rows of the Q tile (no other
     // warpgroup's wgmma reads them, and this one's are done) for 16-byte stores.
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = rowSum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      sum += sinkTerm(a.sinks, head, rowMax[r] == NEG_INF ? 0.f : rowMax[r] * a.scale_log2);
-      inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-    }
-    const int rowBase = warp * 16;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t packed =
-            MmaType<T>::pack(o[dn * 4 + 2 * r] * inv[r], o[dn * 4 + 2 * r + 1] * inv[r]);
-        *reinterpret_cast<uint32_t *>(sQ + gmmaOff<BM>(rowBase + g + 8 * r, dn * 8 + 2 * t)) =
-            packed;
-      }
-    __syncwarp();
-    T *oBase = static_cast<T *>(a.out) + static_cast<int64_t>(qStart) * a.o_tok +
-               static_cast<int64_t>(head) * a.o_head;
-#pragma unroll
-    for (int it = 0; it < 16 * CHUNKS / 32; ++it) {
-      const int i = lane + it * 32;
-      const int row = i / CHUNKS, ch = i % CHUNKS;
-      const int qrow = m0 + rowBase + row;
-      if (qrow < qLen) {
-        const uint4 val = *reinterpret_cast<const uint4 *>(sQ + gmmaOff<BM>(rowBase + row, ch * 8));
-        *reinterpret_cast<uint4 *>(oBase + static_cast<int64_t>(qrow) * a.o_tok + ch * 8) = val;
-      }
-    }
+    storeWarpRows<T, D, BM>(o, rowSum, rowMax, a, head, sQ, warp * 16, lane, m0, qStart, qLen);
   }
 #endif // KILN_PREFILL_HAS_WGMMA
 }
