@@ -185,7 +185,7 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
     for (SmallVector<WeightFamilyOp> &run : runs) {
       WeightFamilyOp head = run.front();
       OpBuilder builder(head);
-      for (int64_t i = 0; i < head.getCount(); ++i) {
+      for (int64_t i = 0, count = static_cast<int64_t>(head.getCount()); i < count; ++i) {
         LayerLocations locations(module.getContext());
         locations.startLayer(i);
         for (WeightFamilyOp family : run)
