@@ -55,7 +55,9 @@ LogicalResult checkFullRotary(Reader &r) {
   std::optional<double> partial = r.getNumber("partial_rotary_factor", /*required=*/false);
   if (r.failedAny())
     return failure();
-  if (partial && *partial != 1.0) {
+  // value_or: the optimizer may otherwise read the empty optional's payload first
+  // (harmless, but valgrind reports a jump on an uninitialised value).
+  if (partial.value_or(1.0) != 1.0) {
     r.error("partial_rotary_factor")
         << "field '" << r.fieldName("partial_rotary_factor")
         << "' = " << Reader::formatNumber(*partial)
