@@ -5,9 +5,10 @@
 // the runtime and checks that they make the same calls with the same arguments in the
 // same order. It exists for kiln-roll-layers, which must not change a step's calls:
 // A is a model compiled with the layers rolled into a loop, B the same model unrolled
-// (kiln-compile --no-roll-layers). With --activations-may-differ, addresses in the
-// activation arena are compared as one: a rotated layer loop carries the next layer's
-// normed input in one buffer, where the unrolled plan may give each layer's another.
+// (kiln-compile --no-roll-layers). With --activations-may-differ, the activations are
+// compared by data flow (which call wrote what a call reads), not by address: a rotated
+// layer loop carries the next layer's normed input in one buffer, where the unrolled
+// plan may give each layer's another.
 //
 // The stand-in functions are defined here and exported from the executable, so the
 // dynamic linker binds the model's imports to them before libkiln_runtime.so. The
@@ -18,6 +19,8 @@
 // without that call).
 //
 //===----------------------------------------------------------------------===//
+#include "CallTraceDataflow.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 
@@ -29,6 +32,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,9 +41,11 @@ namespace {
 std::vector<std::string> trace;
 
 /// An argument as text: integers and pointers as numbers, floats as their bits (so
-/// that equal means bit-equal).
+/// that equal means bit-equal). A pointer the call writes through (`void *`, where
+/// inputs are `const void *`) is marked `w`.
 struct Arg {
   Arg(const void *pointer) : text(hex(reinterpret_cast<uintptr_t>(pointer))) {}
+  Arg(void *pointer) : text("w" + hex(reinterpret_cast<uintptr_t>(pointer))) {}
   Arg(int32_t value) : text(std::to_string(value)) {}
   Arg(int64_t value) : text(std::to_string(value)) {}
   Arg(uint64_t value) : text(std::to_string(value)) {}
@@ -66,8 +72,8 @@ int32_t record(const char *name, std::initializer_list<Arg> args) {
 
 // Fake, distinct regions; the inputs describe a step of 5 tokens and 2 logit rows.
 void *fake(uintptr_t address) { return reinterpret_cast<void *>(address); }
-constexpr uintptr_t kWeights = 0x100000000000, kActivations = 0x200000000000,
-                    kInputs = 0x300000000000;
+constexpr uintptr_t kWeights = 0x100000000000, kActivations = kiln::calltrace::kActivations,
+                    kInputs = kiln::calltrace::kInputs;
 constexpr int64_t kInputSizes[] = {5, 5, 2};
 
 } // namespace
@@ -316,23 +322,6 @@ bool traceModel(const char *path, std::vector<std::string> &calls) {
   return true;
 }
 
-/// `call` with every address in the activation arena written as `act`.
-std::string maskActivations(const std::string &call) {
-  std::string out;
-  size_t start = 0;
-  while (start <= call.size()) {
-    size_t end = call.find(' ', start);
-    if (end == std::string::npos)
-      end = call.size();
-    std::string word = call.substr(start, end - start);
-    uint64_t address = word.rfind("0x", 0) == 0 ? std::strtoull(word.c_str(), nullptr, 16) : 0;
-    bool activation = address >= kActivations && address < kInputs;
-    out += (start ? " " : "") + (activation ? std::string("act") : word);
-    start = end + 1;
-  }
-  return out;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -345,10 +334,10 @@ int main(int argc, char **argv) {
   std::vector<std::string> a, b;
   if (!traceModel(argv[1], a) || !traceModel(argv[2], b))
     return 1;
-  if (anyActivation)
-    for (std::vector<std::string> *calls : {&a, &b})
-      for (std::string &call : *calls)
-        call = maskActivations(call);
+  if (anyActivation) {
+    a = kiln::calltrace::dataflow(a);
+    b = kiln::calltrace::dataflow(b);
+  }
   if (a.empty()) {
     std::fprintf(stderr, "kiln-call-trace: %s made no call\n", argv[1]);
     return 1;
