@@ -45,6 +45,12 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   # family with a per-rank graph (docs/tensor-parallel.md), not Qwen3-Next or gpt-oss.
   if ! grep -q '"linear_attention"\|"gpt_oss"' "$config"; then
     tiny "$config" none "$family-collectives" --tp-collectives
+    # Two ranks (parity.py's tp2 mode, on a machine with 2 GPUs), where 2 divides the
+    # heads (qwen2's 7 heads do not).
+    heads=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['num_attention_heads'])" "$config")
+    if [ $((heads % 2)) -eq 0 ]; then
+      tiny "$config" none "$family-tp2" --tp 2
+    fi
   fi
   # The MLA families have an FP8 latent cache (656-byte tokens) and no f16 one (parity.py
   # skips their f16 modes).

@@ -38,6 +38,13 @@ For every family built by make_models.py:
                          of 16, steps of 64, so the longer prompts wrap their rings):
                          tokens, logits and memory like nospec
               ringngram  <family>-ringngram.so --spec ngram:4, lossless against ring
+              nccl       <family>-collectives.so (--tp-collectives) as one NCCL rank
+                         (--nccl-one-rank): tokens and prefill logits bitwise nospec's,
+                         the communicator within its planned reserve
+              tp2        <family>-tp2.so (--tp 2) on two GPUs (kiln-run --ranks 2):
+                         nospec's greedy tokens, prefill logits within 2e-2 (relative
+                         L2) of nospec's, memory per rank as planned; skipped, saying
+                         so, on a machine with fewer than 2 GPUs
 Checks (one line per family and mode, PASS or FAIL with the numbers):
   tokens     identical to the reference for --max-new-tokens on every prompt; a first
              difference at a step whose reference top-1/top-2 margin is under the bf16
@@ -101,7 +108,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
-             "ringngram", "nccl"]
+             "ringngram", "nccl", "tp2"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_F16_MLA = ("the MLA kernels read a bf16 or FP8 latent cache (kiln-compile refuses "
                "--kv-dtype f16 for mla_attention layers)")
@@ -124,6 +131,8 @@ SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "f16ngram", "replayngra
 # DeltaNet layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
 FP8_MODES = {"fp8", "fp8tf", "fp8ngram"}
+# tp2 against the one-GPU run: the issue's bound on the prefill logits (relative L2).
+TP_LOGIT_RTOL = 2e-2
 # An f16 KV cache (--kv-dtype f16): the bf16 modes' checks, f16ngram lossless against f16.
 F16_MODES = {"f16", "f16ngram"}
 # Sliding-window KV rings (--kv-ring-window, pages of 16, steps of 64: rings of a few
@@ -453,7 +462,7 @@ def mode_so(mode):
             "fp8ngram": "fp8ngram", "f16": "f16nospec", "f16ngram": "f16ngram",
             "replayngram": "replayngram",
             "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
-            "ringngram": "ringngram", "nccl": "collectives"}[mode]
+            "ringngram": "ringngram", "nccl": "collectives", "tp2": "tp2"}[mode]
 
 
 def kiln_weights(models, name):
@@ -478,9 +487,13 @@ def mode_command(mode, family, work, args):
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8", "ring", "f16", "nccl"):
+    if mode in ("nospec", "fp8", "ring", "f16", "nccl", "tp2"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
-    if mode == "nccl":
+    if mode == "tp2":
+        # One rank's graph (kiln-compile --tp 2) on two GPUs: kiln-run's rank threads,
+        # one NCCL communicator; rank 0 writes the results.
+        cmd += ["--ranks", "2"]
+    elif mode == "nccl":
         # The model's per-rank form (kiln-compile --tp-collectives) as the one rank of an
         # NCCL communicator: its all-reduces run through NCCL (docs/tensor-parallel.md).
         cmd += ["--nccl-one-rank"]
@@ -883,6 +896,28 @@ def check_bitwise_as_nospec(tokens, nospec_tokens, work):
                                                "same_logits": same_logits}
 
 
+def check_as_one_gpu(tokens, nospec_tokens, work, rtol):
+    """Two ranks against one GPU (issue 18): the same greedy tokens, and each prompt's
+    prefill logits within rtol (relative L2) of the one-GPU run's (the sums of partial
+    products round differently)."""
+    if nospec_tokens is None:
+        return False, "unchecked: no nospec run", {}
+    same_tokens = tokens == nospec_tokens
+    ours, plain = work / "tp2.logits.bin", work / "nospec.logits.bin"
+    if not (ours.exists() and plain.exists()) or ours.stat().st_size != plain.stat().st_size:
+        return False, "tp2 or nospec logits missing or of other sizes", {}
+    a = torch.frombuffer(bytearray(ours.read_bytes()), dtype=torch.float32)
+    b = torch.frombuffer(bytearray(plain.read_bytes()), dtype=torch.float32)
+    prompts = len(tokens)
+    a, b = a.view(prompts, -1), b.view(prompts, -1)
+    errors = [float((a[p] - b[p]).norm() / b[p].norm()) for p in range(prompts)]
+    worst = max(errors)
+    ok = same_tokens and all(math.isfinite(e) and e <= rtol for e in errors)
+    text = (f"tokens {'equal' if same_tokens else 'DIFFER'} to the one-GPU run's, prefill "
+            f"logits within {worst:.1e} of it (limit {rtol:g})")
+    return ok, text, {"same_tokens": same_tokens, "logit_errors": errors}
+
+
 def check_communicator(result):
     """The communicator's memory is part of the plan (issue 18): a reserve is planned and
     NCCL took no more of it (kiln_model_load_rank refuses otherwise)."""
@@ -929,6 +964,9 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_ru
                                                   count)))
         elif mode == "nccl":
             checks.append(("nccl", check_bitwise_as_nospec(tokens, nospec_tokens, work)))
+            checks.append(("communicator", check_communicator(result)))
+        elif mode == "tp2":
+            checks.append(("tp2", check_as_one_gpu(tokens, nospec_tokens, work, TP_LOGIT_RTOL)))
             checks.append(("communicator", check_communicator(result)))
         elif nospec_tokens is not None:
             checks.append(("lossless", check_lossless(tokens, nospec_tokens, count)))
@@ -985,8 +1023,14 @@ def run_family(family, args, out, env):
         if mode == "nccl" and not (args.so_dir / f"{family}-collectives.so").exists():
             reason = ("no per-rank form (gpu-prepare.sh compiles one with --tp-collectives "
                       "for every family with a per-rank graph: not qwen3-next or gpt-oss)")
-        if mode == "nccl" and not os.environ.get("KILN_NCCL_LIBRARY"):
+        if mode in ("nccl", "tp2") and not os.environ.get("KILN_NCCL_LIBRARY"):
             reason = "KILN_NCCL_LIBRARY is not set (libnccl.so.2's path)"
+        if mode == "tp2" and not (args.so_dir / f"{family}-tp2.so").exists():
+            reason = ("no two-rank form (gpu-prepare.sh compiles one with --tp 2 for every "
+                      "family with a per-rank graph whose heads 2 divides)")
+        if mode == "tp2" and torch.cuda.device_count() < 2:
+            reason = (f"needs 2 GPUs; this machine has {torch.cuda.device_count()} (issue "
+                      f"18's tp = 2 run)")
         if mode == "mtp" and not (args.models / f"{family}-mtp").exists():
             reason = "no MTP module (a configs/<family>-tiny-mtp.json builds one)"
         if reason:

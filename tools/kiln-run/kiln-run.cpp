@@ -17,6 +17,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -27,7 +28,7 @@ const char *kUsage =
     "--draft-weights DIR --spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
     "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--check-launches]\n"
-    "                [--trace DIR] [--nccl-one-rank] [--dry]\n"
+    "                [--trace DIR] [--nccl-one-rank | --ranks N] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
     "  --max-new-tokens N     greedy tokens to generate per prompt\n"
@@ -53,6 +54,10 @@ const char *kUsage =
     "  --nccl-one-rank        load the target as rank 0 of a one-rank NCCL communicator\n"
     "                         (kiln_model_load_rank): a model's all-reduces then run\n"
     "                         through NCCL, and must give the same bits as without it\n"
+    "  --ranks N              a model compiled with --tp N, one rank a GPU: rank r on\n"
+    "                         device --device + r, each in a thread of its own, all in\n"
+    "                         one NCCL communicator; rank 0 reports, and every rank must\n"
+    "                         generate the same tokens\n"
     "  --dry                  validation only (no GPU): one prefill and one decode step\n";
 
 struct Options {
@@ -64,6 +69,7 @@ struct Options {
   kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
   bool checkLaunches = false;
   bool ncclOneRank = false;
+  int ranks = 0; // --ranks N: N tensor-parallel ranks (0: one model, no communicator)
   bool dry = false;
   enum class Spec { None, Ngram, Draft, Mtp } spec = Spec::None;
   int k = 0;
@@ -140,6 +146,10 @@ Options parseOptions(int argc, char **argv) {
       o.trace = value();
     } else if (a == "--nccl-one-rank") {
       o.ncclOneRank = true;
+    } else if (a == "--ranks") {
+      o.ranks = parseInt(value(), "--ranks");
+      if (o.ranks < 1 || o.ranks > 64)
+        die("--ranks " + std::to_string(o.ranks) + ": expected 1 to 64 ranks");
     } else if (a == "--dry") {
       o.dry = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -179,6 +189,11 @@ Options parseOptions(int argc, char **argv) {
     if (o.spec == Options::Spec::Mtp && o.k != 1)
       die("--spec " + spec + ": DeepSeek's MTP module drafts one token a step; use mtp:1");
   }
+  if (o.ranks > 0 && o.ncclOneRank)
+    die("--ranks N and --nccl-one-rank both name the communicator; --ranks 1 is the "
+        "one-rank run");
+  if (o.ranks > 1 && !o.trace.empty())
+    die("--trace writes one model's ops: trace one rank's model without --ranks");
   if (o.spec == Options::Spec::Draft && (o.draftModel.empty() || (!o.dry && o.draftWeights.empty())))
     die("--spec draft:K needs --draft-model DRAFT.so and --draft-weights DIR");
   if (o.spec != Options::Spec::Draft && !o.draftModel.empty())
@@ -282,6 +297,12 @@ std::vector<std::vector<int32_t>> readContinuations(const std::string &path) {
   return out;
 }
 
+// One tensor-parallel rank: which, of how many, in the communicator `id` names.
+struct RankSpec {
+  int rank = 0, ranks = 1;
+  const kiln_rt_nccl_id_t *id = nullptr;
+};
+
 // A loaded model and its sequences (one per prompt).
 struct Model {
   kiln_model_t *model = nullptr;
@@ -290,15 +311,17 @@ struct Model {
   std::string what;
 
   Model(const std::string &so, const std::string &weights, int device, bool dry,
-        int cudaGraphs, bool checkLaunches, const std::string &role, bool ncclOneRank = false)
+        int cudaGraphs, bool checkLaunches, const std::string &role,
+        const RankSpec *rank = nullptr)
       : what(role) {
     if (dry) {
       check(kiln_model_load_dry(so.c_str(), &model), ("loading the " + role + " (dry)").c_str());
-    } else if (ncclOneRank) {
-      kiln_rt_nccl_id_t id;
-      check(kiln_rt_nccl_unique_id(&id), "kiln_rt_nccl_unique_id");
-      check(kiln_model_load_rank(so.c_str(), weights.c_str(), device, 0, 1, &id, &model),
-            ("loading the " + role + " as one NCCL rank").c_str());
+    } else if (rank) {
+      check(kiln_model_load_rank(so.c_str(), weights.c_str(), device, rank->rank, rank->ranks,
+                                 rank->id, &model),
+            ("loading the " + role + " as NCCL rank " + std::to_string(rank->rank) + " of " +
+             std::to_string(rank->ranks))
+                .c_str());
     } else {
       check(kiln_model_load(so.c_str(), weights.c_str(), device, &model),
             ("loading the " + role).c_str());
@@ -709,10 +732,18 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
   std::fclose(f);
 }
 
-int run(int argc, char **argv) {
-  Options o = parseOptions(argc, argv);
-  Model target(o.model, o.weights, o.device, o.dry, o.cudaGraphs, o.checkLaunches,
-               "model " + o.model, o.ncclOneRank);
+/// What a run leaves for the ranks' comparison: the tokens and the rank's memory.
+struct RankOutcome {
+  std::vector<std::vector<int32_t>> outputs;
+  uint64_t plannedBytes = 0, usedBytes = 0;
+};
+
+/// One model's (or one rank's) whole run; `report`: print the results and write --json
+/// and --logits (rank 0 of several; the only model otherwise).
+RankOutcome runModel(const Options &o, int device, const RankSpec *rank, bool report) {
+  const std::string role =
+      "model " + o.model + (rank && rank->ranks > 1 ? " (rank " + std::to_string(rank->rank) + ")" : "");
+  Model target(o.model, o.weights, device, o.dry, o.cudaGraphs, o.checkLaunches, role, rank);
   if (!o.trace.empty())
     check(kiln_rt_set_trace(kiln_model_context(target.model), o.trace.c_str()),
           "--trace");
@@ -720,7 +751,7 @@ int run(int argc, char **argv) {
         "--gemm-policy");
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
-    draft = std::make_unique<Model>(o.draftModel, o.draftWeights, o.device, o.dry,
+    draft = std::make_unique<Model>(o.draftModel, o.draftWeights, device, o.dry,
                                     o.cudaGraphs, o.checkLaunches,
                                     "draft model " + o.draftModel);
     if (draft->info.vocab_size != target.info.vocab_size)
@@ -749,9 +780,15 @@ int run(int argc, char **argv) {
   Options g = o;
   if (o.dry)
     g.maxNewTokens = 2; // one prefill and one decode step
+  if (!report)
+    g.logits.clear(); // rank 0 writes them
   generate(g, target, draft.get(), prompts, r);
   if (!o.teacherForced.empty())
     teacherForced(target, prompts, refs, r);
+  RankOutcome outcome{r.outputs, kiln_model_planned_bytes(target.model),
+                      kiln_model_device_bytes_used(target.model)};
+  if (!report)
+    return outcome;
 
   for (size_t i = 0; i < r.outputs.size(); ++i) {
     std::printf("prompt %zu (%zu tokens):", i, prompts[i].size());
@@ -796,6 +833,57 @@ int run(int argc, char **argv) {
               static_cast<unsigned long long>(kiln_model_device_bytes_now(target.model)));
   if (!o.json.empty())
     writeJson(o, target, r);
+  return outcome;
+}
+
+/// --ranks N: one thread a rank, each loading its rank of the model on its own GPU
+/// (loading joins the communicator, so the ranks must load at once). A rank that fails
+/// ends the process: the others would wait in NCCL for it forever.
+int runRanks(const Options &o) {
+  kiln_rt_nccl_id_t id{};
+  if (!o.dry)
+    check(kiln_rt_nccl_unique_id(&id), "kiln_rt_nccl_unique_id");
+  std::vector<RankOutcome> outcomes(o.ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r)
+    threads.emplace_back([&, r] {
+      RankSpec rank{r, o.ranks, &id};
+      try {
+        outcomes[r] = runModel(o, o.device + r, &rank, r == 0);
+        return;
+      } catch (const Failure &f) {
+        std::fprintf(stderr, "kiln-run: error: rank %d: %s\n", r, f.message.c_str());
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "kiln-run: error: rank %d: %s\n", r, e.what());
+      }
+      std::fflush(nullptr);
+      std::_Exit(1);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (int r = 1; r < o.ranks; ++r)
+    if (outcomes[r].outputs != outcomes[0].outputs)
+      die("rank " + std::to_string(r) + " generated other tokens than rank 0: the ranks' "
+          "logits differ after the all-gather (a collective or a weight shard is wrong)");
+  std::printf("ranks: %d, every rank generated rank 0's tokens; device memory per rank "
+              "(planned / used at load):",
+              o.ranks);
+  for (const RankOutcome &outcome : outcomes)
+    std::printf(" %llu / %llu", static_cast<unsigned long long>(outcome.plannedBytes),
+                static_cast<unsigned long long>(outcome.usedBytes));
+  std::printf("\n");
+  return 0;
+}
+
+int run(int argc, char **argv) {
+  Options o = parseOptions(argc, argv);
+  if (o.ranks > 0)
+    return runRanks(o);
+  kiln_rt_nccl_id_t id{};
+  RankSpec oneRank{0, 1, &id};
+  if (o.ncclOneRank && !o.dry)
+    check(kiln_rt_nccl_unique_id(&id), "kiln_rt_nccl_unique_id");
+  runModel(o, o.device, o.ncclOneRank ? &oneRank : nullptr, /*report=*/true);
   return 0;
 }
 
