@@ -741,8 +741,9 @@ struct RankOutcome {
 /// One model's (or one rank's) whole run; `report`: print the results and write --json
 /// and --logits (rank 0 of several; the only model otherwise).
 RankOutcome runModel(const Options &o, int device, const RankSpec *rank, bool report) {
-  const std::string role =
-      "model " + o.model + (rank && rank->ranks > 1 ? " (rank " + std::to_string(rank->rank) + ")" : "");
+  std::string role = "model " + o.model;
+  if (rank && rank->ranks > 1)
+    role += " (rank " + std::to_string(rank->rank) + ")";
   Model target(o.model, o.weights, device, o.dry, o.cudaGraphs, o.checkLaunches, role, rank);
   if (!o.trace.empty())
     check(kiln_rt_set_trace(kiln_model_context(target.model), o.trace.c_str()),
