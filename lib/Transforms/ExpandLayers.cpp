@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include "LayerLoops.h"
 #include "PassDetail.h"
+#include "kiln/Dialect/Kiln/LayerLoop.h"
 #include "kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -72,8 +73,7 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
         at->emitRemark() << "kiln-expand-layers: the layer loop is expanded: " << why;
       return failure();
     };
-    if (!getConstantIntValue(loop.getLowerBound()) || !getConstantIntValue(loop.getUpperBound()) ||
-        getConstantIntValue(loop.getStep()) != 1)
+    if (!constantLayerRange(loop))
       return refuse(loop, "its bounds are not constants with step 1");
     for (Value carried : loop.getRegionIterArgs())
       if (!isa<RankedTensorType>(carried.getType()))
@@ -94,18 +94,17 @@ struct ExpandLayersPass : public kiln::impl::KilnExpandLayersBase<ExpandLayersPa
   }
 
   LogicalResult expandLoop(scf::ForOp loop) {
-    std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
-    std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
-    std::optional<int64_t> step = getConstantIntValue(loop.getStep());
-    if (!lower || !upper || step != 1)
+    std::optional<std::pair<int64_t, int64_t>> layers = constantLayerRange(loop);
+    if (!layers)
       return loop.emitError() << "kiln-expand-layers: a layer loop needs constant bounds "
                                  "and step 1";
+    const auto [lower, upper] = *layers;
     LayerCopier copier(loop, /*after=*/false);
     Block *body = loop.getBody();
     Value index = loop.getInductionVar();
     SmallVector<Value> carried(loop.getInitArgs());
-    for (int64_t layer = *lower; layer < *upper; ++layer) {
-      copier.startLayer(layer - *lower, layer);
+    for (int64_t layer = lower; layer < upper; ++layer) {
+      copier.startLayer(layer - lower, layer);
       IRMapping mapping;
       for (auto [arg, value] : llvm::zip_equal(loop.getRegionIterArgs(), carried))
         mapping.map(arg, value);

@@ -1,7 +1,7 @@
 //===- LayerLoops.cpp - what the layer-loop passes share -------------------===//
 #include "LayerLoops.h"
+#include "kiln/Dialect/Kiln/LayerLoop.h"
 
-#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
@@ -127,9 +127,8 @@ bool kiln::normStraddlesBackEdge(scf::ForOp loop) {
 }
 
 RmsNormOp kiln::rotatableNorm(scf::ForOp loop) {
-  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
-  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
-  if (!lower || !upper || getConstantIntValue(loop.getStep()) != 1 || *upper - *lower < 3)
+  std::optional<std::pair<int64_t, int64_t>> layers = constantLayerRange(loop);
+  if (!layers || layers->second - layers->first < 3)
     return {};
   auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
   for (auto [arg, yielded] : llvm::zip_equal(loop.getRegionIterArgs(), yield.getOperands())) {
