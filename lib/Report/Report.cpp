@@ -5,10 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "kiln/Report/Report.h"
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "kiln/Dialect/Kiln/LayerLoop.h"
 #include "kiln/Registry/KernelRegistry.h"
-
-#include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/Utils/StaticValueUtils.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -44,11 +42,11 @@ static std::optional<std::pair<int64_t, int64_t>> layerLoopBounds(Operation *op)
   auto loop = dyn_cast<scf::ForOp>(op);
   if (!loop || !loop->hasAttr(KilnDialect::kLayersAttrName))
     return std::nullopt;
-  std::optional<int64_t> lower = getConstantIntValue(loop.getLowerBound());
-  std::optional<int64_t> upper = getConstantIntValue(loop.getUpperBound());
-  if (!lower || !upper || getConstantIntValue(loop.getStep()) != 1)
-    return std::nullopt;
-  return std::make_pair(*lower, *upper);
+  return constantLayerRange(loop);
+}
+
+static std::string resourceName(int64_t layer, StringRef kind) {
+  return "layer" + std::to_string(layer) + "." + kind.str();
 }
 
 ReportData kiln::collectReport(ModuleOp module) {
@@ -114,7 +112,7 @@ ReportData kiln::collectReport(ModuleOp module) {
       ReportResource r;
       r.layer = layer.value_or(res.getLayer());
       r.kind = stringifyResourceKind(res.getKind()).str();
-      r.name = "layer" + std::to_string(r.layer) + "." + r.kind;
+      r.name = resourceName(r.layer, r.kind);
       r.speculativeOnly = res.getSpeculativeOnly();
       if (std::optional<int64_t> bytes = res.getBytes())
         r.bytes = static_cast<uint64_t>(*bytes);
@@ -160,12 +158,27 @@ ReportData kiln::collectReport(ModuleOp module) {
   };
   // A layer loop (a rolled import) stands for its layers: the report lists each, in the
   // order kiln-expand-layers would copy them, without copying the IR (a report of 100k
-  // layers stays linear and cheap).
+  // layers stays linear and cheap). The body is collected once, as its first layer, and
+  // its rows repeated for the others.
   module.walk<WalkOrder::PreOrder>([&](Operation *op) {
     if (std::optional<std::pair<int64_t, int64_t>> layers = layerLoopBounds(op)) {
-      for (int64_t layer = layers->first; layer < layers->second; ++layer)
-        for (Operation &member : cast<scf::ForOp>(op).getBody()->without_terminator())
-          member.walk([&](Operation *nested) { collectOp(nested, layer); });
+      const size_t firstResource = d.resources.size(), firstKernel = d.kernels.size();
+      for (Operation &member : cast<scf::ForOp>(op).getBody()->without_terminator())
+        member.walk([&](Operation *nested) { collectOp(nested, layers->first); });
+      const size_t endResource = d.resources.size(), endKernel = d.kernels.size();
+      for (int64_t layer = layers->first + 1; layer < layers->second; ++layer) {
+        for (size_t i = firstResource; i < endResource; ++i) {
+          ReportResource r = d.resources[i];
+          r.layer = layer;
+          r.name = resourceName(layer, r.kind);
+          d.resources.push_back(std::move(r));
+        }
+        for (size_t i = firstKernel; i < endKernel; ++i) {
+          ReportKernel k = d.kernels[i];
+          k.layer = layer;
+          d.kernels.push_back(std::move(k));
+        }
+      }
       return WalkResult::skip();
     }
     collectOp(op, std::nullopt);
