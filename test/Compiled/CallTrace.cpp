@@ -27,12 +27,10 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
-#include <map>
 #include <string>
 #include <vector>
 
