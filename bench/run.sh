@@ -41,7 +41,7 @@ for family in $families; do
         --lib "$build/lib/libkiln_runtime.so" ;;
   model)
     OUT="$out/$family" python3 "$root/bench/Model/bench_model.py" \
-      --kiln-run "$build/bin/kiln-run" --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
+      --kiln-run "$build/bin/kiln-run" --kiln-dir "$root/.carry/models" \
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
   ssmmodes)
     # Replay against rewind speculation on a Mamba2 hybrid (docs/replay.md).

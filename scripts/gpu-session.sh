@@ -234,7 +234,7 @@ if has bench; then
   mkdir -p "$out/bench/graphs"
   KILN_BENCH_GRAPH_DOT="$out/bench/graphs" OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
     "$root/bench/Model/bench_model.py" --kiln-run "$build/bin/kiln-run" \
-    --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" \
+    --kiln-dir "$root/.carry/models" \
     --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" \
     --second "${KILN_BENCH_SECOND:-eager}" > "$out/bench-model.log" 2>&1
   echo "bench rc=$? ($(elapsed))"; tail -20 "$out/bench-model.log"

@@ -7,15 +7,21 @@ A random-weight model with Llama-3.1-8B's shapes (examples/models/llama-3.1-8b-i
                rate is printed beside it) and a bf16 8192^3 matmul (TFLOP/s), both
                through torch;
   transformers sdpa, `generate` with a static cache, eager (no torch.compile):
-               decode tokens/s at batch 1, 16, 64 (128-token prompts, 128 new tokens:
-               the time of generating N tokens minus the time of generating 1, so the
-               prefill drops out) and prefill tokens/s of one 4096-token prompt;
+               decode tokens/s at batch 1, 16, 64 and 256 (128-token prompts, 128 new
+               tokens: the time of generating N tokens minus the time of generating 1,
+               so the prefill drops out), prompt-lookup speculation at batch 1 (its
+               only batch in transformers), and prefill tokens/s of one 4096-token
+               prompt;
   Kiln         the same through kiln-run --json (decode_tokens_per_s,
-               prefill_tokens_per_s), with the same weights written as safetensors.
+               prefill_tokens_per_s), with the same weights written as safetensors,
+               and every decode batch again with n-gram speculation (--spec ngram:K,
+               the model compiled with it; acceptance and tokens per step printed).
 Bounds: decode = batch / ((weight bytes read per step + KV bytes read per step) / read
 rate), the KV at the mean context; prefill = tokens / (model FLOPs / matmul rate), the
 FLOPs of the linear layers plus causal attention (the lm_head of the last token only).
-Each decode batch also runs a second Kiln variant (--second): eager launches
+Speculative rows are measured against the bound without speculation: above 100% means
+the accepted drafts paid for their verification. Each decode row also runs a second
+Kiln variant (--second): eager launches
 (--cuda-graphs 0, the default) or cuBLASLt's heuristic GEMM algorithms
 (--gemm-policy heuristic: what batch invariance costs).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
@@ -23,7 +29,8 @@ OUT/bench-model.json.
 
 Usage (GPU machine, repo root):
   python3 bench/Model/bench_model.py --kiln-run BUILD/bin/kiln-run \
-      --kiln-so .carry/models/llama-3.1-8b-bench.so --lib-dir BUILD/lib
+      --kiln-dir .carry/models --lib-dir BUILD/lib
+(the shared objects of bench/Model/compile.sh: one per speculation and batch range).
 """
 import argparse
 import copy
@@ -39,7 +46,18 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-DECODE_BATCHES = [1, 16, 64]
+DECODE_BATCHES = [1, 16, 64, 256]
+# bench/Model/compile.sh's shared objects: batches up to 64 share one with 4608 positions
+# (the 4k prefill fits it); batch 256 has its own with 256 positions, since 256
+# sequences of 4608 would plan 144 GiB of KV.
+SMALL_BATCH_LIMIT = 64
+
+
+def kiln_model_path(directory, batch, ngram):
+    """The compiled model for a decode batch, with or without n-gram speculation."""
+    spec = "-ngram" if ngram else ""
+    size = "-b256" if batch > SMALL_BATCH_LIMIT else ""
+    return Path(directory) / f"llama-3.1-8b-bench{spec}{size}.so"
 DECODE_PROMPT, DECODE_NEW = 128, 128
 PREFILL_LEN = 4096
 
@@ -177,9 +195,11 @@ def random_ids(batch, length, vocab, seed):
 
 
 @torch.no_grad()
-def hf_generate_seconds(model, ids, new_tokens, static):
+def hf_generate_seconds(model, ids, new_tokens, static, lookup=0):
     config = copy.deepcopy(model.generation_config)
     config.do_sample, config.max_new_tokens, config.min_new_tokens = False, new_tokens, None
+    if lookup:  # prompt-lookup decoding: transformers' n-gram speculation (batch 1 only)
+        config.prompt_lookup_num_tokens = lookup
     config.cache_implementation = "static" if static else None
     # With a static cache, generate would torch.compile the forward on its own, and
     # recompile for every cache length: minutes that the timing would count. Eager.
@@ -191,14 +211,14 @@ def hf_generate_seconds(model, ids, new_tokens, static):
     return time.perf_counter() - start
 
 
-def hf_decode(model, vocab, batch):
+def hf_decode(model, vocab, batch, lookup=0):
     """Decode tokens/s: (N - 1) decode steps are the difference of N and 1 new tokens."""
     ids = torch.tensor(random_ids(batch, DECODE_PROMPT, vocab, batch), device="cuda")
     for static in (True, False):
         try:
-            hf_generate_seconds(model, ids, 4, static)  # warm-up (allocations, kernels)
-            one = hf_generate_seconds(model, ids, 1, static)
-            full = hf_generate_seconds(model, ids, DECODE_NEW, static)
+            hf_generate_seconds(model, ids, 4, static, lookup)  # warm-up (allocations, kernels)
+            one = hf_generate_seconds(model, ids, 1, static, lookup)
+            full = hf_generate_seconds(model, ids, DECODE_NEW, static, lookup)
             return batch * (DECODE_NEW - 1) / (full - one), "static" if static else "dynamic"
         except Exception as error:  # static cache unsupported: say so, use the default
             print(f"  transformers static cache failed ({type(error).__name__}: {error}); "
@@ -224,12 +244,16 @@ def hf_prefill(model, vocab):
 # Kiln
 # ----------------------------------------------------------------------------------------
 
-def kiln_run(args, prompts, new_tokens, work, name, extra=()):
-    """kiln-run on one batch of prompts; its JSON, or None with the error printed."""
+def kiln_run(args, so, prompts, new_tokens, work, name, extra=()):
+    """kiln-run of `so` on one batch of prompts; its JSON, or None with the error printed."""
+    if not so.exists():
+        print(f"  kiln-run {name}: {so} is missing (bench/Model/compile.sh builds it)",
+              flush=True)
+        return None
     prompts_path = work / f"{name}.prompts"
     prompts_path.write_text("".join(" ".join(map(str, p)) + "\n" for p in prompts))
     json_path = work / f"{name}.json"
-    cmd = [str(args.kiln_run), str(args.kiln_so), "--weights", str(work),
+    cmd = [str(args.kiln_run), str(so), "--weights", str(work),
            "--prompts", str(prompts_path), "--max-new-tokens", str(new_tokens),
            "--json", str(json_path), *extra]
     env = dict(os.environ)
@@ -263,6 +287,23 @@ def fmt(x, spec):
     return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
 
 
+def ngram_case(batch, ngram):
+    return f"decode b{batch} ngram:{ngram}"
+
+
+def describe_step_host_time(result):
+    """kiln-run's CUDA-graph and host-time statistics of one run, in words."""
+    r = result or {}
+    graphs = r.get("cuda_graphs", {})
+    return (f"{graphs.get('captured')} graphs of {graphs.get('shapes_seen')} shapes seen, "
+            f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
+            f"host {r.get('host_us_per_decode_step')} us/step with graphs "
+            f"({r.get('host_us_per_replayed_step')} us per replayed step: set_batch "
+            f"{r.get('host_us_per_set_batch')} + graph launch "
+            f"{r.get('host_us_per_graph_launch')}; median "
+            f"{r.get('host_us_replayed_step_p50')}, p99 {r.get('host_us_replayed_step_p99')})")
+
+
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic")}
 
 
@@ -270,12 +311,12 @@ def print_table(rows, second):
     """kiln: CUDA graphs on, row-invariant GEMMs (kiln-run's defaults); then the second
     variant: eager (--cuda-graphs 0) or heuristic (--gemm-policy heuristic, with graphs)."""
     second_head = f"{second} tok/s"
-    print(f"{'case':<14}{'kiln tok/s':>12}{second_head:>16}{'bound':>12}{'kiln %':>8}"
+    print(f"{'case':<22}{'kiln tok/s':>12}{second_head:>16}{'bound':>12}{'kiln %':>8}"
           f"{'hf tok/s':>12}{'hf %':>7}{'kiln/hf':>9}")
     for r in rows:
         pct = lambda v: None if v is None else 100 * v / r["bound"]  # noqa: E731
         ratio = r["kiln"] / r["hf"] if r["kiln"] and r["hf"] else None
-        print(f"{r['case']:<14}{fmt(r['kiln'], '12.0f')}{fmt(r.get('second'), '16.0f')}"
+        print(f"{r['case']:<22}{fmt(r['kiln'], '12.0f')}{fmt(r.get('second'), '16.0f')}"
               f"{r['bound']:12.0f}{fmt(pct(r['kiln']), '8.1f')}{fmt(r['hf'], '12.0f')}"
               f"{fmt(pct(r['hf']), '7.1f')}{fmt(ratio, '9.2f')}")
 
@@ -285,8 +326,12 @@ def main():
     parser.add_argument("--config", type=Path,
                         default=ROOT / "examples/models/llama-3.1-8b-instruct.json")
     parser.add_argument("--kiln-run", type=Path)
-    parser.add_argument("--kiln-so", type=Path,
-                        default=ROOT / ".carry/models/llama-3.1-8b-bench.so")
+    parser.add_argument("--kiln-dir", type=Path, default=ROOT / ".carry/models",
+                        help="bench/Model/compile.sh's llama-3.1-8b-bench*.so")
+    parser.add_argument("--batches", default=",".join(map(str, DECODE_BATCHES)),
+                        help="decode batches (comma-separated)")
+    parser.add_argument("--ngram", type=int, default=4,
+                        help="drafts a step of the speculative rows (0: no such rows)")
     parser.add_argument("--lib-dir", type=Path, action="append", default=[])
     parser.add_argument("--work", type=Path, default=Path("/tmp/kiln-bench-model"),
                         help="where the 16 GB of weights are written")
@@ -302,9 +347,11 @@ def main():
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    run_kiln = not args.skip_kiln and args.kiln_run and args.kiln_so.exists()
+    batches = [int(b) for b in args.batches.split(",") if b]
+    base_so = kiln_model_path(args.kiln_dir, 1, ngram=False)
+    run_kiln = not args.skip_kiln and args.kiln_run and base_so.exists()
     if not args.skip_kiln and not run_kiln:
-        print(f"kiln: skipped (need --kiln-run and {args.kiln_so}; "
+        print(f"kiln: skipped (need --kiln-run and {base_so}; "
               "see bench/Model/README.md)", flush=True)
     clock = time.perf_counter()
     stamp = lambda what: print(f"  {what} ({time.perf_counter() - clock:.0f} s)", flush=True)  # noqa: E731
@@ -328,53 +375,69 @@ def main():
 
     hf = {}
     if not args.skip_hf:
-        for batch in DECODE_BATCHES:
+        for batch in batches:
             hf[f"decode b{batch}"], cache = hf_decode(model, config.vocab_size, batch)
             stamp(f"transformers decode b{batch} ({cache} cache)")
+        if args.ngram and 1 in batches:
+            hf[ngram_case(1, args.ngram)], cache = hf_decode(model, config.vocab_size, 1,
+                                                            lookup=args.ngram)
+            stamp(f"transformers decode b1, prompt lookup {args.ngram} ({cache} cache)")
         hf["prefill 4k"] = hf_prefill(model, config.vocab_size)
         stamp("transformers prefill")
     vocab = config.vocab_size
     del model
     torch.cuda.empty_cache()
 
-    kiln, second = {}, {}
+    kiln, second, speculation = {}, {}, {}
     if run_kiln:
-        for batch in DECODE_BATCHES:
+        for batch in batches:
             prompts = random_ids(batch, DECODE_PROMPT, vocab, batch)
-            result = kiln_run(args, prompts, DECODE_NEW, args.work, f"decode-b{batch}")
-            kiln[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
-            graphs = (result or {}).get("cuda_graphs", {})
-            host = (result or {}).get("host_us_per_decode_step")
-            replayed = (result or {}).get("host_us_per_replayed_step")
-            p50 = (result or {}).get("host_us_replayed_step_p50")
-            p99 = (result or {}).get("host_us_replayed_step_p99")
-            launch = (result or {}).get("host_us_per_graph_launch")
-            set_batch = (result or {}).get("host_us_per_set_batch")
-            result = kiln_run(args, prompts, DECODE_NEW, args.work,
-                              f"decode-b{batch}-{args.second}", SECOND_VARIANTS[args.second])
-            second[f"decode b{batch}"] = result and result.get("decode_tokens_per_s")
-            stamp(f"kiln decode b{batch} ({graphs.get('captured')} graphs of "
-                  f"{graphs.get('shapes_seen')} shapes seen, "
-                  f"{graphs.get('replayed_steps')} replayed steps, {graphs.get('bytes')} bytes; "
-                  f"host {host} us/step with graphs ({replayed} us per replayed step: "
-                  f"set_batch {set_batch} + graph launch {launch}; median {p50}, p99 {p99}), "
-                  f"{(result or {}).get('host_us_per_decode_step')} {args.second}; "
-                  f"{args.second}: {second[f'decode b{batch}']} tok/s)")
-        result = kiln_run(args, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work, "prefill")
+            for ngram in ([0, args.ngram] if args.ngram else [0]):
+                case = ngram_case(batch, ngram) if ngram else f"decode b{batch}"
+                so = kiln_model_path(args.kiln_dir, batch, ngram=bool(ngram))
+                spec = ("--spec", f"ngram:{ngram}") if ngram else ()
+                name = case.replace(" ", "-").replace(":", "")
+                result = kiln_run(args, so, prompts, DECODE_NEW, args.work, name, spec)
+                kiln[case] = result and result.get("decode_tokens_per_s")
+                if ngram and result:
+                    speculation[case] = (result.get("acceptance_rate"),
+                                         result.get("mean_tokens_per_step"))
+                # kiln-run refuses cuBLASLt's heuristic GEMMs under speculation (their
+                # rows would depend on the batch, and verification would not be lossless).
+                other = None if ngram and args.second == "heuristic" else kiln_run(
+                    args, so, prompts, DECODE_NEW, args.work, f"{name}-{args.second}",
+                    (*spec, *SECOND_VARIANTS[args.second]))
+                second[case] = other and other.get("decode_tokens_per_s")
+                stamp(f"kiln {case} ({describe_step_host_time(result)}; {args.second}: "
+                      f"{second[case]} tok/s, host "
+                      f"{(other or {}).get('host_us_per_decode_step')} us/step"
+                      + (f"; acceptance {speculation[case][0]}, {speculation[case][1]} "
+                         "tokens a step" if case in speculation else "") + ")")
+        result = kiln_run(args, base_so, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work,
+                          "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
         stamp("kiln prefill")
 
-    rows = [{"case": f"decode b{b}", "bound": decode_bound(costs, b, read_rate)}
-            for b in DECODE_BATCHES]
+    rows = []
+    for b in batches:
+        rows.append({"case": f"decode b{b}", "bound": decode_bound(costs, b, read_rate)})
+        if args.ngram:
+            rows.append({"case": ngram_case(b, args.ngram), "bound": rows[-1]["bound"]})
     rows.append({"case": "prefill 4k", "bound": prefill_bound(costs, PREFILL_LEN, flop_rate)})
     for row in rows:
         row["kiln"], row["hf"] = kiln.get(row["case"]), hf.get(row["case"])
         row["second"] = second.get(row["case"])
+        if row["case"] in speculation:
+            row["acceptance"], row["tokens_per_step"] = speculation[row["case"]]
     print_table(rows, args.second)
+    for row in rows:
+        if "acceptance" in row:
+            print(f"{row['case']}: acceptance {row['acceptance']}, "
+                  f"{row['tokens_per_step']} tokens a step")
     summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
                "matmul_flops_per_s": flop_rate,
                "costs": costs, "rows": rows, "second_variant": args.second,
-               "decode_prompt": DECODE_PROMPT,
+               "decode_prompt": DECODE_PROMPT, "decode_batches": batches, "ngram": args.ngram,
                "decode_new_tokens": DECODE_NEW, "prefill_tokens": PREFILL_LEN,
                "gpu": torch.cuda.get_device_name()}
     (args.out / "bench-model.json").write_text(json.dumps(summary, indent=2) + "\n")

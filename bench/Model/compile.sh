@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # On the build machine: compile the benchmark's Llama-3.1-8B-shaped model for the H200
 # into .carry/models (git-ignored; it travels to the GPU machine). Batch up to 64 and
-# 4608 positions: a 4096-token prefill, and 64 decode sequences of 128 + 128 tokens.
+# 4608 positions: a 4096-token prefill, and 64 decode sequences of 128 + 128 tokens;
+# batch 256 with 256 positions (256 x 4608 positions would plan 144 GiB of KV); each
+# without speculation and with ngram:4 (bench_model.py's speculative rows).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
 mkdir -p "$root/.carry/models"
-"$build/bin/kiln-compile" "$root/examples/models/llama-3.1-8b-instruct.json" --target h200 \
-  --max-batch 64 --max-seq-len 4608 --spec none --emit=so \
-  -o "$root/.carry/models/llama-3.1-8b-bench.so"
+bench_model() { # spec suffix max-batch max-seq-len
+  "$build/bin/kiln-compile" "$root/examples/models/llama-3.1-8b-instruct.json" --target h200 \
+    --max-batch "$3" --max-seq-len "$4" --spec "$1" --emit=so \
+    -o "$root/.carry/models/llama-3.1-8b-bench$2.so"
+}
+bench_model none "" 64 4608
+bench_model none -b256 256 256
+bench_model ngram:4 -ngram 64 4608
+bench_model ngram:4 -ngram-b256 256 256
 # bench_ssm_modes.py: the seed scenario's Nemotron-Nano-9B-v2-shaped hybrid at batch 128
 # (H200) and 64 (H100), without speculation and with ngram:3 in each SSM mode.
 seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"
