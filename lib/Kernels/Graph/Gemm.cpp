@@ -38,7 +38,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -135,6 +137,11 @@ struct kiln_gemm {
   cublasLtHandle_t handle = nullptr;
   kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
   int64_t invariantRows = KILN_GEMM_INVARIANT_ROWS;
+  // The m the heuristic is asked about when it picks a pinned plain GEMM's algorithm
+  // (clamped to invariantRows): KILN_GEMM_INVARIANT_ROWS, or KILN_GEMM_PIN_ROWS from the
+  // environment (a tuning experiment: an algorithm picked for few rows streams the
+  // weights well at batch 1 and may be slow at 256 rows, one picked for many the reverse).
+  int64_t pinRows = KILN_GEMM_INVARIANT_ROWS;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -348,8 +355,9 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 }
 
 // Asks the heuristic for the plan's algorithm. Pinned (row-invariant, m <= invariant
-// rows): the candidates for m = KILN_GEMM_INVARIANT_ROWS whose reduction keeps rows
-// invariant and that run both m = 1 and m = invariant rows; otherwise the candidates for
+// rows): the candidates for m = pin rows (KILN_GEMM_INVARIANT_ROWS unless
+// KILN_GEMM_PIN_ROWS says otherwise) whose reduction keeps rows invariant and that run
+// both m = 1 and m = invariant rows; otherwise the candidates for
 // key.m (split-K-free under ROW_INVARIANT). Of those, the heuristic's first that keeps
 // at least half the GPU busy (wavesCount >= 0.5): split-K-free variants of kernels meant
 // for split-K can leave most SMs idle at small m (measured: 12x slower for Llama-8B's
@@ -358,9 +366,10 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
                          const void *bias, cublasLtMatmulAlgo_t &algo) {
   const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT || key.batched;
   const bool pinned = isPinned(gemm, key);
+  const int64_t pinRows = key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS}
+                                      : std::min(gemm->pinRows, gemm->invariantRows);
   Layouts rows;
-  cublasStatus_t st =
-      makeLayouts(key, pinned ? int64_t{KILN_GEMM_INVARIANT_ROWS} : key.m, rows);
+  cublasStatus_t st = makeLayouts(key, pinned ? pinRows : key.m, rows);
   if (st != CUBLAS_STATUS_SUCCESS)
     return cublasFailure("cublasLtMatrixLayoutCreate", st);
   cublasLtMatmulPreference_t pref = nullptr;
@@ -488,6 +497,18 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
     delete gemm;
     return fail(KILN_ERROR_CUDA, "kiln_gemm_create: cublasLtCreate failed: %s",
                 cublasLtGetStatusString(st));
+  }
+  if (const char *pin = std::getenv("KILN_GEMM_PIN_ROWS")) {
+    char *end = nullptr;
+    const long long rows = std::strtoll(pin, &end, 10);
+    if (end == pin || *end != '\0' || rows < 1 || rows > KILN_GEMM_MAX_INVARIANT_ROWS) {
+      cublasLtDestroy(gemm->handle);
+      delete gemm;
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "kiln_gemm_create: KILN_GEMM_PIN_ROWS='%s' is not a row count in 1..%d", pin,
+                  KILN_GEMM_MAX_INVARIANT_ROWS);
+    }
+    gemm->pinRows = rows;
   }
   // Whether the own row-invariant GEMM runs here is found out now, outside any capture.
   int device = 0;
