@@ -10,6 +10,11 @@ TFLOP/s, the % of the ceilings measured in the same run (a 4 GiB reduction for r
 bf16 8192^3 matmul for FLOPs), and the ratio to torch (its cuBLAS heuristic).
   row_invariant  Kiln's default: one split-K-free algorithm (lossless speculation)
   heuristic      cuBLASLt's choice per shape (split-K allowed)
+Then the pinned sweep: a handle kept invariant up to 320 rows (a model of batch 64 with
+4 drafts; the runtime's max_batch x (1 + drafts)) with its one algorithm a shape picked
+for PIN rows (kiln_gemm_set_pin_rows: 64, the default, 128, 256, 320), timed at m 1, 16,
+64, 256 and 320, and the sum over one Llama-8B layer's seven projections at each m:
+which pinned choice a model's decode batches want (batch 1 against batch 256).
 Writes OUT/bench-gemm.json.
 
 Usage: python3 bench/Gemm/bench_gemm.py --lib BUILD/lib/libkiln_runtime.so [--out DIR]
@@ -28,6 +33,11 @@ SHAPES = {"q_proj": (4096, 4096), "kv_proj": (1024, 4096), "o_proj": (4096, 4096
 ROWS = [1, 16, 64, 80, 4096]
 CALLS = 20
 POLICIES = {"row_invariant": 0, "heuristic": 1}
+SWEEP_INVARIANT_ROWS = 320
+SWEEP_PIN_ROWS = [64, 128, 256, 320]
+SWEEP_M = [1, 16, 64, 256, 320]
+# One decoder layer's projections: q, k, v, o, gate, up, down.
+LAYER = {"q_proj": 1, "kv_proj": 2, "o_proj": 1, "gate_up": 2, "down_proj": 1}
 
 
 def graph_ms(fn):
@@ -115,11 +125,71 @@ def main():
                       f"{torch_ms:>10.4f}{torch_ms / ms:>9.2f}", flush=True)
         del weights
         torch.cuda.empty_cache()
+    sweep = pinned_sweep(lib, handle, workspace, read, flops)
     lib.kiln_gemm_destroy(handle)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench-gemm.json").write_text(json.dumps(
         {"read_bytes_per_s": read, "matmul_flops_per_s": flops, "rows": rows,
-         "gpu": torch.cuda.get_device_name()}, indent=1) + "\n")
+         "pinned_sweep": sweep, "gpu": torch.cuda.get_device_name()}, indent=1) + "\n")
+
+
+def kiln_gemm_ms(lib, handle, workspace, x, weights, out):
+    """Graph-timed ms of one kiln_gemm_bf16 call, rotating over the weight copies."""
+    m, k = x.shape
+    n = out.shape[1]
+
+    def call(i):
+        status = lib.kiln_gemm_bf16(
+            handle, ctypes.c_void_p(x.data_ptr()),
+            ctypes.c_void_p(weights[i % len(weights)].data_ptr()), None,
+            ctypes.c_void_p(out.data_ptr()), ctypes.c_int64(m), ctypes.c_int64(n),
+            ctypes.c_int64(k), ctypes.c_void_p(workspace.data_ptr()),
+            ctypes.c_size_t(workspace.numel()),
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if status != 0:
+            raise RuntimeError(lib.kiln_last_error().decode())
+
+    return graph_ms(call)
+
+
+def pinned_sweep(lib, handle, workspace, read, flops):
+    """Each pinned choice of the row-invariant policy at the decode and verify m."""
+    assert lib.kiln_gemm_set_policy(handle, POLICIES["row_invariant"]) == 0
+    assert lib.kiln_gemm_set_invariant_rows(handle, ctypes.c_int64(SWEEP_INVARIANT_ROWS)) == 0
+    print(f"\npinned sweep: invariant rows {SWEEP_INVARIANT_ROWS}; ms a call (% of the read "
+          "ceiling, % of the matmul rate)")
+    print(f"{'layer':<10}{'pin':>5}" + "".join(f"{'m ' + str(m):>22}" for m in SWEEP_M))
+    results, layer_ms = [], {pin: {m: 0.0 for m in SWEEP_M} for pin in SWEEP_PIN_ROWS}
+    for name, count in LAYER.items():
+        n, k = SHAPES[name]
+        copies = max(1, -(-(256 << 20) // (n * k * 2)))
+        weights = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02
+                   for _ in range(copies)]
+        x = torch.randn(max(SWEEP_M), k, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty(max(SWEEP_M), n, dtype=torch.bfloat16, device="cuda")
+        for pin in SWEEP_PIN_ROWS:
+            assert lib.kiln_gemm_set_pin_rows(handle, ctypes.c_int64(pin)) == 0
+            cells = []
+            for m in SWEEP_M:
+                ms = kiln_gemm_ms(lib, handle, workspace, x[:m], weights, out[:m])
+                moved = n * k * 2 + (m * k + m * n) * 2
+                pct_read = 100 * moved / (ms * 1e-3) / read
+                pct_mma = 100 * 2 * m * n * k / (ms * 1e-3) / flops
+                layer_ms[pin][m] += count * ms
+                results.append({"layer": name, "n": n, "k": k, "pin_rows": pin, "m": m,
+                                "ms": ms, "pct_read": pct_read, "pct_mma": pct_mma})
+                cells.append(f"{ms:8.4f} ({pct_read:4.0f}%,{pct_mma:4.0f}%)")
+            print(f"{name:<10}{pin:>5}" + "".join(f"{c:>22}" for c in cells), flush=True)
+        del weights
+        torch.cuda.empty_cache()
+    print("one layer's seven projections, ms (and against the best pin at that m):")
+    best = {m: min(layer_ms[pin][m] for pin in SWEEP_PIN_ROWS) for m in SWEEP_M}
+    for pin in SWEEP_PIN_ROWS:
+        cells = [f"{layer_ms[pin][m]:8.4f} ({layer_ms[pin][m] / best[m]:4.2f}x)" for m in SWEEP_M]
+        print(f"{'layer':<10}{pin:>5}" + "".join(f"{c:>22}" for c in cells), flush=True)
+    assert lib.kiln_gemm_set_pin_rows(handle, ctypes.c_int64(64)) == 0
+    return {"invariant_rows": SWEEP_INVARIANT_ROWS, "rows": results,
+            "layer_ms": {str(pin): layer_ms[pin] for pin in SWEEP_PIN_ROWS}}
 
 
 if __name__ == "__main__":

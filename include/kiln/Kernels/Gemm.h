@@ -54,6 +54,15 @@ kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy)
  * max_batch * (1 + max_draft_len)). 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
 
+/* The m the ROW_INVARIANT policy asks cuBLASLt's heuristic about when it picks a shape's
+ * one algorithm (default KILN_GEMM_INVARIANT_ROWS; used clamped to the invariant rows).
+ * Rows stay invariant whatever it is; what changes is which m the algorithm suits: one
+ * picked for few rows streams the weights well at batch 1 and can be compute-bound far
+ * below the matmul rate at 256 rows. KILN_GEMM_PIN_ROWS in the environment sets it for
+ * every handle at kiln_gemm_create (a tuning experiment on a whole model).
+ * 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
+kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows);
+
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).
  * workspace: device memory of workspace_bytes (may be 0). m == 0 is a no-op. */

@@ -138,9 +138,7 @@ struct kiln_gemm {
   kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
   int64_t invariantRows = KILN_GEMM_INVARIANT_ROWS;
   // The m the heuristic is asked about when it picks a pinned plain GEMM's algorithm
-  // (clamped to invariantRows): KILN_GEMM_INVARIANT_ROWS, or KILN_GEMM_PIN_ROWS from the
-  // environment (a tuning experiment: an algorithm picked for few rows streams the
-  // weights well at batch 1 and may be slow at 256 rows, one picked for many the reverse).
+  // (kiln_gemm_set_pin_rows; clamped to invariantRows).
   int64_t pinRows = KILN_GEMM_INVARIANT_ROWS;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
@@ -485,6 +483,26 @@ kiln_status_t runPlanned(kiln_gemm_t *gemm, const PlanKey &key, const void *bias
 
 } // namespace
 
+namespace {
+
+// KILN_GEMM_PIN_ROWS: kiln_gemm_set_pin_rows for every handle of the process (how a
+// whole model is tried with another pinned choice without recompiling it).
+kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
+  const char *pin = std::getenv("KILN_GEMM_PIN_ROWS");
+  if (!pin)
+    return KILN_OK;
+  char *end = nullptr;
+  const long long rows = std::strtoll(pin, &end, 10);
+  if (end == pin || *end != '\0' || rows < 1 || rows > KILN_GEMM_MAX_INVARIANT_ROWS)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gemm_create: KILN_GEMM_PIN_ROWS='%s' is not a row count in 1..%d", pin,
+                KILN_GEMM_MAX_INVARIANT_ROWS);
+  gemm->pinRows = rows;
+  return KILN_OK;
+}
+
+} // namespace
+
 extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
   if (!out)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_create: out is null");
@@ -492,23 +510,15 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
   auto *gemm = new (std::nothrow) kiln_gemm;
   if (!gemm)
     return fail(KILN_ERROR_OUT_OF_MEMORY, "kiln_gemm_create: out of host memory");
+  if (kiln_status_t s = pinRowsFromEnvironment(gemm); s != KILN_OK) {
+    delete gemm;
+    return s;
+  }
   const cublasStatus_t st = cublasLtCreate(&gemm->handle);
   if (st != CUBLAS_STATUS_SUCCESS) {
     delete gemm;
     return fail(KILN_ERROR_CUDA, "kiln_gemm_create: cublasLtCreate failed: %s",
                 cublasLtGetStatusString(st));
-  }
-  if (const char *pin = std::getenv("KILN_GEMM_PIN_ROWS")) {
-    char *end = nullptr;
-    const long long rows = std::strtoll(pin, &end, 10);
-    if (end == pin || *end != '\0' || rows < 1 || rows > KILN_GEMM_MAX_INVARIANT_ROWS) {
-      cublasLtDestroy(gemm->handle);
-      delete gemm;
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "kiln_gemm_create: KILN_GEMM_PIN_ROWS='%s' is not a row count in 1..%d", pin,
-                  KILN_GEMM_MAX_INVARIANT_ROWS);
-    }
-    gemm->pinRows = rows;
   }
   // Whether the own row-invariant GEMM runs here is found out now, outside any capture.
   int device = 0;
@@ -545,6 +555,19 @@ extern "C" kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t
   if (gemm->invariantRows != rows)
     gemm->reset();
   gemm->invariantRows = rows;
+  return ok();
+}
+
+extern "C" kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows) {
+  if (!gemm)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_pin_rows: gemm is null");
+  if (rows < 1 || rows > KILN_GEMM_MAX_INVARIANT_ROWS)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_pin_rows: rows %lld outside 1..%d",
+                static_cast<long long>(rows), KILN_GEMM_MAX_INVARIANT_ROWS);
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  if (gemm->pinRows != rows)
+    gemm->reset();
+  gemm->pinRows = rows;
   return ok();
 }
 

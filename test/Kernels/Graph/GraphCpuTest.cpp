@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -491,6 +492,18 @@ TEST(GraphValidation, Gemm) {
               "rows 0 outside 1..");
   expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
               kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
+  expectError(kiln_gemm_set_pin_rows(nullptr, 64), kInvalid, "kiln_gemm_set_pin_rows", "gemm");
+  for (const char *bad : {"abc", "0", "64x", "-5"}) {
+    setenv("KILN_GEMM_PIN_ROWS", bad, 1);
+    kiln_gemm_t *made = nullptr;
+    expectError(kiln_gemm_create(&made), kInvalid, "kiln_gemm_create", "KILN_GEMM_PIN_ROWS");
+    EXPECT_EQ(made, nullptr);
+  }
+  unsetenv("KILN_GEMM_PIN_ROWS");
+  expectError(kiln_gemm_set_pin_rows(g, 0), kInvalid, "kiln_gemm_set_pin_rows",
+              "rows 0 outside 1..");
+  expectError(kiln_gemm_set_pin_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1), kInvalid,
+              "kiln_gemm_set_pin_rows", "outside 1..");
   expectError(kiln_gemm_bf16(nullptr, x, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "gemm");
   expectError(kiln_gemm_bf16(g, nullptr, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "x");
   expectError(kiln_gemm_bf16(g, x, nullptr, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "w");
