@@ -354,7 +354,7 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 
 // Asks the heuristic for the plan's algorithm. Pinned (row-invariant, m <= invariant
 // rows): the candidates for m = pin rows (KILN_GEMM_INVARIANT_ROWS unless
-// KILN_GEMM_PIN_ROWS says otherwise) whose reduction keeps rows invariant and that run
+// kiln_gemm_set_pin_rows says otherwise) whose reduction keeps rows invariant and that run
 // both m = 1 and m = invariant rows; otherwise the candidates for
 // key.m (split-K-free under ROW_INVARIANT). Of those, the heuristic's first that keeps
 // at least half the GPU busy (wavesCount >= 0.5): split-K-free variants of kernels meant
@@ -480,10 +480,6 @@ kiln_status_t runPlanned(kiln_gemm_t *gemm, const PlanKey &key, const void *bias
                 cudaGetErrorString(error));
   return ok();
 }
-
-} // namespace
-
-namespace {
 
 // KILN_GEMM_PIN_ROWS: kiln_gemm_set_pin_rows for every handle of the process (how a
 // whole model is tried with another pinned choice without recompiling it).
