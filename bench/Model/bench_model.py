@@ -47,6 +47,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 DECODE_BATCHES = [1, 16, 64, 256]
+DECODE_PROMPT, DECODE_NEW = 128, 128
+PREFILL_LEN = 4096
 # bench/Model/compile.sh's shared objects: batches up to 64 share one with 4608 positions
 # (the 4k prefill fits it); batch 256 has its own with 256 positions, since 256
 # sequences of 4608 would plan 144 GiB of KV.
@@ -58,8 +60,6 @@ def kiln_model_path(directory, batch, ngram):
     spec = "-ngram" if ngram else ""
     size = "-b256" if batch > SMALL_BATCH_LIMIT else ""
     return Path(directory) / f"llama-3.1-8b-bench{spec}{size}.so"
-DECODE_PROMPT, DECODE_NEW = 128, 128
-PREFILL_LEN = 4096
 
 
 # ----------------------------------------------------------------------------------------
@@ -399,9 +399,9 @@ def main():
                 name = case.replace(" ", "-").replace(":", "")
                 result = kiln_run(args, so, prompts, DECODE_NEW, args.work, name, spec)
                 kiln[case] = result and result.get("decode_tokens_per_s")
-                if ngram and result:
+                if ngram and result:  # kiln-run's tokens a step count the whole batch
                     speculation[case] = (result.get("acceptance_rate"),
-                                         result.get("mean_tokens_per_step"))
+                                         (result.get("mean_tokens_per_step") or 0) / batch)
                 # kiln-run refuses cuBLASLt's heuristic GEMMs under speculation (their
                 # rows would depend on the batch, and verification would not be lossless).
                 other = None if ngram and args.second == "heuristic" else kiln_run(
@@ -411,8 +411,8 @@ def main():
                 stamp(f"kiln {case} ({describe_step_host_time(result)}; {args.second}: "
                       f"{second[case]} tok/s, host "
                       f"{(other or {}).get('host_us_per_decode_step')} us/step"
-                      + (f"; acceptance {speculation[case][0]}, {speculation[case][1]} "
-                         "tokens a step" if case in speculation else "") + ")")
+                      + (f"; acceptance {speculation[case][0]}, {speculation[case][1]:.2f} "
+                         "tokens a sequence a step" if case in speculation else "") + ")")
         result = kiln_run(args, base_so, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work,
                           "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
@@ -433,7 +433,7 @@ def main():
     for row in rows:
         if "acceptance" in row:
             print(f"{row['case']}: acceptance {row['acceptance']}, "
-                  f"{row['tokens_per_step']} tokens a step")
+                  f"{row['tokens_per_step']:.2f} tokens a sequence a step")
     summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
                "matmul_flops_per_s": flop_rate,
                "costs": costs, "rows": rows, "second_variant": args.second,
