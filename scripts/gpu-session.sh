@@ -232,7 +232,7 @@ if has launchbench; then
 fi
 if has bench; then
   mkdir -p "$out/bench/graphs"
-  KILN_BENCH_GRAPH_DOT="$out/bench/graphs" OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-420}" python3 \
+  KILN_BENCH_GRAPH_DOT="$out/bench/graphs" OUT="$out/bench" timeout "${KILN_BENCH_TIMEOUT:-600}" python3 \
     "$root/bench/Model/bench_model.py" --kiln-run "$build/bin/kiln-run" \
     --kiln-dir "$root/.carry/models" \
     --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" \

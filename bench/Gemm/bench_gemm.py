@@ -125,12 +125,21 @@ def main():
                       f"{torch_ms:>10.4f}{torch_ms / ms:>9.2f}", flush=True)
         del weights
         torch.cuda.empty_cache()
-    sweep = pinned_sweep(lib, handle, workspace, read, flops)
-    lib.kiln_gemm_destroy(handle)
+    summary = {"read_bytes_per_s": read, "matmul_flops_per_s": flops, "rows": rows,
+               "gpu": torch.cuda.get_device_name()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench-gemm.json").write_text(json.dumps(
-        {"read_bytes_per_s": read, "matmul_flops_per_s": flops, "rows": rows,
-         "pinned_sweep": sweep, "gpu": torch.cuda.get_device_name()}, indent=1) + "\n")
+    write = lambda: (args.out / "bench-gemm.json").write_text(  # noqa: E731
+        json.dumps(summary, indent=1) + "\n")
+    write()  # the policies' table survives a failing sweep
+    summary["pinned_sweep"] = pinned_sweep(lib, handle, workspace, read, flops)
+    lib.kiln_gemm_destroy(handle)
+    write()
+
+
+def checked(lib, status, what):
+    """Raises with Kiln's message when a kiln_* call did not return KILN_OK."""
+    if status != 0:
+        raise RuntimeError(f"{what}: {lib.kiln_last_error().decode()}")
 
 
 def kiln_gemm_ms(lib, handle, workspace, x, weights, out):
@@ -154,8 +163,9 @@ def kiln_gemm_ms(lib, handle, workspace, x, weights, out):
 
 def pinned_sweep(lib, handle, workspace, read, flops):
     """Each pinned choice of the row-invariant policy at the decode and verify m."""
-    assert lib.kiln_gemm_set_policy(handle, POLICIES["row_invariant"]) == 0
-    assert lib.kiln_gemm_set_invariant_rows(handle, ctypes.c_int64(SWEEP_INVARIANT_ROWS)) == 0
+    checked(lib, lib.kiln_gemm_set_policy(handle, POLICIES["row_invariant"]), "set_policy")
+    checked(lib, lib.kiln_gemm_set_invariant_rows(handle, ctypes.c_int64(SWEEP_INVARIANT_ROWS)),
+            "set_invariant_rows")
     print(f"\npinned sweep: invariant rows {SWEEP_INVARIANT_ROWS}; ms a call (% of the read "
           "ceiling, % of the matmul rate)")
     print(f"{'layer':<10}{'pin':>5}" + "".join(f"{'m ' + str(m):>22}" for m in SWEEP_M))
@@ -168,10 +178,17 @@ def pinned_sweep(lib, handle, workspace, read, flops):
         x = torch.randn(max(SWEEP_M), k, dtype=torch.bfloat16, device="cuda")
         out = torch.empty(max(SWEEP_M), n, dtype=torch.bfloat16, device="cuda")
         for pin in SWEEP_PIN_ROWS:
-            assert lib.kiln_gemm_set_pin_rows(handle, ctypes.c_int64(pin)) == 0
+            checked(lib, lib.kiln_gemm_set_pin_rows(handle, ctypes.c_int64(pin)), "set_pin_rows")
             cells = []
             for m in SWEEP_M:
-                ms = kiln_gemm_ms(lib, handle, workspace, x[:m], weights, out[:m])
+                try:  # a choice may not run every m: recorded, the sweep goes on
+                    ms = kiln_gemm_ms(lib, handle, workspace, x[:m], weights, out[:m])
+                except RuntimeError as error:
+                    results.append({"layer": name, "pin_rows": pin, "m": m,
+                                    "error": str(error)})
+                    layer_ms[pin][m] = float("inf")
+                    cells.append("failed")
+                    continue
                 moved = n * k * 2 + (m * k + m * n) * 2
                 pct_read = 100 * moved / (ms * 1e-3) / read
                 pct_mma = 100 * 2 * m * n * k / (ms * 1e-3) / flops
@@ -183,11 +200,10 @@ def pinned_sweep(lib, handle, workspace, read, flops):
         del weights
         torch.cuda.empty_cache()
     print("one layer's seven projections, ms (and against the best pin at that m):")
-    best = {m: min(layer_ms[pin][m] for pin in SWEEP_PIN_ROWS) for m in SWEEP_M}
+    best = {m: min(layer_ms[pin][m] for pin in SWEEP_PIN_ROWS) or 1.0 for m in SWEEP_M}
     for pin in SWEEP_PIN_ROWS:
         cells = [f"{layer_ms[pin][m]:8.4f} ({layer_ms[pin][m] / best[m]:4.2f}x)" for m in SWEEP_M]
         print(f"{'layer':<10}{pin:>5}" + "".join(f"{c:>22}" for c in cells), flush=True)
-    assert lib.kiln_gemm_set_pin_rows(handle, ctypes.c_int64(64)) == 0
     return {"invariant_rows": SWEEP_INVARIANT_ROWS, "rows": results,
             "layer_ms": {str(pin): layer_ms[pin] for pin in SWEEP_PIN_ROWS}}
 

@@ -330,8 +330,9 @@ def main():
                         help="bench/Model/compile.sh's llama-3.1-8b-bench*.so")
     parser.add_argument("--batches", default=",".join(map(str, DECODE_BATCHES)),
                         help="decode batches (comma-separated)")
-    parser.add_argument("--ngram", type=int, default=4,
-                        help="drafts a step of the speculative rows (0: no such rows)")
+    parser.add_argument("--ngram", type=int, choices=[0, 4], default=4,
+                        help="drafts a step of the speculative rows (0: no such rows; "
+                        "compile.sh compiles the speculative models for 4)")
     parser.add_argument("--lib-dir", type=Path, action="append", default=[])
     parser.add_argument("--work", type=Path, default=Path("/tmp/kiln-bench-model"),
                         help="where the 16 GB of weights are written")
@@ -348,6 +349,8 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",") if b]
+    if not batches or min(batches) < 1 or max(batches) > 256:
+        parser.error(f"--batches {args.batches}: batches of 1 to 256 (compile.sh's models)")
     base_so = kiln_model_path(args.kiln_dir, 1, ngram=False)
     run_kiln = not args.skip_kiln and args.kiln_run and base_so.exists()
     if not args.skip_kiln and not run_kiln:
@@ -399,9 +402,9 @@ def main():
                 name = case.replace(" ", "-").replace(":", "")
                 result = kiln_run(args, so, prompts, DECODE_NEW, args.work, name, spec)
                 kiln[case] = result and result.get("decode_tokens_per_s")
-                if ngram and result:  # kiln-run's tokens a step count the whole batch
+                if ngram and result:  # kiln-run's tokens a step: the whole batch's
                     speculation[case] = (result.get("acceptance_rate"),
-                                         (result.get("mean_tokens_per_step") or 0) / batch)
+                                         result.get("mean_tokens_per_step"))
                 # kiln-run refuses cuBLASLt's heuristic GEMMs under speculation (their
                 # rows would depend on the batch, and verification would not be lossless).
                 other = None if ngram and args.second == "heuristic" else kiln_run(
@@ -411,8 +414,8 @@ def main():
                 stamp(f"kiln {case} ({describe_step_host_time(result)}; {args.second}: "
                       f"{second[case]} tok/s, host "
                       f"{(other or {}).get('host_us_per_decode_step')} us/step"
-                      + (f"; acceptance {speculation[case][0]}, {speculation[case][1]:.2f} "
-                         "tokens a sequence a step" if case in speculation else "") + ")")
+                      + (f"; acceptance {speculation[case][0]}, {speculation[case][1]} "
+                         "tokens a step over the batch" if case in speculation else "") + ")")
         result = kiln_run(args, base_so, random_ids(1, PREFILL_LEN, vocab, 7), 1, args.work,
                           "prefill")
         kiln["prefill 4k"] = result and result.get("prefill_tokens_per_s")
@@ -433,7 +436,7 @@ def main():
     for row in rows:
         if "acceptance" in row:
             print(f"{row['case']}: acceptance {row['acceptance']}, "
-                  f"{row['tokens_per_step']:.2f} tokens a sequence a step")
+                  f"{row['tokens_per_step']} tokens a step over the batch")
     summary = {"copy_bytes_per_s": copy_rate, "read_bytes_per_s": read_rate,
                "matmul_flops_per_s": flop_rate,
                "costs": costs, "rows": rows, "second_variant": args.second,

@@ -22,7 +22,7 @@ extern "C" {
 #define KILN_GEMM_WORKSPACE_BYTES (32ull << 20)
 
 /* The ROW_INVARIANT policy's default invariant rows, and the m its algorithms are
- * chosen for. */
+ * chosen for unless kiln_gemm_set_pin_rows says otherwise. */
 #define KILN_GEMM_INVARIANT_ROWS 64
 /* Largest invariant rows kiln_gemm_set_invariant_rows accepts. */
 #define KILN_GEMM_MAX_INVARIANT_ROWS (1 << 20)
@@ -31,7 +31,7 @@ typedef enum kiln_gemm_policy {
   /* Default. A row of out has the same bits for every m up to the invariant rows
    * (what lossless greedy speculation needs: a decode step and a verify step compute
    * the same rows at other m). Every such m runs one algorithm per shape, chosen for
-   * m = KILN_GEMM_INVARIANT_ROWS: split-K only with fp32 partials reduced in a
+   * m = KILN_GEMM_INVARIANT_ROWS (or the pin rows, kiln_gemm_set_pin_rows): split-K only with fp32 partials reduced in a
    * separate fixed-order pass (the split count is the algorithm's, not m's). Larger m
    * (prefill) runs the heuristic's best split-K-free algorithm. On sm_90a, shapes
    * whose output features fill the SMs (an lm_head; no bias) run Kiln's own wgmma GEMM
@@ -54,12 +54,14 @@ kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy)
  * max_batch * (1 + max_draft_len)). 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
 
-/* The m the ROW_INVARIANT policy asks cuBLASLt's heuristic about when it picks a shape's
- * one algorithm (default KILN_GEMM_INVARIANT_ROWS; used clamped to the invariant rows).
- * Rows stay invariant whatever it is; what changes is which m the algorithm suits: one
- * picked for few rows streams the weights well at batch 1 and can be compute-bound far
- * below the matmul rate at 256 rows. KILN_GEMM_PIN_ROWS in the environment sets it for
- * every handle at kiln_gemm_create (a tuning experiment on a whole model).
+/* The m the ROW_INVARIANT policy asks cuBLASLt's heuristic about when it picks a plain
+ * or strided-batch shape's one algorithm (unset: KILN_GEMM_INVARIANT_ROWS; set: used
+ * clamped to the invariant rows). Pointer-array batched GEMMs and the own sm_90a GEMM
+ * (an lm_head) are unaffected. Rows stay invariant whatever it is; what changes is which
+ * m the algorithm suits: one picked for few rows streams the weights well at batch 1 and
+ * can be compute-bound far below the matmul rate at 256 rows. KILN_GEMM_PIN_ROWS in the
+ * environment sets it for every handle at kiln_gemm_create (a tuning experiment on a
+ * whole model), which fails (INVALID_ARGUMENT) on a value that is not a count in range.
  * 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows);
 

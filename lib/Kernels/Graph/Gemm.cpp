@@ -15,8 +15,8 @@
 // speculative verify step of 35 compute the same token's row; greedy speculation is
 // lossless only if they agree). So every m <= the handle's invariant rows (the model's
 // largest decode/verify step, kiln_gemm_set_invariant_rows) runs one algorithm per
-// shape: the one the heuristic picks for m = KILN_GEMM_INVARIANT_ROWS, checked to run
-// both m = 1 and m = invariant rows. Split-K is allowed there only with the
+// shape: the one the heuristic picks for m = KILN_GEMM_INVARIANT_ROWS (or the pin rows,
+// kiln_gemm_set_pin_rows), checked to run both m = 1 and m = invariant rows. Split-K is allowed there only with the
 // COMPUTE_TYPE reduction: the split count and the K slices are fixed by the algorithm
 // (not by m) and the fp32 partials are summed in a separate, fixed-order pass. INPLACE
 // and OUTPUT_TYPE reductions add partials in bf16 and are never taken. Above the
@@ -44,6 +44,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <unordered_map>
@@ -137,9 +138,10 @@ struct kiln_gemm {
   cublasLtHandle_t handle = nullptr;
   kiln_gemm_policy_t policy = KILN_GEMM_ROW_INVARIANT;
   int64_t invariantRows = KILN_GEMM_INVARIANT_ROWS;
-  // The m the heuristic is asked about when it picks a pinned plain GEMM's algorithm
-  // (kiln_gemm_set_pin_rows; clamped to invariantRows).
-  int64_t pinRows = KILN_GEMM_INVARIANT_ROWS;
+  // The m the heuristic is asked about when it picks a pinned plain or strided-batch
+  // GEMM's algorithm, when set (kiln_gemm_set_pin_rows; used clamped to invariantRows);
+  // unset, KILN_GEMM_INVARIANT_ROWS whatever the invariant rows.
+  std::optional<int64_t> pinRows;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -364,8 +366,9 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
                          const void *bias, cublasLtMatmulAlgo_t &algo) {
   const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT || key.batched;
   const bool pinned = isPinned(gemm, key);
-  const int64_t pinRows = key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS}
-                                      : std::min(gemm->pinRows, gemm->invariantRows);
+  const int64_t pinRows = key.batched || !gemm->pinRows
+                              ? int64_t{KILN_GEMM_INVARIANT_ROWS}
+                              : std::min(*gemm->pinRows, gemm->invariantRows);
   Layouts rows;
   cublasStatus_t st = makeLayouts(key, pinned ? pinRows : key.m, rows);
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -561,7 +564,7 @@ extern "C" kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_pin_rows: rows %lld outside 1..%d",
                 static_cast<long long>(rows), KILN_GEMM_MAX_INVARIANT_ROWS);
   std::lock_guard<std::mutex> lock(gemm->mutex);
-  if (gemm->pinRows != rows)
+  if (gemm->pinRows != std::optional<int64_t>(rows))
     gemm->reset();
   gemm->pinRows = rows;
   return ok();

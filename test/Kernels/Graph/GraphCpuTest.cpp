@@ -493,13 +493,20 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
               kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
   expectError(kiln_gemm_set_pin_rows(nullptr, 64), kInvalid, "kiln_gemm_set_pin_rows", "gemm");
-  for (const char *bad : {"abc", "0", "64x", "-5"}) {
+  // The caller's KILN_GEMM_PIN_ROWS is put back afterwards.
+  const char *exported = std::getenv("KILN_GEMM_PIN_ROWS");
+  const std::string saved = exported ? exported : "";
+  for (const char *bad : {"abc", "0", "64x", "-5", "", "99999999999999999999"}) {
     setenv("KILN_GEMM_PIN_ROWS", bad, 1);
     kiln_gemm_t *made = nullptr;
     expectError(kiln_gemm_create(&made), kInvalid, "kiln_gemm_create", "KILN_GEMM_PIN_ROWS");
     EXPECT_EQ(made, nullptr);
+    kiln_gemm_destroy(made);
   }
-  unsetenv("KILN_GEMM_PIN_ROWS");
+  if (exported)
+    setenv("KILN_GEMM_PIN_ROWS", saved.c_str(), 1);
+  else
+    unsetenv("KILN_GEMM_PIN_ROWS");
   expectError(kiln_gemm_set_pin_rows(g, 0), kInvalid, "kiln_gemm_set_pin_rows",
               "rows 0 outside 1..");
   expectError(kiln_gemm_set_pin_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1), kInvalid,
