@@ -195,8 +195,8 @@ typedef struct kiln_rt_batch {
 
 /* Validates the step against the plan, clears the sticky status, writes the io arrays
  * (token ids, positions, token->sequence index, logit rows, seq_lens, cu_seqlens, slots,
- * block table) into pinned staging and uploads them with one cudaMemcpyAsync on the
- * context's stream. */
+ * pending, ring and block tables) into pinned staging and uploads them with one small
+ * copy kernel on the context's stream (it reads the staging through its device mapping). */
 kiln_status_t kiln_rt_set_batch(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch);
 /* KILN_OK, or the first failure since the last kiln_rt_set_batch (kiln_last_error() is
  * set to its message again). */
