@@ -46,7 +46,7 @@ void buildActivationPlanningPipeline(mlir::OpPassManager &pm,
                                      const LoweringOptions &options = {});
 
 /// The part of the lowering that stays in Kiln's and upstream's dialects (buffers,
-/// runtime calls), for inspection with `--emit=mlir-lowered` and in lit tests.
+/// runtime calls), for inspection with `--emit=lowered` and in lit tests.
 void buildBufferLoweringPipeline(mlir::OpPassManager &pm,
                                  const LoweringOptions &options = {});
 
