@@ -22,8 +22,9 @@ FLOPs of the linear layers plus causal attention (the lm_head of the last token 
 Speculative rows are measured against the bound without speculation: above 100% means
 the accepted drafts paid for their verification. Each decode row also runs a second
 Kiln variant (--second): eager launches
-(--cuda-graphs 0, the default) or cuBLASLt's heuristic GEMM algorithms
-(--gemm-policy heuristic: what batch invariance costs).
+(--cuda-graphs 0, the default), cuBLASLt's heuristic GEMM algorithms
+(--gemm-policy heuristic: what batch invariance costs) or the model compiled with
+--pair-linears (paired: k/v and gate/up as one GEMM launch each).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -304,7 +305,15 @@ def describe_step_host_time(result):
             f"{r.get('host_us_replayed_step_p50')}, p99 {r.get('host_us_replayed_step_p99')})")
 
 
-SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic")}
+# The second Kiln run of every decode row: kiln-run flags, or ("paired": the same model
+# compiled with --pair-linears, bench/Model/compile.sh's -paired shared objects).
+SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
+                   "paired": ()}
+
+
+def second_model(so, second):
+    """The shared object of the second run: the -paired build for --second paired."""
+    return so.with_name(so.stem + "-paired.so") if second == "paired" else so
 
 
 def print_table(rows, second):
@@ -408,8 +417,8 @@ def main():
                 # kiln-run refuses cuBLASLt's heuristic GEMMs under speculation (their
                 # rows would depend on the batch, and verification would not be lossless).
                 other = None if ngram and args.second == "heuristic" else kiln_run(
-                    args, so, prompts, DECODE_NEW, args.work, f"{name}-{args.second}",
-                    (*spec, *SECOND_VARIANTS[args.second]))
+                    args, second_model(so, args.second), prompts, DECODE_NEW, args.work,
+                    f"{name}-{args.second}", (*spec, *SECOND_VARIANTS[args.second]))
                 second[case] = other and other.get("decode_tokens_per_s")
                 stamp(f"kiln {case} ({describe_step_host_time(result)}; {args.second}: "
                       f"{second[case]} tok/s, host "

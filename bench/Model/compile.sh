@@ -8,15 +8,20 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
 mkdir -p "$root/.carry/models"
-bench_model() { # spec suffix max-batch max-seq-len
+bench_model() { # spec suffix max-batch max-seq-len [flags]
   "$build/bin/kiln-compile" "$root/examples/models/llama-3.1-8b-instruct.json" --target h200 \
-    --max-batch "$3" --max-seq-len "$4" --spec "$1" --emit=so \
+    --max-batch "$3" --max-seq-len "$4" --spec "$1" "${@:5}" --emit=so \
     -o "$root/.carry/models/llama-3.1-8b-bench$2.so"
 }
-bench_model none "" 64 4608
-bench_model none -b256 256 256
-bench_model ngram:4 -ngram 64 4608
-bench_model ngram:4 -ngram-b256 256 256
+for pair in "" "--pair-linears"; do
+  # -paired: each layer's k/v and gate/up projections as one GEMM each (bench_model.py
+  # --second paired runs them beside the default).
+  suffix=${pair:+-paired}
+  bench_model none "$suffix" 64 4608 $pair
+  bench_model none "-b256$suffix" 256 256 $pair
+  bench_model ngram:4 "-ngram$suffix" 64 4608 $pair
+  bench_model ngram:4 "-ngram-b256$suffix" 256 256 $pair
+done
 # bench_ssm_modes.py: the seed scenario's Nemotron-Nano-9B-v2-shaped hybrid at batch 128
 # (H200) and 64 (H100), without speculation and with ngram:3 in each SSM mode.
 seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"

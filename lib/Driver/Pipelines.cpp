@@ -66,6 +66,10 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
 
 void kiln::buildBufferLoweringPipeline(OpPassManager &pm, const LoweringOptions &options) {
   buildActivationPlanningPipeline(pm, options);
+  // After the plan, so the report (which stops at the plan) and the placements are the
+  // unpaired module's.
+  if (options.pairLinears)
+    pm.addPass(createKilnPairLinears());
   pm.addPass(createConvertKilnToRuntimeCalls());
   // Every stage after this one is linear in the ops of the step; rolled, a step has
   // one copy of a layer whatever the number of layers (docs/overview.md).

@@ -9,6 +9,7 @@
 #include "kiln/Kernels/Moe.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace kiln::rt;
 
@@ -253,6 +254,80 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
       return kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
                             KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
     });
+  };
+  return record(ctx, run());
+}
+
+namespace {
+
+// The distance from `a` to `b` in bf16 elements, when it is one a strided batch takes:
+// positive, a multiple of 8 and below 2^31.
+std::optional<int64_t> batchStride(const void *a, const void *b) {
+  const auto from = reinterpret_cast<intptr_t>(a), to = reinterpret_cast<intptr_t>(b);
+  if (to <= from || (to - from) % 16 != 0 || (to - from) / 2 > INT32_MAX)
+    return std::nullopt;
+  return (to - from) / 2;
+}
+
+} // namespace
+
+extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, const void *w0,
+                                       const void *w1, void *out0, void *out1, int64_t m,
+                                       int64_t n, int64_t k) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_linear_pair")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("x", x, m, k), bf16("w0", w0, n, k),
+                                       bf16("w1", w1, n, k), bf16("out0", out0, m, n, true),
+                                       bf16("out1", out1, m, n, true)});
+        s != KILN_OK)
+      return s;
+    const auto o0 = reinterpret_cast<uintptr_t>(out0), o1 = reinterpret_cast<uintptr_t>(out1);
+    const uint64_t outBytes = bytesOf({m, n, 2});
+    if (o0 < o1 + outBytes && o1 < o0 + outBytes)
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "out0 and out1 overlap (the two projections would write one buffer)");
+    // One launch: entry b of the batch reads x (batch stride 0), w0 + b * wStride and
+    // writes out0 + b * outStride. The strides are the plan's, fixed for a model, so a
+    // shape always takes the same path and its rows stay invariant.
+    const std::optional<int64_t> wStride = batchStride(w0, w1), outStride = batchStride(out0, out1);
+    const bool batched = wStride && outStride && n % 8 == 0 && k % 8 == 0 &&
+                         reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(w0) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(out0) % 16 == 0;
+    const char *kernel = batched ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
+    if (kiln_status_t s = launchValidated(c, ctx, kernel, out0, m, n, [&] {
+          if (batched) {
+            kiln_gemm_strided_batch_t p{};
+            p.x = x;
+            p.ldx = k;
+            p.x_batch_stride = 0;
+            p.w = w0;
+            p.ldw = k;
+            p.w_batch_stride = *wStride;
+            p.out = out0;
+            p.ldo = n;
+            p.out_batch_stride = *outStride;
+            p.batch = 2;
+            p.m = m;
+            p.n = n;
+            p.k = k;
+            return kiln_gemm_bf16_strided_batched(ctx->gemm, &p, ctx->base[kWorkspace],
+                                                  KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+          }
+          kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
+                                           ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                           ctx->stream);
+          return s != KILN_OK ? s
+                              : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
+                                               ctx->base[kWorkspace],
+                                               KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+        });
+        s != KILN_OK)
+      return s;
+    return traceOutput(c, ctx, out1, m, n, "second"); // a no-op when dry
   };
   return record(ctx, run());
 }

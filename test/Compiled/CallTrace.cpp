@@ -100,6 +100,14 @@ int32_t kiln_rt_linear(ctx_t *, const void *x, const void *w, const void *bias, 
                        int64_t m, int64_t n, int64_t k) {
   return record("linear", {x, w, bias, out, m, n, k});
 }
+// A pair is recorded as the two projections it stands for, in order: a model compiled
+// with kiln-pair-linears must make the calls of one compiled without it.
+int32_t kiln_rt_linear_pair(ctx_t *, const void *x, const void *w0, const void *w1, void *out0,
+                            void *out1, int64_t m, int64_t n, int64_t k) {
+  if (int32_t s = record("linear", {x, w0, static_cast<const void *>(nullptr), out0, m, n, k}); s != 0)
+    return s;
+  return record("linear", {x, w1, static_cast<const void *>(nullptr), out1, m, n, k});
+}
 int32_t kiln_rt_rope(ctx_t *, const void *x, const void *positions, void *out, int64_t tokens,
                      int64_t heads, int64_t head_dim, int64_t rotary_dim, int32_t rope_type,
                      float theta, float factor, float low, float high,

@@ -718,6 +718,10 @@ TEST(RuntimeCpu, GraphOpValidation) {
             KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_linear(d.ctx, d.a(1 << 20), d.w(), nullptr, d.a(2 << 20), 12, 512, 256),
             KILN_OK) << lastError();
+  EXPECT_EQ(kiln_rt_linear_pair(d.ctx, d.a(1 << 20), d.w(), d.w(256 * 256 * 2), d.a(2 << 20),
+                                d.a(3 << 20), 12, 256, 256),
+            KILN_OK)
+      << lastError();
   EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12, 4,
                          64, 0, KILN_RT_ROPE_LLAMA3, 500000.f, 8.f, 1.f, 4.f, 8192, 1.f),
             KILN_OK)
@@ -833,6 +837,15 @@ TEST(RuntimeCpu, GraphOpValidation) {
       {"out (offset 0 of the weights region) is an output",
        [&] { return kiln_rt_add(d.ctx, d.a(), d.a(), d.w(), 8); }},
       {"m 0 outside", [&] { return kiln_rt_linear(d.ctx, d.a(), d.w(), nullptr, d.a(), 0, 1, 1); }},
+      // kiln.linear_pair: its second weight and output are checked like the first.
+      {"w1 [4194240, 4194368) of the weights region runs past its end",
+       [&] {
+         return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(4194240), d.a(), d.a(64), 1, 8, 8);
+       }},
+      {"out1 (offset 0 of the weights region) is an output",
+       [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(64), d.a(), d.w(), 1, 8, 8); }},
+      {"out0 and out1 overlap",
+       [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(128), d.a(), d.a(8), 1, 8, 8); }},
       {"rope_type 7 unknown",
        [&] {
          return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 7, 1e4f, 1, 0, 0, 0, 1);

@@ -84,6 +84,11 @@ cl::opt<bool> expandLayers(
              "(kiln-expand-layers) rather than lowering it as a loop (for comparisons: "
              "the calls are the same)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> pairLinears(
+    "pair-linears",
+    cl::desc("merge a layer's k and v projections (and its gate and up projections) into "
+             "one strided-batched GEMM each (kiln-pair-linears; not yet measured on a GPU)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
@@ -174,6 +179,7 @@ int compile(int argc, char **argv) {
   options.deploy = deployFlags.get();
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
+  options.lowering.pairLinears = pairLinears;
   options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
   options.lowering.expandLayers = expandLayers;
   options.emit = emitKind;

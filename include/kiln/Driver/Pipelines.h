@@ -33,6 +33,10 @@ struct LoweringOptions {
   /// Copy every layer loop of a rolled import once a layer before bufferization
   /// (kiln-expand-layers), rather than lowering the loops that the lowering can take.
   bool expandLayers = false;
+  /// Merge two projections of one input and one weight shape (a layer's k and v, its
+  /// gate and up) into one strided-batched GEMM (kiln-pair-linears): one launch fewer
+  /// each. Off until measured on a GPU (docs/performance.md).
+  bool pairLinears = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

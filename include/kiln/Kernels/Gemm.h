@@ -99,7 +99,8 @@ kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptr
  *                                   or w_b[k, n]      (w_kn != 0),
  * where x_b = x + b * x_batch_stride has its rows ldx elements apart, and likewise w_b
  * (ldw) and out_b (ldo). bf16 in and out, fp32 accumulate; pointers 16-byte aligned,
- * sizes, leading dimensions and strides positive multiples of 8 (elements). The policy
+ * sizes, leading dimensions and strides positive multiples of 8 (elements), except
+ * x_batch_stride, which may be 0 (every entry reads the same x: kiln_rt_linear_pair). The policy
  * is kiln_gemm_bf16's: under ROW_INVARIANT a row's bits do not depend on m up to the
  * invariant rows. batch == 0 or m == 0 is a no-op. */
 typedef struct kiln_gemm_strided_batch {

@@ -237,6 +237,26 @@ def KilnFuseResidualNorm : Pass<"kiln-fuse-residual-norm", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnPairLinears : Pass<"kiln-pair-linears", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
+  let summary = "Merge two projections of one input into one launch";
+  let description = [{
+    Runs on buffers, after `kiln-plan-activations`. A `kiln.linear` without bias (bf16
+    out) and the next one of the same block that reads the same input with a weight of
+    the same shape, with only memory-effect-free ops between them (views, weight
+    references), become one `kiln.linear_pair` where the second one was: a layer's k
+    and v projections, and its gate and up projections. One strided-batched GEMM then
+    replaces two launches, which is what a decode step of a few rows is short of. Moving
+    the first projection past pure ops reorders no memory access, and the activation
+    plan already holds both outputs live from the first projection on, so no placement
+    changes. Off in the lowering pipeline (`LoweringOptions::pairLinears`,
+    `kiln-compile --pair-linears`) until its GPU measurement decides.
+  }];
+  let statistics = [
+    Statistic<"numPaired", "paired", "Pairs of projections merged into one launch">
+  ];
+}
+
 def KilnBindEntry : Pass<"kiln-bind-entry", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect", "::mlir::LLVM::LLVMDialect"];
   let summary = "Make the bufferized model function the runtime's entry point";

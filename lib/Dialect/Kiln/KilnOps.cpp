@@ -1288,6 +1288,7 @@ KILN_COMPUTE_EFFECTS(ActivationOp)
 KILN_COMPUTE_EFFECTS(ArgmaxOp)
 KILN_COMPUTE_EFFECTS(ConcatOp)
 KILN_COMPUTE_EFFECTS(NextTokensOp)
+KILN_COMPUTE_EFFECTS(LinearPairOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1458,6 +1459,38 @@ FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
                       RuntimeArg::pointer(getBias()), RuntimeArg::pointer(getInit()),
                       RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getWeight(), 0),
                       RuntimeArg::dim(getWeight(), 1)}};
+}
+
+LogicalResult LinearPairOp::verify() {
+  Operation *op = *this;
+  Type bf16 = BFloat16Type::get(getContext());
+  for (auto [name, value] : {std::pair<const char *, Value>{"input", getInput()},
+                             {"weight0", getWeight0()},
+                             {"weight1", getWeight1()},
+                             {"init0", getInit0()},
+                             {"init1", getInit1()}})
+    if (failed(checkRank(op, name, value, 2)) || failed(checkElementType(op, name, value, bf16)))
+      return failure();
+  if (shapedOf(getWeight0()).getShape() != shapedOf(getWeight1()).getShape())
+    return emitOpError() << "weight0 and weight1 differ in shape: a pair is one GEMM shape";
+  if (failed(checkDimEquals(op, "weight0", getWeight0(), 1, sizeOf(getInput(), 1),
+                            "the input features")))
+    return failure();
+  for (auto [name, init] : {std::pair<const char *, Value>{"init0", getInit0()},
+                            {"init1", getInit1()}})
+    if (failed(checkDimEquals(op, name, init, 0, sizeOf(getInput(), 0), "the rows")) ||
+        failed(checkDimEquals(op, name, init, 1, sizeOf(getWeight0(), 0),
+                              "the output features")))
+      return failure();
+  return success();
+}
+
+FailureOr<RuntimeCall> LinearPairOp::getRuntimeCall() {
+  return RuntimeCall{"kiln_rt_linear_pair",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight0()),
+                      RuntimeArg::pointer(getWeight1()), RuntimeArg::pointer(getInit0()),
+                      RuntimeArg::pointer(getInit1()), RuntimeArg::dim(getInput(), 0),
+                      RuntimeArg::dim(getWeight0(), 0), RuntimeArg::dim(getWeight0(), 1)}};
 }
 
 int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK) {

@@ -761,15 +761,21 @@ extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
   const struct {
     int64_t v;
     const char *name;
-  } multiples[] = {{p->n, "n"}, {p->k, "k"}, {p->ldx, "ldx"}, {p->ldw, "ldw"},
-                   {p->ldo, "ldo"}, {p->x_batch_stride, "x_batch_stride"},
-                   {p->w_batch_stride, "w_batch_stride"},
-                   {p->out_batch_stride, "out_batch_stride"}};
+    bool mayBeZero;
+  } multiples[] = {{p->n, "n", false},
+                   {p->k, "k", false},
+                   {p->ldx, "ldx", false},
+                   {p->ldw, "ldw", false},
+                   {p->ldo, "ldo", false},
+                   {p->x_batch_stride, "x_batch_stride", true},
+                   {p->w_batch_stride, "w_batch_stride", false},
+                   {p->out_batch_stride, "out_batch_stride", false}};
   for (const auto &size : multiples)
-    if (size.v <= 0 || size.v % 8 != 0 || size.v > int32Max)
+    if (size.v < 0 || (size.v == 0 && !size.mayBeZero) || size.v % 8 != 0 ||
+        size.v > int32Max)
       return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s: %s must be a positive multiple of 8 below 2^31 (got %lld)", fn,
-                  size.name, static_cast<long long>(size.v));
+                  "%s: %s must be a %s multiple of 8 below 2^31 (got %lld)", fn, size.name,
+                  size.mayBeZero ? "non-negative" : "positive", static_cast<long long>(size.v));
   const int64_t wRow = p->w_kn ? p->n : p->k;
   if (p->ldx < p->k || p->ldo < p->n || p->ldw < wRow)
     return fail(KILN_ERROR_INVALID_ARGUMENT,

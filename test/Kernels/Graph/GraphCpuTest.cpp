@@ -493,6 +493,31 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
               kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
   expectError(kiln_gemm_set_pin_rows(nullptr, 64), kInvalid, "kiln_gemm_set_pin_rows", "gemm");
+  // A strided batch's input may be shared (batch stride 0, kiln_rt_linear_pair); the
+  // weights' and outputs' strides may not be 0, and no stride negative.
+  {
+    const char *sb = "kiln_gemm_bf16_strided_batched";
+    kiln_gemm_strided_batch_t p{};
+    p.x = x;
+    p.w = w;
+    p.out = o;
+    p.ldx = p.ldw = 8;
+    p.ldo = 8;
+    p.x_batch_stride = 0;
+    p.w_batch_stride = 64;
+    p.out_batch_stride = 64;
+    p.batch = 2;
+    p.m = 0; // valid arguments and no rows: returns before the handle is used
+    p.n = p.k = 8;
+    EXPECT_EQ(kiln_gemm_bf16_strided_batched(g, &p, ws, 64, nullptr), KILN_OK) << kiln_last_error();
+    p.x_batch_stride = -8;
+    expectError(kiln_gemm_bf16_strided_batched(g, &p, ws, 64, nullptr), kInvalid, sb,
+                "x_batch_stride must be a non-negative multiple of 8");
+    p.x_batch_stride = 0;
+    p.w_batch_stride = 0;
+    expectError(kiln_gemm_bf16_strided_batched(g, &p, ws, 64, nullptr), kInvalid, sb,
+                "w_batch_stride must be a positive multiple of 8");
+  }
   // The caller's KILN_GEMM_PIN_ROWS is put back afterwards.
   const char *exported = std::getenv("KILN_GEMM_PIN_ROWS");
   const std::string saved = exported ? exported : "";

@@ -1682,6 +1682,71 @@ TEST(GraphGpu, GemmStridedBatchedMlaHeads) {
   }
 }
 
+// kiln_rt_linear_pair's GEMM (kiln-pair-linears): two projections of one input as one
+// strided batch whose input batch stride is 0, the weights and outputs some planned
+// distance apart (here with a gap between them, as a plan may leave). Each output
+// against the fp64 reference, nothing between the outputs written, and token 0's row
+// the same bits whatever m up to the invariant rows.
+TEST(GraphGpu, GemmStridedBatchSharedInput) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  KILN_OK_(kiln_gemm_set_invariant_rows(gemm, 80));
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  std::mt19937 rng(23);
+  const int64_t n = 256, k = 512, wGap = 64 * k, maxM = 80;
+  const auto w = randomBf16((2 * n * k) + wGap, rng, 0.05f); // w0, a gap, w1
+  auto dw = upload(w);
+  const auto all = randomBf16(maxM * k, rng, 1.0f);
+  std::vector<uint16_t> firstRows;
+  for (int64_t m : {1, 7, 64, 80}) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    const std::vector<uint16_t> x(all.begin(), all.begin() + m * k);
+    auto dx = upload(x);
+    const int64_t outStride = m * n + 128; // out1 after out0 and 128 untouched elements
+    auto dout = poisoned((outStride + m * n) * 2);
+    kiln_gemm_strided_batch_t g{};
+    g.x = dx->ptr;
+    g.ldx = k;
+    g.x_batch_stride = 0;
+    g.w = dw->ptr;
+    g.ldw = k;
+    g.w_batch_stride = n * k + wGap;
+    g.out = dout->ptr;
+    g.ldo = n;
+    g.out_batch_stride = outStride;
+    g.batch = 2;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    KILN_OK_(kiln_gemm_bf16_strided_batched(gemm, &g, workspace.ptr, KILN_GEMM_WORKSPACE_BYTES,
+                                            nullptr));
+    const auto got = download(dout->at<uint16_t>(), outStride + m * n);
+    int failures = 0;
+    for (int64_t b = 0; b < 2; ++b) {
+      std::vector<double> want(m * n);
+      gemmReference(x.data(), &w[b * (n * k + wGap)], nullptr, want.data(), m, n, k);
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double gv = bf16ToFloat(got[b * outStride + i]), wv = want[i];
+        if (!(std::fabs(gv - wv) <= 1e-2 * std::max(1.0, std::fabs(wv))) && ++failures <= 5)
+          ADD_FAILURE() << "projection " << b << " element " << i << " got " << gv << " want "
+                        << wv;
+      }
+    }
+    for (int64_t i = m * n; i < outStride; ++i)
+      if (got[i] != kPoison && ++failures <= 5)
+        ADD_FAILURE() << "element " << i << " between the outputs written";
+    EXPECT_EQ(failures, 0);
+    std::vector<uint16_t> row0(got.begin(), got.begin() + n);
+    row0.insert(row0.end(), got.begin() + outStride, got.begin() + outStride + n);
+    if (firstRows.empty())
+      firstRows = row0;
+    else
+      EXPECT_EQ(row0, firstRows) << "token 0's rows depend on m";
+  }
+}
+
 // An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
 // next_tokens shifts the ids and lets the picks win at their rows (out-of-range rows
 // skipped), a prompt's last token keeping its own id.

@@ -553,6 +553,37 @@ def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
   }];
 }
 
+def Kiln_LinearPairOp : Kiln_Op<"linear_pair", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+  let summary = "two projections of one input in one launch (buffers only)";
+  let description = [{
+    `init0 = input * weight0^T` and `init1 = input * weight1^T`: the two `kiln.linear`s
+    without bias of one input and one weight shape (a layer's k and v projections, or
+    its gate and up projections) that `kiln-pair-linears` merges after the activation
+    plan. Lowers to `kiln_rt_linear_pair`, one strided-batched cuBLASLt GEMM over the
+    two weights (their distance in the weight region is the batch stride) and the two
+    outputs (likewise), the input shared, so a decode step launches one GEMM instead of
+    two. Each output has the bits it would have from its own `kiln.linear` under the
+    same algorithm choice, not necessarily the same algorithm. Memrefs only: the op is
+    made after bufferization.
+  }];
+  let arguments = (ins AnyMemRef:$input, AnyMemRef:$weight0, AnyMemRef:$weight1,
+                       AnyMemRef:$init0, AnyMemRef:$init1);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight0 `,` $weight1 `:` type($input) `,` type($weight0) `,`
+    type($weight1) `)` `outs` `(` $init0 `,` $init1 `:` type($init0) `,` type($init1) `)`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/2);
+    }
+  }];
+}
+
 def Kiln_MoeOp : Kiln_Op<"moe", [
     AttrSizedOperandSegments,
     DestinationStyleOpInterface,
