@@ -298,6 +298,15 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
                          reinterpret_cast<uintptr_t>(w0) % 16 == 0 &&
                          reinterpret_cast<uintptr_t>(out0) % 16 == 0;
     const char *kernel = batched ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
+    auto twoGemms = [&] {
+      kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
+                                       ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                       ctx->stream);
+      return s != KILN_OK ? s
+                          : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
+                                           ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                           ctx->stream);
+    };
     if (kiln_status_t s = launchValidated(c, ctx, kernel, out0, m, n, [&] {
           if (batched) {
             kiln_gemm_strided_batch_t p{};
@@ -314,16 +323,13 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
             p.m = m;
             p.n = n;
             p.k = k;
-            return kiln_gemm_bf16_strided_batched(ctx->gemm, &p, ctx->base[kWorkspace],
-                                                  KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+            const kiln_status_t s = kiln_gemm_bf16_strided_batched(
+                ctx->gemm, &p, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+            // cuBLASLt without an algorithm for the shared input (a shape's choice, the
+            // same every call): the two GEMMs, as without pairing.
+            return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
           }
-          kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
-                                           ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
-                                           ctx->stream);
-          return s != KILN_OK ? s
-                              : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
-                                               ctx->base[kWorkspace],
-                                               KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+          return twoGemms();
         });
         s != KILN_OK)
       return s;

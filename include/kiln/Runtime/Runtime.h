@@ -328,8 +328,9 @@ int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, con
                        void *out, int64_t m, int64_t n, int64_t k);
 /* kiln.linear_pair: out0 = x w0^T and out1 = x w1^T (no bias), w0 and w1 [n, k], out0 and
  * out1 [m, n], as one strided-batched GEMM where the two weights and the two outputs lie
- * at positive distances that are multiples of 8 elements (the planned layouts), else as
- * two GEMMs. Traced as two outputs. */
+ * at positive distances that are multiples of 8 elements (the planned layouts), else (or
+ * when cuBLASLt has no algorithm for the shared input) as two GEMMs. Traced as two
+ * outputs. */
 int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, const void *w0,
                             const void *w1, void *out0, void *out1, int64_t m, int64_t n,
                             int64_t k);
