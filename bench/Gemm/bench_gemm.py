@@ -97,23 +97,11 @@ def main():
         for m in ROWS:
             x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-            stream = lambda: ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # noqa
-
-            def kiln(i):
-                status = lib.kiln_gemm_bf16(
-                    handle, ctypes.c_void_p(x.data_ptr()),
-                    ctypes.c_void_p(weights[i % copies].data_ptr()), None,
-                    ctypes.c_void_p(out.data_ptr()), ctypes.c_int64(m), ctypes.c_int64(n),
-                    ctypes.c_int64(k), ctypes.c_void_p(workspace.data_ptr()),
-                    ctypes.c_size_t(workspace.numel()), stream())
-                if status != 0:
-                    raise RuntimeError(lib.kiln_last_error().decode())
-
             torch_ms = graph_ms(lambda i: F.linear(x, weights[i % copies]))
             moved = weight_bytes + (m * k + m * n) * 2
             for policy, code in POLICIES.items():
                 assert lib.kiln_gemm_set_policy(handle, code) == 0
-                ms = graph_ms(kiln)
+                ms = kiln_gemm_ms(lib, handle, workspace, x, weights, out)
                 row = {"layer": name, "m": m, "n": n, "k": k, "policy": policy, "ms": ms,
                        "tb_s": moved / (ms * 1e-3) / 1e12,
                        "tflop_s": 2 * m * n * k / (ms * 1e-3) / 1e12, "torch_ms": torch_ms}

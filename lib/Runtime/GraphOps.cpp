@@ -269,6 +269,37 @@ std::optional<int64_t> batchStride(const void *a, const void *b) {
   return (to - from) / 2;
 }
 
+// kiln_rt_linear_pair's one launch, when the plan's layout allows it: entry b of the
+// batch reads x (batch stride 0), w0 + b * (w1 - w0) and writes out0 + b * (out1 - out0).
+// The distances are the plan's, fixed for a model, so a shape always takes the same path
+// and its rows stay invariant.
+std::optional<kiln_gemm_strided_batch_t> sharedInputBatch(const void *x, const void *w0,
+                                                          const void *w1, void *out0,
+                                                          void *out1, int64_t m, int64_t n,
+                                                          int64_t k) {
+  const std::optional<int64_t> wStride = batchStride(w0, w1), outStride = batchStride(out0, out1);
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w0) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out0) % 16 == 0;
+  if (!wStride || !outStride || n % 8 != 0 || k % 8 != 0 || !aligned)
+    return std::nullopt;
+  kiln_gemm_strided_batch_t p{};
+  p.x = x;
+  p.ldx = k;
+  p.x_batch_stride = 0;
+  p.w = w0;
+  p.ldw = k;
+  p.w_batch_stride = *wStride;
+  p.out = out0;
+  p.ldo = n;
+  p.out_batch_stride = *outStride;
+  p.batch = 2;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
 } // namespace
 
 extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, const void *w0,
@@ -289,15 +320,9 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
     if (o0 < o1 + outBytes && o1 < o0 + outBytes)
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "out0 and out1 overlap (the two projections would write one buffer)");
-    // One launch: entry b of the batch reads x (batch stride 0), w0 + b * wStride and
-    // writes out0 + b * outStride. The strides are the plan's, fixed for a model, so a
-    // shape always takes the same path and its rows stay invariant.
-    const std::optional<int64_t> wStride = batchStride(w0, w1), outStride = batchStride(out0, out1);
-    const bool batched = wStride && outStride && n % 8 == 0 && k % 8 == 0 &&
-                         reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(w0) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(out0) % 16 == 0;
-    const char *kernel = batched ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
+    const std::optional<kiln_gemm_strided_batch_t> batch =
+        sharedInputBatch(x, w0, w1, out0, out1, m, n, k);
+    const char *kernel = batch ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
     auto twoGemms = [&] {
       kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
                                        ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
@@ -308,28 +333,13 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
                                            ctx->stream);
     };
     if (kiln_status_t s = launchValidated(c, ctx, kernel, out0, m, n, [&] {
-          if (batched) {
-            kiln_gemm_strided_batch_t p{};
-            p.x = x;
-            p.ldx = k;
-            p.x_batch_stride = 0;
-            p.w = w0;
-            p.ldw = k;
-            p.w_batch_stride = *wStride;
-            p.out = out0;
-            p.ldo = n;
-            p.out_batch_stride = *outStride;
-            p.batch = 2;
-            p.m = m;
-            p.n = n;
-            p.k = k;
-            const kiln_status_t s = kiln_gemm_bf16_strided_batched(
-                ctx->gemm, &p, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
-            // cuBLASLt without an algorithm for the shared input (a shape's choice, the
-            // same every call): the two GEMMs, as without pairing.
-            return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
-          }
-          return twoGemms();
+          if (!batch)
+            return twoGemms();
+          const kiln_status_t s = kiln_gemm_bf16_strided_batched(
+              ctx->gemm, &*batch, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+          // cuBLASLt without an algorithm for the shared input (a shape's choice, the same
+          // every call): the two GEMMs, as without pairing.
+          return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
         });
         s != KILN_OK)
       return s;

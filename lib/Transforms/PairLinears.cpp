@@ -8,7 +8,6 @@
 #include "PassDetail.h"
 #include "kiln/Transforms/Passes.h"
 
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace kiln {
@@ -23,7 +22,7 @@ namespace {
 
 /// A projection the pair's GEMM computes: buffers, no bias, bf16 in, weight and out.
 bool pairable(LinearOp linear) {
-  if (linear.getBias() || linear.getResult())
+  if (linear.getBias())
     return false;
   for (Value v : {linear.getInput(), linear.getWeight(), linear.getInit()}) {
     auto type = dyn_cast<MemRefType>(v.getType());

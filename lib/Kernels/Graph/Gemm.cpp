@@ -16,11 +16,11 @@
 // lossless only if they agree). So every m <= the handle's invariant rows (the model's
 // largest decode/verify step, kiln_gemm_set_invariant_rows) runs one algorithm per
 // shape: the one the heuristic picks for m = KILN_GEMM_INVARIANT_ROWS (or the pin rows,
-// kiln_gemm_set_pin_rows), checked to run both m = 1 and m = invariant rows. Split-K is allowed there only with the
-// COMPUTE_TYPE reduction: the split count and the K slices are fixed by the algorithm
-// (not by m) and the fp32 partials are summed in a separate, fixed-order pass. INPLACE
-// and OUTPUT_TYPE reductions add partials in bf16 and are never taken. Above the
-// invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
+// kiln_gemm_set_pin_rows), checked to run both m = 1 and m = invariant rows. Split-K is
+// allowed there only with the COMPUTE_TYPE reduction: the split count and the K slices
+// are fixed by the algorithm (not by m) and the fp32 partials are summed in a separate,
+// fixed-order pass. INPLACE and OUTPUT_TYPE reductions add partials in bf16 and are
+// never taken. Above the invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
 // Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
 //
 // Batched GEMMs (kiln_gemm_bf16_batched, a MoE layer's experts): the same TN mapping
