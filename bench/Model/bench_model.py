@@ -23,8 +23,9 @@ Speculative rows are measured against the bound without speculation: above 100% 
 the accepted drafts paid for their verification. Each decode row also runs a second
 Kiln variant (--second): eager launches
 (--cuda-graphs 0, the default), cuBLASLt's heuristic GEMM algorithms
-(--gemm-policy heuristic: what batch invariance costs) or the model compiled with
---pair-linears (paired: k/v and gate/up as one GEMM launch each).
+(--gemm-policy heuristic: what batch invariance costs), the model compiled with
+--pair-linears (paired: k/v and gate/up as one GEMM launch each) or the row-invariant
+GEMM algorithms picked for 256 rows (pin256: KILN_GEMM_PIN_ROWS=256).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -245,7 +246,7 @@ def hf_prefill(model, vocab):
 # Kiln
 # ----------------------------------------------------------------------------------------
 
-def kiln_run(args, so, prompts, new_tokens, work, name, extra=()):
+def kiln_run(args, so, prompts, new_tokens, work, name, extra=(), extra_env=None):
     """kiln-run of `so` on one batch of prompts; its JSON, or None with the error printed."""
     if not so.exists():
         print(f"  kiln-run {name}: {so} is missing (bench/Model/compile.sh builds it)",
@@ -263,6 +264,7 @@ def kiln_run(args, so, prompts, new_tokens, work, name, extra=()):
     env["LD_LIBRARY_PATH"] = ":".join([str(d) for d in args.lib_dir] +
                                       [env.get("LD_LIBRARY_PATH", "")])
     env["KILN_GRAPH_LAUNCH_PROBE"] = "1"  # the bare launch of each graph, at teardown
+    env.update(extra_env or {})
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=args.timeout)
@@ -306,9 +308,12 @@ def describe_step_host_time(result):
 
 
 # The second Kiln run of every decode row: kiln-run flags, or ("paired": the same model
-# compiled with --pair-linears, bench/Model/compile.sh's -paired shared objects).
+# compiled with --pair-linears, bench/Model/compile.sh's -paired shared objects), or
+# ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
+# (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
-                   "paired": ()}
+                   "paired": (), "pin256": ()}
+SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}}
 
 
 def second_model(so, second):
@@ -418,7 +423,8 @@ def main():
                 # rows would depend on the batch, and verification would not be lossless).
                 other = None if ngram and args.second == "heuristic" else kiln_run(
                     args, second_model(so, args.second), prompts, DECODE_NEW, args.work,
-                    f"{name}-{args.second}", (*spec, *SECOND_VARIANTS[args.second]))
+                    f"{name}-{args.second}", (*spec, *SECOND_VARIANTS[args.second]),
+                    SECOND_ENV.get(args.second))
                 second[case] = other and other.get("decode_tokens_per_s")
                 stamp(f"kiln {case} ({describe_step_host_time(result)}; {args.second}: "
                       f"{second[case]} tok/s, host "

@@ -93,6 +93,8 @@ struct StepGraph {
   int32_t lastAttention = -1;
   uint64_t launches = 0;
   bool argmax = false; // holds the argmax and its copy to the host
+  // KILN_GRAPH_LAUNCH_PROBE's summary of the captured nodes (Graphs.cpp, nodeProfile).
+  std::string nodeProfile;
 };
 
 } // namespace kiln::rt

@@ -10,11 +10,15 @@
 // launched; later ones are replayed.
 #include "Context.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <vector>
 
 using namespace kiln::rt;
 
@@ -112,6 +116,82 @@ void dumpGraph(const kiln_rt_context *ctx, cudaGraph_t graph) {
     cudaGetLastError();
 }
 
+bool launchProbeRequested() {
+  const char *probe = std::getenv("KILN_GRAPH_LAUNCH_PROBE");
+  return probe && std::string(probe) == "1";
+}
+
+// Driver entry points for the kernel nodes' functions: cuBLASLt's kernels come from its
+// own modules, which the runtime API's function queries do not know.
+template <typename Fn> Fn driverEntry(const char *name, int version) {
+  void *fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// What the probe prints beside a graph's launch time, to tell what a slow launch holds:
+// its nodes by type, and the kernels that need per-thread local memory (a launch whose
+// kernel needs more than the context's local memory reservation resizes it, and waits)
+// or that launch in clusters.
+std::string nodeProfile(cudaGraph_t graph) {
+  using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+  using GetAttr = CUresult (*)(int *, CUfunction_attribute, CUfunction);
+  using GetName = CUresult (*)(const char **, CUfunction);
+  using GetLaunchAttr = CUresult (*)(CUgraphNode, CUlaunchAttributeID, CUlaunchAttributeValue *);
+  static const auto getParams = driverEntry<GetParams>("cuGraphKernelNodeGetParams", 12000);
+  static const auto getAttr = driverEntry<GetAttr>("cuFuncGetAttribute", 12000);
+  static const auto getName = driverEntry<GetName>("cuFuncGetName", 12030);
+  static const auto getLaunchAttr =
+      driverEntry<GetLaunchAttr>("cuGraphKernelNodeGetAttribute", 12000);
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess)
+    return "nodes unknown";
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess)
+    return "nodes unknown";
+  std::map<int, int> byType;
+  std::map<std::string, int> localBytes, clustered;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess)
+      continue;
+    ++byType[static_cast<int>(type)];
+    CUDA_KERNEL_NODE_PARAMS params{};
+    if (type != cudaGraphNodeTypeKernel || !getParams || getParams(node, &params) != CUDA_SUCCESS ||
+        !params.func)
+      continue;
+    const char *name = nullptr;
+    if (!getName || getName(&name, params.func) != CUDA_SUCCESS || !name)
+      name = "?";
+    int local = 0;
+    if (getAttr && getAttr(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, params.func) == CUDA_SUCCESS &&
+        local > 0)
+      localBytes[std::string(name).substr(0, 60)] = local;
+    CUlaunchAttributeValue cluster{};
+    if (getLaunchAttr &&
+        getLaunchAttr(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster) == CUDA_SUCCESS &&
+        cluster.clusterDim.x * cluster.clusterDim.y * cluster.clusterDim.z > 1)
+      ++clustered[std::string(name).substr(0, 60)];
+  }
+  cudaGetLastError();
+  std::string out = std::to_string(count) + " nodes (type:count";
+  for (auto [type, n] : byType)
+    out += " " + std::to_string(type) + ":" + std::to_string(n);
+  out += "); kernels with local memory:";
+  for (const auto &[name, bytes] : localBytes)
+    out += " " + name + "=" + std::to_string(bytes) + "B";
+  out += "; clustered kernels:";
+  for (const auto &[name, n] : clustered)
+    out += " " + name + "x" + std::to_string(n);
+  return out;
+}
+
 // Captures the forward into `graph`. False when the capture failed: the step's host
 // state is then reset so that it can run eagerly.
 bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph) {
@@ -131,6 +211,8 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
   if (usable) {
     dumpGraph(ctx, captured);
+    if (launchProbeRequested())
+      graph.nodeProfile = nodeProfile(captured);
     const size_t freeBefore = freeDeviceBytes();
     // The upload is stream-ordered and its memory may be taken when it runs, not when
     // it is issued: wait for it (a capture is rare), so the measure is the graph's whole
@@ -181,8 +263,7 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
 // serving loop adds around it. The replays rewrite the last step's KV entries with the
 // same values.
 void kiln::rt::probeGraphLaunches(kiln_rt_context *ctx) {
-  const char *probe = std::getenv("KILN_GRAPH_LAUNCH_PROBE");
-  if (!probe || std::string(probe) != "1")
+  if (!launchProbeRequested())
     return;
   for (auto &[key, graph] : ctx->graphs) {
     if (!graph.exec)
@@ -203,10 +284,10 @@ void kiln::rt::probeGraphLaunches(kiln_rt_context *ctx) {
       continue;
     std::fprintf(stderr,
                  "kiln graph probe: batch %d q_len %d: cudaGraphLaunch min %.2f us, median "
-                 "%.2f us over %zu launches (%llu launches captured)\n",
+                 "%.2f us over %zu launches (%llu launches captured); %s\n",
                  key.batch, key.qLen, *std::min_element(samples.begin(), samples.end()),
                  quantile(samples, 0.5), samples.size(),
-                 static_cast<unsigned long long>(graph.launches));
+                 static_cast<unsigned long long>(graph.launches), graph.nodeProfile.c_str());
   }
 }
 
