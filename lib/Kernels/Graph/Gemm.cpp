@@ -45,9 +45,11 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <unordered_map>
+#include <vector>
 
 using namespace kiln::kernels;
 
@@ -142,6 +144,9 @@ struct kiln_gemm {
   // GEMM's algorithm, when set (kiln_gemm_set_pin_rows; used clamped to invariantRows);
   // unset, KILN_GEMM_INVARIANT_ROWS whatever the invariant rows.
   std::optional<int64_t> pinRows;
+  // KILN_GEMM_KERNELS_ONLY=1: a pinned algorithm must launch kernels only (see
+  // launchesKernelsOnly).
+  bool kernelsOnly = false;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -198,8 +203,17 @@ bool isPinned(const kiln_gemm_t *gemm, const PlanKey &key) {
   return gemm->policy == KILN_GEMM_ROW_INVARIANT && key.m <= gemm->invariantRows;
 }
 
+// The matrices and workspace of the call a plan is made for (a trial capture launches
+// with them; nothing runs).
+struct Operands {
+  const void *w, *x;
+  void *out, *workspace;
+  size_t workspaceBytes;
+  cudaStream_t stream;
+};
+
 kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
-                         const void *bias, cublasLtMatmulAlgo_t &algo);
+                         const void *bias, const Operands &operands, cublasLtMatmulAlgo_t &algo);
 
 // The layouts of W' [k, n], X' [k, m] and O' [n, m]; batched: W' [k, n], X' [k, rows]
 // and O' [n, rows] in pointer-array mode over m entries.
@@ -272,7 +286,8 @@ cublasStatus_t makeLayouts(const PlanKey &key, int64_t m, Layouts &layouts) {
 }
 
 // Builds the descriptor, the layouts and asks the heuristic for an algorithm.
-kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, Plan &plan) {
+kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias,
+                       const Operands &operands, Plan &plan) {
   cublasStatus_t st;
 #define KILN_LT(call)                                                                          \
   do {                                                                                         \
@@ -313,7 +328,7 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
     auto known = gemm->pinnedAlgos.find(shape);
     if (known == gemm->pinnedAlgos.end()) {
       cublasLtMatmulAlgo_t algo{};
-      if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, algo); s != KILN_OK) {
+      if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, operands, algo); s != KILN_OK) {
         destroyPlan(plan);
         return s;
       }
@@ -333,7 +348,7 @@ kiln_status_t makePlan(kiln_gemm_t *gemm, const PlanKey &key, const void *bias, 
     }
     return KILN_OK;
   }
-  if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, plan.algo); s != KILN_OK) {
+  if (kiln_status_t s = chooseAlgo(gemm, plan, key, bias, operands, plan.algo); s != KILN_OK) {
     destroyPlan(plan);
     return s;
   }
@@ -354,6 +369,49 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
          checked.workspaceSize <= key.workspaceBytes;
 }
 
+// Whether `algo` launches kernels only, by a trial capture of the plan's call on a
+// stream of its own (nothing runs). An algorithm may add a memset or a copy around its
+// kernels, and one node other than a kernel can take a whole CUDA graph off the driver's
+// fast launch path (docs/performance.md: the 8B step's graphs at >= 256 rows launch in
+// ~300 us against ~3 at 64). Unknown (a capture already under way on this thread, or a failure): true.
+bool launchesKernelsOnly(kiln_gemm_t *gemm, const Plan &plan, const Operands &operands,
+                         const cublasLtMatmulAlgo_t &algo) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(operands.stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return true;
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  cudaGraph_t graph = nullptr;
+  bool kernelsOnly = true;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasLtMatmul(gemm->handle, plan.desc, &alpha, operands.w, plan.a, operands.x, plan.b,
+                   &beta, operands.out, plan.d, operands.out, plan.d, &algo,
+                   operands.workspace, operands.workspaceBytes, stream);
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) {
+      size_t count = 0;
+      cudaGraphGetNodes(graph, nullptr, &count);
+      std::vector<cudaGraphNode_t> nodes(count);
+      if (count && cudaGraphGetNodes(graph, nodes.data(), &count) == cudaSuccess)
+        for (cudaGraphNode_t node : nodes) {
+          cudaGraphNodeType type;
+          if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type != cudaGraphNodeTypeKernel)
+            kernelsOnly = false;
+        }
+      cudaGraphDestroy(graph);
+    }
+  }
+  cudaGetLastError();
+  cudaStreamDestroy(stream);
+  return kernelsOnly;
+}
+
 // Asks the heuristic for the plan's algorithm. Pinned (row-invariant, m <= invariant
 // rows): the candidates for m = pin rows (KILN_GEMM_INVARIANT_ROWS unless
 // kiln_gemm_set_pin_rows says otherwise) whose reduction keeps rows invariant and that run
@@ -363,7 +421,7 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
 // for split-K can leave most SMs idle at small m (measured: 12x slower for Llama-8B's
 // k/v and down projections at m <= 64), else the busiest one.
 kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
-                         const void *bias, cublasLtMatmulAlgo_t &algo) {
+                         const void *bias, const Operands &operands, cublasLtMatmulAlgo_t &algo) {
   const bool invariant = gemm->policy == KILN_GEMM_ROW_INVARIANT || key.batched;
   const bool pinned = isPinned(gemm, key);
   const int64_t pinRows = key.batched || !gemm->pinRows
@@ -417,7 +475,8 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
            runsWithRows(gemm, plan.desc, plan.a, key, 1, candidate) &&
            runsWithRows(gemm, plan.desc, plan.a, key,
                         key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS} : gemm->invariantRows,
-                        candidate);
+                        candidate) &&
+           (!gemm->kernelsOnly || launchesKernelsOnly(gemm, plan, operands, candidate));
   };
   int chosen = -1, busiest = -1;
   for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
@@ -458,7 +517,9 @@ kiln_status_t runPlanned(kiln_gemm_t *gemm, const PlanKey &key, const void *bias
     if (gemm->plans.size() >= kMaxPlans)
       gemm->clearPlans();
     Plan plan;
-    const kiln_status_t status = makePlan(gemm, key, bias, plan);
+    const kiln_status_t status =
+        makePlan(gemm, key, bias, Operands{w, x, out, workspace, workspace_bytes,
+                                                    static_cast<cudaStream_t>(stream)}, plan);
     if (status != KILN_OK)
       return status;
     found = gemm->plans.emplace(key, plan).first;
@@ -500,6 +561,13 @@ kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
   return KILN_OK;
 }
 
+// KILN_GEMM_KERNELS_ONLY=1: pinned algorithms that launch kernels only (an experiment
+// until measured; see launchesKernelsOnly).
+void kernelsOnlyFromEnvironment(kiln_gemm_t *gemm) {
+  const char *only = std::getenv("KILN_GEMM_KERNELS_ONLY");
+  gemm->kernelsOnly = only && std::string(only) == "1";
+}
+
 } // namespace
 
 extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
@@ -513,6 +581,7 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
     delete gemm;
     return s;
   }
+  kernelsOnlyFromEnvironment(gemm);
   const cublasStatus_t st = cublasLtCreate(&gemm->handle);
   if (st != CUBLAS_STATUS_SUCCESS) {
     delete gemm;
