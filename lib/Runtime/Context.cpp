@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -442,6 +443,15 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
     std::string message = kiln_last_error();
     return cleanup(s, ("kiln_gemm_set_invariant_rows: " + message).c_str(), cudaSuccess);
   }
+  // Above 64 sequences, the algorithms are picked for the largest decode batch: picked
+  // for 64 rows, the 8B step at batch 256 ran at 43% of its bound, picked for 256 at 59%
+  // (docs/performance.md). KILN_GEMM_PIN_ROWS, a tuning experiment, overrides it.
+  if (ctx->config.max_batch > KILN_GEMM_INVARIANT_ROWS && !std::getenv("KILN_GEMM_PIN_ROWS"))
+    if (kiln_status_t s = kiln_gemm_set_pin_rows(ctx->gemm, ctx->config.max_batch);
+        s != KILN_OK) {
+      std::string message = kiln_last_error();
+      return cleanup(s, ("kiln_gemm_set_pin_rows: " + message).c_str(), cudaSuccess);
+    }
   // cuBLASLt takes ~38 MiB of device memory at its first matmul (a one-time library
   // initialization; later shapes add nothing, measured on the H200): one warm-up matmul
   // on a temporary buffer, freed again, so that this happens before the baseline below

@@ -144,9 +144,9 @@ struct kiln_gemm {
   // GEMM's algorithm, when set (kiln_gemm_set_pin_rows; used clamped to invariantRows);
   // unset, KILN_GEMM_INVARIANT_ROWS whatever the invariant rows.
   std::optional<int64_t> pinRows;
-  // KILN_GEMM_KERNELS_ONLY=1: a pinned algorithm must launch kernels only (see
-  // launchesKernelsOnly).
-  bool kernelsOnly = false;
+  // Prefer algorithms whose launch is kernels only (launchesKernelsOnly); off with
+  // KILN_GEMM_KERNELS_ONLY=0.
+  bool kernelsOnly = true;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -475,20 +475,29 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
            runsWithRows(gemm, plan.desc, plan.a, key, 1, candidate) &&
            runsWithRows(gemm, plan.desc, plan.a, key,
                         key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS} : gemm->invariantRows,
-                        candidate) &&
-           (!gemm->kernelsOnly || launchesKernelsOnly(gemm, plan, operands, candidate));
+                        candidate);
   };
-  int chosen = -1, busiest = -1;
-  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS || !acceptable(results[i].algo))
-      continue;
-    if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
-      busiest = i;
-    if (!invariant || results[i].wavesCount >= 0.5f)
-      chosen = i;
-  }
+  // The candidates whose launch is kernels only first (the others would slow every
+  // CUDA-graph launch of the step), then any.
+  auto pick = [&](bool kernelsOnly) {
+    int chosen = -1, busiest = -1;
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS || !acceptable(results[i].algo) ||
+          (kernelsOnly && !launchesKernelsOnly(gemm, plan, operands, results[i].algo)))
+        continue;
+      if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
+        busiest = i;
+      if (!invariant || results[i].wavesCount >= 0.5f)
+        chosen = i;
+    }
+    return chosen < 0 ? busiest : chosen;
+  };
+  // Only the decode-sized calls that CUDA graphs capture: a prefill's choice has no graph
+  // to slow, and its fastest algorithms may zero a workspace first.
+  const bool captured = pinned || (!key.batched && key.m <= gemm->invariantRows);
+  int chosen = gemm->kernelsOnly && captured ? pick(true) : -1;
   if (chosen < 0)
-    chosen = busiest;
+    chosen = pick(false);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || chosen < 0)
     return fail(KILN_ERROR_UNSUPPORTED,
                 "%s: cuBLASLt has no %salgorithm for %s=%lld n=%lld k=%lld%s "
@@ -561,11 +570,11 @@ kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
   return KILN_OK;
 }
 
-// KILN_GEMM_KERNELS_ONLY=1: pinned algorithms that launch kernels only (an experiment
-// until measured; see launchesKernelsOnly).
+// KILN_GEMM_KERNELS_ONLY=0: the heuristic's order alone, memsets and all (how the cost
+// of a graph launch off the fast path is measured again).
 void kernelsOnlyFromEnvironment(kiln_gemm_t *gemm) {
   const char *only = std::getenv("KILN_GEMM_KERNELS_ONLY");
-  gemm->kernelsOnly = only && std::string(only) == "1";
+  gemm->kernelsOnly = !(only && std::string(only) == "0");
 }
 
 } // namespace
