@@ -54,6 +54,12 @@ kiln_status_t kiln_gemm_set_policy(kiln_gemm_t *gemm, kiln_gemm_policy_t policy)
  * max_batch * (1 + max_draft_len)). 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
 
+/* Calls of at most the invariant rows (decode steps, which CUDA graphs capture) prefer
+ * the algorithms whose launch is kernels only (a trial capture when the plan is made):
+ * a memset or copy node takes a whole graph off the driver's fast launch path.
+ * KILN_GEMM_KERNELS_ONLY=0 in the environment turns the preference off at
+ * kiln_gemm_create. */
+
 /* The m the ROW_INVARIANT policy asks cuBLASLt's heuristic about when it picks a plain
  * or strided-batch shape's one algorithm (unset: KILN_GEMM_INVARIANT_ROWS; set: used
  * clamped to the invariant rows). Pointer-array batched GEMMs and the own sm_90a GEMM

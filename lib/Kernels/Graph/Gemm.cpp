@@ -20,8 +20,11 @@
 // allowed there only with the COMPUTE_TYPE reduction: the split count and the K slices
 // are fixed by the algorithm (not by m) and the fp32 partials are summed in a separate,
 // fixed-order pass. INPLACE and OUTPUT_TYPE reductions add partials in bf16 and are
-// never taken. Above the invariant rows (prefill) the heuristic's best split-K-free algorithm for that m runs.
-// Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
+// never taken. Above the invariant rows (prefill) the heuristic's best split-K-free
+// algorithm for that m runs. Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
+//
+// CUDA graphs: calls of at most the invariant rows prefer the candidates whose launch is
+// kernels only (launchesKernelsOnly; GraphGpu.GemmCapturedAsKernelsOnly).
 //
 // Batched GEMMs (kiln_gemm_bf16_batched, a MoE layer's experts): the same TN mapping
 // per entry with m = rows, every matrix's address read from a device array (cuBLASLt's

@@ -1150,6 +1150,55 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+// The 8B step's seven projection shapes at 256 rows, pinned for 256 rows (what the runtime
+// sets for max_batch 256): captured in a CUDA graph, each is kernels only. cuBLASLt's
+// first choices for these shapes add a memset node, and the step's 224 memsets took its
+// cudaGraphLaunch from ~3 to ~300 us (docs/performance.md).
+TEST(GraphGpu, GemmCapturedAsKernelsOnly) {
+  KILN_REQUIRE_GPU();
+  kiln_gemm_t *gemm = nullptr;
+  KILN_OK_(kiln_gemm_create(&gemm));
+  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  constexpr int64_t kRows = 256;
+  KILN_OK_(kiln_gemm_set_invariant_rows(gemm, kRows));
+  KILN_OK_(kiln_gemm_set_pin_rows(gemm, kRows));
+  DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const struct {
+    int64_t n, k;
+  } shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}};
+  for (const auto &shape : shapes) {
+    SCOPED_TRACE("n " + std::to_string(shape.n) + " k " + std::to_string(shape.k));
+    DeviceBuffer x(kRows * shape.k * 2), w(shape.n * shape.k * 2), out(kRows * shape.n * 2);
+    CUDA_OK(cudaMemset(x.ptr, 0, kRows * shape.k * 2));
+    CUDA_OK(cudaMemset(w.ptr, 0, shape.n * shape.k * 2));
+    auto call = [&] {
+      return kiln_gemm_bf16(gemm, x.ptr, w.ptr, nullptr, out.ptr, kRows, shape.n, shape.k,
+                            workspace.ptr, KILN_GEMM_WORKSPACE_BYTES, stream);
+    };
+    KILN_OK_(call()); // the plan is made outside the capture, as the runtime's first step does
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const kiln_status_t status = call();
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    KILN_OK_(status);
+    size_t count = 0;
+    CUDA_OK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CUDA_OK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    EXPECT_GE(count, 1u);
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      CUDA_OK(cudaGraphNodeGetType(node, &type));
+      EXPECT_EQ(type, cudaGraphNodeTypeKernel);
+    }
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 // One kiln_moe layer of the MoE tests below: its shapes, routing and expert form.
 struct MoeCase {
   int64_t tokens, hidden, inter, experts;
