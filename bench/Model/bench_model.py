@@ -24,8 +24,9 @@ the accepted drafts paid for their verification. Each decode row also runs a sec
 Kiln variant (--second): eager launches
 (--cuda-graphs 0, the default), cuBLASLt's heuristic GEMM algorithms
 (--gemm-policy heuristic: what batch invariance costs), the model compiled with
---pair-linears (paired: k/v and gate/up as one GEMM launch each) or the row-invariant
-GEMM algorithms picked for 256 rows (pin256: KILN_GEMM_PIN_ROWS=256).
+--pair-linears=false (unpaired: k/v and gate/up as two GEMM launches each, where the
+default pairs them) or the row-invariant GEMM algorithms picked for 256 rows (pin256:
+KILN_GEMM_PIN_ROWS=256).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -307,18 +308,18 @@ def describe_step_host_time(result):
             f"{r.get('host_us_replayed_step_p50')}, p99 {r.get('host_us_replayed_step_p99')})")
 
 
-# The second Kiln run of every decode row: kiln-run flags, or ("paired": the same model
-# compiled with --pair-linears, bench/Model/compile.sh's -paired shared objects), or
+# The second Kiln run of every decode row: kiln-run flags, or ("unpaired": the same model
+# compiled with --pair-linears=false, bench/Model/compile.sh's -unpaired shared objects), or
 # ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
 # (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
-                   "paired": (), "pin256": ()}
+                   "unpaired": (), "pin256": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}}
 
 
 def second_model(so, second):
-    """The shared object of the second run: the -paired build for --second paired."""
-    return so.with_name(so.stem + "-paired.so") if second == "paired" else so
+    """The shared object of the second run: the -unpaired build for --second unpaired."""
+    return so.with_name(so.stem + "-unpaired.so") if second == "unpaired" else so
 
 
 def print_table(rows, second):

@@ -13,10 +13,11 @@ bench_model() { # spec suffix max-batch max-seq-len [flags]
     --max-batch "$3" --max-seq-len "$4" --spec "$1" "${@:5}" --emit=so \
     -o "$root/.carry/models/llama-3.1-8b-bench$2.so"
 }
-for pair in "" "--pair-linears"; do
-  # -paired: each layer's k/v and gate/up projections as one GEMM each (bench_model.py
-  # --second paired runs them beside the default).
-  suffix=${pair:+-paired}
+for pair in "" "--pair-linears=false"; do
+  # -unpaired: each layer's k/v and gate/up projections as two GEMMs each, as before
+  # kiln-pair-linears was on by default (bench_model.py --second unpaired runs them
+  # beside the default).
+  suffix=${pair:+-unpaired}
   bench_model none "$suffix" 64 4608 $pair
   bench_model none "-b256$suffix" 256 256 $pair
   bench_model ngram:4 "-ngram$suffix" 64 4608 $pair

@@ -87,8 +87,9 @@ cl::opt<bool> expandLayers(
 cl::opt<bool> pairLinears(
     "pair-linears",
     cl::desc("merge a layer's k and v projections (and its gate and up projections) into "
-             "one strided-batched GEMM each (kiln-pair-linears; not yet measured on a GPU)"),
-    cl::init(false), cl::Hidden, cl::cat(outputCategory));
+             "one strided-batched GEMM each (kiln-pair-linears; default on, "
+             "--pair-linears=false keeps them apart)"),
+    cl::init(true), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "

