@@ -372,13 +372,12 @@ bool runsWithRows(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLa
          checked.workspaceSize <= key.workspaceBytes;
 }
 
-// Whether `algo` launches kernels only, by a trial capture of the plan's call on a
-// stream of its own (nothing runs). An algorithm may add a memset or a copy around its
-// kernels, and one node other than a kernel can take a whole CUDA graph off the driver's
-// fast launch path (docs/performance.md: the 8B step's graphs at >= 256 rows launch in
-// ~300 us against ~3 at 64). Unknown (a capture already under way on this thread, or a failure): true.
-bool launchesKernelsOnly(kiln_gemm_t *gemm, const Plan &plan, const Operands &operands,
-                         const cublasLtMatmulAlgo_t &algo) {
+// Whether one call of `algo` over the layouts a (w), b (x) and d (out) captures as
+// kernels only, by a trial capture on a stream of its own (nothing runs). Unknown (a
+// capture already under way on this thread, or a failure): true.
+bool capturesKernelsOnly(kiln_gemm_t *gemm, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
+                         const Operands &operands, const cublasLtMatmulAlgo_t &algo) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(operands.stream, &capturing) != cudaSuccess ||
       capturing != cudaStreamCaptureStatusNone) {
@@ -394,9 +393,9 @@ bool launchesKernelsOnly(kiln_gemm_t *gemm, const Plan &plan, const Operands &op
   bool kernelsOnly = true;
   if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
     const float alpha = 1.0f, beta = 0.0f;
-    cublasLtMatmul(gemm->handle, plan.desc, &alpha, operands.w, plan.a, operands.x, plan.b,
-                   &beta, operands.out, plan.d, operands.out, plan.d, &algo,
-                   operands.workspace, operands.workspaceBytes, stream);
+    cublasLtMatmul(gemm->handle, desc, &alpha, operands.w, a, operands.x, b, &beta,
+                   operands.out, d, operands.out, d, &algo, operands.workspace,
+                   operands.workspaceBytes, stream);
     if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) {
       size_t count = 0;
       cudaGraphGetNodes(graph, nullptr, &count);
@@ -413,6 +412,28 @@ bool launchesKernelsOnly(kiln_gemm_t *gemm, const Plan &plan, const Operands &op
   cudaGetLastError();
   cudaStreamDestroy(stream);
   return kernelsOnly;
+}
+
+// Whether `algo` launches kernels only for the plan's m and, pinned, for every m it will
+// run (checked at 1 and at the invariant rows: a memset can come with the larger m
+// alone, as it did at 256 rows for the 8B step's algorithms, kernels only at 1 and 16). An
+// algorithm may add a memset or a copy around its kernels, and one node other than a
+// kernel can take a whole CUDA graph off the driver's fast launch path (docs/performance.md:
+// the 8B step's graphs at 256 rows launched in ~300 us against ~3 at 64).
+bool launchesKernelsOnly(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key,
+                         const Operands &operands, const cublasLtMatmulAlgo_t &algo) {
+  if (!capturesKernelsOnly(gemm, plan.desc, plan.a, plan.b, plan.d, operands, algo))
+    return false;
+  if (key.batched || !isPinned(gemm, key))
+    return true;
+  for (int64_t m : {int64_t{1}, gemm->invariantRows}) {
+    Layouts layouts;
+    if (m == key.m || makeLayouts(key, m, layouts) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    if (!capturesKernelsOnly(gemm, plan.desc, plan.a, layouts.x, layouts.out, operands, algo))
+      return false;
+  }
+  return true;
 }
 
 // Asks the heuristic for the plan's algorithm. Pinned (row-invariant, m <= invariant
@@ -486,7 +507,7 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
     int chosen = -1, busiest = -1;
     for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS || !acceptable(results[i].algo) ||
-          (kernelsOnly && !launchesKernelsOnly(gemm, plan, operands, results[i].algo)))
+          (kernelsOnly && !launchesKernelsOnly(gemm, plan, key, operands, results[i].algo)))
         continue;
       if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
         busiest = i;
