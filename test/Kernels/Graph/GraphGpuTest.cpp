@@ -1173,14 +1173,18 @@ TEST(GraphGpu, GemmCapturedAsKernelsOnly) {
     DeviceBuffer x(kRows * shape.k * 2), w(shape.n * shape.k * 2), out(kRows * shape.n * 2);
     CUDA_OK(cudaMemset(x.ptr, 0, kRows * shape.k * 2));
     CUDA_OK(cudaMemset(w.ptr, 0, shape.n * shape.k * 2));
-    auto call = [&] {
-      return kiln_gemm_bf16(gemm, x.ptr, w.ptr, nullptr, out.ptr, kRows, shape.n, shape.k,
+    auto call = [&](int64_t m) {
+      return kiln_gemm_bf16(gemm, x.ptr, w.ptr, nullptr, out.ptr, m, shape.n, shape.k,
                             workspace.ptr, KILN_GEMM_WORKSPACE_BYTES, stream);
     };
-    KILN_OK_(call()); // the plan is made outside the capture, as the runtime's first step does
+    // The shape's one algorithm is chosen at the first call, of one row (a batch-1 step
+    // before the batch grows), outside any capture as the runtime's first steps are; the
+    // 256-row plan is made from it, then captured.
+    KILN_OK_(call(1));
+    KILN_OK_(call(kRows));
     CUDA_OK(cudaStreamSynchronize(stream));
     CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const kiln_status_t status = call();
+    const kiln_status_t status = call(kRows);
     cudaGraph_t graph = nullptr;
     CUDA_OK(cudaStreamEndCapture(stream, &graph));
     KILN_OK_(status);
