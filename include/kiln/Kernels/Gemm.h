@@ -65,9 +65,10 @@ kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
  * clamped to the invariant rows). Pointer-array batched GEMMs and the own sm_90a GEMM
  * (an lm_head) are unaffected. Rows stay invariant whatever it is; what changes is which
  * m the algorithm suits: one picked for few rows streams the weights well at batch 1 and
- * can be compute-bound far below the matmul rate at 256 rows. KILN_GEMM_PIN_ROWS in the
- * environment sets it for every handle at kiln_gemm_create (a tuning experiment on a
- * whole model), which fails (INVALID_ARGUMENT) on a value that is not a count in range.
+ * can be compute-bound far below the matmul rate at 256 rows (the runtime sets max_batch
+ * when it is above 64). KILN_GEMM_PIN_ROWS in the environment sets it for every handle at
+ * kiln_gemm_create (a tuning experiment on a whole model; the runtime then leaves it),
+ * which fails (INVALID_ARGUMENT) on a value that is not a count in range.
  * 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows);
 
