@@ -501,12 +501,16 @@ kiln_status_t chooseAlgo(kiln_gemm_t *gemm, const Plan &plan, const PlanKey &key
                         key.batched ? int64_t{KILN_GEMM_INVARIANT_ROWS} : gemm->invariantRows,
                         candidate);
   };
+  // Each candidate judged once (the checks ask cuBLASLt), for both passes below.
+  bool usable[kCandidates] = {};
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+    usable[i] = results[i].state == CUBLAS_STATUS_SUCCESS && acceptable(results[i].algo);
   // The candidates whose launch is kernels only first (the others would slow every
   // CUDA-graph launch of the step), then any.
   auto pick = [&](bool kernelsOnly) {
     int chosen = -1, busiest = -1;
-    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found && chosen < 0; ++i) {
-      if (results[i].state != CUBLAS_STATUS_SUCCESS || !acceptable(results[i].algo) ||
+    for (int i = 0; i < found && chosen < 0; ++i) {
+      if (!usable[i] ||
           (kernelsOnly && !launchesKernelsOnly(gemm, plan, key, operands, results[i].algo)))
         continue;
       if (busiest < 0 || results[i].wavesCount > results[busiest].wavesCount)
