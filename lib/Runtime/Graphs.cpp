@@ -9,6 +9,7 @@
 // kernel attributes, module loading) is never captured; the second is captured and
 // launched; later ones are replayed.
 #include "Context.h"
+#include "RuntimeKernels.h"
 
 #include <cuda.h>
 
@@ -192,6 +193,25 @@ std::string nodeProfile(cudaGraph_t graph) {
   return out;
 }
 
+// KILN_GRAPH_KEEP_MEMSETS=1 (a debugging aid, docs/runtime.md): the captured memset nodes
+// stay memsets, to measure what rewriting them as kernels gains.
+bool keepMemsetNodes() {
+  const char *keep = std::getenv("KILN_GRAPH_KEEP_MEMSETS");
+  return keep && std::string(keep) == "1";
+}
+
+// The captured graph with its memset nodes as kernels (replaceMemsetNodes: kernels only
+// keep the launch on the driver's fast path). False when the rewrite failed.
+bool memsetsAsKernels(cudaGraph_t graph, size_t &replaced) {
+  replaced = 0;
+  if (keepMemsetNodes())
+    return true;
+  if (kiln::runtime::replaceMemsetNodes(graph, &replaced) == cudaSuccess)
+    return true;
+  cudaGetLastError();
+  return false;
+}
+
 // Captures the forward into `graph`. False when the capture failed: the step's host
 // state is then reset so that it can run eagerly.
 bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph) {
@@ -208,11 +228,14 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   ctx->capturing = false;
   cudaGraph_t captured = nullptr;
   cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
-  bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
+  size_t memsets = 0;
+  bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK &&
+                memsetsAsKernels(captured, memsets);
   if (usable) {
     dumpGraph(ctx, captured);
     if (launchProbeRequested())
-      graph.nodeProfile = nodeProfile(captured);
+      graph.nodeProfile =
+          nodeProfile(captured) + "; memsets rewritten as kernels: " + std::to_string(memsets);
     const size_t freeBefore = freeDeviceBytes();
     // The upload is stream-ordered and its memory may be taken when it runs, not when
     // it is issued: wait for it (a capture is rare), so the measure is the graph's whole

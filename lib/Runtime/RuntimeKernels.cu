@@ -2,6 +2,7 @@
 #include "RuntimeKernels.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kiln::runtime {
 namespace {
@@ -88,6 +89,81 @@ __global__ void commitSlotsKernel(unsigned char *state, size_t stateStride,
   }
 }
 
+// cudaMemsetAsync's semantics: `height` rows `pitch` bytes apart, each `width` elements of
+// `elementSize` bytes (1, 2 or 4) set to the low bytes of `value`.
+__global__ void fillKernel(unsigned char *dst, size_t pitch, unsigned value, unsigned elementSize,
+                           size_t width, size_t height) {
+  const size_t total = width * height;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned char *element = dst + (i / width) * pitch + (i % width) * elementSize;
+    if (elementSize == 4)
+      *reinterpret_cast<uint32_t *>(element) = value;
+    else if (elementSize == 2)
+      *reinterpret_cast<uint16_t *>(element) = static_cast<uint16_t>(value);
+    else
+      *element = static_cast<unsigned char>(value);
+  }
+}
+
+// A node's edges on one side: the nodes at their other end and the edges' data.
+struct Edges {
+  std::vector<cudaGraphNode_t> nodes;
+  std::vector<cudaGraphEdgeData> data;
+};
+
+cudaError_t edgesOf(cudaGraphNode_t node, bool incoming, Edges &edges) {
+  auto query = incoming ? cudaGraphNodeGetDependencies : cudaGraphNodeGetDependentNodes;
+  size_t count = 0;
+  if (cudaError_t e = query(node, nullptr, nullptr, &count); e != cudaSuccess)
+    return e;
+  edges.nodes.resize(count);
+  edges.data.resize(count);
+  return count ? query(node, edges.nodes.data(), edges.data.data(), &count) : cudaSuccess;
+}
+
+// A kernel node doing what the memset node `node` does, wired to the same nodes.
+cudaError_t replaceMemsetNode(cudaGraph_t graph, cudaGraphNode_t node) {
+  cudaMemsetParams memset{};
+  Edges in, out;
+  cudaError_t e = cudaGraphMemsetNodeGetParams(node, &memset);
+  if (e == cudaSuccess)
+    e = edgesOf(node, /*incoming=*/true, in);
+  if (e == cudaSuccess)
+    e = edgesOf(node, /*incoming=*/false, out);
+  if (e != cudaSuccess)
+    return e;
+  if (memset.elementSize != 1 && memset.elementSize != 2 && memset.elementSize != 4)
+    return cudaErrorInvalidValue;
+  unsigned char *dst = static_cast<unsigned char *>(memset.dst);
+  size_t pitch = memset.height > 1 ? memset.pitch : 0;
+  unsigned value = memset.value, elementSize = memset.elementSize;
+  size_t width = memset.width, height = memset.height;
+  void *args[] = {&dst, &pitch, &value, &elementSize, &width, &height};
+  const size_t blocks = std::min<size_t>((width * height + 255) / 256, 1024);
+  cudaKernelNodeParams kernel{};
+  kernel.func = reinterpret_cast<void *>(fillKernel);
+  kernel.gridDim = dim3(static_cast<unsigned>(std::max<size_t>(blocks, 1)));
+  kernel.blockDim = dim3(256);
+  kernel.kernelParams = args;
+  cudaGraphNode_t fill = nullptr;
+  if ((e = cudaGraphAddKernelNode(&fill, graph, nullptr, 0, &kernel)) != cudaSuccess)
+    return e;
+  if (!in.nodes.empty()) {
+    std::vector<cudaGraphNode_t> to(in.nodes.size(), fill);
+    if ((e = cudaGraphAddDependencies(graph, in.nodes.data(), to.data(), in.data.data(),
+                                      in.nodes.size())) != cudaSuccess)
+      return e;
+  }
+  if (!out.nodes.empty()) {
+    std::vector<cudaGraphNode_t> from(out.nodes.size(), fill);
+    if ((e = cudaGraphAddDependencies(graph, from.data(), out.nodes.data(), out.data.data(),
+                                      out.nodes.size())) != cudaSuccess)
+      return e;
+  }
+  return cudaGraphDestroyNode(node);
+}
+
 unsigned blocksFor(size_t bytes) {
   size_t blocks = (bytes / 4 + 255) / 256;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks));
@@ -139,6 +215,28 @@ cudaError_t launchCommitSlots(void *state, size_t stateStride, const void *inter
       static_cast<const unsigned char *>(inter), interSlotStride, interTokenStride, slotBytes,
       slots, accepted, acceptedStride, tokens, numSlots);
   return cudaGetLastError();
+}
+
+cudaError_t replaceMemsetNodes(cudaGraph_t graph, size_t *replaced) {
+  *replaced = 0;
+  size_t count = 0;
+  if (cudaError_t e = cudaGraphGetNodes(graph, nullptr, &count); e != cudaSuccess)
+    return e;
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count)
+    if (cudaError_t e = cudaGraphGetNodes(graph, nodes.data(), &count); e != cudaSuccess)
+      return e;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    if (cudaError_t e = cudaGraphNodeGetType(node, &type); e != cudaSuccess)
+      return e;
+    if (type != cudaGraphNodeTypeMemset)
+      continue;
+    if (cudaError_t e = replaceMemsetNode(graph, node); e != cudaSuccess)
+      return e;
+    ++*replaced;
+  }
+  return cudaSuccess;
 }
 
 } // namespace kiln::runtime
