@@ -665,6 +665,25 @@ kiln_status_t checkReplay(const char *fn, const kiln_rt_batch_t &b, int i,
   return KILN_OK;
 }
 
+// Whether every one of the n values is in [0, bound). A min/max reduction without an early
+// exit, which the compiler vectorizes: it runs over every page of every sequence on each
+// step's host path (firstOutside finds the culprit once this says there is one).
+bool allWithin(const int32_t *values, int64_t n, int64_t bound) {
+  int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, values[i]);
+    hi = std::max(hi, values[i]);
+  }
+  return lo >= 0 && hi < bound;
+}
+
+int64_t firstOutside(const int32_t *values, int64_t n, int64_t bound) {
+  for (int64_t i = 0; i < n; ++i)
+    if (values[i] < 0 || values[i] >= bound)
+      return i;
+  return n;
+}
+
 // Validates the step and fills the pinned staging; the upload is the caller's.
 kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   const char *fn = "kiln_rt_set_batch";
@@ -719,13 +738,13 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
                   phase, i, b.slots[i], static_cast<long long>(cfg.max_batch));
     if (kiln_status_t st = checkReplay(fn, b, i, cfg.max_draft_len); st != KILN_OK)
       return st;
-    int64_t used = cfg.kv_pages > 0 ? (s + page - 1) / page : 0;
-    for (int64_t p = 0; p < used; ++p) {
-      int32_t id = b.block_table[i * P + p];
-      if (id < 0 || id >= cfg.kv_pages)
-        return fail(KILN_ERROR_INVALID_ARGUMENT,
-                    "%s (%s): block_table[%d][%lld] = %d outside [0, kv_pages %lld)", fn, phase,
-                    i, static_cast<long long>(p), id, static_cast<long long>(cfg.kv_pages));
+    const int64_t used = cfg.kv_pages > 0 ? (s + page - 1) / page : 0;
+    if (!allWithin(b.block_table + i * P, used, cfg.kv_pages)) {
+      const int64_t p = firstOutside(b.block_table + i * P, used, cfg.kv_pages);
+      return fail(KILN_ERROR_INVALID_ARGUMENT,
+                  "%s (%s): block_table[%d][%lld] = %d outside [0, kv_pages %lld)", fn, phase,
+                  i, static_cast<long long>(p), b.block_table[i * P + p],
+                  static_cast<long long>(cfg.kv_pages));
     }
     tokens += q;
     maxQ = std::max(maxQ, q);
@@ -757,12 +776,12 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
       return fail(KILN_ERROR_INVALID_ARGUMENT,
                   "%s (%s): logit_rows[%d] = %d outside the step's %lld tokens", fn, phase, r,
                   b.logit_rows[r], static_cast<long long>(tokens));
-  for (int64_t t = 0; t < tokens; ++t)
-    if (cfg.vocab_size > 0 && (b.token_ids[t] < 0 || b.token_ids[t] >= cfg.vocab_size))
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (%s): token_ids[%lld] = %d outside the vocabulary [0, %lld)", fn, phase,
-                  static_cast<long long>(t), b.token_ids[t],
-                  static_cast<long long>(cfg.vocab_size));
+  if (cfg.vocab_size > 0 && !allWithin(b.token_ids, tokens, cfg.vocab_size)) {
+    const int64_t t = firstOutside(b.token_ids, tokens, cfg.vocab_size);
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (%s): token_ids[%lld] = %d outside the vocabulary [0, %lld)", fn, phase,
+                static_cast<long long>(t), b.token_ids[t], static_cast<long long>(cfg.vocab_size));
+  }
 
   ctx->cuHost.assign(static_cast<size_t>(b.batch) + 1, 0);
   for (int i = 0; i < b.batch; ++i)
