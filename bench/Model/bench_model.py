@@ -313,12 +313,10 @@ def describe_step_host_time(result):
 # ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
 # (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
-                   "unpaired": (), "pin256": (), "memsets": (), "serial": ()}
+                   "unpaired": (), "pin256": (), "memsets": ()}
 # memsets: the step graphs as captured, cuBLASLt's memset nodes kept (the runtime
 # rewrites them as kernels by default; docs/runtime.md).
-# serial: every projection after the one before it (no concurrent projections).
-SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
-              "serial": {"KILN_CONCURRENT_LINEARS": "0"}}
+SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"}}
 
 
 def second_model(so, second):

@@ -372,11 +372,8 @@ void releaseDevice(kiln_rt_context *ctx) {
     cudaFree(ctx->allocation);
   if (ctx->gemm)
     kiln_gemm_destroy(ctx->gemm);
-  for (cudaEvent_t event : {ctx->uploaded, ctx->beforeLinear, ctx->sideDone})
-    if (event)
-      cudaEventDestroy(event);
-  if (ctx->sideStream)
-    cudaStreamDestroy(ctx->sideStream);
+  if (ctx->uploaded)
+    cudaEventDestroy(ctx->uploaded);
   if (ctx->stream)
     cudaStreamDestroy(ctx->stream);
   for (void *h : {static_cast<void *>(ctx->ioHost), static_cast<void *>(ctx->argmaxHost),
@@ -431,13 +428,8 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
     return cleanup(KILN_ERROR_CUDA, "cudaDeviceGetAttribute", e);
   if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess)
     return cleanup(KILN_ERROR_CUDA, "cudaStreamCreateWithFlags", e);
-  if ((e = cudaStreamCreateWithFlags(&ctx->sideStream, cudaStreamNonBlocking)) != cudaSuccess)
-    return cleanup(KILN_ERROR_CUDA, "cudaStreamCreateWithFlags (the side stream)", e);
-  for (cudaEvent_t *event : {&ctx->uploaded, &ctx->beforeLinear, &ctx->sideDone})
-    if ((e = cudaEventCreateWithFlags(event, cudaEventDisableTiming)) != cudaSuccess)
-      return cleanup(KILN_ERROR_CUDA, "cudaEventCreate", e);
-  if (const char *concurrent = std::getenv("KILN_CONCURRENT_LINEARS"))
-    ctx->concurrentLinears = std::string(concurrent) != "0";
+  if ((e = cudaEventCreateWithFlags(&ctx->uploaded, cudaEventDisableTiming)) != cudaSuccess)
+    return cleanup(KILN_ERROR_CUDA, "cudaEventCreate", e);
   if (kiln_status_t s = kiln_gemm_create(&ctx->gemm); s != KILN_OK) {
     std::string message = kiln_last_error();
     return cleanup(s, ("kiln_gemm_create: " + message).c_str(), cudaSuccess);
@@ -447,7 +439,6 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
   const int64_t decodeRows = std::min<int64_t>(
       std::max<int64_t>(KILN_GEMM_INVARIANT_ROWS, ctx->config.max_batch * (1 + ctx->config.max_draft_len)),
       KILN_GEMM_MAX_INVARIANT_ROWS);
-  ctx->decodeRows = decodeRows;
   if (kiln_status_t s = kiln_gemm_set_invariant_rows(ctx->gemm, decodeRows); s != KILN_OK) {
     std::string message = kiln_last_error();
     return cleanup(s, ("kiln_gemm_set_invariant_rows: " + message).c_str(), cudaSuccess);

@@ -106,23 +106,6 @@ struct kiln_rt_context {
   cudaStream_t stream = nullptr;
   kiln_gemm_t *gemm = nullptr;
   cudaEvent_t uploaded = nullptr; // after an eager step upload (staging reusable)
-  // Two projections of one input at once (GraphOps.cpp, concurrentSecond; docs/runtime.md,
-  // "Concurrent projections"): a decode-sized linear right after another that reads the
-  // same input runs, in a captured graph, on sideStream from the point `beforeLinear`
-  // marks, joined back at `sideDone`. KILN_CONCURRENT_LINEARS=0 turns it off.
-  cudaStream_t sideStream = nullptr;
-  cudaEvent_t beforeLinear = nullptr, sideDone = nullptr;
-  bool concurrentLinears = true;
-  int64_t decodeRows = 0; // the GEMMs' invariant rows: the largest decode or verify step
-  // The last decode-sized linear that a second may run beside (its input, its outputs,
-  // and the op and launch counts just after it: any op or launch in between forbids it).
-  struct LinearMark {
-    bool valid = false;
-    uint64_t generation = 0, launches = 0;
-    int64_t opIndex = 0, m = 0, k = 0;
-    const void *x = nullptr;
-    uintptr_t outBegin[2] = {}, outEnd[2] = {};
-  } lastLinear;
   // The step's upload: the staging's bytes to copy, and whether kiln_rt_set_batch left
   // the copy to kiln_rt_forward (kiln_model's steps). Every decode graph holds its
   // upload, so a replay costs one cudaGraphLaunch and no copy call.

@@ -236,127 +236,6 @@ extern "C" int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x
   return record(ctx, run());
 }
 
-namespace {
-
-// Where a linear's GEMMs run. Concurrent projections (docs/runtime.md): at decode sizes a
-// projection's GEMM leaves most of the GPU idle (cuBLASLt's 4096 x 4096 at one row: ~64
-// CTAs on 132 SMs, ~65% of the read ceiling), so a linear that directly follows another
-// of the same input (Llama's k/v pair after q) runs beside it. Such a *second* linear
-// always takes the GEMM algorithms chosen without a workspace (the first may be using
-// the context's), eagerly or captured, so its rows have the same bits either way; it runs
-// on the side stream only while a graph is captured, where the fork and the join are
-// free edges, and on the context's stream otherwise.
-struct GemmTarget {
-  enum Role { Alone, First, Second } role = Alone;
-  cudaStream_t stream = nullptr;
-  void *workspace = nullptr;
-  size_t workspaceBytes = 0;
-};
-
-struct Span {
-  const void *p;
-  uint64_t bytes;
-};
-
-bool overlaps(uintptr_t begin, uintptr_t end, const Span &span) {
-  const auto p = reinterpret_cast<uintptr_t>(span.p);
-  return p < end && begin < p + span.bytes;
-}
-
-// Whether a linear of input x [m, k] writing `outs` may run beside the one marked in
-// ctx->lastLinear: the op just before it in this step with nothing launched since, the
-// same input, and no output of either touching the other's input or outputs.
-bool followsMarkedLinear(const kiln_rt_context *ctx, const void *x, int64_t m, int64_t k,
-                         std::initializer_list<Span> outs) {
-  const kiln_rt_context::LinearMark &mark = ctx->lastLinear;
-  if (!mark.valid || mark.generation != ctx->generation || mark.opIndex != ctx->opIndex - 1 ||
-      mark.launches != ctx->launches || mark.x != x || mark.m != m || mark.k != k)
-    return false;
-  const Span input{x, bytesOf({m, k, 2})};
-  for (int i = 0; i < 2; ++i)
-    if (mark.outEnd[i] > mark.outBegin[i] && overlaps(mark.outBegin[i], mark.outEnd[i], input))
-      return false;
-  for (const Span &out : outs) {
-    const auto begin = reinterpret_cast<uintptr_t>(out.p);
-    if (overlaps(begin, begin + out.bytes, input))
-      return false;
-    for (int i = 0; i < 2; ++i)
-      if (overlaps(mark.outBegin[i], mark.outEnd[i], out))
-        return false;
-  }
-  return true;
-}
-
-// The linear's role and where its GEMMs go (no CUDA call: dry contexts decide alike).
-GemmTarget gemmTarget(kiln_rt_context *ctx, const void *x, int64_t m, int64_t k,
-                      std::initializer_list<Span> outs) {
-  GemmTarget t;
-  t.stream = ctx->stream;
-  t.workspace = ctx->base[kWorkspace];
-  t.workspaceBytes = KILN_GEMM_WORKSPACE_BYTES;
-  const bool decodeSized = ctx->concurrentLinears && m <= ctx->decodeRows;
-  if (decodeSized && followsMarkedLinear(ctx, x, m, k, outs)) {
-    t.role = GemmTarget::Second;
-    t.workspace = nullptr;
-    t.workspaceBytes = 0;
-    if (ctx->capturing)
-      t.stream = ctx->sideStream;
-    ctx->lastLinear.valid = false;
-    return t;
-  }
-  ctx->lastLinear.valid = false;
-  if (!decodeSized || outs.size() > 2)
-    return t;
-  t.role = GemmTarget::First;
-  kiln_rt_context::LinearMark &mark = ctx->lastLinear;
-  mark.generation = ctx->generation;
-  mark.opIndex = ctx->opIndex;
-  mark.x = x;
-  mark.m = m;
-  mark.k = k;
-  int i = 0;
-  for (const Span &out : outs) {
-    mark.outBegin[i] = reinterpret_cast<uintptr_t>(out.p);
-    mark.outEnd[i] = mark.outBegin[i] + out.bytes;
-    ++i;
-  }
-  for (; i < 2; ++i)
-    mark.outBegin[i] = mark.outEnd[i] = 0;
-  return t;
-}
-
-// Before the GEMMs: a first marks the point a second may start from, a second on the
-// side stream waits for it (captured graphs only: the events become edges).
-kiln_status_t forkLinear(const Call &c, kiln_rt_context *ctx, const GemmTarget &t) {
-  if (!ctx->capturing || t.role == GemmTarget::Alone)
-    return KILN_OK;
-  cudaError_t e = t.role == GemmTarget::First
-                      ? cudaEventRecord(ctx->beforeLinear, ctx->stream)
-                      : cudaStreamWaitEvent(ctx->sideStream, ctx->beforeLinear, 0);
-  return e == cudaSuccess ? KILN_OK : c.cuda(e, "the fork of a concurrent projection");
-}
-
-// After them: the context's stream waits for a second that ran on the side stream.
-kiln_status_t joinLinear(const Call &c, kiln_rt_context *ctx, const GemmTarget &t) {
-  if (t.role != GemmTarget::Second || t.stream != ctx->sideStream)
-    return KILN_OK;
-  cudaError_t e = cudaEventRecord(ctx->sideDone, ctx->sideStream);
-  if (e == cudaSuccess)
-    e = cudaStreamWaitEvent(ctx->stream, ctx->sideDone, 0);
-  return e == cudaSuccess ? KILN_OK : c.cuda(e, "the join of a concurrent projection");
-}
-
-// A first that launched: what a second checks that nothing ran in between.
-kiln_status_t markLaunched(kiln_rt_context *ctx, const GemmTarget &t, kiln_status_t s) {
-  if (t.role == GemmTarget::First && s == KILN_OK) {
-    ctx->lastLinear.valid = true;
-    ctx->lastLinear.launches = ctx->launches;
-  }
-  return s;
-}
-
-} // namespace
-
 extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w,
                                   const void *bias, void *out, int64_t m, int64_t n, int64_t k) {
   KILN_RT_GRAPH_ENTER("kiln_rt_linear")
@@ -371,14 +250,10 @@ extern "C" int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const v
         return s;
     if (kiln_status_t s = checkRanges(c, ctx, {bf16("out", out, m, n, true)}); s != KILN_OK)
       return s;
-    const GemmTarget t = gemmTarget(ctx, x, m, k, {{out, bytesOf({m, n, 2})}});
-    return markLaunched(ctx, t, launchValidated(c, ctx, "kiln_gemm_bf16", out, m, n, [&] {
-      if (kiln_status_t s = forkLinear(c, ctx, t); s != KILN_OK)
-        return s;
-      const kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, t.workspace,
-                                             t.workspaceBytes, t.stream);
-      return s != KILN_OK ? s : joinLinear(c, ctx, t);
-    }));
+    return launchValidated(c, ctx, "kiln_gemm_bf16", out, m, n, [&] {
+      return kiln_gemm_bf16(ctx->gemm, x, w, bias, out, m, n, k, ctx->base[kWorkspace],
+                            KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -448,29 +323,24 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
     const std::optional<kiln_gemm_strided_batch_t> batch =
         sharedInputBatch(x, w0, w1, out0, out1, m, n, k);
     const char *kernel = batch ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
-    const GemmTarget t = gemmTarget(ctx, x, m, k, {{out0, outBytes}, {out1, outBytes}});
     auto twoGemms = [&] {
-      kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k, t.workspace,
-                                       t.workspaceBytes, t.stream);
+      kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
+                                       ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                       ctx->stream);
       return s != KILN_OK ? s
                           : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
-                                           t.workspace, t.workspaceBytes, t.stream);
+                                           ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                           ctx->stream);
     };
-    auto gemms = [&] {
-      if (!batch)
-        return twoGemms();
-      const kiln_status_t s = kiln_gemm_bf16_strided_batched(ctx->gemm, &*batch, t.workspace,
-                                                             t.workspaceBytes, t.stream);
-      // cuBLASLt without an algorithm for the shared input (a shape's choice, the same
-      // every call): the two GEMMs, as without pairing.
-      return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
-    };
-    if (kiln_status_t s = markLaunched(ctx, t, launchValidated(c, ctx, kernel, out0, m, n, [&] {
-          if (kiln_status_t s = forkLinear(c, ctx, t); s != KILN_OK)
-            return s;
-          const kiln_status_t s = gemms();
-          return s != KILN_OK ? s : joinLinear(c, ctx, t);
-        }));
+    if (kiln_status_t s = launchValidated(c, ctx, kernel, out0, m, n, [&] {
+          if (!batch)
+            return twoGemms();
+          const kiln_status_t s = kiln_gemm_bf16_strided_batched(
+              ctx->gemm, &*batch, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+          // cuBLASLt without an algorithm for the shared input (a shape's choice, the same
+          // every call): the two GEMMs, as without pairing.
+          return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
+        });
         s != KILN_OK)
       return s;
     return traceOutput(c, ctx, out1, m, n, "second"); // a no-op when dry
