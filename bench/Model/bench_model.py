@@ -25,8 +25,9 @@ Kiln variant (--second): eager launches
 (--cuda-graphs 0, the default), cuBLASLt's heuristic GEMM algorithms
 (--gemm-policy heuristic: what batch invariance costs), the model compiled with
 --pair-linears=false (unpaired: k/v and gate/up as two GEMM launches each, where the
-default pairs them) or the row-invariant GEMM algorithms picked for 256 rows (pin256:
-KILN_GEMM_PIN_ROWS=256).
+default pairs them), the row-invariant GEMM algorithms picked for 256 rows (pin256:
+KILN_GEMM_PIN_ROWS=256), or the step graphs with cuBLASLt's memset nodes kept as
+captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kernels).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -311,11 +312,10 @@ def describe_step_host_time(result):
 # The second Kiln run of every decode row: kiln-run flags, or ("unpaired": the same model
 # compiled with --pair-linears=false, bench/Model/compile.sh's -unpaired shared objects), or
 # ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
-# (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h).
+# (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h), or ("memsets") the step graphs with
+# cuBLASLt's memset nodes kept (KILN_GRAPH_KEEP_MEMSETS=1, docs/runtime.md).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": ()}
-# memsets: the step graphs as captured, cuBLASLt's memset nodes kept (the runtime
-# rewrites them as kernels by default; docs/runtime.md).
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"}}
 
 
@@ -326,7 +326,7 @@ def second_model(so, second):
 
 def print_table(rows, second):
     """kiln: CUDA graphs on, row-invariant GEMMs (kiln-run's defaults); then the second
-    variant: eager (--cuda-graphs 0) or heuristic (--gemm-policy heuristic, with graphs)."""
+    variant, one of SECOND_VARIANTS (--second)."""
     second_head = f"{second} tok/s"
     print(f"{'case':<22}{'kiln tok/s':>12}{second_head:>16}{'bound':>12}{'kiln %':>8}"
           f"{'hf tok/s':>12}{'hf %':>7}{'kiln/hf':>9}")

@@ -677,6 +677,7 @@ bool allWithin(const int32_t *values, int64_t n, int64_t bound) {
   return lo >= 0 && hi < bound;
 }
 
+// The index of the first value outside [0, bound), or n when there is none.
 int64_t firstOutside(const int32_t *values, int64_t n, int64_t bound) {
   for (int64_t i = 0; i < n; ++i)
     if (values[i] < 0 || values[i] >= bound)

@@ -201,15 +201,22 @@ bool keepMemsetNodes() {
 }
 
 // The captured graph with its memset nodes as kernels (replaceMemsetNodes: kernels only
-// keep the launch on the driver's fast path). False when the rewrite failed.
-bool memsetsAsKernels(cudaGraph_t graph, size_t &replaced) {
+// keep the launch on the driver's fast path). The rewrite works on a copy: one that fails
+// leaves the graph as captured, memsets and all, which still replays correctly.
+void memsetsAsKernels(cudaGraph_t &graph, size_t &replaced) {
   replaced = 0;
   if (keepMemsetNodes())
-    return true;
-  if (kiln::runtime::replaceMemsetNodes(graph, &replaced) == cudaSuccess)
-    return true;
-  cudaGetLastError();
-  return false;
+    return;
+  cudaGraph_t copy = nullptr;
+  if (cudaGraphClone(&copy, graph) != cudaSuccess)
+    return;
+  if (kiln::runtime::replaceMemsetNodes(copy, &replaced) != cudaSuccess) {
+    replaced = 0;
+    cudaGraphDestroy(copy);
+    return;
+  }
+  cudaGraphDestroy(graph);
+  graph = copy;
 }
 
 // Captures the forward into `graph`. False when the capture failed: the step's host
@@ -229,9 +236,9 @@ bool capture(kiln_rt_context *ctx, kiln_rt_forward_fn forward, StepGraph &graph)
   cudaGraph_t captured = nullptr;
   cudaError_t e = cudaStreamEndCapture(ctx->stream, &captured);
   size_t memsets = 0;
-  bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK &&
-                memsetsAsKernels(captured, memsets);
+  bool usable = e == cudaSuccess && captured && ctx->status == KILN_OK;
   if (usable) {
+    memsetsAsKernels(captured, memsets);
     dumpGraph(ctx, captured);
     if (launchProbeRequested())
       graph.nodeProfile =

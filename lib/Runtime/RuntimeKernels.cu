@@ -96,7 +96,9 @@ __global__ void fillKernel(unsigned char *dst, size_t pitch, unsigned value, uns
   const size_t total = width * height;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned char *element = dst + (i / width) * pitch + (i % width) * elementSize;
+    // One row (cuBLASLt's memsets): no division.
+    unsigned char *element =
+        height == 1 ? dst + i * elementSize : dst + (i / width) * pitch + (i % width) * elementSize;
     if (elementSize == 4)
       *reinterpret_cast<uint32_t *>(element) = value;
     else if (elementSize == 2)

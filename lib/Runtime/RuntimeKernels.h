@@ -60,9 +60,9 @@ cudaError_t launchCommitSlots(void *state, size_t state_slot_stride, const void 
 // (the same destination, pitch, element size, width and height) and keeps its edges.
 // cuBLASLt issues a memset before some of its algorithms (split-K counters, workspace),
 // and one node other than a kernel takes a whole graph off the driver's fast launch
-// path: the 8B step's graph at 5 x 64 rows launched in ~165 us with 128 memset nodes,
-// against ~3 us for the same step of kernels only (docs/performance.md). `replaced`
-// gets the count. An error leaves the graph partly rewritten: the caller drops it.
+// path: the 8B step's graph at 5 x 64 rows launched in 165-307 us with 128 memset nodes,
+// against 3-7 us for the same step of kernels only (docs/performance.md). `replaced`
+// gets the count. An error leaves the graph partly rewritten: the caller rewrites a copy.
 cudaError_t replaceMemsetNodes(cudaGraph_t graph, size_t *replaced);
 
 } // namespace kiln::runtime
