@@ -27,7 +27,8 @@ Kiln variant (--second): eager launches
 --pair-linears=false (unpaired: k/v and gate/up as two GEMM launches each, where the
 default pairs them), the row-invariant GEMM algorithms picked for 256 rows (pin256:
 KILN_GEMM_PIN_ROWS=256), or the step graphs with cuBLASLt's memset nodes kept as
-captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kernels).
+captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kernels), or
+the model compiled with --pair-ropes (ropes: q and k rotated in one launch).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -313,15 +314,22 @@ def describe_step_host_time(result):
 # compiled with --pair-linears=false, bench/Model/compile.sh's -unpaired shared objects), or
 # ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
 # (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h), or ("memsets") the step graphs with
-# cuBLASLt's memset nodes kept (KILN_GRAPH_KEEP_MEMSETS=1, docs/runtime.md).
+# cuBLASLt's memset nodes kept (KILN_GRAPH_KEEP_MEMSETS=1, docs/runtime.md), or ("ropes")
+# the model compiled with --pair-ropes.
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
-                   "unpaired": (), "pin256": (), "memsets": ()}
+                   "unpaired": (), "pin256": (), "memsets": (), "ropes": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"}}
 
 
+# The second runs on a model of its own (compile.sh's builds with that suffix).
+SECOND_BUILDS = {"unpaired": "-unpaired", "ropes": "-ropes"}
+
+
 def second_model(so, second):
-    """The shared object of the second run: the -unpaired build for --second unpaired."""
-    return so.with_name(so.stem + "-unpaired.so") if second == "unpaired" else so
+    """The shared object of the second run: the -unpaired build for --second unpaired,
+    the -ropes build (q and k rotated in one launch) for --second ropes."""
+    suffix = SECOND_BUILDS.get(second)
+    return so.with_name(so.stem + suffix + ".so") if suffix else so
 
 
 def print_table(rows, second):

@@ -13,11 +13,16 @@ bench_model() { # spec suffix max-batch max-seq-len [flags]
     --max-batch "$3" --max-seq-len "$4" --spec "$1" "${@:5}" --emit=so \
     -o "$root/.carry/models/llama-3.1-8b-bench$2.so"
 }
-for pair in "" "--pair-linears=false"; do
+for pair in "" "--pair-linears=false" "--pair-ropes"; do
   # -unpaired: each layer's k/v and gate/up projections as two GEMMs each, as before
   # kiln-pair-linears was on by default (bench_model.py --second unpaired runs them
-  # beside the default).
-  suffix=${pair:+-unpaired}
+  # beside the default). -ropes: q and k rotated in one launch (kiln-pair-ropes, off by
+  # default until measured; bench_model.py --second ropes).
+  case "$pair" in
+    --pair-linears=false) suffix=-unpaired ;;
+    --pair-ropes) suffix=-ropes ;;
+    *) suffix= ;;
+  esac
   bench_model none "$suffix" 64 4608 $pair
   bench_model none "-b256$suffix" 256 256 $pair
   bench_model ngram:4 "-ngram$suffix" 64 4608 $pair

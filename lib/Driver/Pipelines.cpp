@@ -59,6 +59,10 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
   GreedyRewriteConfig folding;
   folding.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
   pm.addPass(createCanonicalizerPass(folding));
+  // Before the plan, unlike kiln-pair-linears: the pair's launch reads both inputs while
+  // it writes both outputs, which the plan must then keep apart.
+  if (options.pairRopes)
+    pm.addPass(createKilnPairRopes());
   KilnPlanActivationsOptions activations;
   activations.collectiveBytes = options.collectiveBytes;
   pm.addPass(createKilnPlanActivations(activations));

@@ -589,6 +589,61 @@ extern "C" int32_t kiln_rt_moe(kiln_rt_context_t *ctx, const void *x, const void
   return record(ctx, run());
 }
 
+namespace {
+
+// The checks kiln_rt_rope and kiln_rt_rope_pair share (sizes, rope parameters, the step's
+// tokens); on success `rope` holds the kernel's parameters.
+kiln_status_t checkRope(const Call &c, const kiln_rt_context_t *ctx, int64_t tokens,
+                        int64_t head_dim, int64_t rotary_dim, int32_t rope_type, float theta,
+                        float factor, float low, float high, int64_t original_max_position,
+                        float attention_factor, kiln_rope_params_t &rope) {
+  if (head_dim % 2 != 0 || head_dim > KILN_ROPE_MAX_HEAD_DIM)
+    return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %lld must be even and <= %d",
+                   static_cast<long long>(head_dim), KILN_ROPE_MAX_HEAD_DIM);
+  if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "rotary_dim %lld must be 0 (the whole head) or even and <= head_dim %lld",
+                   static_cast<long long>(rotary_dim), static_cast<long long>(head_dim));
+  bool known = false;
+#define KILN_RT_ROPE(name, value, str) known = known || rope_type == value;
+#include "kiln/Runtime/ABI.def"
+  if (!known)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "rope_type %d unknown", rope_type);
+  if (!(theta > 0) || std::isinf(theta))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "theta %g must be finite and > 0", theta);
+  if (rope_type != KILN_RT_ROPE_DEFAULT && (!(factor > 0) || std::isinf(factor)))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s rope: factor %g must be finite and > 0",
+                   kiln_rt_rope_name(rope_type), factor);
+  if (rope_type == KILN_RT_ROPE_LLAMA3 &&
+      (!(low > 0) || !(high > low) || original_max_position < 1))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "llama3 rope: need 0 < low_freq_factor (%g) < high_freq_factor (%g) and "
+                   "original_max_position (%lld) >= 1", low, high,
+                   static_cast<long long>(original_max_position));
+  if (rope_type == KILN_RT_ROPE_YARN && (!(high >= low) || std::isinf(high) || std::isinf(low)))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "yarn rope: correction range [%g, %g] must be finite with low <= high", low,
+                   high);
+  if (!(attention_factor > 0) || std::isinf(attention_factor))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "attention_factor %g must be finite and > 0 (1 for no scaling)",
+                   attention_factor);
+  if (tokens != ctx->tokens)
+    return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d tokens",
+                   static_cast<long long>(tokens), ctx->tokens);
+  rope = kiln_rope_params_t{};
+  rope.type = rope_type;
+  rope.theta = theta;
+  rope.factor = factor;
+  rope.low = low;
+  rope.high = high;
+  rope.original_max_position = original_max_position;
+  rope.attention_factor = attention_factor;
+  return KILN_OK;
+}
+
+} // namespace
+
 extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *positions,
                                 void *out, int64_t tokens, int64_t heads, int64_t head_dim,
                                 int64_t rotary_dim, int32_t rope_type, float theta, float factor,
@@ -600,40 +655,12 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
             positive(c, {{"tokens", tokens}, {"heads", heads}, {"head_dim", head_dim}});
         s != KILN_OK)
       return s;
-    if (head_dim % 2 != 0 || head_dim > KILN_ROPE_MAX_HEAD_DIM)
-      return c.error(KILN_ERROR_UNSUPPORTED, "head_dim %lld must be even and <= %d",
-                     static_cast<long long>(head_dim), KILN_ROPE_MAX_HEAD_DIM);
-    if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "rotary_dim %lld must be 0 (the whole head) or even and <= head_dim %lld",
-                     static_cast<long long>(rotary_dim), static_cast<long long>(head_dim));
-    bool known = false;
-#define KILN_RT_ROPE(name, value, str) known = known || rope_type == value;
-#include "kiln/Runtime/ABI.def"
-    if (!known)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "rope_type %d unknown", rope_type);
-    if (!(theta > 0) || std::isinf(theta))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "theta %g must be finite and > 0", theta);
-    if (rope_type != KILN_RT_ROPE_DEFAULT && (!(factor > 0) || std::isinf(factor)))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s rope: factor %g must be finite and > 0",
-                     kiln_rt_rope_name(rope_type), factor);
-    if (rope_type == KILN_RT_ROPE_LLAMA3 &&
-        (!(low > 0) || !(high > low) || original_max_position < 1))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "llama3 rope: need 0 < low_freq_factor (%g) < high_freq_factor (%g) and "
-                     "original_max_position (%lld) >= 1", low, high,
-                     static_cast<long long>(original_max_position));
-    if (rope_type == KILN_RT_ROPE_YARN && (!(high >= low) || std::isinf(high) || std::isinf(low)))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "yarn rope: correction range [%g, %g] must be finite with low <= high",
-                     low, high);
-    if (!(attention_factor > 0) || std::isinf(attention_factor))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "attention_factor %g must be finite and > 0 (1 for no scaling)",
-                     attention_factor);
-    if (tokens != ctx->tokens)
-      return c.error(KILN_ERROR_INVALID_ARGUMENT, "tokens %lld != the step's %d tokens",
-                     static_cast<long long>(tokens), ctx->tokens);
+    kiln_rope_params_t rope;
+    if (kiln_status_t s = checkRope(c, ctx, tokens, head_dim, rotary_dim, rope_type, theta,
+                                    factor, low, high, original_max_position, attention_factor,
+                                    rope);
+        s != KILN_OK)
+      return s;
     if (kiln_status_t s = checkRanges(
             c, ctx,
             {bf16("x", x, tokens, heads * head_dim),
@@ -641,18 +668,72 @@ extern "C" int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const voi
              bf16("out", out, tokens, heads * head_dim, true)});
         s != KILN_OK)
       return s;
-    kiln_rope_params_t rope{};
-    rope.type = rope_type;
-    rope.theta = theta;
-    rope.factor = factor;
-    rope.low = low;
-    rope.high = high;
-    rope.original_max_position = original_max_position;
-    rope.attention_factor = attention_factor;
     return launchValidated(c, ctx, "kiln_rope_bf16", out, tokens, heads * head_dim, [&] {
       return kiln_rope_bf16(x, static_cast<const int32_t *>(positions), out, tokens, heads,
                             head_dim, rotary_dim, &rope, ctx->stream);
     });
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_rope_pair(kiln_rt_context_t *ctx, const void *x0, const void *x1,
+                                     const void *positions, void *out0, void *out1,
+                                     int64_t tokens, int64_t heads0, int64_t heads1,
+                                     int64_t head_dim, int64_t rotary_dim, int32_t rope_type,
+                                     float theta, float factor, float low, float high,
+                                     int64_t original_max_position, float attention_factor) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_rope_pair")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"tokens", tokens},
+                                       {"heads0", heads0},
+                                       {"heads1", heads1},
+                                       {"head_dim", head_dim}});
+        s != KILN_OK)
+      return s;
+    kiln_rope_params_t rope;
+    if (kiln_status_t s = checkRope(c, ctx, tokens, head_dim, rotary_dim, rope_type, theta,
+                                    factor, low, high, original_max_position, attention_factor,
+                                    rope);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(
+            c, ctx,
+            {bf16("x0", x0, tokens, heads0 * head_dim), bf16("x1", x1, tokens, heads1 * head_dim),
+             {"positions", positions, bytesOf({tokens, 4}), 4, false},
+             bf16("out0", out0, tokens, heads0 * head_dim, true),
+             bf16("out1", out1, tokens, heads1 * head_dim, true)});
+        s != KILN_OK)
+      return s;
+    // One block rotates a token of both tensors at once (kiln_rope_pair_bf16).
+    const uint64_t bytes0 = bytesOf({tokens, heads0, head_dim, 2}),
+                   bytes1 = bytesOf({tokens, heads1, head_dim, 2});
+    auto overlap = [](const void *a, uint64_t aBytes, const void *b, uint64_t bBytes) {
+      const auto p = reinterpret_cast<uintptr_t>(a), q = reinterpret_cast<uintptr_t>(b);
+      return p < q + bBytes && q < p + aBytes;
+    };
+    if (overlap(out0, bytes0, x1, bytes1) || overlap(out1, bytes1, x0, bytes0) ||
+        overlap(out0, bytes0, out1, bytes1))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                     "out0 and out1 must not overlap each other or the other tensor's input");
+    kiln_rope_pair_t p{};
+    p.x0 = x0;
+    p.x1 = x1;
+    p.out0 = out0;
+    p.out1 = out1;
+    p.positions = static_cast<const int32_t *>(positions);
+    p.tokens = tokens;
+    p.heads0 = heads0;
+    p.heads1 = heads1;
+    p.head_dim = head_dim;
+    p.rotary_dim = rotary_dim;
+    p.rope = rope;
+    p.stream = ctx->stream;
+    if (kiln_status_t s = launchValidated(c, ctx, "kiln_rope_pair_bf16", out0, tokens,
+                                          heads0 * head_dim,
+                                          [&] { return kiln_rope_pair_bf16(&p); });
+        s != KILN_OK)
+      return s;
+    return traceOutput(c, ctx, out1, tokens, heads1 * head_dim, "second"); // no-op when dry
   };
   return record(ctx, run());
 }

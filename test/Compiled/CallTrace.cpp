@@ -115,6 +115,20 @@ int32_t kiln_rt_rope(ctx_t *, const void *x, const void *positions, void *out, i
   return record("rope", {x, positions, out, tokens, heads, head_dim, rotary_dim, rope_type, theta,
                          factor, low, high, original_max_position, attention_factor});
 }
+// A rope pair is recorded as its two ropes, in order (kiln-pair-ropes).
+int32_t kiln_rt_rope_pair(ctx_t *ctx, const void *x0, const void *x1, const void *positions,
+                          void *out0, void *out1, int64_t tokens, int64_t heads0, int64_t heads1,
+                          int64_t head_dim, int64_t rotary_dim, int32_t rope_type, float theta,
+                          float factor, float low, float high, int64_t original_max_position,
+                          float attention_factor) {
+  if (int32_t s = kiln_rt_rope(ctx, x0, positions, out0, tokens, heads0, head_dim, rotary_dim,
+                               rope_type, theta, factor, low, high, original_max_position,
+                               attention_factor);
+      s != 0)
+    return s;
+  return kiln_rt_rope(ctx, x1, positions, out1, tokens, heads1, head_dim, rotary_dim, rope_type,
+                      theta, factor, low, high, original_max_position, attention_factor);
+}
 int32_t kiln_rt_add(ctx_t *, const void *a, const void *b, void *out, int64_t n) {
   return record("add", {a, b, out, n});
 }

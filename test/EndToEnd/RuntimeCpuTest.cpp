@@ -731,6 +731,12 @@ TEST(RuntimeCpu, GraphOpValidation) {
                          64, 16, KILN_RT_ROPE_DEFAULT, 1e7f, 1.f, 0.f, 0.f, 0, 1.f),
             KILN_OK)
       << lastError();
+  // q and k rotated in one launch, each in place.
+  EXPECT_EQ(kiln_rt_rope_pair(d.ctx, d.a(), d.a(1 << 20), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS),
+                              d.a(), d.a(1 << 20), 12, 4, 2, 64, 0, KILN_RT_ROPE_LLAMA3, 500000.f,
+                              8.f, 1.f, 4.f, 8192, 1.f),
+            KILN_OK)
+      << lastError();
   EXPECT_EQ(kiln_rt_add(d.ctx, d.a(), d.a(4096), d.a(), 1024), KILN_OK) << lastError();
   EXPECT_EQ(kiln_rt_swiglu(d.ctx, d.a(), d.a(4096), d.a(8192), 1024), KILN_OK) << lastError();
   // The fused residual add + norm, its sum over the residual.
@@ -857,6 +863,27 @@ TEST(RuntimeCpu, GraphOpValidation) {
       {"tokens 11 != the step's 12 tokens",
        [&] {
          return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 11, 4, 64, 0, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      // kiln.rope_pair: the rope checks, then both tensors' ranges by name.
+      {"kiln_rt_rope_pair: op 1 of the prefill step (before the first attention): heads1 0 outside",
+       [&] {
+         return kiln_rt_rope_pair(d.ctx, d.a(), d.a(1 << 20), ids, d.a(), d.a(1 << 20), 12, 4, 0,
+                                  64, 0, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"rotary_dim 3 must be 0 (the whole head) or even",
+       [&] {
+         return kiln_rt_rope_pair(d.ctx, d.a(), d.a(1 << 20), ids, d.a(), d.a(1 << 20), 12, 4, 2,
+                                  64, 3, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"out0 and out1 must not overlap each other or the other tensor's input",
+       [&] {
+         return kiln_rt_rope_pair(d.ctx, d.a(), d.a(1 << 20), ids, d.a(1 << 20), d.a(1 << 20), 12,
+                                  4, 2, 64, 0, 0, 1e4f, 1, 0, 0, 0, 1);
+       }},
+      {"out1 (offset 0 of the weights region) is an output",
+       [&] {
+         return kiln_rt_rope_pair(d.ctx, d.a(), d.a(1 << 20), ids, d.a(), d.w(), 12, 4, 2, 64, 0,
+                                  0, 1e4f, 1, 0, 0, 0, 1);
        }},
       {"is not 2-byte aligned", [&] { return kiln_rt_add(d.ctx, d.a(1), d.a(), d.a(), 8); }},
       {"kiln_rt_moe: op 1 of the prefill step (before the first attention): scratch_per_token 100 "

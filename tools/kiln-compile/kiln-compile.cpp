@@ -90,6 +90,11 @@ cl::opt<bool> pairLinears(
              "one strided-batched GEMM each (kiln-pair-linears; default on, "
              "--pair-linears=false keeps them apart)"),
     cl::init(true), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> pairRopes(
+    "pair-ropes",
+    cl::desc("rotate a layer's q and k in one launch (kiln-pair-ropes; default off until "
+             "measured on a GPU)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
@@ -181,6 +186,7 @@ int compile(int argc, char **argv) {
   options.lowering.rollLayers = !noRollLayers;
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
   options.lowering.pairLinears = pairLinears;
+  options.lowering.pairRopes = pairRopes;
   options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
   options.lowering.expandLayers = expandLayers;
   options.emit = emitKind;

@@ -37,6 +37,9 @@ struct LoweringOptions {
   /// gate and up) into one strided-batched GEMM (kiln-pair-linears): one launch fewer
   /// each; +2-6% decode tokens/s at batch 1 and 16 on the 8B step (docs/performance.md).
   bool pairLinears = true;
+  /// Rotate a layer's q and k in one launch (kiln-pair-ropes): one launch fewer a layer.
+  /// Off until measured on a GPU.
+  bool pairRopes = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

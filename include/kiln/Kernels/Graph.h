@@ -120,6 +120,27 @@ kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
                              int64_t heads, int64_t head_dim, int64_t rotary_dim,
                              const kiln_rope_params_t *rope, void *stream);
 
+/* kiln_rope_bf16 of two tensors at the same positions with the same parameters in one
+ * launch (a layer's q and k: one cos/sin table a token for both): x0 [tokens, heads0,
+ * head_dim] into out0 and x1 [tokens, heads1, head_dim] into out1, each exactly as
+ * kiln_rope_bf16 would. Each output may be its own input; neither may overlap the other
+ * tensor's input or output (KILN_ERROR_INVALID_ARGUMENT). */
+typedef struct kiln_rope_pair {
+  const void *x0;
+  const void *x1;
+  void *out0;
+  void *out1;
+  const int32_t *positions;
+  int64_t tokens;
+  int64_t heads0;
+  int64_t heads1;
+  int64_t head_dim;
+  int64_t rotary_dim; /* as kiln_rope_bf16's */
+  kiln_rope_params_t rope;
+  void *stream;
+} kiln_rope_pair_t;
+kiln_status_t kiln_rope_pair_bf16(const kiln_rope_pair_t *params);
+
 /* How RoPE pairs a head's dimensions (kiln.mla_attention's rope_style; the values are
  * #kiln.rope_style's):
  *   ROTATE_HALF    element f with f + d/2, bf16 cos/sin and bf16 products (as

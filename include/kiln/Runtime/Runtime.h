@@ -369,6 +369,15 @@ int32_t kiln_rt_rope(kiln_rt_context_t *ctx, const void *x, const void *position
                      int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotary_dim,
                      int32_t rope_type, float theta, float factor, float low, float high,
                      int64_t original_max_position, float attention_factor);
+/* kiln.rope_pair (kiln_rope_pair_bf16): kiln_rt_rope of x0 [tokens, heads0, head_dim]
+ * into out0 and of x1 [tokens, heads1, head_dim] into out1 in one launch, the same
+ * positions and parameters (a layer's q and k). Each output may be its own input, not the
+ * other tensor's. Traced as two outputs. */
+int32_t kiln_rt_rope_pair(kiln_rt_context_t *ctx, const void *x0, const void *x1,
+                          const void *positions, void *out0, void *out1, int64_t tokens,
+                          int64_t heads0, int64_t heads1, int64_t head_dim, int64_t rotary_dim,
+                          int32_t rope_type, float theta, float factor, float low, float high,
+                          int64_t original_max_position, float attention_factor);
 int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
 int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
                        int64_t n);

@@ -258,6 +258,28 @@ def KilnPairLinears : Pass<"kiln-pair-linears", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnPairRopes : Pass<"kiln-pair-ropes", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
+  let summary = "Merge two rotary embeddings at the same positions into one launch";
+  let description = [{
+    Runs on buffers, before `kiln-plan-activations`. A `kiln.rope` (bf16 buffers) and the
+    next one of the same block at the same positions with the same `rope` parameters,
+    `rotary_dim` and head dimension, with only memory-effect-free ops between them, become
+    one `kiln.rope_pair` where the second one was: a layer's q and k. One launch, which
+    computes a token's cos/sin table once, replaces two (32 launches fewer in the 8B
+    step). One launch reads both inputs while it writes both outputs, so each output
+    must be an allocation of its own, apart from the other rope's buffers: before the
+    plan, views of distinct `memref.alloc`s (the plan then keeps the pair's buffers
+    apart); after it, planned buffers whose bytes are apart (the 8B step's plan puts the
+    second's output over the first's input, and so cannot be paired then). The runtime
+    also refuses outputs that overlap the other tensor. Off by default (`LoweringOptions::pairRopes`, `kiln-compile
+    --pair-ropes`): not yet measured on a GPU.
+  }];
+  let statistics = [
+    Statistic<"numPaired", "paired", "Pairs of rotary embeddings merged into one launch">
+  ];
+}
+
 def KilnBindEntry : Pass<"kiln-bind-entry", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect", "::mlir::LLVM::LLVMDialect"];
   let summary = "Make the bufferized model function the runtime's entry point";

@@ -1289,6 +1289,7 @@ KILN_COMPUTE_EFFECTS(ArgmaxOp)
 KILN_COMPUTE_EFFECTS(ConcatOp)
 KILN_COMPUTE_EFFECTS(NextTokensOp)
 KILN_COMPUTE_EFFECTS(LinearPairOp)
+KILN_COMPUTE_EFFECTS(RopePairOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1666,6 +1667,31 @@ FailureOr<RuntimeCall> MoeOp::getRuntimeCall() {
        RuntimeArg::dim(getScratch(), 1)}};
 }
 
+/// A rope's head dimension (even) and rotary_dim (even, 2 to the head dimension), shared
+/// by kiln.rope and kiln.rope_pair.
+static LogicalResult verifyRopeDims(Operation *op, int64_t headDim,
+                                    std::optional<int64_t> rotary) {
+  if (headDim != ShapedType::kDynamic && headDim % 2 != 0)
+    return op->emitOpError() << "head dimension " << headDim << " must be even";
+  if (rotary &&
+      (*rotary < 2 || *rotary % 2 != 0 || (headDim != ShapedType::kDynamic && *rotary > headDim)))
+    return op->emitOpError() << "'rotary_dim' " << *rotary
+                             << " must be even, at least 2 and at most the head dimension "
+                             << headDim;
+  return success();
+}
+
+/// kiln_rt_rope's trailing arguments (kiln_rt_rope_pair's too): rotary_dim, then the
+/// rope parameters.
+static void appendRopeArgs(RuntimeCall &call, RopeAttr rope, std::optional<int64_t> rotary) {
+  call.args.append({RuntimeArg::i64(rotary.value_or(0)),
+                    RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
+                    RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
+                    RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
+                    RuntimeArg::i64(rope.getOriginalMaxPosition()),
+                    RuntimeArg::f32(rope.getAttentionFactorValue())});
+}
+
 LogicalResult RopeOp::verify() {
   Operation *op = *this;
   if (failed(checkOneForm(op)) || failed(checkRank(op, "input", getInput(), 3)) ||
@@ -1675,30 +1701,51 @@ LogicalResult RopeOp::verify() {
                             "the token count")) ||
       failed(checkSameShape(op, "input", getInput(), "init", getInit())))
     return failure();
-  int64_t headDim = sizeOf(getInput(), 2);
-  if (headDim != ShapedType::kDynamic && headDim % 2 != 0)
-    return emitOpError() << "head dimension " << headDim << " must be even";
-  if (std::optional<int64_t> rotary = getRotaryDim();
-      rotary &&
-      (*rotary < 2 || *rotary % 2 != 0 || (headDim != ShapedType::kDynamic && *rotary > headDim)))
-    return emitOpError() << "'rotary_dim' " << *rotary
-                         << " must be even, at least 2 and at most the head dimension " << headDim;
-  return success();
+  return verifyRopeDims(op, sizeOf(getInput(), 2), getRotaryDim());
 }
 FailureOr<RuntimeCall> RopeOp::getRuntimeCall() {
   if (failed(requireBuffers(*this)))
     return failure();
-  RopeAttr rope = getRope();
-  return RuntimeCall{"kiln_rt_rope",
-                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getPositions()),
-                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
-                      RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 2),
-                      RuntimeArg::i64(getRotaryDim().value_or(0)),
-                      RuntimeArg::i32(static_cast<int64_t>(rope.getType())),
-                      RuntimeArg::f32(rope.getThetaValue()), RuntimeArg::f32(rope.getFactorValue()),
-                      RuntimeArg::f32(rope.getLowValue()), RuntimeArg::f32(rope.getHighValue()),
-                      RuntimeArg::i64(rope.getOriginalMaxPosition()),
-                      RuntimeArg::f32(rope.getAttentionFactorValue())}};
+  RuntimeCall call{"kiln_rt_rope",
+                   {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getPositions()),
+                    RuntimeArg::pointer(getInit()), RuntimeArg::dim(getInput(), 0),
+                    RuntimeArg::dim(getInput(), 1), RuntimeArg::dim(getInput(), 2)}};
+  appendRopeArgs(call, getRope(), getRotaryDim());
+  return call;
+}
+
+LogicalResult RopePairOp::verify() {
+  Operation *op = *this;
+  Type bf16 = BFloat16Type::get(getContext());
+  for (auto [name, value] : {std::pair<const char *, Value>{"input0", getInput0()},
+                             {"input1", getInput1()},
+                             {"init0", getInit0()},
+                             {"init1", getInit1()}})
+    if (failed(checkRank(op, name, value, 3)) || failed(checkElementType(op, name, value, bf16)))
+      return failure();
+  if (failed(checkRank(op, "positions", getPositions(), 1)) ||
+      failed(checkElementType(op, "positions", getPositions(), i32Type(op))) ||
+      failed(checkDimEquals(op, "positions", getPositions(), 0, sizeOf(getInput0(), 0),
+                            "the token count")) ||
+      failed(checkDimEquals(op, "input1", getInput1(), 0, sizeOf(getInput0(), 0),
+                            "the token count")) ||
+      failed(checkDimEquals(op, "input1", getInput1(), 2, sizeOf(getInput0(), 2),
+                            "the head dimension")) ||
+      failed(checkSameShape(op, "input0", getInput0(), "init0", getInit0())) ||
+      failed(checkSameShape(op, "input1", getInput1(), "init1", getInit1())))
+    return failure();
+  return verifyRopeDims(op, sizeOf(getInput0(), 2), getRotaryDim());
+}
+
+FailureOr<RuntimeCall> RopePairOp::getRuntimeCall() {
+  RuntimeCall call{"kiln_rt_rope_pair",
+                   {RuntimeArg::pointer(getInput0()), RuntimeArg::pointer(getInput1()),
+                    RuntimeArg::pointer(getPositions()), RuntimeArg::pointer(getInit0()),
+                    RuntimeArg::pointer(getInit1()), RuntimeArg::dim(getInput0(), 0),
+                    RuntimeArg::dim(getInput0(), 1), RuntimeArg::dim(getInput1(), 1),
+                    RuntimeArg::dim(getInput0(), 2)}};
+  appendRopeArgs(call, getRope(), getRotaryDim());
+  return call;
 }
 
 namespace {

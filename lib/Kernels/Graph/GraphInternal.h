@@ -51,9 +51,16 @@ cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, v
 // kiln_rope_rows_bf16 on validated arguments.
 cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
                            cudaStream_t stream);
-// kiln_rope_bf16; table holds rotaryDim / 2 frequencies (rotaryDim <= headDim, even).
-cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
-                       int64_t heads, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
+// One tensor of a rope launch: x [tokens, heads, headDim] into out (may be x).
+struct RopeTensor {
+  const void *x = nullptr;
+  void *out = nullptr;
+  int64_t heads = 0; // 0: none (the second of a single tensor's launch)
+};
+// kiln_rope_bf16 (b.heads == 0) and kiln_rope_pair_bf16; table holds rotaryDim / 2
+// frequencies (rotaryDim <= headDim, even).
+cudaError_t launchRope(const RopeTensor &a, const RopeTensor &b, const int32_t *positions,
+                       int64_t tokens, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
                        float attentionFactor, cudaStream_t stream);
 cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream);
 cudaError_t launchSwiglu(const void *gate, const void *up, void *out, int64_t n,

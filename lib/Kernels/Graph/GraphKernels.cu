@@ -462,64 +462,77 @@ __device__ __forceinline__ void rotateHalfPair(float x1, float x2, float c, floa
   o2 = roundBf16(x2 * c) + roundBf16(x1 * s);
 }
 
-// One block per token: the block computes the token's bf16 cos/sin table (accurate
-// cosf/sinf: angles reach 1e5 radians) into shared memory once, then rotates every head.
-// Each work item is a pair of chunks (x[f..], x[f + half..]) that only it reads and
-// writes, so out may be x. Partial RoPE (rotaryDim < headDim, transformers'
-// partial_rotary_factor): the first rotaryDim elements of a head are rotated over
-// rotaryDim / 2 frequencies, the rest copied (nothing to do in place).
+// The heads of one token of one tensor, rotated with the token's table: each work item
+// is a pair of chunks (x[f..], x[f + half..]) that only it reads and writes, so out may
+// be x. Partial RoPE (rotaryDim < headDim, transformers' partial_rotary_factor): the
+// first rotaryDim elements of a head are rotated over rotaryDim / 2 frequencies, the rest
+// copied (nothing to do in place).
 template <bool Vec>
-__global__ void ropeKernel(const uint16_t *x, const int32_t *__restrict__ positions, uint16_t *out,
-                           int64_t tokens, int heads, int headDim, int rotaryDim,
-                           float attentionFactor, RopeTable table) {
-  __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
+__device__ __forceinline__ void rotateTokenHeads(const uint16_t *x, uint16_t *out,
+                                                 int64_t tokenBase, int heads, int headDim,
+                                                 int rotaryDim, const float *cosSin) {
   const int half = rotaryDim / 2;
   const int pass = x == out ? 0 : headDim - rotaryDim;
+  if (Vec) {
+    const int chunks = half / kVecElems;
+    for (int item = threadIdx.x; item < heads * chunks; item += blockDim.x) {
+      const int h = item / chunks, chunk = item - h * chunks;
+      const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + chunk * kVecElems;
+      float x1[kVecElems], x2[kVecElems], o1[kVecElems], o2[kVecElems];
+      unpack8(*reinterpret_cast<const uint4 *>(x + first), x1);
+      unpack8(*reinterpret_cast<const uint4 *>(x + first + half), x2);
+#pragma unroll
+      for (int e = 0; e < kVecElems; ++e) {
+        rotateHalfPair(x1[e], x2[e], cosSin[chunk * kVecElems + e],
+                       cosSin[half + chunk * kVecElems + e], o1[e], o2[e]);
+      }
+      *reinterpret_cast<uint4 *>(out + first) = pack8(o1);
+      *reinterpret_cast<uint4 *>(out + first + half) = pack8(o2);
+    }
+    const int passChunks = pass / kVecElems;
+    for (int item = threadIdx.x; item < heads * passChunks; item += blockDim.x) {
+      const int h = item / passChunks, chunk = item - h * passChunks;
+      const int64_t at =
+          tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + chunk * kVecElems;
+      *reinterpret_cast<uint4 *>(out + at) = load16(x + at);
+    }
+  } else {
+    for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
+      const int h = item / half, f = item - h * half;
+      const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + f;
+      const float x1 = bf2f(x[first]), x2 = bf2f(x[first + half]);
+      float o1, o2;
+      rotateHalfPair(x1, x2, cosSin[f], cosSin[half + f], o1, o2);
+      out[first] = f2bf(o1);
+      out[first + half] = f2bf(o2);
+    }
+    for (int item = threadIdx.x; item < heads * pass; item += blockDim.x) {
+      const int h = item / pass, j = item - h * pass;
+      const int64_t at = tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + j;
+      out[at] = x[at];
+    }
+  }
+}
+
+// One block per token: the block computes the token's bf16 cos/sin table (accurate
+// cosf/sinf: angles reach 1e5 radians) into shared memory once, then rotates every head
+// of x and, for a pair (kiln_rope_pair_bf16: a layer's q and k), of x1 (heads1 > 0) with
+// the same table. The two tensors' ranges do not overlap (the launcher checks it).
+template <bool Vec>
+__global__ void ropeKernel(const uint16_t *x, uint16_t *out, int heads, const uint16_t *x1,
+                           uint16_t *out1, int heads1, const int32_t *__restrict__ positions,
+                           int64_t tokens, int headDim, int rotaryDim, float attentionFactor,
+                           RopeTable table) {
+  __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
+  const int half = rotaryDim / 2;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     const float position = static_cast<float>(positions[t]);
     __syncthreads(); // the previous token's table is no longer read
     fillCosSin(cosSin, position, table, half, attentionFactor, /*exact=*/false);
     __syncthreads();
-    const int64_t tokenBase = t * heads * headDim;
-    if (Vec) {
-      const int chunks = half / kVecElems;
-      for (int item = threadIdx.x; item < heads * chunks; item += blockDim.x) {
-        const int h = item / chunks, chunk = item - h * chunks;
-        const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + chunk * kVecElems;
-        float x1[kVecElems], x2[kVecElems], o1[kVecElems], o2[kVecElems];
-        unpack8(*reinterpret_cast<const uint4 *>(x + first), x1);
-        unpack8(*reinterpret_cast<const uint4 *>(x + first + half), x2);
-#pragma unroll
-        for (int e = 0; e < kVecElems; ++e) {
-          rotateHalfPair(x1[e], x2[e], cosSin[chunk * kVecElems + e],
-                         cosSin[half + chunk * kVecElems + e], o1[e], o2[e]);
-        }
-        *reinterpret_cast<uint4 *>(out + first) = pack8(o1);
-        *reinterpret_cast<uint4 *>(out + first + half) = pack8(o2);
-      }
-      const int passChunks = pass / kVecElems;
-      for (int item = threadIdx.x; item < heads * passChunks; item += blockDim.x) {
-        const int h = item / passChunks, chunk = item - h * passChunks;
-        const int64_t at =
-            tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + chunk * kVecElems;
-        *reinterpret_cast<uint4 *>(out + at) = load16(x + at);
-      }
-    } else {
-      for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
-        const int h = item / half, f = item - h * half;
-        const int64_t first = tokenBase + static_cast<int64_t>(h) * headDim + f;
-        const float x1 = bf2f(x[first]), x2 = bf2f(x[first + half]);
-        float o1, o2;
-        rotateHalfPair(x1, x2, cosSin[f], cosSin[half + f], o1, o2);
-        out[first] = f2bf(o1);
-        out[first + half] = f2bf(o2);
-      }
-      for (int item = threadIdx.x; item < heads * pass; item += blockDim.x) {
-        const int h = item / pass, j = item - h * pass;
-        const int64_t at = tokenBase + static_cast<int64_t>(h) * headDim + rotaryDim + j;
-        out[at] = x[at];
-      }
-    }
+    rotateTokenHeads<Vec>(x, out, t * heads * headDim, heads, headDim, rotaryDim, cosSin);
+    if (heads1 > 0)
+      rotateTokenHeads<Vec>(x1, out1, t * heads1 * headDim, heads1, headDim, rotaryDim, cosSin);
   }
 }
 
@@ -1212,26 +1225,28 @@ cudaError_t launchAddRmsNorm(const void *a, const void *b, const void *weight, v
   return cudaGetLastError();
 }
 
-cudaError_t launchRope(const void *x, const int32_t *positions, void *out, int64_t tokens,
-                       int64_t heads, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
+cudaError_t launchRope(const RopeTensor &a, const RopeTensor &b, const int32_t *positions,
+                       int64_t tokens, int64_t headDim, int64_t rotaryDim, const RopeTable &table,
                        float attentionFactor, cudaStream_t stream) {
-  const auto *px = static_cast<const uint16_t *>(x);
-  auto *po = static_cast<uint16_t *>(out);
-  const int64_t half = rotaryDim / 2, pass = x == out ? 0 : headDim - rotaryDim;
+  const auto *x0 = static_cast<const uint16_t *>(a.x), *x1 = static_cast<const uint16_t *>(b.x);
+  auto *out0 = static_cast<uint16_t *>(a.out), *out1 = static_cast<uint16_t *>(b.out);
+  const int64_t half = rotaryDim / 2, heads = a.heads + b.heads;
+  const int64_t pass = (a.x == a.out && (b.heads == 0 || b.x == b.out)) ? 0 : headDim - rotaryDim;
+  const bool vec = half % kVecElems == 0 && headDim % kVecElems == 0 && aligned16(a.x) &&
+                   aligned16(a.out) && (b.heads == 0 || (aligned16(b.x) && aligned16(b.out)));
   // The 16-byte path needs every head's rotated halves and copied tail in whole chunks.
-  if (half % kVecElems == 0 && headDim % kVecElems == 0 && aligned16(x) && aligned16(out)) {
-    const int64_t items = heads * std::max(half, pass) / kVecElems;
-    const int threads = static_cast<int>(std::min<int64_t>(256, roundUpWarp(std::max(items, half))));
+  const int64_t items = heads * std::max(half, pass) / (vec ? kVecElems : 1);
+  const int threads = static_cast<int>(
+      std::min<int64_t>(256, roundUpWarp(vec ? std::max(items, half) : items)));
+  const int h0 = static_cast<int>(a.heads), h1 = static_cast<int>(b.heads);
+  if (vec)
     ropeKernel<true><<<rowGrid(tokens), threads, 0, stream>>>(
-        px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
+        x0, out0, h0, x1, out1, h1, positions, tokens, static_cast<int>(headDim),
         static_cast<int>(rotaryDim), attentionFactor, table);
-  } else {
-    const int threads =
-        static_cast<int>(std::min<int64_t>(256, roundUpWarp(heads * std::max(half, pass))));
+  else
     ropeKernel<false><<<rowGrid(tokens), threads, 0, stream>>>(
-        px, positions, po, tokens, static_cast<int>(heads), static_cast<int>(headDim),
+        x0, out0, h0, x1, out1, h1, positions, tokens, static_cast<int>(headDim),
         static_cast<int>(rotaryDim), attentionFactor, table);
-  }
   return cudaGetLastError();
 }
 

@@ -308,23 +308,32 @@ extern "C" kiln_status_t kiln_rms_norm_offset_bf16(const void *x, int64_t x_toke
                                                 heads, dim, eps, weight_offset, asStream(stream)));
 }
 
-extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
-                                        int64_t tokens, int64_t heads, int64_t head_dim,
-                                        int64_t rotary_dim, const kiln_rope_params_t *rope,
-                                        void *stream) {
-  Checker c{"kiln_rope_bf16"};
-  if (!c.notNull(x, "x") || !c.notNull(positions, "positions") || !c.notNull(out, "out") ||
-      !c.notNull(rope, "rope") || !c.elementAligned(x, 2, "x") ||
-      !c.elementAligned(positions, 4, "positions") || !c.elementAligned(out, 2, "out") ||
-      !c.nonNegative(tokens, "tokens") || !c.positive(heads, "heads") ||
-      !c.atMost(heads, std::numeric_limits<int32_t>::max() / KILN_ROPE_MAX_HEAD_DIM, "heads") ||
+namespace {
+
+// The checks of one tensor of a rope launch: x and out [tokens, heads, head_dim] bf16.
+bool ropeTensorFits(Checker &c, const void *x, const void *out, int64_t tokens, int64_t heads,
+                    int64_t head_dim, const char *xName, const char *outName,
+                    const char *headsName) {
+  return c.notNull(x, xName) && c.notNull(out, outName) && c.elementAligned(x, 2, xName) &&
+         c.elementAligned(out, 2, outName) && c.positive(heads, headsName) &&
+         c.atMost(heads, std::numeric_limits<int32_t>::max() / KILN_ROPE_MAX_HEAD_DIM,
+                  headsName) &&
+         c.sizeFits(tokens, heads * head_dim, xName);
+}
+
+// The checks every rope launch shares (positions, sizes, rotary_dim, the parameters),
+// then the launch of one tensor (b.heads == 0) or two with one table.
+kiln_status_t checkedRope(Checker &c, const RopeTensor &a, const RopeTensor &b,
+                          const int32_t *positions, int64_t tokens, int64_t head_dim,
+                          int64_t rotary_dim, const kiln_rope_params_t *rope, void *stream) {
+  if (!c.notNull(positions, "positions") || !c.notNull(rope, "rope") ||
+      !c.elementAligned(positions, 4, "positions") || !c.nonNegative(tokens, "tokens") ||
       !c.positive(head_dim, "head_dim"))
     return c.status;
   if (head_dim % 2 != 0)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: head_dim must be even (got %lld)", c.kernel,
                 static_cast<long long>(head_dim));
-  if (!c.atMost(head_dim, KILN_ROPE_MAX_HEAD_DIM, "head_dim") ||
-      !c.sizeFits(tokens, heads * head_dim, "x") || !checkRopeParams(c, *rope))
+  if (!c.atMost(head_dim, KILN_ROPE_MAX_HEAD_DIM, "head_dim") || !checkRopeParams(c, *rope))
     return c.status;
   if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
     return fail(KILN_ERROR_INVALID_ARGUMENT,
@@ -340,8 +349,53 @@ extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions,
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: rope parameters (theta %g, factor %g) give non-finite frequencies",
                 c.kernel, static_cast<double>(rope->theta), static_cast<double>(rope->factor));
-  return launched(c.kernel, launchRope(x, positions, out, tokens, heads, head_dim, rotary, *table,
+  return launched(c.kernel, launchRope(a, b, positions, tokens, head_dim, rotary, *table,
                                        rope->attention_factor, asStream(stream)));
+}
+
+// Whether [p, p + bytes) and [q, q + other) share a byte.
+bool rangesOverlap(const void *p, uint64_t bytes, const void *q, uint64_t other) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + other && b < a + bytes;
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
+                                        int64_t tokens, int64_t heads, int64_t head_dim,
+                                        int64_t rotary_dim, const kiln_rope_params_t *rope,
+                                        void *stream) {
+  Checker c{"kiln_rope_bf16"};
+  if (!c.positive(head_dim, "head_dim") || !c.nonNegative(tokens, "tokens") ||
+      !ropeTensorFits(c, x, out, tokens, heads, head_dim, "x", "out", "heads"))
+    return c.status;
+  return checkedRope(c, RopeTensor{x, out, heads}, RopeTensor{}, positions, tokens, head_dim,
+                     rotary_dim, rope, stream);
+}
+
+extern "C" kiln_status_t kiln_rope_pair_bf16(const kiln_rope_pair_t *p) {
+  Checker c{"kiln_rope_pair_bf16"};
+  if (!c.notNull(p, "params"))
+    return c.status;
+  if (!c.positive(p->head_dim, "head_dim") || !c.nonNegative(p->tokens, "tokens") ||
+      !ropeTensorFits(c, p->x0, p->out0, p->tokens, p->heads0, p->head_dim, "x0", "out0",
+                      "heads0") ||
+      !ropeTensorFits(c, p->x1, p->out1, p->tokens, p->heads1, p->head_dim, "x1", "out1",
+                      "heads1"))
+    return c.status;
+  // One block rotates a token of both tensors at once: neither output may touch the
+  // other tensor's input or output (each may be its own input).
+  const uint64_t bytes0 = static_cast<uint64_t>(p->tokens * p->heads0 * p->head_dim) * 2,
+                 bytes1 = static_cast<uint64_t>(p->tokens * p->heads1 * p->head_dim) * 2;
+  if (rangesOverlap(p->out0, bytes0, p->x1, bytes1) ||
+      rangesOverlap(p->out1, bytes1, p->x0, bytes0) ||
+      rangesOverlap(p->out0, bytes0, p->out1, bytes1))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: out0 and out1 must not overlap each other or the other tensor's input",
+                c.kernel);
+  return checkedRope(c, RopeTensor{p->x0, p->out0, p->heads0},
+                     RopeTensor{p->x1, p->out1, p->heads1}, p->positions, p->tokens, p->head_dim,
+                     p->rotary_dim, &p->rope, p->stream);
 }
 
 extern "C" kiln_status_t kiln_rope_rows_bf16(const kiln_rope_rows_t *p) {

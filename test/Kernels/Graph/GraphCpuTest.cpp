@@ -369,6 +369,44 @@ TEST(GraphValidation, AddRmsNorm) {
   EXPECT_EQ(kiln_add_rms_norm_bf16(a, b, w, a, o, 0, 8, 1e-6f, nullptr), KILN_OK);
 }
 
+TEST(GraphValidation, RopePair) {
+  const char *k = "kiln_rope_pair_bf16";
+  kiln_rope_pair_t p{};
+  p.x0 = fake(0x10000);
+  p.out0 = fake(0x10000); // in place
+  p.x1 = fake(0x40000);
+  p.out1 = fake(0x50000);
+  p.positions = fakeIndex(0x30000);
+  p.tokens = 2;
+  p.heads0 = 4;
+  p.heads1 = 2;
+  p.head_dim = 64;
+  p.rope = ropeParams(0, 10000.0f);
+  expectError(kiln_rope_pair_bf16(nullptr), kInvalid, k, "params");
+  kiln_rope_pair_t bad = p;
+  bad.x1 = nullptr;
+  expectError(kiln_rope_pair_bf16(&bad), kInvalid, k, "x1");
+  bad = p;
+  bad.heads1 = 0;
+  expectError(kiln_rope_pair_bf16(&bad), kInvalid, k, "heads1");
+  bad = p;
+  bad.head_dim = 66 * 8;
+  expectError(kiln_rope_pair_bf16(&bad), kUnsupported, k, "head_dim");
+  bad = p;
+  bad.rotary_dim = 3;
+  expectError(kiln_rope_pair_bf16(&bad), kInvalid, k, "rotary_dim");
+  // One block rotates a token of both: an output over the other tensor is refused.
+  bad = p;
+  bad.out1 = fake(0x10000 + 64);
+  expectError(kiln_rope_pair_bf16(&bad), kInvalid, k, "must not overlap");
+  bad = p;
+  bad.out0 = fake(0x40000);
+  expectError(kiln_rope_pair_bf16(&bad), kInvalid, k, "must not overlap");
+  bad = p;
+  bad.tokens = 0;
+  EXPECT_EQ(kiln_rope_pair_bf16(&bad), KILN_OK) << kiln_last_error();
+}
+
 TEST(GraphValidation, Rope) {
   const char *k = "kiln_rope_bf16";
   void *x = fake(0x10000), *o = fake(0x20000);

@@ -814,6 +814,69 @@ TEST(GraphGpu, Rope) {
   checkRope(qwen, 6, 4, 256, 0, false, rng, 256); // rotary_dim == head_dim: the whole head
 }
 
+// kiln_rope_pair_bf16 (q and k in one launch) against two kiln_rope_bf16 calls, bitwise:
+// whole and partial heads, both paths (aligned and misaligned), each tensor in place or
+// not, heads of q and k not multiples of each other.
+TEST(GraphGpu, RopePairIsTwoRopes) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(37);
+  struct Case {
+    kiln_rope_params_t rope;
+    int64_t tokens, qHeads, kHeads, headDim, rotaryDim, misalign;
+    bool inPlace0, inPlace1;
+  };
+  const Case cases[] = {
+      {rope(2, 500000.0f, 8.0f, 1.0f, 4.0f, 8192), 1, 32, 8, 128, 0, 0, false, false}, // Llama b1
+      {rope(2, 500000.0f, 8.0f, 1.0f, 4.0f, 8192), 64, 32, 8, 128, 0, 0, true, true},
+      {rope(0, 1000000.0f), 37, 16, 4, 128, 0, 0, false, true},
+      {rope(0, 10000000.0f), 5, 16, 2, 256, 64, 0, false, false}, // partial (Qwen3-Next)
+      {rope(0, 10000000.0f), 5, 16, 2, 256, 64, 0, true, false},
+      {rope(3, 10000.0f, 4.0f, 10.0f, 41.0f, 0, 1.1386294f), 9, 12, 3, 64, 0, 0, false, false},
+      {rope(0, 10000.0f), 7, 5, 3, 72, 0, 0, false, false},  // half 36: scalar path
+      {rope(0, 10000.0f), 3, 4, 2, 128, 0, 1, false, false}, // misaligned: scalar path
+      {rope(0, 10000.0f), 70000, 1, 1, 16, 0, 0, false, false}, // more tokens than the grid
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE("tokens " + std::to_string(c.tokens) + " heads " + std::to_string(c.qHeads) +
+                 "/" + std::to_string(c.kHeads) + " head_dim " + std::to_string(c.headDim) +
+                 " rotary " + std::to_string(c.rotaryDim));
+    const int64_t n0 = c.tokens * c.qHeads * c.headDim, n1 = c.tokens * c.kHeads * c.headDim;
+    const auto q = randomBf16(n0, rng, 2.0f), k = randomBf16(n1, rng, 2.0f);
+    std::vector<int32_t> positions(c.tokens);
+    for (int64_t t = 0; t < c.tokens; ++t)
+      positions[t] = static_cast<int32_t>((t * 4099 + 7) % 131072);
+    auto dpos = upload(positions);
+    // The two single ropes, inputs and outputs at the pair's (mis)alignment.
+    const size_t at = static_cast<size_t>(c.misalign);
+    auto dq = upload(q, at), dk = upload(k, at);
+    auto wantQ = poisoned((n0 + at) * 2), wantK = poisoned((n1 + at) * 2);
+    uint16_t *wq = wantQ->at<uint16_t>(at), *wk = wantK->at<uint16_t>(at);
+    KILN_OK_(kiln_rope_bf16(dq->at<uint16_t>(at), dpos->at<int32_t>(), wq, c.tokens, c.qHeads,
+                            c.headDim, c.rotaryDim, &c.rope, nullptr));
+    KILN_OK_(kiln_rope_bf16(dk->at<uint16_t>(at), dpos->at<int32_t>(), wk, c.tokens, c.kHeads,
+                            c.headDim, c.rotaryDim, &c.rope, nullptr));
+    // The pair.
+    auto pq = upload(q, at), pk = upload(k, at);
+    auto oq = poisoned((n0 + at) * 2), ok = poisoned((n1 + at) * 2);
+    kiln_rope_pair_t p{};
+    p.x0 = pq->at<uint16_t>(at);
+    p.x1 = pk->at<uint16_t>(at);
+    p.out0 = c.inPlace0 ? pq->at<uint16_t>(at) : oq->at<uint16_t>(at);
+    p.out1 = c.inPlace1 ? pk->at<uint16_t>(at) : ok->at<uint16_t>(at);
+    p.positions = dpos->at<int32_t>();
+    p.tokens = c.tokens;
+    p.heads0 = c.qHeads;
+    p.heads1 = c.kHeads;
+    p.head_dim = c.headDim;
+    p.rotary_dim = c.rotaryDim;
+    p.rope = c.rope;
+    KILN_OK_(kiln_rope_pair_bf16(&p));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(download(static_cast<uint16_t *>(p.out0), n0), download(wq, n0));
+    EXPECT_EQ(download(static_cast<uint16_t *>(p.out1), n1), download(wk, n1));
+  }
+}
+
 // Partial RoPE (Qwen3-Next: head_dim 256, partial_rotary_factor 0.25) against the
 // reference: the first rotary_dim elements rotated over frequencies of rotary_dim, the
 // rest copied bitwise; both paths, in place, every rope type.

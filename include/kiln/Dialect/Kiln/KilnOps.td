@@ -678,6 +678,37 @@ def Kiln_RopeOp : Kiln_BinaryComputeOp<"rope", "input", "positions"> {
 
 // Element-wise: each thread reads an element of both inputs before it writes that
 // element of the output, so the output may be placed over an input that dies here.
+def Kiln_RopePairOp : Kiln_Op<"rope_pair", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+  let summary = "two rotary embeddings at one set of positions in one launch (buffers only)";
+  let description = [{
+    `init0 = rope(input0)` and `init1 = rope(input1)`, each exactly as `kiln.rope` with
+    the same `positions`, `rope` and `rotary_dim` would compute it: a layer's q and k,
+    which `kiln-pair-ropes` merges after the activation plan. `input0: [tokens, heads0,
+    head_dim]`, `input1: [tokens, heads1, head_dim]`. Lowers to `kiln_rt_rope_pair`, one
+    launch whose blocks compute a token's cos/sin table once for both tensors, so a
+    decode step launches one kernel instead of two. Each output may be its own input;
+    the runtime refuses an output over the other tensor. Memrefs only: the op is made
+    after bufferization.
+  }];
+  let arguments = (ins AnyMemRef:$input0, AnyMemRef:$input1, AnyMemRef:$positions,
+                       AnyMemRef:$init0, AnyMemRef:$init1, Kiln_RopeAttr:$rope,
+                       OptionalAttr<I64Attr>:$rotary_dim);
+  let assemblyFormat = [{
+    `ins` `(` $input0 `,` $input1 `,` $positions `:` type($input0) `,` type($input1) `,`
+    type($positions) `)` `outs` `(` $init0 `,` $init1 `:` type($init0) `,` type($init1) `)`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/2);
+    }
+  }];
+}
+
 def Kiln_AddOp : Kiln_BinaryComputeOp<"add", "lhs", "rhs",
     [DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "element-wise sum (the residual connection)";
