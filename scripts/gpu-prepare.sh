@@ -52,6 +52,13 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
       tiny "$config" none "$family-tp2" --tp 2
     fi
   fi
+  # q and k rotated in one launch (parity.py's ropes modes), where the attention layers
+  # have kiln.rope: not the MLA families (their rope is inside kiln.mla_attention) or
+  # nemotron-h (no RoPE).
+  if ! grep -q '"kv_lora_rank"\|"hybrid_override_pattern"' "$config"; then
+    tiny "$config" none "$family-ropesnospec" --pair-ropes
+    tiny "$config" ngram:4 "$family-ropesngram" --pair-ropes
+  fi
   # The MLA families have an FP8 latent cache (656-byte tokens) and no f16 one (parity.py
   # skips their f16 modes).
   tiny "$config" none "$family-fp8nospec" --kv-dtype fp8

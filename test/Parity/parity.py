@@ -38,6 +38,10 @@ For every family built by make_models.py:
                          of 16, steps of 64, so the longer prompts wrap their rings):
                          tokens, logits and memory like nospec
               ringngram  <family>-ringngram.so --spec ngram:4, lossless against ring
+              ropes      (families with RoPE) <family>-ropesnospec.so (--pair-ropes: a
+                         layer's q and k rotated in one launch): the same tokens and
+                         prefill logits' bits as nospec
+              ropesngram <family>-ropesngram.so --spec ngram:4, lossless against nospec
               nccl       <family>-collectives.so (--tp-collectives) as one NCCL rank
                          (--nccl-one-rank): tokens and prefill logits bitwise nospec's,
                          the communicator within its planned reserve
@@ -108,7 +112,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
-             "ringngram", "nccl", "tp2"]
+             "ringngram", "nccl", "tp2", "ropes", "ropesngram"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_F16_MLA = ("the MLA kernels read a bf16 or FP8 latent cache (kiln-compile refuses "
                "--kv-dtype f16 for mla_attention layers)")
@@ -126,7 +130,10 @@ UNSUPPORTED_MODES = {
     "deepseek-v3": {mode: _NO_F16_MLA for mode in ("f16", "f16ngram")},
 }
 SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "f16ngram", "replayngram",
-              "replaydraft", "mtp", "ringngram"}
+              "replaydraft", "mtp", "ringngram", "ropesngram"}
+# q and k rotated in one launch (kiln-compile --pair-ropes); families without RoPE layers
+# (gpu-prepare.sh compiles these for the others) skip them.
+ROPE_PAIR_MODES = {"ropes", "ropesngram"}
 # The recurrent layers' replay mode (--ssm-mode replay); families without Mamba2 or Gated
 # DeltaNet layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
@@ -462,7 +469,8 @@ def mode_so(mode):
             "fp8ngram": "fp8ngram", "f16": "f16nospec", "f16ngram": "f16ngram",
             "replayngram": "replayngram",
             "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
-            "ringngram": "ringngram", "nccl": "collectives", "tp2": "tp2"}[mode]
+            "ringngram": "ringngram", "nccl": "collectives", "tp2": "tp2",
+            "ropes": "ropesnospec", "ropesngram": "ropesngram"}[mode]
 
 
 def kiln_weights(models, name):
@@ -487,7 +495,7 @@ def mode_command(mode, family, work, args):
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8", "ring", "f16", "nccl", "tp2"):
+    if mode in ("nospec", "fp8", "ring", "f16", "nccl", "tp2", "ropes"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
     if mode == "tp2":
         # One rank's graph (kiln-compile --tp 2) on two GPUs: kiln-run's rank threads,
@@ -501,7 +509,7 @@ def mode_command(mode, family, work, args):
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
-    elif mode in ("ngram", "fp8ngram", "f16ngram", "replayngram", "ringngram"):
+    elif mode in ("ngram", "fp8ngram", "f16ngram", "replayngram", "ringngram", "ropesngram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
     elif mode == "mtp":
         cmd += ["--spec", "mtp:1"]
@@ -882,13 +890,14 @@ def check_memory(result, rtol):
 # One family
 # ----------------------------------------------------------------------------------------
 
-def check_bitwise_as_nospec(tokens, nospec_tokens, work):
-    """A one-rank NCCL run (issue 18): the same tokens and the same logits' bits as the
-    plain run, since the sum over one rank is the value itself."""
+def check_bitwise_as_nospec(tokens, nospec_tokens, work, mode="nccl"):
+    """A run that must compute what the plain run does, bit for bit: the same tokens and
+    the same prefill logits' bits. A one-rank NCCL run (issue 18: the sum over one rank is
+    the value itself); the rope pair (each output has its own rope's bits)."""
     if nospec_tokens is None:
         return False, "unchecked: no nospec run", {}
     same_tokens = tokens == nospec_tokens
-    ours, plain = work / "nccl.logits.bin", work / "nospec.logits.bin"
+    ours, plain = work / f"{mode}.logits.bin", work / "nospec.logits.bin"
     same_logits = ours.exists() and plain.exists() and ours.read_bytes() == plain.read_bytes()
     text = (f"tokens {'equal' if same_tokens else 'DIFFER'} to nospec's, prefill logits "
             f"{'bitwise equal' if same_logits else 'DIFFER'}")
@@ -964,6 +973,9 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_ru
                                                   count)))
         elif mode == "nccl":
             checks.append(("nccl", check_bitwise_as_nospec(tokens, nospec_tokens, work)))
+        elif mode == "ropes":
+            checks.append(("ropes", check_bitwise_as_nospec(tokens, nospec_tokens, work,
+                                                           mode="ropes")))
             checks.append(("communicator", check_communicator(result)))
         elif mode == "tp2":
             checks.append(("tp2", check_as_one_gpu(tokens, nospec_tokens, work, TP_LOGIT_RTOL)))
@@ -1020,6 +1032,9 @@ def run_family(family, args, out, env):
         if mode in RING_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
             reason = ("no sliding-window layers (gpu-prepare.sh compiles ring models for the "
                       "families whose config has a sliding_window)")
+        if mode in ROPE_PAIR_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
+            reason = ("no RoPE layers to pair (gpu-prepare.sh compiles --pair-ropes models "
+                      "for the families with kiln.rope)")
         if mode == "nccl" and not (args.so_dir / f"{family}-collectives.so").exists():
             reason = ("no per-rank form (gpu-prepare.sh compiles one with --tp-collectives "
                       "for every family with a per-rank graph: not qwen3-next or gpt-oss)")
