@@ -52,25 +52,12 @@ LinearOp partnerOf(LinearOp first) {
 
 struct PairLinearsPass : public kiln::impl::KilnPairLinearsBase<PairLinearsPass> {
   void runOnOperation() override {
-    SmallVector<std::pair<LinearOp, LinearOp>> pairs;
-    llvm::DenseSet<Operation *> taken;
-    getOperation().walk([&](LinearOp first) {
-      if (taken.contains(first) || !pairable(first))
-        return;
-      if (LinearOp second = partnerOf(first)) {
-        pairs.emplace_back(first, second);
-        taken.insert(second);
-      }
-    });
-    for (auto [first, second] : pairs) {
-      OpBuilder builder(second);
-      Location at = builder.getFusedLoc({first.getLoc(), second.getLoc()});
-      LinearPairOp::create(builder, at, first.getInput(), first.getWeight(),
-                           second.getWeight(), first.getInit(), second.getInit());
-      first->erase();
-      second->erase();
-      ++numPaired;
-    }
+    numPaired += mergePairs<LinearOp>(
+        getOperation(), pairable, partnerOf,
+        [](OpBuilder &builder, Location at, LinearOp first, LinearOp second) {
+          LinearPairOp::create(builder, at, first.getInput(), first.getWeight(),
+                               second.getWeight(), first.getInit(), second.getInit());
+        });
   }
 };
 

@@ -101,26 +101,13 @@ RopeOp partnerOf(RopeOp first) {
 
 struct PairRopesPass : public kiln::impl::KilnPairRopesBase<PairRopesPass> {
   void runOnOperation() override {
-    SmallVector<std::pair<RopeOp, RopeOp>> pairs;
-    llvm::DenseSet<Operation *> taken;
-    getOperation().walk([&](RopeOp first) {
-      if (taken.contains(first) || !pairable(first))
-        return;
-      if (RopeOp second = partnerOf(first)) {
-        pairs.emplace_back(first, second);
-        taken.insert(second);
-      }
-    });
-    for (auto [first, second] : pairs) {
-      OpBuilder builder(second);
-      Location at = builder.getFusedLoc({first.getLoc(), second.getLoc()});
-      RopePairOp::create(builder, at, first.getInput(), second.getInput(), first.getPositions(),
-                         first.getInit(), second.getInit(), first.getRope(),
-                         first.getRotaryDimAttr());
-      first->erase();
-      second->erase();
-      ++numPaired;
-    }
+    numPaired += mergePairs<RopeOp>(
+        getOperation(), pairable, partnerOf,
+        [](OpBuilder &builder, Location at, RopeOp first, RopeOp second) {
+          RopePairOp::create(builder, at, first.getInput(), second.getInput(),
+                             first.getPositions(), first.getInit(), second.getInit(),
+                             first.getRope(), first.getRotaryDimAttr());
+        });
   }
 };
 

@@ -3,6 +3,8 @@
 #define KILN_LIB_TRANSFORMS_PASSDETAIL_H
 
 #include "kiln/Dialect/Kiln/Kiln.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/Twine.h"
 
 #include <string>
@@ -19,6 +21,31 @@ mlir::LogicalResult emitMissingTarget(mlir::ModuleOp module, llvm::StringRef pas
 
 /// "layer 3 intermediate_ssm_state": how diagnostics name a resource.
 std::string describeResource(CacheResourceInterface resource);
+
+/// The pairing passes (kiln-pair-linears, kiln-pair-ropes): every OpT under `root` that
+/// `pairable` accepts and `partnerOf` finds a later partner for becomes, with that
+/// partner, the op `merge` builds where the partner was (a builder there, the two ops'
+/// fused location); both are erased. A partner pairs once. Returns the pairs made.
+template <typename OpT, typename Pairable, typename PartnerOf, typename Merge>
+unsigned mergePairs(mlir::Operation *root, Pairable pairable, PartnerOf partnerOf, Merge merge) {
+  llvm::SmallVector<std::pair<OpT, OpT>> pairs;
+  llvm::DenseSet<mlir::Operation *> taken;
+  root->walk([&](OpT first) {
+    if (taken.contains(first) || !pairable(first))
+      return;
+    if (OpT second = partnerOf(first)) {
+      pairs.emplace_back(first, second);
+      taken.insert(second);
+    }
+  });
+  for (auto [first, second] : pairs) {
+    mlir::OpBuilder builder(second);
+    merge(builder, builder.getFusedLoc({first.getLoc(), second.getLoc()}), first, second);
+    first->erase();
+    second->erase();
+  }
+  return pairs.size();
+}
 
 } // namespace kiln
 
