@@ -35,6 +35,12 @@ inline uint64_t bytesOf(std::initializer_list<int64_t> factors) {
   return b;
 }
 
+// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
+inline bool overlaps(const void *a, uint64_t aBytes, const void *b, uint64_t bBytes) {
+  const auto p = reinterpret_cast<uintptr_t>(a), q = reinterpret_cast<uintptr_t>(b);
+  return p < q + bBytes && q < p + aBytes;
+}
+
 // One device range a graph op reads or writes (checkRange's arguments).
 struct Range {
   const char *what;

@@ -223,9 +223,7 @@ extern "C" int32_t kiln_rt_rms_norm_offset(kiln_rt_context_t *ctx, const void *x
       return s;
     // In place needs each row's output where its input is: dense rows only.
     const bool dense = headStride == dim && x_token_stride == heads * dim;
-    const auto *xb = static_cast<const char *>(x), *ob = static_cast<const char *>(out);
-    const uint64_t outBytes = bytesOf({tokens, heads, dim, 2});
-    if (!(dense && x == out) && xb < ob + outBytes && ob < xb + xBytes)
+    if (!(dense && x == out) && overlaps(out, bytesOf({tokens, heads, dim, 2}), x, xBytes))
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "out overlaps x (only dense rows may be normed in place, out == x)");
     return launchValidated(c, ctx, "kiln_rms_norm_offset_bf16", out, tokens * heads, dim, [&] {
@@ -315,9 +313,8 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
                                        bf16("out1", out1, m, n, true)});
         s != KILN_OK)
       return s;
-    const auto o0 = reinterpret_cast<uintptr_t>(out0), o1 = reinterpret_cast<uintptr_t>(out1);
     const uint64_t outBytes = bytesOf({m, n, 2});
-    if (o0 < o1 + outBytes && o1 < o0 + outBytes)
+    if (overlaps(out0, outBytes, out1, outBytes))
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "out0 and out1 overlap (the two projections would write one buffer)");
     const std::optional<kiln_gemm_strided_batch_t> batch =
@@ -707,12 +704,8 @@ extern "C" int32_t kiln_rt_rope_pair(kiln_rt_context_t *ctx, const void *x0, con
     // One block rotates a token of both tensors at once (kiln_rope_pair_bf16).
     const uint64_t bytes0 = bytesOf({tokens, heads0, head_dim, 2}),
                    bytes1 = bytesOf({tokens, heads1, head_dim, 2});
-    auto overlap = [](const void *a, uint64_t aBytes, const void *b, uint64_t bBytes) {
-      const auto p = reinterpret_cast<uintptr_t>(a), q = reinterpret_cast<uintptr_t>(b);
-      return p < q + bBytes && q < p + aBytes;
-    };
-    if (overlap(out0, bytes0, x1, bytes1) || overlap(out1, bytes1, x0, bytes0) ||
-        overlap(out0, bytes0, out1, bytes1))
+    if (overlaps(out0, bytes0, x1, bytes1) || overlaps(out1, bytes1, x0, bytes0) ||
+        overlaps(out0, bytes0, out1, bytes1))
       return c.error(KILN_ERROR_INVALID_ARGUMENT,
                      "out0 and out1 must not overlap each other or the other tensor's input");
     kiln_rope_pair_t p{};

@@ -353,12 +353,6 @@ kiln_status_t checkedRope(Checker &c, const RopeTensor &a, const RopeTensor &b,
                                        rope->attention_factor, asStream(stream)));
 }
 
-// Whether [p, p + bytes) and [q, q + other) share a byte.
-bool rangesOverlap(const void *p, uint64_t bytes, const void *q, uint64_t other) {
-  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
-  return a < b + other && b < a + bytes;
-}
-
 } // namespace
 
 extern "C" kiln_status_t kiln_rope_bf16(const void *x, const int32_t *positions, void *out,
@@ -385,11 +379,10 @@ extern "C" kiln_status_t kiln_rope_pair_bf16(const kiln_rope_pair_t *p) {
     return c.status;
   // One block rotates a token of both tensors at once: neither output may touch the
   // other tensor's input or output (each may be its own input).
-  const uint64_t bytes0 = static_cast<uint64_t>(p->tokens * p->heads0 * p->head_dim) * 2,
-                 bytes1 = static_cast<uint64_t>(p->tokens * p->heads1 * p->head_dim) * 2;
-  if (rangesOverlap(p->out0, bytes0, p->x1, bytes1) ||
-      rangesOverlap(p->out1, bytes1, p->x0, bytes0) ||
-      rangesOverlap(p->out0, bytes0, p->out1, bytes1))
+  const int64_t bytes0 = p->tokens * p->heads0 * p->head_dim * 2,
+                bytes1 = p->tokens * p->heads1 * p->head_dim * 2;
+  if (overlaps(p->out0, bytes0, p->x1, bytes1) || overlaps(p->out1, bytes1, p->x0, bytes0) ||
+      overlaps(p->out0, bytes0, p->out1, bytes1))
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "%s: out0 and out1 must not overlap each other or the other tensor's input",
                 c.kernel);
