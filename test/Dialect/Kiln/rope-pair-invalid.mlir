@@ -61,3 +61,12 @@ func.func @f(%q: memref<?x8x66xbf16>, %k: memref<?x2x66xbf16>, %pos: memref<?xi3
   kiln.rope_pair ins(%q, %k, %pos : memref<?x8x66xbf16>, memref<?x2x66xbf16>, memref<?xi32>) outs(%qo, %ko : memref<?x8x66xbf16>, memref<?x2x66xbf16>) {rope = #kiln.rope<type = default, theta = 10000.0>, rotary_dim = 3 : i64}
   return
 }
+
+// -----
+
+func.func @f(%q: memref<?x8x65xbf16>, %k: memref<?x2x65xbf16>, %pos: memref<?xi32>,
+             %qo: memref<?x8x65xbf16>, %ko: memref<?x2x65xbf16>) {
+  // expected-error @below {{head dimension 65 must be even}}
+  kiln.rope_pair ins(%q, %k, %pos : memref<?x8x65xbf16>, memref<?x2x65xbf16>, memref<?xi32>) outs(%qo, %ko : memref<?x8x65xbf16>, memref<?x2x65xbf16>) {rope = #kiln.rope<type = default, theta = 10000.0>}
+  return
+}
