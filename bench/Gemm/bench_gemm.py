@@ -10,6 +10,10 @@ TFLOP/s, the % of the ceilings measured in the same run (a 4 GiB reduction for r
 bf16 8192^3 matmul for FLOPs), and the ratio to torch (its cuBLAS heuristic).
   row_invariant  Kiln's default: one split-K-free algorithm (lossless speculation)
   heuristic      cuBLASLt's choice per shape (split-K allowed)
+  skinny         the skinny GEMM of batch-1 models (kiln_gemm_set_skinny; m <= 64, the
+                 default invariant rows). The 20 calls of a graph follow one another as a
+                 step's GEMMs do, so its programmatic dependent launch overlaps each call
+                 with the end of the one before, as in a step.
 Then the pinned sweep: a handle kept invariant up to 320 rows (a model of batch 64 with
 4 drafts; the runtime's max_batch x (1 + drafts)) with its one algorithm a shape picked
 for PIN rows (kiln_gemm_set_pin_rows: 64, the default, 128, 256, 320), timed at m 1, 16,
@@ -32,7 +36,9 @@ SHAPES = {"q_proj": (4096, 4096), "kv_proj": (1024, 4096), "o_proj": (4096, 4096
           "gate_up": (14336, 4096), "down_proj": (4096, 14336), "lm_head": (128256, 4096)}
 ROWS = [1, 16, 64, 80, 4096]
 CALLS = 20
-POLICIES = {"row_invariant": 0, "heuristic": 1}
+# name: (kiln_gemm_policy_t, kiln_gemm_set_skinny)
+POLICIES = {"row_invariant": (0, 0), "heuristic": (1, 0), "skinny": (0, 1)}
+SKINNY_MAX_M = 64
 SWEEP_INVARIANT_ROWS = 320
 SWEEP_PIN_ROWS = [64, 128, 256, 320]
 SWEEP_M = [1, 16, 64, 256, 320]
@@ -99,8 +105,11 @@ def main():
             out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
             torch_ms = graph_ms(lambda i: F.linear(x, weights[i % copies]))
             moved = weight_bytes + (m * k + m * n) * 2
-            for policy, code in POLICIES.items():
-                assert lib.kiln_gemm_set_policy(handle, code) == 0
+            for policy, (code, skinny) in POLICIES.items():
+                if skinny and m > SKINNY_MAX_M:
+                    continue
+                checked(lib, lib.kiln_gemm_set_policy(handle, code), "set_policy")
+                checked(lib, lib.kiln_gemm_set_skinny(handle, skinny), "set_skinny")
                 ms = kiln_gemm_ms(lib, handle, workspace, x, weights, out)
                 row = {"layer": name, "m": m, "n": n, "k": k, "policy": policy, "ms": ms,
                        "tb_s": moved / (ms * 1e-3) / 1e12,
@@ -151,7 +160,8 @@ def kiln_gemm_ms(lib, handle, workspace, x, weights, out):
 
 def pinned_sweep(lib, handle, workspace, read, flops):
     """Each pinned choice of the row-invariant policy at the decode and verify m."""
-    checked(lib, lib.kiln_gemm_set_policy(handle, POLICIES["row_invariant"]), "set_policy")
+    checked(lib, lib.kiln_gemm_set_policy(handle, POLICIES["row_invariant"][0]), "set_policy")
+    checked(lib, lib.kiln_gemm_set_skinny(handle, 0), "set_skinny")
     checked(lib, lib.kiln_gemm_set_invariant_rows(handle, ctypes.c_int64(SWEEP_INVARIANT_ROWS)),
             "set_invariant_rows")
     print(f"\npinned sweep: invariant rows {SWEEP_INVARIANT_ROWS}; ms a call (% of the read "

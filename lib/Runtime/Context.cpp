@@ -452,6 +452,13 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
       std::string message = kiln_last_error();
       return cleanup(s, ("kiln_gemm_set_pin_rows: " + message).c_str(), cudaSuccess);
     }
+  // Batch-1 steps stream every weight for one row: the skinny GEMM (Gemm.h), which
+  // overlaps the kernel before it, in place of cuBLASLt (docs/performance.md).
+  if (ctx->config.max_batch == 1)
+    if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, 1); s != KILN_OK) {
+      std::string message = kiln_last_error();
+      return cleanup(s, ("kiln_gemm_set_skinny: " + message).c_str(), cudaSuccess);
+    }
   // cuBLASLt takes ~38 MiB of device memory at its first matmul (a one-time library
   // initialization; later shapes add nothing, measured on the H200): one warm-up matmul
   // on a temporary buffer, freed again, so that this happens before the baseline below

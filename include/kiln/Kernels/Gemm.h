@@ -72,6 +72,15 @@ kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
  * 1..KILN_GEMM_MAX_INVARIANT_ROWS; drops the plans. */
 kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows);
 
+/* Whether the ROW_INVARIANT policy runs every plain and strided-batch call of at most the
+ * invariant rows on the skinny GEMM (a CUDA-core kernel that streams the weights from one
+ * launch, overlapping the kernel before it through programmatic dependent launch; rows in
+ * groups of 16) instead of cuBLASLt. Rows stay invariant either way. For batch-1 steps
+ * (the runtime enables it when max_batch is 1): a step of more rows re-reads the weights
+ * once per 16 rows. KILN_GEMM_SKINNY=0 / =1 in the environment overrides it for every
+ * handle. Default off. */
+kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, int32_t enabled);
+
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).
  * workspace: device memory of workspace_bytes (may be 0). m == 0 is a no-op. */

@@ -4,6 +4,7 @@
 
 #include "DecodeArgs.h"
 #include "DecodeKernels.h"
+#include "ProgrammaticLaunch.h"
 #include "StatusInternal.h"
 #include "TensorMap.h"
 
@@ -18,6 +19,7 @@
 
 using namespace kiln::kernels;
 using namespace kiln::decode;
+using kiln::kernels::launchMaybeProgrammatic;
 
 namespace {
 
@@ -227,35 +229,10 @@ kiln_status_t planSplits(const char *kernel, int requested, long long baseBlocks
   return KILN_OK;
 }
 
-// `pdl`: programmatic dependent launch (sm_90+): the kernel may start while the
-// previous one in the stream finishes; it must pdlWait() before reading its results.
-cudaError_t launchEx(const void *fn, dim3 grid, dim3 block, void **argv, size_t smem, void *stream,
-                     bool pdl) {
-  if (!pdl)
-    return cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const cudaError_t error = cudaLaunchKernelExC(&config, fn, argv);
-  if (error != cudaErrorNotSupported && error != cudaErrorInvalidValue)
-    return error;
-  // A driver or mode without programmatic launch: the plain launch is the same work
-  // (the kernel's griddepcontrol instructions are then no-ops).
-  cudaGetLastError();
-  return cudaLaunchKernel(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream));
-}
-
 kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, void *args,
                      size_t smem, void *stream, bool pdl = false) {
   void *argv[] = {args};
-  cudaError_t error = launchEx(fn, grid, block, argv, smem, stream, pdl);
+  cudaError_t error = launchMaybeProgrammatic(fn, grid, block, argv, smem, static_cast<cudaStream_t>(stream), pdl);
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)
@@ -270,7 +247,7 @@ kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO
   void *argv[] = {&partO, &partLse, &out, &numSplits, &dv, &sinks, &heads};
   dim3 grid(static_cast<unsigned>(outRows));
   dim3 block(std::min(128, dv / 4));
-  cudaError_t error = launchEx(fn, grid, block, argv, 0, stream, pdl);
+  cudaError_t error = launchMaybeProgrammatic(fn, grid, block, argv, 0, static_cast<cudaStream_t>(stream), pdl);
   if (error == cudaSuccess)
     error = cudaGetLastError();
   if (error != cudaSuccess)

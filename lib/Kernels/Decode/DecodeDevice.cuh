@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "Pdl.cuh"
 #include "kiln/Kernels/Decode.h" // KILN_DECODE_MAX_SPLITS
 
 namespace kiln::decode {
@@ -114,20 +115,8 @@ __device__ __forceinline__ float quadSum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Programmatic dependent launch (sm_90+; no-ops below, and when the launch did not ask
-// for it). pdlWait: block until the grids this one may overlap have finished and their
-// writes are visible; nothing written by an earlier kernel may be read before it.
-// pdlLaunchDependents: let the next kernel's blocks start launching (they still wait).
-__device__ __forceinline__ void pdlWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdlLaunchDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+using kiln::kernels::pdlLaunchDependents;
+using kiln::kernels::pdlWait;
 
 // Split-KV partials: o[row][split][dv] fp32 (already divided by the split's sum) and
 // lse[row][split] = log2(sum) + max (log2 domain, -inf for an empty split).

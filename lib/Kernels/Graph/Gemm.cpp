@@ -23,6 +23,12 @@
 // never taken. Above the invariant rows (prefill) the heuristic's best split-K-free
 // algorithm for that m runs. Checked on the GPU by GraphGpu.GemmRowsDoNotDependOnM.
 //
+// Skinny steps (kiln_gemm_set_skinny: the runtime's batch-1 models): every m up to the
+// invariant rows runs the skinny GEMM (SkinnyGemm.h) instead, rows invariant by its
+// fixed summation order, launched to overlap the kernel before it. KILN_GEMM_SKINNY=0 or
+// =1 overrides the setter (how the two are compared, and how models of larger batches
+// are checked with it).
+//
 // CUDA graphs: calls of at most the invariant rows prefer the candidates whose launch is
 // kernels only (launchesKernelsOnly; GraphGpu.GemmCapturedAsKernelsOnly).
 //
@@ -36,6 +42,7 @@
 #include "kiln/Kernels/Gemm.h"
 
 #include "GroupedGemm.h"
+#include "SkinnyGemm.h"
 #include "StatusInternal.h"
 
 #include <cublasLt.h>
@@ -150,6 +157,10 @@ struct kiln_gemm {
   // Prefer algorithms whose launch is kernels only (launchesKernelsOnly); off with
   // KILN_GEMM_KERNELS_ONLY=0.
   bool kernelsOnly = true;
+  // Calls of at most the invariant rows run the skinny GEMM (kiln_gemm_set_skinny);
+  // KILN_GEMM_SKINNY=0/1 (-1: unset) overrides it.
+  bool skinny = false;
+  int skinnyOverride = -1;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -599,10 +610,14 @@ kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
 }
 
 // KILN_GEMM_KERNELS_ONLY=0: the heuristic's order alone, memsets and all (how the cost
-// of a graph launch off the fast path is measured again).
+// of a graph launch off the fast path is measured again). KILN_GEMM_SKINNY=0 / =1:
+// cuBLASLt / the skinny GEMM for the calls of at most the invariant rows, whatever
+// kiln_gemm_set_skinny says.
 void kernelsOnlyFromEnvironment(kiln_gemm_t *gemm) {
   const char *only = std::getenv("KILN_GEMM_KERNELS_ONLY");
   gemm->kernelsOnly = !(only && std::string(only) == "0");
+  if (const char *skinny = std::getenv("KILN_GEMM_SKINNY"))
+    gemm->skinnyOverride = std::string(skinny) == "0" ? 0 : 1;
 }
 
 } // namespace
@@ -676,6 +691,14 @@ extern "C" kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows)
   return ok();
 }
 
+extern "C" kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, int32_t enabled) {
+  if (!gemm)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_skinny: gemm is null");
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  gemm->skinny = enabled != 0;
+  return ok();
+}
+
 extern "C" void kiln_gemm_destroy(kiln_gemm_t *gemm) {
   if (!gemm)
     return;
@@ -706,6 +729,30 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
   }
   return kiln::graph::groupedGemmDeviceReady(
       !kiln::graph::streamCapturing(static_cast<cudaStream_t>(stream)));
+}
+
+// Whether a call runs the skinny GEMM: the handle runs it (kiln_gemm_set_skinny), every m
+// up to the invariant rows takes it and none above them does, and the operands have its
+// form. That form depends on the shape and the pointers'
+// alignment, which a layer's calls share at every m (the activation plan's offsets), so
+// a row's bits still never depend on m.
+bool useSkinnyGemm(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
+  {
+    std::lock_guard<std::mutex> lock(gemm->mutex);
+    const bool on = gemm->skinnyOverride >= 0 ? gemm->skinnyOverride == 1 : gemm->skinny;
+    if (!on || gemm->policy != KILN_GEMM_ROW_INVARIANT || args.m > gemm->invariantRows)
+      return false;
+  }
+  return kiln::graph::skinnyGemmFits(args);
+}
+
+kiln_status_t runSkinny(const char *fn, const kiln::graph::SkinnyGemmArgs &args,
+                        void *stream) {
+  const cudaError_t e = kiln::graph::launchSkinnyGemm(args, static_cast<cudaStream_t>(stream));
+  return e == cudaSuccess
+             ? ok()
+             : fail(KILN_ERROR_CUDA, "%s: skinny GEMM launch failed: %s", fn,
+                    cudaGetErrorString(e));
 }
 
 // kiln_gemm_bf16 and kiln_gemm_bf16_f32out: out's element is fp32 when f32Out.
@@ -754,7 +801,14 @@ kiln_status_t denseGemm(const char *fn, kiln_gemm_t *gemm, const void *x, const 
                 fn, workspace_bytes);
   if (m == 0)
     return ok();
-  if (!f32Out && useOwnGemm(gemm, x, w, bias, out, m, n, k, stream)) {
+  const bool own = !f32Out && useOwnGemm(gemm, x, w, bias, out, m, n, k, stream);
+  const kiln::graph::SkinnyGemmArgs skinny{static_cast<const uint16_t *>(x), k, 0,
+                                           static_cast<const uint16_t *>(w), k, 0,
+                                           static_cast<const uint16_t *>(bias),
+                                           static_cast<uint16_t *>(out), n, 0, 1, m, n, k};
+  if (!own && !f32Out && useSkinnyGemm(gemm, skinny))
+    return runSkinny(fn, skinny, stream);
+  if (own) {
     const cudaError_t e = kiln::graph::launchDenseGemm(
         static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(w),
         static_cast<uint16_t *>(out), m, n, k, static_cast<cudaStream_t>(stream));
@@ -895,6 +949,13 @@ extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
                 fn, workspace_bytes);
   if (p->batch == 0 || p->m == 0)
     return ok();
+  const kiln::graph::SkinnyGemmArgs skinny{
+      static_cast<const uint16_t *>(p->x), p->ldx, p->x_batch_stride,
+      static_cast<const uint16_t *>(p->w), p->ldw, p->w_batch_stride,
+      nullptr, static_cast<uint16_t *>(p->out), p->ldo,
+      p->out_batch_stride, p->batch, p->m, p->n, p->k};
+  if (!p->w_kn && useSkinnyGemm(gemm, skinny))
+    return runSkinny(fn, skinny, stream);
   PlanKey key{p->m, p->n, p->k, static_cast<uint64_t>(workspace_bytes), 16, 16, 16, 0u};
   key.stridedBatch = p->batch;
   key.wKn = p->w_kn != 0;

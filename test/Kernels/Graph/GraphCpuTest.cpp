@@ -531,6 +531,7 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
               kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
   expectError(kiln_gemm_set_pin_rows(nullptr, 64), kInvalid, "kiln_gemm_set_pin_rows", "gemm");
+  expectError(kiln_gemm_set_skinny(nullptr, 1), kInvalid, "kiln_gemm_set_skinny", "gemm");
   // A strided batch's input may be shared (batch stride 0, kiln_rt_linear_pair); the
   // weights' and outputs' strides may not be 0, and no stride negative.
   {

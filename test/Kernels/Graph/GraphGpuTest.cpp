@@ -1099,11 +1099,24 @@ struct GemmCase {
   size_t xOffset = 0;
 };
 
-TEST(GraphGpu, Gemm) {
-  KILN_REQUIRE_GPU();
+// A GEMM handle for a test: `skinny` runs the calls of at most the invariant rows on the
+// skinny GEMM (kiln_gemm_set_skinny), as the runtime's batch-1 models do.
+using GemmHandle = std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)>;
+GemmHandle makeGemm(bool skinny) {
   kiln_gemm_t *gemm = nullptr;
-  KILN_OK_(kiln_gemm_create(&gemm));
-  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+  if (kiln_gemm_create(&gemm) != KILN_OK)
+    return GemmHandle(nullptr, kiln_gemm_destroy);
+  if (kiln_gemm_set_skinny(gemm, skinny ? 1 : 0) != KILN_OK) {
+    kiln_gemm_destroy(gemm);
+    return GemmHandle(nullptr, kiln_gemm_destroy);
+  }
+  return GemmHandle(gemm, kiln_gemm_destroy);
+}
+
+void checkGemmCases(bool skinny) {
+  GemmHandle guard = makeGemm(skinny);
+  ASSERT_TRUE(guard) << kiln_last_error();
+  kiln_gemm_t *gemm = guard.get();
   DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
   std::mt19937 rng(3);
   const GemmCase cases[] = {
@@ -1114,6 +1127,8 @@ TEST(GraphGpu, Gemm) {
       // The own GEMM of decode steps (sm_90a; 128 x 256 output features fill the SMs, no
       // bias, m up to the invariant rows).
       {37, 32768, 512, false}, {64, 32768, 1024, false},
+      // Misaligned rows and K not a multiple of 8 take cuBLASLt under the skinny GEMM too.
+      {9, 100, 36, true}, {20, 200, 264, true, 1},
   };
   for (const GemmCase &c : cases) {
     for (bool useWorkspace : {true, false}) {
@@ -1159,15 +1174,26 @@ TEST(GraphGpu, Gemm) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+TEST(GraphGpu, Gemm) {
+  KILN_REQUIRE_GPU();
+  checkGemmCases(false);
+}
+
+// The skinny GEMM (every case of at most the 64 default invariant rows), bias, odd n,
+// misaligned x and K not a multiple of 8 (which fall back to cuBLASLt) included.
+TEST(GraphGpu, SkinnyGemm) {
+  KILN_REQUIRE_GPU();
+  checkGemmCases(true);
+}
+
 // Row invariance (Gemm.cpp): the first rows of x give the same bits in out whatever m,
 // over the row counts of decode (batch), verify (batch x (1 + drafts)) and short
 // prefill steps, for model-shaped n/k (Llama-3.1-8B's projections and the tiny parity
 // models') with and without bias. Lossless greedy speculation depends on it.
-TEST(GraphGpu, GemmRowsDoNotDependOnM) {
-  KILN_REQUIRE_GPU();
-  kiln_gemm_t *gemm = nullptr;
-  KILN_OK_(kiln_gemm_create(&gemm));
-  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+void checkRowsDoNotDependOnM(bool skinny) {
+  GemmHandle guard = makeGemm(skinny);
+  ASSERT_TRUE(guard) << kiln_last_error();
+  kiln_gemm_t *gemm = guard.get();
   DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
   // A model of batch 64 with 4 drafts: decode steps of 1..64 rows, verify steps of up
   // to 320 (the runtime sets max_batch * (1 + max_draft_len)).
@@ -1211,6 +1237,17 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
     }
   }
   CUDA_OK(cudaDeviceSynchronize());
+}
+
+TEST(GraphGpu, GemmRowsDoNotDependOnM) {
+  KILN_REQUIRE_GPU();
+  checkRowsDoNotDependOnM(false);
+}
+
+// The skinny GEMM's fixed summation order: rows in one group of 16 or in many.
+TEST(GraphGpu, SkinnyGemmRowsDoNotDependOnM) {
+  KILN_REQUIRE_GPU();
+  checkRowsDoNotDependOnM(true);
 }
 
 // The 8B step's seven projection shapes at 256 rows, pinned for 256 rows (what the runtime
@@ -1803,11 +1840,10 @@ TEST(GraphGpu, GemmStridedBatchedMlaHeads) {
 // distance apart (here with a gap between them, as a plan may leave). Each output
 // against the fp64 reference, nothing between the outputs written, and token 0's row
 // the same bits whatever m up to the invariant rows.
-TEST(GraphGpu, GemmStridedBatchSharedInput) {
-  KILN_REQUIRE_GPU();
-  kiln_gemm_t *gemm = nullptr;
-  KILN_OK_(kiln_gemm_create(&gemm));
-  std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)> guard(gemm, kiln_gemm_destroy);
+void checkStridedBatchSharedInput(bool skinny) {
+  GemmHandle guard = makeGemm(skinny);
+  ASSERT_TRUE(guard) << kiln_last_error();
+  kiln_gemm_t *gemm = guard.get();
   KILN_OK_(kiln_gemm_set_invariant_rows(gemm, 80));
   DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
   std::mt19937 rng(23);
@@ -1861,6 +1897,70 @@ TEST(GraphGpu, GemmStridedBatchSharedInput) {
     else
       EXPECT_EQ(row0, firstRows) << "token 0's rows depend on m";
   }
+}
+
+TEST(GraphGpu, GemmStridedBatchSharedInput) {
+  KILN_REQUIRE_GPU();
+  checkStridedBatchSharedInput(false);
+}
+
+TEST(GraphGpu, SkinnyGemmStridedBatchSharedInput) {
+  KILN_REQUIRE_GPU();
+  checkStridedBatchSharedInput(true);
+}
+
+// Three skinny GEMMs in a chain (each reads the one before: h1 = x W1^T, h2 = h1 W2^T,
+// h3 = h2 W3^T), captured in a CUDA graph, where each may start before the previous one
+// ends (programmatic dependent launch): the replays give the eager bits, with the
+// intermediates poisoned before each replay, so a GEMM that read its input before the
+// previous one finished would show.
+TEST(GraphGpu, SkinnyGemmChainInGraph) {
+  KILN_REQUIRE_GPU();
+  GemmHandle guard = makeGemm(true);
+  ASSERT_TRUE(guard) << kiln_last_error();
+  kiln_gemm_t *gemm = guard.get();
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937 rng(29);
+  const int64_t m = 3, d = 4096;
+  const auto x = randomBf16(m * d, rng, 1.0f);
+  auto dx = upload(x);
+  std::vector<std::unique_ptr<DeviceBuffer>> weights, outs;
+  for (int i = 0; i < 3; ++i) {
+    weights.push_back(upload(randomBf16(d * d, rng, 1.0f / std::sqrt(float(d)))));
+    outs.push_back(poisoned(m * d * 2));
+  }
+  auto chain = [&]() -> kiln_status_t {
+    const void *in = dx->ptr;
+    for (int i = 0; i < 3; ++i) {
+      if (kiln_status_t s = kiln_gemm_bf16(gemm, in, weights[i]->ptr, nullptr, outs[i]->ptr, m,
+                                           d, d, nullptr, 0, stream);
+          s != KILN_OK)
+        return s;
+      in = outs[i]->ptr;
+    }
+    return KILN_OK;
+  };
+  KILN_OK_(chain());
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const auto eager = download(outs[2]->at<uint16_t>(), m * d);
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const kiln_status_t captured = chain();
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  KILN_OK_(captured);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 20; ++replay) {
+    for (auto &out : outs)
+      CUDA_OK(cudaMemsetAsync(out->ptr, 0xFF, m * d * 2, stream));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    ASSERT_EQ(download(outs[2]->at<uint16_t>(), m * d), eager) << "replay " << replay;
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaStreamDestroy(stream));
 }
 
 // An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
