@@ -2,6 +2,7 @@
 // 16-bit patterns; every kernel has a 16-byte vector path (8 bf16 per access), taken
 // when the sizes and pointers allow it, and a scalar fallback.
 #include "GraphInternal.h"
+#include "Pdl.cuh" // the kernels that precede a GEMM let it start early (SkinnyGemm.h)
 #include "Swiglu.cuh"
 
 #include <cuda_bf16.h>
@@ -95,6 +96,7 @@ struct SwigluOp {
 // same thread).
 template <class Op, bool Vec>
 __global__ void binaryKernel(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n) {
+  kiln::kernels::pdlLaunchDependents();
   const Op op;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -246,6 +248,7 @@ __device__ __forceinline__ float activationOf(float v, int kind) {
 }
 
 __global__ void activationKernel(const uint16_t *x, uint16_t *out, int64_t n, int kind) {
+  kiln::kernels::pdlLaunchDependents();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = f2bf(activationOf(bf2f(x[i]), kind));
@@ -373,6 +376,7 @@ template <int kCache, class Norm, class Source>
 __global__ void rmsNormVecKernel(Norm norm, Source src, const uint16_t *__restrict__ weight,
                                  uint16_t *out, int64_t rows, int dim, float eps) {
   __shared__ float scratch[33];
+  kiln::kernels::pdlLaunchDependents();
   const int vectors = dim / kVecElems;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -405,6 +409,7 @@ constexpr int kRmsWarpsPerBlock = 8;
 template <class Norm, class Source>
 __global__ void rmsNormWarpKernel(Norm norm, Source src, const uint16_t *__restrict__ weight,
                                   uint16_t *out, int64_t rows, int dim, float eps) {
+  kiln::kernels::pdlLaunchDependents();
   const int vectors = dim / kVecElems;
   const int lane = threadIdx.x & 31;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
@@ -428,6 +433,7 @@ template <class Norm, class Rows>
 __global__ void rmsNormScalarKernel(Norm norm, Rows src, const uint16_t *__restrict__ weight,
                                     uint16_t *out, int64_t rows, int64_t dim, float eps) {
   __shared__ float scratch[33];
+  kiln::kernels::pdlLaunchDependents();
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const uint16_t *row = src.row(r);
     float sumSq = 0.0f;
