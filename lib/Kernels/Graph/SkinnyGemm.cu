@@ -8,7 +8,9 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 namespace kiln::graph {
 namespace {
@@ -59,7 +61,7 @@ __device__ __forceinline__ void prefetchRowsToL2(const uint16_t *w, int64_t ldw,
 }
 
 template <int MAX_ROWS, int FEATURES>
-__global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a, bool prefetch) {
   const int64_t entry = blockIdx.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * FEATURES;
   const int features = static_cast<int>(a.n - first < FEATURES ? a.n - first : FEATURES);
@@ -70,7 +72,8 @@ __global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a
 
   // Weights are never written by a step: fetching them before the wait is safe, and is
   // what overlaps this GEMM with the end of the kernel before it.
-  prefetchRowsToL2(w, a.ldw, a.k, features);
+  if (prefetch)
+    prefetchRowsToL2(w, a.ldw, a.k, features);
   pdlLaunchDependents();
   pdlWait();
 
@@ -139,16 +142,27 @@ __global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a
       __bfloat16_as_ushort(__float2bfloat16_rn(sum));
 }
 
+// KILN_SKINNY_GEMM_OVERLAP=0: a plain launch without the L2 prefetch (what the overlap
+// is worth, measured in bench/Gemm); read once.
+bool overlapWithPrevious() {
+  static const bool overlap = [] {
+    const char *v = std::getenv("KILN_SKINNY_GEMM_OVERLAP");
+    return !(v && std::string(v) == "0");
+  }();
+  return overlap;
+}
+
 template <int MAX_ROWS, int FEATURES>
 cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
   SkinnyGemmArgs copy = args;
-  void *argv[] = {&copy};
+  bool overlap = overlapWithPrevious();
+  void *argv[] = {&copy, &overlap};
   return kiln::kernels::launchMaybeProgrammatic(
       reinterpret_cast<const void *>(&skinnyGemmKernel<MAX_ROWS, FEATURES>), grid,
-      dim3(kThreads), argv, 0, stream, true);
+      dim3(kThreads), argv, 0, stream, overlap);
 }
 
 bool multipleOf8(int64_t v) { return v % 8 == 0; }
