@@ -4,7 +4,9 @@ namespace kiln::kernels {
 
 cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void **argv,
                                     size_t smem, cudaStream_t stream, bool programmatic) {
-  if (!programmatic)
+  // The legacy default stream's ordering with programmatic launches is not documented:
+  // plain launches there.
+  if (!programmatic || stream == nullptr || stream == cudaStreamLegacy)
     return cudaLaunchKernel(fn, grid, block, argv, smem, stream);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;

@@ -8,7 +8,7 @@
 
 namespace kiln::kernels {
 
-// cudaLaunchKernel when !programmatic; otherwise cudaLaunchKernelExC with programmatic
+// cudaLaunchKernel when !programmatic or on the legacy default stream; otherwise cudaLaunchKernelExC with programmatic
 // stream serialization, falling back to the plain launch where the driver or the stream's
 // mode refuses the attribute (the kernel's griddepcontrol instructions are then no-ops).
 cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void **argv,

@@ -60,8 +60,13 @@ __device__ __forceinline__ void prefetchRowsToL2(const uint16_t *w, int64_t ldw,
 #endif
 }
 
+// CTAs an SM: four where the accumulators and the weights in flight fit 64 registers
+// without spilling, three for the larger row groups.
+template <int MAX_ROWS> constexpr int minCtasPerSm() { return MAX_ROWS <= 4 ? 4 : 3; }
+
 template <int MAX_ROWS, int FEATURES>
-__global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a, bool prefetch) {
+__global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
+    skinnyGemmKernel(SkinnyGemmArgs a, bool prefetch) {
   const int64_t entry = blockIdx.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * FEATURES;
   const int features = static_cast<int>(a.n - first < FEATURES ? a.n - first : FEATURES);
@@ -105,7 +110,9 @@ __global__ void __launch_bounds__(kThreads, 4) skinnyGemmKernel(SkinnyGemmArgs a
       for (int r = 0; r < MAX_ROWS; ++r) {
         if (r >= m)
           break;
-        const uint4 xv = __ldg(reinterpret_cast<const uint4 *>(x + r * a.ldx) + chunk);
+        // A plain load: x was written by the kernel before, which ran beside this one
+        // until the wait (the non-coherent path is for data read-only for a kernel's life).
+        const uint4 xv = reinterpret_cast<const uint4 *>(x + r * a.ldx)[chunk];
 #pragma unroll
         for (int f = 0; f < FEATURES; ++f)
           acc[r][f] = dotChunk(acc[r][f], wv[u][f], xv);
@@ -157,8 +164,18 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
+  // Programmatic launch only where the image that runs waits (an sm_90+ binary): below
+  // that, griddepcontrol.wait compiles to nothing and x could be read too early.
+  static const bool imageWaits = [] {
+    cudaFuncAttributes attributes{};
+    const bool known = cudaFuncGetAttributes(&attributes, &skinnyGemmKernel<MAX_ROWS, FEATURES>) ==
+                       cudaSuccess;
+    if (!known)
+      cudaGetLastError();
+    return known && attributes.binaryVersion >= 90;
+  }();
   SkinnyGemmArgs copy = args;
-  bool overlap = overlapWithPrevious();
+  bool overlap = imageWaits && overlapWithPrevious();
   void *argv[] = {&copy, &overlap};
   return kiln::kernels::launchMaybeProgrammatic(
       reinterpret_cast<const void *>(&skinnyGemmKernel<MAX_ROWS, FEATURES>), grid,
@@ -186,14 +203,14 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 
 // The CTA's feature count and row group only change which sums share a CTA (and so how
 // often x is re-read from the L1 and w from the L2), never a sum: picked for occupancy.
-// Fewer features at more rows keep the accumulators within the registers of four CTAs an
-// SM.
+// Fewer features at more rows keep the accumulators within the registers
+// (minCtasPerSm).
 cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, cudaStream_t stream) {
   switch (args.m) {
   case 1:
     return launchWith<1, 4>(args, stream);
   case 2:
-    return launchWith<2, 4>(args, stream);
+    return launchWith<2, 2>(args, stream);
   case 3:
   case 4:
     return launchWith<4, 2>(args, stream);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -1127,8 +1128,11 @@ void checkGemmCases(bool skinny) {
       // The own GEMM of decode steps (sm_90a; 128 x 256 output features fill the SMs, no
       // bias, m up to the invariant rows).
       {37, 32768, 512, false}, {64, 32768, 1024, false},
-      // Misaligned rows and K not a multiple of 8 take cuBLASLt under the skinny GEMM too.
-      {9, 100, 36, true}, {20, 200, 264, true, 1},
+      // Every skinny row group (1, 2, 4, 8, 16 rows, and two groups) with n not a multiple
+      // of its CTA's features; misaligned rows and K not a multiple of 8 take cuBLASLt
+      // under the skinny GEMM too.
+      {2, 1001, 512, true}, {4, 1002, 256, false}, {7, 37, 64, true}, {12, 1003, 256, true},
+      {33, 999, 128, true}, {9, 100, 36, true}, {20, 200, 264, true, 1},
   };
   for (const GemmCase &c : cases) {
     for (bool useWorkspace : {true, false}) {
@@ -1909,11 +1913,12 @@ TEST(GraphGpu, SkinnyGemmStridedBatchSharedInput) {
   checkStridedBatchSharedInput(true);
 }
 
-// Three skinny GEMMs in a chain (each reads the one before: h1 = x W1^T, h2 = h1 W2^T,
-// h3 = h2 W3^T), captured in a CUDA graph, where each may start before the previous one
-// ends (programmatic dependent launch): the replays give the eager bits, with the
-// intermediates poisoned before each replay, so a GEMM that read its input before the
-// previous one finished would show.
+// A layer-like chain where each kernel reads the one before (n0 = rms_norm(x), h1 = n0
+// W1^T, h2 = h1 W2^T, h3 = h2 W3^T), captured in a CUDA graph: the skinny GEMMs are
+// programmatic launches (an edge of that type in the graph) and the norm lets them start
+// early, so each GEMM runs beside the end of the kernel before it. The replays must give
+// the reference's values (no NaN: every intermediate is poisoned before each replay, so a
+// GEMM that read its input too early would show) and the eager launch's bits.
 TEST(GraphGpu, SkinnyGemmChainInGraph) {
   KILN_REQUIRE_GPU();
   GemmHandle guard = makeGemm(true);
@@ -1923,15 +1928,23 @@ TEST(GraphGpu, SkinnyGemmChainInGraph) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::mt19937 rng(29);
   const int64_t m = 3, d = 4096;
+  const float eps = 1e-5f;
   const auto x = randomBf16(m * d, rng, 1.0f);
-  auto dx = upload(x);
+  const auto normWeight = randomBf16(d, rng, 0.1f, 1.0f);
+  auto dx = upload(x), dnorm = upload(normWeight), dnormed = poisoned(m * d * 2);
+  std::vector<std::vector<uint16_t>> w;
   std::vector<std::unique_ptr<DeviceBuffer>> weights, outs;
   for (int i = 0; i < 3; ++i) {
-    weights.push_back(upload(randomBf16(d * d, rng, 1.0f / std::sqrt(float(d)))));
+    w.push_back(randomBf16(d * d, rng, 1.0f / std::sqrt(float(d))));
+    weights.push_back(upload(w.back()));
     outs.push_back(poisoned(m * d * 2));
   }
   auto chain = [&]() -> kiln_status_t {
-    const void *in = dx->ptr;
+    if (kiln_status_t s = kiln_rms_norm_bf16(dx->ptr, dnorm->ptr, dnormed->ptr, m, d, eps,
+                                             stream);
+        s != KILN_OK)
+      return s;
+    const void *in = dnormed->ptr;
     for (int i = 0; i < 3; ++i) {
       if (kiln_status_t s = kiln_gemm_bf16(gemm, in, weights[i]->ptr, nullptr, outs[i]->ptr, m,
                                            d, d, nullptr, 0, stream);
@@ -1941,22 +1954,65 @@ TEST(GraphGpu, SkinnyGemmChainInGraph) {
     }
     return KILN_OK;
   };
+  // The reference: each step rounded to bf16 as the kernels round.
+  std::vector<uint16_t> ref(m * d);
+  rmsNormReference(x.data(), normWeight.data(), ref.data(), m, d, eps);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<double> next(m * d);
+    gemmReference(ref.data(), w[i].data(), nullptr, next.data(), m, d, d);
+    for (int64_t e = 0; e < m * d; ++e)
+      ref[e] = floatToBf16(static_cast<float>(next[e]));
+  }
+  auto expectNearReference = [&](const std::vector<uint16_t> &got, const std::string &what) {
+    double sumSq = 0.0;
+    for (uint16_t v : ref)
+      sumSq += double(bf16ToFloat(v)) * bf16ToFloat(v);
+    const double rms = std::sqrt(sumSq / ref.size());
+    int failures = 0;
+    for (size_t e = 0; e < ref.size(); ++e) {
+      const double g = bf16ToFloat(got[e]), r = bf16ToFloat(ref[e]);
+      if (!(std::fabs(g - r) <= 3e-2 * std::max(std::fabs(r), rms)) && ++failures <= 5)
+        ADD_FAILURE() << what << ": h3[" << e / d << "," << e % d << "] got " << g
+                      << " want " << r;
+    }
+    EXPECT_EQ(failures, 0) << what;
+  };
   KILN_OK_(chain());
   CUDA_OK(cudaStreamSynchronize(stream));
   const auto eager = download(outs[2]->at<uint16_t>(), m * d);
+  expectNearReference(eager, "eager");
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const kiln_status_t captured = chain();
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   KILN_OK_(captured);
+  int major = 0, device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const char *overlap = std::getenv("KILN_SKINNY_GEMM_OVERLAP");
+  if (major >= 9 && !(overlap && std::string(overlap) == "0")) {
+    size_t edges = 0;
+    CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    std::vector<cudaGraphEdgeData> data(edges);
+    CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges));
+    const auto programmatic = std::count_if(data.begin(), data.end(), [](const auto &e) {
+      return e.type == cudaGraphDependencyTypeProgrammatic;
+    });
+    EXPECT_EQ(programmatic, 3) << "each GEMM's edge from the kernel before it";
+  }
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 20; ++replay) {
+    CUDA_OK(cudaMemsetAsync(dnormed->ptr, 0xFF, m * d * 2, stream));
     for (auto &out : outs)
       CUDA_OK(cudaMemsetAsync(out->ptr, 0xFF, m * d * 2, stream));
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    ASSERT_EQ(download(outs[2]->at<uint16_t>(), m * d), eager) << "replay " << replay;
+    const auto got = download(outs[2]->at<uint16_t>(), m * d);
+    if (replay == 0)
+      expectNearReference(got, "replay");
+    ASSERT_EQ(got, eager) << "replay " << replay;
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
