@@ -149,14 +149,40 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
       __bfloat16_as_ushort(__float2bfloat16_rn(sum));
 }
 
-// KILN_SKINNY_GEMM_OVERLAP=0: a plain launch without the L2 prefetch (what the overlap
-// is worth, measured in bench/Gemm); read once.
-bool overlapWithPrevious() {
-  static const bool overlap = [] {
+// How a launch overlaps the kernel before it (KILN_SKINNY_GEMM_OVERLAP, read once; for
+// measuring what each part is worth in bench/): "0" neither, "pdl" the programmatic launch
+// alone, anything else the programmatic launch and the L2 prefetch before the wait.
+struct Overlap {
+  bool programmatic, prefetch;
+};
+Overlap overlapWithPrevious() {
+  static const Overlap overlap = [] {
     const char *v = std::getenv("KILN_SKINNY_GEMM_OVERLAP");
-    return !(v && std::string(v) == "0");
+    const std::string mode = v ? v : "";
+    return mode == "0" ? Overlap{false, false}
+           : mode == "pdl" ? Overlap{true, false}
+                           : Overlap{true, true};
   }();
   return overlap;
+}
+
+// Launches one of the kernels (kernel(args, prefetch)) on `grid`.
+cudaError_t launchKernel(void (*kernel)(SkinnyGemmArgs, bool), dim3 grid,
+                         const SkinnyGemmArgs &args, cudaStream_t stream) {
+  // Programmatic launch only where the image that runs waits (an sm_90+ binary): below
+  // that, griddepcontrol.wait compiles to nothing and x could be read too early.
+  cudaFuncAttributes attributes{};
+  const bool known = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess;
+  if (!known)
+    cudaGetLastError();
+  const bool imageWaits = known && attributes.binaryVersion >= 90;
+  SkinnyGemmArgs copy = args;
+  const Overlap overlap = overlapWithPrevious();
+  const bool programmatic = imageWaits && overlap.programmatic;
+  bool prefetch = programmatic && overlap.prefetch;
+  void *argv[] = {&copy, &prefetch};
+  return kiln::kernels::launchMaybeProgrammatic(reinterpret_cast<const void *>(kernel), grid,
+                                                dim3(kThreads), argv, 0, stream, programmatic);
 }
 
 template <int MAX_ROWS, int FEATURES>
@@ -164,22 +190,118 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
-  // Programmatic launch only where the image that runs waits (an sm_90+ binary): below
-  // that, griddepcontrol.wait compiles to nothing and x could be read too early.
-  static const bool imageWaits = [] {
-    cudaFuncAttributes attributes{};
-    const bool known = cudaFuncGetAttributes(&attributes, &skinnyGemmKernel<MAX_ROWS, FEATURES>) ==
-                       cudaSuccess;
-    if (!known)
-      cudaGetLastError();
-    return known && attributes.binaryVersion >= 90;
+  return launchKernel(&skinnyGemmKernel<MAX_ROWS, FEATURES>, grid, args, stream);
+}
+
+// ---- the tensor-core form ------------------------------------------------------------
+// mma.sync m16n8k16 with the weights as A (16 features x 16 k) and x as B (16 k x 8
+// rows): "swap AB", so one instruction serves up to 8 rows and the rows cost no CUDA-core
+// work. Lane (g, t) = (lane / 4, lane % 4) loads 16 bytes (k 8t .. 8t + 7 of a 32-wide K
+// step) of feature rows g and g + 8 and of x row g; the mma's k slots 2t, 2t + 1, 2t + 8,
+// 2t + 9 take four of them and a second mma the other four. That is a fixed permutation
+// of K within the step, the same for A and B, so the products pair up as in the plain
+// dot product and the summation order depends on nothing but the shape. The 8 warps of a
+// CTA take K steps w, w + 8, ...; their partial sums add in warp order.
+constexpr int kMmaFeatures = 16;
+constexpr int kMmaStepK = 32;
+constexpr int kMmaStepsInFlight = 4;
+
+__device__ __forceinline__ void mmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z).
+template <int TILES>
+__global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
+  const int64_t entry = blockIdx.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMmaFeatures;
+  const int features = static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures);
+  const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
+  const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * (8 * TILES);
+  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
+  const int rows = static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES);
+  if (prefetch)
+    prefetchRowsToL2(w, a.ldw, a.k, features);
+  pdlLaunchDependents();
+  pdlWait();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const bool lowFeature = g < features, highFeature = g + 8 < features;
+  const uint16_t *wLow = w + g * a.ldw + 8 * t, *wHigh = w + (g + 8) * a.ldw + 8 * t;
+  float acc[TILES][4] = {};
+  const int steps = static_cast<int>((a.k + kMmaStepK - 1) / kMmaStepK);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int base = warp; base < steps; base += kWarps * kMmaStepsInFlight) {
+    uint4 lo[kMmaStepsInFlight], hi[kMmaStepsInFlight], xs[kMmaStepsInFlight][TILES];
+#pragma unroll
+    for (int u = 0; u < kMmaStepsInFlight; ++u) {
+      const int step = base + u * kWarps;
+      const int64_t k = static_cast<int64_t>(step) * kMmaStepK + 8 * t;
+      const bool valid = step < steps && k < a.k;
+      lo[u] = valid && lowFeature ? loadStreaming(wLow + step * kMmaStepK) : zero;
+      hi[u] = valid && highFeature ? loadStreaming(wHigh + step * kMmaStepK) : zero;
+#pragma unroll
+      for (int tile = 0; tile < TILES; ++tile) {
+        const int r = tile * 8 + g;
+        xs[u][tile] = valid && r < rows
+                          ? *reinterpret_cast<const uint4 *>(x + r * a.ldx + k)
+                          : zero;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaStepsInFlight; ++u)
+#pragma unroll
+      for (int tile = 0; tile < TILES; ++tile) {
+        mmaBf16(acc[tile], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xs[u][tile].x, xs[u][tile].y);
+        mmaBf16(acc[tile], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xs[u][tile].z, xs[u][tile].w);
+      }
+  }
+
+  // acc[tile]: c0, c1 = (feature g, rows 2t, 2t + 1), c2, c3 = (feature g + 8, same rows).
+  __shared__ float partial[kWarps][kMmaFeatures][8 * TILES];
+#pragma unroll
+  for (int tile = 0; tile < TILES; ++tile) {
+    partial[warp][g][tile * 8 + 2 * t] = acc[tile][0];
+    partial[warp][g][tile * 8 + 2 * t + 1] = acc[tile][1];
+    partial[warp][g + 8][tile * 8 + 2 * t] = acc[tile][2];
+    partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
+  }
+  __syncthreads();
+  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
+    return;
+  const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
+  if (f >= features || r >= rows)
+    return;
+  float sum = partial[0][f][r];
+#pragma unroll
+  for (int i = 1; i < kWarps; ++i)
+    sum += partial[i][f][r];
+  if (a.bias)
+    sum += __uint_as_float(static_cast<uint32_t>(a.bias[first + f]) << 16);
+  a.out[entry * a.outBatchStride + (firstRow + r) * a.ldo + first + f] =
+      __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+}
+
+template <int TILES> cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
+                  static_cast<unsigned>(args.batch),
+                  static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
+  return launchKernel(&skinnyMmaKernel<TILES>, grid, args, stream);
+}
+
+// KILN_SKINNY_GEMM_KERNEL=mma: the tensor-core form (read once; measured against the
+// CUDA-core form in bench/ before either is the only one).
+bool useTensorCores() {
+  static const bool mma = [] {
+    const char *v = std::getenv("KILN_SKINNY_GEMM_KERNEL");
+    return v && std::string(v) == "mma";
   }();
-  SkinnyGemmArgs copy = args;
-  bool overlap = imageWaits && overlapWithPrevious();
-  void *argv[] = {&copy, &overlap};
-  return kiln::kernels::launchMaybeProgrammatic(
-      reinterpret_cast<const void *>(&skinnyGemmKernel<MAX_ROWS, FEATURES>), grid,
-      dim3(kThreads), argv, 0, stream, overlap);
+  return mma;
 }
 
 bool multipleOf8(int64_t v) { return v % 8 == 0; }
@@ -206,6 +328,8 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 // Fewer features at more rows keep the accumulators within the registers
 // (minCtasPerSm).
 cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, cudaStream_t stream) {
+  if (useTensorCores())
+    return args.m <= 8 ? launchMma<1>(args, stream) : launchMma<2>(args, stream);
   switch (args.m) {
   case 1:
     return launchWith<1, 4>(args, stream);
