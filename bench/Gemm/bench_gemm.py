@@ -10,10 +10,11 @@ TFLOP/s, the % of the ceilings measured in the same run (a 4 GiB reduction for r
 bf16 8192^3 matmul for FLOPs), and the ratio to torch (its cuBLAS heuristic).
   row_invariant  Kiln's default: one split-K-free algorithm (lossless speculation)
   heuristic      cuBLASLt's choice per shape (split-K allowed)
-  skinny         the skinny GEMM of batch-1 models (kiln_gemm_set_skinny; m <= 64, the
-                 default invariant rows). The 20 calls of a graph follow one another as a
-                 step's GEMMs do, so its programmatic dependent launch overlaps each call
-                 with the end of the one before, as in a step.
+  skinny_mma     the skinny GEMM of batch-1 models on tensor cores (kiln_gemm_set_skinny;
+                 m <= 64, the default invariant rows). The 20 calls of a graph follow one
+                 another as a step's GEMMs do, so its programmatic dependent launch
+                 overlaps each call with the end of the one before, as in a step.
+  skinny_fma     the same on CUDA cores.
 Then the pinned sweep: a handle kept invariant up to 320 rows (a model of batch 64 with
 4 drafts; the runtime's max_batch x (1 + drafts)) with its one algorithm a shape picked
 for PIN rows (kiln_gemm_set_pin_rows: 64, the default, 128, 256, 320), timed at m 1, 16,
@@ -37,7 +38,8 @@ SHAPES = {"q_proj": (4096, 4096), "kv_proj": (1024, 4096), "o_proj": (4096, 4096
 ROWS = [1, 16, 64, 80, 4096]
 CALLS = 20
 # name: (kiln_gemm_policy_t, kiln_gemm_set_skinny)
-POLICIES = {"row_invariant": (0, 0), "heuristic": (1, 0), "skinny": (0, 1)}
+POLICIES = {"row_invariant": (0, 0), "heuristic": (1, 0), "skinny_mma": (0, 1),
+            "skinny_fma": (0, 2)}
 SKINNY_MAX_M = 64
 SWEEP_INVARIANT_ROWS = 320
 SWEEP_PIN_ROWS = [64, 128, 256, 320]

@@ -29,9 +29,10 @@ default pairs them), the row-invariant GEMM algorithms picked for 256 rows (pin2
 KILN_GEMM_PIN_ROWS=256), or the step graphs with cuBLASLt's memset nodes kept as
 captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kernels), the
 model compiled with --pair-ropes (ropes: q and k rotated in one launch), or every GEMM
-of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, what the
-runtime does for models of max_batch 1; the bench models are of batch 64, so their b1
-rows show what a batch-1 model gains; rows are in groups of 16, so use --batches 1,16).
+of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, its
+tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
+CUDA-core form; the bench models are of batch 64, so their b1 rows show what a batch-1
+model gains; rows go in groups of 8-16, so use --batches 1 or 1,16).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -318,12 +319,13 @@ def describe_step_host_time(result):
 # ("pin256") the row-invariant GEMM algorithms picked for 256 rows instead of 64
 # (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h), or ("memsets") the step graphs with
 # cuBLASLt's memset nodes kept (KILN_GRAPH_KEEP_MEMSETS=1, docs/runtime.md), ("ropes")
-# the model compiled with --pair-ropes, or ("skinny") the skinny GEMM for every step
-# (KILN_GEMM_SKINNY=1, include/kiln/Kernels/Gemm.h).
+# the model compiled with --pair-ropes, or ("skinny", "skinnyfma") the skinny GEMM's
+# tensor-core or CUDA-core form for every step (KILN_GEMM_SKINNY, include/kiln/Kernels/Gemm.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
-                   "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": ()}
+                   "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
+                   "skinnyfma": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
-              "skinny": {"KILN_GEMM_SKINNY": "1"}}
+              "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"}}
 
 
 # The second runs on a model of its own (compile.sh's builds with that suffix).

@@ -453,9 +453,12 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
       return cleanup(s, ("kiln_gemm_set_pin_rows: " + message).c_str(), cudaSuccess);
     }
   // Batch-1 steps stream every weight for one row: the skinny GEMM (Gemm.h), which
-  // overlaps the kernel before it, in place of cuBLASLt (docs/performance.md).
+  // overlaps the kernel before it, in place of cuBLASLt. Its tensor-core form, the same
+  // for speculative models (whose verify steps have several rows) and plain ones, so
+  // that speculation stays lossless between them (docs/performance.md, 2026-12-07).
   if (ctx->config.max_batch == 1)
-    if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, 1); s != KILN_OK) {
+    if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, KILN_GEMM_SKINNY_TENSOR_CORES);
+        s != KILN_OK) {
       std::string message = kiln_last_error();
       return cleanup(s, ("kiln_gemm_set_skinny: " + message).c_str(), cudaSuccess);
     }

@@ -973,10 +973,10 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_ru
                                                   count)))
         elif mode == "nccl":
             checks.append(("nccl", check_bitwise_as_nospec(tokens, nospec_tokens, work)))
+            checks.append(("communicator", check_communicator(result)))
         elif mode == "ropes":
             checks.append(("ropes", check_bitwise_as_nospec(tokens, nospec_tokens, work,
                                                            mode="ropes")))
-            checks.append(("communicator", check_communicator(result)))
         elif mode == "tp2":
             checks.append(("tp2", check_as_one_gpu(tokens, nospec_tokens, work, TP_LOGIT_RTOL)))
             checks.append(("communicator", check_communicator(result)))

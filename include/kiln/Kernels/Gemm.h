@@ -73,13 +73,20 @@ kiln_status_t kiln_gemm_set_invariant_rows(kiln_gemm_t *gemm, int64_t rows);
 kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows);
 
 /* Whether the ROW_INVARIANT policy runs every plain and strided-batch call of at most the
- * invariant rows on the skinny GEMM (a CUDA-core kernel that streams the weights from one
- * launch, overlapping the kernel before it through programmatic dependent launch; rows in
- * groups of 16) instead of cuBLASLt. Rows stay invariant either way. For batch-1 steps
- * (the runtime enables it when max_batch is 1): a step of more rows re-reads the weights
- * once per 16 rows. KILN_GEMM_SKINNY=0 / =1 in the environment overrides it for every
- * handle. Default off. */
-kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, int32_t enabled);
+ * invariant rows on the skinny GEMM instead of cuBLASLt: one launch that streams the
+ * weights, overlapping the kernel before it through programmatic dependent launch, rows
+ * in groups (8 and 16 rows on tensor cores, 1 to 16 on CUDA cores). Rows stay invariant
+ * either way (a fixed summation order); the form is the handle's, never m's. For batch-1
+ * steps (the runtime sets TENSOR_CORES when max_batch is 1): a step of more rows than a
+ * group re-reads the weights once per group. KILN_GEMM_SKINNY in the environment
+ * overrides it for every handle: "0" off, "fma" CUDA cores, anything else tensor cores.
+ * Default OFF. */
+typedef enum kiln_gemm_skinny {
+  KILN_GEMM_SKINNY_OFF = 0,
+  KILN_GEMM_SKINNY_TENSOR_CORES = 1, /* mma.sync, the weights as A: rows cost no extra work */
+  KILN_GEMM_SKINNY_CUDA_CORES = 2,   /* fp32 FMAs: fastest at one row, slower from 2 rows */
+} kiln_gemm_skinny_t;
+kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, kiln_gemm_skinny_t form);
 
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).

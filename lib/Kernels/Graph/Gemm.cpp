@@ -25,8 +25,8 @@
 //
 // Skinny steps (kiln_gemm_set_skinny: the runtime's batch-1 models): every m up to the
 // invariant rows runs the skinny GEMM (SkinnyGemm.h) instead, rows invariant by its
-// fixed summation order, launched to overlap the kernel before it. KILN_GEMM_SKINNY=0 or
-// =1 overrides the setter (how the two are compared, and how models of larger batches
+// fixed summation order, launched to overlap the kernel before it. KILN_GEMM_SKINNY
+// overrides the setter (how the forms are compared, and how models of larger batches
 // are checked with it).
 //
 // CUDA graphs: calls of at most the invariant rows prefer the candidates whose launch is
@@ -157,10 +157,10 @@ struct kiln_gemm {
   // Prefer algorithms whose launch is kernels only (launchesKernelsOnly); off with
   // KILN_GEMM_KERNELS_ONLY=0.
   bool kernelsOnly = true;
-  // Calls of at most the invariant rows run the skinny GEMM (kiln_gemm_set_skinny);
-  // KILN_GEMM_SKINNY=0/1 (-1: unset) overrides it.
-  bool skinny = false;
-  int skinnyOverride = -1;
+  // Calls of at most the invariant rows run the skinny GEMM in this form
+  // (kiln_gemm_set_skinny); KILN_GEMM_SKINNY, when set, overrides it.
+  kiln_gemm_skinny_t skinny = KILN_GEMM_SKINNY_OFF;
+  std::optional<kiln_gemm_skinny_t> skinnyOverride;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
   std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
@@ -610,14 +610,16 @@ kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
 }
 
 // KILN_GEMM_KERNELS_ONLY=0: the heuristic's order alone, memsets and all (how the cost
-// of a graph launch off the fast path is measured again). KILN_GEMM_SKINNY=0 / =1:
-// cuBLASLt / the skinny GEMM for the calls of at most the invariant rows, whatever
+// of a graph launch off the fast path is measured again). KILN_GEMM_SKINNY ("0", "fma",
+// else tensor cores): the skinny GEMM's form for every handle, whatever
 // kiln_gemm_set_skinny says.
 void kernelsOnlyFromEnvironment(kiln_gemm_t *gemm) {
   const char *only = std::getenv("KILN_GEMM_KERNELS_ONLY");
   gemm->kernelsOnly = !(only && std::string(only) == "0");
   if (const char *skinny = std::getenv("KILN_GEMM_SKINNY"))
-    gemm->skinnyOverride = std::string(skinny) == "0" ? 0 : 1;
+    gemm->skinnyOverride = std::string(skinny) == "0"     ? KILN_GEMM_SKINNY_OFF
+                           : std::string(skinny) == "fma" ? KILN_GEMM_SKINNY_CUDA_CORES
+                                                          : KILN_GEMM_SKINNY_TENSOR_CORES;
 }
 
 } // namespace
@@ -691,11 +693,16 @@ extern "C" kiln_status_t kiln_gemm_set_pin_rows(kiln_gemm_t *gemm, int64_t rows)
   return ok();
 }
 
-extern "C" kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, int32_t enabled) {
+extern "C" kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, kiln_gemm_skinny_t form) {
   if (!gemm)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_gemm_set_skinny: gemm is null");
+  if (form != KILN_GEMM_SKINNY_OFF && form != KILN_GEMM_SKINNY_TENSOR_CORES &&
+      form != KILN_GEMM_SKINNY_CUDA_CORES)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_gemm_set_skinny: form %d unknown (off 0, tensor cores 1, CUDA cores 2)",
+                static_cast<int>(form));
   std::lock_guard<std::mutex> lock(gemm->mutex);
-  gemm->skinny = enabled != 0;
+  gemm->skinny = form;
   return ok();
 }
 
@@ -731,24 +738,26 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
       !kiln::graph::streamCapturing(static_cast<cudaStream_t>(stream)));
 }
 
-// Whether a call runs the skinny GEMM: the handle runs it (kiln_gemm_set_skinny), every m
-// up to the invariant rows takes it and none above them does, and the operands have its
-// form. That form depends on the shape and the pointers'
+// The skinny GEMM's form a call runs (OFF: cuBLASLt): the handle's (kiln_gemm_set_skinny)
+// for every m up to the invariant rows and none above them, when the operands have the
+// kernel's form. That form depends on the shape and the pointers'
 // alignment, which a layer's calls share at every m (the activation plan's offsets), so
 // a row's bits still never depend on m.
-bool useSkinnyGemm(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
+kiln_gemm_skinny_t skinnyFormFor(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
   {
     std::lock_guard<std::mutex> lock(gemm->mutex);
-    const bool on = gemm->skinnyOverride >= 0 ? gemm->skinnyOverride == 1 : gemm->skinny;
-    if (!on || gemm->policy != KILN_GEMM_ROW_INVARIANT || args.m > gemm->invariantRows)
-      return false;
+    const kiln_gemm_skinny_t form = gemm->skinnyOverride.value_or(gemm->skinny);
+    if (form == KILN_GEMM_SKINNY_OFF || gemm->policy != KILN_GEMM_ROW_INVARIANT ||
+        args.m > gemm->invariantRows || !kiln::graph::skinnyGemmFits(args))
+      return KILN_GEMM_SKINNY_OFF;
+    return form;
   }
-  return kiln::graph::skinnyGemmFits(args);
 }
 
 kiln_status_t runSkinny(const char *fn, const kiln::graph::SkinnyGemmArgs &args,
-                        void *stream) {
-  const cudaError_t e = kiln::graph::launchSkinnyGemm(args, static_cast<cudaStream_t>(stream));
+                        kiln_gemm_skinny_t form, void *stream) {
+  const cudaError_t e = kiln::graph::launchSkinnyGemm(
+      args, form == KILN_GEMM_SKINNY_TENSOR_CORES, static_cast<cudaStream_t>(stream));
   return e == cudaSuccess
              ? ok()
              : fail(KILN_ERROR_CUDA, "%s: skinny GEMM launch failed: %s", fn,
@@ -806,8 +815,9 @@ kiln_status_t denseGemm(const char *fn, kiln_gemm_t *gemm, const void *x, const 
                                            static_cast<const uint16_t *>(w), k, 0,
                                            static_cast<const uint16_t *>(bias),
                                            static_cast<uint16_t *>(out), n, 0, 1, m, n, k};
-  if (!own && !f32Out && useSkinnyGemm(gemm, skinny))
-    return runSkinny(fn, skinny, stream);
+  if (!own && !f32Out)
+    if (const kiln_gemm_skinny_t form = skinnyFormFor(gemm, skinny); form != KILN_GEMM_SKINNY_OFF)
+      return runSkinny(fn, skinny, form, stream);
   if (own) {
     const cudaError_t e = kiln::graph::launchDenseGemm(
         static_cast<const uint16_t *>(x), static_cast<const uint16_t *>(w),
@@ -954,8 +964,9 @@ extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
       static_cast<const uint16_t *>(p->w), p->ldw, p->w_batch_stride,
       nullptr, static_cast<uint16_t *>(p->out), p->ldo,
       p->out_batch_stride, p->batch, p->m, p->n, p->k};
-  if (!p->w_kn && useSkinnyGemm(gemm, skinny))
-    return runSkinny(fn, skinny, stream);
+  if (!p->w_kn)
+    if (const kiln_gemm_skinny_t form = skinnyFormFor(gemm, skinny); form != KILN_GEMM_SKINNY_OFF)
+      return runSkinny(fn, skinny, form, stream);
   PlanKey key{p->m, p->n, p->k, static_cast<uint64_t>(workspace_bytes), 16, 16, 16, 0u};
   key.stridedBatch = p->batch;
   key.wKn = p->w_kn != 0;

@@ -1,6 +1,6 @@
-// The skinny GEMM (SkinnyGemm.h): a CTA of 256 threads computes FEATURES output features
-// of up to MAX_ROWS rows (one row group, blockIdx.z); thread t owns K chunks t, t + 256,
-// t + 512, ... (16 bytes each) of them.
+// The skinny GEMM (SkinnyGemm.h). CUDA-core form: a CTA of 256 threads computes FEATURES
+// output features of up to MAX_ROWS rows (one row group, blockIdx.z); thread t owns K
+// chunks t, t + 256, t + 512, ... (16 bytes each) of them. Tensor-core form below.
 #include "SkinnyGemm.h"
 
 #include "Pdl.cuh"
@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
   const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
   const int m = static_cast<int>(a.m - firstRow < MAX_ROWS ? a.m - firstRow : MAX_ROWS);
 
-  // Weights are never written by a step: fetching them before the wait is safe, and is
-  // what overlaps this GEMM with the end of the kernel before it.
+  // Weights are never written by a step: fetching them before the wait is safe.
   if (prefetch)
     prefetchRowsToL2(w, a.ldw, a.k, features);
   pdlLaunchDependents();
@@ -150,8 +149,11 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
 }
 
 // How a launch overlaps the kernel before it (KILN_SKINNY_GEMM_OVERLAP, read once; for
-// measuring what each part is worth in bench/): "0" neither, "pdl" the programmatic launch
-// alone, anything else the programmatic launch and the L2 prefetch before the wait.
+// measuring what each part is worth): by default the programmatic launch alone; "0"
+// neither; "prefetch" the programmatic launch and the L2 prefetch of the CTA's weight
+// rows before the wait. Measured (docs/performance.md, 2026-12-07): the prefetch cost
+// the 8B batch-1 step 4% on an H100 (164 against 171 tok/s without any overlap), and the
+// programmatic launch alone gained 2.5% on an H200 (205 against 200).
 struct Overlap {
   bool programmatic, prefetch;
 };
@@ -159,9 +161,9 @@ Overlap overlapWithPrevious() {
   static const Overlap overlap = [] {
     const char *v = std::getenv("KILN_SKINNY_GEMM_OVERLAP");
     const std::string mode = v ? v : "";
-    return mode == "0" ? Overlap{false, false}
-           : mode == "pdl" ? Overlap{true, false}
-                           : Overlap{true, true};
+    return mode == "0"          ? Overlap{false, false}
+           : mode == "prefetch" ? Overlap{true, true}
+                                : Overlap{true, false};
   }();
   return overlap;
 }
@@ -294,16 +296,6 @@ template <int TILES> cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStrea
   return launchKernel(&skinnyMmaKernel<TILES>, grid, args, stream);
 }
 
-// KILN_SKINNY_GEMM_KERNEL=mma: the tensor-core form (read once; measured against the
-// CUDA-core form in bench/ before either is the only one).
-bool useTensorCores() {
-  static const bool mma = [] {
-    const char *v = std::getenv("KILN_SKINNY_GEMM_KERNEL");
-    return v && std::string(v) == "mma";
-  }();
-  return mma;
-}
-
 bool multipleOf8(int64_t v) { return v % 8 == 0; }
 bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -327,8 +319,9 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 // often x is re-read from the L1 and w from the L2), never a sum: picked for occupancy.
 // Fewer features at more rows keep the accumulators within the registers
 // (minCtasPerSm).
-cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, cudaStream_t stream) {
-  if (useTensorCores())
+cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores,
+                             cudaStream_t stream) {
+  if (tensorCores)
     return args.m <= 8 ? launchMma<1>(args, stream) : launchMma<2>(args, stream);
   switch (args.m) {
   case 1:

@@ -1,20 +1,26 @@
 // The skinny GEMM: out[m, n] = x[m, k] . w[n, k]^T (+ bias) for the few rows of a
 // batch-1 decode or verify step, one launch, no split of K over CTAs. Rows go in groups
-// of up to kSkinnyGemmRowGroup (a CTA's accumulators); a step of more rows reads the
-// weights once a group, so it suits steps of one group.
+// (a CTA's accumulators); a step of more rows reads the weights once a group, so it
+// suits steps of one group.
 //
 // Why: at one row a 4096 x 4096 projection is 32 MB of weights and ~11 us of reads, and
-// every GEMM kernel (cuBLASLt's, the TMA dense GEMM, the split-K attempt of 2026-12-06)
-// spends 4-5 us more on ramp-up and tail. This one is launched with programmatic
-// dependent launch: its CTAs become resident while the kernel before it still runs, pull
-// their weights into the L2 (weights are never written by a step, so this is safe before
-// the wait), and only then wait for the previous kernel's output (x).
+// cuBLASLt's algorithms picked to keep rows invariant read them at 47-66% of the read
+// ceiling (docs/performance.md). It is launched with programmatic dependent launch: its
+// CTAs become resident while the kernel before it still runs and wait only for its
+// output (x). Optionally (KILN_SKINNY_GEMM_OVERLAP=prefetch) they first pull their weight
+// rows into the L2, which weights allow (a step never writes them) but which measured
+// slower.
 //
-// Rows stay invariant: a thread owns the same 16-byte K chunks of every row and feature
-// whatever m, the row group, the CTA's feature count or the batch are, and sums them in
-// one fixed order
-// (a chunk's 8 products in order, chunks in order, a fixed shuffle tree, warps in order),
-// so a row's bits never depend on the other rows (lossless speculation).
+// Two forms, one per handle (never chosen by m):
+// - tensor cores: mma.sync m16n8k16 with the weights as A and x as B, 16 features a CTA,
+//   groups of 8 or 16 rows; the rows ride along in the instruction's N;
+// - CUDA cores: fp32 FMAs, 1-4 features a CTA, groups of 1 to 16 rows; the fastest at
+//   one row, but its work grows with the rows.
+// Rows stay invariant in both: a thread owns the same K chunks of every row and feature
+// whatever m, the row group, the CTA's features or the batch entry are, and sums them in
+// one fixed order (in-chunk order, chunks in order, a fixed shuffle tree or mma
+// sequence, warps in order), so a row's bits never depend on the other rows (lossless
+// speculation).
 #ifndef KILN_LIB_KERNELS_GRAPH_SKINNYGEMM_H
 #define KILN_LIB_KERNELS_GRAPH_SKINNYGEMM_H
 
@@ -24,6 +30,7 @@
 
 namespace kiln::graph {
 
+// The largest row group of either form (a grid's rows beyond it are more groups).
 constexpr int64_t kSkinnyGemmRowGroup = 16;
 
 // One (possibly strided-batched) skinny GEMM. Pointers 16-byte aligned; k, the leading
@@ -45,8 +52,9 @@ struct SkinnyGemmArgs {
 // sizes within the grid's and int32's limits).
 bool skinnyGemmFits(const SkinnyGemmArgs &args);
 
-// Launches it (programmatic dependent launch where the device and driver have it).
-cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, cudaStream_t stream);
+// Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the
+// device and driver have it). A row's bits depend on the form, never on m.
+cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores, cudaStream_t stream);
 
 } // namespace kiln::graph
 

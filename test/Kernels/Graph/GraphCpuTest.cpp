@@ -531,7 +531,8 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_set_invariant_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1),
               kInvalid, "kiln_gemm_set_invariant_rows", "outside 1..");
   expectError(kiln_gemm_set_pin_rows(nullptr, 64), kInvalid, "kiln_gemm_set_pin_rows", "gemm");
-  expectError(kiln_gemm_set_skinny(nullptr, 1), kInvalid, "kiln_gemm_set_skinny", "gemm");
+  expectError(kiln_gemm_set_skinny(nullptr, KILN_GEMM_SKINNY_TENSOR_CORES), kInvalid,
+              "kiln_gemm_set_skinny", "gemm");
   // A strided batch's input may be shared (batch stride 0, kiln_rt_linear_pair); the
   // weights' and outputs' strides may not be 0, and no stride negative.
   {
@@ -575,6 +576,8 @@ TEST(GraphValidation, Gemm) {
               "rows 0 outside 1..");
   expectError(kiln_gemm_set_pin_rows(g, int64_t{KILN_GEMM_MAX_INVARIANT_ROWS} + 1), kInvalid,
               "kiln_gemm_set_pin_rows", "outside 1..");
+  expectError(kiln_gemm_set_skinny(g, static_cast<kiln_gemm_skinny_t>(3)), kInvalid,
+              "kiln_gemm_set_skinny", "form 3 unknown");
   expectError(kiln_gemm_bf16(nullptr, x, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "gemm");
   expectError(kiln_gemm_bf16(g, nullptr, w, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "x");
   expectError(kiln_gemm_bf16(g, x, nullptr, b, o, 1, 8, 8, ws, 64, nullptr), kInvalid, k, "w");

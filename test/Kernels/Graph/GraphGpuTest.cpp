@@ -1100,21 +1100,21 @@ struct GemmCase {
   size_t xOffset = 0;
 };
 
-// A GEMM handle for a test: `skinny` runs the calls of at most the invariant rows on the
-// skinny GEMM (kiln_gemm_set_skinny), as the runtime's batch-1 models do.
+// A GEMM handle for a test: a skinny form runs the calls of at most the invariant rows on
+// the skinny GEMM (kiln_gemm_set_skinny), as the runtime's batch-1 models do.
 using GemmHandle = std::unique_ptr<kiln_gemm_t, void (*)(kiln_gemm_t *)>;
-GemmHandle makeGemm(bool skinny) {
+GemmHandle makeGemm(kiln_gemm_skinny_t skinny) {
   kiln_gemm_t *gemm = nullptr;
   if (kiln_gemm_create(&gemm) != KILN_OK)
     return GemmHandle(nullptr, kiln_gemm_destroy);
-  if (kiln_gemm_set_skinny(gemm, skinny ? 1 : 0) != KILN_OK) {
+  if (kiln_gemm_set_skinny(gemm, skinny) != KILN_OK) {
     kiln_gemm_destroy(gemm);
     return GemmHandle(nullptr, kiln_gemm_destroy);
   }
   return GemmHandle(gemm, kiln_gemm_destroy);
 }
 
-void checkGemmCases(bool skinny) {
+void checkGemmCases(kiln_gemm_skinny_t skinny) {
   GemmHandle guard = makeGemm(skinny);
   ASSERT_TRUE(guard) << kiln_last_error();
   kiln_gemm_t *gemm = guard.get();
@@ -1178,23 +1178,33 @@ void checkGemmCases(bool skinny) {
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+// Both forms of the skinny GEMM, by name.
+constexpr kiln_gemm_skinny_t kSkinnyForms[] = {KILN_GEMM_SKINNY_TENSOR_CORES,
+                                               KILN_GEMM_SKINNY_CUDA_CORES};
+std::string skinnyName(kiln_gemm_skinny_t form) {
+  return form == KILN_GEMM_SKINNY_TENSOR_CORES ? "tensor cores" : "CUDA cores";
+}
+
 TEST(GraphGpu, Gemm) {
   KILN_REQUIRE_GPU();
-  checkGemmCases(false);
+  checkGemmCases(KILN_GEMM_SKINNY_OFF);
 }
 
 // The skinny GEMM (every case of at most the 64 default invariant rows), bias, odd n,
 // misaligned x and K not a multiple of 8 (which fall back to cuBLASLt) included.
 TEST(GraphGpu, SkinnyGemm) {
   KILN_REQUIRE_GPU();
-  checkGemmCases(true);
+  for (kiln_gemm_skinny_t form : kSkinnyForms) {
+    SCOPED_TRACE(skinnyName(form));
+    checkGemmCases(form);
+  }
 }
 
 // Row invariance (Gemm.cpp): the first rows of x give the same bits in out whatever m,
 // over the row counts of decode (batch), verify (batch x (1 + drafts)) and short
 // prefill steps, for model-shaped n/k (Llama-3.1-8B's projections and the tiny parity
 // models') with and without bias. Lossless greedy speculation depends on it.
-void checkRowsDoNotDependOnM(bool skinny) {
+void checkRowsDoNotDependOnM(kiln_gemm_skinny_t skinny) {
   GemmHandle guard = makeGemm(skinny);
   ASSERT_TRUE(guard) << kiln_last_error();
   kiln_gemm_t *gemm = guard.get();
@@ -1245,13 +1255,16 @@ void checkRowsDoNotDependOnM(bool skinny) {
 
 TEST(GraphGpu, GemmRowsDoNotDependOnM) {
   KILN_REQUIRE_GPU();
-  checkRowsDoNotDependOnM(false);
+  checkRowsDoNotDependOnM(KILN_GEMM_SKINNY_OFF);
 }
 
 // The skinny GEMM's fixed summation order: rows in one group of 16 or in many.
 TEST(GraphGpu, SkinnyGemmRowsDoNotDependOnM) {
   KILN_REQUIRE_GPU();
-  checkRowsDoNotDependOnM(true);
+  for (kiln_gemm_skinny_t form : kSkinnyForms) {
+    SCOPED_TRACE(skinnyName(form));
+    checkRowsDoNotDependOnM(form);
+  }
 }
 
 // The 8B step's seven projection shapes at 256 rows, pinned for 256 rows (what the runtime
@@ -1844,7 +1857,7 @@ TEST(GraphGpu, GemmStridedBatchedMlaHeads) {
 // distance apart (here with a gap between them, as a plan may leave). Each output
 // against the fp64 reference, nothing between the outputs written, and token 0's row
 // the same bits whatever m up to the invariant rows.
-void checkStridedBatchSharedInput(bool skinny) {
+void checkStridedBatchSharedInput(kiln_gemm_skinny_t skinny) {
   GemmHandle guard = makeGemm(skinny);
   ASSERT_TRUE(guard) << kiln_last_error();
   kiln_gemm_t *gemm = guard.get();
@@ -1905,12 +1918,15 @@ void checkStridedBatchSharedInput(bool skinny) {
 
 TEST(GraphGpu, GemmStridedBatchSharedInput) {
   KILN_REQUIRE_GPU();
-  checkStridedBatchSharedInput(false);
+  checkStridedBatchSharedInput(KILN_GEMM_SKINNY_OFF);
 }
 
 TEST(GraphGpu, SkinnyGemmStridedBatchSharedInput) {
   KILN_REQUIRE_GPU();
-  checkStridedBatchSharedInput(true);
+  for (kiln_gemm_skinny_t form : kSkinnyForms) {
+    SCOPED_TRACE(skinnyName(form));
+    checkStridedBatchSharedInput(form);
+  }
 }
 
 // A layer-like chain where each kernel reads the one before (n0 = rms_norm(x), h1 = n0
@@ -1919,9 +1935,8 @@ TEST(GraphGpu, SkinnyGemmStridedBatchSharedInput) {
 // early, so each GEMM runs beside the end of the kernel before it. The replays must give
 // the reference's values (no NaN: every intermediate is poisoned before each replay, so a
 // GEMM that read its input too early would show) and the eager launch's bits.
-TEST(GraphGpu, SkinnyGemmChainInGraph) {
-  KILN_REQUIRE_GPU();
-  GemmHandle guard = makeGemm(true);
+void checkSkinnyChainInGraph(kiln_gemm_skinny_t form) {
+  GemmHandle guard = makeGemm(form);
   ASSERT_TRUE(guard) << kiln_last_error();
   kiln_gemm_t *gemm = guard.get();
   cudaStream_t stream = nullptr;
@@ -2017,6 +2032,14 @@ TEST(GraphGpu, SkinnyGemmChainInGraph) {
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaGraphDestroy(graph));
   CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(GraphGpu, SkinnyGemmChainInGraph) {
+  KILN_REQUIRE_GPU();
+  for (kiln_gemm_skinny_t form : kSkinnyForms) {
+    SCOPED_TRACE(skinnyName(form));
+    checkSkinnyChainInGraph(form);
+  }
 }
 
 // An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
