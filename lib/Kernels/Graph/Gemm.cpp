@@ -613,7 +613,7 @@ kiln_status_t pinRowsFromEnvironment(kiln_gemm_t *gemm) {
 // of a graph launch off the fast path is measured again). KILN_GEMM_SKINNY ("0", "fma",
 // else tensor cores): the skinny GEMM's form for every handle, whatever
 // kiln_gemm_set_skinny says.
-void kernelsOnlyFromEnvironment(kiln_gemm_t *gemm) {
+void choicesFromEnvironment(kiln_gemm_t *gemm) {
   const char *only = std::getenv("KILN_GEMM_KERNELS_ONLY");
   gemm->kernelsOnly = !(only && std::string(only) == "0");
   if (const char *skinny = std::getenv("KILN_GEMM_SKINNY"))
@@ -635,7 +635,7 @@ extern "C" kiln_status_t kiln_gemm_create(kiln_gemm_t **out) {
     delete gemm;
     return s;
   }
-  kernelsOnlyFromEnvironment(gemm);
+  choicesFromEnvironment(gemm);
   const cublasStatus_t st = cublasLtCreate(&gemm->handle);
   if (st != CUBLAS_STATUS_SUCCESS) {
     delete gemm;
@@ -740,18 +740,16 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
 
 // The skinny GEMM's form a call runs (OFF: cuBLASLt): the handle's (kiln_gemm_set_skinny)
 // for every m up to the invariant rows and none above them, when the operands have the
-// kernel's form. That form depends on the shape and the pointers'
-// alignment, which a layer's calls share at every m (the activation plan's offsets), so
-// a row's bits still never depend on m.
+// kernel's form. That form depends on the shape and the pointers' alignment, which a
+// layer's calls share at every m (the activation plan's offsets), so a row's bits still
+// never depend on m.
 kiln_gemm_skinny_t skinnyFormFor(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
-  {
-    std::lock_guard<std::mutex> lock(gemm->mutex);
-    const kiln_gemm_skinny_t form = gemm->skinnyOverride.value_or(gemm->skinny);
-    if (form == KILN_GEMM_SKINNY_OFF || gemm->policy != KILN_GEMM_ROW_INVARIANT ||
-        args.m > gemm->invariantRows || !kiln::graph::skinnyGemmFits(args))
-      return KILN_GEMM_SKINNY_OFF;
-    return form;
-  }
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  const kiln_gemm_skinny_t form = gemm->skinnyOverride.value_or(gemm->skinny);
+  if (form == KILN_GEMM_SKINNY_OFF || gemm->policy != KILN_GEMM_ROW_INVARIANT ||
+      args.m > gemm->invariantRows || !kiln::graph::skinnyGemmFits(args))
+    return KILN_GEMM_SKINNY_OFF;
+  return form;
 }
 
 kiln_status_t runSkinny(const char *fn, const kiln::graph::SkinnyGemmArgs &args,
