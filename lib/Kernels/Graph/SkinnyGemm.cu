@@ -60,6 +60,21 @@ __device__ __forceinline__ void prefetchRowsToL2(const uint16_t *w, int64_t ldw,
 #endif
 }
 
+// One output element, the last step of both forms: the warps' partial sums (warpStride
+// floats apart in shared memory) in warp order, the bias in fp32, one rounding to bf16.
+__device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *partials,
+                                         int warpStride, int64_t entry, int64_t row,
+                                         int64_t feature) {
+  float sum = partials[0];
+#pragma unroll
+  for (int i = 1; i < kWarps; ++i)
+    sum += partials[i * warpStride];
+  if (a.bias)
+    sum += __uint_as_float(static_cast<uint32_t>(a.bias[feature]) << 16);
+  a.out[entry * a.outBatchStride + row * a.ldo + feature] =
+      __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+}
+
 // CTAs an SM: four where the accumulators and the weights in flight fit 64 registers
 // without spilling, three for the larger row groups.
 template <int MAX_ROWS> constexpr int minCtasPerSm() { return MAX_ROWS <= 4 ? 4 : 3; }
@@ -136,16 +151,8 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
   if (threadIdx.x >= MAX_ROWS * FEATURES)
     return;
   const int r = threadIdx.x / FEATURES, f = threadIdx.x % FEATURES;
-  if (r >= m || f >= features)
-    return;
-  float sum = partial[0][r][f];
-#pragma unroll
-  for (int i = 1; i < kWarps; ++i)
-    sum += partial[i][r][f];
-  if (a.bias)
-    sum += __uint_as_float(static_cast<uint32_t>(a.bias[first + f]) << 16);
-  a.out[entry * a.outBatchStride + (firstRow + r) * a.ldo + first + f] =
-      __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+  if (r < m && f < features)
+    storeSum(a, &partial[0][r][f], MAX_ROWS * FEATURES, entry, firstRow + r, first + f);
 }
 
 // How a launch overlaps the kernel before it (KILN_SKINNY_GEMM_OVERLAP, read once; for
@@ -277,16 +284,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
   if (threadIdx.x >= kMmaFeatures * 8 * TILES)
     return;
   const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
-  if (f >= features || r >= rows)
-    return;
-  float sum = partial[0][f][r];
-#pragma unroll
-  for (int i = 1; i < kWarps; ++i)
-    sum += partial[i][f][r];
-  if (a.bias)
-    sum += __uint_as_float(static_cast<uint32_t>(a.bias[first + f]) << 16);
-  a.out[entry * a.outBatchStride + (firstRow + r) * a.ldo + first + f] =
-      __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+  if (f < features && r < rows)
+    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, entry, firstRow + r, first + f);
 }
 
 template <int TILES> cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream) {
