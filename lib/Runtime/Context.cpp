@@ -333,6 +333,12 @@ kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
 
 void initCommon(kiln_rt_context *ctx, const kiln_rt_config_t &config) {
   ctx->config = config;
+  // Batch-1 steps stream every weight for one row: the skinny GEMM (Gemm.h), which
+  // overlaps the kernel before it, in place of cuBLASLt. Its tensor-core form, the same
+  // for speculative models (whose verify steps have several rows) and plain ones, so
+  // that speculation stays lossless between them (docs/performance.md, 2026-12-07).
+  ctx->skinnyGemm =
+      config.max_batch == 1 ? KILN_GEMM_SKINNY_TENSOR_CORES : KILN_GEMM_SKINNY_OFF;
   ctx->maxPagesPerSeq =
       static_cast<int32_t>(kiln_rt_max_pages_per_seq(config.max_seq_len, config.page_size));
   ctx->io = kiln_rt_io_layout(config.max_batch, config.max_step_tokens, config.max_logit_rows,
@@ -452,16 +458,10 @@ extern "C" kiln_status_t kiln_rt_create(int32_t device, const kiln_rt_config_t *
       std::string message = kiln_last_error();
       return cleanup(s, ("kiln_gemm_set_pin_rows: " + message).c_str(), cudaSuccess);
     }
-  // Batch-1 steps stream every weight for one row: the skinny GEMM (Gemm.h), which
-  // overlaps the kernel before it, in place of cuBLASLt. Its tensor-core form, the same
-  // for speculative models (whose verify steps have several rows) and plain ones, so
-  // that speculation stays lossless between them (docs/performance.md, 2026-12-07).
-  if (ctx->config.max_batch == 1)
-    if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, KILN_GEMM_SKINNY_TENSOR_CORES);
-        s != KILN_OK) {
-      std::string message = kiln_last_error();
-      return cleanup(s, ("kiln_gemm_set_skinny: " + message).c_str(), cudaSuccess);
-    }
+  if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, ctx->skinnyGemm); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return cleanup(s, ("kiln_gemm_set_skinny: " + message).c_str(), cudaSuccess);
+  }
   // cuBLASLt takes ~38 MiB of device memory at its first matmul (a one-time library
   // initialization; later shapes add nothing, measured on the H200): one warm-up matmul
   // on a temporary buffer, freed again, so that this happens before the baseline below

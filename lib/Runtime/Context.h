@@ -105,6 +105,9 @@ struct kiln_rt_context {
   int smemOptin = 0;
   cudaStream_t stream = nullptr;
   kiln_gemm_t *gemm = nullptr;
+  // The skinny GEMM's form asked for (kiln_rt_set_skinny_gemm; at creation the tensor
+  // cores for max_batch 1, else off). A dry context keeps it for kiln_rt_skinny_gemm.
+  kiln_gemm_skinny_t skinnyGemm = KILN_GEMM_SKINNY_OFF;
   cudaEvent_t uploaded = nullptr; // after an eager step upload (staging reusable)
   // The step's upload: the staging's bytes to copy, and whether kiln_rt_set_batch left
   // the copy to kiln_rt_forward (kiln_model's steps). Every decode graph holds its

@@ -478,6 +478,36 @@ extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
   return ok();
 }
 
+extern "C" kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx,
+                                                 kiln_gemm_skinny_t form) {
+  const char *fn = "kiln_rt_set_skinny_gemm";
+  if (!ctx)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: context is null", fn);
+  if (form != KILN_GEMM_SKINNY_OFF && form != KILN_GEMM_SKINNY_TENSOR_CORES &&
+      form != KILN_GEMM_SKINNY_CUDA_CORES)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: form %d unknown (off 0, tensor cores 1, CUDA cores 2)", fn,
+                static_cast<int>(form));
+  ctx->skinnyGemm = form;
+  if (ctx->dry || !ctx->gemm)
+    return ok(); // no GEMM runs
+  cudaSetDevice(ctx->device);
+  cudaStreamSynchronize(ctx->stream);
+  destroyGraphs(ctx);
+  cudaGetLastError();
+  if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, form); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s", fn, message.c_str());
+  }
+  return ok();
+}
+
+extern "C" kiln_gemm_skinny_t kiln_rt_skinny_gemm(const kiln_rt_context_t *ctx) {
+  if (!ctx)
+    return KILN_GEMM_SKINNY_OFF;
+  return ctx->gemm ? kiln_gemm_skinny_form(ctx->gemm) : ctx->skinnyGemm;
+}
+
 extern "C" kiln_status_t kiln_rt_graph_stats(const kiln_rt_context_t *ctx,
                                              kiln_rt_graph_stats_t *out) {
   if (!ctx || !out)

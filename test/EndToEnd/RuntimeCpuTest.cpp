@@ -1284,6 +1284,33 @@ TEST(RuntimeCpu, GraphLimitsAreValidated) {
   EXPECT_EQ(stats.graph_byte_limit, 0u);
 }
 
+// The skinny GEMM's form: the tensor cores by default for max_batch 1 (plain and
+// speculative models alike, so they agree bit for bit), cuBLASLt otherwise; any form on
+// request, an unknown one refused by number.
+TEST(RuntimeCpu, SkinnyGemmForm) {
+  EXPECT_EQ(kiln_rt_set_skinny_gemm(nullptr, KILN_GEMM_SKINNY_OFF), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(kiln_rt_skinny_gemm(nullptr), KILN_GEMM_SKINNY_OFF);
+  kiln_rt_config_t batched = tinyConfig();
+  ASSERT_GT(batched.max_batch, 1);
+  Dry wide(batched);
+  EXPECT_EQ(kiln_rt_skinny_gemm(wide.ctx), KILN_GEMM_SKINNY_OFF);
+  for (int64_t drafts : {0, 3}) {
+    kiln_rt_config_t single = tinyConfig();
+    single.max_batch = 1;
+    single.max_draft_len = drafts;
+    Dry one(single);
+    EXPECT_EQ(kiln_rt_skinny_gemm(one.ctx), KILN_GEMM_SKINNY_TENSOR_CORES) << drafts;
+  }
+  EXPECT_EQ(kiln_rt_set_skinny_gemm(wide.ctx, KILN_GEMM_SKINNY_CUDA_CORES), KILN_OK)
+      << lastError();
+  EXPECT_EQ(kiln_rt_skinny_gemm(wide.ctx), KILN_GEMM_SKINNY_CUDA_CORES);
+  EXPECT_EQ(kiln_rt_set_skinny_gemm(wide.ctx, static_cast<kiln_gemm_skinny_t>(5)),
+            KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(lastError().find("kiln_rt_set_skinny_gemm: form 5 unknown"), std::string::npos)
+      << lastError();
+  EXPECT_EQ(kiln_rt_skinny_gemm(wide.ctx), KILN_GEMM_SKINNY_CUDA_CORES);
+}
+
 // The GEMM policy: two values, and HEURISTIC only where no speculation needs invariant
 // rows. Decode steps also count their kiln_rt_set_batch in the graph statistics.
 TEST(RuntimeCpu, GemmPolicyRules) {

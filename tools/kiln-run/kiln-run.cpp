@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,7 +28,8 @@ const char *kUsage =
     "                [--spec ngram:K | --spec mtp:1 | --draft-model DRAFT.so "
     "--draft-weights DIR --spec draft:K]\n"
     "                [--json OUT.json] [--logits OUT.bin] [--teacher-forced REF.json]\n"
-    "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--check-launches]\n"
+    "                [--device N] [--cuda-graphs N] [--gemm-policy P] [--skinny-gemm F]\n"
+    "                [--check-launches]\n"
     "                [--trace DIR] [--nccl-one-rank | --ranks N] [--dry]\n"
     "  --prompts FILE         one prompt per line, token ids separated by spaces (blank\n"
     "                         lines ignored); all prompts run as ONE batch\n"
@@ -47,6 +49,11 @@ const char *kUsage =
     "  --gemm-policy P        row-invariant (default: a sequence's bits do not depend on\n"
     "                         the batch; speculation needs it) or heuristic (cuBLASLt's\n"
     "                         fastest algorithm per shape; models without speculation)\n"
+    "  --skinny-gemm F        the row-invariant GEMM of the steps: auto (default: tensor\n"
+    "                         cores for models of max_batch 1, else cuBLASLt), off\n"
+    "                         (cuBLASLt), tensor-cores or cuda-cores (the fastest at one\n"
+    "                         row, slower with drafts; a plain and a speculative model\n"
+    "                         agree bit for bit only when both run the same one)\n"
     "  --check-launches       wait for every kernel, so a device fault names its op and\n"
     "                         layer (debugging; slow, no CUDA graphs)\n"
     "  --trace DIR            write every op's output of the model's steps to DIR (new or\n"
@@ -67,6 +74,7 @@ struct Options {
   int device = 0;
   int cudaGraphs = -1; // the model's (its manifest's cuda_graphs)
   kiln_gemm_policy_t gemmPolicy = KILN_GEMM_ROW_INVARIANT;
+  std::optional<kiln_gemm_skinny_t> skinnyGemm; // unset: the runtime's choice (auto)
   bool checkLaunches = false;
   bool ncclOneRank = false;
   int ranks = 0; // --ranks N: N tensor-parallel ranks (0: one model, no communicator)
@@ -140,6 +148,18 @@ Options parseOptions(int argc, char **argv) {
         o.gemmPolicy = KILN_GEMM_HEURISTIC;
       else
         die("--gemm-policy " + policy + ": expected row-invariant or heuristic");
+    } else if (a == "--skinny-gemm") {
+      const std::string form = value();
+      if (form == "auto")
+        o.skinnyGemm.reset();
+      else if (form == "off")
+        o.skinnyGemm = KILN_GEMM_SKINNY_OFF;
+      else if (form == "tensor-cores")
+        o.skinnyGemm = KILN_GEMM_SKINNY_TENSOR_CORES;
+      else if (form == "cuda-cores")
+        o.skinnyGemm = KILN_GEMM_SKINNY_CUDA_CORES;
+      else
+        die("--skinny-gemm " + form + ": expected auto, off, tensor-cores or cuda-cores");
     } else if (a == "--check-launches") {
       o.checkLaunches = true;
     } else if (a == "--trace") {
@@ -689,6 +709,12 @@ void writeJson(const Options &o, const Model &target, const Results &r) {
        ", \"reserved_bytes\": " + std::to_string(graphs.graph_byte_limit) + "},\n";
   s += std::string("  \"gemm_policy\": \"") +
        (o.gemmPolicy == KILN_GEMM_HEURISTIC ? "heuristic" : "row-invariant") + "\",\n";
+  const kiln_gemm_skinny_t skinny = kiln_rt_skinny_gemm(kiln_model_context(target.model));
+  s += std::string("  \"skinny_gemm\": \"") +
+       (skinny == KILN_GEMM_SKINNY_TENSOR_CORES ? "tensor-cores"
+        : skinny == KILN_GEMM_SKINNY_CUDA_CORES ? "cuda-cores"
+                                                : "off") +
+       "\",\n";
   s += "  \"host_us_per_decode_step\": " + number(hostMicrosPerStep(graphs)) + ",\n";
   s += "  \"host_us_per_replayed_step\": " + number(hostMicrosPerReplayedStep(graphs)) + ",\n";
   s += "  \"host_us_replayed_step_p50\": " + number(graphs.replay_step_us_p50) + ",\n";
@@ -750,6 +776,9 @@ RankOutcome runModel(const Options &o, int device, const RankSpec *rank, bool re
           "--trace");
   check(kiln_rt_set_gemm_policy(kiln_model_context(target.model), o.gemmPolicy),
         "--gemm-policy");
+  if (o.skinnyGemm)
+    check(kiln_rt_set_skinny_gemm(kiln_model_context(target.model), *o.skinnyGemm),
+          "--skinny-gemm");
   std::unique_ptr<Model> draft;
   if (o.spec == Options::Spec::Draft) {
     draft = std::make_unique<Model>(o.draftModel, o.draftWeights, device, o.dry,

@@ -87,6 +87,9 @@ typedef enum kiln_gemm_skinny {
   KILN_GEMM_SKINNY_CUDA_CORES = 2,   /* fp32 FMAs: fastest at one row, slower from 2 rows */
 } kiln_gemm_skinny_t;
 kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, kiln_gemm_skinny_t form);
+/* The form the handle's calls run: KILN_GEMM_SKINNY's when set, else the set one (OFF
+ * for a null handle). */
+kiln_gemm_skinny_t kiln_gemm_skinny_form(const kiln_gemm_t *gemm);
 
 /* out[m,n] = x[m,k] * w[n,k]^T (+ bias[n]); bf16 in and out, fp32 accumulate; bias
  * (bf16, may be NULL) added in fp32 before the one rounding (cuBLASLt BIAS epilogue).

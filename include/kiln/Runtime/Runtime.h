@@ -250,6 +250,17 @@ kiln_status_t kiln_rt_set_graph_limits(kiln_rt_context_t *ctx, const int32_t *ba
  * change with the batch. Refused for a model compiled with speculation (max_draft_len >
  * 0). Drops the CUDA graphs captured so far (they hold the previous algorithms). */
 kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx, kiln_gemm_policy_t policy);
+/* Which GEMM the row-invariant policy runs for the steps (include/kiln/Kernels/Gemm.h,
+ * kiln_gemm_set_skinny): KILN_GEMM_SKINNY_OFF (cuBLASLt), _TENSOR_CORES (the default for
+ * max_batch 1) or _CUDA_CORES (the fastest at one row, slower at a speculative model's
+ * verify steps of several rows). Rows stay invariant under each. A plain and a
+ * speculative model agree bit for bit only when both run the same form, which the
+ * default gives them. Drops the CUDA graphs captured so far. KILN_GEMM_SKINNY in the
+ * environment overrides it. */
+kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx, kiln_gemm_skinny_t form);
+/* The form the steps run, the environment's override included (a dry context, which runs
+ * no GEMM: the form asked for; OFF for a null context). */
+kiln_gemm_skinny_t kiln_rt_skinny_gemm(const kiln_rt_context_t *ctx);
 typedef struct kiln_rt_graph_stats {
   int32_t max_graphs;   /* step shapes that may be captured (kiln_rt_set_max_graphs) */
   int32_t graphs;       /* step shapes captured */

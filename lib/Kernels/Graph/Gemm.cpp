@@ -162,7 +162,7 @@ struct kiln_gemm {
   kiln_gemm_skinny_t skinny = KILN_GEMM_SKINNY_OFF;
   std::optional<kiln_gemm_skinny_t> skinnyOverride;
   int sms = 0; // the device's SMs (the own GEMM's split count depends on them)
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
   // The row-invariant algorithm of each shape (PlanKey with m = 0).
   std::unordered_map<PlanKey, cublasLtMatmulAlgo_t, PlanKeyHash> pinnedAlgos;
@@ -706,6 +706,13 @@ extern "C" kiln_status_t kiln_gemm_set_skinny(kiln_gemm_t *gemm, kiln_gemm_skinn
   return ok();
 }
 
+extern "C" kiln_gemm_skinny_t kiln_gemm_skinny_form(const kiln_gemm_t *gemm) {
+  if (!gemm)
+    return KILN_GEMM_SKINNY_OFF;
+  std::lock_guard<std::mutex> lock(gemm->mutex);
+  return gemm->skinnyOverride.value_or(gemm->skinny);
+}
+
 extern "C" void kiln_gemm_destroy(kiln_gemm_t *gemm) {
   if (!gemm)
     return;
@@ -744,8 +751,8 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
 // layer's calls share at every m (the activation plan's offsets), so a row's bits still
 // never depend on m.
 kiln_gemm_skinny_t skinnyFormFor(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
+  const kiln_gemm_skinny_t form = kiln_gemm_skinny_form(gemm);
   std::lock_guard<std::mutex> lock(gemm->mutex);
-  const kiln_gemm_skinny_t form = gemm->skinnyOverride.value_or(gemm->skinny);
   if (form == KILN_GEMM_SKINNY_OFF || gemm->policy != KILN_GEMM_ROW_INVARIANT ||
       args.m > gemm->invariantRows || !kiln::graph::skinnyGemmFits(args))
     return KILN_GEMM_SKINNY_OFF;
