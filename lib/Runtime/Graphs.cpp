@@ -451,6 +451,26 @@ extern "C" kiln_status_t kiln_rt_set_graph_limits(kiln_rt_context_t *ctx,
   });
 }
 
+namespace {
+// A change of the context's GEMM choice (`change`, a kiln_gemm_set_* call): the steps in
+// flight finish first and the captured graphs, which hold the previous kernels, go. A dry
+// context runs no GEMM: nothing to change.
+template <typename Change>
+kiln_status_t changeGemm(kiln_rt_context_t *ctx, const char *fn, Change change) {
+  if (ctx->dry || !ctx->gemm)
+    return ok();
+  cudaSetDevice(ctx->device);
+  cudaStreamSynchronize(ctx->stream);
+  destroyGraphs(ctx);
+  cudaGetLastError();
+  if (kiln_status_t s = change(); s != KILN_OK) {
+    std::string message = kiln_last_error();
+    return fail(s, "%s: %s", fn, message.c_str());
+  }
+  return ok();
+}
+} // namespace
+
 extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
                                                  kiln_gemm_policy_t policy) {
   const char *fn = "kiln_rt_set_gemm_policy";
@@ -465,17 +485,7 @@ extern "C" kiln_status_t kiln_rt_set_gemm_policy(kiln_rt_context_t *ctx,
                 "%s: the model verifies up to %lld draft tokens a step; its GEMM rows must stay "
                 "invariant for speculation to be lossless (HEURISTIC refused)",
                 fn, static_cast<long long>(ctx->config.max_draft_len));
-  if (ctx->dry || !ctx->gemm)
-    return ok(); // validation only: no GEMM runs
-  cudaSetDevice(ctx->device);
-  cudaStreamSynchronize(ctx->stream);
-  destroyGraphs(ctx);
-  cudaGetLastError();
-  if (kiln_status_t s = kiln_gemm_set_policy(ctx->gemm, policy); s != KILN_OK) {
-    std::string message = kiln_last_error();
-    return fail(s, "%s: %s", fn, message.c_str());
-  }
-  return ok();
+  return changeGemm(ctx, fn, [&] { return kiln_gemm_set_policy(ctx->gemm, policy); });
 }
 
 extern "C" kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx,
@@ -489,17 +499,7 @@ extern "C" kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx,
                 "%s: form %d unknown (off 0, tensor cores 1, CUDA cores 2)", fn,
                 static_cast<int>(form));
   ctx->skinnyGemm = form;
-  if (ctx->dry || !ctx->gemm)
-    return ok(); // no GEMM runs
-  cudaSetDevice(ctx->device);
-  cudaStreamSynchronize(ctx->stream);
-  destroyGraphs(ctx);
-  cudaGetLastError();
-  if (kiln_status_t s = kiln_gemm_set_skinny(ctx->gemm, form); s != KILN_OK) {
-    std::string message = kiln_last_error();
-    return fail(s, "%s: %s", fn, message.c_str());
-  }
-  return ok();
+  return changeGemm(ctx, fn, [&] { return kiln_gemm_set_skinny(ctx->gemm, form); });
 }
 
 extern "C" kiln_gemm_skinny_t kiln_rt_skinny_gemm(const kiln_rt_context_t *ctx) {
