@@ -3,6 +3,7 @@
 // chunks t, t + 256, t + 512, ... (16 bytes each) of them. Tensor-core form below.
 #include "SkinnyGemm.h"
 
+#include "Mma.cuh"
 #include "Pdl.cuh"
 #include "ProgrammaticLaunch.h"
 
@@ -175,22 +176,28 @@ Overlap overlapWithPrevious() {
   return overlap;
 }
 
-// Launches one of the kernels (kernel(args, prefetch)) on `grid`.
-cudaError_t launchKernel(void (*kernel)(SkinnyGemmArgs, bool), dim3 grid,
-                         const SkinnyGemmArgs &args, cudaStream_t stream) {
-  // Programmatic launch only where the image that runs waits (an sm_90+ binary): below
-  // that, griddepcontrol.wait compiles to nothing and x could be read too early.
+// Whether the image of `kernel` that runs waits at griddepcontrol.wait (an sm_90+ binary;
+// below that the wait compiles to nothing and x could be read too early).
+bool imageWaits(const void *kernel) {
   cudaFuncAttributes attributes{};
-  const bool known = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess;
-  if (!known)
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
     cudaGetLastError();
-  const bool imageWaits = known && attributes.binaryVersion >= 90;
+    return false;
+  }
+  return attributes.binaryVersion >= 90;
+}
+
+// Launches one of the kernels (Kernel(args, prefetch)) on `grid`, programmatically where
+// its image waits (asked once a kernel, off the launch path).
+template <void (*Kernel)(SkinnyGemmArgs, bool)>
+cudaError_t launchKernel(dim3 grid, const SkinnyGemmArgs &args, cudaStream_t stream) {
+  static const bool waits = imageWaits(reinterpret_cast<const void *>(Kernel));
   SkinnyGemmArgs copy = args;
   const Overlap overlap = overlapWithPrevious();
-  const bool programmatic = imageWaits && overlap.programmatic;
+  const bool programmatic = waits && overlap.programmatic;
   bool prefetch = programmatic && overlap.prefetch;
   void *argv[] = {&copy, &prefetch};
-  return kiln::kernels::launchMaybeProgrammatic(reinterpret_cast<const void *>(kernel), grid,
+  return kiln::kernels::launchMaybeProgrammatic(reinterpret_cast<const void *>(Kernel), grid,
                                                 dim3(kThreads), argv, 0, stream, programmatic);
 }
 
@@ -199,7 +206,7 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
-  return launchKernel(&skinnyGemmKernel<MAX_ROWS, FEATURES>, grid, args, stream);
+  return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES>>(grid, args, stream);
 }
 
 // ---- the tensor-core form ------------------------------------------------------------
@@ -214,14 +221,6 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
 constexpr int kMmaFeatures = 16;
 constexpr int kMmaStepK = 32;
 constexpr int kMmaStepsInFlight = 4;
-
-__device__ __forceinline__ void mmaBf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z).
 template <int TILES>
@@ -266,8 +265,11 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
     for (int u = 0; u < kMmaStepsInFlight; ++u)
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
-        mmaBf16(acc[tile], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xs[u][tile].x, xs[u][tile].y);
-        mmaBf16(acc[tile], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xs[u][tile].z, xs[u][tile].w);
+        // The chunk's k 0-3 (A's slots 2t, 2t + 1, 2t + 8, 2t + 9), then its k 4-7.
+        const uint32_t kLow[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y};
+        const uint32_t kHigh[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w};
+        kiln::kernels::mma16816<__nv_bfloat16>(acc[tile], kLow, xs[u][tile].x, xs[u][tile].y);
+        kiln::kernels::mma16816<__nv_bfloat16>(acc[tile], kHigh, xs[u][tile].z, xs[u][tile].w);
       }
   }
 
@@ -292,7 +294,7 @@ template <int TILES> cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStrea
   const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
-  return launchKernel(&skinnyMmaKernel<TILES>, grid, args, stream);
+  return launchKernel<&skinnyMmaKernel<TILES>>(grid, args, stream);
 }
 
 bool multipleOf8(int64_t v) { return v % 8 == 0; }

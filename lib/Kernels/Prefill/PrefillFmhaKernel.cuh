@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "Fp8Device.cuh"
+#include "Mma.cuh"
 
 namespace kiln::kernels::prefill {
 
@@ -68,10 +69,7 @@ template <> struct MmaType<__nv_bfloat16> {
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    kiln::kernels::mma16816<__nv_bfloat16>(d, a, b0, b1);
   }
 };
 template <> struct MmaType<__half> {
@@ -81,10 +79,7 @@ template <> struct MmaType<__half> {
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    kiln::kernels::mma16816<__half>(d, a, b0, b1);
   }
 };
 
