@@ -751,8 +751,8 @@ bool useOwnGemm(kiln_gemm_t *gemm, const void *x, const void *w, const void *bia
 // layer's calls share at every m (the activation plan's offsets), so a row's bits still
 // never depend on m.
 kiln_gemm_skinny_t skinnyFormFor(kiln_gemm_t *gemm, const kiln::graph::SkinnyGemmArgs &args) {
-  const kiln_gemm_skinny_t form = kiln_gemm_skinny_form(gemm);
   std::lock_guard<std::mutex> lock(gemm->mutex);
+  const kiln_gemm_skinny_t form = gemm->skinnyOverride.value_or(gemm->skinny);
   if (form == KILN_GEMM_SKINNY_OFF || gemm->policy != KILN_GEMM_ROW_INVARIANT ||
       args.m > gemm->invariantRows || !kiln::graph::skinnyGemmFits(args))
     return KILN_GEMM_SKINNY_OFF;

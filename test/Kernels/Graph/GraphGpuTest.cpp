@@ -1181,8 +1181,12 @@ void checkGemmCases(kiln_gemm_skinny_t skinny) {
 // Both forms of the skinny GEMM, by name.
 constexpr kiln_gemm_skinny_t kSkinnyForms[] = {KILN_GEMM_SKINNY_TENSOR_CORES,
                                                KILN_GEMM_SKINNY_CUDA_CORES};
-std::string skinnyName(kiln_gemm_skinny_t form) {
-  return form == KILN_GEMM_SKINNY_TENSOR_CORES ? "tensor cores" : "CUDA cores";
+// Runs `check` under each form, named in its failures.
+void forEachSkinnyForm(void (*check)(kiln_gemm_skinny_t)) {
+  for (kiln_gemm_skinny_t form : kSkinnyForms) {
+    SCOPED_TRACE(form == KILN_GEMM_SKINNY_TENSOR_CORES ? "tensor cores" : "CUDA cores");
+    check(form);
+  }
 }
 
 TEST(GraphGpu, Gemm) {
@@ -1194,10 +1198,7 @@ TEST(GraphGpu, Gemm) {
 // misaligned x and K not a multiple of 8 (which fall back to cuBLASLt) included.
 TEST(GraphGpu, SkinnyGemm) {
   KILN_REQUIRE_GPU();
-  for (kiln_gemm_skinny_t form : kSkinnyForms) {
-    SCOPED_TRACE(skinnyName(form));
-    checkGemmCases(form);
-  }
+  forEachSkinnyForm(checkGemmCases);
 }
 
 // Row invariance (Gemm.cpp): the first rows of x give the same bits in out whatever m,
@@ -1261,10 +1262,7 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
 // The skinny GEMM's fixed summation order: rows in one group of 16 or in many.
 TEST(GraphGpu, SkinnyGemmRowsDoNotDependOnM) {
   KILN_REQUIRE_GPU();
-  for (kiln_gemm_skinny_t form : kSkinnyForms) {
-    SCOPED_TRACE(skinnyName(form));
-    checkRowsDoNotDependOnM(form);
-  }
+  forEachSkinnyForm(checkRowsDoNotDependOnM);
 }
 
 // The 8B step's seven projection shapes at 256 rows, pinned for 256 rows (what the runtime
@@ -1923,10 +1921,7 @@ TEST(GraphGpu, GemmStridedBatchSharedInput) {
 
 TEST(GraphGpu, SkinnyGemmStridedBatchSharedInput) {
   KILN_REQUIRE_GPU();
-  for (kiln_gemm_skinny_t form : kSkinnyForms) {
-    SCOPED_TRACE(skinnyName(form));
-    checkStridedBatchSharedInput(form);
-  }
+  forEachSkinnyForm(checkStridedBatchSharedInput);
 }
 
 // A layer-like chain where each kernel reads the one before (n0 = rms_norm(x), h1 = n0
@@ -2036,10 +2031,7 @@ void checkSkinnyChainInGraph(kiln_gemm_skinny_t form) {
 
 TEST(GraphGpu, SkinnyGemmChainInGraph) {
   KILN_REQUIRE_GPU();
-  for (kiln_gemm_skinny_t form : kSkinnyForms) {
-    SCOPED_TRACE(skinnyName(form));
-    checkSkinnyChainInGraph(form);
-  }
+  forEachSkinnyForm(checkSkinnyChainInGraph);
 }
 
 // An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
