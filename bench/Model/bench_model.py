@@ -320,12 +320,15 @@ def describe_step_host_time(result):
 # (KILN_GEMM_PIN_ROWS, include/kiln/Kernels/Gemm.h), or ("memsets") the step graphs with
 # cuBLASLt's memset nodes kept (KILN_GRAPH_KEEP_MEMSETS=1, docs/runtime.md), ("ropes")
 # the model compiled with --pair-ropes, or ("skinny", "skinnyfma") the skinny GEMM's
-# tensor-core or CUDA-core form for every step (KILN_GEMM_SKINNY, include/kiln/Kernels/Gemm.h).
+# tensor-core or CUDA-core form for every step (KILN_GEMM_SKINNY, include/kiln/Kernels/Gemm.h),
+# or ("skinnyring") the tensor-core form through its cp.async ring instead of registers
+# (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
-                   "skinnyfma": ()}
+                   "skinnyfma": (), "skinnyring": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
-              "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"}}
+              "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"},
+              "skinnyring": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_STAGED": "1"}}
 
 
 # The second runs on a model of its own (compile.sh's builds with that suffix).

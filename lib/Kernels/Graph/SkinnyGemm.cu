@@ -3,12 +3,14 @@
 // chunks t, t + 256, t + 512, ... (16 bytes each) of them. Tensor-core form below.
 #include "SkinnyGemm.h"
 
+#include "CpAsync.cuh"
 #include "Mma.cuh"
 #include "Pdl.cuh"
 #include "ProgrammaticLaunch.h"
 
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -187,10 +189,12 @@ bool imageWaits(const void *kernel) {
   return attributes.binaryVersion >= 90;
 }
 
-// Launches one of the kernels (Kernel(args, prefetch)) on `grid`, programmatically where
-// its image waits (asked once a kernel, off the launch path).
+// Launches one of the kernels (Kernel(args, prefetch)) on `grid` with `smem` bytes of
+// dynamic shared memory, programmatically where its image waits (asked once a kernel,
+// off the launch path).
 template <void (*Kernel)(SkinnyGemmArgs, bool)>
-cudaError_t launchKernel(dim3 grid, const SkinnyGemmArgs &args, cudaStream_t stream) {
+cudaError_t launchKernel(dim3 grid, const SkinnyGemmArgs &args, cudaStream_t stream,
+                         size_t smem = 0) {
   static const bool waits = imageWaits(reinterpret_cast<const void *>(Kernel));
   SkinnyGemmArgs copy = args;
   const Overlap overlap = overlapWithPrevious();
@@ -198,7 +202,7 @@ cudaError_t launchKernel(dim3 grid, const SkinnyGemmArgs &args, cudaStream_t str
   bool prefetch = programmatic && overlap.prefetch;
   void *argv[] = {&copy, &prefetch};
   return kiln::kernels::launchMaybeProgrammatic(reinterpret_cast<const void *>(Kernel), grid,
-                                                dim3(kThreads), argv, 0, stream, programmatic);
+                                                dim3(kThreads), argv, smem, stream, programmatic);
 }
 
 template <int MAX_ROWS, int FEATURES>
@@ -221,6 +225,10 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
 constexpr int kMmaFeatures = 16;
 constexpr int kMmaStepK = 32;
 constexpr int kMmaStepsInFlight = 4;
+// Ring slots a warp of the staged kernels (below): 96 KiB a CTA either way, two CTAs an
+// SM on sm_90 (227 KiB).
+constexpr int kStagesOneTile = 8;
+constexpr int kStagesTwoTiles = 6;
 
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z).
 template <int TILES>
@@ -290,10 +298,171 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
     storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, entry, firstRow + r, first + f);
 }
 
-template <int TILES> cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream) {
+// The staged variant: the same lanes, steps, mma sequence and so the same bits, but each
+// warp streams its steps through a ring of STAGES slots in shared memory with cp.async
+// (its weights and x for one step a slot, each lane reading back only the 16-byte pieces
+// it copied). Up to STAGES steps of a warp are in flight all the time instead of
+// kMmaStepsInFlight steps a batch through registers, and the first STAGES steps' weights
+// are requested before the wait for the kernel before (weights are never written by a
+// step). Ring slot: [w rows g | w rows g + 8 | x tile 0 | ... | x tile TILES - 1], each 32
+// lanes x 16 bytes.
+template <int TILES, int STAGES> constexpr size_t stagedRingBytes() {
+  return static_cast<size_t>(kWarps) * STAGES * (2 + TILES) * 32 * sizeof(uint4);
+}
+
+template <int TILES, int STAGES>
+__global__ void __launch_bounds__(kThreads)
+    skinnyMmaStagedKernel(SkinnyGemmArgs a, bool /*prefetch*/) {
+  static_assert(stagedRingBytes<TILES, STAGES>() >=
+                    sizeof(float) * kWarps * kMmaFeatures * 8 * TILES,
+                "the partial sums reuse the ring");
+  using kiln::kernels::cpAsync16;
+  using kiln::kernels::sharedAddress;
+  extern __shared__ uint4 ring[];
+  const int64_t entry = blockIdx.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMmaFeatures;
+  const int features = static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures);
+  const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
+  const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * (8 * TILES);
+  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
+  const int rows = static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const bool lowFeature = g < features, highFeature = g + 8 < features;
+  const uint16_t *wLow = w + g * a.ldw + 8 * t, *wHigh = w + (g + 8) * a.ldw + 8 * t;
+  const int steps = static_cast<int>((a.k + kMmaStepK - 1) / kMmaStepK);
+  // This warp's steps are warp, warp + kWarps, ...: the i-th goes through slot i % STAGES.
+  const int mySteps = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;
+  uint4 *myRing = ring + static_cast<size_t>(warp) * STAGES * (2 + TILES) * 32;
+  const auto piece = [&](int i, int part) {
+    return sharedAddress(myRing + ((i % STAGES) * (2 + TILES) + part) * 32 + lane);
+  };
+  // A missing operand (past n, k or the rows) is zero-filled from a valid address.
+  const auto copy = [&](uint32_t dst, const uint16_t *src, bool valid) {
+    cpAsync16(dst, valid ? src : a.w, valid ? 16 : 0);
+  };
+  const auto kOf = [&](int i) {
+    return static_cast<int64_t>(warp + i * kWarps) * kMmaStepK + 8 * t;
+  };
+  const auto issueWeights = [&](int i) {
+    if (i >= mySteps)
+      return;
+    const int64_t k = kOf(i);
+    copy(piece(i, 0), wLow + (k - 8 * t), k < a.k && lowFeature);
+    copy(piece(i, 1), wHigh + (k - 8 * t), k < a.k && highFeature);
+  };
+  const auto issueX = [&](int i) {
+    if (i >= mySteps)
+      return;
+    const int64_t k = kOf(i);
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile) {
+      const int r = tile * 8 + g;
+      copy(piece(i, 2 + tile), x + r * a.ldx + k, k < a.k && r < rows);
+    }
+  };
+
+#pragma unroll
+  for (int i = 0; i < STAGES; ++i)
+    issueWeights(i);
+  pdlLaunchDependents();
+  pdlWait();
+#pragma unroll
+  for (int i = 0; i < STAGES; ++i) {
+    issueX(i);
+    kiln::kernels::cpAsyncCommit();
+  }
+
+  float acc[TILES][4] = {};
+  for (int i = 0; i < mySteps; ++i) {
+    kiln::kernels::cpAsyncWait<STAGES - 1>();
+    const uint4 *slot = myRing + (i % STAGES) * (2 + TILES) * 32 + lane;
+    const uint4 lo = slot[0], hi = slot[32];
+    const uint32_t kLow[4] = {lo.x, hi.x, lo.y, hi.y};
+    const uint32_t kHigh[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile) {
+      const uint4 xs = slot[(2 + tile) * 32];
+      kiln::kernels::mma16816<__nv_bfloat16>(acc[tile], kLow, xs.x, xs.y);
+      kiln::kernels::mma16816<__nv_bfloat16>(acc[tile], kHigh, xs.z, xs.w);
+    }
+    // The slot's values are in registers the mmas consumed: it is free to refill.
+    issueWeights(i + STAGES);
+    issueX(i + STAGES);
+    kiln::kernels::cpAsyncCommit();
+  }
+  kiln::kernels::cpAsyncWait<0>();
+  __syncthreads();
+
+  float(*partial)[kMmaFeatures][8 * TILES] =
+      reinterpret_cast<float(*)[kMmaFeatures][8 * TILES]>(ring);
+#pragma unroll
+  for (int tile = 0; tile < TILES; ++tile) {
+    partial[warp][g][tile * 8 + 2 * t] = acc[tile][0];
+    partial[warp][g][tile * 8 + 2 * t + 1] = acc[tile][1];
+    partial[warp][g + 8][tile * 8 + 2 * t] = acc[tile][2];
+    partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
+  }
+  __syncthreads();
+  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
+    return;
+  const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
+  if (f < features && r < rows)
+    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, entry, firstRow + r, first + f);
+}
+
+// Whether the staged kernels run by default (KILN_SKINNY_MMA_STAGED=1, read once; they
+// compute the register kernel's bits). Off: measured on the 8B batch-1 step (H100,
+// 2026-12-07, docs/performance.md) the ring lost 1% (168 against 170 tok/s) and 3% at
+// 5-row verify steps, though alone (bench_gemm.py, weights rotated out of the L2) it ran
+// the five projections 1.06-1.50x faster at one row.
+bool stagedWanted() {
+  static const bool wanted = [] {
+    const char *v = std::getenv("KILN_SKINNY_MMA_STAGED");
+    return v && std::string(v) == "1";
+  }();
+  return wanted;
+}
+
+// Opts the staged kernel into its ring, once a device; false where the device's shared
+// memory a CTA cannot hold it (the register kernel, same bits, runs there). Two threads
+// may both probe a device at first: the probe is idempotent.
+template <void (*Kernel)(SkinnyGemmArgs, bool)> bool stagedFits(size_t bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int8_t> known[kMaxDevices] = {}; // 0 unknown, 1 fits, -1 not
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+    cudaGetLastError();
+    return false;
+  }
+  if (const int8_t state = known[device].load(std::memory_order_relaxed))
+    return state > 0;
+  int optin = 0;
+  const bool fits =
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      static_cast<size_t>(optin) >= bytes &&
+      cudaFuncSetAttribute(reinterpret_cast<const void *>(Kernel),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) == cudaSuccess;
+  if (!fits)
+    cudaGetLastError();
+  known[device].store(fits ? 1 : -1, std::memory_order_relaxed);
+  return fits;
+}
+
+template <int TILES, int STAGES>
+cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMmaPath path) {
   const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
+  constexpr auto staged = &skinnyMmaStagedKernel<TILES, STAGES>;
+  constexpr size_t bytes = stagedRingBytes<TILES, STAGES>();
+  const bool wanted = path == SkinnyMmaPath::Staged ||
+                      (path == SkinnyMmaPath::Fastest && stagedWanted());
+  if (wanted && stagedFits<staged>(bytes))
+    return launchKernel<staged>(grid, args, stream, bytes);
   return launchKernel<&skinnyMmaKernel<TILES>>(grid, args, stream);
 }
 
@@ -321,9 +490,10 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 // Fewer features at more rows keep the accumulators within the registers
 // (minCtasPerSm).
 cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, SkinnyMmaPath path) {
   if (tensorCores)
-    return args.m <= 8 ? launchMma<1>(args, stream) : launchMma<2>(args, stream);
+    return args.m <= 8 ? launchMma<1, kStagesOneTile>(args, stream, path)
+                        : launchMma<2, kStagesTwoTiles>(args, stream, path);
   switch (args.m) {
   case 1:
     return launchWith<1, 4>(args, stream);

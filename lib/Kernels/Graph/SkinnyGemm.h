@@ -52,9 +52,17 @@ struct SkinnyGemmArgs {
 // sizes within the grid's and int32's limits).
 bool skinnyGemmFits(const SkinnyGemmArgs &args);
 
+// How the tensor-core form streams its weights: through a cp.async ring in shared memory
+// (staged; where the device's shared memory a CTA holds it) or a batch of steps at a time
+// through registers. Both compute the same bits; Fastest is the library's pick (the
+// registers, measured faster in a whole step; KILN_SKINNY_MMA_STAGED=1 picks the ring, for
+// the A/B), the others are for tests.
+enum class SkinnyMmaPath { Fastest, Registers, Staged };
+
 // Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the
-// device and driver have it). A row's bits depend on the form, never on m.
-cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores, cudaStream_t stream);
+// device and driver have it). A row's bits depend on the form, never on m or the path.
+cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores, cudaStream_t stream,
+                             SkinnyMmaPath path = SkinnyMmaPath::Fastest);
 
 } // namespace kiln::graph
 

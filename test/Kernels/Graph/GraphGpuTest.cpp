@@ -11,6 +11,7 @@
 // difference is allowed), and such cases must be rare.
 #include "GpuTest.h"
 #include "GraphReference.h"
+#include "SkinnyGemm.h"
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
 #include "kiln/Kernels/Moe.h"
@@ -1263,6 +1264,63 @@ TEST(GraphGpu, GemmRowsDoNotDependOnM) {
 TEST(GraphGpu, SkinnyGemmRowsDoNotDependOnM) {
   KILN_REQUIRE_GPU();
   forEachSkinnyForm(checkRowsDoNotDependOnM);
+}
+
+// The tensor-core form's two ways of streaming the weights (SkinnyGemm.h: a cp.async
+// ring or batches through registers) give the same bits: shapes with a ragged last K step
+// and a ragged feature tile, with bias, one and two row tiles, and a strided batch whose
+// entries share x.
+TEST(GraphGpu, SkinnyGemmStagedMatchesRegisters) {
+  KILN_REQUIRE_GPU();
+  int device = 0, optin = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (optin < 96 * 1024)
+    GTEST_SKIP() << "a CTA holds " << optin << " bytes of shared memory here, less than "
+                 << "the staged ring's 96 KiB (the register kernel runs alone)";
+  std::mt19937 rng(29);
+  const struct {
+    int64_t batch, m, n, k;
+    bool bias;
+  } cases[] = {{1, 1, 4096, 4096, false}, {1, 5, 200, 4104, true}, {1, 8, 1024, 14336, false},
+               {1, 9, 136, 520, true},    {1, 16, 4096, 512, false}, {2, 3, 1000, 2056, true}};
+  for (const auto &c : cases) {
+    SCOPED_TRACE("batch " + std::to_string(c.batch) + " m " + std::to_string(c.m) + " n " +
+                 std::to_string(c.n) + " k " + std::to_string(c.k));
+    const auto x = randomBf16(c.m * c.k, rng, 1.0f);
+    const auto w = randomBf16(c.batch * c.n * c.k, rng, 1.0f / std::sqrt(float(c.k)));
+    const auto bias = randomBf16(c.n, rng, 1.0f);
+    auto dx = upload(x), dw = upload(w), db = upload(bias);
+    const size_t outElems = c.batch * c.m * c.n;
+    std::vector<uint16_t> results[2];
+    const kiln::graph::SkinnyMmaPath paths[] = {kiln::graph::SkinnyMmaPath::Registers,
+                                                kiln::graph::SkinnyMmaPath::Staged};
+    for (int p = 0; p < 2; ++p) {
+      auto dout = poisoned(outElems * 2);
+      kiln::graph::SkinnyGemmArgs args{};
+      args.x = dx->at<uint16_t>();
+      args.ldx = c.k;
+      args.xBatchStride = 0;
+      args.w = dw->at<uint16_t>();
+      args.ldw = c.k;
+      args.wBatchStride = c.n * c.k;
+      args.bias = c.bias ? db->at<uint16_t>() : nullptr;
+      args.out = dout->at<uint16_t>();
+      args.ldo = c.n;
+      args.outBatchStride = c.m * c.n;
+      args.batch = c.batch;
+      args.m = c.m;
+      args.n = c.n;
+      args.k = c.k;
+      ASSERT_TRUE(kiln::graph::skinnyGemmFits(args));
+      CUDA_OK(kiln::graph::launchSkinnyGemm(args, /*tensorCores=*/true, nullptr, paths[p]));
+      CUDA_OK(cudaDeviceSynchronize());
+      results[p] = download(dout->at<uint16_t>(), outElems);
+    }
+    EXPECT_EQ(results[0], results[1]);
+    // Neither left a poisoned (0xFFFF) element: every output was written.
+    EXPECT_EQ(std::count(results[1].begin(), results[1].end(), uint16_t{0xFFFF}), 0);
+  }
 }
 
 // The 8B step's seven projection shapes at 256 rows, pinned for 256 rows (what the runtime
