@@ -247,8 +247,10 @@ fi
 if has profile; then
   # Where the 8B decode step's GPU time goes, kernel by kernel (ncu).
   for batch in ${KILN_PROFILE_BATCHES:-1 64}; do
+    # Batch 1 on the model of max_batch 1 (bench_model.py's), as a batch-1 deployment runs.
+    size=; [ "$batch" = 1 ] && size=-b1
     timeout 300 python3 "$root/bench/Model/kernel_profile.py" --kiln-run "$build/bin/kiln-run" \
-      --kiln-so "$root/.carry/models/llama-3.1-8b-bench.so" --lib-dir "$build/lib" \
+      --kiln-so "$root/.carry/models/llama-3.1-8b-bench$size.so" --lib-dir "$build/lib" \
       --lib-dir "$build/lib/Runtime" --batch "$batch" --ceiling-tbs "${KILN_CEILING_TBS:-4.25}" \
       --raw "$out/profile-b$batch.csv" > "$out/profile-b$batch.log" 2>&1
     echo "profile b$batch rc=$? ($(elapsed))"; head -30 "$out/profile-b$batch.log"

@@ -31,8 +31,10 @@ captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kerne
 model compiled with --pair-ropes (ropes: q and k rotated in one launch), or every GEMM
 of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, its
 tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
-CUDA-core form; the bench models are of batch 64, so their b1 rows show what a batch-1
-model gains; rows go in groups of 8-16, so use --batches 1 or 1,16).
+CUDA-core form; skinnyring: the tensor-core form through its cp.async ring; batch 1 runs
+on a model of max_batch 1, which takes the tensor-core form by default, the larger
+batches on models of batch 64 or 256; rows go in groups of 8-16, so use --batches 1 or
+1,16).
 Prints one table (achieved tok/s, % of bound, ratio to transformers) and writes
 OUT/bench-model.json.
 
@@ -58,16 +60,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DECODE_BATCHES = [1, 16, 64, 256]
 DECODE_PROMPT, DECODE_NEW = 128, 128
 PREFILL_LEN = 4096
-# bench/Model/compile.sh's shared objects: batches up to 64 share one with 4608 positions
-# (the 4k prefill fits it); batch 256 has its own with 256 positions, since 256
-# sequences of 4608 would plan 144 GiB of KV.
+# bench/Model/compile.sh's shared objects: batch 1 has its own of max_batch 1 (what a
+# batch-1 deployment compiles, so the row shows the runtime's batch-1 default: the skinny
+# GEMM's tensor-core form); batches up to 64 share one with 4608 positions (the 4k prefill
+# fits it); batch 256 has its own with 256 positions, since 256 sequences of 4608 would
+# plan 144 GiB of KV.
 SMALL_BATCH_LIMIT = 64
 
 
 def kiln_model_path(directory, batch, ngram):
     """The compiled model for a decode batch, with or without n-gram speculation."""
     spec = "-ngram" if ngram else ""
-    size = "-b256" if batch > SMALL_BATCH_LIMIT else ""
+    size = "-b1" if batch == 1 else "-b256" if batch > SMALL_BATCH_LIMIT else ""
     return Path(directory) / f"llama-3.1-8b-bench{spec}{size}.so"
 
 
@@ -386,7 +390,8 @@ def main():
     batches = [int(b) for b in args.batches.split(",") if b]
     if not batches or min(batches) < 1 or max(batches) > 256:
         parser.error(f"--batches {args.batches}: batches of 1 to 256 (compile.sh's models)")
-    base_so = kiln_model_path(args.kiln_dir, 1, ngram=False)
+    # The prefill row's model: the batch-64 one, as before the batch-1 models existed.
+    base_so = kiln_model_path(args.kiln_dir, SMALL_BATCH_LIMIT, ngram=False)
     run_kiln = not args.skip_kiln and args.kiln_run and base_so.exists()
     if not args.skip_kiln and not run_kiln:
         print(f"kiln: skipped (need --kiln-run and {base_so}; "

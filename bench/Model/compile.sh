@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the build machine: compile the benchmark's Llama-3.1-8B-shaped model for the H200
-# into .carry/models (git-ignored; it travels to the GPU machine). Batch up to 64 and
+# into .carry/models (git-ignored; it travels to the GPU machine). Batch 1 (what a batch-1
+# deployment compiles: its GEMMs take the skinny GEMM by default); batch up to 64 and
 # 4608 positions: a 4096-token prefill, and 64 decode sequences of 128 + 128 tokens;
 # batch 256 with 256 positions (256 x 4608 positions would plan 144 GiB of KV); each
 # without speculation and with ngram:4 (bench_model.py's speculative rows).
@@ -23,6 +24,8 @@ for pair in "" "--pair-linears=false" "--pair-ropes"; do
     --pair-ropes) suffix=-ropes ;;
     *) suffix= ;;
   esac
+  bench_model none "-b1$suffix" 1 4608 $pair
+  bench_model ngram:4 "-ngram-b1$suffix" 1 4608 $pair
   bench_model none "$suffix" 64 4608 $pair
   bench_model none "-b256$suffix" 256 256 $pair
   bench_model ngram:4 "-ngram$suffix" 64 4608 $pair
