@@ -230,16 +230,52 @@ constexpr int kMmaStepsInFlight = 4;
 constexpr int kStagesOneTile = 8;
 constexpr int kStagesTwoTiles = 6;
 
+// The block of a tensor-core CTA: 16 features of one batch entry (blockIdx.x, .y) and a
+// row group of 8 * TILES rows (blockIdx.z), with the features and rows it really has.
+template <int TILES> struct MmaBlock {
+  int64_t entry, first, firstRow;
+  int features, rows;
+  const uint16_t *w, *x;
+  __device__ explicit MmaBlock(const SkinnyGemmArgs &a)
+      : entry(blockIdx.y), first(static_cast<int64_t>(blockIdx.x) * kMmaFeatures),
+        firstRow(static_cast<int64_t>(blockIdx.z) * (8 * TILES)),
+        features(static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures)),
+        rows(static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES)),
+        w(a.w + entry * a.wBatchStride + first * a.ldw),
+        x(a.x + entry * a.xBatchStride + firstRow * a.ldx) {}
+};
+
+// The warps' accumulators through `partial` (shared, [kWarps][16][8 * TILES]) into the
+// output: acc[tile] holds c0, c1 = (feature g, rows 2t, 2t + 1) and c2, c3 = (feature
+// g + 8, the same rows); each output adds its warps in warp order (storeSum).
+template <int TILES>
+__device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaBlock<TILES> &blk,
+                                             float (*partial)[kMmaFeatures][8 * TILES],
+                                             const float (&acc)[TILES][4]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int tile = 0; tile < TILES; ++tile) {
+    partial[warp][g][tile * 8 + 2 * t] = acc[tile][0];
+    partial[warp][g][tile * 8 + 2 * t + 1] = acc[tile][1];
+    partial[warp][g + 8][tile * 8 + 2 * t] = acc[tile][2];
+    partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
+  }
+  __syncthreads();
+  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
+    return;
+  const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
+  if (f < blk.features && r < blk.rows)
+    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, blk.entry, blk.firstRow + r,
+             blk.first + f);
+}
+
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z).
 template <int TILES>
 __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
-  const int64_t entry = blockIdx.y;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMmaFeatures;
-  const int features = static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures);
-  const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
-  const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * (8 * TILES);
-  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
-  const int rows = static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES);
+  const MmaBlock<TILES> blk(a);
+  const int features = blk.features, rows = blk.rows;
+  const uint16_t *w = blk.w, *x = blk.x;
   if (prefetch)
     prefetchRowsToL2(w, a.ldw, a.k, features);
   pdlLaunchDependents();
@@ -281,21 +317,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
       }
   }
 
-  // acc[tile]: c0, c1 = (feature g, rows 2t, 2t + 1), c2, c3 = (feature g + 8, same rows).
   __shared__ float partial[kWarps][kMmaFeatures][8 * TILES];
-#pragma unroll
-  for (int tile = 0; tile < TILES; ++tile) {
-    partial[warp][g][tile * 8 + 2 * t] = acc[tile][0];
-    partial[warp][g][tile * 8 + 2 * t + 1] = acc[tile][1];
-    partial[warp][g + 8][tile * 8 + 2 * t] = acc[tile][2];
-    partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
-  }
-  __syncthreads();
-  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
-    return;
-  const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
-  if (f < features && r < rows)
-    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, entry, firstRow + r, first + f);
+  storeMmaSums(a, blk, partial, acc);
 }
 
 // The staged variant: the same lanes, steps, mma sequence and so the same bits, but each
@@ -319,13 +342,9 @@ __global__ void __launch_bounds__(kThreads)
   using kiln::kernels::cpAsync16;
   using kiln::kernels::sharedAddress;
   extern __shared__ uint4 ring[];
-  const int64_t entry = blockIdx.y;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMmaFeatures;
-  const int features = static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures);
-  const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
-  const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * (8 * TILES);
-  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
-  const int rows = static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES);
+  const MmaBlock<TILES> blk(a);
+  const int features = blk.features, rows = blk.rows;
+  const uint16_t *w = blk.w, *x = blk.x;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -395,21 +414,7 @@ __global__ void __launch_bounds__(kThreads)
   kiln::kernels::cpAsyncWait<0>();
   __syncthreads();
 
-  float(*partial)[kMmaFeatures][8 * TILES] =
-      reinterpret_cast<float(*)[kMmaFeatures][8 * TILES]>(ring);
-#pragma unroll
-  for (int tile = 0; tile < TILES; ++tile) {
-    partial[warp][g][tile * 8 + 2 * t] = acc[tile][0];
-    partial[warp][g][tile * 8 + 2 * t + 1] = acc[tile][1];
-    partial[warp][g + 8][tile * 8 + 2 * t] = acc[tile][2];
-    partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
-  }
-  __syncthreads();
-  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
-    return;
-  const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
-  if (f < features && r < rows)
-    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, entry, firstRow + r, first + f);
+  storeMmaSums(a, blk, reinterpret_cast<float(*)[kMmaFeatures][8 * TILES]>(ring), acc);
 }
 
 // Whether the staged kernels run by default (KILN_SKINNY_MMA_STAGED=1, read once; they
