@@ -3,6 +3,7 @@
 // kiln_rt_output and reading the results back. See include/kiln/Runtime/Runtime.h.
 #include "Context.h"
 #include "RuntimeKernels.h"
+#include "StepStaging.h"
 
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
@@ -263,17 +264,6 @@ namespace {
 // Fake base addresses of a dry context's regions: disjoint, non-null, 256-byte aligned,
 // never dereferenced.
 constexpr uintptr_t kDryBase = uintptr_t(1) << 44;
-
-// The ring pools' block table of a step (Layout.h, kiln_rt_ring_pages): logical page p
-// of the sequence in slot s is page s * R + p % R of its ring; only the pages in use.
-void fillRingTable(int32_t *ring, const kiln_rt_batch_t &b, int64_t P, int64_t page, int32_t R) {
-  for (int i = 0; i < b.batch; ++i) {
-    const int32_t slot = b.slots ? b.slots[i] : i;
-    const int64_t used = (b.seq_lens[i] + page - 1) / page;
-    for (int64_t p = 0; p < used; ++p)
-      ring[i * P + p] = slot * R + static_cast<int32_t>(p % R);
-  }
-}
 
 kiln_status_t checkConfig(const char *fn, const kiln_rt_config_t *config) {
   if (!config)
@@ -823,39 +813,9 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
     if (e != cudaSuccess)
       return noteCudaError(ctx, e, c.cuda(e, "waiting for the previous step's upload"));
     ctx->uploadInFlight = false;
-    char *h = ctx->ioHost;
-    auto *ids = reinterpret_cast<int32_t *>(h + ctx->io.token_ids);
-    auto *pos = reinterpret_cast<int32_t *>(h + ctx->io.positions);
-    auto *tb = reinterpret_cast<int32_t *>(h + ctx->io.token_batch);
-    auto *rows = reinterpret_cast<int32_t *>(h + ctx->io.logit_rows);
-    auto *lens = reinterpret_cast<int32_t *>(h + ctx->io.seq_lens);
-    auto *cu = reinterpret_cast<int32_t *>(h + ctx->io.cu_seqlens);
-    auto *slots = reinterpret_cast<int32_t *>(h + ctx->io.slots);
-    auto *pending = reinterpret_cast<int32_t *>(h + ctx->io.pending);
-    auto *table = reinterpret_cast<int32_t *>(h + ctx->io.block_table);
-    std::memcpy(ids, b.token_ids, static_cast<size_t>(tokens) * sizeof(int32_t));
-    // One pass over the sequences (this is the host path of every step). Of the block
-    // table, only each sequence's pages in use: the kernels read no entry past seq_lens,
-    // and a whole row (max_seq_len / page_size entries) would dominate a large decode
-    // batch's host time (73 KB at batch 64 of the 8B benchmark: 3.5 of its 6.6 us a step).
-    for (int i = 0; i < b.batch; ++i) {
-      const int32_t start = b.seq_lens[i] - b.q_lens[i], first = ctx->cuHost[i];
-      for (int32_t t = 0; t < b.q_lens[i]; ++t) {
-        pos[first + t] = start + t;
-        tb[first + t] = i;
-      }
-      lens[i] = b.seq_lens[i];
-      slots[i] = b.slots ? b.slots[i] : i;
-      pending[2 * i] = b.pending ? b.pending[2 * i] : 0;
-      pending[2 * i + 1] = b.pending ? b.pending[2 * i + 1] : 0;
-      std::memcpy(table + i * P, b.block_table + i * P,
-                  static_cast<size_t>((b.seq_lens[i] + page - 1) / page) * sizeof(int32_t));
-    }
-    std::memcpy(cu, ctx->cuHost.data(), ctx->cuHost.size() * sizeof(int32_t));
-    std::memcpy(rows, b.logit_rows, static_cast<size_t>(b.num_logit_rows) * sizeof(int32_t));
-    if (const int32_t R = ctx->ringPages) // the ring pools' pages: slot * R + page % R
-      fillRingTable(reinterpret_cast<int32_t *>(h + ctx->io.ring_table), b, P, page, R);
-    ctx->uploadBytes = ctx->io.block_table + static_cast<size_t>(b.batch) * P * sizeof(int32_t);
+    ctx->uploadBytes =
+        fillStepStaging(ctx->ioHost, ctx->io, {P, page, ctx->ringPages}, b, ctx->cuHost.data(),
+                        tokens);
     ctx->uploadPending = true;
   }
   ctx->phase = b.phase;
