@@ -20,7 +20,7 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
   cmake -G Ninja -S "$root" -B "$build" -DKILN_BUILD_COMPILER=OFF \
     -DKILN_CUDA_ARCHITECTURES=90a-real -DKILN_GTEST_SOURCE_DIR="$root/.carry/googletest" &&
   ninja -C "$build" -j"${KILN_BENCH_JOBS:-16}" kiln_decode_bench kiln_prefill_bench \
-    kiln_bench_mamba kiln_bench_gdn kiln_bench_grouped_gemm kiln-run kiln_runtime
+    kiln_bench_mamba kiln_bench_gdn kiln_bench_grouped_gemm kiln_bench_set_batch kiln-run kiln_runtime
 } > "$out/build.log" 2>&1 || { echo "build failed"; tail -40 "$out/build.log"; exit 1; }
 echo "build done ($(elapsed))"
 
@@ -49,7 +49,9 @@ for family in $families; do
       --kiln-run "$build/bin/kiln-run" --so-dir "$root/.carry/models" \
       --lib-dir "$build/lib" --lib-dir "$build/lib/Runtime" ;;
   runtime)
-    # CUDA graph launch cost against PyTorch's graph replay (bench/Runtime/NOTES.md).
+    # kiln_rt_set_batch's host time (no GPU needed), then the CUDA graph launch cost
+    # against PyTorch's graph replay (bench/Runtime/NOTES.md).
+    "$build/bin/kiln_bench_set_batch" "$out/$family/set-batch.json" &&
     nvcc -O2 -arch=sm_90a -rdc=true "$root/bench/Runtime/graph_launch.cu" -lcudadevrt -lcublasLt \
       -o "$build/graph_launch" && "$build/graph_launch" &&
       python3 "$root/bench/Runtime/graph_launch_peer.py" ;;

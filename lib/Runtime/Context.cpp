@@ -685,6 +685,73 @@ int64_t firstOutside(const int32_t *values, int64_t n, int64_t bound) {
   return n;
 }
 
+// Whether every sequence's pages in use (of valid lengths) are ids in [0, kvPages). Short
+// rows (kShortBlockTableRow pages at most) are scanned whole with the unused entries
+// masked, a fixed-length loop the compiler vectorizes; long rows, mostly unused at decode,
+// their pages in use only.
+bool pagesInUseWithin(const kiln_rt_batch_t &b, int64_t P, int64_t page, int64_t kvPages) {
+  if (P > kiln::rt::kShortBlockTableRow) {
+    bool within = true;
+    for (int i = 0; i < b.batch; ++i)
+      within &= allWithin(b.block_table + i * P, (b.seq_lens[i] + page - 1) / page, kvPages);
+    return within;
+  }
+  // Ids are int32: past 2^31 pages every non-negative id is in range, and as unsigned a
+  // negative id is at least 2^31.
+  const uint32_t bound = static_cast<uint32_t>(std::min<int64_t>(kvPages, int64_t{1} << 31));
+  const int32_t rowLength = static_cast<int32_t>(P);
+  uint32_t outside = 0;
+  for (int i = 0; i < b.batch; ++i) {
+    const int32_t *row = b.block_table + i * P;
+    const int32_t used = static_cast<int32_t>((b.seq_lens[i] + page - 1) / page);
+    for (int32_t p = 0; p < rowLength; ++p)
+      outside |= static_cast<uint32_t>(p < used) & (static_cast<uint32_t>(row[p]) >= bound);
+  }
+  return outside == 0;
+}
+
+// The per-sequence checks of a step (those of prepareStep's loop but the distinct slots)
+// as branch-free reductions over the batch, since they run on every step's host path:
+// true when every sequence passes them, with the step's token count and longest q_len and
+// sequence. False when one may fail: the loop then checks sequence by sequence and names
+// the culprit.
+bool sequencesPass(const kiln_rt_batch_t &b, const kiln_rt_config_t &cfg, int64_t P,
+                   int64_t &tokens, int32_t &maxQ, int32_t &maxSeq) {
+  const int n = b.batch;
+  const int32_t q0 = b.q_lens[0];
+  const int32_t longest = static_cast<int32_t>(cfg.max_seq_len); // < 2^31 (checkConfig)
+  // Flags and 32-bit maxima only: they vectorize on any x86-64.
+  bool outside = false, promptNotFromZero = false, notUniform = false;
+  tokens = 0;
+  maxQ = maxSeq = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t q = b.q_lens[i], len = b.seq_lens[i];
+    outside |= (q < 1) | (len < q) | (len > longest);
+    promptNotFromZero |= len != q;
+    notUniform |= q != q0;
+    maxQ = std::max(maxQ, q);
+    maxSeq = std::max(maxSeq, len);
+    tokens += q;
+  }
+  bool pass = !outside &&
+              !(b.phase == KILN_RT_PHASE_PREFILL && promptNotFromZero) &&
+              !(b.phase == KILN_RT_PHASE_DECODE && notUniform);
+  if (b.slots)
+    pass &= allWithin(b.slots, n, cfg.max_batch);
+  if (b.pending) {
+    const uint32_t most =
+        b.phase == KILN_RT_PHASE_PREFILL ? 0u : static_cast<uint32_t>(1 + cfg.max_draft_len);
+    bool bad = false;
+    for (int i = 0; i < n; ++i)
+      bad |= static_cast<uint32_t>(b.pending[2 * i]) > most ||
+             static_cast<uint32_t>(b.pending[2 * i + 1]) > 1u;
+    pass &= !bad;
+  }
+  if (pass && cfg.kv_pages > 0)
+    pass &= pagesInUseWithin(b, P, cfg.page_size, cfg.kv_pages);
+  return pass;
+}
+
 // Validates the step and fills the pinned staging; the upload is the caller's.
 kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) {
   const char *fn = "kiln_rt_set_batch";
@@ -718,7 +785,11 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
   const int64_t page = cfg.page_size, P = ctx->maxPagesPerSeq;
   int64_t tokens = 0;
   int32_t maxQ = 0, maxSeq = 0;
-  for (int i = 0; i < b.batch; ++i) {
+  const bool sequencesChecked = sequencesPass(b, cfg, P, tokens, maxQ, maxSeq);
+  if (!sequencesChecked) {
+    tokens = maxQ = maxSeq = 0;
+  }
+  for (int i = 0; !sequencesChecked && i < b.batch; ++i) {
     int32_t q = b.q_lens[i], s = b.seq_lens[i];
     if (q < 1)
       return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): q_lens[%d] = %d < 1", fn, phase, i, q);
@@ -772,11 +843,12 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
                 "drafts of at most %lld tokens)", fn, b.q_lens[0],
                 static_cast<long long>(cfg.max_draft_len),
                 static_cast<long long>(cfg.max_draft_len));
-  for (int r = 0; r < b.num_logit_rows; ++r)
-    if (b.logit_rows[r] < 0 || b.logit_rows[r] >= tokens)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (%s): logit_rows[%d] = %d outside the step's %lld tokens", fn, phase, r,
-                  b.logit_rows[r], static_cast<long long>(tokens));
+  if (!allWithin(b.logit_rows, b.num_logit_rows, tokens)) {
+    const int64_t r = firstOutside(b.logit_rows, b.num_logit_rows, tokens);
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s (%s): logit_rows[%lld] = %d outside the step's %lld tokens", fn, phase,
+                static_cast<long long>(r), b.logit_rows[r], static_cast<long long>(tokens));
+  }
   if (cfg.vocab_size > 0 && !allWithin(b.token_ids, tokens, cfg.vocab_size)) {
     const int64_t t = firstOutside(b.token_ids, tokens, cfg.vocab_size);
     return fail(KILN_ERROR_INVALID_ARGUMENT,

@@ -286,6 +286,13 @@ TEST(RuntimeCpu, SetBatchValidation) {
   Step badId(KILN_RT_PHASE_DECODE, {1}, {10});
   badId.ids[0] = 512;
   expectError(badId, "token_ids[0] = 512 outside the vocabulary");
+  Step noTokens(KILN_RT_PHASE_EXTEND, {1, 0}, {10, 10});
+  expectError(noTokens, "q_lens[1] = 0 < 1");
+  Step shortSeq(KILN_RT_PHASE_EXTEND, {1, 4}, {10, 3});
+  expectError(shortSeq, "seq_lens[1] = 3 outside [q_lens 4, max_seq_len 256]");
+  Step farSlot(KILN_RT_PHASE_DECODE, {1, 1}, {10, 10});
+  farSlot.slots[1] = 4;
+  expectError(farSlot, "slots[1] = 4 outside [0, 4)");
   Step sameSlot(KILN_RT_PHASE_DECODE, {1, 1}, {10, 10});
   sameSlot.slots[1] = sameSlot.slots[0];
   expectError(sameSlot, "share slot");
@@ -298,6 +305,44 @@ TEST(RuntimeCpu, SetBatchValidation) {
   // The next good step clears it.
   EXPECT_EQ(kiln_rt_set_batch(d.ctx, &ok.b), KILN_OK);
   EXPECT_EQ(kiln_rt_status(d.ctx), KILN_OK);
+}
+
+// A step's pages in use are checked and nothing past them: on rows of 16 pages (scanned
+// whole, the unused entries masked) and of 64 (the pages in use only).
+TEST(RuntimeCpu, SetBatchChecksPagesInUseOnly) {
+  for (int64_t maxSeqLen : {256, 1024}) {
+    SCOPED_TRACE("max_seq_len " + std::to_string(maxSeqLen));
+    kiln_rt_config_t c = tinyConfig();
+    c.max_seq_len = maxSeqLen;
+    const int64_t P = maxSeqLen / 16;
+    c.io_bytes = kiln_rt_io_bytes(4, 256, 16, P, 0);
+    Dry d(c);
+    std::vector<int32_t> q = {1, 1}, lens = {40, 17}, ids = {7, 7}, rows = {0, 1};
+    std::vector<int32_t> table(2 * P, -3); // entries past the pages in use: anything
+    table[0] = 0, table[1] = 1, table[2] = 2, table[P] = 3, table[P + 1] = 4;
+    kiln_rt_batch_t b{};
+    b.phase = KILN_RT_PHASE_DECODE;
+    b.batch = 2;
+    b.q_lens = q.data();
+    b.seq_lens = lens.data();
+    b.block_table = table.data();
+    b.token_ids = ids.data();
+    b.logit_rows = rows.data();
+    b.num_logit_rows = 2;
+    EXPECT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
+    for (int32_t bad : {-1, 64}) {
+      table[P + 1] = bad;
+      EXPECT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(lastError().find("block_table[1][1] = " + std::to_string(bad) +
+                                 " outside [0, kv_pages 64)"),
+                std::string::npos)
+          << lastError();
+    }
+    table[P + 1] = 4;
+    lens[1] = 33; // a third page for sequence 1, whose entry is -3
+    EXPECT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(lastError().find("block_table[1][2] = -3"), std::string::npos) << lastError();
+  }
 }
 
 // Pending pairs ride in the step: accepted tokens within one speculative step (none for
