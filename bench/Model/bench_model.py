@@ -31,7 +31,8 @@ captured (memsets: KILN_GRAPH_KEEP_MEMSETS=1; the runtime rewrites them as kerne
 model compiled with --pair-ropes (ropes: q and k rotated in one launch), or every GEMM
 of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, its
 tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
-CUDA-core form; skinnyring: the tensor-core form through its cp.async ring; batch 1 runs
+CUDA-core form; skinnyring / skinnydeep: the tensor-core form through its cp.async ring /
+with 8 K steps a warp in flight; batch 1 runs
 on a model of max_batch 1, which takes the tensor-core form by default, the larger
 batches on models of batch 64 or 256; rows go in groups of 8-16, so use --batches 1 or
 1,16).
@@ -326,13 +327,16 @@ def describe_step_host_time(result):
 # the model compiled with --pair-ropes, or ("skinny", "skinnyfma") the skinny GEMM's
 # tensor-core or CUDA-core form for every step (KILN_GEMM_SKINNY, include/kiln/Kernels/Gemm.h),
 # or ("skinnyring") the tensor-core form through its cp.async ring instead of registers
-# (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h).
+# (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h), or
+# ("skinnydeep") through registers with 8 K steps in flight (KILN_SKINNY_MMA_DEPTH=8).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
-                   "skinnyfma": (), "skinnyring": ()}
+                   "skinnyfma": (), "skinnyring": (),
+                   "skinnydeep": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
               "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"},
-              "skinnyring": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_STAGED": "1"}}
+              "skinnyring": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_STAGED": "1"},
+              "skinnydeep": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_DEPTH": "8"}}
 
 
 # The second runs on a model of its own (compile.sh's builds with that suffix).

@@ -224,7 +224,11 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
 // CTA take K steps w, w + 8, ...; their partial sums add in warp order.
 constexpr int kMmaFeatures = 16;
 constexpr int kMmaStepK = 32;
+// K steps a warp of the register kernel loads before it multiplies: 4, or 8 for the deep
+// variant (KILN_SKINNY_MMA_DEPTH=8; twice the weight bytes in flight, for cards whose
+// bandwidth needs more, at the registers' cost).
 constexpr int kMmaStepsInFlight = 4;
+constexpr int kMmaStepsInFlightDeep = 8;
 // Ring slots a warp of the staged kernels (below): 96 KiB a CTA either way, two CTAs an
 // SM on sm_90 (227 KiB).
 constexpr int kStagesOneTile = 8;
@@ -270,8 +274,9 @@ __device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaB
              blk.first + f);
 }
 
-// TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z).
-template <int TILES>
+// TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z); DEPTH K steps a
+// warp in flight.
+template <int TILES, int DEPTH>
 __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
   const MmaBlock<TILES> blk(a);
   const int features = blk.features, rows = blk.rows;
@@ -288,10 +293,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
   float acc[TILES][4] = {};
   const int steps = static_cast<int>((a.k + kMmaStepK - 1) / kMmaStepK);
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int base = warp; base < steps; base += kWarps * kMmaStepsInFlight) {
-    uint4 lo[kMmaStepsInFlight], hi[kMmaStepsInFlight], xs[kMmaStepsInFlight][TILES];
+  for (int base = warp; base < steps; base += kWarps * DEPTH) {
+    uint4 lo[DEPTH], hi[DEPTH], xs[DEPTH][TILES];
 #pragma unroll
-    for (int u = 0; u < kMmaStepsInFlight; ++u) {
+    for (int u = 0; u < DEPTH; ++u) {
       const int step = base + u * kWarps;
       const int64_t k = static_cast<int64_t>(step) * kMmaStepK + 8 * t;
       const bool valid = step < steps && k < a.k;
@@ -306,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
       }
     }
 #pragma unroll
-    for (int u = 0; u < kMmaStepsInFlight; ++u)
+    for (int u = 0; u < DEPTH; ++u)
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
         // The chunk's k 0-3 (A's slots 2t, 2t + 1, 2t + 8, 2t + 9), then its k 4-7.
@@ -417,17 +422,24 @@ __global__ void __launch_bounds__(kThreads)
   storeMmaSums(a, blk, reinterpret_cast<float(*)[kMmaFeatures][8 * TILES]>(ring), acc);
 }
 
-// Whether the staged kernels run by default (KILN_SKINNY_MMA_STAGED=1, read once; they
-// compute the register kernel's bits). Off: measured on the 8B batch-1 step (H100,
-// 2026-12-07, docs/performance.md) the ring lost 1% (168 against 170 tok/s) and 3% at
-// 5-row verify steps, though alone (bench_gemm.py, weights rotated out of the L2) it ran
-// the five projections 1.06-1.50x faster at one row.
-bool stagedWanted() {
-  static const bool wanted = [] {
-    const char *v = std::getenv("KILN_SKINNY_MMA_STAGED");
-    return v && std::string(v) == "1";
+// Which path SkinnyMmaPath::Fastest takes (read once; all compute the same bits): the
+// register kernel of 4 steps in flight unless KILN_SKINNY_MMA_STAGED=1 (the ring) or
+// KILN_SKINNY_MMA_DEPTH=8 (8 steps in flight). The ring is off by default: measured on
+// the 8B batch-1 step (H100, 2026-12-07, docs/performance.md) it lost 1% (168 against
+// 170 tok/s) and 3% at 5-row verify steps, though alone (bench_gemm.py, weights rotated
+// out of the L2) it ran the five projections 1.06-1.50x faster at one row. The deep
+// variant waits for an H200 A/B.
+SkinnyMmaPath fastestPath() {
+  static const SkinnyMmaPath path = [] {
+    const char *staged = std::getenv("KILN_SKINNY_MMA_STAGED");
+    const char *depth = std::getenv("KILN_SKINNY_MMA_DEPTH");
+    if (staged && std::string(staged) == "1")
+      return SkinnyMmaPath::Staged;
+    if (depth && std::string(depth) == "8")
+      return SkinnyMmaPath::RegistersDeep;
+    return SkinnyMmaPath::Registers;
   }();
-  return wanted;
+  return path;
 }
 
 // Opts the staged kernel into its ring, once a device; false where the device's shared
@@ -462,13 +474,15 @@ cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMma
   const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
+  if (path == SkinnyMmaPath::Fastest)
+    path = fastestPath();
   constexpr auto staged = &skinnyMmaStagedKernel<TILES, STAGES>;
   constexpr size_t bytes = stagedRingBytes<TILES, STAGES>();
-  const bool wanted = path == SkinnyMmaPath::Staged ||
-                      (path == SkinnyMmaPath::Fastest && stagedWanted());
-  if (wanted && stagedFits<staged>(bytes))
+  if (path == SkinnyMmaPath::Staged && stagedFits<staged>(bytes))
     return launchKernel<staged>(grid, args, stream, bytes);
-  return launchKernel<&skinnyMmaKernel<TILES>>(grid, args, stream);
+  if (path == SkinnyMmaPath::RegistersDeep)
+    return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep>>(grid, args, stream);
+  return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight>>(grid, args, stream);
 }
 
 bool multipleOf8(int64_t v) { return v % 8 == 0; }

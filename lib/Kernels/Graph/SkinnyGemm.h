@@ -52,12 +52,12 @@ struct SkinnyGemmArgs {
 // sizes within the grid's and int32's limits).
 bool skinnyGemmFits(const SkinnyGemmArgs &args);
 
-// How the tensor-core form streams its weights: through a cp.async ring in shared memory
-// (staged; where the device's shared memory a CTA holds it) or a batch of steps at a time
-// through registers. Both compute the same bits; Fastest is the library's pick (the
-// registers, measured faster in a whole step; KILN_SKINNY_MMA_STAGED=1 picks the ring, for
-// the A/B), the others are for tests.
-enum class SkinnyMmaPath { Fastest, Registers, Staged };
+// How the tensor-core form streams its weights: a batch of 4 K steps a warp at a time
+// through registers (Registers), of 8 (RegistersDeep), or through a cp.async ring in
+// shared memory (Staged; where a CTA cannot hold it, Registers runs). All compute the
+// same bits. Fastest is the library's pick: Registers, measured fastest in a whole step;
+// KILN_SKINNY_MMA_STAGED=1 or KILN_SKINNY_MMA_DEPTH=8 pick the others, for the A/B.
+enum class SkinnyMmaPath { Fastest, Registers, RegistersDeep, Staged };
 
 // Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the
 // device and driver have it). A row's bits depend on the form, never on m or the path.
