@@ -785,42 +785,43 @@ kiln_status_t prepareStep(kiln_rt_context_t *ctx, const kiln_rt_batch_t *batch) 
   const int64_t page = cfg.page_size, P = ctx->maxPagesPerSeq;
   int64_t tokens = 0;
   int32_t maxQ = 0, maxSeq = 0;
-  const bool sequencesChecked = sequencesPass(b, cfg, P, tokens, maxQ, maxSeq);
-  if (!sequencesChecked) {
+  // The sequence-by-sequence checks run only where the reductions say one fails, to name
+  // it (sequencesPass).
+  if (!sequencesPass(b, cfg, P, tokens, maxQ, maxSeq)) {
     tokens = maxQ = maxSeq = 0;
-  }
-  for (int i = 0; !sequencesChecked && i < b.batch; ++i) {
-    int32_t q = b.q_lens[i], s = b.seq_lens[i];
-    if (q < 1)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): q_lens[%d] = %d < 1", fn, phase, i, q);
-    if (s < q || s > cfg.max_seq_len)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (%s): seq_lens[%d] = %d outside [q_lens %d, max_seq_len %lld]", fn, phase,
-                  i, s, q, static_cast<long long>(cfg.max_seq_len));
-    if (b.phase == KILN_RT_PHASE_PREFILL && s != q)
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (prefill): sequence %d: seq_lens %d != q_lens %d (a prefill starts at "
-                  "position 0; continue a sequence with the extend phase)", fn, i, s, q);
-    if (b.phase == KILN_RT_PHASE_DECODE && q != b.q_lens[0])
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (decode): q_lens[%d] = %d != q_lens[0] = %d (decode steps are uniform)",
-                  fn, i, q, b.q_lens[0]);
-    if (b.slots && (b.slots[i] < 0 || b.slots[i] >= cfg.max_batch))
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): slots[%d] = %d outside [0, %lld)", fn,
-                  phase, i, b.slots[i], static_cast<long long>(cfg.max_batch));
-    if (kiln_status_t st = checkReplay(fn, b, i, cfg.max_draft_len); st != KILN_OK)
-      return st;
-    const int64_t used = cfg.kv_pages > 0 ? (s + page - 1) / page : 0;
-    if (!allWithin(b.block_table + i * P, used, cfg.kv_pages)) {
-      const int64_t p = firstOutside(b.block_table + i * P, used, cfg.kv_pages);
-      return fail(KILN_ERROR_INVALID_ARGUMENT,
-                  "%s (%s): block_table[%d][%lld] = %d outside [0, kv_pages %lld)", fn, phase,
-                  i, static_cast<long long>(p), b.block_table[i * P + p],
-                  static_cast<long long>(cfg.kv_pages));
+    for (int i = 0; i < b.batch; ++i) {
+      int32_t q = b.q_lens[i], s = b.seq_lens[i];
+      if (q < 1)
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): q_lens[%d] = %d < 1", fn, phase, i, q);
+      if (s < q || s > cfg.max_seq_len)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s (%s): seq_lens[%d] = %d outside [q_lens %d, max_seq_len %lld]", fn, phase,
+                    i, s, q, static_cast<long long>(cfg.max_seq_len));
+      if (b.phase == KILN_RT_PHASE_PREFILL && s != q)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s (prefill): sequence %d: seq_lens %d != q_lens %d (a prefill starts at "
+                    "position 0; continue a sequence with the extend phase)", fn, i, s, q);
+      if (b.phase == KILN_RT_PHASE_DECODE && q != b.q_lens[0])
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s (decode): q_lens[%d] = %d != q_lens[0] = %d (decode steps are uniform)",
+                    fn, i, q, b.q_lens[0]);
+      if (b.slots && (b.slots[i] < 0 || b.slots[i] >= cfg.max_batch))
+        return fail(KILN_ERROR_INVALID_ARGUMENT, "%s (%s): slots[%d] = %d outside [0, %lld)", fn,
+                    phase, i, b.slots[i], static_cast<long long>(cfg.max_batch));
+      if (kiln_status_t st = checkReplay(fn, b, i, cfg.max_draft_len); st != KILN_OK)
+        return st;
+      const int64_t used = cfg.kv_pages > 0 ? (s + page - 1) / page : 0;
+      if (!allWithin(b.block_table + i * P, used, cfg.kv_pages)) {
+        const int64_t p = firstOutside(b.block_table + i * P, used, cfg.kv_pages);
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "%s (%s): block_table[%d][%lld] = %d outside [0, kv_pages %lld)", fn, phase,
+                    i, static_cast<long long>(p), b.block_table[i * P + p],
+                    static_cast<long long>(cfg.kv_pages));
+      }
+      tokens += q;
+      maxQ = std::max(maxQ, q);
+      maxSeq = std::max(maxSeq, s);
     }
-    tokens += q;
-    maxQ = std::max(maxQ, q);
-    maxSeq = std::max(maxSeq, s);
   }
   if (b.slots) {
     // Linear in the batch: this runs on every step's host path.
