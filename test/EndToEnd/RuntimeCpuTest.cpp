@@ -88,6 +88,22 @@ struct Step {
   int tokens() const { return static_cast<int>(ids.size()); }
 };
 
+// A step over the given host arrays, without slots or pending pairs.
+kiln_rt_batch_t batchOf(int32_t phase, const std::vector<int32_t> &q,
+                        const std::vector<int32_t> &lens, const std::vector<int32_t> &table,
+                        const std::vector<int32_t> &ids, const std::vector<int32_t> &rows) {
+  kiln_rt_batch_t b{};
+  b.phase = phase;
+  b.batch = static_cast<int32_t>(q.size());
+  b.q_lens = q.data();
+  b.seq_lens = lens.data();
+  b.block_table = table.data();
+  b.token_ids = ids.data();
+  b.logit_rows = rows.data();
+  b.num_logit_rows = static_cast<int32_t>(rows.size());
+  return b;
+}
+
 TEST(RuntimeCpu, CreateWithoutDevice) {
   kiln_rt_context_t *ctx = nullptr;
   kiln_rt_config_t c = tinyConfig();
@@ -320,15 +336,7 @@ TEST(RuntimeCpu, SetBatchChecksPagesInUseOnly) {
     std::vector<int32_t> q = {1, 1}, lens = {40, 17}, ids = {7, 7}, rows = {0, 1};
     std::vector<int32_t> table(2 * P, -3); // entries past the pages in use: anything
     table[0] = 0, table[1] = 1, table[2] = 2, table[P] = 3, table[P + 1] = 4;
-    kiln_rt_batch_t b{};
-    b.phase = KILN_RT_PHASE_DECODE;
-    b.batch = 2;
-    b.q_lens = q.data();
-    b.seq_lens = lens.data();
-    b.block_table = table.data();
-    b.token_ids = ids.data();
-    b.logit_rows = rows.data();
-    b.num_logit_rows = 2;
+    const kiln_rt_batch_t b = batchOf(KILN_RT_PHASE_DECODE, q, lens, table, ids, rows);
     EXPECT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
     for (int32_t bad : {-1, 64}) {
       table[P + 1] = bad;
@@ -1649,15 +1657,7 @@ TEST(RuntimeCpu, LegacyBindAndPhase) {
   // The call's phase must be the step's.
   std::vector<int32_t> q = {4, 4}, lens = {10, 20}, table(2 * 4, 0), ids(8, 1), rows = {0};
   table[4] = 1;
-  kiln_rt_batch_t b{};
-  b.phase = KILN_RT_PHASE_DECODE;
-  b.batch = 2;
-  b.q_lens = q.data();
-  b.seq_lens = lens.data();
-  b.block_table = table.data();
-  b.token_ids = ids.data();
-  b.logit_rows = rows.data();
-  b.num_logit_rows = 1;
+  const kiln_rt_batch_t b = batchOf(KILN_RT_PHASE_DECODE, q, lens, table, ids, rows);
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
   for (const char *name : {"q", "latent", "out"})
     ASSERT_EQ(kiln_rt_bind(d.ctx, 0, name, fake(3)), KILN_OK);
@@ -1678,16 +1678,8 @@ TEST(RuntimeCpu, MlaAndMambaRules) {
   for (int i = 0; i < 4; ++i)
     table[i * 4] = i;
   std::vector<int32_t> slots = {3, 2, 1, 0};
-  kiln_rt_batch_t b{};
-  b.phase = KILN_RT_PHASE_DECODE;
-  b.batch = 4;
-  b.q_lens = q.data();
-  b.seq_lens = lens.data();
-  b.block_table = table.data();
+  kiln_rt_batch_t b = batchOf(KILN_RT_PHASE_DECODE, q, lens, table, ids, rows);
   b.slots = slots.data();
-  b.token_ids = ids.data();
-  b.logit_rows = rows.data();
-  b.num_logit_rows = 1;
   kiln_rt_config_t c = legacyConfig(64, 16, 64ull << 20);
   c.max_draft_len = 3;
   ASSERT_EQ(kiln_rt_set_batch(d.ctx, &b), KILN_OK) << lastError();
