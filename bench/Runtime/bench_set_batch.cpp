@@ -135,9 +135,10 @@ int main(int argc, char **argv) {
     const double fill = medianNs(reps, [&] {
       uploaded = kiln::rt::fillStepStaging(host, io, shape, s.b, s.cu.data(), s.tokens);
     });
-    // What the fill writes: ids, positions, token_batch, logit rows (a token each),
-    // seq_lens, slots, pending pairs, cu_seqlens and the used pages.
-    const size_t bytes = 4 * (4 * s.tokens + 4 * c.batch + 1 + s.usedPages);
+    // What the fill must write: ids, positions, token_batch and logit rows (a token each),
+    // seq_lens, slots, pending pairs and cu_seqlens (5 a sequence, and one), the pages in
+    // use.
+    const size_t bytes = 4 * (4 * s.tokens + 5 * c.batch + 1 + s.usedPages);
     std::vector<char> from(bytes, 1), to(bytes);
     const double copy = medianNs(reps, [&] {
       std::memcpy(to.data(), from.data(), bytes);
