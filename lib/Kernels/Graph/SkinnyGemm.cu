@@ -474,12 +474,19 @@ cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMma
   const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
-  if (path == SkinnyMmaPath::Fastest)
+  const bool explicitPath = path != SkinnyMmaPath::Fastest;
+  if (!explicitPath)
     path = fastestPath();
   constexpr auto staged = &skinnyMmaStagedKernel<TILES, STAGES>;
   constexpr size_t bytes = stagedRingBytes<TILES, STAGES>();
-  if (path == SkinnyMmaPath::Staged && stagedFits<staged>(bytes))
-    return launchKernel<staged>(grid, args, stream, bytes);
+  // Asked for by name (tests), the ring runs or the launch says it cannot; picked as the
+  // fastest, it falls back to the registers.
+  if (path == SkinnyMmaPath::Staged) {
+    if (stagedFits<staged>(bytes))
+      return launchKernel<staged>(grid, args, stream, bytes);
+    if (explicitPath)
+      return cudaErrorNotSupported;
+  }
   if (path == SkinnyMmaPath::RegistersDeep)
     return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep>>(grid, args, stream);
   return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight>>(grid, args, stream);

@@ -54,9 +54,10 @@ bool skinnyGemmFits(const SkinnyGemmArgs &args);
 
 // How the tensor-core form streams its weights: a batch of 4 K steps a warp at a time
 // through registers (Registers), of 8 (RegistersDeep), or through a cp.async ring in
-// shared memory (Staged; where a CTA cannot hold it, Registers runs). All compute the
-// same bits. Fastest is the library's pick: Registers, measured fastest in a whole step;
-// KILN_SKINNY_MMA_STAGED=1 or KILN_SKINNY_MMA_DEPTH=8 pick the others, for the A/B.
+// shared memory (Staged). All compute the same bits. Fastest is the library's pick:
+// Registers, measured fastest in a whole step; KILN_SKINNY_MMA_STAGED=1 or
+// KILN_SKINNY_MMA_DEPTH=8 pick the others, for the A/B (where a CTA cannot hold the ring,
+// Registers runs). Staged asked for by name fails with cudaErrorNotSupported there.
 enum class SkinnyMmaPath { Fastest, Registers, RegistersDeep, Staged };
 
 // Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the

@@ -1269,7 +1269,8 @@ TEST(GraphGpu, SkinnyGemmRowsDoNotDependOnM) {
 // The tensor-core form's ways of streaming the weights (SkinnyGemm.h: batches of 4 or 8
 // K steps through registers, or a cp.async ring) give the same bits: shapes with a ragged
 // last K step and a ragged feature tile, with bias, one and two row tiles, and a strided
-// batch whose entries share x. The ring runs where a CTA holds its 96 KiB (sm_90: yes).
+// batch whose entries share x, K shorter than the CTA's warps' steps. The ring runs where
+// a CTA holds its 96 KiB (sm_90: yes); asked for by name it runs or fails, never falls back.
 TEST(GraphGpu, SkinnyGemmStreamingPathsAgree) {
   KILN_REQUIRE_GPU();
   int device = 0, optin = 0;
@@ -1281,7 +1282,9 @@ TEST(GraphGpu, SkinnyGemmStreamingPathsAgree) {
     int64_t batch, m, n, k;
     bool bias;
   } cases[] = {{1, 1, 4096, 4096, false}, {1, 5, 200, 4104, true}, {1, 8, 1024, 14336, false},
-               {1, 9, 136, 520, true},    {1, 16, 4096, 512, false}, {2, 3, 1000, 2056, true}};
+               {1, 9, 136, 520, true},    {1, 16, 4096, 512, false}, {2, 3, 1000, 2056, true},
+               // Warps without a K step (fewer steps than the CTA's 8 warps).
+               {1, 3, 48, 72, true},      {1, 12, 40, 8, false}};
   for (const auto &c : cases) {
     SCOPED_TRACE("batch " + std::to_string(c.batch) + " m " + std::to_string(c.m) + " n " +
                  std::to_string(c.n) + " k " + std::to_string(c.k));
@@ -1294,7 +1297,7 @@ TEST(GraphGpu, SkinnyGemmStreamingPathsAgree) {
     const SkinnyMmaPath paths[] = {SkinnyMmaPath::Registers, SkinnyMmaPath::RegistersDeep,
                                    SkinnyMmaPath::Staged};
     std::vector<uint16_t> results[3];
-    for (int p = 0; p < (ringFits ? 3 : 2); ++p) {
+    for (int p = 0; p < 3; ++p) {
       auto dout = poisoned(outElems * 2);
       kiln::graph::SkinnyGemmArgs args{};
       args.x = dx->at<uint16_t>();
@@ -1312,7 +1315,13 @@ TEST(GraphGpu, SkinnyGemmStreamingPathsAgree) {
       args.n = c.n;
       args.k = c.k;
       ASSERT_TRUE(kiln::graph::skinnyGemmFits(args));
-      CUDA_OK(kiln::graph::launchSkinnyGemm(args, /*tensorCores=*/true, nullptr, paths[p]));
+      const cudaError_t launched =
+          kiln::graph::launchSkinnyGemm(args, /*tensorCores=*/true, nullptr, paths[p]);
+      if (paths[p] == SkinnyMmaPath::Staged && !ringFits) {
+        EXPECT_EQ(launched, cudaErrorNotSupported) << "the ring asked for where it cannot run";
+        continue;
+      }
+      CUDA_OK(launched);
       CUDA_OK(cudaDeviceSynchronize());
       results[p] = download(dout->at<uint16_t>(), outElems);
     }
