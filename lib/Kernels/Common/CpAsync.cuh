@@ -1,5 +1,10 @@
 // cp.async (sm_80+): 16-byte copies global -> shared that fill a shared ring while the
-// warp computes on an older stage, committed and waited on in groups.
+// warp computes on an older stage, committed and waited on in groups. Each carries a
+// "memory" clobber, so plain C++ loads of the ring stay between the wait and the refill
+// (the skinny GEMM reads its slots that way). The decode and prefill kernels keep their
+// own clobber-free copies (DecodeDevice.cuh, PrefillFmhaKernel.cuh): they read shared
+// memory through ldmatrix asm only, and moving them here would change their measured
+// code generation without a device run to time it.
 #ifndef KILN_LIB_KERNELS_COMMON_CPASYNC_CUH
 #define KILN_LIB_KERNELS_COMMON_CPASYNC_CUH
 
