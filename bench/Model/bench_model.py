@@ -32,7 +32,8 @@ model compiled with --pair-ropes (ropes: q and k rotated in one launch), or ever
 of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, its
 tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
 CUDA-core form; skinnyring / skinnydeep: the tensor-core form through its cp.async ring /
-with 8 K steps a warp in flight; batch 1 runs
+with 8 K steps a warp in flight), or the small kernels launched unchained (nopdl:
+KILN_PDL=0; by default they start during the previous kernel's tail); batch 1 runs
 on a model of max_batch 1, which takes the tensor-core form by default, the larger
 batches on models of batch 64 or 256; rows go in groups of 8-16, so use --batches 1 or
 1,16).
@@ -328,15 +329,18 @@ def describe_step_host_time(result):
 # tensor-core or CUDA-core form for every step (KILN_GEMM_SKINNY, include/kiln/Kernels/Gemm.h),
 # or ("skinnyring") the tensor-core form through its cp.async ring instead of registers
 # (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h), or
-# ("skinnydeep") through registers with 8 K steps in flight (KILN_SKINNY_MMA_DEPTH=8).
+# ("skinnydeep") through registers with 8 K steps in flight (KILN_SKINNY_MMA_DEPTH=8), or
+# ("nopdl") the small kernels between the GEMMs launched unchained (KILN_PDL=0,
+# lib/Kernels/Common/ProgrammaticLaunch.h).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
                    "skinnyfma": (), "skinnyring": (),
-                   "skinnydeep": ()}
+                   "skinnydeep": (), "nopdl": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
               "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"},
               "skinnyring": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_STAGED": "1"},
-              "skinnydeep": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_DEPTH": "8"}}
+              "skinnydeep": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_DEPTH": "8"},
+              "nopdl": {"KILN_PDL": "0"}}
 
 
 # The second runs on a model of its own (compile.sh's builds with that suffix).

@@ -1,5 +1,8 @@
 #include "ProgrammaticLaunch.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace kiln::kernels {
 
 cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void **argv,
@@ -23,6 +26,23 @@ cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void 
     return error;
   cudaGetLastError();
   return cudaLaunchKernel(fn, grid, block, argv, smem, stream);
+}
+
+bool imageWaits(const void *kernel) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.binaryVersion >= 90;
+}
+
+bool chainSmallKernels() {
+  static const bool chain = [] {
+    const char *v = std::getenv("KILN_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return chain;
 }
 
 } // namespace kiln::kernels

@@ -14,6 +14,44 @@ namespace kiln::kernels {
 cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void **argv,
                                     size_t smem, cudaStream_t stream, bool programmatic);
 
+// Whether the image of `kernel` that runs on the current device waits at
+// griddepcontrol.wait (an sm_90+ binary; below that the wait compiles to nothing and the
+// kernel could read its inputs too early).
+bool imageWaits(const void *kernel);
+
+// Whether the small kernels between the GEMMs (norms, RoPE, KV appends, elementwise ops,
+// argmax) are chained to the kernel before them: KILN_PDL=0 turns it off, read once, for
+// measuring what it is worth.
+bool chainSmallKernels();
+
+namespace detail {
+// Converts the arguments to the kernel's parameter types, so that argv points at values
+// of exactly those types, then launches.
+template <class... Params, class... Args>
+cudaError_t launchConverted(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, bool programmatic, const Args &...args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "one argument per kernel parameter");
+  auto launch = [&](Params... values) {
+    void *argv[] = {static_cast<void *>(&values)..., nullptr};
+    return launchMaybeProgrammatic(reinterpret_cast<const void *>(kernel), grid, block, argv,
+                                   smem, stream, programmatic);
+  };
+  return launch(static_cast<Params>(args)...);
+}
+} // namespace detail
+
+// Launches a kernel that calls pdlWait() before its first global access, chained to the
+// kernel before it where its image waits and chaining is on: its CTAs become resident
+// during the previous kernel's tail instead of after it. The arguments convert to the
+// kernel's parameter types, as in a <<<>>> launch. The image check runs once a kernel.
+template <auto Kernel, class... Args>
+cudaError_t launchChained(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          const Args &...args) {
+  static const bool waits = imageWaits(reinterpret_cast<const void *>(Kernel));
+  return detail::launchConverted(Kernel, grid, block, smem, stream,
+                                 waits && chainSmallKernels(), args...);
+}
+
 } // namespace kiln::kernels
 
 #endif // KILN_LIB_KERNELS_COMMON_PROGRAMMATICLAUNCH_H

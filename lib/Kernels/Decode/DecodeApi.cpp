@@ -11,11 +11,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 using namespace kiln::kernels;
 using namespace kiln::decode;
@@ -238,6 +240,28 @@ kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, 
   if (error != cudaSuccess)
     return fail(KILN_ERROR_CUDA, "%s: kernel launch: %s", kernel, cudaGetErrorString(error));
   return KILN_OK;
+}
+
+// Whether an append kernel is launched chained to the kernel before it (each waits before
+// its first read, KvAppend.cu): where its image waits and KILN_PDL allows. Asked once.
+bool appendChained(const void *fn) {
+  static const std::array<std::pair<const void *, bool>, 5> chained = [] {
+    std::array<std::pair<const void *, bool>, 5> table{
+        {{kvAppendKernel(), false},
+         {kvAppendFp8Kernel(), false},
+         {kvAppendF16Kernel(), false},
+         {mlaKvAppendKernel(), false},
+         {mlaKvAppendFp8Kernel(), false}}};
+    for (auto &[kernel, waits] : table)
+      waits = kiln::kernels::imageWaits(kernel);
+    return table;
+  }();
+  if (!kiln::kernels::chainSmallKernels())
+    return false;
+  for (const auto &[kernel, waits] : chained)
+    if (kernel == fn)
+      return waits;
+  return false;
 }
 
 kiln_status_t launchCombine(const char *kernel, kiln_dtype_t dtype, float *partO, float *partLse,
@@ -843,7 +867,7 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   args.vScale = p->v_scale;
   long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
   if ((status = launch(kernel, fn, dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256),
-                       &args, 0, p->stream)) != KILN_OK)
+                       &args, 0, p->stream, appendChained(fn))) != KILN_OK)
     return status;
   return ok();
 }
@@ -883,9 +907,9 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   const bool fp8 = p->kv_dtype == KILN_DTYPE_FP8_E4M3;
   // bf16: a thread a 16-byte chunk; FP8: a warp a token.
   long long chunks = static_cast<long long>(p->num_tokens) * (fp8 ? 32 : KILN_MLA_HEAD_DIM / 8);
-  if ((status = launch(kernel, fp8 ? mlaKvAppendFp8Kernel() : mlaKvAppendKernel(),
-                       dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256), &args, 0,
-                       p->stream)) != KILN_OK)
+  const void *fn = fp8 ? mlaKvAppendFp8Kernel() : mlaKvAppendKernel();
+  if ((status = launch(kernel, fn, dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256),
+                       &args, 0, p->stream, appendChained(fn))) != KILN_OK)
     return status;
   return ok();
 }

@@ -7,6 +7,7 @@
 #include "DecodeArgs.h"
 
 #include "Fp8Device.cuh"
+#include "Pdl.cuh"
 
 #include "kiln/Kernels/Decode.h"
 
@@ -20,6 +21,10 @@ namespace kiln::decode {
 enum class AppendKind { copy, fp8, f16 };
 
 template <AppendKind KIND> __global__ void kvAppendDevice(const KvAppendArgs args) {
+  // Launched chained to the kernel before it (DecodeApi.cpp): nothing is read before it
+  // finished. The decode kernel after it may start (it waits too).
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   constexpr bool FP8 = KIND == AppendKind::fp8;
   const int chunksPerRow = args.headDim / 8;
   const long long perToken = 2LL * args.kvHeads * chunksPerRow;
@@ -67,6 +72,8 @@ template <AppendKind KIND> __global__ void kvAppendDevice(const KvAppendArgs arg
 }
 
 __global__ void mlaKvAppendDevice(const MlaKvAppendArgs args) {
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait(); // chained, as kvAppendDevice
   constexpr int kChunks = 576 / 8, kLatentChunks = 512 / 8, kPage = 64;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<long long>(kChunks) * args.numTokens)
@@ -102,6 +109,8 @@ __device__ __forceinline__ float mlaFp8Scale(float amax) {
 // amax is a 16-lane shuffle reduction); lanes 0..7 copy the rope chunks; lanes 0..3 of a
 // group's first half store its scale.
 __global__ void mlaKvAppendFp8Device(const MlaKvAppendArgs args) {
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait(); // chained, as kvAppendDevice
   constexpr int kPage = KILN_MLA_PAGE_SIZE;
   const long long warpId = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;

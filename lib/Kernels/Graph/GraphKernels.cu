@@ -3,6 +3,7 @@
 // when the sizes and pointers allow it, and a scalar fallback.
 #include "GraphInternal.h"
 #include "Pdl.cuh" // the kernels that precede a GEMM let it start early (SkinnyGemm.h)
+#include "ProgrammaticLaunch.h" // the small kernels start during the previous one's tail
 #include "Swiglu.cuh"
 
 #include <cuda_bf16.h>
@@ -12,6 +13,8 @@
 
 namespace kiln::graph {
 namespace {
+
+using kiln::kernels::launchChained;
 
 constexpr int kVecElems = 8; // bf16 elements per 16-byte access
 
@@ -97,6 +100,7 @@ struct SwigluOp {
 template <class Op, bool Vec>
 __global__ void binaryKernel(const uint16_t *a, const uint16_t *b, uint16_t *out, int64_t n) {
   kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   const Op op;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -128,11 +132,10 @@ cudaError_t launchBinary(const void *a, const void *b, void *out, int64_t n, cud
   const auto *pb = static_cast<const uint16_t *>(b);
   auto *po = static_cast<uint16_t *>(out);
   if (aligned16(a) && aligned16(b) && aligned16(out))
-    binaryKernel<Op, true><<<gridFor(std::max<int64_t>(n / kVecElems, 1), threads), threads, 0, stream>>>(
-        pa, pb, po, n);
-  else
-    binaryKernel<Op, false><<<gridFor(n, threads), threads, 0, stream>>>(pa, pb, po, n);
-  return cudaGetLastError();
+    return launchChained<&binaryKernel<Op, true>>(
+        gridFor(std::max<int64_t>(n / kVecElems, 1), threads), threads, 0, stream, pa, pb, po, n);
+  return launchChained<&binaryKernel<Op, false>>(gridFor(n, threads), threads, 0, stream, pa, pb,
+                                                 po, n);
 }
 
 // ---- sigmoid_gate ---------------------------------------------------------------------
@@ -377,6 +380,7 @@ __global__ void rmsNormVecKernel(Norm norm, Source src, const uint16_t *__restri
                                  uint16_t *out, int64_t rows, int dim, float eps) {
   __shared__ float scratch[33];
   kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   const int vectors = dim / kVecElems;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -410,6 +414,7 @@ template <class Norm, class Source>
 __global__ void rmsNormWarpKernel(Norm norm, Source src, const uint16_t *__restrict__ weight,
                                   uint16_t *out, int64_t rows, int dim, float eps) {
   kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   const int vectors = dim / kVecElems;
   const int lane = threadIdx.x & 31;
   const uint4 *w4 = reinterpret_cast<const uint4 *>(weight);
@@ -434,6 +439,7 @@ __global__ void rmsNormScalarKernel(Norm norm, Rows src, const uint16_t *__restr
                                     uint16_t *out, int64_t rows, int64_t dim, float eps) {
   __shared__ float scratch[33];
   kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const uint16_t *row = src.row(r);
     float sumSq = 0.0f;
@@ -529,6 +535,8 @@ __global__ void ropeKernel(const uint16_t *x, uint16_t *out, int heads, const ui
                            uint16_t *out1, int heads1, const int32_t *__restrict__ positions,
                            int64_t tokens, int headDim, int rotaryDim, float attentionFactor,
                            RopeTable table) {
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
   const int half = rotaryDim / 2;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
@@ -551,6 +559,8 @@ __global__ void ropeRowsKernel(const uint16_t *x, int64_t xToken, int64_t xHead,
                                int64_t outToken, int64_t outHead,
                                const int32_t *__restrict__ positions, int64_t tokens, int heads,
                                int headDim, int pass, float attentionFactor, RopeTable table) {
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   __shared__ float cosSin[KILN_ROPE_MAX_HEAD_DIM];
   const int half = headDim / 2;
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
@@ -603,6 +613,8 @@ __device__ __forceinline__ unsigned long long argmaxKey(uint16_t bits, uint32_t 
 template <bool Vec>
 __global__ void argmaxKernel(const uint16_t *__restrict__ logits, int32_t *__restrict__ out,
                              int64_t rows, int64_t cols) {
+  kiln::kernels::pdlLaunchDependents();
+  kiln::kernels::pdlWait();
   __shared__ unsigned long long scratch[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
@@ -1130,14 +1142,17 @@ void launchRmsNormVec(Norm norm, Source src, const uint16_t *weight, uint16_t *o
   const int64_t vectors = dim / kVecElems;
   if (vectors <= 32) {
     const int64_t blocks = std::min<int64_t>((rows + kRmsWarpsPerBlock - 1) / kRmsWarpsPerBlock, 65535);
-    rmsNormWarpKernel<<<static_cast<unsigned>(blocks), 32 * kRmsWarpsPerBlock, 0, stream>>>(
-        norm, src, weight, out, rows, static_cast<int>(dim), eps);
+    launchChained<&rmsNormWarpKernel<Norm, Source>>(static_cast<unsigned>(blocks),
+                                                    32 * kRmsWarpsPerBlock, 0, stream, norm, src,
+                                                    weight, out, rows, dim, eps);
   } else if (vectors <= 1024) {
-    rmsNormVecKernel<1><<<rowGrid(rows), roundUpWarp(vectors), 0, stream>>>(
-        norm, src, weight, out, rows, static_cast<int>(dim), eps);
+    launchChained<&rmsNormVecKernel<1, Norm, Source>>(rowGrid(rows), roundUpWarp(vectors), 0,
+                                                      stream, norm, src, weight, out, rows, dim,
+                                                      eps);
   } else {
-    rmsNormVecKernel<4><<<rowGrid(rows), roundUpWarp((vectors + 3) / 4), 0, stream>>>(
-        norm, src, weight, out, rows, static_cast<int>(dim), eps);
+    launchChained<&rmsNormVecKernel<4, Norm, Source>>(rowGrid(rows),
+                                                      roundUpWarp((vectors + 3) / 4), 0, stream,
+                                                      norm, src, weight, out, rows, dim, eps);
   }
 }
 
@@ -1156,7 +1171,8 @@ void launchRmsNormRows(Norm norm, Rows src, bool vec, const void *weight, void *
     launchRmsNormVec(norm, src, pw, po, rows, dim, eps, stream);
   } else {
     const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(dim)));
-    rmsNormScalarKernel<<<rowGrid(rows), threads, 0, stream>>>(norm, src, pw, po, rows, dim, eps);
+    launchChained<&rmsNormScalarKernel<Norm, Rows>>(rowGrid(rows), threads, 0, stream, norm, src,
+                                                    pw, po, rows, dim, eps);
   }
 }
 
@@ -1246,14 +1262,12 @@ cudaError_t launchRope(const RopeTensor &a, const RopeTensor &b, const int32_t *
       std::min<int64_t>(256, roundUpWarp(vec ? std::max(items, half) : items)));
   const int h0 = static_cast<int>(a.heads), h1 = static_cast<int>(b.heads);
   if (vec)
-    ropeKernel<true><<<rowGrid(tokens), threads, 0, stream>>>(
-        x0, out0, h0, x1, out1, h1, positions, tokens, static_cast<int>(headDim),
-        static_cast<int>(rotaryDim), attentionFactor, table);
-  else
-    ropeKernel<false><<<rowGrid(tokens), threads, 0, stream>>>(
-        x0, out0, h0, x1, out1, h1, positions, tokens, static_cast<int>(headDim),
-        static_cast<int>(rotaryDim), attentionFactor, table);
-  return cudaGetLastError();
+    return launchChained<&ropeKernel<true>>(rowGrid(tokens), threads, 0, stream, x0, out0, h0, x1,
+                                            out1, h1, positions, tokens, headDim, rotaryDim,
+                                            attentionFactor, table);
+  return launchChained<&ropeKernel<false>>(rowGrid(tokens), threads, 0, stream, x0, out0, h0, x1,
+                                           out1, h1, positions, tokens, headDim, rotaryDim,
+                                           attentionFactor, table);
 }
 
 cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
@@ -1265,23 +1279,19 @@ cudaError_t launchRopeRows(const kiln_rope_rows_t &p, const RopeTable &table,
       std::min<int64_t>(256, roundUpWarp(p.heads * std::max<int64_t>(half, p.pass))));
   const float af = p.rope.attention_factor;
 #define KILN_ROPE_ROWS(STYLE)                                                                  \
-  ropeRowsKernel<STYLE><<<rowGrid(p.tokens), threads, 0, stream>>>(                            \
-      px, p.x_token_stride, p.x_head_stride, po, p.out_token_stride, p.out_head_stride,        \
-      p.positions, p.tokens, static_cast<int>(p.heads), static_cast<int>(p.head_dim),          \
-      static_cast<int>(p.pass), af, table)
+  launchChained<&ropeRowsKernel<STYLE>>(rowGrid(p.tokens), threads, 0, stream, px,               \
+                                        p.x_token_stride, p.x_head_stride, po,                  \
+                                        p.out_token_stride, p.out_head_stride, p.positions,     \
+                                        p.tokens, p.heads, p.head_dim, p.pass, af, table)
   switch (p.style) {
   case KILN_ROPE_STYLE_DEINTERLEAVE:
-    KILN_ROPE_ROWS(KILN_ROPE_STYLE_DEINTERLEAVE);
-    break;
+    return KILN_ROPE_ROWS(KILN_ROPE_STYLE_DEINTERLEAVE);
   case KILN_ROPE_STYLE_COMPLEX_PAIRS:
-    KILN_ROPE_ROWS(KILN_ROPE_STYLE_COMPLEX_PAIRS);
-    break;
+    return KILN_ROPE_ROWS(KILN_ROPE_STYLE_COMPLEX_PAIRS);
   default:
-    KILN_ROPE_ROWS(KILN_ROPE_STYLE_ROTATE_HALF);
-    break;
+    return KILN_ROPE_ROWS(KILN_ROPE_STYLE_ROTATE_HALF);
   }
 #undef KILN_ROPE_ROWS
-  return cudaGetLastError();
 }
 
 cudaError_t launchAdd(const void *a, const void *b, void *out, int64_t n, cudaStream_t stream) {
@@ -1412,12 +1422,12 @@ cudaError_t launchArgmax(const void *logits, int32_t *out, int64_t rows, int64_t
   const auto *pl = static_cast<const uint16_t *>(logits);
   if (cols % kVecElems == 0 && aligned16(logits)) {
     const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols / kVecElems)));
-    argmaxKernel<true><<<rowGrid(rows), threads, 0, stream>>>(pl, out, rows, cols);
-  } else {
-    const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols)));
-    argmaxKernel<false><<<rowGrid(rows), threads, 0, stream>>>(pl, out, rows, cols);
+    return launchChained<&argmaxKernel<true>>(rowGrid(rows), threads, 0, stream, pl, out, rows,
+                                              cols);
   }
-  return cudaGetLastError();
+  const int threads = static_cast<int>(std::min<int64_t>(1024, roundUpWarp(cols)));
+  return launchChained<&argmaxKernel<false>>(rowGrid(rows), threads, 0, stream, pl, out, rows,
+                                             cols);
 }
 
 cudaError_t launchMoeRoute(const void *logits, const MoeLayout &layout, int64_t tokens,

@@ -178,24 +178,13 @@ Overlap overlapWithPrevious() {
   return overlap;
 }
 
-// Whether the image of `kernel` that runs waits at griddepcontrol.wait (an sm_90+ binary;
-// below that the wait compiles to nothing and x could be read too early).
-bool imageWaits(const void *kernel) {
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attributes.binaryVersion >= 90;
-}
-
 // Launches one of the kernels (Kernel(args, prefetch)) on `grid` with `smem` bytes of
 // dynamic shared memory, programmatically where its image waits (asked once a kernel,
 // off the launch path).
 template <void (*Kernel)(SkinnyGemmArgs, bool)>
 cudaError_t launchKernel(dim3 grid, const SkinnyGemmArgs &args, cudaStream_t stream,
                          size_t smem = 0) {
-  static const bool waits = imageWaits(reinterpret_cast<const void *>(Kernel));
+  static const bool waits = kiln::kernels::imageWaits(reinterpret_cast<const void *>(Kernel));
   SkinnyGemmArgs copy = args;
   const Overlap overlap = overlapWithPrevious();
   const bool programmatic = waits && overlap.programmatic;

@@ -12,6 +12,8 @@
 #include "GpuTest.h"
 #include "GraphReference.h"
 #include "SkinnyGemm.h"
+#include "SlowProducer.h"
+#include "kiln/Kernels/Decode.h"
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
 #include "kiln/Kernels/Moe.h"
@@ -23,6 +25,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -2104,6 +2107,126 @@ void checkSkinnyChainInGraph(kiln_gemm_skinny_t form) {
 TEST(GraphGpu, SkinnyGemmChainInGraph) {
   KILN_REQUIRE_GPU();
   forEachSkinnyForm(checkSkinnyChainInGraph);
+}
+
+// The small kernels are chained to the kernel before them (programmatic dependent launch;
+// KILN_PDL=0 turns it off): their CTAs may become resident while that kernel still runs.
+// Each consumer here follows a producer that lets its dependents launch at once and
+// writes the consumer's input only ~0.5 ms later (SlowProducer.h). The consumer's result
+// must equal the one it computes after a synchronize, and differ from what the stale
+// input gives, so a consumer that read before it waited fails.
+TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937 rng(41);
+  const int64_t rows = 4, dim = 4096, heads = dim / 128;
+  const int64_t n = rows * dim;
+  const auto values = randomBf16(n, rng, 1.0f);
+  const auto other = randomBf16(n, rng, 1.0f);
+  const auto weight = randomBf16(dim, rng, 0.1f, 1.0f);
+  auto dvalues = upload(values), dother = upload(other), dweight = upload(weight);
+  DeviceBuffer input(n * 2), out(n * 2), sum(n * 2);
+  ASSERT_TRUE(input.ptr && out.ptr && sum.ptr);
+  const std::vector<int32_t> positions = {0, 7, 300, 4095};
+  auto dpositions = upload(positions);
+  const kiln_rope_params_t llama3 = rope(2, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
+  // The KV append: the rows as k and v of 32 heads of 128 into 16-slot pages.
+  const int pageSize = 16, pages = 8;
+  const std::vector<int32_t> blockTable = {5, 2, 7, 0}, tokenBatch = {0, 0, 1, 1},
+                             tokenPos = {0, 17, 3, 40};
+  auto dtable = upload(blockTable), dbatch = upload(tokenBatch), dpos = upload(tokenPos);
+  const size_t cacheElements = size_t(pages) * 2 * pageSize * dim;
+  DeviceBuffer cache(cacheElements * 2);
+  ASSERT_TRUE(cache.ptr);
+  auto append = [&](const void *k, const void *v) {
+    kiln_kv_append_params_t p{};
+    p.k = k;
+    p.v = v;
+    p.k_token_stride = dim;
+    p.v_token_stride = dim;
+    p.kv_cache = cache.ptr;
+    p.block_table = dtable->at<int32_t>();
+    p.token_batch = dbatch->at<int32_t>();
+    p.token_pos = dpos->at<int32_t>();
+    p.num_tokens = static_cast<int>(rows);
+    p.batch = 2;
+    p.kv_heads = static_cast<int>(heads);
+    p.head_dim = 128;
+    p.page_size = pageSize;
+    p.num_pages = pages;
+    p.max_pages_per_seq = 2;
+    p.dtype = KILN_DTYPE_BF16;
+    p.kv_dtype = KILN_DTYPE_BF16;
+    p.stream = stream;
+    return kiln_kv_append(&p);
+  };
+  struct Consumer {
+    const char *name;
+    std::function<kiln_status_t()> run;
+    const void *result;
+    size_t bytes;
+  };
+  const std::vector<Consumer> consumers = {
+      {"add", [&] { return kiln_add_bf16(input.ptr, dother->ptr, out.ptr, n, stream); }, out.ptr,
+       n * 2},
+      {"swiglu", [&] { return kiln_swiglu_bf16(input.ptr, dother->ptr, out.ptr, n, stream); },
+       out.ptr, n * 2},
+      {"rms_norm",
+       [&] { return kiln_rms_norm_bf16(input.ptr, dweight->ptr, out.ptr, rows, dim, 1e-5f, stream); },
+       out.ptr, n * 2},
+      {"add_rms_norm",
+       [&] {
+         return kiln_add_rms_norm_bf16(input.ptr, dother->ptr, dweight->ptr, sum.ptr, out.ptr, rows,
+                                       dim, 1e-5f, stream);
+       },
+       out.ptr, n * 2},
+      {"rope",
+       [&] {
+         return kiln_rope_bf16(input.ptr, dpositions->at<int32_t>(), out.ptr, rows, heads, 128, 128,
+                               &llama3, stream);
+       },
+       out.ptr, n * 2},
+      {"argmax",
+       [&] { return kiln_argmax_bf16(input.ptr, out.at<int32_t>(), rows, dim, stream); }, out.ptr,
+       rows * 4},
+      {"kv_append", [&] { return append(input.ptr, dother->ptr); }, cache.ptr,
+       cacheElements * 2},
+  };
+  // ~0.5 ms at the H100's and H200's clocks: far longer than a launch.
+  const long long spin = 1000000;
+  for (const Consumer &c : consumers) {
+    SCOPED_TRACE(c.name);
+    auto resetAll = [&] {
+      CUDA_OK(cudaMemset(input.ptr, 0, n * 2));
+      CUDA_OK(cudaMemset(out.ptr, 0xFF, n * 2));
+      CUDA_OK(cudaMemset(cache.ptr, 0, cacheElements * 2));
+    };
+    auto result = [&] {
+      std::vector<uint8_t> bytes(c.bytes);
+      EXPECT_EQ(cudaMemcpy(bytes.data(), c.result, c.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      return bytes;
+    };
+    resetAll();
+    KILN_OK_(c.run()); // on the stale (zero) input
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto stale = result();
+    resetAll();
+    CUDA_OK(launchSlowProducer(dvalues->at<uint16_t>(), input.at<uint16_t>(), n, 0, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    KILN_OK_(c.run());
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto settled = result();
+    ASSERT_NE(settled, stale) << "the stale input must give another result";
+    for (int round = 0; round < 3; ++round) {
+      resetAll();
+      CUDA_OK(launchSlowProducer(dvalues->at<uint16_t>(), input.at<uint16_t>(), n, spin, stream));
+      KILN_OK_(c.run());
+      CUDA_OK(cudaStreamSynchronize(stream));
+      ASSERT_EQ(result(), settled) << "round " << round;
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
 }
 
 // An MTP module's input kernels (docs/mtp.md): concat copies both row blocks exactly;
