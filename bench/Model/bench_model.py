@@ -33,7 +33,9 @@ of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, it
 tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
 CUDA-core form; skinnyring / skinnydeep: the tensor-core form through its cp.async ring /
 with 8 K steps a warp in flight), or the small kernels launched unchained (nopdl:
-KILN_PDL=0; by default they start during the previous kernel's tail); batch 1 runs
+KILN_PDL=0; by default they start during the previous kernel's tail), or the model
+compiled with --fuse-swiglu-linear (glu: the SwiGLU as the skinny GEMM's prologue;
+--batches 1 only, compile.sh builds it at batch 1); batch 1 runs
 on a model of max_batch 1, which takes the tensor-core form by default, the larger
 batches on models of batch 64 or 256; rows go in groups of 8-16, so use --batches 1 or
 1,16).
@@ -331,11 +333,12 @@ def describe_step_host_time(result):
 # (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h), or
 # ("skinnydeep") through registers with 8 K steps in flight (KILN_SKINNY_MMA_DEPTH=8), or
 # ("nopdl") the small kernels between the GEMMs launched unchained (KILN_PDL=0,
-# lib/Kernels/Common/ProgrammaticLaunch.h).
+# lib/Kernels/Common/ProgrammaticLaunch.h), or ("glu") the model compiled with
+# --fuse-swiglu-linear (compile.sh's -glu builds, batch 1 only).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
                    "skinnyfma": (), "skinnyring": (),
-                   "skinnydeep": (), "nopdl": ()}
+                   "skinnydeep": (), "nopdl": (), "glu": ()}
 SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_KEEP_MEMSETS": "1"},
               "skinny": {"KILN_GEMM_SKINNY": "1"}, "skinnyfma": {"KILN_GEMM_SKINNY": "fma"},
               "skinnyring": {"KILN_GEMM_SKINNY": "1", "KILN_SKINNY_MMA_STAGED": "1"},
@@ -344,12 +347,13 @@ SECOND_ENV = {"pin256": {"KILN_GEMM_PIN_ROWS": "256"}, "memsets": {"KILN_GRAPH_K
 
 
 # The second runs on a model of its own (compile.sh's builds with that suffix).
-SECOND_BUILDS = {"unpaired": "-unpaired", "ropes": "-ropes"}
+SECOND_BUILDS = {"unpaired": "-unpaired", "ropes": "-ropes", "glu": "-glu"}
 
 
 def second_model(so, second):
     """The shared object of the second run: the -unpaired build for --second unpaired,
-    the -ropes build (q and k rotated in one launch) for --second ropes."""
+    the -ropes build (q and k rotated in one launch) for --second ropes, the -glu build
+    (the SwiGLU fused into the down projection) for --second glu."""
     suffix = SECOND_BUILDS.get(second)
     return so.with_name(so.stem + suffix + ".so") if suffix else so
 

@@ -63,6 +63,10 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
   // it writes both outputs, which the plan must then keep apart.
   if (options.pairRopes)
     pm.addPass(createKilnPairRopes());
+  // Before the plan too: the merged op keeps the SwiGLU's allocation as its scratch, so
+  // the plan places the same buffers.
+  if (options.fuseSwigluLinear)
+    pm.addPass(createKilnFuseSwigluLinear());
   KilnPlanActivationsOptions activations;
   activations.collectiveBytes = options.collectiveBytes;
   pm.addPass(createKilnPlanActivations(activations));

@@ -766,6 +766,40 @@ extern "C" int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, cons
                                     "kiln_swiglu_bf16"));
 }
 
+extern "C" int32_t kiln_rt_swiglu_linear(kiln_rt_context_t *ctx, const void *gate,
+                                         const void *up, const void *w, void *h, void *out,
+                                         int64_t m, int64_t n, int64_t k) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_swiglu_linear")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx,
+                                      {bf16("gate", gate, m, k), bf16("up", up, m, k),
+                                       bf16("w", w, n, k), bf16("h", h, m, k, true),
+                                       bf16("out", out, m, n, true)});
+        s != KILN_OK)
+      return s;
+    // The GEMM reads h (or gate and up, fused) while it writes out.
+    const uint64_t hBytes = bytesOf({m, k, 2}), outBytes = bytesOf({m, n, 2});
+    for (auto [name, input] : {std::pair<const char *, const void *>{"gate", gate},
+                               {"up", up},
+                               {"h", h}})
+      if (overlaps(out, outBytes, input, hBytes))
+        return c.error(KILN_ERROR_INVALID_ARGUMENT, "out overlaps %s", name);
+    return launchValidated(c, ctx, "kiln_gemm_bf16_swiglu", out, m, n, [&] {
+      const kiln_status_t fused =
+          kiln_gemm_bf16_swiglu(ctx->gemm, gate, up, h, w, out, m, n, k, ctx->stream);
+      if (fused != KILN_ERROR_UNSUPPORTED)
+        return fused;
+      if (kiln_status_t s = kiln_swiglu_bf16(gate, up, h, m * k, ctx->stream); s != KILN_OK)
+        return s;
+      return kiln_gemm_bf16(ctx->gemm, h, w, nullptr, out, m, n, k, ctx->base[kWorkspace],
+                            KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+    });
+  };
+  return record(ctx, run());
+}
+
 extern "C" int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b,
                                   void *out, int64_t rows, int64_t cols_a, int64_t cols_b) {
   KILN_RT_GRAPH_ENTER("kiln_rt_concat")

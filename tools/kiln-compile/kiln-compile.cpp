@@ -95,6 +95,12 @@ cl::opt<bool> pairRopes(
     cl::desc("rotate a layer's q and k in one launch (kiln-pair-ropes; default off until "
              "measured on a GPU)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
+cl::opt<bool> fuseSwigluLinear(
+    "fuse-swiglu-linear",
+    cl::desc("merge each gated MLP's SwiGLU into its down projection, the skinny GEMM's "
+             "prologue at batch 1 (kiln-fuse-swiglu-linear; default off until measured on "
+             "a GPU)"),
+    cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
     cl::desc("build a dense model's per-rank graph even at --tp 1 (its all-reduces in place; "
@@ -187,6 +193,7 @@ int compile(int argc, char **argv) {
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
   options.lowering.pairLinears = pairLinears;
   options.lowering.pairRopes = pairRopes;
+  options.lowering.fuseSwigluLinear = fuseSwigluLinear;
   options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
   options.lowering.expandLayers = expandLayers;
   options.emit = emitKind;

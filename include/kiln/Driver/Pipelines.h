@@ -40,6 +40,10 @@ struct LoweringOptions {
   /// Rotate a layer's q and k in one launch (kiln-pair-ropes): one launch fewer a layer.
   /// Off until measured on a GPU.
   bool pairRopes = false;
+  /// Merge each gated MLP's SwiGLU into its down projection (kiln-fuse-swiglu-linear):
+  /// at batch 1 the skinny GEMM computes it as its prologue, one launch fewer a layer.
+  /// Off until measured on a GPU.
+  bool fuseSwigluLinear = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

@@ -105,6 +105,17 @@ kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x, const void
                                     void *out, int64_t m, int64_t n, int64_t k,
                                     void *workspace, size_t workspace_bytes, void *stream);
 
+/* out = h w^T with h = swiglu(gate, up) (kiln_swiglu_bf16: silu(gate) rounded to bf16,
+ * times up, rounded to bf16), in one launch where kiln_gemm_bf16(gemm, h, w, NULL, out,
+ * m, n, k, ...) would run the skinny GEMM (kiln_gemm_set_skinny): the SwiGLU is then the
+ * GEMM's prologue, h is never written, and out has the bits of the two launches. gate,
+ * up and h are dense [m, k] bf16 (h: only its pointer is read, to know which GEMM the
+ * two launches would take). Anywhere else it launches nothing and returns
+ * KILN_ERROR_UNSUPPORTED: the caller runs the two. m == 0 is a no-op. */
+kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *gate, const void *up,
+                                    const void *h, const void *w, void *out, int64_t m,
+                                    int64_t n, int64_t k, void *stream);
+
 /* A batch of GEMMs whose matrices come from device arrays of pointers (a MoE layer's
  * experts: entry i is out_ptrs[i][rows,n] = x_ptrs[i][rows,k] * w_ptrs[i][n,k]^T;
  * cuBLASLt's pointer-array batch mode, so the expert an entry reads is chosen on the

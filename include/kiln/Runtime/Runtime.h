@@ -392,6 +392,13 @@ int32_t kiln_rt_rope_pair(kiln_rt_context_t *ctx, const void *x0, const void *x1
 int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
 int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
                        int64_t n);
+/* kiln.swiglu_linear: out = swiglu(gate, up) w^T (no bias), gate, up and h [m, k], w
+ * [n, k], out [m, n]: one launch where the GEMM of h would be the skinny GEMM
+ * (kiln_gemm_bf16_swiglu; h is then not written), else kiln_rt_swiglu into h and
+ * kiln_rt_linear. The same bits either way. out may overlap none of gate, up and h. */
+int32_t kiln_rt_swiglu_linear(kiln_rt_context_t *ctx, const void *gate, const void *up,
+                              const void *w, void *h, void *out, int64_t m, int64_t n,
+                              int64_t k);
 /* kiln.concat: out[r] = [a[r, 0:cols_a] | b[r, 0:cols_b]] (bf16). */
 int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b, void *out,
                        int64_t rows, int64_t cols_a, int64_t cols_b);

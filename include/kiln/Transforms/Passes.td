@@ -280,6 +280,25 @@ def KilnPairRopes : Pass<"kiln-pair-ropes", "mlir::ModuleOp"> {
   ];
 }
 
+def KilnFuseSwigluLinear : Pass<"kiln-fuse-swiglu-linear", "mlir::ModuleOp"> {
+  let dependentDialects = ["::kiln::KilnDialect"];
+  let summary = "Merge a SwiGLU into the projection that alone reads its output";
+  let description = [{
+    Runs on buffers, before `kiln-plan-activations`. A `kiln.swiglu` (bf16 `[m, k]`
+    buffers) whose output is a `memref.alloc` read only by the next `kiln.linear` of its
+    block (no bias, bf16 out), with only allocations and memory-effect-free ops between
+    them, becomes one `kiln.swiglu_linear` where the linear was: a gated MLP's
+    activation and down projection. The allocation stays as the op's scratch, so the
+    plan is unchanged. At run time the SwiGLU becomes the skinny GEMM's prologue where
+    the projection runs on it (batch-1 models): one launch fewer a layer, the same bits.
+    Off by default (`LoweringOptions::fuseSwigluLinear`, `kiln-compile
+    --fuse-swiglu-linear`) until measured on a GPU.
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused", "SwiGLUs merged into the projection of their output">
+  ];
+}
+
 def KilnBindEntry : Pass<"kiln-bind-entry", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect", "::mlir::LLVM::LLVMDialect"];
   let summary = "Make the bufferized model function the runtime's entry point";

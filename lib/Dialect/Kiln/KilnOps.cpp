@@ -1290,6 +1290,7 @@ KILN_COMPUTE_EFFECTS(ConcatOp)
 KILN_COMPUTE_EFFECTS(NextTokensOp)
 KILN_COMPUTE_EFFECTS(LinearPairOp)
 KILN_COMPUTE_EFFECTS(RopePairOp)
+KILN_COMPUTE_EFFECTS(SwigluLinearOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1492,6 +1493,45 @@ FailureOr<RuntimeCall> LinearPairOp::getRuntimeCall() {
                       RuntimeArg::pointer(getWeight1()), RuntimeArg::pointer(getInit0()),
                       RuntimeArg::pointer(getInit1()), RuntimeArg::dim(getInput(), 0),
                       RuntimeArg::dim(getWeight0(), 0), RuntimeArg::dim(getWeight0(), 1)}};
+}
+
+LogicalResult SwigluLinearOp::verify() {
+  Operation *op = *this;
+  Type bf16 = BFloat16Type::get(getContext());
+  for (auto [name, value] : {std::pair<const char *, Value>{"gate", getGate()},
+                             {"up", getUp()},
+                             {"weight", getWeight()},
+                             {"scratch", getScratch()},
+                             {"init", getInit()}})
+    if (failed(checkRank(op, name, value, 2)) || failed(checkElementType(op, name, value, bf16)))
+      return failure();
+  for (auto [name, value] : {std::pair<const char *, Value>{"up", getUp()},
+                             {"scratch", getScratch()}})
+    if (shapedOf(value).getShape() != shapedOf(getGate()).getShape())
+      return emitOpError() << name << " " << shapedOf(value) << " differs from gate "
+                           << shapedOf(getGate()) << ": one [rows, features] shape";
+  if (failed(checkDimEquals(op, "weight", getWeight(), 1, sizeOf(getGate(), 1),
+                            "the gate's features")) ||
+      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getGate(), 0), "the rows")) ||
+      failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getWeight(), 0),
+                            "the output features")))
+    return failure();
+  return success();
+}
+
+// The unfused path's SwiGLU kernel reads an element of gate and up before it writes
+// that element of the scratch (as kiln.swiglu); the fused path never writes it.
+bool SwigluLinearOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getScratchMutable() &&
+         (&input == &getGateMutable() || &input == &getUpMutable());
+}
+
+FailureOr<RuntimeCall> SwigluLinearOp::getRuntimeCall() {
+  return RuntimeCall{"kiln_rt_swiglu_linear",
+                     {RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
+                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getScratch()),
+                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getGate(), 0),
+                      RuntimeArg::dim(getWeight(), 0), RuntimeArg::dim(getWeight(), 1)}};
 }
 
 int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK) {

@@ -862,6 +862,41 @@ extern "C" kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x,
                    workspace_bytes, stream, true);
 }
 
+extern "C" kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *gate,
+                                               const void *up, const void *h, const void *w,
+                                               void *out, int64_t m, int64_t n, int64_t k,
+                                               void *stream) {
+  const char *fn = "kiln_gemm_bf16_swiglu";
+  const struct {
+    const void *p;
+    const char *name;
+  } pointers[] = {{gemm, "gemm"}, {gate, "gate"}, {up, "up"}, {h, "h"}, {w, "w"}, {out, "out"}};
+  for (const auto &arg : pointers)
+    if (!arg.p)
+      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, arg.name);
+  if (m < 0 || n <= 0 || k <= 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: m %lld, n %lld, k %lld (m >= 0, n, k > 0)",
+                fn, static_cast<long long>(m), static_cast<long long>(n),
+                static_cast<long long>(k));
+  if (m == 0)
+    return ok();
+  // Fused only where the second of the two launches would be the skinny GEMM, so that
+  // fusing never changes which GEMM, and so which bits, a shape gets.
+  const auto *x = static_cast<const uint16_t *>(h);
+  kiln::graph::SkinnyGemmArgs args{x, k, 0, static_cast<const uint16_t *>(w), k, 0, nullptr,
+                                   static_cast<uint16_t *>(out), n, 0, 1, m, n, k};
+  const kiln_gemm_skinny_t form = useOwnGemm(gemm, h, w, nullptr, out, m, n, k, stream)
+                                      ? KILN_GEMM_SKINNY_OFF
+                                      : skinnyFormFor(gemm, args);
+  args.x = static_cast<const uint16_t *>(gate);
+  args.up = static_cast<const uint16_t *>(up);
+  if (form == KILN_GEMM_SKINNY_OFF || !kiln::graph::skinnyGemmFits(args))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: the GEMM of h is not the skinny GEMM here (run the SwiGLU and the GEMM)",
+                fn);
+  return runSkinny(fn, args, form, stream);
+}
+
 extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,
                                                 const void *const *x_ptrs,
                                                 void *const *out_ptrs, int64_t count,

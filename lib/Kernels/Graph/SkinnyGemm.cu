@@ -7,6 +7,7 @@
 #include "Mma.cuh"
 #include "Pdl.cuh"
 #include "ProgrammaticLaunch.h"
+#include "Swiglu.cuh"
 
 #include <cuda_bf16.h>
 
@@ -50,6 +51,32 @@ __device__ __forceinline__ float dotChunk(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
+// 16 bytes of the GEMM's input at element `at` of x, or with the SwiGLU prologue (GLU)
+// of swiglu(gate = x, up) there, each value rounded to bf16 as kiln_swiglu_bf16 rounds.
+// Plain loads: x (and up) were written by the kernel before, which ran beside this one
+// until the wait (the non-coherent path is for data read-only for a kernel's life).
+template <bool GLU>
+__device__ __forceinline__ uint4 loadX(const uint16_t *x, const uint16_t *up, int64_t at) {
+  const uint4 gate = *reinterpret_cast<const uint4 *>(x + at);
+  if constexpr (!GLU) {
+    return gate;
+  } else {
+    const uint4 upv = *reinterpret_cast<const uint4 *>(up + at);
+    const uint32_t gs[4] = {gate.x, gate.y, gate.z, gate.w};
+    const uint32_t us[4] = {upv.x, upv.y, upv.z, upv.w};
+    uint32_t hs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = __bfloat16_as_ushort(
+          __float2bfloat16_rn(swigluOfBf16(lowBf16(gs[i]), lowBf16(us[i]))));
+      const uint32_t hi = __bfloat16_as_ushort(
+          __float2bfloat16_rn(swigluOfBf16(highBf16(gs[i]), highBf16(us[i]))));
+      hs[i] = lo | (hi << 16);
+    }
+    return make_uint4(hs[0], hs[1], hs[2], hs[3]);
+  }
+}
+
 // This CTA's weight rows into the L2, one bulk prefetch a row (sm_90+; a no-op below).
 __device__ __forceinline__ void prefetchRowsToL2(const uint16_t *w, int64_t ldw, int64_t k,
                                                  int features) {
@@ -82,7 +109,7 @@ __device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *p
 // without spilling, three for the larger row groups.
 template <int MAX_ROWS> constexpr int minCtasPerSm() { return MAX_ROWS <= 4 ? 4 : 3; }
 
-template <int MAX_ROWS, int FEATURES>
+template <int MAX_ROWS, int FEATURES, bool GLU>
 __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
     skinnyGemmKernel(SkinnyGemmArgs a, bool prefetch) {
   const int64_t entry = blockIdx.y;
@@ -90,7 +117,9 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
   const int features = static_cast<int>(a.n - first < FEATURES ? a.n - first : FEATURES);
   const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
   const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * MAX_ROWS;
-  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
+  const int64_t xOffset = entry * a.xBatchStride + firstRow * a.ldx;
+  const uint16_t *x = a.x + xOffset;
+  const uint16_t *up = GLU ? a.up + xOffset : nullptr;
   const int m = static_cast<int>(a.m - firstRow < MAX_ROWS ? a.m - firstRow : MAX_ROWS);
 
   // Weights are never written by a step: fetching them before the wait is safe.
@@ -127,9 +156,7 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
       for (int r = 0; r < MAX_ROWS; ++r) {
         if (r >= m)
           break;
-        // A plain load: x was written by the kernel before, which ran beside this one
-        // until the wait (the non-coherent path is for data read-only for a kernel's life).
-        const uint4 xv = reinterpret_cast<const uint4 *>(x + r * a.ldx)[chunk];
+        const uint4 xv = loadX<GLU>(x, up, r * a.ldx + chunk * kChunkElems);
 #pragma unroll
         for (int f = 0; f < FEATURES; ++f)
           acc[r][f] = dotChunk(acc[r][f], wv[u][f], xv);
@@ -199,7 +226,9 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
-  return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES>>(grid, args, stream);
+  if (args.up)
+    return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES, true>>(grid, args, stream);
+  return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES, false>>(grid, args, stream);
 }
 
 // ---- the tensor-core form ------------------------------------------------------------
@@ -228,14 +257,15 @@ constexpr int kStagesTwoTiles = 6;
 template <int TILES> struct MmaBlock {
   int64_t entry, first, firstRow;
   int features, rows;
-  const uint16_t *w, *x;
+  const uint16_t *w, *x, *up; // up: the SwiGLU prologue's (null without)
   __device__ explicit MmaBlock(const SkinnyGemmArgs &a)
       : entry(blockIdx.y), first(static_cast<int64_t>(blockIdx.x) * kMmaFeatures),
         firstRow(static_cast<int64_t>(blockIdx.z) * (8 * TILES)),
         features(static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures)),
         rows(static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES)),
         w(a.w + entry * a.wBatchStride + first * a.ldw),
-        x(a.x + entry * a.xBatchStride + firstRow * a.ldx) {}
+        x(a.x + entry * a.xBatchStride + firstRow * a.ldx),
+        up(a.up ? a.up + entry * a.xBatchStride + firstRow * a.ldx : nullptr) {}
 };
 
 // The warps' accumulators through `partial` (shared, [kWarps][16][8 * TILES]) into the
@@ -264,12 +294,12 @@ __device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaB
 }
 
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z); DEPTH K steps a
-// warp in flight.
-template <int TILES, int DEPTH>
+// warp in flight; GLU: the SwiGLU prologue (loadX).
+template <int TILES, int DEPTH, bool GLU>
 __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
   const MmaBlock<TILES> blk(a);
   const int features = blk.features, rows = blk.rows;
-  const uint16_t *w = blk.w, *x = blk.x;
+  const uint16_t *w = blk.w, *x = blk.x, *up = blk.up;
   if (prefetch)
     prefetchRowsToL2(w, a.ldw, a.k, features);
   pdlLaunchDependents();
@@ -294,9 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
         const int r = tile * 8 + g;
-        xs[u][tile] = valid && r < rows
-                          ? *reinterpret_cast<const uint4 *>(x + r * a.ldx + k)
-                          : zero;
+        xs[u][tile] = valid && r < rows ? loadX<GLU>(x, up, r * a.ldx + k) : zero;
       }
     }
 #pragma unroll
@@ -470,15 +498,23 @@ cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMma
   constexpr size_t bytes = stagedRingBytes<TILES, STAGES>();
   // Asked for by name (tests), the ring runs or the launch says it cannot; picked as the
   // fastest, it falls back to the registers.
+  // The ring stages x as copied; the SwiGLU prologue runs on the register kernels only.
   if (path == SkinnyMmaPath::Staged) {
-    if (stagedFits<staged>(bytes))
+    if (!args.up && stagedFits<staged>(bytes))
       return launchKernel<staged>(grid, args, stream, bytes);
     if (explicitPath)
       return cudaErrorNotSupported;
   }
-  if (path == SkinnyMmaPath::RegistersDeep)
-    return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep>>(grid, args, stream);
-  return launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight>>(grid, args, stream);
+  const bool deep = path == SkinnyMmaPath::RegistersDeep;
+  if (args.up)
+    return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, true>>(grid, args,
+                                                                                     stream)
+                : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, true>>(grid, args,
+                                                                                 stream);
+  return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, false>>(grid, args,
+                                                                                    stream)
+              : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, false>>(grid, args,
+                                                                                stream);
 }
 
 bool multipleOf8(int64_t v) { return v % 8 == 0; }
@@ -488,7 +524,8 @@ bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool skinnyGemmFits(const SkinnyGemmArgs &a) {
   const int64_t int32Max = std::numeric_limits<int32_t>::max();
-  if (!a.x || !a.w || !a.out || !aligned16(a.x) || !aligned16(a.w) || !aligned16(a.out))
+  if (!a.x || !a.w || !a.out || !aligned16(a.x) || !aligned16(a.w) || !aligned16(a.out) ||
+      !aligned16(a.up))
     return false;
   constexpr int64_t gridYZ = 65535;
   if (a.m < 1 || a.m > kSkinnyGemmRowGroup * gridYZ || a.batch < 1 || a.batch > gridYZ ||

@@ -592,6 +592,22 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 8, 8, nullptr, 64, nullptr), kInvalid, k,
               "workspace");
   EXPECT_EQ(kiln_gemm_bf16(g, x, w, nullptr, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
+  // The fused SwiGLU GEMM names the null operand and the bad size before it touches the
+  // handle; no rows is a no-op.
+  const char *sg = "kiln_gemm_bf16_swiglu";
+  void *up = fake(0x70000), *h = fake(0x80000);
+  expectError(kiln_gemm_bf16_swiglu(nullptr, x, up, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
+              "gemm is null");
+  expectError(kiln_gemm_bf16_swiglu(g, nullptr, up, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
+              "gate is null");
+  expectError(kiln_gemm_bf16_swiglu(g, x, nullptr, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
+              "up is null");
+  expectError(kiln_gemm_bf16_swiglu(g, x, up, nullptr, w, o, 1, 8, 8, nullptr), kInvalid, sg,
+              "h is null");
+  expectError(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, -1, 8, 8, nullptr), kInvalid, sg,
+              "m -1");
+  expectError(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, 1, 8, 0, nullptr), kInvalid, sg, "k 0");
+  EXPECT_EQ(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, 0, 8, 8, nullptr), KILN_OK);
 }
 
 TEST(GraphValidation, GemmBatched) {

@@ -584,6 +584,37 @@ def Kiln_LinearPairOp : Kiln_Op<"linear_pair", [
   }];
 }
 
+def Kiln_SwigluLinearOp : Kiln_Op<"swiglu_linear", [
+    DestinationStyleOpInterface,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
+  let summary = "a SwiGLU and the projection of its output in one launch (buffers only)";
+  let description = [{
+    `init = swiglu(gate, up) * weight^T` (no bias): a `kiln.swiglu` and the `kiln.linear`
+    that alone reads its output (a gated MLP's activation and down projection), merged
+    by `kiln-fuse-swiglu-linear` before the activation plan. `scratch` is the SwiGLU's
+    buffer, `[m, k]` like `gate` and `up`; its contents afterwards are unspecified. The
+    scratch may be placed over `gate` or `up`, as the SwiGLU's output could.
+    Lowers to `kiln_rt_swiglu_linear`: where the projection runs on the skinny GEMM (a
+    batch-1 model), the SwiGLU is the GEMM's prologue and the scratch is not written;
+    elsewhere the two kernels run through the scratch. The output has the bits of the
+    two ops either way. Memrefs only: the op is made after bufferization.
+  }];
+  let arguments = (ins AnyMemRef:$gate, AnyMemRef:$up, AnyMemRef:$weight,
+                       AnyMemRef:$scratch, AnyMemRef:$init);
+  let assemblyFormat = [{
+    `ins` `(` $gate `,` $up `,` $weight `:` type($gate) `,` type($up) `,` type($weight) `)`
+    `outs` `(` $scratch `,` $init `:` type($scratch) `,` type($init) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/2);
+    }
+  }];
+}
+
 def Kiln_MoeOp : Kiln_Op<"moe", [
     AttrSizedOperandSegments,
     DestinationStyleOpInterface,
