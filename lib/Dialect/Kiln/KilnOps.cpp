@@ -1463,16 +1463,24 @@ FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
                       RuntimeArg::dim(getWeight(), 1)}};
 }
 
-LogicalResult LinearPairOp::verify() {
-  Operation *op = *this;
-  Type bf16 = BFloat16Type::get(getContext());
-  for (auto [name, value] : {std::pair<const char *, Value>{"input", getInput()},
-                             {"weight0", getWeight0()},
-                             {"weight1", getWeight1()},
-                             {"init0", getInit0()},
-                             {"init1", getInit1()}})
+/// The buffers-only GEMM ops (linear_pair, swiglu_linear) take bf16 matrices only.
+static LogicalResult checkBf16Matrices(
+    Operation *op, std::initializer_list<std::pair<const char *, Value>> operands) {
+  Type bf16 = BFloat16Type::get(op->getContext());
+  for (auto [name, value] : operands)
     if (failed(checkRank(op, name, value, 2)) || failed(checkElementType(op, name, value, bf16)))
       return failure();
+  return success();
+}
+
+LogicalResult LinearPairOp::verify() {
+  Operation *op = *this;
+  if (failed(checkBf16Matrices(op, {{"input", getInput()},
+                                    {"weight0", getWeight0()},
+                                    {"weight1", getWeight1()},
+                                    {"init0", getInit0()},
+                                    {"init1", getInit1()}})))
+    return failure();
   if (shapedOf(getWeight0()).getShape() != shapedOf(getWeight1()).getShape())
     return emitOpError() << "weight0 and weight1 differ in shape: a pair is one GEMM shape";
   if (failed(checkDimEquals(op, "weight0", getWeight0(), 1, sizeOf(getInput(), 1),
@@ -1497,14 +1505,12 @@ FailureOr<RuntimeCall> LinearPairOp::getRuntimeCall() {
 
 LogicalResult SwigluLinearOp::verify() {
   Operation *op = *this;
-  Type bf16 = BFloat16Type::get(getContext());
-  for (auto [name, value] : {std::pair<const char *, Value>{"gate", getGate()},
-                             {"up", getUp()},
-                             {"weight", getWeight()},
-                             {"scratch", getScratch()},
-                             {"init", getInit()}})
-    if (failed(checkRank(op, name, value, 2)) || failed(checkElementType(op, name, value, bf16)))
-      return failure();
+  if (failed(checkBf16Matrices(op, {{"gate", getGate()},
+                                    {"up", getUp()},
+                                    {"weight", getWeight()},
+                                    {"scratch", getScratch()},
+                                    {"init", getInit()}})))
+    return failure();
   for (auto [name, value] : {std::pair<const char *, Value>{"up", getUp()},
                              {"scratch", getScratch()}})
     if (shapedOf(value).getShape() != shapedOf(getGate()).getShape())
