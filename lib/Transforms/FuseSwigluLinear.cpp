@@ -32,8 +32,10 @@ bool bf16Matrix(Value v) {
 /// that nothing else reads, since the merged op may leave it unwritten.
 LinearOp projectionOf(SwigluOp swiglu) {
   Value h = swiglu.getInit();
-  if (!bf16Matrix(swiglu.getGate()) || !bf16Matrix(swiglu.getUp()) || !bf16Matrix(h) ||
-      !h.getDefiningOp<memref::AllocOp>())
+  // kiln.swiglu_linear takes gate, up and its scratch of one type (kiln.swiglu, mere
+  // compatible shapes).
+  if (!bf16Matrix(h) || swiglu.getGate().getType() != h.getType() ||
+      swiglu.getUp().getType() != h.getType() || !h.getDefiningOp<memref::AllocOp>())
     return {};
   LinearOp projection;
   for (Operation *op = swiglu->getNextNode(); op && !projection; op = op->getNextNode()) {
@@ -45,6 +47,10 @@ LinearOp projectionOf(SwigluOp swiglu) {
   if (!projection || projection.getBias() || !bf16Matrix(projection.getWeight()) ||
       !bf16Matrix(projection.getInit()))
     return {};
+  // The merged op reads gate and up while it writes out.
+  for (Value input : {Value(swiglu.getGate()), Value(swiglu.getUp()), h})
+    if (projection.getInit() == input || projection.getWeight() == input)
+      return {};
   for (Operation *user : h.getUsers())
     if (user != swiglu && user != projection && !isa<memref::DeallocOp>(user))
       return {};

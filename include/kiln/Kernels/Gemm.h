@@ -107,8 +107,9 @@ kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x, const void
 
 /* out = h w^T with h = swiglu(gate, up) (kiln_swiglu_bf16: silu(gate) rounded to bf16,
  * times up, rounded to bf16), in one launch where kiln_gemm_bf16(gemm, h, w, NULL, out,
- * m, n, k, ...) would run the skinny GEMM (kiln_gemm_set_skinny): the SwiGLU is then the
- * GEMM's prologue, h is never written, and out has the bits of the two launches. gate,
+ * m, n, k, ...) would run the tensor-core skinny GEMM (kiln_gemm_set_skinny) on at most 8
+ * rows: the SwiGLU is then the GEMM's prologue (each CTA recomputes it for the rows it
+ * reads), h is never written, and out has the bits of the two launches. gate,
  * up and h are dense [m, k] bf16 (h: only its pointer is read, to know which GEMM the
  * two launches would take). Anywhere else it launches nothing and returns
  * KILN_ERROR_UNSUPPORTED: the caller runs the two. m == 0 is a no-op. */

@@ -1495,6 +1495,10 @@ LogicalResult LinearPairOp::verify() {
   return success();
 }
 
+// Two GEMMs where cuBLASLt has no algorithm for the shared input, each with its split-K
+// reduction.
+uint64_t LinearPairOp::getMaxDecodeLaunches() { return 4; }
+
 FailureOr<RuntimeCall> LinearPairOp::getRuntimeCall() {
   return RuntimeCall{"kiln_rt_linear_pair",
                      {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight0()),
@@ -1531,6 +1535,9 @@ bool SwigluLinearOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
   return &init == &getScratchMutable() &&
          (&input == &getGateMutable() || &input == &getUpMutable());
 }
+
+// Unfused: the SwiGLU, the GEMM and its split-K reduction.
+uint64_t SwigluLinearOp::getMaxDecodeLaunches() { return 3; }
 
 FailureOr<RuntimeCall> SwigluLinearOp::getRuntimeCall() {
   return RuntimeCall{"kiln_rt_swiglu_linear",

@@ -34,7 +34,9 @@ bool imageWaits(const void *kernel) {
     cudaGetLastError();
     return false;
   }
-  return attributes.binaryVersion >= 90;
+  // Both: an image JIT-compiled onto sm_90 from older PTX reports binaryVersion 90 but
+  // has no griddepcontrol.wait.
+  return attributes.ptxVersion >= 90 && attributes.binaryVersion >= 90;
 }
 
 bool chainSmallKernels() {

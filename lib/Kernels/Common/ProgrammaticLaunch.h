@@ -15,8 +15,9 @@ cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void 
                                     size_t smem, cudaStream_t stream, bool programmatic);
 
 // Whether the image of `kernel` that runs on the current device waits at
-// griddepcontrol.wait (an sm_90+ binary; below that the wait compiles to nothing and the
-// kernel could read its inputs too early).
+// griddepcontrol.wait (sm_90+ binary and PTX; below that the wait compiles to nothing and
+// the kernel could read its inputs too early). Callers cache the answer once a kernel:
+// a process drives devices of one architecture.
 bool imageWaits(const void *kernel);
 
 // Whether the small kernels between the GEMMs (norms, RoPE, KV appends, elementwise ops,

@@ -862,6 +862,9 @@ extern "C" kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x,
                    workspace_bytes, stream, true);
 }
 
+// The most rows the SwiGLU prologue takes: one row tile of the tensor-core form.
+constexpr int64_t kSwigluPrologueMaxRows = 8;
+
 extern "C" kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *gate,
                                                const void *up, const void *h, const void *w,
                                                void *out, int64_t m, int64_t n, int64_t k,
@@ -890,10 +893,16 @@ extern "C" kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *ga
                                       : skinnyFormFor(gemm, args);
   args.x = static_cast<const uint16_t *>(gate);
   args.up = static_cast<const uint16_t *>(up);
-  if (form == KILN_GEMM_SKINNY_OFF || !kiln::graph::skinnyGemmFits(args))
+  // Every CTA column recomputes the SwiGLU of the rows it reads: (n / 16) x m x k
+  // evaluations on tensor cores, (n / 1..4) x m x k on CUDA cores. Cheap beside the
+  // weights' stream for one row tile of the tensor-core form (a batch-1 step or a short
+  // verify step), not beyond it. The bits are the two launches' either way.
+  if (form != KILN_GEMM_SKINNY_TENSOR_CORES || m > kSwigluPrologueMaxRows ||
+      !kiln::graph::skinnyGemmFits(args))
     return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: the GEMM of h is not the skinny GEMM here (run the SwiGLU and the GEMM)",
-                fn);
+                "%s: the SwiGLU is fused on the tensor-core skinny GEMM of at most %d rows "
+                "only (run the SwiGLU and the GEMM)",
+                fn, static_cast<int>(kSwigluPrologueMaxRows));
   return runSkinny(fn, args, form, stream);
 }
 

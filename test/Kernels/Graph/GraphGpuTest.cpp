@@ -2109,11 +2109,11 @@ TEST(GraphGpu, SkinnyGemmChainInGraph) {
   forEachSkinnyForm(checkSkinnyChainInGraph);
 }
 
-// kiln_gemm_bf16_swiglu: where the GEMM of h is the skinny GEMM, one launch whose
-// output equals kiln_swiglu_bf16 into h then kiln_gemm_bf16 bit for bit (every row group,
-// ragged n and k, both paths of the tensor-core form), h left unwritten; elsewhere
-// (skinny off, or more rows than the invariant ones) KILN_ERROR_UNSUPPORTED and nothing
-// written.
+// kiln_gemm_bf16_swiglu: where the GEMM of h is the tensor-core skinny GEMM of at most 8
+// rows, one launch whose output equals kiln_swiglu_bf16 into h then kiln_gemm_bf16 bit
+// for bit (every row count of a tile, ragged n and k, both register paths), h left
+// unwritten; elsewhere (more rows, the CUDA-core form, skinny off) KILN_ERROR_UNSUPPORTED
+// and nothing written.
 void checkSwigluGemm(kiln_gemm_skinny_t form) {
   GemmHandle guard = makeGemm(form);
   ASSERT_TRUE(guard) << kiln_last_error();
@@ -2126,7 +2126,7 @@ void checkSwigluGemm(kiln_gemm_skinny_t form) {
     int64_t m, n, k;
   };
   const Case cases[] = {{1, 4096, 14336}, {1, 1000, 264}, {2, 1001, 512}, {4, 37, 64},
-                        {5, 512, 1024},   {8, 100, 136},  {12, 1003, 256}, {16, 64, 4096}};
+                        {5, 512, 1024},   {8, 100, 136},  {9, 64, 256},   {16, 64, 4096}};
   for (const Case &c : cases) {
     SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
                  std::to_string(c.k));
@@ -2135,29 +2135,33 @@ void checkSwigluGemm(kiln_gemm_skinny_t form) {
     const auto w = randomBf16(c.n * c.k, rng, 1.0f / std::sqrt(static_cast<float>(c.k)));
     auto dgate = upload(gate), dup = upload(up), dw = upload(w);
     auto dh = poisoned(c.m * c.k * 2), dfused = poisoned(c.m * c.n * 2);
-    auto dtwo = poisoned(c.m * c.n * 2);
+    auto dtwo = poisoned(c.m * c.n * 2), dunwritten = poisoned(c.m * c.k * 2);
+    auto allPoison = [](const std::vector<uint16_t> &v) {
+      return std::all_of(v.begin(), v.end(), [](uint16_t e) { return e == kPoison; });
+    };
+    const bool fuses = form == KILN_GEMM_SKINNY_TENSOR_CORES && c.m <= 8;
+    const kiln_status_t fused = kiln_gemm_bf16_swiglu(gemm, dgate->ptr, dup->ptr, dunwritten->ptr,
+                                                      dw->ptr, dfused->ptr, c.m, c.n, c.k, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(allPoison(download(dunwritten->at<uint16_t>(), c.m * c.k)))
+        << "the fused launch wrote h";
+    if (!fuses) {
+      EXPECT_EQ(fused, KILN_ERROR_UNSUPPORTED);
+      EXPECT_TRUE(allPoison(download(dfused->at<uint16_t>(), c.m * c.n)));
+      continue;
+    }
+    KILN_OK_(fused);
     KILN_OK_(kiln_swiglu_bf16(dgate->ptr, dup->ptr, dh->ptr, c.m * c.k, nullptr));
     KILN_OK_(kiln_gemm_bf16(gemm, dh->ptr, dw->ptr, nullptr, dtwo->ptr, c.m, c.n, c.k,
                             workspace.ptr, KILN_GEMM_WORKSPACE_BYTES, nullptr));
-    auto dunwritten = poisoned(c.m * c.k * 2);
-    KILN_OK_(kiln_gemm_bf16_swiglu(gemm, dgate->ptr, dup->ptr, dunwritten->ptr, dw->ptr,
-                                   dfused->ptr, c.m, c.n, c.k, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(download(dfused->at<uint16_t>(), c.m * c.n), download(dtwo->at<uint16_t>(), c.m * c.n));
-    const auto h = download(dunwritten->at<uint16_t>(), c.m * c.k);
-    EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](uint16_t v) { return v == kPoison; }))
-        << "the fused launch wrote h";
-    // Without the skinny GEMM: refused, nothing launched (KILN_GEMM_SKINNY would give
-    // every handle a form).
-    if (std::getenv("KILN_GEMM_SKINNY"))
-      continue;
+    // Without the skinny GEMM: refused, nothing launched.
     auto dnot = poisoned(c.m * c.n * 2);
     EXPECT_EQ(kiln_gemm_bf16_swiglu(plainGuard.get(), dgate->ptr, dup->ptr, dh->ptr, dw->ptr,
                                     dnot->ptr, c.m, c.n, c.k, nullptr),
               KILN_ERROR_UNSUPPORTED);
-    const auto untouched = download(dnot->at<uint16_t>(), c.m * c.n);
-    EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(),
-                            [](uint16_t v) { return v == kPoison; }));
+    EXPECT_TRUE(allPoison(download(dnot->at<uint16_t>(), c.m * c.n)));
   }
   // The tensor-core form's other streaming paths take the prologue too (the ring, asked
   // for by name, cannot: it stages x as copied).
@@ -2187,6 +2191,8 @@ void checkSwigluGemm(kiln_gemm_skinny_t form) {
 
 TEST(GraphGpu, SkinnyGemmSwigluPrologueIsSwigluThenGemm) {
   KILN_REQUIRE_GPU();
+  if (std::getenv("KILN_GEMM_SKINNY"))
+    GTEST_SKIP() << "KILN_GEMM_SKINNY gives every handle one form; the test sets each";
   forEachSkinnyForm(checkSwigluGemm);
 }
 
@@ -2214,7 +2220,7 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
   const kiln_rope_params_t llama3 = rope(2, 500000.0f, 8.0f, 1.0f, 4.0f, 8192);
   // The KV append: the rows as k and v of 32 heads of 128 into 16-slot pages.
   const int pageSize = 16, pages = 8;
-  const std::vector<int32_t> blockTable = {5, 2, 7, 0}, tokenBatch = {0, 0, 1, 1},
+  const std::vector<int32_t> blockTable = {5, 2, 1, 7, 0, 3}, tokenBatch = {0, 0, 1, 1},
                              tokenPos = {0, 17, 3, 40};
   auto dtable = upload(blockTable), dbatch = upload(tokenBatch), dpos = upload(tokenPos);
   const size_t cacheElements = size_t(pages) * 2 * pageSize * dim;
@@ -2236,7 +2242,7 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
     p.head_dim = 128;
     p.page_size = pageSize;
     p.num_pages = pages;
-    p.max_pages_per_seq = 2;
+    p.max_pages_per_seq = 3;
     p.dtype = KILN_DTYPE_BF16;
     p.kv_dtype = KILN_DTYPE_BF16;
     p.stream = stream;
@@ -2276,12 +2282,20 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
   };
   // ~0.5 ms at the H100's and H200's clocks: far longer than a launch.
   const long long spin = 1000000;
+  int major = 0, device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const char *pdl = std::getenv("KILN_PDL");
+  const bool chained = major >= 9 && !(pdl && std::string(pdl) == "0");
   for (const Consumer &c : consumers) {
     SCOPED_TRACE(c.name);
+    // On the test's stream (a non-blocking one: the legacy stream's memsets would not be
+    // ordered with its launches), and finished before the next launch is issued.
     auto resetAll = [&] {
-      CUDA_OK(cudaMemset(input.ptr, 0, n * 2));
-      CUDA_OK(cudaMemset(out.ptr, 0xFF, n * 2));
-      CUDA_OK(cudaMemset(cache.ptr, 0, cacheElements * 2));
+      CUDA_OK(cudaMemsetAsync(input.ptr, 0, n * 2, stream));
+      CUDA_OK(cudaMemsetAsync(out.ptr, 0xFF, n * 2, stream));
+      CUDA_OK(cudaMemsetAsync(cache.ptr, 0, cacheElements * 2, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
     };
     auto result = [&] {
       std::vector<uint8_t> bytes(c.bytes);
@@ -2305,6 +2319,30 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
       KILN_OK_(c.run());
       CUDA_OK(cudaStreamSynchronize(stream));
       ASSERT_EQ(result(), settled) << "round " << round;
+    }
+    // The consumer really is chained (else the rounds above test nothing): captured behind
+    // the producer, its edge is programmatic.
+    if (chained) {
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const cudaError_t produced =
+          launchSlowProducer(dvalues->at<uint16_t>(), input.at<uint16_t>(), n, 0, stream);
+      const kiln_status_t consumed = c.run();
+      cudaGraph_t graph = nullptr;
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      CUDA_OK(produced);
+      KILN_OK_(consumed);
+      size_t edges = 0;
+      CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+      std::vector<cudaGraphNode_t> from(edges), to(edges);
+      std::vector<cudaGraphEdgeData> data(edges);
+      CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges));
+      EXPECT_EQ(std::count_if(data.begin(), data.end(),
+                              [](const auto &e) {
+                                return e.type == cudaGraphDependencyTypeProgrammatic;
+                              }),
+                1)
+          << "the consumer's edge from the producer";
+      CUDA_OK(cudaGraphDestroy(graph));
     }
   }
   CUDA_OK(cudaStreamDestroy(stream));

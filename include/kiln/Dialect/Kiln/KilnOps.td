@@ -556,7 +556,7 @@ def Kiln_LinearOp : Kiln_ComputeOp<"linear"> {
 def Kiln_LinearPairOp : Kiln_Op<"linear_pair", [
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
-    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>]> {
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>]> {
   let summary = "two projections of one input in one launch (buffers only)";
   let description = [{
     `init0 = input * weight0^T` and `init1 = input * weight1^T`: the two `kiln.linear`s
@@ -587,7 +587,7 @@ def Kiln_LinearPairOp : Kiln_Op<"linear_pair", [
 def Kiln_SwigluLinearOp : Kiln_Op<"swiglu_linear", [
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
-    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface>,
+    DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>,
     DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
   let summary = "a SwiGLU and the projection of its output in one launch (buffers only)";
   let description = [{
