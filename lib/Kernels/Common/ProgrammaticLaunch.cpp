@@ -1,5 +1,6 @@
 #include "ProgrammaticLaunch.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -39,12 +40,25 @@ bool imageWaits(const void *kernel) {
   return attributes.ptxVersion >= 90 && attributes.binaryVersion >= 90;
 }
 
+namespace {
+// -1 until KILN_PDL is read or the setter runs, then 0 or 1.
+std::atomic<int> chainState{-1};
+} // namespace
+
 bool chainSmallKernels() {
-  static const bool chain = [] {
+  int state = chainState.load(std::memory_order_relaxed);
+  if (state < 0) {
     const char *v = std::getenv("KILN_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return chain;
+    int expected = -1;
+    chainState.compare_exchange_strong(expected, v && std::strcmp(v, "1") == 0 ? 1 : 0,
+                                       std::memory_order_relaxed);
+    state = chainState.load(std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+void setChainSmallKernels(bool chain) {
+  chainState.store(chain ? 1 : 0, std::memory_order_relaxed);
 }
 
 } // namespace kiln::kernels

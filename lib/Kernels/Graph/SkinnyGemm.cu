@@ -51,30 +51,34 @@ __device__ __forceinline__ float dotChunk(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
+// The SwiGLU prologue's step on a 16-byte chunk of gate and up: swiglu of each value,
+// rounded to bf16 as kiln_swiglu_bf16 rounds it.
+__device__ __forceinline__ uint4 swigluChunk(uint4 gate, uint4 up) {
+  const uint32_t gs[4] = {gate.x, gate.y, gate.z, gate.w};
+  const uint32_t us[4] = {up.x, up.y, up.z, up.w};
+  uint32_t hs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = __bfloat16_as_ushort(
+        __float2bfloat16_rn(swigluOfBf16(lowBf16(gs[i]), lowBf16(us[i]))));
+    const uint32_t hi = __bfloat16_as_ushort(
+        __float2bfloat16_rn(swigluOfBf16(highBf16(gs[i]), highBf16(us[i]))));
+    hs[i] = lo | (hi << 16);
+  }
+  return make_uint4(hs[0], hs[1], hs[2], hs[3]);
+}
+
 // 16 bytes of the GEMM's input at element `at` of x, or with the SwiGLU prologue (GLU)
-// of swiglu(gate = x, up) there, each value rounded to bf16 as kiln_swiglu_bf16 rounds.
-// Plain loads: x (and up) were written by the kernel before, which ran beside this one
-// until the wait (the non-coherent path is for data read-only for a kernel's life).
+// of swiglu(gate = x, up) there. Plain loads: x (and up) were written by the kernel
+// before, which ran beside this one until the wait (the non-coherent path is for data
+// read-only for a kernel's life).
 template <bool GLU>
 __device__ __forceinline__ uint4 loadX(const uint16_t *x, const uint16_t *up, int64_t at) {
   const uint4 gate = *reinterpret_cast<const uint4 *>(x + at);
-  if constexpr (!GLU) {
+  if constexpr (!GLU)
     return gate;
-  } else {
-    const uint4 upv = *reinterpret_cast<const uint4 *>(up + at);
-    const uint32_t gs[4] = {gate.x, gate.y, gate.z, gate.w};
-    const uint32_t us[4] = {upv.x, upv.y, upv.z, upv.w};
-    uint32_t hs[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = __bfloat16_as_ushort(
-          __float2bfloat16_rn(swigluOfBf16(lowBf16(gs[i]), lowBf16(us[i]))));
-      const uint32_t hi = __bfloat16_as_ushort(
-          __float2bfloat16_rn(swigluOfBf16(highBf16(gs[i]), highBf16(us[i]))));
-      hs[i] = lo | (hi << 16);
-    }
-    return make_uint4(hs[0], hs[1], hs[2], hs[3]);
-  }
+  else
+    return swigluChunk(gate, *reinterpret_cast<const uint4 *>(up + at));
 }
 
 // This CTA's weight rows into the L2, one bulk prefetch a row (sm_90+; a no-op below).
@@ -313,7 +317,10 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
   const int steps = static_cast<int>((a.k + kMmaStepK - 1) / kMmaStepK);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int base = warp; base < steps; base += kWarps * DEPTH) {
-    uint4 lo[DEPTH], hi[DEPTH], xs[DEPTH][TILES];
+    // Every load of the batch is issued before any value is used: with the SwiGLU
+    // prologue, gate and up stay raw until the products (computing it as x landed would
+    // hold the next steps' weight loads back).
+    uint4 lo[DEPTH], hi[DEPTH], xs[DEPTH][TILES], ups[GLU ? DEPTH : 1][TILES];
 #pragma unroll
     for (int u = 0; u < DEPTH; ++u) {
       const int step = base + u * kWarps;
@@ -324,8 +331,19 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
         const int r = tile * 8 + g;
-        xs[u][tile] = valid && r < rows ? loadX<GLU>(x, up, r * a.ldx + k) : zero;
+        const bool in = valid && r < rows;
+        xs[u][tile] = in ? loadX<false>(x, nullptr, r * a.ldx + k) : zero;
+        if constexpr (GLU)
+          ups[u][tile] = in ? loadX<false>(up, nullptr, r * a.ldx + k) : zero;
       }
+    }
+    // swiglu(0, 0) is 0: the zero chunks past k or the rows stay zero.
+    if constexpr (GLU) {
+#pragma unroll
+      for (int u = 0; u < DEPTH; ++u)
+#pragma unroll
+        for (int tile = 0; tile < TILES; ++tile)
+          xs[u][tile] = swigluChunk(xs[u][tile], ups[u][tile]);
     }
 #pragma unroll
     for (int u = 0; u < DEPTH; ++u)

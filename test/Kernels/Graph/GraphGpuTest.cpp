@@ -11,6 +11,7 @@
 // difference is allowed), and such cases must be rare.
 #include "GpuTest.h"
 #include "GraphReference.h"
+#include "ProgrammaticLaunch.h"
 #include "SkinnyGemm.h"
 #include "SlowProducer.h"
 #include "kiln/Kernels/Decode.h"
@@ -2196,8 +2197,9 @@ TEST(GraphGpu, SkinnyGemmSwigluPrologueIsSwigluThenGemm) {
   forEachSkinnyForm(checkSwigluGemm);
 }
 
-// The small kernels are chained to the kernel before them (programmatic dependent launch;
-// KILN_PDL=0 turns it off): their CTAs may become resident while that kernel still runs.
+// The small kernels can be chained to the kernel before them (programmatic dependent
+// launch; off by default, KILN_PDL=1 or setChainSmallKernels, which this test sets): their
+// CTAs may then become resident while that kernel still runs.
 // Each consumer here follows a producer that lets its dependents launch at once and
 // writes the consumer's input only ~0.5 ms later (SlowProducer.h). The consumer's result
 // must equal the one it computes after a synchronize, and differ from what the stale
@@ -2285,8 +2287,13 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
   int major = 0, device = 0;
   CUDA_OK(cudaGetDevice(&device));
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  const char *pdl = std::getenv("KILN_PDL");
-  const bool chained = major >= 9 && !(pdl && std::string(pdl) == "0");
+  // On for this test, put back however it ends.
+  struct ChainingOn {
+    const bool before = kiln::kernels::chainSmallKernels();
+    ChainingOn() { kiln::kernels::setChainSmallKernels(true); }
+    ~ChainingOn() { kiln::kernels::setChainSmallKernels(before); }
+  } chainingOn;
+  const bool chained = major >= 9;
   for (const Consumer &c : consumers) {
     SCOPED_TRACE(c.name);
     // On the test's stream (a non-blocking one: the legacy stream's memsets would not be
