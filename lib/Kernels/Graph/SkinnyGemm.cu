@@ -68,17 +68,11 @@ __device__ __forceinline__ uint4 swigluChunk(uint4 gate, uint4 up) {
   return make_uint4(hs[0], hs[1], hs[2], hs[3]);
 }
 
-// 16 bytes of the GEMM's input at element `at` of x, or with the SwiGLU prologue (GLU)
-// of swiglu(gate = x, up) there. Plain loads: x (and up) were written by the kernel
-// before, which ran beside this one until the wait (the non-coherent path is for data
-// read-only for a kernel's life).
-template <bool GLU>
-__device__ __forceinline__ uint4 loadX(const uint16_t *x, const uint16_t *up, int64_t at) {
-  const uint4 gate = *reinterpret_cast<const uint4 *>(x + at);
-  if constexpr (!GLU)
-    return gate;
-  else
-    return swigluChunk(gate, *reinterpret_cast<const uint4 *>(up + at));
+// 16 bytes of the GEMM's input (x, or the prologue's gate and up). Plain loads: they were
+// written by the kernel before, which ran beside this one until the wait (the
+// non-coherent path is for data read-only for a kernel's life).
+__device__ __forceinline__ uint4 loadInput(const uint16_t *p) {
+  return *reinterpret_cast<const uint4 *>(p);
 }
 
 // This CTA's weight rows into the L2, one bulk prefetch a row (sm_90+; a no-op below).
@@ -113,7 +107,7 @@ __device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *p
 // without spilling, three for the larger row groups.
 template <int MAX_ROWS> constexpr int minCtasPerSm() { return MAX_ROWS <= 4 ? 4 : 3; }
 
-template <int MAX_ROWS, int FEATURES, bool GLU>
+template <int MAX_ROWS, int FEATURES>
 __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
     skinnyGemmKernel(SkinnyGemmArgs a, bool prefetch) {
   const int64_t entry = blockIdx.y;
@@ -121,9 +115,7 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
   const int features = static_cast<int>(a.n - first < FEATURES ? a.n - first : FEATURES);
   const uint16_t *w = a.w + entry * a.wBatchStride + first * a.ldw;
   const int64_t firstRow = static_cast<int64_t>(blockIdx.z) * MAX_ROWS;
-  const int64_t xOffset = entry * a.xBatchStride + firstRow * a.ldx;
-  const uint16_t *x = a.x + xOffset;
-  const uint16_t *up = GLU ? a.up + xOffset : nullptr;
+  const uint16_t *x = a.x + entry * a.xBatchStride + firstRow * a.ldx;
   const int m = static_cast<int>(a.m - firstRow < MAX_ROWS ? a.m - firstRow : MAX_ROWS);
 
   // Weights are never written by a step: fetching them before the wait is safe.
@@ -160,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
       for (int r = 0; r < MAX_ROWS; ++r) {
         if (r >= m)
           break;
-        const uint4 xv = loadX<GLU>(x, up, r * a.ldx + chunk * kChunkElems);
+        const uint4 xv = loadInput(x + r * a.ldx + chunk * kChunkElems);
 #pragma unroll
         for (int f = 0; f < FEATURES; ++f)
           acc[r][f] = dotChunk(acc[r][f], wv[u][f], xv);
@@ -230,9 +222,7 @@ cudaError_t launchWith(const SkinnyGemmArgs &args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + FEATURES - 1) / FEATURES),
                   static_cast<unsigned>(args.batch),
                   static_cast<unsigned>((args.m + MAX_ROWS - 1) / MAX_ROWS));
-  if (args.up)
-    return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES, true>>(grid, args, stream);
-  return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES, false>>(grid, args, stream);
+  return launchKernel<&skinnyGemmKernel<MAX_ROWS, FEATURES>>(grid, args, stream);
 }
 
 // ---- the tensor-core form ------------------------------------------------------------
@@ -298,7 +288,7 @@ __device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaB
 }
 
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z); DEPTH K steps a
-// warp in flight; GLU: the SwiGLU prologue (loadX).
+// warp in flight; GLU: the SwiGLU prologue (swigluChunk).
 template <int TILES, int DEPTH, bool GLU>
 __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
   const MmaBlock<TILES> blk(a);
@@ -332,9 +322,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
       for (int tile = 0; tile < TILES; ++tile) {
         const int r = tile * 8 + g;
         const bool in = valid && r < rows;
-        xs[u][tile] = in ? loadX<false>(x, nullptr, r * a.ldx + k) : zero;
+        xs[u][tile] = in ? loadInput(x + r * a.ldx + k) : zero;
         if constexpr (GLU)
-          ups[u][tile] = in ? loadX<false>(up, nullptr, r * a.ldx + k) : zero;
+          ups[u][tile] = in ? loadInput(up + r * a.ldx + k) : zero;
       }
     }
     // swiglu(0, 0) is 0: the zero chunks past k or the rows stay zero.
@@ -524,11 +514,16 @@ cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMma
       return cudaErrorNotSupported;
   }
   const bool deep = path == SkinnyMmaPath::RegistersDeep;
-  if (args.up)
-    return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, true>>(grid, args,
-                                                                                     stream)
-                : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, true>>(grid, args,
-                                                                                 stream);
+  // The prologue is built for one row tile (kiln_gemm_bf16_swiglu fuses up to 8 rows).
+  if (args.up) {
+    if constexpr (TILES == 1)
+      return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, true>>(
+                        grid, args, stream)
+                  : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, true>>(grid, args,
+                                                                                   stream);
+    else
+      return cudaErrorNotSupported;
+  }
   return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, false>>(grid, args,
                                                                                     stream)
               : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, false>>(grid, args,
@@ -561,6 +556,8 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 // (minCtasPerSm).
 cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores,
                              cudaStream_t stream, SkinnyMmaPath path) {
+  if (args.up && !tensorCores)
+    return cudaErrorNotSupported; // the prologue runs on tensor cores only
   if (tensorCores)
     return args.m <= 8 ? launchMma<1, kStagesOneTile>(args, stream, path)
                         : launchMma<2, kStagesTwoTiles>(args, stream, path);

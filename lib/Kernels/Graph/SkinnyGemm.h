@@ -46,9 +46,10 @@ struct SkinnyGemmArgs {
   uint16_t *out;
   int64_t ldo, outBatchStride;
   int64_t batch, m, n, k;
-  // A SwiGLU prologue (nullable): x is then the gate and `up` the up projection, both
-  // with x's strides, and the GEMM multiplies swiglu(gate, up) rounded to bf16 as
-  // kiln_swiglu_bf16 rounds it, so the output has the bits of the two launches.
+  // A SwiGLU prologue (nullable; tensor cores, at most 8 rows): x is then the gate and
+  // `up` the up projection, both with x's strides, and the GEMM multiplies swiglu(gate,
+  // up) rounded to bf16 as kiln_swiglu_bf16 rounds it, so the output has the bits of the
+  // two launches.
   const uint16_t *up = nullptr;
 };
 
@@ -62,8 +63,9 @@ bool skinnyGemmFits(const SkinnyGemmArgs &args);
 // Registers, measured fastest in a whole step; KILN_SKINNY_MMA_STAGED=1 or
 // KILN_SKINNY_MMA_DEPTH=8 pick the others, for the A/B (where a CTA cannot hold the ring,
 // Registers runs). Staged asked for by name fails with cudaErrorNotSupported there, and
-// so does it with a SwiGLU prologue, which only the register kernels take (as Fastest,
-// Registers runs it).
+// so does it with a SwiGLU prologue, which only the register kernels of the tensor-core
+// form take, for one row tile (at most 8 rows; as Fastest, Registers runs it). Other
+// launches with a prologue fail with cudaErrorNotSupported.
 enum class SkinnyMmaPath { Fastest, Registers, RegistersDeep, Staged };
 
 // Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the
