@@ -76,6 +76,30 @@ template <typename T> std::vector<T> download(const T *device, size_t n) {
   return v;
 }
 
+// The current device's compute capability major, 0 where it cannot be read.
+int computeMajor() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return 0;
+  return major;
+}
+
+// How many of a captured graph's edges are programmatic (a launch that may overlap the
+// kernel before it); -1 where the edges cannot be read.
+long programmaticEdges(cudaGraph_t graph) {
+  size_t edges = 0;
+  if (cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges) != cudaSuccess)
+    return -1;
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  if (cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges) != cudaSuccess)
+    return -1;
+  return static_cast<long>(std::count_if(data.begin(), data.end(), [](const auto &e) {
+    return e.type == cudaGraphDependencyTypeProgrammatic;
+  }));
+}
+
 std::vector<uint16_t> randomBf16(size_t n, std::mt19937 &rng, float sigma, float mean = 0.0f) {
   std::normal_distribution<float> dist(mean, sigma);
   std::vector<uint16_t> v(n);
@@ -2072,20 +2096,9 @@ void checkSkinnyChainInGraph(kiln_gemm_skinny_t form) {
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   KILN_OK_(captured);
-  int major = 0, device = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   const char *overlap = std::getenv("KILN_SKINNY_GEMM_OVERLAP");
-  if (major >= 9 && !(overlap && std::string(overlap) == "0")) {
-    size_t edges = 0;
-    CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
-    std::vector<cudaGraphNode_t> from(edges), to(edges);
-    std::vector<cudaGraphEdgeData> data(edges);
-    CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges));
-    const auto programmatic = std::count_if(data.begin(), data.end(), [](const auto &e) {
-      return e.type == cudaGraphDependencyTypeProgrammatic;
-    });
-    EXPECT_EQ(programmatic, 3) << "each GEMM's edge from the kernel before it";
+  if (computeMajor() >= 9 && !(overlap && std::string(overlap) == "0")) {
+    EXPECT_EQ(programmaticEdges(graph), 3) << "each GEMM's edge from the kernel before it";
   }
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
@@ -2284,16 +2297,13 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
   };
   // ~0.5 ms at the H100's and H200's clocks: far longer than a launch.
   const long long spin = 1000000;
-  int major = 0, device = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   // On for this test, put back however it ends.
   struct ChainingOn {
     const bool before = kiln::kernels::chainSmallKernels();
     ChainingOn() { kiln::kernels::setChainSmallKernels(true); }
     ~ChainingOn() { kiln::kernels::setChainSmallKernels(before); }
   } chainingOn;
-  const bool chained = major >= 9;
+  const bool chained = computeMajor() >= 9;
   for (const Consumer &c : consumers) {
     SCOPED_TRACE(c.name);
     // On the test's stream (a non-blocking one: the legacy stream's memsets would not be
@@ -2338,17 +2348,7 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
       CUDA_OK(cudaStreamEndCapture(stream, &graph));
       CUDA_OK(produced);
       KILN_OK_(consumed);
-      size_t edges = 0;
-      CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
-      std::vector<cudaGraphNode_t> from(edges), to(edges);
-      std::vector<cudaGraphEdgeData> data(edges);
-      CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &edges));
-      EXPECT_EQ(std::count_if(data.begin(), data.end(),
-                              [](const auto &e) {
-                                return e.type == cudaGraphDependencyTypeProgrammatic;
-                              }),
-                1)
-          << "the consumer's edge from the producer";
+      EXPECT_EQ(programmaticEdges(graph), 1) << "the consumer's edge from the producer";
       CUDA_OK(cudaGraphDestroy(graph));
     }
   }
