@@ -243,8 +243,11 @@ kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, 
 }
 
 // Whether an append kernel is launched chained to the kernel before it (each waits before
-// its first read, KvAppend.cu): where its image waits and KILN_PDL allows. Asked once.
+// its first read, KvAppend.cu): where KILN_PDL allows and its image waits (asked once,
+// and only once chaining is on).
 bool appendChained(const void *fn) {
+  if (!kiln::kernels::chainSmallKernels())
+    return false;
   static const std::array<std::pair<const void *, bool>, 5> chained = [] {
     std::array<std::pair<const void *, bool>, 5> table{
         {{kvAppendKernel(), false},
@@ -256,8 +259,6 @@ bool appendChained(const void *fn) {
       waits = kiln::kernels::imageWaits(kernel);
     return table;
   }();
-  if (!kiln::kernels::chainSmallKernels())
-    return false;
   for (const auto &[kernel, waits] : chained)
     if (kernel == fn)
       return waits;
