@@ -103,6 +103,14 @@ __device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *p
       __bfloat16_as_ushort(__float2bfloat16_rn(sum));
 }
 
+// Lets the next kernel's CTAs launch once every CTA of this one is past its K loop. Not
+// at the start: a chained small kernel after a GEMM lets its own dependent (the next
+// GEMM) launch at once, and a GEMM that did the same would pull the whole chain of
+// later kernels onto the SMs, waiting, while this one still streams its weights
+// (measured: chained small kernels cost the 8B batch-1 step 4% on an H100 with the
+// trigger at the start, docs/performance.md 2026-12-07).
+__device__ __forceinline__ void letDependentsLaunch() { pdlLaunchDependents(); }
+
 // CTAs an SM: four where the accumulators and the weights in flight fit 64 registers
 // without spilling, three for the larger row groups.
 template <int MAX_ROWS> constexpr int minCtasPerSm() { return MAX_ROWS <= 4 ? 4 : 3; }
@@ -121,7 +129,6 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
   // Weights are never written by a step: fetching them before the wait is safe.
   if (prefetch)
     prefetchRowsToL2(w, a.ldw, a.k, features);
-  pdlLaunchDependents();
   pdlWait();
 
   float acc[MAX_ROWS][FEATURES];
@@ -160,6 +167,7 @@ __global__ void __launch_bounds__(kThreads, minCtasPerSm<MAX_ROWS>())
     }
   }
 
+  letDependentsLaunch();
   __shared__ float partial[kWarps][MAX_ROWS][FEATURES];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
@@ -296,7 +304,6 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
   const uint16_t *w = blk.w, *x = blk.x, *up = blk.up;
   if (prefetch)
     prefetchRowsToL2(w, a.ldw, a.k, features);
-  pdlLaunchDependents();
   pdlWait();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -347,6 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
       }
   }
 
+  letDependentsLaunch();
   __shared__ float partial[kWarps][kMmaFeatures][8 * TILES];
   storeMmaSums(a, blk, partial, acc);
 }
@@ -415,7 +423,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < STAGES; ++i)
     issueWeights(i);
-  pdlLaunchDependents();
   pdlWait();
 #pragma unroll
   for (int i = 0; i < STAGES; ++i) {
@@ -442,6 +449,7 @@ __global__ void __launch_bounds__(kThreads)
     kiln::kernels::cpAsyncCommit();
   }
   kiln::kernels::cpAsyncWait<0>();
+  letDependentsLaunch();
   __syncthreads();
 
   storeMmaSums(a, blk, reinterpret_cast<float(*)[kMmaFeatures][8 * TILES]>(ring), acc);
