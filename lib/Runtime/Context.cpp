@@ -665,16 +665,22 @@ kiln_status_t checkReplay(const char *fn, const kiln_rt_batch_t &b, int i,
   return KILN_OK;
 }
 
-// Whether every one of the n values is in [0, bound). A min/max reduction without an early
-// exit, which the compiler vectorizes: it runs over every page of every sequence on each
-// step's host path (firstOutside finds the culprit once this says there is one).
+// int32 values as unsigned against this bound are in [0, bound) exactly where they are
+// below it: past 2^31 every non-negative value is, and a negative one is at least 2^31.
+uint32_t unsignedBound(int64_t bound) {
+  return static_cast<uint32_t>(std::clamp<int64_t>(bound, 0, int64_t{1} << 31));
+}
+
+// Whether every one of the n values is in [0, bound). One unsigned comparison a value,
+// OR-reduced without an early exit, which the compiler vectorizes: it runs over every
+// page of every sequence on each step's host path (firstOutside finds the culprit once
+// this says there is one).
 bool allWithin(const int32_t *values, int64_t n, int64_t bound) {
-  int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, values[i]);
-    hi = std::max(hi, values[i]);
-  }
-  return lo >= 0 && hi < bound;
+  const uint32_t limit = unsignedBound(bound);
+  uint32_t outside = 0;
+  for (int64_t i = 0; i < n; ++i)
+    outside |= static_cast<uint32_t>(static_cast<uint32_t>(values[i]) >= limit);
+  return outside == 0;
 }
 
 // The index of the first value outside [0, bound), or n when there is none.
@@ -696,16 +702,20 @@ bool pagesInUseWithin(const kiln_rt_batch_t &b, int64_t P, int64_t page, int64_t
       within &= allWithin(b.block_table + i * P, (b.seq_lens[i] + page - 1) / page, kvPages);
     return within;
   }
-  // Ids are int32: past 2^31 pages every non-negative id is in range, and as unsigned a
-  // negative id is at least 2^31.
-  const uint32_t bound = static_cast<uint32_t>(std::min<int64_t>(kvPages, int64_t{1} << 31));
+  const uint32_t bound = unsignedBound(kvPages);
+  // Page p is in use where its first position p * page is below the sequence's length: no
+  // division a sequence. (P - 1) * page < max_seq_len < 2^31, so the starts fit int32.
+  int32_t firstPosition[kiln::rt::kShortBlockTableRow];
   const int32_t rowLength = static_cast<int32_t>(P);
+  for (int32_t p = 0; p < rowLength; ++p)
+    firstPosition[p] = static_cast<int32_t>(p * page);
   uint32_t outside = 0;
   for (int i = 0; i < b.batch; ++i) {
     const int32_t *row = b.block_table + i * P;
-    const int32_t used = static_cast<int32_t>((b.seq_lens[i] + page - 1) / page);
+    const int32_t length = b.seq_lens[i];
     for (int32_t p = 0; p < rowLength; ++p)
-      outside |= static_cast<uint32_t>(p < used) & (static_cast<uint32_t>(row[p]) >= bound);
+      outside |= static_cast<uint32_t>(firstPosition[p] < length) &
+                 (static_cast<uint32_t>(row[p]) >= bound);
   }
   return outside == 0;
 }
@@ -720,19 +730,22 @@ bool sequencesPass(const kiln_rt_batch_t &b, const kiln_rt_config_t &cfg, int64_
   const int n = b.batch;
   const int32_t q0 = b.q_lens[0];
   const int32_t longest = static_cast<int32_t>(cfg.max_seq_len); // < 2^31 (checkConfig)
-  // Flags and 32-bit maxima only: they vectorize on any x86-64.
-  bool outside = false, promptNotFromZero = false, notUniform = false;
-  tokens = 0;
+  // 32-bit flags and maxima in one loop, the 64-bit token count in its own: mixed in one
+  // loop, the widths kept the compiler from vectorizing it.
+  uint32_t outside = 0, promptNotFromZero = 0, notUniform = 0;
   maxQ = maxSeq = 0;
   for (int i = 0; i < n; ++i) {
     const int32_t q = b.q_lens[i], len = b.seq_lens[i];
-    outside |= (q < 1) | (len < q) | (len > longest);
-    promptNotFromZero |= len != q;
-    notUniform |= q != q0;
+    outside |= static_cast<uint32_t>(q < 1) | static_cast<uint32_t>(len < q) |
+               static_cast<uint32_t>(len > longest);
+    promptNotFromZero |= static_cast<uint32_t>(len != q);
+    notUniform |= static_cast<uint32_t>(q != q0);
     maxQ = std::max(maxQ, q);
     maxSeq = std::max(maxSeq, len);
-    tokens += q;
   }
+  tokens = 0;
+  for (int i = 0; i < n; ++i)
+    tokens += b.q_lens[i];
   bool pass = !outside &&
               !(b.phase == KILN_RT_PHASE_PREFILL && promptNotFromZero) &&
               !(b.phase == KILN_RT_PHASE_DECODE && notUniform);

@@ -302,6 +302,11 @@ TEST(RuntimeCpu, SetBatchValidation) {
   Step badId(KILN_RT_PHASE_DECODE, {1}, {10});
   badId.ids[0] = 512;
   expectError(badId, "token_ids[0] = 512 outside the vocabulary");
+  // Negative values fail the unsigned range checks too.
+  badId.ids[0] = -1;
+  expectError(badId, "token_ids[0] = -1 outside the vocabulary");
+  badRow.rows[0] = -2;
+  expectError(badRow, "logit_rows[0] = -2 outside the step's 1 tokens");
   Step noTokens(KILN_RT_PHASE_EXTEND, {1, 0}, {10, 10});
   expectError(noTokens, "q_lens[1] = 0 < 1");
   Step shortSeq(KILN_RT_PHASE_EXTEND, {1, 4}, {10, 3});
