@@ -50,7 +50,7 @@ bool chainSmallKernels() {
   if (state < 0) {
     const char *v = std::getenv("KILN_PDL");
     int expected = -1;
-    chainState.compare_exchange_strong(expected, v && std::strcmp(v, "0") == 0 ? 0 : 1,
+    chainState.compare_exchange_strong(expected, v && std::strcmp(v, "1") == 0 ? 1 : 0,
                                        std::memory_order_relaxed);
     state = chainState.load(std::memory_order_relaxed);
   }

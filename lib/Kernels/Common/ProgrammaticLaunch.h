@@ -21,10 +21,9 @@ cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void 
 bool imageWaits(const void *kernel);
 
 // Whether the small kernels between the GEMMs (norms, RoPE, KV appends, elementwise ops,
-// argmax) are chained to the kernel before them. On unless KILN_PDL=0 (read once) or
-// setChainSmallKernels(false). Measured on an H100 (docs/performance.md, 2026-12-07):
-// +1% on the 8B step at batch 1 and 16 once the skinny GEMM let its dependents launch
-// only past its K loop; -4% at batch 1 while it did so at its start.
+// argmax) are chained to the kernel before them. Off unless KILN_PDL=1 (read once) or
+// setChainSmallKernels: measured on an H100 (docs/performance.md, 2026-12-07), chaining
+// them cost the 8B batch-1 step 4% (163 against 170 tok/s) and gained 3% at batch 16.
 bool chainSmallKernels();
 // Overrides KILN_PDL for the process (the chained-launch test turns it on).
 void setChainSmallKernels(bool chain);

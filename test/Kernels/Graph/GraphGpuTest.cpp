@@ -2211,7 +2211,7 @@ TEST(GraphGpu, SkinnyGemmSwigluPrologueIsSwigluThenGemm) {
 }
 
 // The small kernels can be chained to the kernel before them (programmatic dependent
-// launch; on unless KILN_PDL=0; this test sets it with setChainSmallKernels): their
+// launch; off by default, KILN_PDL=1 or setChainSmallKernels, which this test sets): their
 // CTAs may then become resident while that kernel still runs.
 // Each consumer here follows a producer that lets its dependents launch at once and
 // writes the consumer's input only ~0.5 ms later (SlowProducer.h). The consumer's result
