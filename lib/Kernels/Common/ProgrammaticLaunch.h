@@ -22,8 +22,9 @@ bool imageWaits(const void *kernel);
 
 // Whether the small kernels between the GEMMs (norms, RoPE, KV appends, elementwise ops,
 // argmax) are chained to the kernel before them. Off unless KILN_PDL=1 (read once) or
-// setChainSmallKernels: measured on an H100 (docs/performance.md, 2026-12-07), chaining
-// them cost the 8B batch-1 step 4% (163 against 170 tok/s) and gained 3% at batch 16.
+// setChainSmallKernels: measured on an H100 (docs/performance.md, 2026-12-07), +1.2% on
+// the 8B step at batch 1 (the skinny GEMM's steps) but +0.7% and -2.7% in two runs at
+// batch 16 (cuBLASLt's steps), so it waits for a per-context choice.
 bool chainSmallKernels();
 // Overrides KILN_PDL for the process (the chained-launch test turns it on).
 void setChainSmallKernels(bool chain);
