@@ -33,7 +33,8 @@ of at most the invariant rows on the skinny GEMM (skinny: KILN_GEMM_SKINNY=1, it
 tensor-core form, what the runtime does for models of max_batch 1; skinnyfma: its
 CUDA-core form; skinnyring / skinnydeep: the tensor-core form through its cp.async ring /
 with 8 K steps a warp in flight), or the small kernels chained to the kernel before
-them (pdl: KILN_PDL=1; by default they launch plainly), or the model
+them on every model (pdl: KILN_PDL=1; by default only the batch-1 models, whose GEMMs are
+the skinny GEMM, chain them), or the model
 compiled with --fuse-swiglu-linear (glu: the SwiGLU as the skinny GEMM's prologue;
 --batches 1 only, compile.sh builds it at batch 1); batch 1 runs
 on a model of max_batch 1, which takes the tensor-core form by default, the larger
@@ -332,7 +333,8 @@ def describe_step_host_time(result):
 # or ("skinnyring") the tensor-core form through its cp.async ring instead of registers
 # (KILN_GEMM_SKINNY=1 KILN_SKINNY_MMA_STAGED=1, lib/Kernels/Graph/SkinnyGemm.h), or
 # ("skinnydeep") through registers with 8 K steps in flight (KILN_SKINNY_MMA_DEPTH=8), or
-# ("pdl") the small kernels between the GEMMs chained to the kernel before them
+# ("pdl") the small kernels between the GEMMs chained to the kernel before them on every
+# model, not only on the batch-1 ones
 # (KILN_PDL=1, lib/Kernels/Common/ProgrammaticLaunch.h), or ("glu") the model compiled with
 # --fuse-swiglu-linear (compile.sh's -glu builds, batch 1 only).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),

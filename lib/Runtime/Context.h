@@ -255,6 +255,10 @@ kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
 // attention, logits): at kiln_rt_set_batch, and before an eager rerun of a step whose
 // capture failed.
 void restartForward(kiln_rt_context *ctx);
+// Chains the small kernels on the context's stream where its GEMMs take the skinny form
+// (kiln_graph_chain_launches), unchains them elsewhere. A stream that cannot be marked
+// stays unchained: the launches are the same, only not overlapped.
+void chainByGemmForm(kiln_rt_context *ctx);
 // Destroys every captured graph (the context's teardown).
 void destroyGraphs(kiln_rt_context *ctx);
 // KILN_GRAPH_LAUNCH_PROBE=1: prints each captured graph's bare cudaGraphLaunch host time

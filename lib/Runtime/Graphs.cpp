@@ -499,7 +499,11 @@ extern "C" kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx,
                 "%s: form %d unknown (off 0, tensor cores 1, CUDA cores 2)", fn,
                 static_cast<int>(form));
   ctx->skinnyGemm = form;
-  return changeGemm(ctx, fn, [&] { return kiln_gemm_set_skinny(ctx->gemm, form); });
+  const kiln_status_t s =
+      changeGemm(ctx, fn, [&] { return kiln_gemm_set_skinny(ctx->gemm, form); });
+  if (s == KILN_OK && !ctx->dry)
+    chainByGemmForm(ctx);
+  return s;
 }
 
 extern "C" kiln_gemm_skinny_t kiln_rt_skinny_gemm(const kiln_rt_context_t *ctx) {

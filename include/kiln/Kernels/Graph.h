@@ -241,6 +241,17 @@ kiln_status_t kiln_next_tokens_i32(const int32_t *ids, const int32_t *picks,
                                    const int32_t *rows, int32_t *out, int64_t tokens,
                                    int64_t num_rows, void *stream);
 
+/* Chains (chain != 0) the small kernels launched on `stream` from now on to the kernel
+ * before each (programmatic dependent launch on sm_90+: norms, RoPE, elementwise ops,
+ * argmax and the KV appends of Decode.h, each waiting for its inputs), or stops
+ * (chain == 0). Worth it where the GEMMs between them are the skinny GEMM, which lets
+ * its dependents launch only past its K loop; measured mixed over cuBLASLt's GEMMs
+ * (docs/kernels-graph.md). The runtime marks each context's stream by its GEMM form.
+ * KILN_PDL=1 or 0 chains on every stream or none, whatever the marks. At most 64 streams
+ * are marked at once (KILN_ERROR_UNSUPPORTED past that); the legacy default stream is
+ * never chained (KILN_ERROR_INVALID_ARGUMENT). Unmark a stream before destroying it. */
+kiln_status_t kiln_graph_chain_launches(void *stream, int chain);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,10 @@
 #include "ProgrammaticLaunch.h"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace kiln::kernels {
 
@@ -41,24 +43,79 @@ bool imageWaits(const void *kernel) {
 }
 
 namespace {
-// -1 until KILN_PDL is read or the setter runs, then 0 or 1.
-std::atomic<int> chainState{-1};
-} // namespace
+// What decides for every stream: kUnread until KILN_PDL is read, then kByStream (unset or
+// neither "0" nor "1"), 0 or 1; setChainSmallKernels after.
+constexpr int kUnread = -2, kByStream = -1;
+std::atomic<int> override{kUnread};
 
-bool chainSmallKernels() {
-  int state = chainState.load(std::memory_order_relaxed);
-  if (state < 0) {
+int overrideState() {
+  int state = override.load(std::memory_order_relaxed);
+  if (state == kUnread) {
     const char *v = std::getenv("KILN_PDL");
-    int expected = -1;
-    chainState.compare_exchange_strong(expected, v && std::strcmp(v, "1") == 0 ? 1 : 0,
-                                       std::memory_order_relaxed);
-    state = chainState.load(std::memory_order_relaxed);
+    const int fromEnv = v && std::strcmp(v, "1") == 0   ? 1
+                        : v && std::strcmp(v, "0") == 0 ? 0
+                                                        : kByStream;
+    override.compare_exchange_strong(state, fromEnv, std::memory_order_relaxed);
+    state = override.load(std::memory_order_relaxed);
   }
-  return state == 1;
+  return state;
 }
 
-void setChainSmallKernels(bool chain) {
-  chainState.store(chain ? 1 : 0, std::memory_order_relaxed);
+// The marked streams: a slot each, null where free. Launches read them without a lock
+// (scanning up to the highest slot ever used, a context's stream or two in practice);
+// marking takes the lock.
+std::array<std::atomic<cudaStream_t>, kMaxChainedStreams> marked{};
+std::atomic<int> slotsUsed{0};
+std::mutex marking;
+} // namespace
+
+bool chainSmallKernels(cudaStream_t stream) {
+  const int state = overrideState();
+  if (state != kByStream)
+    return state == 1;
+  const int used = slotsUsed.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i)
+    if (stream && marked[i].load(std::memory_order_relaxed) == stream)
+      return true;
+  return false;
+}
+
+std::optional<bool> chainSmallKernelsEverywhere() {
+  const int state = overrideState();
+  return state == kByStream ? std::nullopt : std::optional<bool>(state == 1);
+}
+
+void setChainSmallKernels(std::optional<bool> everywhere) {
+  override.store(everywhere ? (*everywhere ? 1 : 0) : kByStream, std::memory_order_relaxed);
+}
+
+bool markStreamChained(cudaStream_t stream, bool chain) {
+  if (!stream || stream == cudaStreamLegacy)
+    return !chain;
+  std::lock_guard<std::mutex> lock(marking);
+  const int used = slotsUsed.load(std::memory_order_relaxed);
+  int free = -1;
+  for (int i = 0; i < used; ++i) {
+    const cudaStream_t s = marked[i].load(std::memory_order_relaxed);
+    if (s == stream) {
+      if (!chain)
+        marked[i].store(nullptr, std::memory_order_relaxed);
+      return true;
+    }
+    if (!s && free < 0)
+      free = i;
+  }
+  if (!chain)
+    return true;
+  if (free < 0) {
+    if (used == kMaxChainedStreams)
+      return false;
+    free = used;
+  }
+  marked[free].store(stream, std::memory_order_relaxed);
+  if (free == used)
+    slotsUsed.store(used + 1, std::memory_order_release);
+  return true;
 }
 
 } // namespace kiln::kernels

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
+
 namespace kiln::kernels {
 
 // cudaLaunchKernel when !programmatic or on the legacy default stream; otherwise cudaLaunchKernelExC with programmatic
@@ -21,13 +23,22 @@ cudaError_t launchMaybeProgrammatic(const void *fn, dim3 grid, dim3 block, void 
 bool imageWaits(const void *kernel);
 
 // Whether the small kernels between the GEMMs (norms, RoPE, KV appends, elementwise ops,
-// argmax) are chained to the kernel before them. Off unless KILN_PDL=1 (read once) or
-// setChainSmallKernels: measured on an H100 (docs/performance.md, 2026-12-07), +1.2% on
-// the 8B step at batch 1 (the skinny GEMM's steps) but +0.7% and -2.7% in two runs at
-// batch 16 (cuBLASLt's steps), so it waits for a per-context choice.
-bool chainSmallKernels();
-// Overrides KILN_PDL for the process (the chained-launch test turns it on).
-void setChainSmallKernels(bool chain);
+// argmax) launched on `stream` are chained to the kernel before them: where the stream
+// was marked (markStreamChained, kiln_graph_chain_launches), unless KILN_PDL=1 or 0 (read
+// once) or setChainSmallKernels decides for every stream. Measured on an H100
+// (docs/performance.md, 2026-12-07): +1.2% on the 8B step at batch 1, whose GEMMs are the
+// skinny GEMM, but +0.7% and -2.7% in two runs at batch 16 over cuBLASLt's GEMMs, so the
+// runtime marks the streams of contexts whose GEMMs take the skinny form.
+bool chainSmallKernels(cudaStream_t stream);
+// What decides for every stream over the marks: KILN_PDL=1 or 0, or the last
+// setChainSmallKernels (the chained-launch test turns chaining on, then puts back what
+// was); nullopt where the marks decide.
+std::optional<bool> chainSmallKernelsEverywhere();
+void setChainSmallKernels(std::optional<bool> everywhere);
+// Marks `stream` chained or not. False where the mark cannot be kept: the legacy default
+// stream (never chained) or kMaxChainedStreams streams marked already.
+constexpr int kMaxChainedStreams = 64;
+bool markStreamChained(cudaStream_t stream, bool chain);
 
 namespace detail {
 // Converts the arguments to the kernel's parameter types, so that argv points at values
@@ -54,7 +65,7 @@ cudaError_t launchChained(dim3 grid, dim3 block, size_t smem, cudaStream_t strea
                           const Args &...args) {
   static const bool waits = imageWaits(reinterpret_cast<const void *>(Kernel));
   return detail::launchConverted(Kernel, grid, block, smem, stream,
-                                 waits && chainSmallKernels(), args...);
+                                 waits && chainSmallKernels(stream), args...);
 }
 
 } // namespace kiln::kernels

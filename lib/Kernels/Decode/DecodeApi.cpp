@@ -243,10 +243,10 @@ kiln_status_t launch(const char *kernel, const void *fn, dim3 grid, dim3 block, 
 }
 
 // Whether an append kernel is launched chained to the kernel before it (each waits before
-// its first read, KvAppend.cu): where KILN_PDL allows and its image waits (asked once,
-// and only once chaining is on).
-bool appendChained(const void *fn) {
-  if (!kiln::kernels::chainSmallKernels())
+// its first read, KvAppend.cu): where chaining is on for the stream
+// (chainSmallKernels) and its image waits (asked once, and only once chaining is on).
+bool appendChained(const void *fn, void *stream) {
+  if (!kiln::kernels::chainSmallKernels(static_cast<cudaStream_t>(stream)))
     return false;
   static const std::array<std::pair<const void *, bool>, 5> chained = [] {
     std::array<std::pair<const void *, bool>, 5> table{
@@ -868,7 +868,7 @@ extern "C" kiln_status_t kiln_kv_append(const kiln_kv_append_params_t *p) {
   args.vScale = p->v_scale;
   long long chunks = static_cast<long long>(p->num_tokens) * 2 * row / 8;
   if ((status = launch(kernel, fn, dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256),
-                       &args, 0, p->stream, appendChained(fn))) != KILN_OK)
+                       &args, 0, p->stream, appendChained(fn, p->stream))) != KILN_OK)
     return status;
   return ok();
 }
@@ -910,7 +910,7 @@ extern "C" kiln_status_t kiln_mla_kv_append(const kiln_mla_kv_append_params_t *p
   long long chunks = static_cast<long long>(p->num_tokens) * (fp8 ? 32 : KILN_MLA_HEAD_DIM / 8);
   const void *fn = fp8 ? mlaKvAppendFp8Kernel() : mlaKvAppendKernel();
   if ((status = launch(kernel, fn, dim3(static_cast<unsigned>((chunks + 255) / 256)), dim3(256),
-                       &args, 0, p->stream, appendChained(fn))) != KILN_OK)
+                       &args, 0, p->stream, appendChained(fn, p->stream))) != KILN_OK)
     return status;
   return ok();
 }

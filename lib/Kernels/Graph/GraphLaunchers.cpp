@@ -5,6 +5,7 @@
 #include "GraphInternal.h"
 #include "RopeFrequencies.h"
 #include "ArgChecker.h"
+#include "ProgrammaticLaunch.h"
 #include "StatusInternal.h"
 
 #include <cmath>
@@ -609,4 +610,16 @@ extern "C" kiln_status_t kiln_argmax_bf16(const void *logits, int32_t *out, int6
   if (rows == 0)
     return ok();
   return launched(c.kernel, launchArgmax(logits, out, rows, cols, asStream(stream)));
+}
+
+extern "C" kiln_status_t kiln_graph_chain_launches(void *stream, int chain) {
+  const cudaStream_t s = asStream(stream);
+  if (chain && (!s || s == cudaStreamLegacy))
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "kiln_graph_chain_launches: the legacy default stream is never chained");
+  if (!markStreamChained(s, chain != 0))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "kiln_graph_chain_launches: %d streams are chained already (unmark one first)",
+                kMaxChainedStreams);
+  return ok();
 }

@@ -1,6 +1,7 @@
 // CPU tests (run in CI): the references against hand-computed small cases (each rope
 // type included), and the launchers' argument validation, which precedes any CUDA call.
 #include "GraphReference.h"
+#include "ProgrammaticLaunch.h"
 #include "kiln/Kernels/Gemm.h"
 #include "kiln/Kernels/Graph.h"
 #include "kiln/Kernels/Moe.h"
@@ -1245,3 +1246,51 @@ TEST(GraphValidation, Moe) {
 }
 
 } // namespace
+
+// kiln_graph_chain_launches marks streams whose small kernels are chained (no launch, no
+// GPU: the marks are host state, the streams opaque handles). Past the 64 a clear error;
+// the legacy default stream never; KILN_PDL's everywhere-switch over the marks.
+TEST(GraphLaunchers, ChainLaunchesMarksStreams) {
+  using kiln::kernels::chainSmallKernels;
+  struct MarksDecide {
+    const std::optional<bool> before = kiln::kernels::chainSmallKernelsEverywhere();
+    MarksDecide() { kiln::kernels::setChainSmallKernels(std::nullopt); }
+    ~MarksDecide() { kiln::kernels::setChainSmallKernels(before); }
+  } marksDecide;
+  const auto stream = [](int i) {
+    return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0x10000 + 16 * i));
+  };
+  EXPECT_EQ(kiln_graph_chain_launches(nullptr, 1), KILN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln_last_error()).find("legacy default stream"), std::string::npos);
+  EXPECT_EQ(kiln_graph_chain_launches(nullptr, 0), KILN_OK);
+  EXPECT_FALSE(chainSmallKernels(nullptr));
+
+  for (int i = 0; i < kiln::kernels::kMaxChainedStreams; ++i)
+    ASSERT_EQ(kiln_graph_chain_launches(stream(i), 1), KILN_OK) << i;
+  EXPECT_EQ(kiln_graph_chain_launches(stream(0), 1), KILN_OK); // marked already
+  const int last = kiln::kernels::kMaxChainedStreams;
+  EXPECT_EQ(kiln_graph_chain_launches(stream(last), 1), KILN_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(kiln_last_error()).find("64 streams are chained already"),
+            std::string::npos)
+      << kiln_last_error();
+  EXPECT_TRUE(chainSmallKernels(stream(7)));
+  EXPECT_FALSE(chainSmallKernels(stream(last)));
+
+  // A freed slot takes the next stream.
+  EXPECT_EQ(kiln_graph_chain_launches(stream(7), 0), KILN_OK);
+  EXPECT_FALSE(chainSmallKernels(stream(7)));
+  EXPECT_EQ(kiln_graph_chain_launches(stream(last), 1), KILN_OK);
+  EXPECT_TRUE(chainSmallKernels(stream(last)));
+
+  // The everywhere-switch decides over the marks, both ways.
+  kiln::kernels::setChainSmallKernels(false);
+  EXPECT_FALSE(chainSmallKernels(stream(0)));
+  kiln::kernels::setChainSmallKernels(true);
+  EXPECT_TRUE(chainSmallKernels(stream(7)));
+  kiln::kernels::setChainSmallKernels(std::nullopt);
+
+  for (int i = 0; i <= last; ++i)
+    EXPECT_EQ(kiln_graph_chain_launches(stream(i), 0), KILN_OK);
+  for (int i = 0; i <= last; ++i)
+    EXPECT_FALSE(chainSmallKernels(stream(i))) << i;
+}

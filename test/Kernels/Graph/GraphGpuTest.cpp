@@ -2211,7 +2211,8 @@ TEST(GraphGpu, SkinnyGemmSwigluPrologueIsSwigluThenGemm) {
 }
 
 // The small kernels can be chained to the kernel before them (programmatic dependent
-// launch; off by default, KILN_PDL=1 or setChainSmallKernels, which this test sets): their
+// launch; on the streams the runtime marks, everywhere with KILN_PDL=1 or
+// setChainSmallKernels, which this test sets): their
 // CTAs may then become resident while that kernel still runs.
 // Each consumer here follows a producer that lets its dependents launch at once and
 // writes the consumer's input only ~0.5 ms later (SlowProducer.h). The consumer's result
@@ -2299,7 +2300,7 @@ TEST(GraphGpu, ChainedKernelsWaitForTheirProducer) {
   const long long spin = 1000000;
   // On for this test, put back however it ends.
   struct ChainingOn {
-    const bool before = kiln::kernels::chainSmallKernels();
+    const std::optional<bool> before = kiln::kernels::chainSmallKernelsEverywhere();
     ChainingOn() { kiln::kernels::setChainSmallKernels(true); }
     ~ChainingOn() { kiln::kernels::setChainSmallKernels(before); }
   } chainingOn;
