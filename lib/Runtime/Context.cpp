@@ -2,6 +2,7 @@
 // the sticky status, the step (kiln_rt_set_batch), the step inputs compiled code reads,
 // kiln_rt_output and reading the results back. See include/kiln/Runtime/Runtime.h.
 #include "Context.h"
+#include "ProgrammaticLaunch.h"
 #include "RuntimeKernels.h"
 #include "StepStaging.h"
 
@@ -371,7 +372,7 @@ void releaseDevice(kiln_rt_context *ctx) {
   if (ctx->uploaded)
     cudaEventDestroy(ctx->uploaded);
   if (ctx->stream) {
-    kiln_graph_chain_launches(ctx->stream, 0); // a later stream may get its address
+    kiln::kernels::markStreamChained(ctx->stream, false); // a later stream may get its address
     cudaStreamDestroy(ctx->stream);
   }
   for (void *h : {static_cast<void *>(ctx->ioHost), static_cast<void *>(ctx->argmaxHost),
@@ -641,10 +642,11 @@ extern "C" void kiln_rt_clear_status(kiln_rt_context_t *ctx) {
 
 // Measured on an H100 (docs/performance.md, 2026-12-07): chaining gained 1.2% on the 8B
 // step at batch 1 (skinny GEMMs) and was mixed at batch 16 (cuBLASLt's).
+// The marks directly (kiln_graph_chain_launches's own), not through the C call: a stream
+// that cannot be marked is no error of the caller's, and the thread's last error stays.
 void kiln::rt::chainByGemmForm(kiln_rt_context *ctx) {
   const bool skinny = ctx->gemm && kiln_gemm_skinny_form(ctx->gemm) != KILN_GEMM_SKINNY_OFF;
-  if (kiln_graph_chain_launches(ctx->stream, skinny ? 1 : 0) != KILN_OK)
-    kiln::kernels::ok(); // unmarked: launched plainly, the message is not the caller's
+  kiln::kernels::markStreamChained(ctx->stream, skinny);
 }
 
 void kiln::rt::restartForward(kiln_rt_context *ctx) {
