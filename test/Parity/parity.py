@@ -146,6 +146,22 @@ F16_MODES = {"f16", "f16ngram"}
 # pages that the longer prompts wrap around); families without windows skip them.
 RING_MODES = {"ring", "ringngram"}
 DRAFT_LEN = 4
+# The run each mode's checks compare with, besides nospec (which every mode's are).
+BASELINE_MODES = {"fp8tf": "fp8", "fp8ngram": "fp8", "f16ngram": "f16", "ringngram": "ring"}
+
+
+def with_baselines(modes):
+    """The modes, each preceded by the runs its checks compare with where those were not
+    asked for first: without them a lossless or graphs check has nothing to compare and
+    fails ("unchecked")."""
+    ordered = []
+    for mode in modes:
+        for base in ("nospec", BASELINE_MODES.get(mode)):
+            if base and base != mode and base not in ordered:
+                ordered.append(base)
+        if mode not in ordered:
+            ordered.append(mode)
+    return ordered
 
 
 # ----------------------------------------------------------------------------------------
@@ -1116,6 +1132,10 @@ def main():
     unknown = set(args.modes) - set(ALL_MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; known: {ALL_MODES}")
+    asked, args.modes = args.modes, with_baselines(args.modes)
+    if args.modes != asked:
+        print(f"parity: modes {','.join(args.modes)} (the runs the asked modes are checked "
+              f"against come first)", flush=True)
     families = [f for f in args.families.split(",") if f] or sorted(
         p.parent.name for p in args.models.glob("*/prompts.txt"))
     out = args.out / "parity"
