@@ -98,8 +98,8 @@ cl::opt<bool> pairRopes(
 cl::opt<bool> fuseSwigluLinear(
     "fuse-swiglu-linear",
     cl::desc("merge each gated MLP's SwiGLU into its down projection, the skinny GEMM's "
-             "prologue at batch 1 (kiln-fuse-swiglu-linear; default off until measured on "
-             "a GPU)"),
+             "prologue at batch 1 (kiln-fuse-swiglu-linear; off: measured 13-31% slower on "
+             "the 8B step at batch 1, docs/performance.md)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",

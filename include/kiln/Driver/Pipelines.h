@@ -42,7 +42,8 @@ struct LoweringOptions {
   bool pairRopes = false;
   /// Merge each gated MLP's SwiGLU into its down projection (kiln-fuse-swiglu-linear):
   /// at batch 1 the skinny GEMM computes it as its prologue, one launch fewer a layer.
-  /// Off until measured on a GPU.
+  /// Off: measured slower (the 8B step at batch 1, -13% and -31% for its two forms on an
+  /// H100, docs/performance.md): every CTA column recomputes the whole row's SwiGLU.
   bool fuseSwigluLinear = false;
 };
 
