@@ -641,9 +641,9 @@ extern "C" void kiln_rt_clear_status(kiln_rt_context_t *ctx) {
 // ---- the step ----------------------------------------------------------------------------
 
 // Measured on an H100 (docs/performance.md, 2026-12-07): chaining gained 1.2% on the 8B
-// step at batch 1 (skinny GEMMs) and was mixed at batch 16 (cuBLASLt's).
-// The marks directly (kiln_graph_chain_launches's own), not through the C call: a stream
-// that cannot be marked is no error of the caller's, and the thread's last error stays.
+// step at batch 1 (skinny GEMMs) and was mixed at batch 16 (cuBLASLt's). It sets the
+// marks directly, not through kiln_graph_chain_launches: a stream that cannot be marked
+// is no error of the caller's, and the thread's last error stays.
 void kiln::rt::chainByGemmForm(kiln_rt_context *ctx) {
   const bool skinny = ctx->gemm && kiln_gemm_skinny_form(ctx->gemm) != KILN_GEMM_SKINNY_OFF;
   kiln::kernels::markStreamChained(ctx->stream, skinny);

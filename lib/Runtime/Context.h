@@ -256,7 +256,7 @@ kiln_status_t refuseCapture(kiln_rt_context *ctx, const char *fn);
 // capture failed.
 void restartForward(kiln_rt_context *ctx);
 // Chains the small kernels on the context's stream where its GEMMs take the skinny form
-// (kiln_graph_chain_launches), unchains them elsewhere. A stream that cannot be marked
+// (the marks behind kiln_graph_chain_launches), unchains them elsewhere. A stream that cannot be marked
 // stays unchained: the launches are the same, only not overlapped.
 void chainByGemmForm(kiln_rt_context *ctx);
 // Destroys every captured graph (the context's teardown).

@@ -501,8 +501,8 @@ extern "C" kiln_status_t kiln_rt_set_skinny_gemm(kiln_rt_context_t *ctx,
   ctx->skinnyGemm = form;
   const kiln_status_t s =
       changeGemm(ctx, fn, [&] { return kiln_gemm_set_skinny(ctx->gemm, form); });
-  if (s == KILN_OK && !ctx->dry)
-    chainByGemmForm(ctx);
+  if (s == KILN_OK)
+    chainByGemmForm(ctx); // a dry context has no stream: nothing to mark
   return s;
 }
 

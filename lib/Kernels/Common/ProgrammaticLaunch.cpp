@@ -73,9 +73,11 @@ bool chainSmallKernels(cudaStream_t stream) {
   const int state = overrideState();
   if (state != kByStream)
     return state == 1;
+  if (!stream) // the legacy default stream, never marked
+    return false;
   const int used = slotsUsed.load(std::memory_order_acquire);
   for (int i = 0; i < used; ++i)
-    if (stream && marked[i].load(std::memory_order_relaxed) == stream)
+    if (marked[i].load(std::memory_order_relaxed) == stream)
       return true;
   return false;
 }
