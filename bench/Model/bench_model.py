@@ -35,7 +35,7 @@ CUDA-core form; skinnyring / skinnydeep: the tensor-core form through its cp.asy
 with 8 K steps a warp in flight), or the small kernels chained to the kernel before
 them on every model (pdl: KILN_PDL=1; by default only the batch-1 models, whose GEMMs are
 the skinny GEMM, chain them), or the model
-compiled with --fuse-swiglu-linear (glu: the SwiGLU as the skinny GEMM's prologue;
+compiled with --fuse-pair-swiglu (glu: the SwiGLU as the gate/up pair GEMM's epilogue;
 --batches 1 only, compile.sh builds it at batch 1); batch 1 runs
 on a model of max_batch 1, which takes the tensor-core form by default, the larger
 batches on models of batch 64 or 256; rows go in groups of 8-16, so use --batches 1 or
@@ -336,7 +336,7 @@ def describe_step_host_time(result):
 # ("pdl") the small kernels between the GEMMs chained to the kernel before them on every
 # model, not only on the batch-1 ones
 # (KILN_PDL=1, lib/Kernels/Common/ProgrammaticLaunch.h), or ("glu") the model compiled with
-# --fuse-swiglu-linear (compile.sh's -glu builds, batch 1 only).
+# --fuse-pair-swiglu (compile.sh's -glu builds, batch 1 only).
 SECOND_VARIANTS = {"eager": ("--cuda-graphs", "0"), "heuristic": ("--gemm-policy", "heuristic"),
                    "unpaired": (), "pin256": (), "memsets": (), "ropes": (), "skinny": (),
                    "skinnyfma": (), "skinnyring": (),
@@ -355,7 +355,7 @@ SECOND_BUILDS = {"unpaired": "-unpaired", "ropes": "-ropes", "glu": "-glu"}
 def second_model(so, second):
     """The shared object of the second run: the -unpaired build for --second unpaired,
     the -ropes build (q and k rotated in one launch) for --second ropes, the -glu build
-    (the SwiGLU fused into the down projection) for --second glu."""
+    (the gate/up pair and its SwiGLU in one launch) for --second glu."""
     suffix = SECOND_BUILDS.get(second)
     return so.with_name(so.stem + suffix + ".so") if suffix else so
 

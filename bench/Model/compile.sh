@@ -31,11 +31,11 @@ for pair in "" "--pair-linears=false" "--pair-ropes"; do
   bench_model ngram:4 "-ngram$suffix" 64 4608 $pair
   bench_model ngram:4 "-ngram-b256$suffix" 256 256 $pair
 done
-# -glu: each gated MLP's SwiGLU fused into its down projection (kiln-fuse-swiglu-linear;
-# the skinny GEMM's prologue at batch 1, off by default until measured;
+# -glu: each gated MLP's gate/up pair and SwiGLU in one launch (kiln-fuse-pair-swiglu; the
+# skinny GEMM's epilogue at batch 1, off by default until measured;
 # bench_model.py --second glu --batches 1).
-bench_model none "-b1-glu" 1 4608 --fuse-swiglu-linear
-bench_model ngram:4 "-ngram-b1-glu" 1 4608 --fuse-swiglu-linear
+bench_model none "-b1-glu" 1 4608 --fuse-pair-swiglu
+bench_model ngram:4 "-ngram-b1-glu" 1 4608 --fuse-pair-swiglu
 # bench_ssm_modes.py: the seed scenario's Nemotron-Nano-9B-v2-shaped hybrid at batch 128
 # (H200) and 64 (H100), without speculation and with ngram:3 in each SSM mode.
 seed="$root/test/Tools/Inputs/nemotron-nano-9b-v2-seed.json"

@@ -63,10 +63,11 @@ void kiln::buildActivationPlanningPipeline(OpPassManager &pm, const LoweringOpti
   // it writes both outputs, which the plan must then keep apart.
   if (options.pairRopes)
     pm.addPass(createKilnPairRopes());
-  // Before the plan too: the merged op keeps the SwiGLU's allocation as its scratch, so
-  // the plan places the same buffers.
-  if (options.fuseSwigluLinear)
-    pm.addPass(createKilnFuseSwigluLinear());
+  // Before the plan too: the merged op keeps the projections' allocations as its gate
+  // and up, so the plan places the same buffers, and it keeps its output apart from the
+  // input the merged op reads while it writes.
+  if (options.fusePairSwiglu)
+    pm.addPass(createKilnFusePairSwiglu());
   KilnPlanActivationsOptions activations;
   activations.collectiveBytes = options.collectiveBytes;
   pm.addPass(createKilnPlanActivations(activations));

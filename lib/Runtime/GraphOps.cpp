@@ -298,6 +298,54 @@ std::optional<kiln_gemm_strided_batch_t> sharedInputBatch(const void *x, const v
   return p;
 }
 
+// kiln_rt_linear_pair's and kiln_rt_linear_pair_swiglu's operands: x [m, k], w0 and w1
+// [n, k], the two outputs [m, n] apart (named as the call names them).
+struct PairOutputs {
+  void *first, *second;
+  const char *firstName, *secondName;
+};
+kiln_status_t checkPair(const Call &c, kiln_rt_context *ctx, const void *x, const void *w0,
+                        const void *w1, const PairOutputs &out, int64_t m, int64_t n,
+                        int64_t k) {
+  if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
+    return s;
+  if (kiln_status_t s = checkRanges(c, ctx,
+                                    {bf16("x", x, m, k), bf16("w0", w0, n, k),
+                                     bf16("w1", w1, n, k),
+                                     bf16(out.firstName, out.first, m, n, true),
+                                     bf16(out.secondName, out.second, m, n, true)});
+      s != KILN_OK)
+    return s;
+  const uint64_t outBytes = bytesOf({m, n, 2});
+  if (overlaps(out.first, outBytes, out.second, outBytes))
+    return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                   "%s and %s overlap (the two projections would write one buffer)",
+                   out.firstName, out.secondName);
+  return KILN_OK;
+}
+
+// The pair's GEMMs: one strided batch where the layout allows it (`batch`), else two.
+kiln_status_t launchPair(kiln_rt_context *ctx, const std::optional<kiln_gemm_strided_batch_t> &batch,
+                         const void *x, const void *w0, const void *w1, void *out0, void *out1,
+                         int64_t m, int64_t n, int64_t k) {
+  auto twoGemms = [&] {
+    kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
+                                     ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                     ctx->stream);
+    return s != KILN_OK ? s
+                        : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
+                                         ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
+                                         ctx->stream);
+  };
+  if (!batch)
+    return twoGemms();
+  const kiln_status_t s = kiln_gemm_bf16_strided_batched(
+      ctx->gemm, &*batch, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
+  // cuBLASLt without an algorithm for the shared input (a shape's choice, the same every
+  // call): the two GEMMs, as without pairing.
+  return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
+}
+
 } // namespace
 
 extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, const void *w0,
@@ -305,42 +353,57 @@ extern "C" int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, co
                                        int64_t n, int64_t k) {
   KILN_RT_GRAPH_ENTER("kiln_rt_linear_pair")
   auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRanges(c, ctx,
-                                      {bf16("x", x, m, k), bf16("w0", w0, n, k),
-                                       bf16("w1", w1, n, k), bf16("out0", out0, m, n, true),
-                                       bf16("out1", out1, m, n, true)});
+    if (kiln_status_t s = checkPair(c, ctx, x, w0, w1, {out0, out1, "out0", "out1"}, m, n, k);
         s != KILN_OK)
       return s;
-    const uint64_t outBytes = bytesOf({m, n, 2});
-    if (overlaps(out0, outBytes, out1, outBytes))
-      return c.error(KILN_ERROR_INVALID_ARGUMENT,
-                     "out0 and out1 overlap (the two projections would write one buffer)");
     const std::optional<kiln_gemm_strided_batch_t> batch =
         sharedInputBatch(x, w0, w1, out0, out1, m, n, k);
     const char *kernel = batch ? "kiln_gemm_bf16_strided_batched" : "kiln_gemm_bf16";
-    auto twoGemms = [&] {
-      kiln_status_t s = kiln_gemm_bf16(ctx->gemm, x, w0, nullptr, out0, m, n, k,
-                                       ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
-                                       ctx->stream);
-      return s != KILN_OK ? s
-                          : kiln_gemm_bf16(ctx->gemm, x, w1, nullptr, out1, m, n, k,
-                                           ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES,
-                                           ctx->stream);
-    };
-    if (kiln_status_t s = launchValidated(c, ctx, kernel, out0, m, n, [&] {
-          if (!batch)
-            return twoGemms();
-          const kiln_status_t s = kiln_gemm_bf16_strided_batched(
-              ctx->gemm, &*batch, ctx->base[kWorkspace], KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
-          // cuBLASLt without an algorithm for the shared input (a shape's choice, the same
-          // every call): the two GEMMs, as without pairing.
-          return s == KILN_ERROR_UNSUPPORTED ? twoGemms() : s;
-        });
+    if (kiln_status_t s = launchValidated(
+            c, ctx, kernel, out0, m, n,
+            [&] { return launchPair(ctx, batch, x, w0, w1, out0, out1, m, n, k); });
         s != KILN_OK)
       return s;
     return traceOutput(c, ctx, out1, m, n, "second"); // a no-op when dry
+  };
+  return record(ctx, run());
+}
+
+extern "C" int32_t kiln_rt_linear_pair_swiglu(kiln_rt_context_t *ctx, const void *x,
+                                              const void *w0, const void *w1, void *gate,
+                                              void *up, void *h, int64_t m, int64_t n,
+                                              int64_t k) {
+  KILN_RT_GRAPH_ENTER("kiln_rt_linear_pair_swiglu")
+  auto run = [&]() -> kiln_status_t {
+    if (kiln_status_t s = checkPair(c, ctx, x, w0, w1, {gate, up, "gate", "up"}, m, n, k);
+        s != KILN_OK)
+      return s;
+    if (kiln_status_t s = checkRanges(c, ctx, {bf16("h", h, m, n, true)}); s != KILN_OK)
+      return s;
+    // The GEMM reads x while it writes h; the SwiGLU of the unfused path reads each
+    // element of gate and up before it writes it, so h may be exactly one of them.
+    const uint64_t xBytes = bytesOf({m, k, 2}), hBytes = bytesOf({m, n, 2});
+    if (overlaps(h, hBytes, x, xBytes))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "h overlaps x");
+    for (auto [name, scratch] : {std::pair<const char *, const void *>{"gate", gate},
+                                 {"up", up}})
+      if (h != scratch && overlaps(h, hBytes, scratch, hBytes))
+        return c.error(KILN_ERROR_INVALID_ARGUMENT,
+                       "h overlaps %s without being it (the SwiGLU works in place only "
+                       "element for element)",
+                       name);
+    const std::optional<kiln_gemm_strided_batch_t> batch =
+        sharedInputBatch(x, w0, w1, gate, up, m, n, k);
+    return launchValidated(c, ctx, "kiln_gemm_bf16_pair_swiglu", h, m, n, [&] {
+      if (batch) {
+        const kiln_status_t fused = kiln_gemm_bf16_pair_swiglu(ctx->gemm, &*batch, h, ctx->stream);
+        if (fused != KILN_ERROR_UNSUPPORTED)
+          return fused;
+      }
+      if (kiln_status_t s = launchPair(ctx, batch, x, w0, w1, gate, up, m, n, k); s != KILN_OK)
+        return s;
+      return kiln_swiglu_bf16(gate, up, h, m * n, ctx->stream);
+    });
   };
   return record(ctx, run());
 }
@@ -764,40 +827,6 @@ extern "C" int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, cons
   KILN_RT_GRAPH_ENTER("kiln_rt_swiglu")
   return record(ctx, runElementwise(c, ctx, "gate", gate, "up", up, out, n, kiln_swiglu_bf16,
                                     "kiln_swiglu_bf16"));
-}
-
-extern "C" int32_t kiln_rt_swiglu_linear(kiln_rt_context_t *ctx, const void *gate,
-                                         const void *up, const void *w, void *h, void *out,
-                                         int64_t m, int64_t n, int64_t k) {
-  KILN_RT_GRAPH_ENTER("kiln_rt_swiglu_linear")
-  auto run = [&]() -> kiln_status_t {
-    if (kiln_status_t s = positive(c, {{"m", m}, {"n", n}, {"k", k}}); s != KILN_OK)
-      return s;
-    if (kiln_status_t s = checkRanges(c, ctx,
-                                      {bf16("gate", gate, m, k), bf16("up", up, m, k),
-                                       bf16("w", w, n, k), bf16("h", h, m, k, true),
-                                       bf16("out", out, m, n, true)});
-        s != KILN_OK)
-      return s;
-    // The GEMM reads h (or gate and up, fused) while it writes out.
-    const uint64_t hBytes = bytesOf({m, k, 2}), outBytes = bytesOf({m, n, 2});
-    for (auto [name, input] : {std::pair<const char *, const void *>{"gate", gate},
-                               {"up", up},
-                               {"h", h}})
-      if (overlaps(out, outBytes, input, hBytes))
-        return c.error(KILN_ERROR_INVALID_ARGUMENT, "out overlaps %s", name);
-    return launchValidated(c, ctx, "kiln_gemm_bf16_swiglu", out, m, n, [&] {
-      const kiln_status_t fused =
-          kiln_gemm_bf16_swiglu(ctx->gemm, gate, up, h, w, out, m, n, k, ctx->stream);
-      if (fused != KILN_ERROR_UNSUPPORTED)
-        return fused;
-      if (kiln_status_t s = kiln_swiglu_bf16(gate, up, h, m * k, ctx->stream); s != KILN_OK)
-        return s;
-      return kiln_gemm_bf16(ctx->gemm, h, w, nullptr, out, m, n, k, ctx->base[kWorkspace],
-                            KILN_GEMM_WORKSPACE_BYTES, ctx->stream);
-    });
-  };
-  return record(ctx, run());
 }
 
 extern "C" int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b,

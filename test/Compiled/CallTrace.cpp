@@ -108,14 +108,16 @@ int32_t kiln_rt_linear_pair(ctx_t *, const void *x, const void *w0, const void *
     return s;
   return record("linear", {x, w1, static_cast<const void *>(nullptr), out1, m, n, k});
 }
-// A fused SwiGLU and projection is recorded as the two calls it stands for
-// (kiln-fuse-swiglu-linear; the scratch is the SwiGLU's output).
-int32_t kiln_rt_swiglu_linear(ctx_t *, const void *gate, const void *up, const void *w, void *h,
-                              void *out, int64_t m, int64_t n, int64_t k) {
-  if (int32_t s = record("swiglu", {gate, up, h, m * k}); s != 0)
+// A gate/up pair with its SwiGLU is recorded as the calls it stands for: the two
+// projections (the gate's first, as the importers emit them) and the SwiGLU
+// (kiln-fuse-pair-swiglu).
+int32_t kiln_rt_linear_pair_swiglu(ctx_t *ctx, const void *x, const void *w0, const void *w1,
+                                   void *gate, void *up, void *h, int64_t m, int64_t n,
+                                   int64_t k) {
+  if (int32_t s = kiln_rt_linear_pair(ctx, x, w0, w1, gate, up, m, n, k); s != 0)
     return s;
-  return record("linear", {static_cast<const void *>(h), w, static_cast<const void *>(nullptr), out,
-                           m, n, k});
+  return record("swiglu", {static_cast<const void *>(gate), static_cast<const void *>(up), h,
+                           m * n});
 }
 int32_t kiln_rt_rope(ctx_t *, const void *x, const void *positions, void *out, int64_t tokens,
                      int64_t heads, int64_t head_dim, int64_t rotary_dim, int32_t rope_type,

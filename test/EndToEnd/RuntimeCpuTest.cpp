@@ -780,10 +780,10 @@ TEST(RuntimeCpu, GraphOpValidation) {
                                 d.a(3 << 20), 12, 256, 256),
             KILN_OK)
       << lastError();
-  // A SwiGLU and its down projection in one call; the scratch over the gate, as the plan
-  // may place it.
-  EXPECT_EQ(kiln_rt_swiglu_linear(d.ctx, d.a(1 << 20), d.a(2 << 20), d.w(), d.a(1 << 20),
-                                  d.a(3 << 20), 12, 256, 512),
+  // A gate/up pair and its SwiGLU in one call; the output over the gate, as the plan may
+  // place it.
+  EXPECT_EQ(kiln_rt_linear_pair_swiglu(d.ctx, d.a(1 << 20), d.w(), d.w(256 * 256 * 2),
+                                       d.a(2 << 20), d.a(3 << 20), d.a(2 << 20), 12, 256, 256),
             KILN_OK)
       << lastError();
   EXPECT_EQ(kiln_rt_rope(d.ctx, d.a(), kiln_rt_input(d.ctx, KILN_RT_INPUT_POSITIONS), d.a(), 12, 4,
@@ -916,20 +916,38 @@ TEST(RuntimeCpu, GraphOpValidation) {
        [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(64), d.a(), d.w(), 1, 8, 8); }},
       {"out0 and out1 overlap",
        [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(128), d.a(), d.a(8), 1, 8, 8); }},
-      // kiln.swiglu_linear: every operand's range, and an output over an input.
+      // kiln.linear_pair_swiglu: every operand's range, and an output over an input.
       {"h (offset 0 of the weights region) is an output",
-       [&] { return kiln_rt_swiglu_linear(d.ctx, d.a(), d.a(64), d.w(), d.w(), d.a(128), 1, 8, 8); }},
-      {"w [0, 4194320) of the weights region runs past its end",
        [&] {
-         return kiln_rt_swiglu_linear(d.ctx, d.a(), d.a(64), d.w(), d.a(128), d.a(256), 1,
-                                      262145, 8);
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(128), d.a(64), d.a(128),
+                                           d.w(), 1, 8, 8);
        }},
-      {"kiln_rt_swiglu_linear: op 1 of the prefill step (before the first attention): out overlaps up",
-       [&] { return kiln_rt_swiglu_linear(d.ctx, d.a(), d.a(64), d.w(), d.a(128), d.a(64), 1, 8, 8); }},
-      {"out overlaps h",
-       [&] { return kiln_rt_swiglu_linear(d.ctx, d.a(), d.a(64), d.w(), d.a(128), d.a(128), 1, 8, 8); }},
+      {"w1 [4194240, 4194368) of the weights region runs past its end",
+       [&] {
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(4194240), d.a(64),
+                                           d.a(128), d.a(256), 1, 8, 8);
+       }},
+      {"kiln_rt_linear_pair_swiglu: op 1 of the prefill step (before the first attention): "
+       "gate and up overlap",
+       [&] {
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(128), d.a(64), d.a(72),
+                                           d.a(256), 1, 8, 8);
+       }},
+      {"h overlaps x",
+       [&] {
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(128), d.a(64), d.a(128),
+                                           d.a(8), 1, 8, 8);
+       }},
+      {"h overlaps up without being it",
+       [&] {
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(128), d.a(64), d.a(128),
+                                           d.a(136), 1, 8, 8);
+       }},
       {"k 0 outside",
-       [&] { return kiln_rt_swiglu_linear(d.ctx, d.a(), d.a(64), d.w(), d.a(128), d.a(256), 1, 8, 0); }},
+       [&] {
+         return kiln_rt_linear_pair_swiglu(d.ctx, d.a(), d.w(), d.w(128), d.a(64), d.a(128),
+                                           d.a(256), 1, 8, 0);
+       }},
       {"rope_type 7 unknown",
        [&] {
          return kiln_rt_rope(d.ctx, d.a(), ids, d.a(), 12, 4, 64, 0, 7, 1e4f, 1, 0, 0, 0, 1);

@@ -42,6 +42,15 @@ For every family built by make_models.py:
                          layer's q and k rotated in one launch): the same tokens and
                          prefill logits' bits as nospec
               ropesngram <family>-ropesngram.so --spec ngram:4, lossless against nospec
+              skinny     <family>-nospec.so with the skinny GEMM on every handle
+                         (KILN_GEMM_SKINNY=mma, a batch-1 model's GEMM): tokens and
+                         logits like nospec
+              glu        (families with a gated MLP) <family>-glunospec.so
+                         (--fuse-pair-swiglu: the gate/up pair's SwiGLU as its skinny
+                         GEMM's epilogue), skinny GEMMs: the same tokens and prefill
+                         logits' bits as skinny
+              glungram   <family>-glungram.so --spec ngram:4, skinny GEMMs: lossless
+                         against skinny
               nccl       <family>-collectives.so (--tp-collectives) as one NCCL rank
                          (--nccl-one-rank): tokens and prefill logits bitwise nospec's,
                          the communicator within its planned reserve
@@ -112,7 +121,7 @@ from make_models import (build_model, keep_rope_in_float32,  # noqa: E402  (same
 
 ALL_MODES = ["nospec", "eager", "tf", "ngram", "draft", "selfdraft", "fp8", "fp8tf",
              "fp8ngram", "f16", "f16ngram", "replayngram", "replaydraft", "mtp", "ring",
-             "ringngram", "nccl", "tp2", "ropes", "ropesngram"]
+             "ringngram", "nccl", "tp2", "ropes", "ropesngram", "skinny", "glu", "glungram"]
 # Modes a family cannot run, with the reason (reported as skipped, never as passed).
 _NO_F16_MLA = ("the MLA kernels read a bf16 or FP8 latent cache (kiln-compile refuses "
                "--kv-dtype f16 for mla_attention layers)")
@@ -130,10 +139,15 @@ UNSUPPORTED_MODES = {
     "deepseek-v3": {mode: _NO_F16_MLA for mode in ("f16", "f16ngram")},
 }
 SPEC_MODES = {"ngram", "draft", "selfdraft", "fp8ngram", "f16ngram", "replayngram",
-              "replaydraft", "mtp", "ringngram", "ropesngram"}
+              "replaydraft", "mtp", "ringngram", "ropesngram", "glungram"}
 # q and k rotated in one launch (kiln-compile --pair-ropes); families without RoPE layers
 # (gpu-prepare.sh compiles these for the others) skip them.
 ROPE_PAIR_MODES = {"ropes", "ropesngram"}
+# The skinny GEMM on every handle (KILN_GEMM_SKINNY=mma; a batch-1 model's default), and
+# with it each gated MLP's gate/up pair and SwiGLU in one launch (kiln-compile
+# --fuse-pair-swiglu: the SwiGLU as the pair GEMM's epilogue), which runs only there.
+SKINNY_MODES = {"skinny", "glu", "glungram"}
+GLU_MODES = {"glu", "glungram"}
 # The recurrent layers' replay mode (--ssm-mode replay); families without Mamba2 or Gated
 # DeltaNet layers skip it.
 REPLAY_MODES = {"replayngram", "replaydraft"}
@@ -147,7 +161,8 @@ F16_MODES = {"f16", "f16ngram"}
 RING_MODES = {"ring", "ringngram"}
 DRAFT_LEN = 4
 # The run each mode's checks compare with, besides nospec (which every mode's are).
-BASELINE_MODES = {"fp8tf": "fp8", "fp8ngram": "fp8", "f16ngram": "f16", "ringngram": "ring"}
+BASELINE_MODES = {"fp8tf": "fp8", "fp8ngram": "fp8", "f16ngram": "f16", "ringngram": "ring",
+                  "glu": "skinny", "glungram": "skinny"}
 
 
 def with_baselines(modes):
@@ -486,7 +501,8 @@ def mode_so(mode):
             "replayngram": "replayngram",
             "replaydraft": "replaydraft", "mtp": "mtp", "ring": "ringnospec",
             "ringngram": "ringngram", "nccl": "collectives", "tp2": "tp2",
-            "ropes": "ropesnospec", "ropesngram": "ropesngram"}[mode]
+            "ropes": "ropesnospec", "ropesngram": "ropesngram", "skinny": "nospec",
+            "glu": "glunospec", "glungram": "glungram"}[mode]
 
 
 def kiln_weights(models, name):
@@ -511,7 +527,7 @@ def mode_command(mode, family, work, args):
            "--max-new-tokens", str(args.max_new_tokens),
            "--json", str(work / f"{mode}.json")]
     needed = [model_so]
-    if mode in ("nospec", "fp8", "ring", "f16", "nccl", "tp2", "ropes"):
+    if mode in ("nospec", "fp8", "ring", "f16", "nccl", "tp2", "ropes", "skinny", "glu"):
         cmd += ["--logits", str(work / f"{mode}.logits.bin")]
     if mode == "tp2":
         # One rank's graph (kiln-compile --tp 2) on two GPUs: kiln-run's rank threads,
@@ -525,7 +541,8 @@ def mode_command(mode, family, work, args):
         cmd += ["--cuda-graphs", "0"]
     elif mode in ("tf", "fp8tf"):
         cmd += ["--teacher-forced", str(work / "continuations.json")]
-    elif mode in ("ngram", "fp8ngram", "f16ngram", "replayngram", "ringngram", "ropesngram"):
+    elif mode in ("ngram", "fp8ngram", "f16ngram", "replayngram", "ringngram", "ropesngram",
+                  "glungram"):
         cmd += ["--spec", f"ngram:{DRAFT_LEN}"]
     elif mode == "mtp":
         cmd += ["--spec", "mtp:1"]
@@ -906,16 +923,17 @@ def check_memory(result, rtol):
 # One family
 # ----------------------------------------------------------------------------------------
 
-def check_bitwise_as_nospec(tokens, nospec_tokens, work, mode="nccl"):
-    """A run that must compute what the plain run does, bit for bit: the same tokens and
-    the same prefill logits' bits. A one-rank NCCL run (issue 18: the sum over one rank is
-    the value itself); the rope pair (each output has its own rope's bits)."""
+def check_bitwise_as_nospec(tokens, nospec_tokens, work, mode="nccl", base="nospec"):
+    """A run that must compute what the plain run (`base`) does, bit for bit: the same
+    tokens and the same prefill logits' bits. A one-rank NCCL run (issue 18: the sum over
+    one rank is the value itself); the rope pair (each output has its own rope's bits);
+    the gate/up pair with its SwiGLU in one launch (the skinny run's bits)."""
     if nospec_tokens is None:
-        return False, "unchecked: no nospec run", {}
+        return False, f"unchecked: no {base} run", {}
     same_tokens = tokens == nospec_tokens
-    ours, plain = work / f"{mode}.logits.bin", work / "nospec.logits.bin"
+    ours, plain = work / f"{mode}.logits.bin", work / f"{base}.logits.bin"
     same_logits = ours.exists() and plain.exists() and ours.read_bytes() == plain.read_bytes()
-    text = (f"tokens {'equal' if same_tokens else 'DIFFER'} to nospec's, prefill logits "
+    text = (f"tokens {'equal' if same_tokens else 'DIFFER'} to {base}'s, prefill logits "
             f"{'bitwise equal' if same_logits else 'DIFFER'}")
     return same_tokens and same_logits, text, {"same_tokens": same_tokens,
                                                "same_logits": same_logits}
@@ -981,7 +999,7 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_ru
         # A lossy cache's tokens are reported against the reference, not gated.
         checks.append(("tokens", token_agreement(tokens, ref, count) if mode in FP8_MODES
                        else check_tokens(tokens, ref, count, args)))
-        if mode in ("nospec", "ring", "f16"):
+        if mode in ("nospec", "ring", "f16", "skinny"):
             checks.append(("logits", check_logits(work / f"{mode}.logits.bin", ref, vocab,
                                                   args.logit_rtol, args.logit_fp32_factor)))
         elif mode == "eager":
@@ -993,6 +1011,9 @@ def evaluate_mode(mode, result, ref, prompts, nospec, work, vocab, args, bf16_ru
         elif mode == "ropes":
             checks.append(("ropes", check_bitwise_as_nospec(tokens, nospec_tokens, work,
                                                            mode="ropes")))
+        elif mode == "glu":
+            checks.append(("glu", check_bitwise_as_nospec(tokens, nospec_tokens, work,
+                                                         mode="glu", base="skinny")))
         elif mode == "tp2":
             checks.append(("tp2", check_as_one_gpu(tokens, nospec_tokens, work, TP_LOGIT_RTOL)))
             checks.append(("communicator", check_communicator(result)))
@@ -1039,7 +1060,7 @@ def run_family(family, args, out, env):
           f"fixed part alone), generate cross-check "
           f"{ref['generate_check']}", flush=True)
 
-    rows, nospec, fp8, f16, ring = [], None, None, None, None
+    rows, nospec, fp8, f16, ring, skinny = [], None, None, None, None, None
     for mode in args.modes:
         reason = UNSUPPORTED_MODES.get(family, {}).get(mode)
         if mode in REPLAY_MODES and not (args.so_dir / f"{family}-{mode}.so").exists():
@@ -1048,6 +1069,9 @@ def run_family(family, args, out, env):
         if mode in RING_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
             reason = ("no sliding-window layers (gpu-prepare.sh compiles ring models for the "
                       "families whose config has a sliding_window)")
+        if mode in GLU_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
+            reason = ("no gated MLP (gpu-prepare.sh compiles --fuse-pair-swiglu models for "
+                      "the families with kiln.swiglu)")
         if mode in ROPE_PAIR_MODES and not (args.so_dir / f"{family}-{mode_so(mode)}.so").exists():
             reason = ("no RoPE layers to pair (gpu-prepare.sh compiles --pair-ropes models "
                       "for the families with kiln.rope)")
@@ -1070,7 +1094,8 @@ def run_family(family, args, out, env):
         cmd, error = mode_command(mode, family, work, args)
         result = None
         if cmd:
-            result, error = run_kiln(cmd, env, work / f"{mode}.log", args.timeout)
+            mode_env = dict(env, KILN_GEMM_SKINNY="mma") if mode in SKINNY_MODES else env
+            result, error = run_kiln(cmd, mode_env, work / f"{mode}.log", args.timeout)
         if result is None:
             rows.append((mode, False, f"kiln-run failed: {error}", {"error": error}))
             continue
@@ -1082,8 +1107,11 @@ def run_family(family, args, out, env):
             f16 = result
         if mode == "ring":
             ring = result
+        if mode == "skinny":
+            skinny = result
         baseline = (fp8 if mode in FP8_MODES else f16 if mode in F16_MODES
-                    else ring if mode == "ringngram" else nospec)
+                    else ring if mode == "ringngram" else skinny if mode in GLU_MODES
+                    else nospec)
         ok, text, details = evaluate_mode(mode, result, ref, prompts, baseline, work, vocab,
                                           args, bf16_run=nospec)
         if mode == "mtp":

@@ -95,11 +95,11 @@ cl::opt<bool> pairRopes(
     cl::desc("rotate a layer's q and k in one launch (kiln-pair-ropes; default off until "
              "measured on a GPU)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
-cl::opt<bool> fuseSwigluLinear(
-    "fuse-swiglu-linear",
-    cl::desc("merge each gated MLP's SwiGLU into its down projection, the skinny GEMM's "
-             "prologue at batch 1 (kiln-fuse-swiglu-linear; off: measured 13-31% slower on "
-             "the 8B step at batch 1, docs/performance.md)"),
+cl::opt<bool> fusePairSwiglu(
+    "fuse-pair-swiglu",
+    cl::desc("merge each gated MLP's gate and up projections and its SwiGLU, the skinny "
+             "GEMM's epilogue at batch 1 (kiln-fuse-pair-swiglu; default off until measured "
+             "on a GPU)"),
     cl::init(false), cl::Hidden, cl::cat(outputCategory));
 cl::opt<bool> collectivesAtOneRank(
     "tp-collectives",
@@ -193,7 +193,7 @@ int compile(int argc, char **argv) {
   options.lowering.fuseResidualNorm = !noFuseResidualNorm;
   options.lowering.pairLinears = pairLinears;
   options.lowering.pairRopes = pairRopes;
-  options.lowering.fuseSwigluLinear = fuseSwigluLinear;
+  options.lowering.fusePairSwiglu = fusePairSwiglu;
   options.lowering.collectiveBytes = uint64_t(collectiveWorkspaceMib) << 20;
   options.lowering.expandLayers = expandLayers;
   options.emit = emitKind;

@@ -40,11 +40,10 @@ struct LoweringOptions {
   /// Rotate a layer's q and k in one launch (kiln-pair-ropes): one launch fewer a layer.
   /// Off until measured on a GPU.
   bool pairRopes = false;
-  /// Merge each gated MLP's SwiGLU into its down projection (kiln-fuse-swiglu-linear):
-  /// at batch 1 the skinny GEMM computes it as its prologue, one launch fewer a layer.
-  /// Off: measured slower (the 8B step at batch 1, -13% and -31% for its two forms on an
-  /// H100, docs/performance.md): every CTA column recomputes the whole row's SwiGLU.
-  bool fuseSwigluLinear = false;
+  /// Merge each gated MLP's gate and up projections and its SwiGLU
+  /// (kiln-fuse-pair-swiglu): at batch 1 the pair's skinny GEMM computes the SwiGLU as
+  /// its epilogue, one launch fewer a layer. Off until measured on a GPU.
+  bool fusePairSwiglu = false;
 };
 
 /// From a deployed tensor-level module to the LLVM dialect (what `--emit=llvm|so`

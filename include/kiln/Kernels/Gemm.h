@@ -105,18 +105,6 @@ kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x, const void
                                     void *out, int64_t m, int64_t n, int64_t k,
                                     void *workspace, size_t workspace_bytes, void *stream);
 
-/* out = h w^T with h = swiglu(gate, up) (kiln_swiglu_bf16: silu(gate) rounded to bf16,
- * times up, rounded to bf16), in one launch where kiln_gemm_bf16(gemm, h, w, NULL, out,
- * m, n, k, ...) would run the tensor-core skinny GEMM (kiln_gemm_set_skinny) on at most 8
- * rows: the SwiGLU is then the GEMM's prologue (each CTA recomputes it for the rows it
- * reads), h is never written, and out has the bits of the two launches. gate,
- * up and h are dense [m, k] bf16 (h: only its pointer is read, to know which GEMM the
- * two launches would take). Anywhere else it launches nothing and returns
- * KILN_ERROR_UNSUPPORTED: the caller runs the two. m == 0 is a no-op. */
-kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *gate, const void *up,
-                                    const void *h, const void *w, void *out, int64_t m,
-                                    int64_t n, int64_t k, void *stream);
-
 /* A batch of GEMMs whose matrices come from device arrays of pointers (a MoE layer's
  * experts: entry i is out_ptrs[i][rows,n] = x_ptrs[i][rows,k] * w_ptrs[i][n,k]^T;
  * cuBLASLt's pointer-array batch mode, so the expert an entry reads is chosen on the
@@ -155,6 +143,16 @@ kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
                                              const kiln_gemm_strided_batch_t *params,
                                              void *workspace, size_t workspace_bytes,
                                              void *stream);
+
+/* h = swiglu(out_0, out_1) (kiln_swiglu_bf16's rounding) of a strided batch of two GEMMs
+ * of one x (batch 2, x_batch_stride 0, w_kn 0: a gated MLP's gate and up projections), in
+ * one launch where kiln_gemm_bf16_strided_batched(gemm, pair, ...) would run the
+ * tensor-core skinny GEMM (kiln_gemm_set_skinny): the SwiGLU is then the GEMM's epilogue,
+ * h has the bits of the two launches, and the pair's outputs are not written. h is dense
+ * [m, n] bf16. Anywhere else it launches nothing and returns KILN_ERROR_UNSUPPORTED: the
+ * caller runs the two. m == 0 is a no-op. */
+kiln_status_t kiln_gemm_bf16_pair_swiglu(kiln_gemm_t *gemm, const kiln_gemm_strided_batch_t *pair,
+                                         void *h, void *stream);
 
 #ifdef __cplusplus
 }

@@ -345,6 +345,14 @@ int32_t kiln_rt_linear(kiln_rt_context_t *ctx, const void *x, const void *w, con
 int32_t kiln_rt_linear_pair(kiln_rt_context_t *ctx, const void *x, const void *w0,
                             const void *w1, void *out0, void *out1, int64_t m, int64_t n,
                             int64_t k);
+/* kiln.linear_pair_swiglu: h = swiglu(x w0^T, x w1^T) (kiln_rt_linear_pair into gate and
+ * up, then kiln_rt_swiglu into h), gate, up and h [m, n]: one launch where the pair would
+ * run the tensor-core skinny GEMM (kiln_gemm_bf16_pair_swiglu; gate and up are then not
+ * written), else the pair and the SwiGLU. The same bits either way. h may be exactly gate
+ * or up, and overlaps nothing else the call reads. Traced as h. */
+int32_t kiln_rt_linear_pair_swiglu(kiln_rt_context_t *ctx, const void *x, const void *w0,
+                                   const void *w1, void *gate, void *up, void *h, int64_t m,
+                                   int64_t n, int64_t k);
 /* kiln_rt_linear with fp32 out [m, n] and no bias (a DeepSeek-style fp32 router). Its
  * output is not traced (the trace holds bf16 outputs). */
 int32_t kiln_rt_linear_f32out(kiln_rt_context_t *ctx, const void *x, const void *w, void *out,
@@ -392,13 +400,6 @@ int32_t kiln_rt_rope_pair(kiln_rt_context_t *ctx, const void *x0, const void *x1
 int32_t kiln_rt_add(kiln_rt_context_t *ctx, const void *a, const void *b, void *out, int64_t n);
 int32_t kiln_rt_swiglu(kiln_rt_context_t *ctx, const void *gate, const void *up, void *out,
                        int64_t n);
-/* kiln.swiglu_linear: out = swiglu(gate, up) w^T (no bias), gate, up and h [m, k], w
- * [n, k], out [m, n]: one launch where the GEMM of h would be the skinny GEMM
- * (kiln_gemm_bf16_swiglu; h is then not written), else kiln_rt_swiglu into h and
- * kiln_rt_linear. The same bits either way. out may overlap none of gate, up and h. */
-int32_t kiln_rt_swiglu_linear(kiln_rt_context_t *ctx, const void *gate, const void *up,
-                              const void *w, void *h, void *out, int64_t m, int64_t n,
-                              int64_t k);
 /* kiln.concat: out[r] = [a[r, 0:cols_a] | b[r, 0:cols_b]] (bf16). */
 int32_t kiln_rt_concat(kiln_rt_context_t *ctx, const void *a, const void *b, void *out,
                        int64_t rows, int64_t cols_a, int64_t cols_b);

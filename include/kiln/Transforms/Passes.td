@@ -280,24 +280,25 @@ def KilnPairRopes : Pass<"kiln-pair-ropes", "mlir::ModuleOp"> {
   ];
 }
 
-def KilnFuseSwigluLinear : Pass<"kiln-fuse-swiglu-linear", "mlir::ModuleOp"> {
+def KilnFusePairSwiglu : Pass<"kiln-fuse-pair-swiglu", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect"];
-  let summary = "Merge a SwiGLU into the projection that alone reads its output";
+  let summary = "Merge a gated MLP's gate and up projections and their SwiGLU";
   let description = [{
-    Runs on buffers, before `kiln-plan-activations`. A `kiln.swiglu` (bf16 `[m, k]`
-    buffers) whose output is a `memref.alloc` read only by the next `kiln.linear` of its
-    block (no bias, bf16 out), with only allocations and memory-effect-free ops between
-    them, becomes one `kiln.swiglu_linear` where the linear was: a gated MLP's
-    activation and down projection. The allocation stays as the op's scratch, so the
-    plan is unchanged. At run time the SwiGLU becomes the skinny GEMM's prologue where
-    the projection runs on it (batch-1 models): one launch fewer a layer, the same bits.
-    Off by default (`LoweringOptions::fuseSwigluLinear`, `kiln-compile
-    --fuse-swiglu-linear`): measured 13-31% slower on the 8B step at batch 1 on an H100,
-    since each CTA column of the projection recomputes the whole row's SwiGLU
-    (docs/performance.md, 2026-12-07).
+    Runs on buffers, before `kiln-plan-activations`. A `kiln.swiglu` (bf16 `[m, n]`
+    buffers of one type) whose gate and up are `memref.alloc`s, each written only by a
+    `kiln.linear` of its block (no bias, bf16) of one input and one weight type and read
+    only by the SwiGLU, with only allocations and memory-effect-free ops from the first
+    projection to the SwiGLU, becomes one `kiln.linear_pair_swiglu` where the SwiGLU
+    was. The allocations stay as the op's `gate` and `up`, so the plan places the same
+    buffers (the output may still go exactly over one of them). At run time, where the
+    pair runs on the tensor-core skinny GEMM (batch-1 models), the SwiGLU is its
+    epilogue: one launch fewer a layer, and gate and up never reach memory; elsewhere the
+    pair and the SwiGLU run as before. The same bits either way. Off by default
+    (`LoweringOptions::fusePairSwiglu`, `kiln-compile --fuse-pair-swiglu`) until measured
+    on a GPU.
   }];
   let statistics = [
-    Statistic<"numFused", "fused", "SwiGLUs merged into the projection of their output">
+    Statistic<"numFused", "fused", "SwiGLUs merged with the projections of their inputs">
   ];
 }
 

@@ -1290,7 +1290,7 @@ KILN_COMPUTE_EFFECTS(ConcatOp)
 KILN_COMPUTE_EFFECTS(NextTokensOp)
 KILN_COMPUTE_EFFECTS(LinearPairOp)
 KILN_COMPUTE_EFFECTS(RopePairOp)
-KILN_COMPUTE_EFFECTS(SwigluLinearOp)
+KILN_COMPUTE_EFFECTS(LinearPairSwigluOp)
 #undef KILN_COMPUTE_EFFECTS
 
 LogicalResult EmbeddingOp::verify() {
@@ -1463,9 +1463,9 @@ FailureOr<RuntimeCall> LinearOp::getRuntimeCall() {
                       RuntimeArg::dim(getWeight(), 1)}};
 }
 
-/// The buffers-only GEMM ops (linear_pair, swiglu_linear) take bf16 matrices only.
-static LogicalResult checkBf16Matrices(
-    Operation *op, std::initializer_list<std::pair<const char *, Value>> operands) {
+/// The buffers-only GEMM ops (linear_pair, linear_pair_swiglu) take bf16 matrices only.
+static LogicalResult checkBf16Matrices(Operation *op,
+                                       ArrayRef<std::pair<const char *, Value>> operands) {
   Type bf16 = BFloat16Type::get(op->getContext());
   for (auto [name, value] : operands)
     if (failed(checkRank(op, name, value, 2)) || failed(checkElementType(op, name, value, bf16)))
@@ -1473,26 +1473,29 @@ static LogicalResult checkBf16Matrices(
   return success();
 }
 
-LogicalResult LinearPairOp::verify() {
-  Operation *op = *this;
-  if (failed(checkBf16Matrices(op, {{"input", getInput()},
-                                    {"weight0", getWeight0()},
-                                    {"weight1", getWeight1()},
-                                    {"init0", getInit0()},
-                                    {"init1", getInit1()}})))
+/// A pair's operands: bf16 matrices, input [m, k], two weights [n, k] of one shape, and
+/// each output [m, n].
+static LogicalResult verifyPair(Operation *op, Value input, Value weight0, Value weight1,
+                                ArrayRef<std::pair<const char *, Value>> outputs) {
+  SmallVector<std::pair<const char *, Value>> matrices = {
+      {"input", input}, {"weight0", weight0}, {"weight1", weight1}};
+  matrices.append(outputs.begin(), outputs.end());
+  if (failed(checkBf16Matrices(op, matrices)))
     return failure();
-  if (shapedOf(getWeight0()).getShape() != shapedOf(getWeight1()).getShape())
-    return emitOpError() << "weight0 and weight1 differ in shape: a pair is one GEMM shape";
-  if (failed(checkDimEquals(op, "weight0", getWeight0(), 1, sizeOf(getInput(), 1),
-                            "the input features")))
+  if (shapedOf(weight0).getShape() != shapedOf(weight1).getShape())
+    return op->emitOpError() << "weight0 and weight1 differ in shape: a pair is one GEMM shape";
+  if (failed(checkDimEquals(op, "weight0", weight0, 1, sizeOf(input, 1), "the input features")))
     return failure();
-  for (auto [name, init] : {std::pair<const char *, Value>{"init0", getInit0()},
-                            {"init1", getInit1()}})
-    if (failed(checkDimEquals(op, name, init, 0, sizeOf(getInput(), 0), "the rows")) ||
-        failed(checkDimEquals(op, name, init, 1, sizeOf(getWeight0(), 0),
-                              "the output features")))
+  for (auto [name, output] : outputs)
+    if (failed(checkDimEquals(op, name, output, 0, sizeOf(input, 0), "the rows")) ||
+        failed(checkDimEquals(op, name, output, 1, sizeOf(weight0, 0), "the output features")))
       return failure();
   return success();
+}
+
+LogicalResult LinearPairOp::verify() {
+  return verifyPair(*this, getInput(), getWeight0(), getWeight1(),
+                    {{"init0", getInit0()}, {"init1", getInit1()}});
 }
 
 // Two GEMMs where cuBLASLt has no algorithm for the shared input, each with its split-K
@@ -1507,44 +1510,28 @@ FailureOr<RuntimeCall> LinearPairOp::getRuntimeCall() {
                       RuntimeArg::dim(getWeight0(), 0), RuntimeArg::dim(getWeight0(), 1)}};
 }
 
-LogicalResult SwigluLinearOp::verify() {
-  Operation *op = *this;
-  if (failed(checkBf16Matrices(op, {{"gate", getGate()},
-                                    {"up", getUp()},
-                                    {"weight", getWeight()},
-                                    {"scratch", getScratch()},
-                                    {"init", getInit()}})))
-    return failure();
-  for (auto [name, value] : {std::pair<const char *, Value>{"up", getUp()},
-                             {"scratch", getScratch()}})
-    if (shapedOf(value).getShape() != shapedOf(getGate()).getShape())
-      return emitOpError() << name << " " << shapedOf(value) << " differs from gate "
-                           << shapedOf(getGate()) << ": one [rows, features] shape";
-  if (failed(checkDimEquals(op, "weight", getWeight(), 1, sizeOf(getGate(), 1),
-                            "the gate's features")) ||
-      failed(checkDimEquals(op, "init", getInit(), 0, sizeOf(getGate(), 0), "the rows")) ||
-      failed(checkDimEquals(op, "init", getInit(), 1, sizeOf(getWeight(), 0),
-                            "the output features")))
-    return failure();
-  return success();
+LogicalResult LinearPairSwigluOp::verify() {
+  return verifyPair(*this, getInput(), getWeight0(), getWeight1(),
+                    {{"gate", getGate()}, {"up", getUp()}, {"init", getInit()}});
 }
 
-// The unfused path's SwiGLU kernel reads an element of gate and up before it writes
-// that element of the scratch (as kiln.swiglu); the fused path never writes it.
-bool SwigluLinearOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
-  return &init == &getScratchMutable() &&
+// The unfused path's SwiGLU kernel reads an element of gate and up before it writes that
+// element of init (as kiln.swiglu); the fused path writes neither gate nor up.
+bool LinearPairSwigluOp::mayOverwriteInput(OpOperand &init, OpOperand &input) {
+  return &init == &getInitMutable() &&
          (&input == &getGateMutable() || &input == &getUpMutable());
 }
 
-// Unfused: the SwiGLU, the GEMM and its split-K reduction.
-uint64_t SwigluLinearOp::getMaxDecodeLaunches() { return 3; }
+// Unfused: the pair's launches (LinearPairOp) and the SwiGLU.
+uint64_t LinearPairSwigluOp::getMaxDecodeLaunches() { return 5; }
 
-FailureOr<RuntimeCall> SwigluLinearOp::getRuntimeCall() {
-  return RuntimeCall{"kiln_rt_swiglu_linear",
-                     {RuntimeArg::pointer(getGate()), RuntimeArg::pointer(getUp()),
-                      RuntimeArg::pointer(getWeight()), RuntimeArg::pointer(getScratch()),
-                      RuntimeArg::pointer(getInit()), RuntimeArg::dim(getGate(), 0),
-                      RuntimeArg::dim(getWeight(), 0), RuntimeArg::dim(getWeight(), 1)}};
+FailureOr<RuntimeCall> LinearPairSwigluOp::getRuntimeCall() {
+  return RuntimeCall{"kiln_rt_linear_pair_swiglu",
+                     {RuntimeArg::pointer(getInput()), RuntimeArg::pointer(getWeight0()),
+                      RuntimeArg::pointer(getWeight1()), RuntimeArg::pointer(getGate()),
+                      RuntimeArg::pointer(getUp()), RuntimeArg::pointer(getInit()),
+                      RuntimeArg::dim(getInput(), 0), RuntimeArg::dim(getWeight0(), 0),
+                      RuntimeArg::dim(getWeight0(), 1)}};
 }
 
 int64_t MoeOp::scratchBytesPerToken(int64_t hidden, int64_t inter, int64_t topK) {

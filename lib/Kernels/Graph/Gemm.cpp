@@ -862,50 +862,6 @@ extern "C" kiln_status_t kiln_gemm_bf16_f32out(kiln_gemm_t *gemm, const void *x,
                    workspace_bytes, stream, true);
 }
 
-// The most rows the SwiGLU prologue takes: one row tile of the tensor-core form.
-constexpr int64_t kSwigluPrologueMaxRows = 8;
-
-extern "C" kiln_status_t kiln_gemm_bf16_swiglu(kiln_gemm_t *gemm, const void *gate,
-                                               const void *up, const void *h, const void *w,
-                                               void *out, int64_t m, int64_t n, int64_t k,
-                                               void *stream) {
-  const char *fn = "kiln_gemm_bf16_swiglu";
-  const struct {
-    const void *p;
-    const char *name;
-  } pointers[] = {{gemm, "gemm"}, {gate, "gate"}, {up, "up"}, {h, "h"}, {w, "w"}, {out, "out"}};
-  for (const auto &arg : pointers)
-    if (!arg.p)
-      return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, arg.name);
-  if (m < 0 || n <= 0 || k <= 0)
-    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: m %lld, n %lld, k %lld (m >= 0, n, k > 0)",
-                fn, static_cast<long long>(m), static_cast<long long>(n),
-                static_cast<long long>(k));
-  if (m == 0)
-    return ok();
-  // Fused only where the second of the two launches would be the skinny GEMM, so that
-  // fusing never changes which GEMM, and so which bits, a shape gets.
-  const auto *x = static_cast<const uint16_t *>(h);
-  kiln::graph::SkinnyGemmArgs args{x, k, 0, static_cast<const uint16_t *>(w), k, 0, nullptr,
-                                   static_cast<uint16_t *>(out), n, 0, 1, m, n, k};
-  const kiln_gemm_skinny_t form = useOwnGemm(gemm, h, w, nullptr, out, m, n, k, stream)
-                                      ? KILN_GEMM_SKINNY_OFF
-                                      : skinnyFormFor(gemm, args);
-  args.x = static_cast<const uint16_t *>(gate);
-  args.up = static_cast<const uint16_t *>(up);
-  // Every CTA column recomputes the SwiGLU of the rows it reads: (n / 16) x m x k
-  // evaluations on tensor cores, (n / 1..4) x m x k on CUDA cores. Cheap beside the
-  // weights' stream for one row tile of the tensor-core form (a batch-1 step or a short
-  // verify step), not beyond it. The bits are the two launches' either way.
-  if (form != KILN_GEMM_SKINNY_TENSOR_CORES || m > kSwigluPrologueMaxRows ||
-      !kiln::graph::skinnyGemmFits(args))
-    return fail(KILN_ERROR_UNSUPPORTED,
-                "%s: the SwiGLU is fused on the tensor-core skinny GEMM of at most %d rows "
-                "only (run the SwiGLU and the GEMM)",
-                fn, static_cast<int>(kSwigluPrologueMaxRows));
-  return runSkinny(fn, args, form, stream);
-}
-
 extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *const *w_ptrs,
                                                 const void *const *x_ptrs,
                                                 void *const *out_ptrs, int64_t count,
@@ -951,11 +907,12 @@ extern "C" kiln_status_t kiln_gemm_bf16_batched(kiln_gemm_t *gemm, const void *c
                         static_cast<const void *>(out_ptrs)), workspace, workspace_bytes, stream);
 }
 
-extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
-                                                        const kiln_gemm_strided_batch_t *p,
-                                                        void *workspace, size_t workspace_bytes,
-                                                        void *stream) {
-  const char *fn = "kiln_gemm_bf16_strided_batched";
+namespace {
+
+// kiln_gemm_bf16_strided_batched's arguments (fn names the caller in the messages).
+kiln_status_t checkStridedBatch(const char *fn, kiln_gemm_t *gemm,
+                                const kiln_gemm_strided_batch_t *p, void *workspace,
+                                size_t workspace_bytes) {
   if (!gemm || !p)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is null", fn, gemm ? "params" : "gemm");
   const struct {
@@ -1006,13 +963,38 @@ extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
   if (!workspace && workspace_bytes != 0)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace is null but workspace_bytes is %zu",
                 fn, workspace_bytes);
+  return KILN_OK;
+}
+
+kiln::graph::SkinnyGemmArgs skinnyArgsOf(const kiln_gemm_strided_batch_t *p) {
+  return {static_cast<const uint16_t *>(p->x),
+          p->ldx,
+          p->x_batch_stride,
+          static_cast<const uint16_t *>(p->w),
+          p->ldw,
+          p->w_batch_stride,
+          nullptr,
+          static_cast<uint16_t *>(p->out),
+          p->ldo,
+          p->out_batch_stride,
+          p->batch,
+          p->m,
+          p->n,
+          p->k};
+}
+
+} // namespace
+
+extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
+                                                        const kiln_gemm_strided_batch_t *p,
+                                                        void *workspace, size_t workspace_bytes,
+                                                        void *stream) {
+  const char *fn = "kiln_gemm_bf16_strided_batched";
+  if (kiln_status_t s = checkStridedBatch(fn, gemm, p, workspace, workspace_bytes); s != KILN_OK)
+    return s;
   if (p->batch == 0 || p->m == 0)
     return ok();
-  const kiln::graph::SkinnyGemmArgs skinny{
-      static_cast<const uint16_t *>(p->x), p->ldx, p->x_batch_stride,
-      static_cast<const uint16_t *>(p->w), p->ldw, p->w_batch_stride,
-      nullptr, static_cast<uint16_t *>(p->out), p->ldo,
-      p->out_batch_stride, p->batch, p->m, p->n, p->k};
+  const kiln::graph::SkinnyGemmArgs skinny = skinnyArgsOf(p);
   if (!p->w_kn)
     if (const kiln_gemm_skinny_t form = skinnyFormFor(gemm, skinny); form != KILN_GEMM_SKINNY_OFF)
       return runSkinny(fn, skinny, form, stream);
@@ -1026,4 +1008,36 @@ extern "C" kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
   key.strideW = p->w_batch_stride;
   key.strideOut = p->out_batch_stride;
   return runPlanned(gemm, key, nullptr, p->w, p->x, p->out, workspace, workspace_bytes, stream);
+}
+
+extern "C" kiln_status_t kiln_gemm_bf16_pair_swiglu(kiln_gemm_t *gemm,
+                                                   const kiln_gemm_strided_batch_t *pair,
+                                                   void *h, void *stream) {
+  const char *fn = "kiln_gemm_bf16_pair_swiglu";
+  if (kiln_status_t s = checkStridedBatch(fn, gemm, pair, nullptr, 0); s != KILN_OK)
+    return s;
+  if (!h)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: h is null", fn);
+  if (reinterpret_cast<uintptr_t>(h) % 2 != 0)
+    return fail(KILN_ERROR_INVALID_ARGUMENT, "%s: h is not 2-byte aligned", fn);
+  if (pair->batch != 2 || pair->x_batch_stride != 0 || pair->w_kn)
+    return fail(KILN_ERROR_INVALID_ARGUMENT,
+                "%s: a gate/up pair is a batch of 2 with one x and nn.Linear weights (got "
+                "batch %lld, x_batch_stride %lld, w_kn %d)",
+                fn, static_cast<long long>(pair->batch),
+                static_cast<long long>(pair->x_batch_stride), static_cast<int>(pair->w_kn));
+  if (pair->m == 0)
+    return ok();
+  // Fused only where the pair alone would run the tensor-core skinny GEMM, so that
+  // fusing never changes which GEMM, and so which bits, a shape gets.
+  kiln::graph::SkinnyGemmArgs args = skinnyArgsOf(pair);
+  const kiln_gemm_skinny_t form = skinnyFormFor(gemm, args);
+  args.glu = static_cast<uint16_t *>(h);
+  args.ldGlu = pair->n;
+  if (form != KILN_GEMM_SKINNY_TENSOR_CORES || !kiln::graph::skinnyGemmFits(args))
+    return fail(KILN_ERROR_UNSUPPORTED,
+                "%s: the SwiGLU is fused on the tensor-core skinny GEMM only (run the pair "
+                "and the SwiGLU)",
+                fn);
+  return runSkinny(fn, args, form, stream);
 }

@@ -51,24 +51,7 @@ __device__ __forceinline__ float dotChunk(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
-// The SwiGLU prologue's step on a 16-byte chunk of gate and up: swiglu of each value,
-// rounded to bf16 as kiln_swiglu_bf16 rounds it.
-__device__ __forceinline__ uint4 swigluChunk(uint4 gate, uint4 up) {
-  const uint32_t gs[4] = {gate.x, gate.y, gate.z, gate.w};
-  const uint32_t us[4] = {up.x, up.y, up.z, up.w};
-  uint32_t hs[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t lo = __bfloat16_as_ushort(
-        __float2bfloat16_rn(swigluOfBf16(lowBf16(gs[i]), lowBf16(us[i]))));
-    const uint32_t hi = __bfloat16_as_ushort(
-        __float2bfloat16_rn(swigluOfBf16(highBf16(gs[i]), highBf16(us[i]))));
-    hs[i] = lo | (hi << 16);
-  }
-  return make_uint4(hs[0], hs[1], hs[2], hs[3]);
-}
-
-// 16 bytes of the GEMM's input (x, or the prologue's gate and up). Plain loads: they were
+// 16 bytes of the GEMM's input x. Plain loads: it was
 // written by the kernel before, which ran beside this one until the wait (the
 // non-coherent path is for data read-only for a kernel's life).
 __device__ __forceinline__ uint4 loadInput(const uint16_t *p) {
@@ -88,19 +71,35 @@ __device__ __forceinline__ void prefetchRowsToL2(const uint16_t *w, int64_t ldw,
 #endif
 }
 
-// One output element, the last step of both forms: the warps' partial sums (warpStride
-// floats apart in shared memory) in warp order, the bias in fp32, one rounding to bf16.
-__device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *partials,
-                                         int warpStride, int64_t entry, int64_t row,
-                                         int64_t feature) {
+// The warps' partial sums of one output (warpStride floats apart in shared memory) in
+// warp order, the bias in fp32, one rounding to bf16: the last step of both forms.
+__device__ __forceinline__ float roundedSum(const float *partials, int warpStride,
+                                            const uint16_t *bias, int64_t feature) {
   float sum = partials[0];
 #pragma unroll
   for (int i = 1; i < kWarps; ++i)
     sum += partials[i * warpStride];
-  if (a.bias)
-    sum += __uint_as_float(static_cast<uint32_t>(a.bias[feature]) << 16);
-  a.out[entry * a.outBatchStride + row * a.ldo + feature] =
-      __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+  if (bias)
+    sum += __uint_as_float(static_cast<uint32_t>(bias[feature]) << 16);
+  return __bfloat162float(__float2bfloat16_rn(sum));
+}
+
+__device__ __forceinline__ void storeSum(const SkinnyGemmArgs &a, const float *partials,
+                                         int warpStride, int64_t entry, int64_t row,
+                                         int64_t feature) {
+  a.out[entry * a.outBatchStride + row * a.ldo + feature] = __bfloat16_as_ushort(
+      __float2bfloat16_rn(roundedSum(partials, warpStride, a.bias, feature)));
+}
+
+// The SwiGLU epilogue's output element: gate and up rounded as the pair's GEMM stores
+// them, then swiglu rounded as kiln_swiglu_bf16 rounds it.
+__device__ __forceinline__ void storeSwiglu(const SkinnyGemmArgs &a, const float *gatePartials,
+                                            const float *upPartials, int warpStride,
+                                            int64_t row, int64_t feature) {
+  const float gate = roundedSum(gatePartials, warpStride, nullptr, feature);
+  const float up = roundedSum(upPartials, warpStride, nullptr, feature);
+  a.glu[row * a.ldGlu + feature] =
+      __bfloat16_as_ushort(__float2bfloat16_rn(swigluOfBf16(gate, up)));
 }
 
 // Lets the next kernel's CTAs launch once every CTA of this one is past its K loop. Not
@@ -254,27 +253,39 @@ constexpr int kMmaStepsInFlightDeep = 8;
 constexpr int kStagesOneTile = 8;
 constexpr int kStagesTwoTiles = 6;
 
-// The block of a tensor-core CTA: 16 features of one batch entry (blockIdx.x, .y) and a
+// The block of a tensor-core CTA: 16 A rows of one batch entry (blockIdx.x, .y) and a
 // row group of 8 * TILES rows (blockIdx.z), with the features and rows it really has.
-template <int TILES> struct MmaBlock {
+// Plain, A rows g and g + 8 are features first + g and first + g + 8 of w; with the
+// SwiGLU epilogue (GLU) they are feature first + g of the gate (entry 0) and of the up
+// projection (entry 1), so a CTA has 8 features and the grid one entry. An mma sums each
+// of its outputs alike whatever A row it takes, so a feature's bits are the same either
+// way.
+template <int TILES, bool GLU = false> struct MmaBlock {
+  static constexpr int kFeatures = GLU ? kMmaFeatures / 2 : kMmaFeatures;
   int64_t entry, first, firstRow;
   int features, rows;
-  const uint16_t *w, *x, *up; // up: the SwiGLU prologue's (null without)
+  const uint16_t *w, *x;
+  const uint16_t *wHigh; // A row 8 of the CTA
   __device__ explicit MmaBlock(const SkinnyGemmArgs &a)
-      : entry(blockIdx.y), first(static_cast<int64_t>(blockIdx.x) * kMmaFeatures),
+      : entry(blockIdx.y), first(static_cast<int64_t>(blockIdx.x) * kFeatures),
         firstRow(static_cast<int64_t>(blockIdx.z) * (8 * TILES)),
-        features(static_cast<int>(a.n - first < kMmaFeatures ? a.n - first : kMmaFeatures)),
+        features(static_cast<int>(a.n - first < kFeatures ? a.n - first : kFeatures)),
         rows(static_cast<int>(a.m - firstRow < 8 * TILES ? a.m - firstRow : 8 * TILES)),
         w(a.w + entry * a.wBatchStride + first * a.ldw),
         x(a.x + entry * a.xBatchStride + firstRow * a.ldx),
-        up(a.up ? a.up + entry * a.xBatchStride + firstRow * a.ldx : nullptr) {}
+        wHigh(GLU ? w + a.wBatchStride : w + 8 * a.ldw) {}
+  // Whether A rows g and g + 8 are features of the output.
+  __device__ bool lowFeature(int g) const { return g < features; }
+  __device__ bool highFeature(int g) const { return (GLU ? g : g + 8) < features; }
 };
 
 // The warps' accumulators through `partial` (shared, [kWarps][16][8 * TILES]) into the
-// output: acc[tile] holds c0, c1 = (feature g, rows 2t, 2t + 1) and c2, c3 = (feature
-// g + 8, the same rows); each output adds its warps in warp order (storeSum).
-template <int TILES>
-__device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaBlock<TILES> &blk,
+// output: acc[tile] holds c0, c1 = (A row g, rows 2t, 2t + 1) and c2, c3 = (A row g + 8,
+// the same rows); each output adds its warps in warp order (roundedSum). With the SwiGLU
+// epilogue, A rows f and f + 8 are the gate and up of feature f.
+template <int TILES, bool GLU>
+__device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a,
+                                             const MmaBlock<TILES, GLU> &blk,
                                              float (*partial)[kMmaFeatures][8 * TILES],
                                              const float (&acc)[TILES][4]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -287,37 +298,44 @@ __device__ __forceinline__ void storeMmaSums(const SkinnyGemmArgs &a, const MmaB
     partial[warp][g + 8][tile * 8 + 2 * t + 1] = acc[tile][3];
   }
   __syncthreads();
-  if (threadIdx.x >= kMmaFeatures * 8 * TILES)
+  constexpr int kStride = kMmaFeatures * 8 * TILES;
+  if (threadIdx.x >= MmaBlock<TILES, GLU>::kFeatures * 8 * TILES)
     return;
   const int f = threadIdx.x / (8 * TILES), r = threadIdx.x % (8 * TILES);
-  if (f < blk.features && r < blk.rows)
-    storeSum(a, &partial[0][f][r], kMmaFeatures * 8 * TILES, blk.entry, blk.firstRow + r,
-             blk.first + f);
+  if (f >= blk.features || r >= blk.rows)
+    return;
+  if constexpr (GLU)
+    storeSwiglu(a, &partial[0][f][r], &partial[0][f + 8][r], kStride, blk.firstRow + r,
+                blk.first + f);
+  else
+    storeSum(a, &partial[0][f][r], kStride, blk.entry, blk.firstRow + r, blk.first + f);
 }
 
 // TILES n8 tiles of rows: a row group of 8 * TILES rows (blockIdx.z); DEPTH K steps a
-// warp in flight; GLU: the SwiGLU prologue (swigluChunk).
+// warp in flight; GLU: the SwiGLU epilogue (SkinnyGemmArgs::glu).
 template <int TILES, int DEPTH, bool GLU>
 __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a, bool prefetch) {
-  const MmaBlock<TILES> blk(a);
-  const int features = blk.features, rows = blk.rows;
-  const uint16_t *w = blk.w, *x = blk.x, *up = blk.up;
-  if (prefetch)
-    prefetchRowsToL2(w, a.ldw, a.k, features);
+  const MmaBlock<TILES, GLU> blk(a);
+  const int rows = blk.rows;
+  const uint16_t *x = blk.x;
+  if (prefetch) {
+    // Plain, the CTA's rows of w are contiguous; with the epilogue, two runs of them.
+    prefetchRowsToL2(blk.w, a.ldw, a.k, blk.features);
+    if constexpr (GLU)
+      prefetchRowsToL2(blk.wHigh, a.ldw, a.k, blk.features);
+  }
   pdlWait();
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const bool lowFeature = g < features, highFeature = g + 8 < features;
-  const uint16_t *wLow = w + g * a.ldw + 8 * t, *wHigh = w + (g + 8) * a.ldw + 8 * t;
+  const bool lowFeature = blk.lowFeature(g), highFeature = blk.highFeature(g);
+  const uint16_t *wLow = blk.w + g * a.ldw + 8 * t, *wHigh = blk.wHigh + g * a.ldw + 8 * t;
   float acc[TILES][4] = {};
   const int steps = static_cast<int>((a.k + kMmaStepK - 1) / kMmaStepK);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int base = warp; base < steps; base += kWarps * DEPTH) {
-    // Every load of the batch is issued before any value is used: with the SwiGLU
-    // prologue, gate and up stay raw until the products (computing it as x landed would
-    // hold the next steps' weight loads back).
-    uint4 lo[DEPTH], hi[DEPTH], xs[DEPTH][TILES], ups[GLU ? DEPTH : 1][TILES];
+    // Every load of the batch is issued before any value is used.
+    uint4 lo[DEPTH], hi[DEPTH], xs[DEPTH][TILES];
 #pragma unroll
     for (int u = 0; u < DEPTH; ++u) {
       const int step = base + u * kWarps;
@@ -328,19 +346,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinnyMmaKernel(SkinnyGemmArgs a,
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile) {
         const int r = tile * 8 + g;
-        const bool in = valid && r < rows;
-        xs[u][tile] = in ? loadInput(x + r * a.ldx + k) : zero;
-        if constexpr (GLU)
-          ups[u][tile] = in ? loadInput(up + r * a.ldx + k) : zero;
+        xs[u][tile] = valid && r < rows ? loadInput(x + r * a.ldx + k) : zero;
       }
-    }
-    // swiglu(0, 0) is 0: the zero chunks past k or the rows stay zero.
-    if constexpr (GLU) {
-#pragma unroll
-      for (int u = 0; u < DEPTH; ++u)
-#pragma unroll
-        for (int tile = 0; tile < TILES; ++tile)
-          xs[u][tile] = swigluChunk(xs[u][tile], ups[u][tile]);
     }
 #pragma unroll
     for (int u = 0; u < DEPTH; ++u)
@@ -504,8 +511,11 @@ template <void (*Kernel)(SkinnyGemmArgs, bool)> bool stagedFits(size_t bytes) {
 
 template <int TILES, int STAGES>
 cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMmaPath path) {
-  const dim3 grid(static_cast<unsigned>((args.n + kMmaFeatures - 1) / kMmaFeatures),
-                  static_cast<unsigned>(args.batch),
+  const bool glu = args.glu != nullptr;
+  // The epilogue's CTA takes 8 features of both entries (MmaBlock).
+  const int64_t features = glu ? kMmaFeatures / 2 : kMmaFeatures;
+  const dim3 grid(static_cast<unsigned>((args.n + features - 1) / features),
+                  static_cast<unsigned>(glu ? 1 : args.batch),
                   static_cast<unsigned>((args.m + 8 * TILES - 1) / (8 * TILES)));
   const bool explicitPath = path != SkinnyMmaPath::Fastest;
   if (!explicitPath)
@@ -513,25 +523,20 @@ cudaError_t launchMma(const SkinnyGemmArgs &args, cudaStream_t stream, SkinnyMma
   constexpr auto staged = &skinnyMmaStagedKernel<TILES, STAGES>;
   constexpr size_t bytes = stagedRingBytes<TILES, STAGES>();
   // Asked for by name (tests), the ring runs or the launch says it cannot; picked as the
-  // fastest, it falls back to the registers.
-  // The ring stages x as copied; the SwiGLU prologue runs on the register kernels only.
+  // fastest, it falls back to the registers. The epilogue runs on the register kernels
+  // only.
   if (path == SkinnyMmaPath::Staged) {
-    if (!args.up && stagedFits<staged>(bytes))
+    if (!glu && stagedFits<staged>(bytes))
       return launchKernel<staged>(grid, args, stream, bytes);
     if (explicitPath)
       return cudaErrorNotSupported;
   }
   const bool deep = path == SkinnyMmaPath::RegistersDeep;
-  // The prologue is built for one row tile (kiln_gemm_bf16_swiglu fuses up to 8 rows).
-  if (args.up) {
-    if constexpr (TILES == 1)
-      return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, true>>(
-                        grid, args, stream)
-                  : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, true>>(grid, args,
-                                                                                   stream);
-    else
-      return cudaErrorNotSupported;
-  }
+  if (glu)
+    return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, true>>(grid, args,
+                                                                                     stream)
+                : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, true>>(grid, args,
+                                                                                 stream);
   return deep ? launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlightDeep, false>>(grid, args,
                                                                                     stream)
               : launchKernel<&skinnyMmaKernel<TILES, kMmaStepsInFlight, false>>(grid, args,
@@ -545,8 +550,11 @@ bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool skinnyGemmFits(const SkinnyGemmArgs &a) {
   const int64_t int32Max = std::numeric_limits<int32_t>::max();
-  if (!a.x || !a.w || !a.out || !aligned16(a.x) || !aligned16(a.w) || !aligned16(a.out) ||
-      !aligned16(a.up))
+  if (!a.x || !a.w || !a.out || !aligned16(a.x) || !aligned16(a.w) || !aligned16(a.out))
+    return false;
+  // The epilogue: a pair of one x, no bias, its rows within glu's.
+  if (a.glu && (a.batch != 2 || a.xBatchStride != 0 || a.bias || a.ldGlu < a.n ||
+                reinterpret_cast<uintptr_t>(a.glu) % 2 != 0))
     return false;
   constexpr int64_t gridYZ = 65535;
   if (a.m < 1 || a.m > kSkinnyGemmRowGroup * gridYZ || a.batch < 1 || a.batch > gridYZ ||
@@ -564,8 +572,8 @@ bool skinnyGemmFits(const SkinnyGemmArgs &a) {
 // (minCtasPerSm).
 cudaError_t launchSkinnyGemm(const SkinnyGemmArgs &args, bool tensorCores,
                              cudaStream_t stream, SkinnyMmaPath path) {
-  if (args.up && !tensorCores)
-    return cudaErrorNotSupported; // the prologue runs on tensor cores only
+  if (args.glu && !tensorCores)
+    return cudaErrorNotSupported; // the epilogue runs on tensor cores only
   if (tensorCores)
     return args.m <= 8 ? launchMma<1, kStagesOneTile>(args, stream, path)
                         : launchMma<2, kStagesTwoTiles>(args, stream, path);

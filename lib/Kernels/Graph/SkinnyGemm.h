@@ -46,11 +46,13 @@ struct SkinnyGemmArgs {
   uint16_t *out;
   int64_t ldo, outBatchStride;
   int64_t batch, m, n, k;
-  // A SwiGLU prologue (nullable; tensor cores, at most 8 rows): x is then the gate and
-  // `up` the up projection, both with x's strides, and the GEMM multiplies swiglu(gate,
-  // up) rounded to bf16 as kiln_swiglu_bf16 rounds it, so the output has the bits of the
-  // two launches.
-  const uint16_t *up = nullptr;
+  // A SwiGLU epilogue (nullable; tensor cores): the batch is a gated MLP's gate (entry
+  // 0) and up (entry 1) projections of one x (xBatchStride 0, no bias), and the kernel
+  // writes only glu[m, n] (rows ldGlu apart) = swiglu(gate, up) from the two bf16 sums,
+  // rounded as kiln_swiglu_bf16 rounds it: the bits of the pair's GEMM and the SwiGLU's
+  // launch, one launch and no gate or up in memory. out is then not written.
+  uint16_t *glu = nullptr;
+  int64_t ldGlu = 0;
 };
 
 // Whether the arguments are of the form the kernel takes (alignment, multiples of 8,
@@ -63,9 +65,8 @@ bool skinnyGemmFits(const SkinnyGemmArgs &args);
 // Registers, measured fastest in a whole step; KILN_SKINNY_MMA_STAGED=1 or
 // KILN_SKINNY_MMA_DEPTH=8 pick the others, for the A/B (where a CTA cannot hold the ring,
 // Registers runs). Staged asked for by name fails with cudaErrorNotSupported there, and
-// so does it with a SwiGLU prologue, which only the register kernels of the tensor-core
-// form take, for one row tile (at most 8 rows; as Fastest, Registers runs it). Other
-// launches with a prologue fail with cudaErrorNotSupported.
+// so does it with a SwiGLU epilogue, which only the register kernels take (as Fastest,
+// Registers runs it). The epilogue on CUDA cores fails with cudaErrorNotSupported.
 enum class SkinnyMmaPath { Fastest, Registers, RegistersDeep, Staged };
 
 // Launches it on tensor cores or on CUDA cores (programmatic dependent launch where the

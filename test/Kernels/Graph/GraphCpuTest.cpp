@@ -593,22 +593,39 @@ TEST(GraphValidation, Gemm) {
   expectError(kiln_gemm_bf16(g, x, w, b, o, 1, 8, 8, nullptr, 64, nullptr), kInvalid, k,
               "workspace");
   EXPECT_EQ(kiln_gemm_bf16(g, x, w, nullptr, o, 0, 8, 8, nullptr, 0, nullptr), KILN_OK);
-  // The fused SwiGLU GEMM names the null operand and the bad size before it touches the
-  // handle; no rows is a no-op.
-  const char *sg = "kiln_gemm_bf16_swiglu";
-  void *up = fake(0x70000), *h = fake(0x80000);
-  expectError(kiln_gemm_bf16_swiglu(nullptr, x, up, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
-              "gemm is null");
-  expectError(kiln_gemm_bf16_swiglu(g, nullptr, up, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
-              "gate is null");
-  expectError(kiln_gemm_bf16_swiglu(g, x, nullptr, h, w, o, 1, 8, 8, nullptr), kInvalid, sg,
-              "up is null");
-  expectError(kiln_gemm_bf16_swiglu(g, x, up, nullptr, w, o, 1, 8, 8, nullptr), kInvalid, sg,
-              "h is null");
-  expectError(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, -1, 8, 8, nullptr), kInvalid, sg,
-              "m -1");
-  expectError(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, 1, 8, 0, nullptr), kInvalid, sg, "k 0");
-  EXPECT_EQ(kiln_gemm_bf16_swiglu(g, x, up, h, w, o, 0, 8, 8, nullptr), KILN_OK);
+  // The gate/up pair with its SwiGLU checks the pair as a strided batch, then h and the
+  // pair's form, before it touches the handle; no rows is a no-op.
+  {
+    const char *ps = "kiln_gemm_bf16_pair_swiglu";
+    void *h = fake(0x80000);
+    kiln_gemm_strided_batch_t p{};
+    p.x = x;
+    p.w = w;
+    p.out = o;
+    p.ldx = p.ldw = p.ldo = 8;
+    p.w_batch_stride = p.out_batch_stride = 64;
+    p.batch = 2;
+    p.m = 0;
+    p.n = p.k = 8;
+    EXPECT_EQ(kiln_gemm_bf16_pair_swiglu(g, &p, h, nullptr), KILN_OK) << kiln_last_error();
+    expectError(kiln_gemm_bf16_pair_swiglu(nullptr, &p, h, nullptr), kInvalid, ps, "gemm is null");
+    expectError(kiln_gemm_bf16_pair_swiglu(g, nullptr, h, nullptr), kInvalid, ps,
+                "params is null");
+    expectError(kiln_gemm_bf16_pair_swiglu(g, &p, nullptr, nullptr), kInvalid, ps, "h is null");
+    expectError(kiln_gemm_bf16_pair_swiglu(g, &p, fake(0x80001), nullptr), kInvalid, ps,
+                "h is not 2-byte aligned");
+    p.batch = 3;
+    expectError(kiln_gemm_bf16_pair_swiglu(g, &p, h, nullptr), kInvalid, ps,
+                "a gate/up pair is a batch of 2 with one x");
+    p.batch = 2;
+    p.x_batch_stride = 64;
+    expectError(kiln_gemm_bf16_pair_swiglu(g, &p, h, nullptr), kInvalid, ps,
+                "x_batch_stride 64");
+    p.x_batch_stride = 0;
+    p.k = 12;
+    expectError(kiln_gemm_bf16_pair_swiglu(g, &p, h, nullptr), kInvalid, ps,
+                "k must be a positive multiple of 8");
+  }
 }
 
 TEST(GraphValidation, GemmBatched) {

@@ -2123,12 +2123,13 @@ TEST(GraphGpu, SkinnyGemmChainInGraph) {
   forEachSkinnyForm(checkSkinnyChainInGraph);
 }
 
-// kiln_gemm_bf16_swiglu: where the GEMM of h is the tensor-core skinny GEMM of at most 8
-// rows, one launch whose output equals kiln_swiglu_bf16 into h then kiln_gemm_bf16 bit
-// for bit (every row count of a tile, ragged n and k, both register paths), h left
-// unwritten; elsewhere (more rows, the CUDA-core form, skinny off) KILN_ERROR_UNSUPPORTED
-// and nothing written.
-void checkSwigluGemm(kiln_gemm_skinny_t form) {
+// kiln_gemm_bf16_pair_swiglu: where the gate/up pair is the tensor-core skinny GEMM (m up
+// to the invariant rows), one launch whose h equals kiln_gemm_bf16_strided_batched into
+// gate and up then kiln_swiglu_bf16 bit for bit (one and several row groups, n not a
+// multiple of 16, the up weights and outputs at other distances), the
+// pair's outputs left unwritten; elsewhere (more rows, the CUDA-core form, skinny off)
+// KILN_ERROR_UNSUPPORTED and nothing written.
+void checkPairSwiglu(kiln_gemm_skinny_t form) {
   GemmHandle guard = makeGemm(form);
   ASSERT_TRUE(guard) << kiln_last_error();
   kiln_gemm_t *gemm = guard.get();
@@ -2137,77 +2138,98 @@ void checkSwigluGemm(kiln_gemm_skinny_t form) {
   DeviceBuffer workspace(KILN_GEMM_WORKSPACE_BYTES);
   std::mt19937 rng(53);
   struct Case {
-    int64_t m, n, k;
+    int64_t m, n, k, wGap;
   };
-  const Case cases[] = {{1, 4096, 14336}, {1, 1000, 264}, {2, 1001, 512}, {4, 37, 64},
-                        {5, 512, 1024},   {8, 100, 136},  {9, 64, 256},   {16, 64, 4096}};
+  const Case cases[] = {{1, 14336, 4096, 0}, {1, 1000, 264, 8}, {2, 1008, 512, 0},
+                        {4, 40, 64, 64},     {5, 512, 1024, 0}, {8, 104, 136, 0},
+                        {9, 64, 256, 0},     {16, 64, 4096, 0}, {33, 80, 256, 16},
+                        {65, 64, 128, 0}};
+  auto allPoison = [](const std::vector<uint16_t> &v) {
+    return std::all_of(v.begin(), v.end(), [](uint16_t e) { return e == kPoison; });
+  };
   for (const Case &c : cases) {
     SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
                  std::to_string(c.k));
-    const auto gate = randomBf16(c.m * c.k, rng, 2.0f);
-    const auto up = randomBf16(c.m * c.k, rng, 1.0f);
-    const auto w = randomBf16(c.n * c.k, rng, 1.0f / std::sqrt(static_cast<float>(c.k)));
-    auto dgate = upload(gate), dup = upload(up), dw = upload(w);
-    auto dh = poisoned(c.m * c.k * 2), dfused = poisoned(c.m * c.n * 2);
-    auto dtwo = poisoned(c.m * c.n * 2), dunwritten = poisoned(c.m * c.k * 2);
-    auto allPoison = [](const std::vector<uint16_t> &v) {
-      return std::all_of(v.begin(), v.end(), [](uint16_t e) { return e == kPoison; });
-    };
-    const bool fuses = form == KILN_GEMM_SKINNY_TENSOR_CORES && c.m <= 8;
-    const kiln_status_t fused = kiln_gemm_bf16_swiglu(gemm, dgate->ptr, dup->ptr, dunwritten->ptr,
-                                                      dw->ptr, dfused->ptr, c.m, c.n, c.k, nullptr);
+    const int64_t wStride = c.n * c.k + c.wGap, outStride = c.m * c.n + 8;
+    const auto x = randomBf16(c.m * c.k, rng, 1.0f);
+    const auto w = randomBf16(wStride + c.n * c.k, rng, 2.0f / std::sqrt(static_cast<float>(c.k)));
+    auto dx = upload(x), dw = upload(w);
+    kiln_gemm_strided_batch_t pair{};
+    pair.x = dx->ptr;
+    pair.ldx = c.k;
+    pair.w = dw->ptr;
+    pair.ldw = c.k;
+    pair.w_batch_stride = wStride;
+    pair.ldo = c.n;
+    pair.out_batch_stride = outStride;
+    pair.batch = 2;
+    pair.m = c.m;
+    pair.n = c.n;
+    pair.k = c.k;
+    auto dunwritten = poisoned((outStride + c.m * c.n) * 2), dh = poisoned(c.m * c.n * 2);
+    pair.out = dunwritten->ptr;
+    const bool fuses = form == KILN_GEMM_SKINNY_TENSOR_CORES && c.m <= KILN_GEMM_INVARIANT_ROWS;
+    const kiln_status_t fused = kiln_gemm_bf16_pair_swiglu(gemm, &pair, dh->ptr, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(allPoison(download(dunwritten->at<uint16_t>(), c.m * c.k)))
-        << "the fused launch wrote h";
+    EXPECT_TRUE(allPoison(download(dunwritten->at<uint16_t>(), outStride + c.m * c.n)))
+        << "the fused launch wrote gate or up";
     if (!fuses) {
       EXPECT_EQ(fused, KILN_ERROR_UNSUPPORTED);
-      EXPECT_TRUE(allPoison(download(dfused->at<uint16_t>(), c.m * c.n)));
+      EXPECT_TRUE(allPoison(download(dh->at<uint16_t>(), c.m * c.n)));
       continue;
     }
     KILN_OK_(fused);
-    KILN_OK_(kiln_swiglu_bf16(dgate->ptr, dup->ptr, dh->ptr, c.m * c.k, nullptr));
-    KILN_OK_(kiln_gemm_bf16(gemm, dh->ptr, dw->ptr, nullptr, dtwo->ptr, c.m, c.n, c.k,
-                            workspace.ptr, KILN_GEMM_WORKSPACE_BYTES, nullptr));
+    auto dpair = poisoned((outStride + c.m * c.n) * 2), dref = poisoned(c.m * c.n * 2);
+    pair.out = dpair->ptr;
+    KILN_OK_(kiln_gemm_bf16_strided_batched(gemm, &pair, workspace.ptr, KILN_GEMM_WORKSPACE_BYTES,
+                                            nullptr));
+    KILN_OK_(kiln_swiglu_bf16(dpair->ptr, dpair->at<uint16_t>(outStride), dref->ptr, c.m * c.n,
+                              nullptr));
     CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_EQ(download(dfused->at<uint16_t>(), c.m * c.n), download(dtwo->at<uint16_t>(), c.m * c.n));
+    EXPECT_EQ(download(dh->at<uint16_t>(), c.m * c.n), download(dref->at<uint16_t>(), c.m * c.n));
     // Without the skinny GEMM: refused, nothing launched.
     auto dnot = poisoned(c.m * c.n * 2);
-    EXPECT_EQ(kiln_gemm_bf16_swiglu(plainGuard.get(), dgate->ptr, dup->ptr, dh->ptr, dw->ptr,
-                                    dnot->ptr, c.m, c.n, c.k, nullptr),
+    EXPECT_EQ(kiln_gemm_bf16_pair_swiglu(plainGuard.get(), &pair, dnot->ptr, nullptr),
               KILN_ERROR_UNSUPPORTED);
     EXPECT_TRUE(allPoison(download(dnot->at<uint16_t>(), c.m * c.n)));
   }
-  // The tensor-core form's other streaming paths take the prologue too (the ring, asked
-  // for by name, cannot: it stages x as copied).
+  // The kernel itself: n not a multiple of 8 (a CTA's last features ragged), both register
+  // paths alike; the ring, asked for by name, cannot take the epilogue.
   if (form == KILN_GEMM_SKINNY_TENSOR_CORES) {
-    const int64_t m = 3, n = 300, k = 2048;
-    const auto gate = randomBf16(m * k, rng, 2.0f), up = randomBf16(m * k, rng, 1.0f);
-    const auto w = randomBf16(n * k, rng, 0.02f);
-    auto dgate = upload(gate), dup = upload(up), dw = upload(w);
-    kiln::graph::SkinnyGemmArgs args{dgate->at<uint16_t>(), k, 0, dw->at<uint16_t>(), k, 0,
-                                     nullptr, nullptr, n, 0, 1, m, n, k};
-    args.up = dup->at<uint16_t>();
-    std::vector<std::vector<uint16_t>> outs;
+    // m * n a multiple of 8: up's outputs 16-byte aligned for kiln_swiglu_bf16.
+    const int64_t m = 4, n = 300, k = 2048;
+    const auto x = randomBf16(m * k, rng, 1.0f), w = randomBf16(2 * n * k, rng, 0.02f);
+    auto dx = upload(x), dw = upload(w), dpair = poisoned(2 * m * n * 2);
+    kiln::graph::SkinnyGemmArgs args{dx->at<uint16_t>(), k, 0, dw->at<uint16_t>(), k, n * k,
+                                     nullptr, dpair->at<uint16_t>(), n, m * n, 2, m, n, k};
+    CUDA_OK(kiln::graph::launchSkinnyGemm(args, true, nullptr));
+    auto dref = poisoned(m * n * 2);
+    KILN_OK_(kiln_swiglu_bf16(dpair->ptr, dpair->at<uint16_t>(m * n), dref->ptr, m * n, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto want = download(dref->at<uint16_t>(), m * n);
     for (auto path : {kiln::graph::SkinnyMmaPath::Registers,
                       kiln::graph::SkinnyMmaPath::RegistersDeep}) {
-      auto dout = poisoned(m * n * 2);
-      args.out = dout->at<uint16_t>();
+      auto dh = poisoned(m * n * 2);
+      args.glu = dh->at<uint16_t>();
+      args.ldGlu = n;
       CUDA_OK(kiln::graph::launchSkinnyGemm(args, true, nullptr, path));
       CUDA_OK(cudaDeviceSynchronize());
-      outs.push_back(download(dout->at<uint16_t>(), m * n));
+      EXPECT_EQ(download(dh->at<uint16_t>(), m * n), want)
+          << (path == kiln::graph::SkinnyMmaPath::Registers ? "registers" : "deep");
     }
-    EXPECT_EQ(outs[0], outs[1]) << "deep against registers";
     EXPECT_EQ(kiln::graph::launchSkinnyGemm(args, true, nullptr,
                                             kiln::graph::SkinnyMmaPath::Staged),
               cudaErrorNotSupported);
+    EXPECT_EQ(kiln::graph::launchSkinnyGemm(args, false, nullptr), cudaErrorNotSupported)
+        << "the CUDA-core form has no epilogue";
   }
 }
 
-TEST(GraphGpu, SkinnyGemmSwigluPrologueIsSwigluThenGemm) {
+TEST(GraphGpu, SkinnyGemmSwigluEpilogueIsPairThenSwiglu) {
   KILN_REQUIRE_GPU();
   if (std::getenv("KILN_GEMM_SKINNY"))
     GTEST_SKIP() << "KILN_GEMM_SKINNY gives every handle one form; the test sets each";
-  forEachSkinnyForm(checkSwigluGemm);
+  forEachSkinnyForm(checkPairSwiglu);
 }
 
 // The small kernels can be chained to the kernel before them (programmatic dependent

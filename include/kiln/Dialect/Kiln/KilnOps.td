@@ -584,33 +584,37 @@ def Kiln_LinearPairOp : Kiln_Op<"linear_pair", [
   }];
 }
 
-def Kiln_SwigluLinearOp : Kiln_Op<"swiglu_linear", [
+def Kiln_LinearPairSwigluOp : Kiln_Op<"linear_pair_swiglu", [
     DestinationStyleOpInterface,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
     DeclareOpInterfaceMethods<Kiln_RuntimeCallOpInterface, ["getMaxDecodeLaunches"]>,
     DeclareOpInterfaceMethods<Kiln_OverwritesInputsOpInterface>]> {
-  let summary = "a SwiGLU and the projection of its output in one launch (buffers only)";
+  let summary = "a gated MLP's gate and up projections and their SwiGLU in one launch "
+                "(buffers only)";
   let description = [{
-    `init = swiglu(gate, up) * weight^T` (no bias): a `kiln.swiglu` and the `kiln.linear`
-    that alone reads its output (a gated MLP's activation and down projection), merged
-    by `kiln-fuse-swiglu-linear` before the activation plan. `scratch` is the SwiGLU's
-    buffer, `[m, k]` like `gate` and `up`; its contents afterwards are unspecified. The
-    scratch may be placed over `gate` or `up`, as the SwiGLU's output could.
-    Lowers to `kiln_rt_swiglu_linear`: where the projection runs on the skinny GEMM (a
-    batch-1 model), the SwiGLU is the GEMM's prologue and the scratch is not written;
-    elsewhere the two kernels run through the scratch. The output has the bits of the
-    two ops either way. Memrefs only: the op is made after bufferization.
+    `init = swiglu(input * weight0^T, input * weight1^T)` (no bias): the two `kiln.linear`s
+    of one input and one weight shape whose outputs only a `kiln.swiglu` reads (a gated
+    MLP's gate and up projections and its activation), merged by
+    `kiln-fuse-pair-swiglu` before the activation plan. `gate` and `up` are the
+    projections' buffers, `[m, n]` like `init`; their contents afterwards are
+    unspecified. `init` may be placed exactly over `gate` or `up`, as the SwiGLU's output
+    could. Lowers to `kiln_rt_linear_pair_swiglu`: where the pair runs on the
+    tensor-core skinny GEMM (a batch-1 model), the SwiGLU is the GEMM's epilogue and
+    `gate` and `up` are not written; elsewhere `kiln_rt_linear_pair` and the SwiGLU run
+    through them. `init` has the bits of the three ops either way. Memrefs only: the op
+    is made after bufferization.
   }];
-  let arguments = (ins AnyMemRef:$gate, AnyMemRef:$up, AnyMemRef:$weight,
-                       AnyMemRef:$scratch, AnyMemRef:$init);
+  let arguments = (ins AnyMemRef:$input, AnyMemRef:$weight0, AnyMemRef:$weight1,
+                       AnyMemRef:$gate, AnyMemRef:$up, AnyMemRef:$init);
   let assemblyFormat = [{
-    `ins` `(` $gate `,` $up `,` $weight `:` type($gate) `,` type($up) `,` type($weight) `)`
-    `outs` `(` $scratch `,` $init `:` type($scratch) `,` type($init) `)` attr-dict
+    `ins` `(` $input `,` $weight0 `,` $weight1 `:` type($input) `,` type($weight0) `,`
+    type($weight1) `)` `outs` `(` $gate `,` $up `,` $init `:` type($gate) `,` type($up)
+    `,` type($init) `)` attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::MutableOperandRange getDpsInitsMutable() {
-      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/2);
+      return ::mlir::MutableOperandRange(getOperation(), /*start=*/3, /*length=*/3);
     }
   }];
 }
