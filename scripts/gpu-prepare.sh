@@ -55,10 +55,16 @@ for config in "$root"/test/Parity/configs/*-tiny.json; do
   # Each gated MLP's gate/up pair and SwiGLU in one launch (parity.py's glu modes), where
   # the model has a kiln.swiglu for the pass to merge (not mixtral's or gpt-oss's experts
   # alone, or nemotron-h's squared ReLU).
-  if "$build/bin/kiln-compile" "$config" --target h200 --max-batch 8 --max-seq-len 512 \
-       --fuse-pair-swiglu --emit lowered 2>/dev/null | grep -c kiln_rt_linear_pair_swiglu >/dev/null; then
-    tiny "$config" none "$family-glunospec" --fuse-pair-swiglu
-    tiny "$config" ngram:4 "$family-glungram" --fuse-pair-swiglu
+  # A compile that fails here is reported, not taken for a family without one.
+  if lowered=$("$build/bin/kiln-compile" "$config" --target h200 --max-batch 8 \
+                 --max-seq-len 512 --fuse-pair-swiglu --emit lowered); then
+    if grep -q kiln_rt_linear_pair_swiglu <<<"$lowered"; then
+      tiny "$config" none "$family-glunospec" --fuse-pair-swiglu
+      tiny "$config" ngram:4 "$family-glungram" --fuse-pair-swiglu
+    fi
+  else
+    echo "kiln-compile failed: $config --fuse-pair-swiglu --emit lowered"
+    parity_failed=1
   fi
   # q and k rotated in one launch (parity.py's ropes modes), where the attention layers
   # have kiln.rope: not the MLA families (their rope is inside kiln.mla_attention) or

@@ -316,11 +316,16 @@ kiln_status_t checkPair(const Call &c, kiln_rt_context *ctx, const void *x, cons
                                      bf16(out.secondName, out.second, m, n, true)});
       s != KILN_OK)
     return s;
-  const uint64_t outBytes = bytesOf({m, n, 2});
+  const uint64_t outBytes = bytesOf({m, n, 2}), xBytes = bytesOf({m, k, 2});
   if (overlaps(out.first, outBytes, out.second, outBytes))
     return c.error(KILN_ERROR_INVALID_ARGUMENT,
                    "%s and %s overlap (the two projections would write one buffer)",
                    out.firstName, out.secondName);
+  // The GEMM reads x while it writes both outputs.
+  for (auto [name, output] : {std::pair<const char *, void *>{out.firstName, out.first},
+                              {out.secondName, out.second}})
+    if (overlaps(output, outBytes, x, xBytes))
+      return c.error(KILN_ERROR_INVALID_ARGUMENT, "%s overlaps x", name);
   return KILN_OK;
 }
 

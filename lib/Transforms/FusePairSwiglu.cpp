@@ -67,12 +67,17 @@ std::optional<std::pair<LinearOp, LinearOp>> projectionsOf(SwigluOp swiglu) {
   Operation *first =
       gateLinear->isBeforeInBlock(upLinear) ? gateLinear.getOperation() : upLinear.getOperation();
   Operation *second = first == gateLinear ? upLinear.getOperation() : gateLinear.getOperation();
+  bool secondSeen = false;
   for (Operation *op = first->getNextNode(); op != swiglu; op = op->getNextNode()) {
     if (!op)
       return std::nullopt; // the SwiGLU before its projections: not a pair to merge
-    if (op != second && !isMemoryEffectFree(op) && !isa<memref::AllocOp>(op))
+    if (op == second)
+      secondSeen = true;
+    else if (!isMemoryEffectFree(op) && !isa<memref::AllocOp>(op))
       return std::nullopt;
   }
+  if (!secondSeen)
+    return std::nullopt; // a projection after the SwiGLU: it read that input unwritten
   return std::make_pair(gateLinear, upLinear);
 }
 

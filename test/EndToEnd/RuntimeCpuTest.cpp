@@ -916,6 +916,8 @@ TEST(RuntimeCpu, GraphOpValidation) {
        [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(64), d.a(), d.w(), 1, 8, 8); }},
       {"out0 and out1 overlap",
        [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(128), d.a(), d.a(8), 1, 8, 8); }},
+      {"out0 overlaps x",
+       [&] { return kiln_rt_linear_pair(d.ctx, d.a(), d.w(), d.w(128), d.a(8), d.a(64), 1, 8, 8); }},
       // kiln.linear_pair_swiglu: every operand's range, and an output over an input.
       {"h (offset 0 of the weights region) is an output",
        [&] {

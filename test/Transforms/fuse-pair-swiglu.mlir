@@ -4,7 +4,8 @@
 // to the SwiGLU, becomes one kiln.linear_pair_swiglu where the SwiGLU was, the two
 // allocations kept as its gate and up. Left alone: a gate or up something else reads, a
 // projection with a bias, projections of different inputs or weight shapes, an op with
-// memory effects between, gate or up not an allocation, buffers of different types.
+// memory effects between, gate or up not an allocation, buffers of different types, a
+// projection after the SwiGLU.
 // RUN: kiln-opt %s -split-input-file --kiln-fuse-pair-swiglu | FileCheck %s
 
 // A gated MLP's gate and up projections and its activation; the up projection first.
@@ -170,5 +171,23 @@ func.func @two_weight_shapes(%x: memref<4x64xbf16>, %wg: memref<128x64xbf16>, %w
   kiln.linear ins(%x, %wu : memref<4x64xbf16>, memref<?x64xbf16>) outs(%u : memref<4x128xbf16>)
   %h = memref.alloc() : memref<4x128xbf16>
   kiln.swiglu ins(%g, %u : memref<4x128xbf16>, memref<4x128xbf16>) outs(%h : memref<4x128xbf16>)
+  return %h : memref<4x128xbf16>
+}
+
+// -----
+
+// The up projection after the SwiGLU (which then read up unwritten): left alone.
+// CHECK-LABEL: func.func @projection_after
+// CHECK: kiln.swiglu ins
+// CHECK-NEXT: kiln.linear ins
+// CHECK-NOT: kiln.linear_pair_swiglu
+func.func @projection_after(%x: memref<4x64xbf16>, %wg: memref<128x64xbf16>, %wu: memref<128x64xbf16>)
+    -> memref<4x128xbf16> {
+  %g = memref.alloc() : memref<4x128xbf16>
+  kiln.linear ins(%x, %wg : memref<4x64xbf16>, memref<128x64xbf16>) outs(%g : memref<4x128xbf16>)
+  %u = memref.alloc() : memref<4x128xbf16>
+  %h = memref.alloc() : memref<4x128xbf16>
+  kiln.swiglu ins(%g, %u : memref<4x128xbf16>, memref<4x128xbf16>) outs(%h : memref<4x128xbf16>)
+  kiln.linear ins(%x, %wu : memref<4x64xbf16>, memref<128x64xbf16>) outs(%u : memref<4x128xbf16>)
   return %h : memref<4x128xbf16>
 }

@@ -149,7 +149,8 @@ kiln_status_t kiln_gemm_bf16_strided_batched(kiln_gemm_t *gemm,
  * one launch where kiln_gemm_bf16_strided_batched(gemm, pair, ...) would run the
  * tensor-core skinny GEMM (kiln_gemm_set_skinny): the SwiGLU is then the GEMM's epilogue,
  * h has the bits of the two launches, and the pair's outputs are not written. h is dense
- * [m, n] bf16. Anywhere else it launches nothing and returns KILN_ERROR_UNSUPPORTED: the
+ * [m, n] bf16 and overlaps neither x nor the weights (the launch reads them while it
+ * writes h). Anywhere else it launches nothing and returns KILN_ERROR_UNSUPPORTED: the
  * caller runs the two. m == 0 is a no-op. */
 kiln_status_t kiln_gemm_bf16_pair_swiglu(kiln_gemm_t *gemm, const kiln_gemm_strided_batch_t *pair,
                                          void *h, void *stream);

@@ -293,7 +293,9 @@ def KilnFusePairSwiglu : Pass<"kiln-fuse-pair-swiglu", "mlir::ModuleOp"> {
     buffers (the output may still go exactly over one of them). At run time, where the
     pair runs on the tensor-core skinny GEMM (batch-1 models), the SwiGLU is its
     epilogue: one launch fewer a layer, and gate and up never reach memory; elsewhere the
-    pair and the SwiGLU run as before. The same bits either way. Off by default
+    pair and the SwiGLU run as before. The bits of the paired projections
+    (`kiln-pair-linears`) and the SwiGLU either way. The projections must precede the
+    SwiGLU. Off by default
     (`LoweringOptions::fusePairSwiglu`, `kiln-compile --fuse-pair-swiglu`) until measured
     on a GPU.
   }];

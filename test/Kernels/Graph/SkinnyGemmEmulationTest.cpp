@@ -104,9 +104,13 @@ template <int TILES, int DEPTH> void checkCase(const Case &c) {
     }
 }
 
-// Rows 1-8: one tile; 9-16 (and beyond, in more row groups): two.
-const Case kOneTile[] = {{1, 40, 64, 0}, {3, 20, 136, 8}, {8, 24, 256, 0}, {5, 4, 32, 16}};
-const Case kTwoTiles[] = {{9, 16, 96, 0}, {16, 8, 64, 8}, {17, 24, 64, 0}, {33, 12, 40, 0}};
+// Rows 1-8: one tile; 9-16 (and beyond, in more row groups): two. K of 2312 is 73 steps of
+// 32: a warp takes 9-10 of them, in batches of 4 or 8 (two batches at depth 8, the last
+// ragged), so the depths accumulate in different batches.
+const Case kOneTile[] = {{1, 40, 64, 0},  {3, 20, 136, 8}, {8, 24, 256, 0},
+                         {5, 4, 32, 16},  {2, 16, 2312, 0}};
+const Case kTwoTiles[] = {{9, 16, 96, 0}, {16, 8, 64, 8}, {17, 24, 64, 0},
+                          {33, 12, 40, 0}, {12, 8, 2312, 8}};
 
 TEST(SkinnyGemmEmulation, PairAndSwigluEpilogueOneTile) {
   for (const Case &c : kOneTile) {

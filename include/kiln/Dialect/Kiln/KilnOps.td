@@ -601,8 +601,9 @@ def Kiln_LinearPairSwigluOp : Kiln_Op<"linear_pair_swiglu", [
     could. Lowers to `kiln_rt_linear_pair_swiglu`: where the pair runs on the
     tensor-core skinny GEMM (a batch-1 model), the SwiGLU is the GEMM's epilogue and
     `gate` and `up` are not written; elsewhere `kiln_rt_linear_pair` and the SwiGLU run
-    through them. `init` has the bits of the three ops either way. Memrefs only: the op
-    is made after bufferization.
+    through them. `init` has the bits of `kiln.linear_pair` (what `kiln-pair-linears`
+    makes of the two projections, on by default) and the SwiGLU either way. Memrefs
+    only: the op is made after bufferization.
   }];
   let arguments = (ins AnyMemRef:$input, AnyMemRef:$weight0, AnyMemRef:$weight1,
                        AnyMemRef:$gate, AnyMemRef:$up, AnyMemRef:$init);
